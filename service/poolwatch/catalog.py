@@ -1,0 +1,232 @@
+"""Every metric poolwatch exports, as data.
+
+This catalogue is the single source for the collectors (which refuse to emit a name that is not
+here), the README's metric table, the dashboards and the Prometheus rules (whose tests fail when
+they name a metric that is not here).  Names follow Prometheus conventions: ``poolwatch_`` prefix,
+base units (``_slots``, ``_seconds``), ``_total`` for counters, no colons.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["CATALOG", "RANK_LABELS", "Kind", "MetricSpec", "TARGET_LABELS", "by_name", "markdown_table"]
+
+RANK_LABELS: tuple[str, ...] = ("worker", "role", "dp_rank", "tp_rank", "pp_rank")
+POOL_LABELS: tuple[str, ...] = (*RANK_LABELS, "pool")
+TARGET_LABELS: tuple[str, ...] = ("target", "source")
+ALERT_LABELS: tuple[str, ...] = ("alertname", "severity", *RANK_LABELS, "pool")
+
+
+class Kind(enum.StrEnum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    INFO = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric family: its name as exposed (counters end in ``_total``), kind, unit and labels."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+    unit: str = ""
+    group: str = "pools"  # section of the README table
+
+
+def _g(name: str, help_: str, labels: tuple[str, ...], unit: str = "", group: str = "pools") -> MetricSpec:
+    return MetricSpec(name, Kind.GAUGE, help_, labels, unit, group)
+
+
+def _c(name: str, help_: str, labels: tuple[str, ...], group: str) -> MetricSpec:
+    return MetricSpec(name, Kind.COUNTER, help_, labels, "", group)
+
+
+CATALOG: tuple[MetricSpec, ...] = (
+    # --- pools (one series per rank and pool) ---
+    _g("poolwatch_pool_capacity_slots", "Slots in the pool (SGLang's size).", POOL_LABELS, "slots"),
+    _g(
+        "poolwatch_pool_slots",
+        "Slots of the pool by state: available (free lists), evictable (prefix tree, unlocked), "
+        "protected (prefix tree, locked), held (live requests), session_held (streaming sessions).",
+        (*POOL_LABELS, "state"),
+        "slots",
+    ),
+    _g(
+        "poolwatch_pool_used_slots",
+        "Slots neither available nor evictable (size - available - evictable), as SGLang counts them.",
+        POOL_LABELS,
+        "slots",
+    ),
+    _g(
+        "poolwatch_pool_conservation_gap_slots",
+        "Signed conservation gap size - available - evictable - protected - held - session_held: "
+        "> 0 slots lost (leak), < 0 slots counted twice (double free). Absent when it cannot be known.",
+        POOL_LABELS,
+        "slots",
+    ),
+    _g(
+        "poolwatch_pool_figures_exact",
+        "1 when every term of the pool's conservation equation is known exactly (in-process probe), "
+        "0 when only coarse figures are (SGLang /metrics or log).",
+        POOL_LABELS,
+    ),
+    _g(
+        "poolwatch_pool_tripwire_slots",
+        "Slot ids the probe's identity census proved misplaced, by kind (free_duplicate, free_and_live, ...).",
+        (*POOL_LABELS, "kind"),
+        "slots",
+    ),
+    # --- ranks ---
+    _g(
+        "poolwatch_worker_info",
+        "Static facts about a scheduler rank; value is always 1.",
+        (*RANK_LABELS, "model", "sglang_version", "source"),
+        group="ranks",
+    ),
+    _g("poolwatch_worker_idle", "1 when the rank is fully idle in SGLang's sense.", RANK_LABELS, group="ranks"),
+    _g(
+        "poolwatch_scheduler_iteration",
+        "The scheduler loop iteration of the latest snapshot.",
+        RANK_LABELS,
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_snapshot_timestamp_seconds",
+        "Unix time at which the latest snapshot was taken.",
+        RANK_LABELS,
+        "seconds",
+        "ranks",
+    ),
+    _g(
+        "poolwatch_snapshot_age_seconds",
+        "Seconds since the latest snapshot was taken.",
+        RANK_LABELS,
+        "seconds",
+        "ranks",
+    ),
+    _g(
+        "poolwatch_snapshot_stale",
+        "1 when the latest snapshot is older than the staleness limit; its pool figures are then withheld.",
+        RANK_LABELS,
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_queue_requests",
+        "Requests in each scheduler queue (waiting, running, bootstrap, inflight, prealloc, transfer, ...).",
+        (*RANK_LABELS, "queue"),
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_idle_check_strict",
+        "1 when SGLang's idle check crashes the server on an imbalance (the default), 0 when it only warns.",
+        RANK_LABELS,
+        group="ranks",
+    ),
+    _c(
+        "poolwatch_incidents_total",
+        "Accounting incidents a worker logged (leak_detected, scheduler_exception, ...).",
+        (*RANK_LABELS, "kind"),
+        "ranks",
+    ),
+    # --- probe self-health ---
+    _c("poolwatch_probe_samples_total", "Snapshots the in-process probe has taken.", RANK_LABELS, "probe"),
+    _c(
+        "poolwatch_probe_errors_total",
+        "Exceptions the in-process probe contained (never raised into the scheduler).",
+        RANK_LABELS,
+        "probe",
+    ),
+    _g(
+        "poolwatch_probe_sample_duration_seconds",
+        "Scheduler-thread time of the probe's last cheap sample.",
+        RANK_LABELS,
+        "seconds",
+        "probe",
+    ),
+    _g(
+        "poolwatch_probe_census_duration_seconds",
+        "Scheduler-thread time of the probe's last identity census.",
+        RANK_LABELS,
+        "seconds",
+        "probe",
+    ),
+    _g("poolwatch_probe_disabled", "1 when the probe's kill switch is engaged.", RANK_LABELS, group="probe"),
+    # --- targets (the sidecar's own scraping) ---
+    _g("poolwatch_target_up", "1 when the last scrape of the target succeeded.", TARGET_LABELS, group="targets"),
+    _g(
+        "poolwatch_target_scrape_duration_seconds",
+        "Duration of the last scrape of the target.",
+        TARGET_LABELS,
+        "seconds",
+        "targets",
+    ),
+    _g(
+        "poolwatch_target_last_success_timestamp_seconds",
+        "Unix time of the last successful scrape of the target.",
+        TARGET_LABELS,
+        "seconds",
+        "targets",
+    ),
+    _c("poolwatch_target_scrapes_total", "Scrapes attempted.", TARGET_LABELS, "targets"),
+    _c(
+        "poolwatch_target_scrape_errors_total",
+        "Failed scrapes by reason (timeout, connect, http_status, too_large, decode, schema, version, "
+        "parse, io).",
+        (*TARGET_LABELS, "reason"),
+        "targets",
+    ),
+    # --- detection and delivery ---
+    _g(
+        "poolwatch_alert_active",
+        "1 for each alert the sidecar's detector holds pending or firing.",
+        (*ALERT_LABELS, "state"),
+        group="alerts",
+    ),
+    _g(
+        "poolwatch_pool_leak_rate_slots_per_second",
+        "Fitted trend of the conservation gap over the detector's window (> 0: slots being lost).",
+        POOL_LABELS,
+        group="alerts",
+    ),
+    _g(
+        "poolwatch_pool_exhaustion_eta_seconds",
+        "Seconds until the pool runs out at the fitted leak rate (absent when not leaking).",
+        POOL_LABELS,
+        "seconds",
+        "alerts",
+    ),
+    _c(
+        "poolwatch_notifications_total",
+        "Alert notifications sent, by receiver and outcome (sent, failed, dropped).",
+        ("receiver", "outcome"),
+        "alerts",
+    ),
+    _g(
+        "poolwatch_notification_queue_length",
+        "Notifications waiting for delivery.",
+        ("receiver",),
+        group="alerts",
+    ),
+    _g("poolwatch_build_info", "poolwatch's version; value is always 1.", ("version",), group="process"),
+)
+
+
+def by_name(name: str) -> MetricSpec:
+    """The spec of ``name`` (a counter may be named with or without ``_total``)."""
+    for spec in CATALOG:
+        if name in (spec.name, spec.name.removesuffix("_total")):
+            return spec
+    raise KeyError(f"metric {name!r} is not in poolwatch's catalogue")
+
+
+def markdown_table() -> str:
+    """The README's metric table."""
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for s in CATALOG:
+        labels = ", ".join(f"`{lbl}`" for lbl in s.labels)
+        rows.append(f"| `{s.name}` | {s.kind.value} | {labels} | {s.help} |")
+    return "\n".join(rows)

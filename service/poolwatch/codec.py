@@ -1,0 +1,232 @@
+"""The versioned JSON form of a :class:`~poolwatch.model.Snapshot` (probe -> sidecar, API, files).
+
+Pure and stdlib-only: the probe imports it inside SGLang's scheduler process.  ``parse_snapshot``
+checks every field and raises :class:`SnapshotFormatError` naming the first bad one, so a broken
+payload becomes one readable error instead of a crash further down.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+from poolwatch.model import (
+    Exactness,
+    Incident,
+    IncidentKind,
+    Phase,
+    Pool,
+    PoolAccount,
+    ProbeHealth,
+    Role,
+    Snapshot,
+    Tripwire,
+    TripwireKind,
+    WorkerId,
+)
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SnapshotFormatError",
+    "SnapshotVersionError",
+    "dump_snapshot",
+    "parse_snapshot",
+]
+
+SCHEMA = "poolwatch.snapshot"
+SCHEMA_VERSION = 1
+
+E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
+
+
+class SnapshotFormatError(ValueError):
+    """A snapshot payload does not match the schema; the message names the field."""
+
+
+class SnapshotVersionError(SnapshotFormatError):
+    """A snapshot of a schema version this poolwatch does not speak (probe newer than sidecar?)."""
+
+
+def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
+    """The JSON-ready dict of a snapshot (schema and version first)."""
+    return {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "worker": asdict(snap.worker),
+        "seq": snap.seq,
+        "taken_at": snap.taken_at,
+        "phase": snap.phase.value,
+        "source": snap.source,
+        "boot_id": snap.boot_id,
+        "idle_check_strict": snap.idle_check_strict,
+        "pools": {p.value: _dump_account(a) for p, a in snap.pools.items()},
+        "queues": dict(snap.queues),
+        "tripwires": [_dump_tripwire(t) for t in snap.tripwires],
+        "incidents": [_dump_incident(i) for i in snap.incidents],
+        "probe": asdict(snap.probe) if snap.probe is not None else None,
+    }
+
+
+def _dump_account(a: PoolAccount) -> dict[str, Any]:
+    out = asdict(a)
+    out["pool"] = a.pool.value
+    out["exactness"] = a.exactness.value
+    out["unreadable"] = list(a.unreadable)
+    return out
+
+
+def _dump_tripwire(t: Tripwire) -> dict[str, Any]:
+    return {**asdict(t), "kind": t.kind.value, "pool": t.pool.value, "slots": list(t.slots)}
+
+
+def _dump_incident(i: Incident) -> dict[str, Any]:
+    pools = [_dump_account(a) for a in i.pools]
+    return {"kind": i.kind.value, "message": i.message, "at": i.at, "pools": pools}
+
+
+def parse_snapshot(raw: object) -> Snapshot:
+    """Validate and convert a decoded JSON payload; raises :class:`SnapshotFormatError`."""
+    doc = _mapping(raw, "snapshot")
+    if doc.get("schema") != SCHEMA:
+        raise SnapshotFormatError(f"schema: expected {SCHEMA!r}, got {doc.get('schema')!r}")
+    version = doc.get("version")
+    if version != SCHEMA_VERSION:
+        raise SnapshotVersionError(f"version: unsupported {version!r}, expected {SCHEMA_VERSION}")
+    pools_raw = _mapping(doc.get("pools", {}), "pools")
+    pools = {_enum(Pool, k, "pools"): _account(v, f"pools.{k}") for k, v in pools_raw.items()}
+    strict = doc.get("idle_check_strict")
+    return Snapshot(
+        worker=_worker(doc.get("worker"), "worker"),
+        seq=_int(doc.get("seq"), "seq"),
+        taken_at=_float(doc.get("taken_at"), "taken_at"),
+        phase=_enum(Phase, doc.get("phase", "unknown"), "phase"),
+        pools=pools,
+        source=_str(doc.get("source", "probe"), "source"),
+        queues=_queues(doc.get("queues", {})),
+        tripwires=_list(doc.get("tripwires", []), "tripwires", _tripwire),
+        incidents=_list(doc.get("incidents", []), "incidents", _incident),
+        probe=None if doc.get("probe") is None else _probe(doc["probe"], "probe"),
+        idle_check_strict=None if strict is None else _bool(strict, "idle_check_strict"),
+        boot_id=_str(doc.get("boot_id", ""), "boot_id"),
+    )
+
+
+def _worker(raw: object, where: str) -> WorkerId:
+    d = _mapping(raw, where)
+    return WorkerId(
+        worker=_str(d.get("worker"), f"{where}.worker"),
+        role=_enum(Role, d.get("role", "unified"), f"{where}.role"),
+        dp_rank=_int(d.get("dp_rank", 0), f"{where}.dp_rank"),
+        tp_rank=_int(d.get("tp_rank", 0), f"{where}.tp_rank"),
+        pp_rank=_int(d.get("pp_rank", 0), f"{where}.pp_rank"),
+        model=_str(d.get("model", ""), f"{where}.model"),
+        sglang_version=_str(d.get("sglang_version", ""), f"{where}.sglang_version"),
+        instance=_str(d.get("instance", ""), f"{where}.instance"),
+    )
+
+
+_FIGURES = ("size", "available", "evictable", "protected", "held", "session_held", "used")
+
+
+def _account(raw: object, where: str) -> PoolAccount:
+    d = _mapping(raw, where)
+    figures = {f: _opt_int(d.get(f), f"{where}.{f}") for f in _FIGURES}
+    unreadable = _list(d.get("unreadable", []), f"{where}.unreadable", _str)
+    return PoolAccount(
+        pool=_enum(Pool, d.get("pool", where.rsplit(".", 1)[-1]), f"{where}.pool"),
+        exactness=_enum(Exactness, d.get("exactness", "coarse"), f"{where}.exactness"),
+        unreadable=unreadable,
+        **figures,
+    )
+
+
+def _tripwire(raw: object, where: str) -> Tripwire:
+    d = _mapping(raw, where)
+    return Tripwire(
+        kind=_enum(TripwireKind, d.get("kind"), f"{where}.kind"),
+        pool=_enum(Pool, d.get("pool"), f"{where}.pool"),
+        slots=_list(d.get("slots", []), f"{where}.slots", _int),
+        first_seen_hook=_str(d.get("first_seen_hook", ""), f"{where}.first_seen_hook"),
+        seq=_int(d.get("seq", 0), f"{where}.seq"),
+    )
+
+
+def _incident(raw: object, where: str) -> Incident:
+    d = _mapping(raw, where)
+    return Incident(
+        kind=_enum(IncidentKind, d.get("kind"), f"{where}.kind"),
+        message=_str(d.get("message", ""), f"{where}.message"),
+        at=_float(d.get("at", 0.0), f"{where}.at"),
+        pools=_list(d.get("pools", []), f"{where}.pools", _account),
+    )
+
+
+def _probe(raw: object, where: str) -> ProbeHealth:
+    d = _mapping(raw, where)
+    return ProbeHealth(
+        samples_total=_int(d.get("samples_total", 0), f"{where}.samples_total"),
+        errors_total=_int(d.get("errors_total", 0), f"{where}.errors_total"),
+        last_error=_str(d.get("last_error", ""), f"{where}.last_error"),
+        sample_cost_seconds=_float(d.get("sample_cost_seconds", 0.0), f"{where}.sample_cost_seconds"),
+        census_cost_seconds=_float(d.get("census_cost_seconds", 0.0), f"{where}.census_cost_seconds"),
+        census_total=_int(d.get("census_total", 0), f"{where}.census_total"),
+        disabled=_bool(d.get("disabled", False), f"{where}.disabled"),
+    )
+
+
+def _queues(raw: object) -> dict[str, int]:
+    d = _mapping(raw, "queues")
+    return {_str(k, "queues"): _int(v, f"queues.{k}") for k, v in d.items()}
+
+
+def _mapping(raw: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise SnapshotFormatError(f"{where}: expected an object, got {type(raw).__name__}")
+    return raw
+
+
+def _list(raw: object, where: str, item: Callable[[Any, str], T]) -> tuple[T, ...]:
+    if not isinstance(raw, list):
+        raise SnapshotFormatError(f"{where}: expected a list, got {type(raw).__name__}")
+    return tuple(item(v, f"{where}[{i}]") for i, v in enumerate(raw))
+
+
+def _enum(kind: type[E], raw: object, where: str) -> E:
+    try:
+        return kind(raw)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in kind)
+        raise SnapshotFormatError(f"{where}: {raw!r} is not one of {allowed}") from None
+
+
+def _int(raw: object, where: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise SnapshotFormatError(f"{where}: expected an integer, got {raw!r}")
+    return raw
+
+
+def _opt_int(raw: object, where: str) -> int | None:
+    return None if raw is None else _int(raw, where)
+
+
+def _float(raw: object, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+        raise SnapshotFormatError(f"{where}: expected a finite number, got {raw!r}")
+    return float(raw)
+
+
+def _str(raw: object, where: str) -> str:
+    if not isinstance(raw, str):
+        raise SnapshotFormatError(f"{where}: expected a string, got {raw!r}")
+    return raw
+
+
+def _bool(raw: object, where: str) -> bool:
+    if not isinstance(raw, bool):
+        raise SnapshotFormatError(f"{where}: expected true or false, got {raw!r}")
+    return raw

@@ -1,0 +1,134 @@
+"""Conservation arithmetic: the signed gap of each pool and what it proves.  Pure functions.
+
+The gap of a pool is ``size - available - evictable - protected - held - session_held``:
+
+* ``0``   balanced: every slot is accounted for exactly once;
+* ``> 0`` *deficit*: slots nobody owns any more, lost for good (a leak);
+* ``< 0`` *surplus*: slots counted twice, typically freed twice (a double free).  Two requests can
+  then be handed the same slot and silently corrupt each other's state.
+
+Only an exact source (the in-process probe) knows ``protected`` and ``held``.  A coarse source
+(SGLang's ``/metrics`` or log) knows ``used = size - available - evictable`` and still proves two
+things: ``used < 0`` is a certain surplus of at least ``-used`` slots, and when the worker is fully
+idle nothing is protected or held, so ``used - session_held`` *is* the gap.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
+
+__all__ = [
+    "Balance",
+    "Basis",
+    "Finding",
+    "assess",
+    "assess_snapshot",
+    "describe",
+    "gap",
+    "used",
+]
+
+
+class Balance(enum.StrEnum):
+    BALANCED = "balanced"
+    DEFICIT = "deficit"  # slots lost: a leak
+    SURPLUS = "surplus"  # slots counted twice: a double free
+    UNKNOWN = "unknown"  # the source cannot tell
+
+
+class Basis(enum.StrEnum):
+    """Why a finding is certain."""
+
+    EXACT = "exact"  # every term read at one loop boundary
+    NEGATIVE_USED = "negative_used"  # available + evictable > size, whatever else is true
+    IDLE_RESIDUAL = "idle_residual"  # fully idle: used must equal session_held
+    NONE = "none"  # nothing can be proven from this data
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """The verdict on one pool.  ``gap`` is signed (``None`` when unknown); for a
+    ``NEGATIVE_USED`` finding it is a bound: the surplus is at least ``-gap`` slots."""
+
+    pool: Pool
+    balance: Balance
+    gap: int | None
+    basis: Basis
+
+    @property
+    def slots(self) -> int:
+        """The size of the imbalance in slots (0 when balanced or unknown)."""
+        return abs(self.gap) if self.gap is not None else 0
+
+
+def used(account: PoolAccount) -> int | None:
+    """Slots neither free nor evictable: ``size - available - evictable``, or what SGLang reported."""
+    a = account
+    if a.size is not None and a.available is not None and a.evictable is not None:
+        return a.size - a.available - a.evictable
+    return a.used
+
+
+def gap(account: PoolAccount) -> int | None:
+    """The exact signed gap, or ``None`` unless every term is known."""
+    u = used(account)
+    terms = (account.protected, account.held)
+    if u is None or account.available is None or any(t is None for t in terms):
+        return None
+    protected, held = (t or 0 for t in terms)
+    return u - protected - held - (account.session_held or 0)
+
+
+def _balance(signed_gap: int) -> Balance:
+    if signed_gap > 0:
+        return Balance.DEFICIT
+    if signed_gap < 0:
+        return Balance.SURPLUS
+    return Balance.BALANCED
+
+
+def assess(account: PoolAccount, phase: Phase) -> Finding:
+    """What the figures of one pool prove, given the worker's phase."""
+    exact = gap(account) if account.exactness is Exactness.EXACT else None
+    if exact is not None:
+        return Finding(account.pool, _balance(exact), exact, Basis.EXACT)
+    u = used(account)
+    if u is None:
+        return Finding(account.pool, Balance.UNKNOWN, None, Basis.NONE)
+    if u < 0:
+        return Finding(account.pool, Balance.SURPLUS, u, Basis.NEGATIVE_USED)
+    if phase is Phase.IDLE:
+        residual = u - (account.session_held or 0)
+        return Finding(account.pool, _balance(residual), residual, Basis.IDLE_RESIDUAL)
+    return Finding(account.pool, Balance.UNKNOWN, None, Basis.NONE)
+
+
+def assess_snapshot(snap: Snapshot) -> tuple[Finding, ...]:
+    """One finding per pool of the snapshot, in pool order."""
+    order = list(Pool)
+    pools = sorted(snap.pools.values(), key=lambda a: order.index(a.pool))
+    return tuple(assess(a, snap.phase) for a in pools)
+
+
+_MEANING = {Balance.SURPLUS: "double free", Balance.DEFICIT: "leak"}
+_NOUN = {Balance.SURPLUS: "surplus", Balance.DEFICIT: "deficit"}
+
+
+def _phrase(f: Finding) -> str:
+    if f.balance in (Balance.BALANCED, Balance.UNKNOWN):
+        return f"{f.pool.value}: {f.balance.value}"
+    plural = "" if f.slots == 1 else "s"
+    bound = "at least " if f.basis is Basis.NEGATIVE_USED else ""
+    noun, meaning = _NOUN[f.balance], _MEANING[f.balance]
+    return f"{f.pool.value}: {noun} of {bound}{f.slots} slot{plural} ({meaning})"
+
+
+def describe(findings: tuple[Finding, ...]) -> str:
+    """One line for people, imbalanced pools first:
+    ``mamba: surplus of 1 slot (double free); full: balanced``."""
+    rank = {Balance.SURPLUS: 0, Balance.DEFICIT: 0, Balance.BALANCED: 1, Balance.UNKNOWN: 2}
+    ordered = sorted(findings, key=lambda f: rank[f.balance])
+    return "; ".join(_phrase(f) for f in ordered)

@@ -1,0 +1,188 @@
+"""The vocabulary of poolwatch: who a scheduler rank is and what its pools hold.
+
+Everything here is a frozen, typed value with no I/O, so the probe (inside SGLang's scheduler
+process), the sidecar and the tests all speak the same language.  The JSON form lives in
+:mod:`poolwatch.codec`; the arithmetic in :mod:`poolwatch.conservation`.
+
+A pool's slots are each in exactly one of these states (SGLang's own idle check, §1.2 of the
+reference)::
+
+    size == available + evictable + protected + held + session_held
+
+``available``    on the allocator's free lists (``free_pages``/``release_pages``/``free_slots``);
+``evictable``    owned by the prefix tree with no lock (could be reclaimed);
+``protected``    owned by the prefix tree and locked by a live request;
+``held``         owned privately by live requests (outside the tree);
+``session_held`` kept by streaming sessions between turns (SGLang 0.5.10+).
+
+A figure is ``None`` when the source could not know it (SGLang's ``/metrics`` never exports
+``protected`` or ``held``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Exactness",
+    "Incident",
+    "IncidentKind",
+    "Phase",
+    "Pool",
+    "PoolAccount",
+    "ProbeHealth",
+    "Role",
+    "Snapshot",
+    "Tripwire",
+    "TripwireKind",
+    "WorkerId",
+]
+
+
+class Role(enum.StrEnum):
+    """The disaggregation role of a worker (SGLang's ``--disaggregation-mode``)."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    UNIFIED = "unified"
+
+
+class Pool(enum.StrEnum):
+    """The pools poolwatch accounts for.
+
+    ``full``: full-attention token KV slots; ``swa``: sliding-window KV slots; ``mamba``: Mamba /
+    GDN recurrent-state slots; ``req``: request rows of ``req_to_token_pool``.
+    """
+
+    FULL = "full"
+    SWA = "swa"
+    MAMBA = "mamba"
+    REQ = "req"
+
+
+class Phase(enum.StrEnum):
+    """``idle`` in SGLang's *fully idle* sense (every queue empty, no batch), else ``busy``."""
+
+    IDLE = "idle"
+    BUSY = "busy"
+    UNKNOWN = "unknown"
+
+
+class Exactness(enum.StrEnum):
+    """How much a source knows about a pool.
+
+    ``exact``: every term of the conservation equation was read at one loop boundary (the probe).
+    ``coarse``: only size, available and evictable (or a used count / usage ratio) are known.
+    """
+
+    EXACT = "exact"
+    COARSE = "coarse"
+
+
+class TripwireKind(enum.StrEnum):
+    """Identity faults the probe's census can prove, naming slot ids."""
+
+    FREE_DUPLICATE = "free_duplicate"  # a slot id is twice in the free list(s)
+    FREE_AND_LIVE = "free_and_live"  # a free slot is also held by a live request
+    FREE_AND_TREE = "free_and_tree"  # a free slot is also a prefix-tree node's value
+    OVER_SIZE = "over_size"  # more free slots than the pool has
+    OUT_OF_RANGE = "out_of_range"  # a free id outside the pool's id range
+    MISSING = "missing"  # an id in no list at all (lost)
+
+
+class IncidentKind(enum.StrEnum):
+    """What a worker said about itself in its log."""
+
+    LEAK_DETECTED = "leak_detected"  # SGLang's idle check fired (crash or warning)
+    SCHEDULER_EXCEPTION = "scheduler_exception"  # "Scheduler hit an exception" -> server dies
+    TREE_SANITY_FAILED = "tree_sanity_failed"
+    BUSY_CHECK_FAILED = "busy_check_failed"  # "Mem Leak Detected!" assertion
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerId:
+    """One scheduler rank of one SGLang worker (a pod, or one server in central mode)."""
+
+    worker: str
+    role: Role = Role.UNIFIED
+    dp_rank: int = 0
+    tp_rank: int = 0
+    pp_rank: int = 0
+    model: str = ""
+    sglang_version: str = ""
+    instance: str = ""
+
+    @property
+    def key(self) -> str:
+        """A stable identifier, also used in URLs: ``worker/dp0-tp1-pp0``."""
+        return f"{self.worker}/dp{self.dp_rank}-tp{self.tp_rank}-pp{self.pp_rank}"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolAccount:
+    """What one source knows of one pool at one moment.  ``None`` means unknown."""
+
+    pool: Pool
+    size: int | None
+    available: int | None = None
+    evictable: int | None = None
+    protected: int | None = None
+    held: int | None = None
+    session_held: int | None = None
+    used: int | None = None  # reported directly by SGLang when available/evictable are not
+    exactness: Exactness = Exactness.COARSE
+    unreadable: tuple[str, ...] = ()  # fields the source tried and failed to read
+
+
+@dataclass(frozen=True, slots=True)
+class Tripwire:
+    """A proven identity fault: these slot ids are where they must not be."""
+
+    kind: TripwireKind
+    pool: Pool
+    slots: tuple[int, ...]
+    first_seen_hook: str  # the scheduler method after which it was first seen
+    seq: int  # scheduler iteration of the first sighting
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A line in a worker's log that says the accounting failed or the scheduler died."""
+
+    kind: IncidentKind
+    message: str
+    at: float  # unix seconds (the log line's timestamp when it has one)
+    pools: tuple[PoolAccount, ...] = ()  # figures parsed out of a leak message
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeHealth:
+    """The in-process probe's account of itself."""
+
+    samples_total: int = 0
+    errors_total: int = 0
+    last_error: str = ""
+    sample_cost_seconds: float = 0.0  # last cheap sample, scheduler-thread time
+    census_cost_seconds: float = 0.0  # last identity census
+    census_total: int = 0
+    disabled: bool = False  # kill switch engaged, or the probe gave up
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one source knows about one rank at one moment."""
+
+    worker: WorkerId
+    seq: int  # scheduler iteration (probe) or a source's own counter
+    taken_at: float  # unix seconds
+    phase: Phase
+    pools: Mapping[Pool, PoolAccount]
+    source: str  # "probe", "sglang-metrics", "sglang-log", "file"
+    queues: Mapping[str, int] = field(default_factory=dict)
+    tripwires: tuple[Tripwire, ...] = ()
+    incidents: tuple[Incident, ...] = ()  # seen since this source's previous snapshot
+    probe: ProbeHealth | None = None
+    idle_check_strict: bool | None = None  # SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE
+    boot_id: str = ""  # changes when the scheduler restarts (seq resets)

@@ -1,0 +1,96 @@
+"""The sidecar's ASGI application, built by :func:`create_app` with every dependency injected."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+import httpx
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from poolwatch import __version__
+from poolwatch.api import api_router
+from poolwatch.exporter import BuildInfoCollector, PoolCollector, TargetCollector
+from poolwatch.scraper import Scraper
+from poolwatch.settings import Settings
+from poolwatch.sources import Source, build_sources
+from poolwatch.store import SnapshotStore
+
+__all__ = ["build_registry", "create_app"]
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def build_registry(
+    store: SnapshotStore, clock: Callable[[], float], stale_after: float, extra: Sequence[Collector] = ()
+) -> CollectorRegistry:
+    """A fresh registry holding poolwatch's collectors (no process/platform defaults)."""
+    registry = CollectorRegistry()
+    for collector in (PoolCollector(store, clock, stale_after), TargetCollector(store), *extra):
+        registry.register(collector)
+    registry.register(BuildInfoCollector(__version__))
+    return registry
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: SnapshotStore | None = None,
+    sources: Sequence[Source] | None = None,
+    clock: Callable[[], float] = time.time,
+    transport: httpx.AsyncBaseTransport | None = None,
+    collectors: Sequence[Collector] = (),
+    routers: Sequence[APIRouter] = (),
+) -> FastAPI:
+    """Build the sidecar: store, scrape loop (owned by the lifespan), registry and routes."""
+    store = store if store is not None else SnapshotStore(history=settings.scrape.history)
+    sources = list(sources) if sources is not None else build_sources(settings, clock)
+    scraper = Scraper(store, sources, settings.scrape, clock)
+    stale_after = settings.scrape.stale_after
+    registry = build_registry(store, clock, stale_after, collectors)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with httpx.AsyncClient(transport=transport, timeout=settings.scrape.scrape_timeout) as client:
+            task = asyncio.create_task(scraper.run(client), name="poolwatch-scraper")
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    app = FastAPI(title="poolwatch", version=__version__, lifespan=lifespan)
+    app.state.store = store
+    app.state.registry = registry
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), media_type=content_type)
+
+    @app.get("/healthz", summary="Liveness: the process answers")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Readiness: useful data is flowing")
+    def readyz() -> JSONResponse:
+        now = clock()
+        fresh = [s for s in store.latest() if now - s.taken_at <= stale_after]
+        if fresh:
+            return JSONResponse({"status": "ready", "fresh_ranks": len(fresh)})
+        return JSONResponse({"status": "not ready", "reason": "no rank has fresh data"}, status_code=503)
+
+    app.include_router(api_router(store, clock, stale_after))
+    for router in routers:
+        app.include_router(router)
+    app.mount("/", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="status")
+    return app

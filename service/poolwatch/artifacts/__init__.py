@@ -1,0 +1,1 @@
+"""Generated artifacts (rules, dashboards, the README metric table) and the drift check."""

@@ -1,0 +1,209 @@
+"""Typed settings, built once at the edge from ``POOLWATCH_*`` environment and command-line flags.
+
+Every field of every group is one environment variable (``POOLWATCH_`` + the field name in upper
+case) and one flag (``--`` + the field name with dashes).  Flags win over the environment.  A bad
+value raises :class:`~poolwatch.errors.ConfigError` with one line naming the setting; the CLI
+prints it and exits 2.  Lists are comma-separated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, get_type_hints
+
+from poolwatch.errors import ConfigError
+from poolwatch.model import Role
+
+__all__ = ["AlertSettings", "IdentitySettings", "ScrapeSettings", "ServerSettings", "Settings", "TargetSettings"]
+
+ENV_PREFIX = "POOLWATCH_"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "0.0.0.0"  # a sidecar must be reachable by Prometheus; tests and the demo use 127.0.0.1
+    port: int = 9464
+    log_level: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeSettings:
+    scrape_interval: float = 1.0  # seconds between scrapes of one target
+    scrape_timeout: float = 2.0
+    scrape_concurrency: int = 32
+    max_body_bytes: int = 4 << 20
+    stale_after: float = 10.0  # a snapshot older than this is stale: its pool figures are withheld
+    history: int = 256  # snapshots kept per rank for /api/v1/workers/{key}/history
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSettings:
+    probe_dir: str = ""  # discovery directory of in-process probes ("" = off)
+    probe_urls: tuple[str, ...] = ()
+    metrics_urls: tuple[str, ...] = ()  # SGLang servers (their /metrics and /get_server_info)
+    log_paths: tuple[str, ...] = ()  # SGLang log files
+    snapshot_files: tuple[str, ...] = ()  # JSON snapshot files (fixtures, other tools)
+    targets_file: str = ""  # YAML list of targets (central mode)
+
+
+@dataclass(frozen=True, slots=True)
+class IdentitySettings:
+    worker: str = ""  # defaults to POD_NAME, then the hostname
+    role: Role = Role.UNIFIED
+    model: str = ""
+    namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSettings:
+    alertmanager_urls: tuple[str, ...] = ()
+    webhook_urls: tuple[str, ...] = ()
+    bearer_token_file: str = ""
+    basic_auth_user: str = ""
+    basic_auth_password_file: str = ""
+    tls_verify: bool = True
+    ca_file: str = ""
+    runbook_base_url: str = "https://github.com/poolwatch/poolwatch/blob/main/docs/runbooks"
+    dashboard_url: str = ""
+    deficit_samples: int = 3  # consecutive samples (distinct iterations) before a deficit fires
+    resend_interval: float = 60.0
+    state_file: str = ""  # where firing alerts survive a restart ("" = memory only)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    targets: TargetSettings = field(default_factory=TargetSettings)
+    identity: IdentitySettings = field(default_factory=IdentitySettings)
+    alerting: AlertSettings = field(default_factory=AlertSettings)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Settings from ``POOLWATCH_*`` variables (others are ignored)."""
+        return cls.from_values(_env_values(environ), environ)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from raw strings keyed by field name; unknown names are an error."""
+        known = {f.name for group in _GROUPS.values() for f in fields(group)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"{_env_name(unknown[0])}: unknown setting")
+        groups = {name: _build(group, values) for name, group in _GROUPS.items()}
+        settings = cls(**groups)
+        return settings.with_default_worker(environ or {})
+
+    def with_default_worker(self, environ: Mapping[str, str]) -> Settings:
+        if self.identity.worker:
+            return self
+        worker = environ.get("POD_NAME") or socket.gethostname() or "worker"
+        return dataclasses.replace(self, identity=dataclasses.replace(self.identity, worker=worker))
+
+
+_GROUPS: dict[str, type[Any]] = {
+    "server": ServerSettings,
+    "scrape": ScrapeSettings,
+    "targets": TargetSettings,
+    "identity": IdentitySettings,
+    "alerting": AlertSettings,
+}
+
+
+def _env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, str]:
+    names = {_env_name(f.name): f.name for group in _GROUPS.values() for f in fields(group)}
+    return {names[k]: v for k, v in environ.items() if k in names}
+
+
+def _build(group: type[Any], values: Mapping[str, str]) -> Any:
+    hints = get_type_hints(group)
+    kwargs = {f.name: _convert(f.name, hints[f.name], values[f.name]) for f in fields(group) if f.name in values}
+    return group(**kwargs)
+
+
+def _convert(name: str, kind: Any, raw: str) -> Any:
+    try:
+        value = _CONVERTERS[kind](raw.strip())
+    except (ValueError, KeyError):
+        expected = _EXPECTED.get(kind, str(kind))
+        raise ConfigError(f"{_env_name(name)}: expected {expected}, got {raw!r}") from None
+    _check_range(name, value)
+    return value
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def _positive_number(raw: str) -> float:
+    value = float(raw)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(raw)
+    return value
+
+
+def _list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+_CONVERTERS: dict[Any, Any] = {
+    str: str,
+    int: int,
+    float: _positive_number,
+    bool: _bool,
+    tuple[str, ...]: _list,
+    Role: Role,
+}
+_EXPECTED = {
+    int: "an integer",
+    float: "a number > 0",
+    bool: "true or false",
+    Role: "one of prefill, decode, unified",
+}
+_MINIMUM = {
+    "port": 0,
+    "scrape_concurrency": 1,
+    "max_body_bytes": 1024,
+    "history": 1,
+    "deficit_samples": 1,
+}
+
+
+def _check_range(name: str, value: Any) -> None:
+    if name in _MINIMUM and value < _MINIMUM[name]:
+        raise ConfigError(f"{_env_name(name)}: must be at least {_MINIMUM[name]}, got {value}")
+    if name == "port" and value > 65535:
+        raise ConfigError(f"{_env_name(name)}: must be at most 65535, got {value}")
+    if name == "log_level" and value.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"{_env_name(name)}: expected debug, info, warning or error, got {value!r}")
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--flag`` per setting (values stay strings until :meth:`Settings.from_values`)."""
+    for group_name, group in _GROUPS.items():
+        section = parser.add_argument_group(group_name)
+        for f in fields(group):
+            flag = "--" + f.name.replace("_", "-")
+            section.add_argument(flag, dest=f"setting_{f.name}", metavar="VALUE", help=f"env {_env_name(f.name)}")
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """Flags over environment."""
+    values = _env_values(environ)
+    for key, value in vars(args).items():
+        if key.startswith("setting_") and value is not None:
+            values[key.removeprefix("setting_")] = value
+    return Settings.from_values(values, environ)

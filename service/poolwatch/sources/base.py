@@ -1,0 +1,46 @@
+"""What every source of snapshots looks like to the scrape loop.
+
+A *target* is one place to read (a probe endpoint, an SGLang ``/metrics`` URL, a log file, a
+snapshot file); a *source* is the object that reads one target and turns what it finds into
+:class:`~poolwatch.model.Snapshot` values.  Sources keep per-target state (a log offset, the
+last idle observation), so there is one source object per target.
+
+A source raises :class:`poolwatch.errors.ScrapeError` (with a bounded reason) for a failed
+read; the scrape loop records it and carries on with the other targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from poolwatch.model import Role, Snapshot
+
+__all__ = ["Source", "Target"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One place to read, with the identity its snapshots carry when the payload lacks one."""
+
+    name: str  # unique among targets, e.g. "probe:prefill-0/dp0-tp0-pp0"
+    source: str  # "probe", "sglang-metrics", "sglang-log", "file"
+    location: str  # URL or file path
+    worker: str = ""
+    role: Role = Role.UNIFIED
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Reads one target."""
+
+    @property
+    def target(self) -> Target: ...
+
+    async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
+        """Read the target once; raise ``ScrapeError`` on failure."""
+        ...

@@ -1,0 +1,68 @@
+"""Snapshots from a JSON file (a fixture, or a file written by another tool).
+
+Like node_exporter's textfile collector, the file states what is true *now*: each snapshot is
+re-stamped with the time the file was read, so a committed fixture is not shown as stale.  The
+file holds one snapshot object, a list of them, or ``{"snapshots": [...]}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+
+from poolwatch.codec import SnapshotFormatError, SnapshotVersionError, parse_snapshot
+from poolwatch.errors import PayloadError, Reason, SchemaVersionError, ScrapeError
+from poolwatch.model import Snapshot
+from poolwatch.sources.base import Target
+
+__all__ = ["FileSource", "parse_snapshot_document"]
+
+
+def parse_snapshot_document(text: str) -> list[Snapshot]:
+    """Parse a file's text into snapshots; raises ``PayloadError`` naming what is wrong."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PayloadError(Reason.DECODE, f"not JSON: {exc}") from None
+    items = doc.get("snapshots") if isinstance(doc, dict) and "snapshots" in doc else doc
+    items = items if isinstance(items, list) else [items]
+    try:
+        return [parse_snapshot(item) for item in items]
+    except SnapshotVersionError as exc:
+        raise SchemaVersionError(str(exc)) from None
+    except SnapshotFormatError as exc:
+        raise PayloadError(Reason.SCHEMA, str(exc)) from None
+
+
+class FileSource:
+    """Reads a snapshot file on every scrape."""
+
+    def __init__(self, target: Target, clock: Callable[[], float], max_bytes: int = 4 << 20) -> None:
+        self._target = target
+        self._clock = clock
+        self._max_bytes = max_bytes
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
+        text = await asyncio.to_thread(self._read)
+        now = self._clock()
+        return [replace(s, taken_at=now) for s in parse_snapshot_document(text)]
+
+    def _read(self) -> str:
+        path = Path(self._target.location)
+        try:
+            if path.stat().st_size > self._max_bytes:
+                raise ScrapeError(Reason.TOO_LARGE, f"{path}: larger than {self._max_bytes} bytes")
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise PayloadError(Reason.DECODE, f"{path}: not UTF-8: {exc}") from None
+        except OSError as exc:
+            raise ScrapeError(Reason.IO, f"{path}: {exc.strerror or exc}") from None

@@ -57,15 +57,24 @@ def worker_view(snap: Snapshot, now: float, stale_after: float) -> WorkerView:
         for f in assess_snapshot(snap)
     ]
     return WorkerView(
-        key=snap.worker.key, worker=doc["worker"], age_seconds=age, stale=age > stale_after,
-        findings=findings, snapshot=doc,
+        key=snap.worker.key,
+        worker=doc["worker"],
+        age_seconds=age,
+        stale=age > stale_after,
+        findings=findings,
+        snapshot=doc,
     )
 
 
 def target_view(t: TargetState) -> TargetView:
     return TargetView(
-        name=t.name, source=t.source, up=t.up, scrapes=t.scrapes, last_duration_seconds=t.last_duration,
-        last_success_at=t.last_success_at, last_error=t.last_error,
+        name=t.name,
+        source=t.source,
+        up=t.up,
+        scrapes=t.scrapes,
+        last_duration_seconds=t.last_duration,
+        last_success_at=t.last_success_at,
+        last_error=t.last_error,
         errors={r.value: n for r, n in sorted(t.errors.items())},
     )
 

@@ -76,7 +76,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     ),
     _g(
         "poolwatch_pool_tripwire_slots",
-        "Slot ids the probe's identity census proved misplaced, by kind (free_duplicate, free_and_live, ...).",
+        "Slot ids the probe's identity census proved misplaced, by kind "
+        "(free_duplicate, free_and_live, free_and_tree, over_size, out_of_range, missing).",
         (*POOL_LABELS, "kind"),
         "slots",
     ),
@@ -87,7 +88,12 @@ CATALOG: tuple[MetricSpec, ...] = (
         (*RANK_LABELS, "model", "sglang_version", "source"),
         group="ranks",
     ),
-    _g("poolwatch_worker_idle", "1 when the rank is fully idle in SGLang's sense.", RANK_LABELS, group="ranks"),
+    _g(
+        "poolwatch_worker_idle",
+        "1 when the rank is fully idle in SGLang's sense.",
+        RANK_LABELS,
+        group="ranks",
+    ),
     _g(
         "poolwatch_scheduler_iteration",
         "The scheduler loop iteration of the latest snapshot.",
@@ -156,7 +162,12 @@ CATALOG: tuple[MetricSpec, ...] = (
     ),
     _g("poolwatch_probe_disabled", "1 when the probe's kill switch is engaged.", RANK_LABELS, group="probe"),
     # --- targets (the sidecar's own scraping) ---
-    _g("poolwatch_target_up", "1 when the last scrape of the target succeeded.", TARGET_LABELS, group="targets"),
+    _g(
+        "poolwatch_target_up",
+        "1 when the last scrape of the target succeeded.",
+        TARGET_LABELS,
+        group="targets",
+    ),
     _g(
         "poolwatch_target_scrape_duration_seconds",
         "Duration of the last scrape of the target.",

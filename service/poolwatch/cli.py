@@ -29,7 +29,9 @@ def _load(module: str) -> ModuleType | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poolwatch", description="Memory-pool conservation monitoring for SGLang.")
+    parser = argparse.ArgumentParser(
+        prog="poolwatch", description="Memory-pool conservation monitoring for SGLang."
+    )
     parser.add_argument("--version", action="version", version=f"poolwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():

@@ -3,7 +3,7 @@
 They build fresh metric families on every scrape from the catalogue, so a rank or target that
 disappears simply stops being exported.  Sample exposition::
 
-    poolwatch_pool_capacity_slots{worker="prefill-0",role="prefill",dp_rank="0",tp_rank="0",pp_rank="0",pool="mamba"} 476.0
+    poolwatch_pool_capacity_slots{worker="prefill-0",role="prefill",...,pool="mamba"} 476.0
     poolwatch_pool_slots{...,pool="mamba",state="available"} 473.0
     poolwatch_pool_conservation_gap_slots{...,pool="mamba"} -1.0
     poolwatch_target_up{target="file:seed.json",source="file"} 1.0

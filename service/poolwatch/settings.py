@@ -18,7 +18,14 @@ from typing import Any, get_type_hints
 from poolwatch.errors import ConfigError
 from poolwatch.model import Role
 
-__all__ = ["AlertSettings", "IdentitySettings", "ScrapeSettings", "ServerSettings", "Settings", "TargetSettings"]
+__all__ = [
+    "AlertSettings",
+    "IdentitySettings",
+    "ScrapeSettings",
+    "ServerSettings",
+    "Settings",
+    "TargetSettings",
+]
 
 ENV_PREFIX = "POOLWATCH_"
 
@@ -125,7 +132,9 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, str]:
 
 def _build(group: type[Any], values: Mapping[str, str]) -> Any:
     hints = get_type_hints(group)
-    kwargs = {f.name: _convert(f.name, hints[f.name], values[f.name]) for f in fields(group) if f.name in values}
+    kwargs = {
+        f.name: _convert(f.name, hints[f.name], values[f.name]) for f in fields(group) if f.name in values
+    }
     return group(**kwargs)
 
 
@@ -197,7 +206,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         section = parser.add_argument_group(group_name)
         for f in fields(group):
             flag = "--" + f.name.replace("_", "-")
-            section.add_argument(flag, dest=f"setting_{f.name}", metavar="VALUE", help=f"env {_env_name(f.name)}")
+            section.add_argument(
+                flag, dest=f"setting_{f.name}", metavar="VALUE", help=f"env {_env_name(f.name)}"
+            )
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:

@@ -105,7 +105,14 @@ class SnapshotStore:
         self._update_target(name, source, up=False, duration=duration, at=None, reason=reason, error=error)
 
     def _update_target(
-        self, name: str, source: str, *, up: bool, duration: float, at: float | None, reason: Reason | None,
+        self,
+        name: str,
+        source: str,
+        *,
+        up: bool,
+        duration: float,
+        at: float | None,
+        reason: Reason | None,
         error: str,
     ) -> None:
         with self._lock:
@@ -114,8 +121,13 @@ class SnapshotStore:
             if reason is not None:
                 errors[reason] += 1
             self._targets[name] = replace(
-                old, up=up, scrapes=old.scrapes + 1, last_duration=duration,
-                last_success_at=at if up else old.last_success_at, last_error=error, errors=errors,
+                old,
+                up=up,
+                scrapes=old.scrapes + 1,
+                last_duration=duration,
+                last_success_at=at if up else old.last_success_at,
+                last_error=error,
+                errors=errors,
             )
 
     def targets(self) -> list[TargetState]:

@@ -10,9 +10,7 @@ from pathlib import Path
 __all__ = ["GENERATORS", "drift", "render_all", "write_all"]
 
 # modules exposing artifacts() or artifacts(root) -> {repo-relative path: content}
-GENERATORS: tuple[str, ...] = (
-    "poolwatch.artifacts.readme",
-)
+GENERATORS: tuple[str, ...] = ("poolwatch.artifacts.readme",)
 
 
 def _call(module_name: str, root: Path) -> dict[str, str]:

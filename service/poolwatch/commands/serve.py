@@ -37,5 +37,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     app = create_app(settings)
-    uvicorn.run(app, host=settings.server.host, port=settings.server.port, log_level=settings.server.log_level)
+    uvicorn.run(
+        app, host=settings.server.host, port=settings.server.port, log_level=settings.server.log_level
+    )
     return 0

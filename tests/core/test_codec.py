@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from poolwatch.codec import SnapshotFormatError, SnapshotVersionError, dump_snapshot, parse_snapshot
+from poolwatch.model import (
+    Exactness,
+    Incident,
+    IncidentKind,
+    Phase,
+    Pool,
+    PoolAccount,
+    ProbeHealth,
+    Role,
+    Snapshot,
+    Tripwire,
+    TripwireKind,
+    WorkerId,
+)
+
+small = st.integers(min_value=-(2**40), max_value=2**40)
+maybe = st.none() | small
+text = st.text(max_size=20)
+
+accounts = st.builds(
+    PoolAccount,
+    pool=st.sampled_from(Pool),
+    size=maybe,
+    available=maybe,
+    evictable=maybe,
+    protected=maybe,
+    held=maybe,
+    session_held=maybe,
+    used=maybe,
+    exactness=st.sampled_from(Exactness),
+    unreadable=st.lists(text, max_size=3).map(tuple),
+)
+snapshots = st.builds(
+    Snapshot,
+    worker=st.builds(
+        WorkerId, worker=text, role=st.sampled_from(Role), dp_rank=small, tp_rank=small, pp_rank=small
+    ),
+    seq=small,
+    taken_at=st.floats(min_value=0, max_value=2e9),
+    phase=st.sampled_from(Phase),
+    pools=st.lists(accounts, max_size=4).map(lambda xs: {a.pool: a for a in xs}),
+    source=text,
+    queues=st.dictionaries(text, small, max_size=4),
+    tripwires=st.lists(
+        st.builds(
+            Tripwire,
+            kind=st.sampled_from(TripwireKind),
+            pool=st.sampled_from(Pool),
+            slots=st.lists(small, max_size=4).map(tuple),
+            first_seen_hook=text,
+            seq=small,
+        ),
+        max_size=2,
+    ).map(tuple),
+    incidents=st.lists(
+        st.builds(
+            Incident,
+            kind=st.sampled_from(IncidentKind),
+            message=text,
+            at=st.floats(0, 2e9),
+            pools=st.lists(accounts, max_size=2).map(tuple),
+        ),
+        max_size=2,
+    ).map(tuple),
+    probe=st.none()
+    | st.builds(
+        ProbeHealth,
+        samples_total=small,
+        errors_total=small,
+        last_error=text,
+        sample_cost_seconds=st.floats(0, 10),
+        census_cost_seconds=st.floats(0, 10),
+    ),
+    idle_check_strict=st.none() | st.booleans(),
+    boot_id=text,
+)
+
+
+@given(snapshots)
+def test_a_snapshot_survives_a_json_round_trip(snap: Snapshot) -> None:
+    assert parse_snapshot(json.loads(json.dumps(dump_snapshot(snap)))) == snap
+
+
+def _doc(seed_snapshot: Snapshot) -> dict[str, Any]:
+    return json.loads(json.dumps(dump_snapshot(seed_snapshot)))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("seq",), "12", "seq: expected an integer"),
+        (("phase",), "sleeping", "phase: 'sleeping' is not one of idle, busy, unknown"),
+        (("pools", "mamba", "available"), 4.5, "pools.mamba.available: expected an integer"),
+        (("pools", "mamba", "size"), True, "pools.mamba.size: expected an integer"),
+        (("worker", "role"), "router", "worker.role: 'router' is not one of prefill, decode, unified"),
+        (("taken_at",), float("nan"), "taken_at: expected a finite number"),
+        (("queues",), [], "queues: expected an object"),
+        (("tripwires",), [{"kind": "free_duplicate", "pool": "kv"}], "tripwires[0].pool: 'kv' is not one of"),
+    ],
+)
+def test_a_bad_field_is_named_in_the_error(
+    seed_snapshot: Snapshot, path: tuple[str, ...], value: object, message: str
+) -> None:
+    doc = _doc(seed_snapshot)
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(SnapshotFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_snapshot(doc)
+
+
+def test_an_unknown_pool_name_is_refused(seed_snapshot: Snapshot) -> None:
+    doc = _doc(seed_snapshot)
+    doc["pools"]["kv"] = doc["pools"].pop("full")
+    with pytest.raises(SnapshotFormatError, match="pools: 'kv' is not one of"):
+        parse_snapshot(doc)
+
+
+def test_a_newer_schema_version_is_a_version_error(seed_snapshot: Snapshot) -> None:
+    doc = _doc(seed_snapshot)
+    doc["version"] = 2
+    with pytest.raises(SnapshotVersionError, match="unsupported 2"):
+        parse_snapshot(doc)
+
+
+@pytest.mark.parametrize("payload", [None, [], "snapshot", {"schema": "other"}])
+def test_a_payload_that_is_not_a_snapshot_is_refused(payload: object) -> None:
+    with pytest.raises(SnapshotFormatError):
+        parse_snapshot(payload)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda c: st.lists(c) | st.dictionaries(st.text(), c),
+    )
+)
+def test_any_json_value_either_parses_or_raises_a_format_error(payload: object) -> None:
+    with contextlib.suppress(SnapshotFormatError):
+        parse_snapshot(payload)

@@ -1,0 +1,51 @@
+"""Helpers for tests: ``from tests.helpers import FakeClock, asgi_client, require_tool``.
+
+Use ``asgi_client(app)`` rather than starlette's TestClient (deprecated with httpx)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).parent.parent
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now: float = 1_761_907_243.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def require_tool(name: str) -> str:
+    """The path of an external tool; skip without it, but fail in CI (POOLWATCH_REQUIRE_TOOLS=1)."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (see .ci/run for how CI installs it)"
+        if os.environ.get("POOLWATCH_REQUIRE_TOOLS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@contextlib.asynccontextmanager
+async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client talking to ``app`` in-process, with its lifespan running."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as client:
+            yield client

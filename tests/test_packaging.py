@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+import poolwatch
+from tests.helpers import FIXTURES, REPO, require_tool
+
+
+def test_the_public_surface_is_pinned() -> None:
+    assert sorted(poolwatch.__all__) == [
+        "Balance",
+        "Finding",
+        "Phase",
+        "Pool",
+        "PoolAccount",
+        "Role",
+        "Snapshot",
+        "WorkerId",
+        "__version__",
+        "assess",
+        "assess_snapshot",
+        "describe",
+        "gap",
+    ]
+
+
+def test_the_sidecar_imports_without_torch() -> None:
+    code = "import sys; sys.modules['torch'] = None; import poolwatch.app, poolwatch.cli; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_the_package_is_imported_from_the_installed_location_not_the_checkout_root() -> None:
+    assert (REPO / "service" / "poolwatch") in [
+        p.parent for p in [__import__("pathlib").Path(poolwatch.__file__)]
+    ]
+    assert not (REPO / "poolwatch").exists()
+
+
+def test_a_bad_setting_prints_one_line_and_exits_2() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "poolwatch.cli", "serve", "--port", "http"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "poolwatch: configuration error: POOLWATCH_PORT: expected an integer, got 'http'"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_serve_on_the_seed_fixture_exports_the_mamba_gap_that_promtool_accepts() -> None:
+    promtool = require_tool("promtool")
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "poolwatch.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--snapshot-files",
+        str(FIXTURES / "seed-snapshot.json"),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        body = poll_metrics(f"http://127.0.0.1:{port}/metrics", 'pool="mamba"')
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    gap = [
+        ln
+        for ln in body.splitlines()
+        if ln.startswith("poolwatch_pool_conservation_gap_slots") and 'pool="mamba"' in ln
+    ]
+    assert len(gap) == 1
+    assert gap[0].endswith(" -1.0")
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=body.encode(), capture_output=True, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def poll_metrics(url: str, needle: str, deadline_s: float = 20.0) -> str:
+    """Poll until the server answers with ``needle`` (bounded; the server needs a moment to start)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            body = httpx.get(url, timeout=1.0).text
+            if needle in body:
+                return body
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never showed {needle!r}")

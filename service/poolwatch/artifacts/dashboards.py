@@ -1,0 +1,221 @@
+"""The Grafana dashboards, generated from code and committed under ``dashboards/``.
+
+Two dashboards that link to each other: a fleet overview (every worker and pool, firing alerts,
+targets, prefill against decode) and a worker drill-down (:mod:`.worker_dashboard`).  Queries
+name only metrics of :data:`poolwatch.catalog.CATALOG` and Prometheus' own ``ALERTS`` and ``up``
+(tests check), and firing alerts are drawn as annotations on every time panel.
+"""
+
+from __future__ import annotations
+
+from poolwatch.artifacts.grafana import (
+    Json,
+    PanelSpec,
+    Query,
+    alert_annotation,
+    dashboard,
+    query_variable,
+    render,
+)
+from poolwatch.artifacts.panels import (
+    FIRING,
+    FLEET_UID,
+    SLOTS,
+    SLOTS_PER_SECOND,
+    WORKER_UID,
+    common_variables,
+    dashboard_links,
+    drilldown_link,
+    runbook_link,
+    series,
+    stat,
+    table,
+    thresholds,
+)
+from poolwatch.artifacts.worker_dashboard import worker_dashboard
+
+__all__ = ["artifacts", "fleet_dashboard"]
+
+_SEL = 'namespace=~"$namespace", role=~"$role", worker=~"$worker"'
+_POOL_SEL = f'{_SEL}, pool=~"$pool"'
+_NS = 'namespace=~"$namespace"'
+_GAP = f"poolwatch_pool_conservation_gap_slots{{{_POOL_SEL}}}"
+_RANK = "{{worker}} dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"
+_BY_ROLE = "{{role}} {{pool}}"
+
+
+def _now_panels() -> list[PanelSpec]:
+    bad, good = thresholds((None, "green"), (1, "red")), thresholds((None, "red"), (0.99, "green"))
+    return [
+        PanelSpec("row", "Fleet now"),
+        stat(
+            "Imbalanced pools",
+            f"count({_GAP} != 0) or vector(0)",
+            "none",
+            "Pools of fresh ranks whose conservation gap is not zero.",
+            bad,
+        ),
+        stat(
+            "Largest surplus (double free)",
+            f"-min({_GAP} < 0) or vector(0)",
+            SLOTS,
+            "Slots counted twice in the worst pool (gap < 0).",
+            bad,
+        ),
+        stat(
+            "Largest deficit (leak)",
+            f"max({_GAP} > 0) or vector(0)",
+            SLOTS,
+            "Slots lost in the worst pool (gap > 0).",
+            thresholds((None, "green"), (1, "orange")),
+        ),
+        stat(
+            "Firing alerts",
+            f"count(ALERTS{{{FIRING}}}) or vector(0)",
+            "none",
+            "poolwatch alerts Prometheus is firing now.",
+            bad,
+        ),
+        stat(
+            "Targets up",
+            f"sum(poolwatch_target_up{{{_NS}}}) / count(poolwatch_target_up{{{_NS}}})",
+            "percentunit",
+            "Share of the sidecars' scrape targets (probes, SGLang /metrics, logs) that answer.",
+            good,
+        ),
+        stat(
+            "Stale ranks",
+            f"sum(poolwatch_snapshot_stale{{{_SEL}}}) or vector(0)",
+            "none",
+            "Ranks whose latest snapshot is too old; their pool figures are withheld.",
+            thresholds((None, "green"), (1, "orange")),
+        ),
+    ]
+
+
+def _conservation_panels() -> list[PanelSpec]:
+    return [
+        PanelSpec("row", "Conservation"),
+        series(
+            "Conservation gap by worker and pool",
+            (Query(_GAP, f"{_RANK} {{{{pool}}}}"),),
+            SLOTS,
+            "size - available - evictable - protected - held - session_held. > 0: slots lost (leak); "
+            "< 0: slots counted twice (double free). Absent while it cannot be known.",
+            width=24,
+        ),
+        table(
+            "Imbalanced pools now",
+            f"{_GAP} != 0",
+            SLOTS,
+            "Every pool with a non-zero gap; click a worker to drill down.",
+            "worker",
+            drilldown_link(),
+        ),
+        table(
+            "Firing alerts",
+            f"ALERTS{{{FIRING}}}",
+            "none",
+            "poolwatch alerts Prometheus is firing; click an alert name for its runbook.",
+            "alertname",
+            runbook_link(),
+            hide=("alertstate", "Value"),
+        ),
+    ]
+
+
+def _role_panels() -> list[PanelSpec]:
+    free = (
+        f'sum by (role, pool) (poolwatch_pool_slots{{{_POOL_SEL}, state="available"}}) '
+        f"/ sum by (role, pool) (poolwatch_pool_capacity_slots{{{_POOL_SEL}}})"
+    )
+    queues = f"sum by (role, queue) (poolwatch_queue_requests{{{_SEL}}})"
+    rate = f"sum by (role, pool) (poolwatch_pool_leak_rate_slots_per_second{{{_POOL_SEL}}})"
+    return [
+        PanelSpec("row", "Prefill vs decode"),
+        series(
+            "Free share by role and pool",
+            (Query(free, _BY_ROLE),),
+            "percentunit",
+            "Available slots over capacity, summed over the ranks of each role.",
+        ),
+        series(
+            "Conservation gap by role",
+            (Query(f"sum by (role, pool) ({_GAP})", _BY_ROLE),),
+            SLOTS,
+            "Net gap of each role's pools: disaggregation bugs usually hit one side only.",
+        ),
+        series(
+            "Queued requests by role",
+            (Query(queues, "{{role}} {{queue}}"),),
+            "suffix: requests",
+            "Requests in each scheduler queue (waiting, bootstrap, inflight, transfer, ...).",
+        ),
+        series(
+            "Leak rate by role",
+            (Query(rate, _BY_ROLE),),
+            SLOTS_PER_SECOND,
+            "Fitted trend of the gap; > 0 means slots are being lost.",
+        ),
+    ]
+
+
+def _target_panels() -> list[PanelSpec]:
+    errors = (
+        f"sum by (pod, target, reason) (rate(poolwatch_target_scrape_errors_total{{{_NS}}}"
+        "[$__rate_interval]))"
+    )
+    up = (
+        Query(f"poolwatch_target_up{{{_NS}}}", "{{pod}} {{target}}"),
+        Query(f'up{{{_NS}, container="poolwatch"}}', "sidecar {{pod}}"),
+    )
+    return [
+        PanelSpec("row", "Targets"),
+        series(
+            "Targets up",
+            up,
+            "bool_yes_no",
+            "1 when the last scrape worked: each sidecar's targets, and Prometheus' scrape of each sidecar.",
+        ),
+        series(
+            "Scrape errors by reason",
+            (Query(errors, "{{pod}} {{target}} {{reason}}"),),
+            "cps",
+            "Failed scrapes per second by bounded reason (timeout, connect, schema, ...).",
+        ),
+        series(
+            "Snapshot age",
+            (Query(f"poolwatch_snapshot_age_seconds{{{_SEL}}}", _RANK),),
+            "s",
+            "Seconds since each rank's latest snapshot was taken.",
+        ),
+    ]
+
+
+def fleet_dashboard() -> Json:
+    variables = [
+        *common_variables(),
+        query_variable("role", "Role", f"label_values(poolwatch_worker_info{{{_NS}}}, role)"),
+        query_variable(
+            "worker", "Worker", f'label_values(poolwatch_worker_info{{{_NS}, role=~"$role"}}, worker)'
+        ),
+        query_variable("pool", "Pool", f"label_values(poolwatch_pool_capacity_slots{{{_NS}}}, pool)"),
+    ]
+    panels = [*_now_panels(), *_conservation_panels(), *_role_panels(), *_target_panels()]
+    return dashboard(
+        uid=FLEET_UID,
+        title="poolwatch / fleet",
+        description="Conservation of SGLang's memory pools across every worker poolwatch watches.",
+        panels=panels,
+        variables=variables,
+        annotations=[alert_annotation()],
+        links=dashboard_links(),
+    )
+
+
+def artifacts() -> dict[str, str]:
+    """The committed dashboards (packed into a ConfigMap by ``dashboards/kustomization.yaml``)."""
+    return {
+        f"dashboards/{FLEET_UID}.json": render(fleet_dashboard()),
+        f"dashboards/{WORKER_UID}.json": render(worker_dashboard()),
+    }

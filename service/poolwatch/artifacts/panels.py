@@ -1,0 +1,159 @@
+"""poolwatch's dashboard building blocks: units, panel shapes, variables and links shared by both
+dashboards (the generic JSON lives in :mod:`poolwatch.artifacts.grafana`)."""
+
+from __future__ import annotations
+
+from poolwatch.artifacts.grafana import (
+    Json,
+    PanelSpec,
+    Query,
+    datasource_variable,
+    query_variable,
+    textbox_variable,
+)
+from poolwatch.settings import AlertSettings
+
+__all__ = [
+    "FIRING",
+    "FLEET_UID",
+    "SLOTS",
+    "SLOTS_PER_SECOND",
+    "WORKER_UID",
+    "common_variables",
+    "dashboard_links",
+    "drilldown_link",
+    "runbook_link",
+    "series",
+    "stat",
+    "table",
+    "thresholds",
+]
+
+FLEET_UID = "poolwatch-fleet"
+WORKER_UID = "poolwatch-worker"
+SLOTS = "suffix: slots"  # Grafana's custom-unit syntax; slots have no built-in unit
+SLOTS_PER_SECOND = "suffix: slots/s"
+FIRING = 'alertname=~"Poolwatch.*", alertstate="firing"'
+
+
+def runbook_link() -> Json:
+    """A data link from a table row holding ``alertname`` to that alert's runbook."""
+    return {
+        "title": "Runbook for ${__data.fields.alertname}",
+        "url": "${runbooks}/${__data.fields.alertname}.md",
+        "targetBlank": True,
+    }
+
+
+def drilldown_link() -> Json:
+    """A data link from a table row holding ``worker`` to the worker drill-down."""
+    return {
+        "title": "Open ${__data.fields.worker} in the worker drill-down",
+        "url": f"/d/{WORKER_UID}/poolwatch-worker?var-worker=${{__data.fields.worker}}"
+        "&${datasource:queryparam}&${__url_time_range}",
+    }
+
+
+def dashboard_links() -> list[Json]:
+    return [
+        {
+            "title": "poolwatch",
+            "type": "dashboards",
+            "tags": ["poolwatch"],
+            "asDropdown": True,
+            "includeVars": True,
+            "keepTime": True,
+        },
+        {"title": "Runbooks", "type": "link", "url": "${runbooks}", "icon": "doc", "targetBlank": True},
+    ]
+
+
+def common_variables() -> list[Json]:
+    """Data source, namespace and the runbook base URL (the sidecar's default ``runbook_base_url``)."""
+    return [
+        datasource_variable(),
+        query_variable("namespace", "Namespace", "label_values(poolwatch_worker_info, namespace)"),
+        textbox_variable("runbooks", "Runbooks", AlertSettings().runbook_base_url),
+    ]
+
+
+def thresholds(*steps: tuple[float | None, str]) -> Json:
+    """``fieldConfig.defaults`` colouring values from each step's value upwards."""
+    return {"thresholds": {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in steps]}}
+
+
+def stat(
+    title: str, expr: str, unit: str, description: str, defaults: Json | None = None, legend: str = ""
+) -> PanelSpec:
+    """A 4x4 stat of one instant query, its background coloured by ``defaults``' thresholds."""
+    options = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "background",
+        "graphMode": "none",
+        "textMode": "auto",
+    }
+    query = (Query(expr, legend, instant=True),)
+    return PanelSpec(
+        "stat",
+        title,
+        query,
+        unit,
+        width=4,
+        height=4,
+        description=description,
+        options=options,
+        defaults=defaults or {},
+    )
+
+
+def series(
+    title: str,
+    queries: tuple[Query, ...],
+    unit: str,
+    description: str,
+    width: int = 12,
+    custom: Json | None = None,
+) -> PanelSpec:
+    """A time series with a table legend (last and max), lines unless ``custom`` says otherwise."""
+    options = {
+        "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
+    style = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "spanNulls": False, **(custom or {})}
+    return PanelSpec(
+        "timeseries",
+        title,
+        queries,
+        unit,
+        width=width,
+        description=description,
+        options=options,
+        custom=style,
+    )
+
+
+def table(
+    title: str,
+    expr: str,
+    unit: str,
+    description: str,
+    link_field: str,
+    link: Json,
+    hide: tuple[str, ...] = (),
+) -> PanelSpec:
+    """An instant table of ``expr``'s series (``hide``: columns left out); the ``link_field``
+    column carries ``link``."""
+    hidden = dict.fromkeys(("Time", "__name__", *hide), True)
+    override = {
+        "matcher": {"id": "byName", "options": link_field},
+        "properties": [{"id": "links", "value": [link]}],
+    }
+    return PanelSpec(
+        "table",
+        title,
+        (Query(expr, instant=True, table=True),),
+        unit,
+        description=description,
+        overrides=(override,),
+        extra={"transformations": [{"id": "organize", "options": {"excludeByName": hidden}}]},
+    )

@@ -1,0 +1,244 @@
+"""The worker drill-down dashboard: one rank's pools stacked by state against capacity (one panel
+per pool, repeated), and every rank of the worker's gap, leak rate, exhaustion forecast, snapshot
+age, queues, incidents and probe health."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from poolwatch.artifacts.grafana import Json, PanelSpec, Query, alert_annotation, dashboard, query_variable
+from poolwatch.artifacts.panels import (
+    FIRING,
+    SLOTS,
+    SLOTS_PER_SECOND,
+    WORKER_UID,
+    common_variables,
+    dashboard_links,
+    runbook_link,
+    series,
+    stat,
+    table,
+    thresholds,
+)
+
+__all__ = ["STATE_COLORS", "worker_dashboard"]
+
+_W = 'namespace=~"$namespace", worker="$worker"'
+_RANK = f'{_W}, dp_rank="$dp_rank", tp_rank="$tp_rank", pp_rank="$pp_rank"'
+_RANKS = "dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"
+_POOLS = f'{_W}, pool=~"$pool"'
+
+STATE_COLORS = {
+    "available": "green",
+    "evictable": "blue",
+    "protected": "purple",
+    "held": "orange",
+    "session_held": "yellow",
+}
+
+
+def _mapping(values: dict[str, tuple[str, str]]) -> Json:
+    """``fieldConfig.defaults`` mapping each value to a text and a colour."""
+    options = {
+        v: {"text": text, "color": color, "index": i} for i, (v, (text, color)) in enumerate(values.items())
+    }
+    return {
+        "mappings": [{"type": "value", "options": options}],
+        "color": {"mode": "fixed", "fixedColor": "text"},
+    }
+
+
+def _color(name: str, color: str, *extra: Json) -> Json:
+    props = [{"id": "color", "value": {"mode": "fixed", "fixedColor": color}}, *extra]
+    return {"matcher": {"id": "byName", "options": name}, "properties": props}
+
+
+def _stacked_pool() -> PanelSpec:
+    """One pool of the selected rank: slots by state stacked, capacity as a dashed line on top."""
+    capacity = _color(
+        "capacity",
+        "red",
+        {"id": "custom.stacking", "value": {"mode": "none", "group": "A"}},
+        {"id": "custom.fillOpacity", "value": 0},
+        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+        {"id": "custom.lineWidth", "value": 2},
+    )
+    queries = (
+        Query(f'sum by (state) (poolwatch_pool_slots{{{_RANK}, pool="$pool"}})', "{{state}}"),
+        Query(f'max(poolwatch_pool_capacity_slots{{{_RANK}, pool="$pool"}})', "capacity"),
+    )
+    panel = series(
+        "$pool pool: slots by state against capacity",
+        queries,
+        SLOTS,
+        "Stacked: available, evictable, protected, held and session-held slots of the selected rank. "
+        "The dashed line is the pool's size: a stack above it is a surplus (double free), "
+        "a stack below it a deficit (leak).",
+        custom={"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60, "lineWidth": 1},
+    )
+    overrides = (*(_color(s, c) for s, c in STATE_COLORS.items()), capacity)
+    extra = {"repeat": "pool", "repeatDirection": "h", "maxPerRow": 2}
+    return replace(panel, overrides=overrides, extra=extra, height=9)
+
+
+def _now_panels() -> list[PanelSpec]:
+    gap = f"poolwatch_pool_conservation_gap_slots{{{_RANK}}}"
+    phase = _mapping({"1": ("idle", "green"), "0": ("busy", "blue")})
+    strict = _mapping({"1": ("crashes on imbalance", "red"), "0": ("warns only", "green")})
+    return [
+        PanelSpec("row", "Selected rank now"),
+        stat(
+            "Conservation gap",
+            gap,
+            SLOTS,
+            "Signed gap of each pool: < 0 double free, > 0 leak.",
+            thresholds((None, "red"), (0, "green"), (1, "orange")),
+            legend="{{pool}}",
+        ),
+        stat(
+            "Snapshot age",
+            f"poolwatch_snapshot_age_seconds{{{_RANK}}}",
+            "s",
+            "Seconds since the latest snapshot.",
+            thresholds((None, "green"), (10, "orange")),
+        ),
+        stat(
+            "Phase",
+            f"poolwatch_worker_idle{{{_RANK}}}",
+            "none",
+            "Idle in SGLang's fully-idle sense, or busy.",
+            phase,
+        ),
+        stat(
+            "SGLang idle check",
+            f"poolwatch_idle_check_strict{{{_RANK}}}",
+            "none",
+            "Whether SGLang's own idle check kills the server on an imbalance.",
+            strict,
+        ),
+        stat(
+            "Firing alerts",
+            f'count(ALERTS{{{FIRING}, worker="$worker"}}) or vector(0)',
+            "none",
+            "poolwatch alerts Prometheus is firing for this worker.",
+            thresholds((None, "green"), (1, "red")),
+        ),
+        stat(
+            "Tripwire slots",
+            f"sum(poolwatch_pool_tripwire_slots{{{_RANK}}}) or vector(0)",
+            SLOTS,
+            "Slot ids the probe's census proved misplaced.",
+            thresholds((None, "green"), (1, "red")),
+        ),
+        PanelSpec("row", "Pools of dp$dp_rank tp$tp_rank pp$pp_rank"),
+        _stacked_pool(),
+    ]
+
+
+def _rank_panels() -> list[PanelSpec]:
+    return [
+        PanelSpec("row", "Every rank of $worker"),
+        series(
+            "Conservation gap per rank",
+            (Query(f"poolwatch_pool_conservation_gap_slots{{{_POOLS}}}", f"{_RANKS} {{{{pool}}}}"),),
+            SLOTS,
+            "> 0: slots lost (leak); < 0: slots counted twice (double free).",
+        ),
+        series(
+            "Leak rate per rank",
+            (Query(f"poolwatch_pool_leak_rate_slots_per_second{{{_POOLS}}}", f"{_RANKS} {{{{pool}}}}"),),
+            SLOTS_PER_SECOND,
+            "Fitted trend of the gap over the detector's window.",
+        ),
+        series(
+            "Time to exhaustion",
+            (Query(f"poolwatch_pool_exhaustion_eta_seconds{{{_POOLS}}}", f"{_RANKS} {{{{pool}}}}"),),
+            "s",
+            "When the pool runs out at the fitted leak rate (absent when not leaking).",
+        ),
+        series(
+            "Snapshot age per rank",
+            (Query(f"poolwatch_snapshot_age_seconds{{{_W}}}", _RANKS),),
+            "s",
+            "Seconds since each rank's latest snapshot; stale ranks' pool figures are withheld.",
+        ),
+        series(
+            "Queue depths per rank",
+            (Query(f"poolwatch_queue_requests{{{_W}}}", f"{_RANKS} {{{{queue}}}}"),),
+            "suffix: requests",
+            "Requests in each scheduler queue; a pool is only checked by SGLang when all are empty.",
+        ),
+        series(
+            "Tripwires per rank",
+            (Query(f"poolwatch_pool_tripwire_slots{{{_W}}}", f"{_RANKS} {{{{pool}}}} {{{{kind}}}}"),),
+            SLOTS,
+            "Slot ids proven misplaced, by kind (free_duplicate, free_and_live, ...).",
+        ),
+    ]
+
+
+def _health_panels() -> list[PanelSpec]:
+    incidents = f"sum by (kind) (increase(poolwatch_incidents_total{{{_W}}}[$__rate_interval]))"
+    errors = f"increase(poolwatch_probe_errors_total{{{_W}}}[$__rate_interval])"
+    costs = (
+        Query(f"poolwatch_probe_sample_duration_seconds{{{_W}}}", f"sample {_RANKS}"),
+        Query(f"poolwatch_probe_census_duration_seconds{{{_W}}}", f"census {_RANKS}"),
+    )
+    return [
+        PanelSpec("row", "Incidents and probe health"),
+        series(
+            "Incidents logged",
+            (Query(incidents, "{{kind}}"),),
+            "suffix: incidents",
+            "Accounting incidents the worker logged (leak detected, scheduler exception, ...).",
+            custom={"drawStyle": "bars", "fillOpacity": 80},
+        ),
+        series(
+            "Probe cost in the scheduler thread",
+            costs,
+            "s",
+            "Scheduler-thread time of the probe's last cheap sample and last identity census.",
+        ),
+        series(
+            "Probe errors contained",
+            (Query(errors, _RANKS),),
+            "suffix: errors",
+            "Exceptions the probe caught instead of raising into the scheduler.",
+        ),
+        table(
+            "Firing alerts for this worker",
+            f'ALERTS{{{FIRING}, worker="$worker"}}',
+            "none",
+            "Click an alert name for its runbook.",
+            "alertname",
+            runbook_link(),
+            hide=("alertstate", "Value"),
+        ),
+    ]
+
+
+def worker_dashboard() -> Json:
+    ranks = f"poolwatch_worker_info{{{_W}}}"
+    variables = [
+        *common_variables(),
+        query_variable(
+            "worker",
+            "Worker",
+            'label_values(poolwatch_worker_info{namespace=~"$namespace"}, worker)',
+            multi=False,
+        ),
+        query_variable("dp_rank", "DP rank", f"label_values({ranks}, dp_rank)", multi=False),
+        query_variable("tp_rank", "TP rank", f"label_values({ranks}, tp_rank)", multi=False),
+        query_variable("pp_rank", "PP rank", f"label_values({ranks}, pp_rank)", multi=False),
+        query_variable("pool", "Pool", f"label_values(poolwatch_pool_capacity_slots{{{_W}}}, pool)"),
+    ]
+    return dashboard(
+        uid=WORKER_UID,
+        title="poolwatch / worker",
+        description="One SGLang worker's memory pools, rank by rank: where every slot is and whether "
+        "they add up.",
+        panels=[*_now_panels(), *_rank_panels(), *_health_panels()],
+        variables=variables,
+        annotations=[alert_annotation('worker="$worker"')],
+        links=dashboard_links(),
+    )

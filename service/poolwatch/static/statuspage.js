@@ -1,0 +1,267 @@
+// poolwatch status page: polls the sidecar's JSON API and draws each rank's pools.
+// No build step, no external assets. Pure functions first (exposed as window.poolwatch for
+// tests), then rendering (DOM via textContent only), then the refresh loop.
+"use strict";
+
+(function () {
+  const STATES = ["available", "evictable", "protected", "held", "session_held"];
+  const DEFAULT_REFRESH_MS = 2000;
+
+  // ---- pure functions --------------------------------------------------------------------
+
+  /** Segments of one pool's bar: [{kind, slots, left, width}] in percent of the scale, plus the
+   *  capacity marker. The scale is the larger of the size and the sum of the known terms, so a
+   *  surplus shows as a stack running past the capacity line. */
+  function poolBar(account, finding) {
+    const size = account.size ?? 0;
+    const known = STATES.filter((s) => account[s] !== null && account[s] !== undefined);
+    const sum = known.reduce((acc, s) => acc + Math.max(0, account[s]), 0);
+    const parts = known.map((s) => ({ kind: s, slots: Math.max(0, account[s]) }));
+    if (known.length < STATES.length && size > sum) {
+      parts.push({ kind: "unknown", slots: size - sum });
+    } else if (finding && finding.balance === "deficit" && finding.gap > 0) {
+      parts.push({ kind: "lost", slots: finding.gap });
+    }
+    const total = parts.reduce((acc, p) => acc + p.slots, 0);
+    const scale = Math.max(size, total, 1);
+    let left = 0;
+    const segments = parts.map((p) => {
+      const seg = { kind: p.kind, slots: p.slots, left: (100 * left) / scale, width: (100 * p.slots) / scale };
+      left += p.slots;
+      return seg;
+    });
+    const capacity = (100 * size) / scale;
+    const surplus = total > size ? { left: capacity, width: 100 - capacity, slots: total - size } : null;
+    return { segments, capacity, surplus };
+  }
+
+  /** CSS class and words for a finding of conservation.assess. */
+  function gapView(finding) {
+    if (!finding || finding.balance === "unknown" || finding.gap === null) {
+      return { cls: "gap-unknown", text: "gap unknown (busy, coarse figures)" };
+    }
+    const n = Math.abs(finding.gap);
+    const slots = n === 1 ? "slot" : "slots";
+    const bound = finding.basis === "negative_used" ? "at least " : "";
+    if (finding.balance === "surplus") {
+      return { cls: "gap-surplus", text: `gap ${signed(finding.gap)}: surplus of ${bound}${n} ${slots} (double free)` };
+    }
+    if (finding.balance === "deficit") {
+      return { cls: "gap-deficit", text: `gap ${signed(finding.gap)}: deficit of ${n} ${slots} (leak)` };
+    }
+    return { cls: "gap-balanced", text: "gap 0: balanced" };
+  }
+
+  function signed(n) {
+    return n > 0 ? `+${n}` : n < 0 ? `\u2212${-n}` : "0";
+  }
+
+  function age(seconds) {
+    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "age unknown";
+    if (seconds < 90) return `${seconds.toFixed(1)} s old`;
+    if (seconds < 5400) return `${Math.round(seconds / 60)} min old`;
+    return `${(seconds / 3600).toFixed(1)} h old`;
+  }
+
+  /** The alerts API's answer as [{name, state, severity, labels, summary, runbook}]: a list, or
+   *  {alerts: [...]}; labels as an object or as [name, value] pairs. Resolved ones are dropped. */
+  function normaliseAlerts(doc) {
+    const items = Array.isArray(doc) ? doc : (doc && (doc.alerts || doc.data)) || [];
+    return items
+      .map((a) => {
+        const labels = Array.isArray(a.labels) ? Object.fromEntries(a.labels) : { ...(a.labels || {}) };
+        const notes = a.annotations || {};
+        return {
+          name: a.name || a.alertname || labels.alertname || "alert",
+          state: (a.state && (a.state.state || a.state)) || (a.status && a.status.state) || "firing",
+          severity: a.severity || labels.severity || "",
+          labels,
+          summary: notes.summary || a.summary || "",
+          runbook: notes.runbook_url || a.runbook_url || "",
+        };
+      })
+      .filter((a) => a.state !== "resolved" && a.state !== "inactive");
+  }
+
+  function countProblems(workers) {
+    let surplus = 0, deficit = 0, stale = 0;
+    for (const w of workers) {
+      if (w.stale) stale += 1;
+      for (const f of w.findings || []) {
+        if (f.balance === "surplus") surplus += 1;
+        if (f.balance === "deficit") deficit += 1;
+      }
+    }
+    return { surplus, deficit, stale };
+  }
+
+  window.poolwatch = { poolBar, gapView, normaliseAlerts, countProblems, age };
+
+  // ---- rendering -------------------------------------------------------------------------
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function renderPool(account, finding) {
+    const row = el("div", "pool");
+    row.dataset.pool = account.pool;
+    row.append(el("div", "pool-name", account.pool));
+    const bar = el("div", "bar");
+    const view = poolBar(account, finding);
+    for (const s of view.segments) {
+      const seg = el("span", `seg ${s.kind}`);
+      seg.style.left = `${s.left}%`;
+      seg.style.width = `${s.width}%`;
+      seg.title = `${s.kind}: ${s.slots}`;
+      bar.append(seg);
+    }
+    if (view.surplus) {
+      const over = el("span", "seg surplus");
+      over.style.right = "0";
+      over.style.width = `max(${view.surplus.width}%, 6px)`;  // one slot in 476 must still show
+      over.title = `counted twice: ${view.surplus.slots}`;
+      bar.append(over);
+    }
+    const cap = el("span", "capacity");
+    cap.style.left = `calc(${view.capacity}% - 1px)`;
+    cap.title = `capacity: ${account.size}`;
+    bar.append(cap);
+    row.append(bar);
+    const figures = ["size", ...STATES].map((k) => `${k.replace("_", " ")} ${account[k] ?? "?"}`);
+    row.append(el("div", "figures", figures.join(" \u00b7 ")));
+    const gap = gapView(finding);
+    row.append(el("div", `gap ${gap.cls}`, gap.text));
+    row.classList.add(gap.cls.replace("gap-", "pool-"));
+    return row;
+  }
+
+  function renderWorker(w) {
+    const card = el("article", "worker");
+    card.dataset.key = w.key;
+    if (w.stale) card.classList.add("stale");
+    const balances = (w.findings || []).map((f) => f.balance);
+    if (balances.includes("surplus")) card.classList.add("has-surplus");
+    else if (balances.includes("deficit")) card.classList.add("has-deficit");
+    const head = el("header", "worker-head");
+    head.append(el("h3", "", w.key));
+    head.append(el("span", `badge role-${w.worker.role}`, w.worker.role));
+    const snap = w.snapshot || {};
+    head.append(el("span", `badge phase-${snap.phase}`, snap.phase || "unknown"));
+    head.append(el("span", w.stale ? "badge age stale-badge" : "badge age", (w.stale ? "stale, " : "") + age(w.age_seconds)));
+    const facts = [snap.source, w.worker.model, w.worker.sglang_version && `SGLang ${w.worker.sglang_version}`];
+    head.append(el("span", "facts", facts.filter(Boolean).join(" \u00b7 ")));
+    card.append(head);
+    const byPool = Object.fromEntries((w.findings || []).map((f) => [f.pool, f]));
+    for (const [name, account] of Object.entries(snap.pools || {})) {
+      card.append(renderPool({ pool: name, ...account }, byPool[name]));
+    }
+    return card;
+  }
+
+  function renderWorkers(workers) {
+    const root = document.getElementById("workers");
+    root.replaceChildren(...workers.map(renderWorker));
+    if (!workers.length) root.append(el("p", "note", "No rank has reported yet."));
+  }
+
+  function renderAlerts(result) {
+    const list = document.getElementById("alerts");
+    const note = document.getElementById("alerts-note");
+    note.hidden = true;
+    if (result.missing) {
+      list.replaceChildren();
+      note.hidden = false;
+      note.textContent = "This sidecar has no alert API; Prometheus rules still alert on the metrics.";
+      return;
+    }
+    const alerts = normaliseAlerts(result.doc);
+    list.replaceChildren(...alerts.map((a) => {
+      const item = el("li", `alert severity-${a.severity} state-${a.state}`);
+      item.append(el("strong", "", a.name), el("span", "badge", `${a.state} ${a.severity}`.trim()));
+      const where = ["worker", "pool"].map((k) => a.labels[k]).filter(Boolean).join(" ");
+      item.append(el("span", "where", where), el("span", "summary-text", a.summary));
+      if (a.runbook) {
+        const link = el("a", "", "runbook");
+        link.href = a.runbook;
+        item.append(link);
+      }
+      return item;
+    }));
+    if (!alerts.length) list.append(el("li", "alert none", "No alert is firing."));
+  }
+
+  function renderTargets(targets) {
+    const body = document.getElementById("targets");
+    body.replaceChildren(...targets.map((t) => {
+      const row = el("tr", t.up ? "up" : "down");
+      row.append(el("td", "", t.name), el("td", "", t.source), el("td", "state", t.up ? "up" : "down"),
+        el("td", "", String(t.scrapes ?? "")), el("td", "error", t.last_error || ""));
+      return row;
+    }));
+  }
+
+  function renderSummary(workers) {
+    const p = countProblems(workers);
+    const parts = [`${workers.length} rank${workers.length === 1 ? "" : "s"}`];
+    if (p.surplus) parts.push(`${p.surplus} pool${p.surplus === 1 ? "" : "s"} in surplus`);
+    if (p.deficit) parts.push(`${p.deficit} pool${p.deficit === 1 ? "" : "s"} in deficit`);
+    if (p.stale) parts.push(`${p.stale} stale`);
+    if (!p.surplus && !p.deficit) parts.push("every known pool balanced");
+    const summary = document.getElementById("summary");
+    summary.textContent = parts.join(" \u00b7 ");
+    summary.className = p.surplus ? "summary gap-surplus" : p.deficit ? "summary gap-deficit" : "summary";
+    const problems = p.surplus + p.deficit;
+    document.title = problems ? `(${problems}) poolwatch` : "poolwatch";
+  }
+
+  // ---- the refresh loop ------------------------------------------------------------------
+
+  async function getJson(path) {
+    const response = await fetch(new URL(path, document.baseURI), { cache: "no-store" });
+    if (response.status === 404) return { missing: true };
+    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+    return { doc: await response.json() };
+  }
+
+  let lastState = "";
+
+  async function refresh() {
+    const connection = document.getElementById("connection");
+    try {
+      const [workers, targets, alerts] = await Promise.all([
+        getJson("api/v1/workers"), getJson("api/v1/targets"), getJson("api/v1/alerts").catch(() => ({ missing: true })),
+      ]);
+      const state = JSON.stringify([workers, targets, alerts]);
+      if (state !== lastState) {  // redraw only what changed: no flicker, selections survive
+        renderWorkers(workers.doc || []);
+        renderSummary(workers.doc || []);
+        renderTargets(targets.doc || []);
+        renderAlerts(alerts);
+        lastState = state;
+      }
+      connection.hidden = true;
+      document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+      document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
+    } catch (err) {
+      connection.hidden = false;
+      connection.textContent = `sidecar unreachable (${err.message}); showing the last data`;
+    }
+  }
+
+  function refreshInterval() {
+    const asked = Number(new URLSearchParams(window.location.search).get("refresh"));
+    return asked >= 200 ? asked : DEFAULT_REFRESH_MS;
+  }
+
+  async function loop() {
+    await refresh();
+    window.setTimeout(loop, refreshInterval());
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", loop);
+  else loop();
+})();

@@ -1,0 +1,65 @@
+"""Helpers of the deployment tests: kustomize builds read the way Kubernetes reads YAML."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.helpers import REPO, require_tool
+
+KUSTOMIZATIONS = {"base": "deploy/kubernetes/base", "pd": "deploy/kubernetes/examples/pd"}
+Doc = dict[str, Any]
+
+
+class K8sLoader(yaml.SafeLoader):
+    """YAML as Kubernetes reads it: a bare ``=`` (an AlertmanagerConfig matchType) is a string,
+    not PyYAML's YAML 1.1 ``value`` tag."""
+
+
+K8sLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:value"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_all(text: str) -> list[Doc]:
+    return [doc for doc in yaml.load_all(text, Loader=K8sLoader) if doc]
+
+
+def kustomize(path: str) -> list[Doc]:
+    kubectl = require_tool("kubectl")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(REPO / path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
+    return load_all(result.stdout)
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def workloads(docs: list[Doc]) -> Iterator[Doc]:
+    """The Deployments and StatefulSets that carry the poolwatch sidecar."""
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "StatefulSet") and doc["metadata"]["labels"].get(
+            "poolwatch.io/sidecar"
+        ):
+            yield doc
+
+
+def container(pod: Doc, name: str, *, init: bool) -> Doc:
+    key = "initContainers" if init else "containers"
+    (found,) = [c for c in pod.get(key, []) if c["name"] == name]
+    return found
+
+
+def read(path: str) -> str:
+    return (REPO / path).read_text(encoding="utf-8")
+
+
+def repo_path(path: str) -> Path:
+    return REPO / path

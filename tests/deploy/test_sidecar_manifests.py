@@ -1,0 +1,175 @@
+"""What the kustomize builds say about the sidecar: native, hardened, probed on real routes, wired
+to SGLang through shared volumes and environment, and configured with settings poolwatch accepts."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from tests.deploy.k8s import Doc, container, load_all, of_kind, read, workloads
+
+from poolwatch import __version__
+from poolwatch.artifacts.dashboards import artifacts
+from poolwatch.model import Role
+from poolwatch.probe.config import ProbeConfig
+from poolwatch.settings import Settings
+
+BUILDS = ["base", "pd"]
+
+
+def pods(docs: list[Doc]) -> list[tuple[Doc, Doc]]:
+    """(pod template metadata, pod spec) of every workload with the sidecar."""
+    found = [(w["spec"]["template"]["metadata"], w["spec"]["template"]["spec"]) for w in workloads(docs)]
+    assert found, "no workload carries the sidecar"
+    return found
+
+
+def env_of(c: Doc, metadata: Doc) -> dict[str, str]:
+    """The container's environment as the kubelet would set it (downward API resolved)."""
+    fields = {"metadata.name": "sglang-7d9f-abcde", "metadata.namespace": "inference"}
+    out = {}
+    for var in c.get("env", []):
+        ref = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if ref is None:
+            out[var["name"]] = var["value"]
+        elif (label := re.fullmatch(r"metadata\.labels\['(.+)'\]", ref)) is not None:
+            out[var["name"]] = metadata["labels"].get(label[1], "")
+        else:
+            out[var["name"]] = fields[ref]
+    return out
+
+
+def mounts(c: Doc) -> dict[str, Any]:
+    return {m["name"]: m for m in c["volumeMounts"]}
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_poolwatch_runs_as_a_native_sidecar_exactly_once_per_pod(
+    builds: dict[str, list[Doc]], build: str
+) -> None:
+    for _, spec in pods(builds[build]):
+        names = [c["name"] for c in spec["initContainers"]]
+        assert names.count("poolwatch") == 1
+        assert container(spec, "poolwatch", init=True)["restartPolicy"] == "Always"
+        volumes = [v["name"] for v in spec["volumes"]]
+        assert len(volumes) == len(set(volumes))
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_sidecar_is_hardened_and_bounded(builds: dict[str, list[Doc]], build: str) -> None:
+    for _, spec in pods(builds[build]):
+        sidecar = container(spec, "poolwatch", init=True)
+        sc = sidecar["securityContext"]
+        assert sc["runAsNonRoot"] is True
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+        assert {"cpu", "memory"} <= set(sidecar["resources"]["requests"])
+        assert "memory" in sidecar["resources"]["limits"]
+        assert all(m.get("readOnly") for n, m in mounts(sidecar).items() if n != "poolwatch-tmp")
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_sidecar_serves_metrics_on_9464_and_is_probed_on_real_routes(
+    builds: dict[str, list[Doc]], build: str
+) -> None:
+    for metadata, spec in pods(builds[build]):
+        sidecar = container(spec, "poolwatch", init=True)
+        assert sidecar["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+        probes = {k: sidecar[k]["httpGet"] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
+        assert probes["livenessProbe"] == {"path": "/healthz", "port": "metrics"}
+        assert probes["startupProbe"] == {"path": "/healthz", "port": "metrics"}
+        assert probes["readinessProbe"] == {"path": "/readyz", "port": "metrics"}
+        settings = Settings.from_env(env_of(sidecar, metadata))
+        assert settings.server.port == 9464
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_sglang_activates_the_probe_and_shares_its_directory_and_log_with_the_sidecar(
+    builds: dict[str, list[Doc]], build: str
+) -> None:
+    for metadata, spec in pods(builds[build]):
+        sglang, sidecar = container(spec, "sglang", init=False), container(spec, "poolwatch", init=True)
+        sglang_env = env_of(sglang, metadata)
+        assert sglang_env["POOLWATCH_PROBE"] == "1"
+        assert sglang_env["SGLANG_PLUGINS"] == "poolwatch"
+        settings = Settings.from_env(env_of(sidecar, metadata))
+        probe_dir = sglang_env["POOLWATCH_PROBE_DIR"]
+        assert settings.targets.probe_dir == probe_dir
+        assert ProbeConfig.from_env(sglang_env).directory == probe_dir
+        assert mounts(sglang)["poolwatch-probe"]["mountPath"] == probe_dir
+        assert mounts(sidecar)["poolwatch-probe"]["mountPath"] == probe_dir
+        (log_path,) = settings.targets.log_paths
+        log_dir = mounts(sidecar)["sglang-logs"]["mountPath"]
+        assert mounts(sglang)["sglang-logs"]["mountPath"] == log_dir
+        assert log_path.startswith(log_dir + "/")
+        assert f"tee -a {log_path}" in " ".join(sglang["args"])
+        assert settings.targets.metrics_urls == (f"http://127.0.0.1:{sglang['ports'][0]['containerPort']}",)
+        assert "--enable-metrics" in " ".join(sglang["args"])
+
+
+@pytest.mark.parametrize(("build", "roles"), [("base", {"unified"}), ("pd", {"prefill", "decode"})])
+def test_the_sidecar_takes_its_identity_from_the_downward_api(
+    builds: dict[str, list[Doc]], build: str, roles: set[str]
+) -> None:
+    seen = set()
+    for metadata, spec in pods(builds[build]):
+        sidecar = container(spec, "poolwatch", init=True)
+        by_name = {v["name"]: v for v in sidecar["env"]}
+        assert by_name["POOLWATCH_WORKER"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        settings = Settings.from_env(env_of(sidecar, metadata))
+        assert settings.identity.worker == "sglang-7d9f-abcde"
+        assert (
+            env_of(container(spec, "sglang", init=False), metadata)["POOLWATCH_WORKER"]
+            == settings.identity.worker
+        )
+        assert settings.identity.namespace == "inference"
+        seen.add(settings.identity.role)
+    assert seen == {Role(r) for r in roles}
+
+
+def test_the_pd_example_replaces_the_unified_server_by_prefill_and_decode(
+    builds: dict[str, list[Doc]],
+) -> None:
+    names = sorted(w["metadata"]["name"] for w in workloads(builds["pd"]))
+    assert names == ["sglang-decode", "sglang-prefill"]
+    for w in workloads(builds["pd"]):
+        role = w["spec"]["template"]["metadata"]["labels"]["llm-d.ai/role"]
+        args = " ".join(container(w["spec"]["template"]["spec"], "sglang", init=False)["args"])
+        assert f"--disaggregation-mode {role}" in args
+    assert {d["metadata"].get("namespace") for d in builds["pd"] if d["kind"] != "Namespace"} == {
+        "qwen3-next-pd"
+    }
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_pod_monitor_scrapes_the_sidecar_port_of_every_sidecar_pod(
+    builds: dict[str, list[Doc]], build: str
+) -> None:
+    (monitor,) = of_kind(builds[build], "PodMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    for metadata, _ in pods(builds[build]):
+        assert selector.items() <= metadata["labels"].items()
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_rules_and_the_dashboards_ship_as_committed(builds: dict[str, list[Doc]], build: str) -> None:
+    (rule,) = of_kind(builds[build], "PrometheusRule")
+    (committed,) = load_all(read("deploy/kubernetes/base/prometheusrule.yaml"))
+    assert rule["spec"] == committed["spec"]
+    (config_map,) = of_kind(builds[build], "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    expected = {path.removeprefix("dashboards/"): text for path, text in artifacts().items()}
+    assert config_map["data"] == expected
+    assert all(json.loads(text)["uid"] for text in config_map["data"].values())
+
+
+def test_the_base_deploys_the_image_of_this_version(builds: dict[str, list[Doc]]) -> None:
+    for _, spec in pods(builds["base"]):
+        image = container(spec, "poolwatch", init=True)["image"]
+        assert image.endswith(f":{__version__}")

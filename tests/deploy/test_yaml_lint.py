@@ -1,0 +1,37 @@
+"""The hand-written deployment YAML passes yamllint (duplicate keys, indentation, syntax)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.helpers import REPO
+from yamllint import linter
+from yamllint.config import YamlLintConfig
+
+CONFIG = YamlLintConfig(
+    """
+extends: default
+rules:
+  line-length: {max: 120}
+  document-start: disable
+  truthy: {check-keys: false}
+  comments: {min-spaces-from-content: 1}
+  comments-indentation: disable
+"""
+)
+GENERATED = {REPO / "deploy/kubernetes/base/prometheusrule.yaml"}
+FILES = sorted({*REPO.glob("deploy/**/*.yaml"), REPO / "dashboards/kustomization.yaml"} - GENERATED)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(REPO)) for p in FILES])
+def test_the_yaml_is_clean(path: Path) -> None:
+    problems = list(linter.run(path.read_text(encoding="utf-8"), CONFIG, str(path)))
+    assert not problems, "\n".join(
+        f"{path.name}:{p.line}:{p.column} {p.message} ({p.rule})" for p in problems
+    )
+
+
+def test_yamllint_catches_a_duplicate_key() -> None:
+    problems = list(linter.run("a: 1\na: 2\n", CONFIG))
+    assert [p.rule for p in problems] == ["key-duplicates"]

@@ -1,0 +1,194 @@
+"""The status page in headless Chromium, served by the real sidecar app over a fake store.
+
+The seed incident (SGLang #12432: Mamba size 476, available 473, evictable 4, gap -1) must show
+as a red surplus; a screenshot of it is written to ``tmp_path`` (and to
+``$POOLWATCH_SCREENSHOT_DIR`` when set, which is how ``docs/img/`` is refreshed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers import FIXTURES, FakeClock, require_tool
+from tests.statuspage.server import serve
+
+from poolwatch.detect.api import alerts_router
+from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.detector import Detector
+from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
+from poolwatch.settings import AlertSettings
+from poolwatch.sources import Target
+from poolwatch.sources.file import FileSource
+from poolwatch.store import SnapshotStore
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+RED, AMBER = "rgb(207, 34, 46)", "rgb(191, 135, 0)"
+TIMEOUT_MS = 10_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = require_tool("chromium")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="pip install playwright (never `playwright install`)"
+    )
+    with sync_api.sync_playwright() as pw:
+        instance = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1100, "height": 720}, color_scheme="light")
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    yield page
+    context.close()
+
+
+def open_page(page: Any, url: str) -> None:
+    page.goto(f"{url}/?refresh=200")
+    page.wait_for_function("Number(document.body.dataset.refreshes || 0) >= 1")
+
+
+def pool_row(page: Any, key: str, pool: str) -> Any:
+    return page.locator(f'article.worker[data-key="{key}"] .pool[data-pool="{pool}"]')
+
+
+def gap_of(page: Any, key: str, pool: str) -> tuple[str, str]:
+    """The text and colour of a pool's gap line, read in one script (the page may redraw)."""
+    selector = f'article.worker[data-key="{key}"] .pool[data-pool="{pool}"] .gap'
+    page.wait_for_selector(selector)
+    text, color = page.evaluate(
+        "s => { const e = document.querySelector(s); return [e.textContent, getComputedStyle(e).color]; }",
+        selector,
+    )
+    return text, color
+
+
+def test_the_seed_incident_shows_a_red_mamba_surplus_and_a_firing_double_free(
+    page: Any, seed_snapshot: Snapshot, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The seed, read from its fixture file by the sidecar's file source and judged by its detector."""
+    store = SnapshotStore()
+    detector = Detector(
+        DetectorConfig(), clock, store=store, runbook_base_url=AlertSettings().runbook_base_url
+    )
+    store.subscribe(detector.observe)
+    seed_file = FileSource(
+        Target("file:seed-snapshot.json", "file", str(FIXTURES / "seed-snapshot.json")), clock
+    )
+    with serve(store, clock, routers=[alerts_router(detector.evaluate)], sources=[seed_file]) as url:
+        open_page(page, url)
+        key = seed_snapshot.worker.key
+        assert gap_of(page, key, "mamba") == ("gap \u22121: surplus of 1 slot (double free)", RED)
+        assert pool_row(page, key, "mamba").locator(".seg.surplus").count() == 1
+        assert gap_of(page, key, "full")[0] == "gap 0: balanced"
+        assert "size 476 \u00b7 available 473 \u00b7 evictable 4" in pool_row(page, key, "mamba").inner_text()
+        assert "1 pool in surplus" in page.locator("#summary").inner_text()
+        assert page.title() == "(1) poolwatch"
+        alert = page.locator("#alerts li.alert", has_text="PoolwatchDoubleFree")
+        assert "firing critical" in alert.inner_text()
+        assert (
+            alert.locator("a").get_attribute("href", timeout=TIMEOUT_MS).endswith("/PoolwatchDoubleFree.md")
+        )
+        assert "file:seed-snapshot.json" in page.locator("#targets tr.up").inner_text()
+        assert "has-surplus" in (page.locator(f'article[data-key="{key}"]').get_attribute("class") or "")
+        shot = tmp_path / "statuspage-seed.png"
+        page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 10_000
+    if target := os.environ.get("POOLWATCH_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(target) / shot.name)
+
+
+def test_a_missing_alert_api_is_reported_quietly(
+    page: Any, seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    store = SnapshotStore()
+    store.put(seed_snapshot)
+    with serve(store, clock) as url:
+        open_page(page, url)
+        assert "no alert API" in page.locator("#alerts-note").inner_text()
+        assert page.locator("#connection").is_hidden()
+        assert page.locator(".pool").count() == 2
+
+
+def coarse_deficit(seed: Snapshot) -> Snapshot:
+    """The seed's rank, idle, with a coarse full pool missing 16 slots and an unknown busy split."""
+    full = PoolAccount(Pool.FULL, size=1000, available=900, evictable=84, exactness=Exactness.COARSE)
+    return dataclasses.replace(seed, seq=seed.seq + 1, pools={Pool.FULL: full}, phase=Phase.IDLE)
+
+
+def test_a_deficit_is_amber_and_the_page_follows_new_snapshots(
+    page: Any, seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    store = SnapshotStore()
+    store.put(seed_snapshot)
+    with serve(store, clock) as url:
+        open_page(page, url)
+        key = seed_snapshot.worker.key
+        store.put(coarse_deficit(seed_snapshot))
+        page.wait_for_function("!document.querySelector('.pool[data-pool=\"mamba\"]')")
+        assert gap_of(page, key, "full") == ("gap +16: deficit of 16 slots (leak)", AMBER)
+        assert pool_row(page, key, "full").locator(".seg.unknown").count() == 1
+        clock.advance(60)
+        page.wait_for_function("document.querySelector('article.worker.stale') !== null")
+        assert "stale, 60.0 s old" in page.locator(f'article[data-key="{key}"] .age').inner_text()
+
+
+def test_targets_are_listed_and_a_lost_sidecar_is_announced(
+    page: Any, clock: FakeClock, tmp_path: Path
+) -> None:
+    store = SnapshotStore()
+    sources = [
+        FileSource(Target("file:seed", "file", str(FIXTURES / "seed-snapshot.json"), "seed"), clock),
+        FileSource(Target("file:gone", "file", str(tmp_path / "gone.json"), "gone"), clock),
+    ]
+    with serve(store, clock, sources=sources) as url:
+        open_page(page, url)
+        page.wait_for_function("document.querySelectorAll('#targets tr').length == 2")
+        assert "gone.json" in page.locator("#targets tr.down").inner_text()
+        assert "file:seed" in page.locator("#targets tr.up").inner_text()
+        page.route("**/api/v1/workers", lambda route: route.abort())
+        page.wait_for_function("!document.getElementById('connection').hidden")
+        assert "sidecar unreachable" in page.locator("#connection").inner_text()
+        assert page.locator(".pool").count() == 2, "the last data stays on screen"
+
+
+def test_the_bar_arithmetic_scales_a_surplus_past_the_capacity_line(page: Any, clock: FakeClock) -> None:
+    with serve(SnapshotStore(), clock) as url:
+        open_page(page, url)
+        assert "No rank has reported yet." in page.locator("#workers").inner_text()
+        seed = "{size: 476, available: 473, evictable: 4, protected: 0, held: 0, session_held: 0}"
+        bar = page.evaluate(f"poolwatch.poolBar({seed}, {{balance: 'surplus', gap: -1}})")
+        assert [s["kind"] for s in bar["segments"]] == [
+            "available",
+            "evictable",
+            "protected",
+            "held",
+            "session_held",
+        ]
+        assert bar["capacity"] == pytest.approx(100 * 476 / 477)
+        assert bar["surplus"]["slots"] == 1
+        leaky = "{size: 100, available: 50, evictable: 10, protected: 5, held: 5, session_held: 0}"
+        deficit = page.evaluate(f"poolwatch.poolBar({leaky}, {{balance: 'deficit', gap: 30}})")
+        assert deficit["segments"][-1] == {"kind": "lost", "slots": 30, "left": 70, "width": 30}
+        assert deficit["surplus"] is None

@@ -18,10 +18,11 @@ from prometheus_client.registry import Collector
 
 from poolwatch import __version__
 from poolwatch.api import api_router
+from poolwatch.detect.alerting import Alerting, build_alerting
 from poolwatch.exporter import BuildInfoCollector, PoolCollector, TargetCollector
 from poolwatch.scraper import Scraper
 from poolwatch.settings import Settings
-from poolwatch.sources import Source, build_sources
+from poolwatch.sources import Source, source_provider
 from poolwatch.store import SnapshotStore
 
 __all__ = ["build_registry", "create_app"]
@@ -47,30 +48,38 @@ def create_app(
     sources: Sequence[Source] | None = None,
     clock: Callable[[], float] = time.time,
     transport: httpx.AsyncBaseTransport | None = None,
+    alerting: Alerting | None = None,
     collectors: Sequence[Collector] = (),
     routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
-    """Build the sidecar: store, scrape loop (owned by the lifespan), registry and routes."""
+    """Build the sidecar: store, scrape loop and alerting (owned by the lifespan), registry, routes.
+
+    Raises :class:`~poolwatch.errors.ConfigError` for a setting that only shows up as wrong here
+    (an unreadable token file, a bad receiver URL)."""
     store = store if store is not None else SnapshotStore(history=settings.scrape.history)
-    sources = list(sources) if sources is not None else build_sources(settings, clock)
-    scraper = Scraper(store, sources, settings.scrape, clock)
+    provider = list(sources) if sources is not None else source_provider(settings, clock)
+    scraper = Scraper(store, provider, settings.scrape, clock)
+    alerting = alerting or build_alerting(settings, store, clock, transport=transport)
     stale_after = settings.scrape.stale_after
-    registry = build_registry(store, clock, stale_after, collectors)
+    registry = build_registry(store, clock, stale_after, [alerting.collector, *collectors])
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with httpx.AsyncClient(transport=transport, timeout=settings.scrape.scrape_timeout) as client:
             task = asyncio.create_task(scraper.run(client), name="poolwatch-scraper")
+            await alerting.start()
             try:
                 yield
             finally:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+                await alerting.stop()
 
     app = FastAPI(title="poolwatch", version=__version__, lifespan=lifespan)
     app.state.store = store
     app.state.registry = registry
+    app.state.alerting = alerting
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
@@ -90,6 +99,7 @@ def create_app(
         return JSONResponse({"status": "not ready", "reason": "no rank has fresh data"}, status_code=503)
 
     app.include_router(api_router(store, clock, stale_after))
+    app.include_router(alerting.router)
     for router in routers:
         app.include_router(router)
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="status")

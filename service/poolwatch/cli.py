@@ -16,6 +16,9 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, str] = {
     "serve": "poolwatch.commands.serve",
     "generate": "poolwatch.commands.generate",
+    "check": "poolwatch.commands.check",
+    "replay": "poolwatch.commands.replay",
+    "emulate": "poolwatch.emulator.cli",
 }
 
 
@@ -39,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         if module is None:
             continue
         doc = (module.__doc__ or name).strip().splitlines()[0]
+        doc = doc.split(": ", 1)[1] if doc.startswith("``") and ": " in doc else doc
         cmd = sub.add_parser(name, help=doc, description=doc)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)

@@ -36,7 +36,11 @@ def run(args: argparse.Namespace) -> int:
     level = settings.server.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        print(f"poolwatch: configuration error: {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
         app, host=settings.server.host, port=settings.server.port, log_level=settings.server.log_level
     )

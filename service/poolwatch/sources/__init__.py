@@ -1,22 +1,27 @@
-"""Sources of snapshots, selected by name from the settings."""
+"""Sources of snapshots, one per target: ``probe``, ``sglang-metrics``, ``sglang-log``, ``file``.
+
+:func:`source_provider` is what the scrape loop asks every cycle (the probe discovery directory
+is re-read each time); :func:`build_sources` is one look at it.  Both come from
+:class:`poolwatch.targets.TargetSet`, which raises ``ConfigError`` for a bad targets file.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.file import FileSource
 
-__all__ = ["Source", "Target", "build_sources"]
+__all__ = ["Source", "Target", "build_sources", "source_provider"]
+
+
+def source_provider(settings: Settings, clock: Callable[[], float]) -> Callable[[], Sequence[Source]]:
+    """The current sources, asked again every scrape cycle (targets come and go)."""
+    from poolwatch.targets import TargetSet  # targets imports the source modules of this package
+
+    return TargetSet(settings, clock).current
 
 
 def build_sources(settings: Settings, clock: Callable[[], float]) -> list[Source]:
-    """One source per configured target."""
-    ident = settings.identity
-    sources: list[Source] = []
-    for path in settings.targets.snapshot_files:
-        target = Target(f"file:{Path(path).name}", "file", path, ident.worker, ident.role)
-        sources.append(FileSource(target, clock, settings.scrape.max_body_bytes))
-    return sources
+    """The sources configured now (static targets, and the probes discovered at this moment)."""
+    return list(source_provider(settings, clock)())

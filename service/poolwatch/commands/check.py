@@ -1,0 +1,151 @@
+"""Check one probe endpoint or SGLang server once: exit 0 balanced, 1 imbalance, 2 unreachable."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from poolwatch.codec import dump_snapshot
+from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe
+from poolwatch.errors import Reason, ScrapeError
+from poolwatch.model import Snapshot
+from poolwatch.sources.base import Target
+from poolwatch.sources.probe import SNAPSHOT_PATH, ProbeSource
+from poolwatch.sources.sglang_metrics import IDLE_CONFIRM_SECONDS, SglangMetricsSource
+
+__all__ = ["CheckResult", "add_arguments", "check", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "url", help="a probe endpoint (http://host:port) or an SGLang server (http://host:30000)"
+    )
+    parser.add_argument("--source", choices=("auto", "probe", "sglang"), default="auto", help="what URL is")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of one line per rank")
+    parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="per request")
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help=f"SGLang only: read for this long; >= {IDLE_CONFIRM_SECONDS:.0f} s can prove a rank idle",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=5.0, metavar="SECONDS", help="between reads (--window)"
+    )
+    parser.add_argument(
+        "--worker", default="", help="worker name to report (default: from the payload or URL)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    url: str
+    source: str
+    snapshots: tuple[Snapshot, ...]
+
+    @property
+    def imbalance(self) -> bool:
+        return any(_proven(f) for s in self.snapshots for f in assess_snapshot(s)) or any(
+            s.tripwires for s in self.snapshots
+        )
+
+
+def _proven(f: Finding) -> bool:
+    return f.balance in (Balance.SURPLUS, Balance.DEFICIT) and f.basis is not Basis.NONE
+
+
+async def check(
+    url: str,
+    client: httpx.AsyncClient,
+    *,
+    source: str = "auto",
+    worker: str = "",
+    window: float = 0.0,
+    interval: float = 5.0,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> CheckResult:
+    """One check; raises ``ScrapeError`` when the target cannot be read."""
+    if source in ("auto", "probe"):
+        probe = ProbeSource(Target(f"probe:{url}", "probe", url, worker))
+        try:
+            return CheckResult(url, "probe", tuple(await probe.scrape(client)))
+        except ScrapeError as exc:
+            unreachable = exc.reason in (Reason.CONNECT, Reason.TIMEOUT)
+            if source == "probe" or unreachable or url.rstrip("/").endswith(SNAPSHOT_PATH):
+                raise
+    metrics = SglangMetricsSource(Target(f"sglang-metrics:{url}", "sglang-metrics", url, worker), clock)
+    snaps = await metrics.scrape(client)
+    deadline = clock() + window
+    while clock() + interval <= deadline:
+        await sleep(interval)
+        snaps = await metrics.scrape(client)
+    return CheckResult(url, "sglang-metrics", tuple(snaps))
+
+
+def run(args: argparse.Namespace) -> int:
+    if not (args.timeout > 0 and args.window >= 0 and args.interval > 0):
+        print("poolwatch check: --timeout and --interval must be > 0, --window >= 0", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(_run(args))
+    except ScrapeError as exc:
+        print(f"poolwatch check: {args.url}: {exc} ({exc.reason.value})", file=sys.stderr)
+        return 2
+    print(json.dumps(as_json(result), indent=2) if args.json else as_text(result))
+    return 1 if result.imbalance else 0
+
+
+async def _run(args: argparse.Namespace) -> CheckResult:
+    async with httpx.AsyncClient(timeout=args.timeout) as client:
+        return await check(
+            args.url,
+            client,
+            source=args.source,
+            worker=args.worker,
+            window=args.window,
+            interval=args.interval,
+        )
+
+
+def as_text(result: CheckResult) -> str:
+    """One line per rank (``describe``), then its tripwires and incidents."""
+    lines = []
+    for snap in result.snapshots:
+        verdict = describe(assess_snapshot(snap)) or "no pool figures"
+        lines.append(f"{snap.worker.key}  [{snap.source}, {snap.phase.value}]  {verdict}")
+        for t in snap.tripwires:
+            slots = ", ".join(str(s) for s in t.slots[:16])
+            lines.append(
+                f"  tripwire {t.kind.value} in {t.pool.value}: slots {slots} (after {t.first_seen_hook})"
+            )
+        for i in snap.incidents:
+            lines.append(f"  incident {i.kind.value}: {i.message.splitlines()[0] if i.message else ''}")
+    status = "imbalance" if result.imbalance else "no imbalance proven"
+    return "\n".join([*lines, f"{result.url}: {status}"])
+
+
+def as_json(result: CheckResult) -> dict[str, Any]:
+    workers = []
+    for snap in result.snapshots:
+        findings = [
+            {
+                "pool": f.pool.value,
+                "balance": f.balance.value,
+                "gap": f.gap,
+                "basis": f.basis.value,
+                "slots": f.slots,
+            }
+            for f in assess_snapshot(snap)
+        ]
+        workers.append({"key": snap.worker.key, "findings": findings, "snapshot": dump_snapshot(snap)})
+    return {"url": result.url, "source": result.source, "imbalance": result.imbalance, "workers": workers}

@@ -1,0 +1,58 @@
+"""One bounded HTTP GET, with every failure mapped to a bounded :class:`~poolwatch.errors.Reason`.
+
+The body is streamed and the request aborted as soon as it passes ``max_bytes`` (a target that
+answers with gigabytes costs us ``max_bytes``, not the gigabytes).  The overall deadline is
+the scrape loop's; httpx's own timeouts come from the client.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from poolwatch.errors import PayloadError, Reason, ScrapeError
+
+__all__ = ["get_bytes", "get_json", "join_url"]
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` (with or without a trailing slash) + ``path``."""
+    return base.rstrip("/") + "/" + path.lstrip("/")
+
+
+async def get_bytes(client: httpx.AsyncClient, url: str, max_bytes: int) -> bytes:
+    """The body of a 2xx answer; raises ``ScrapeError`` (timeout, connect, http_status, too_large)."""
+    try:
+        async with client.stream("GET", url) as response:
+            if not response.is_success:
+                raise ScrapeError(Reason.HTTP_STATUS, f"GET {url}: HTTP {response.status_code}")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body of {declared} bytes > {max_bytes}")
+            return await _read_capped(response, url, max_bytes)
+    except httpx.TimeoutException:
+        raise ScrapeError(Reason.TIMEOUT, f"GET {url}: timed out") from None
+    except httpx.TransportError as exc:
+        raise ScrapeError(Reason.CONNECT, f"GET {url}: {type(exc).__name__}: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise ScrapeError(Reason.CONNECT, f"GET {url}: {type(exc).__name__}: {exc}") from None
+
+
+async def _read_capped(response: httpx.Response, url: str, max_bytes: int) -> bytes:
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > max_bytes:
+            raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body larger than {max_bytes} bytes")
+    return bytes(body)
+
+
+async def get_json(client: httpx.AsyncClient, url: str, max_bytes: int) -> Any:
+    """The decoded JSON body; a body that is not UTF-8 JSON is a ``PayloadError`` (decode)."""
+    body = await get_bytes(client, url, max_bytes)
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, absurdly nested
+        raise PayloadError(Reason.DECODE, f"GET {url}: not JSON: {exc}") from None

@@ -1,0 +1,150 @@
+"""Following a log file that another process appends to (blocking I/O; run it in a thread).
+
+Survives what happens to log files in practice: rotation (the path now names a new file: the
+old one is read to its end first), truncation (``copytruncate``: the file shrank), a last line
+without its newline yet (kept until the newline arrives), bytes that are not UTF-8 (replaced)
+and huge lines (cut to ``max_line`` bytes; the rest of the line is skipped).  Each call reads at
+most ``max_read`` bytes, so a large backlog is worked off over several calls.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from poolwatch.errors import Reason, ScrapeError
+
+__all__ = ["LogTail", "TailRead"]
+
+
+@dataclass(frozen=True, slots=True)
+class TailRead:
+    lines: list[str]
+    rotated: bool = False  # the path names a new file
+    truncated: bool = False  # the file shrank below what was read
+    more: bool = False  # the read stopped at max_read with data left
+
+
+class LogTail:
+    """Reads the whole lines appended to ``path`` since the previous call."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        backfill: int = 1 << 20,
+        max_line: int = 64 << 10,
+        max_read: int = 4 << 20,
+    ) -> None:
+        self._path = Path(path)
+        self._backfill = backfill  # on first open, start this many bytes before the end
+        self._max_line = max_line
+        self._max_read = max_read
+        self._file: BinaryIO | None = None
+        self._ident: tuple[int, int] | None = None
+        self._partial = b""
+        self._skipping = False  # inside the rest of an over-long line
+        self._resume: int | None = None  # offset to resume at after close()
+
+    @property
+    def position(self) -> int:
+        """Bytes of the current file read so far."""
+        return 0 if self._file is None else self._file.tell()
+
+    def finish(self) -> list[str]:
+        """At the end of a file that will not grow, its unterminated last line is complete."""
+        return self._end_partial()
+
+    def close(self) -> None:
+        """Release the file; a later read resumes where this one stopped if the file is the same."""
+        if self._file is not None:
+            self._resume = self._file.tell()
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> LogTail:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read(self) -> TailRead:
+        try:
+            return self._read()
+        except OSError as exc:
+            self.close()
+            raise ScrapeError(Reason.IO, f"{self._path}: {exc.strerror or exc}") from None
+
+    def _read(self) -> TailRead:
+        if self._file is None:
+            self._open(first=self._ident is None)
+        assert self._file is not None
+        truncated = self._check_truncated(self._file)
+        lines, more = self._drain(self._file, self._max_read)
+        rotated = False
+        if not more and self._rotated():
+            rest, _ = self._drain(self._file, self._max_read)
+            lines += rest + self._end_partial()
+            self.close()
+            self._resume = None  # a new file: start at its beginning
+            self._open(first=False)
+            rotated = True
+        return TailRead(lines, rotated, truncated, more)
+
+    def _open(self, *, first: bool) -> None:
+        handle = self._path.open("rb")
+        st = os.fstat(handle.fileno())
+        same = self._ident == (st.st_dev, st.st_ino)
+        resume, self._resume = self._resume, None
+        self._file, self._ident = handle, (st.st_dev, st.st_ino)
+        if same and resume is not None and resume <= st.st_size:
+            handle.seek(resume)  # reopened after close() or an error: keep the partial line too
+            return
+        self._partial, self._skipping = b"", False
+        if first and st.st_size > self._backfill:
+            handle.seek(st.st_size - self._backfill)
+            self._skipping = True  # we landed inside a line: drop it
+
+    def _rotated(self) -> bool:
+        try:
+            st = self._path.stat()
+        except FileNotFoundError:
+            return False  # between rename and re-create: keep the old file for now
+        return (st.st_dev, st.st_ino) != self._ident
+
+    def _check_truncated(self, handle: BinaryIO) -> bool:
+        if os.fstat(handle.fileno()).st_size >= handle.tell():
+            return False
+        handle.seek(0)
+        self._partial, self._skipping = b"", False
+        return True
+
+    def _drain(self, handle: BinaryIO, budget: int) -> tuple[list[str], bool]:
+        chunk = handle.read(budget)
+        pieces = chunk.split(b"\n")
+        self._partial += pieces[0]
+        lines: list[str] = []
+        for piece in pieces[1:]:
+            lines += self._complete()
+            self._partial = piece
+        self._cap_partial(lines)
+        return lines, len(chunk) == budget
+
+    def _complete(self) -> list[str]:
+        """The line now ended by a newline (nothing if it was the tail of an over-long line)."""
+        data, skipped = self._partial, self._skipping
+        self._partial, self._skipping = b"", False
+        return [] if skipped else [data[: self._max_line].decode("utf-8", errors="replace")]
+
+    def _cap_partial(self, lines: list[str]) -> None:
+        if self._skipping:
+            self._partial = b""
+        elif len(self._partial) > self._max_line:
+            lines.append(self._partial[: self._max_line].decode("utf-8", errors="replace"))
+            self._partial, self._skipping = b"", True
+
+    def _end_partial(self) -> list[str]:
+        """A rotated file will not grow: its unterminated last line is complete."""
+        return [] if not self._partial or self._skipping else self._complete()

@@ -15,6 +15,7 @@ __all__ = ["COMMANDS", "main"]
 # command name -> module (each has add_arguments(parser), run(args) -> int and a docstring)
 COMMANDS: dict[str, str] = {
     "serve": "poolwatch.commands.serve",
+    "demo": "poolwatch.commands.demo",
     "generate": "poolwatch.commands.generate",
     "check": "poolwatch.commands.check",
     "replay": "poolwatch.commands.replay",

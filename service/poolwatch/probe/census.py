@@ -1,0 +1,204 @@
+"""The identity census: which slot ids are free, in the tree and held by live requests.
+
+Counting (``readers``) proves *that* a pool is out of balance; the census names *which* slots.
+For the Mamba pool (hundreds to a few thousand slots) the three id sets are pulled to the host:
+
+* ``F`` the free list (``mamba_pool.free_slots``, 0.5.23 ``mamba_allocator.free_slots``);
+* ``T`` the tree's ``mamba_value``s; ``Q`` the live requests' working and ping-pong slots.
+
+A duplicate in ``F``, ``F & Q`` (the seed: the chunked request's slot is on the free list),
+``F & T``, more free ids than the pool has, and ids outside the pool's range (``0..size-1`` up to
+0.5.6, ``1..size`` from 0.5.9) are proofs at any moment.  Ids in none of the sets (``MISSING``)
+are only reported at idle, when nobody may legitimately hold a slot the probe does not see.
+
+The full-KV census (:mod:`poolwatch.probe.kv_census`) does the same with GPU-side set operations.
+These reads synchronise with the GPU, so they run at a low rate, at idle and after the hooks that
+need them, never on every sample.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.probe.access import MISSING, Reading
+from poolwatch.probe.requests import LiveSet, mamba_slot_objects
+from poolwatch.probe.shapes import Shape
+
+__all__ = [
+    "MAX_IDS",
+    "PoolCensus",
+    "chunk_tripwires",
+    "id_census",
+    "mamba_census",
+    "mamba_free_list",
+    "tree_is_empty",
+    "tree_values",
+]
+
+MAX_IDS = 64  # slot ids named per finding; the counts are always complete
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCensus:
+    """The identity census of one pool."""
+
+    pool: Pool
+    size: int
+    first_id: int
+    free: int  # entries on the free list(s), duplicates included
+    tree: int
+    live: int
+    duplicates: tuple[int, ...]
+    free_and_live: tuple[int, ...]
+    free_and_tree: tuple[int, ...]
+    out_of_range: tuple[int, ...]
+    missing: tuple[int, ...] | None  # None: not checked (busy)
+    missing_count: int | None = None
+
+    def tripwires(self, hook: str, seq: int) -> tuple[Tripwire, ...]:
+        found = [
+            (TripwireKind.FREE_DUPLICATE, self.duplicates),
+            (TripwireKind.FREE_AND_LIVE, self.free_and_live),
+            (TripwireKind.FREE_AND_TREE, self.free_and_tree),
+            (TripwireKind.OUT_OF_RANGE, self.out_of_range),
+            (TripwireKind.MISSING, self.missing or ()),
+        ]
+        out = [Tripwire(k, self.pool, ids, hook, seq) for k, ids in found if ids]
+        if self.free > self.size:
+            out.append(Tripwire(TripwireKind.OVER_SIZE, self.pool, self.duplicates, hook, seq))
+        return tuple(out)
+
+
+def _cap(ids: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted(ids)[:MAX_IDS])
+
+
+def id_census(
+    pool: Pool,
+    size: int,
+    first: int,
+    free: Sequence[int],
+    tree: Sequence[int],
+    live: Sequence[int],
+    *,
+    check_missing: bool,
+) -> PoolCensus:
+    """The census arithmetic on plain id lists (pure; also used by the tests and the KV census)."""
+    counts = Counter(free)
+    free_set, tree_set, live_set = set(counts), set(tree), set(live)
+    expected = range(first, first + size)
+    missing = None
+    if check_missing:
+        seen = free_set | tree_set | live_set
+        missing = tuple(i for i in expected if i not in seen)
+    return PoolCensus(
+        pool=pool,
+        size=size,
+        first_id=first,
+        free=len(free),
+        tree=len(tree),
+        live=len(live),
+        duplicates=_cap(i for i, n in counts.items() if n > 1),
+        free_and_live=_cap(free_set & live_set),
+        free_and_tree=_cap(free_set & tree_set),
+        out_of_range=_cap(i for i in free_set if not first <= i < first + size),
+        missing=None if missing is None else missing[:MAX_IDS],
+        missing_count=None if missing is None else len(missing),
+    )
+
+
+def _ids(tensors: Iterable[Any]) -> list[int]:
+    import torch
+
+    flat = [t.reshape(-1) for t in tensors if t is not None]
+    if not flat:
+        return []
+    return [int(i) for i in torch.cat([f.to(torch.int64) for f in flat]).tolist()]
+
+
+def mamba_free_list(sched: Any, shape: Shape, reading: Reading) -> Any:
+    owner = "mamba_allocator" if shape.mamba_allocator else "mamba_pool"
+    return reading.attr(sched, f"req_to_token_pool.{owner}.free_slots")
+
+
+def tree_is_empty(tree_cache: Any) -> bool:
+    """Whether the prefix tree owns nothing (its counters say so; no tensor is read)."""
+    total = 0
+    for name in ("full_evictable_size", "full_protected_size", "evictable_size", "protected_size"):
+        fn = getattr(tree_cache, name, None)
+        try:
+            value = fn() if callable(fn) else 0
+        except Exception:  # e.g. MambaRadixCache.evictable_size() raises NotImplementedError
+            continue
+        total += value if isinstance(value, int) else 0
+    return total == 0
+
+
+def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
+    """The tree's value tensors: SGLang's own flatten helper, or a walk of the nodes (0.5.4's
+    Mamba values).  SGLang's helpers cannot concatenate an empty tree, hence the check."""
+    if tree_is_empty(tree_cache):
+        return []
+    flatten = getattr(tree_cache, flatten_name, None)
+    if callable(flatten):
+        return [flatten()]
+    root = tree_cache.root_node
+    values, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        value = getattr(node, attr, None)
+        if value is not None and node is not root:
+            values.append(value)
+        stack.extend(node.children.values())
+    return values
+
+
+def _live_mamba(live: LiveSet, shape: Shape) -> list[Any]:
+    return [t for req in (*live.holders, *live.waiting) for t in mamba_slot_objects(req, shape)]
+
+
+def mamba_census(
+    sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool
+) -> PoolCensus | None:
+    """The Mamba census, or ``None`` when this rank has no Mamba pool or it cannot be read."""
+    free = mamba_free_list(sched, shape, reading)
+    size = reading.int_of(reading.attr(sched, "req_to_token_pool.mamba_pool.size"), "mamba.size")
+    if free is MISSING or size is None:
+        return None
+    tree_cache = reading.attr(sched, "tree_cache")
+    tree = reading.guard(
+        "census.mamba.tree",
+        lambda: _ids(tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value")),
+        None,
+    )
+    queue = reading.guard("census.mamba.live", lambda: _ids(_live_mamba(live, shape)), None)
+    free_ids = reading.guard("census.mamba.free", lambda: _ids([free]), None)
+    if tree is None or queue is None or free_ids is None:
+        return None
+    return id_census(Pool.MAMBA, size, shape.mamba_first_id, free_ids, tree, queue, check_missing=idle)
+
+
+def chunk_tripwires(sched: Any, shape: Shape, reading: Reading, seq: int, hook: str) -> tuple[Tripwire, ...]:
+    """The direct #12994 check: is the chunked request's Mamba slot on the free list?  (One
+    small ``isin`` on the device; only the hits come back to the host.)"""
+    import torch
+
+    chunked = reading.attr(sched, "chunked_req")
+    if chunked is MISSING or chunked is None:
+        return ()
+    slots = [t.reshape(-1).to(torch.int64) for t in mamba_slot_objects(chunked, shape) if t is not None]
+    free = mamba_free_list(sched, shape, reading)
+    if not slots or free is MISSING:
+        return ()
+    hits = [int(i) for i in free[torch.isin(free, torch.cat(slots))].tolist()]
+    if not hits:
+        return ()
+    out = [Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, _cap(set(hits)), hook, seq)]
+    dup = [i for i, n in Counter(hits).items() if n > 1]
+    if dup:
+        out.append(Tripwire(TripwireKind.FREE_DUPLICATE, Pool.MAMBA, _cap(dup), hook, seq))
+    return tuple(out)

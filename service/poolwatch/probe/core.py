@@ -1,0 +1,220 @@
+"""The probe attached to one scheduler: samples, censuses and tripwires at loop boundaries.
+
+Every entry point is called from SGLang's scheduler thread (through :mod:`poolwatch.probe.hooks`)
+and never raises: failures are contained by :class:`~poolwatch.probe.guard.Guard`.  Results are
+published by swapping two references (``latest`` snapshot, ``census`` detail) that the HTTP
+thread reads; the scheduler thread never blocks on I/O except one ``stat`` per second for the
+``DISABLE`` file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from poolwatch.model import Phase, ProbeHealth, Snapshot
+from poolwatch.probe.access import Reading
+from poolwatch.probe.census import PoolCensus, chunk_tripwires, mamba_census
+from poolwatch.probe.config import ProbeConfig
+from poolwatch.probe.guard import Guard
+from poolwatch.probe.identity import sglang_version, worker_identity
+from poolwatch.probe.kv_census import kv_census
+from poolwatch.probe.report import census_doc
+from poolwatch.probe.shapes import SHAPES, Shape, shape_for_version
+from poolwatch.probe.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
+from poolwatch.probe.tripwires import TripwireLog
+
+__all__ = ["DISABLE_FILE", "Probe"]
+
+DISABLE_FILE = "DISABLE"  # in the discovery directory: every rank on the node stops
+Clock = Callable[[], float]
+
+
+class Probe:
+    """One scheduler rank's probe."""
+
+    def __init__(
+        self,
+        scheduler: object,
+        config: ProbeConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+        shape: Shape | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.config = config
+        self.environ = dict(os.environ if environ is None else environ)
+        if config.worker:
+            self.environ["POOLWATCH_WORKER"] = config.worker
+        self.clock, self.wall = clock, wall
+        self.version = config.sglang_version or sglang_version() or _emulated_version(scheduler)
+        self.shape = shape or _shape_of(self.version)
+        self.boot_id = uuid.uuid4().hex[:16]
+        self.started_at = wall()
+        self.guard = Guard(config.max_consecutive_errors)
+        self.tripwires = TripwireLog()
+        self.seq = 0
+        self.latest: Snapshot | None = None
+        self.census: dict[str, Any] | None = None
+        self.runtime_disabled = False
+        self.publisher: Any = None  # set by hooks.attach when serving
+        self._last_sample = -float("inf")
+        self._last_census = self._last_kv = clock()  # busy censuses start one interval in
+        self._last_switch_check = -float("inf")
+        self._sample_cost = self._census_cost = 0.0
+        self._census_total = 0
+        self._was_idle = False
+        self._strict = idle_check_strict(self.shape, self.environ)
+
+    # -- entry points (scheduler thread) -------------------------------------------------------
+
+    def on_loop_boundary(self, hook: str) -> None:
+        """Start of a scheduler iteration: the previous one is complete."""
+        self.seq += 1
+        if self._due(self._last_sample, self.config.sample_interval_s):
+            self._guarded("sample", lambda: self._sample(hook))
+
+    def on_idle(self, hook: str) -> None:
+        """SGLang is about to run its own idle check: look first (always, if the rate allows)."""
+        if self._due(self._last_sample, self.config.sample_interval_s):
+            self._guarded("idle", lambda: self._sample(hook))
+
+    def after_prefill_chunk(self, hook: str) -> None:
+        """Right after ``process_prefill_chunk``: the direct #12994 tripwire (one slot vs the free list)."""
+        if self.config.chunk_tripwire and self._active():
+            self._guarded("chunk", lambda: self._chunk(hook))
+
+    def sample_now(self, hook: str = "manual") -> Snapshot | None:
+        """Take a snapshot regardless of the rate (tests, benchmarks, the emulator)."""
+        if self._active():
+            self._guarded("sample", lambda: self._sample(hook))
+        return self.latest
+
+    def disable(self) -> None:
+        self.runtime_disabled = True
+        self._publish_health()
+
+    def enable(self) -> None:
+        self.runtime_disabled = False
+
+    @property
+    def disabled(self) -> bool:
+        return self.runtime_disabled or self.guard.gave_up
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _active(self) -> bool:
+        now = self.clock()
+        if now - self._last_switch_check >= 1.0:
+            self._last_switch_check = now
+            if os.path.exists(os.path.join(self.config.directory, DISABLE_FILE)):
+                self.runtime_disabled = True
+        return not self.disabled
+
+    def _due(self, last: float, interval: float) -> bool:
+        return self.clock() - last >= interval and self._active() and self.guard.allow()
+
+    def _guarded(self, where: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self.guard.failed(where, exc)
+            self._publish_health()
+
+    def _sample(self, hook: str) -> None:
+        started = time.perf_counter()
+        reading = Reading()
+        sample = take_sample(self.scheduler, self.shape, reading)
+        self._last_sample = self.clock()
+        self._maybe_census(sample, reading, hook)
+        for label, message in reading.failures.items():
+            self.guard.note(label, message)
+        self.guard.succeeded()
+        self._sample_cost = time.perf_counter() - started
+        self._publish(sample, reading)
+
+    def _maybe_census(self, sample: Sample, reading: Reading, hook: str) -> None:
+        idle = sample.phase is Phase.IDLE
+        entering_idle, self._was_idle = idle and not self._was_idle, idle
+        now = self.clock()
+        mamba_due = entering_idle or now - self._last_census >= self.config.census_interval_s
+        kv_gap = self.config.idle_kv_census_gap_s if idle else self.config.kv_census_interval_s
+        kv_due = (entering_idle or not idle) and now - self._last_kv >= kv_gap
+        if mamba_due or kv_due:
+            self._census(sample, reading, hook, mamba=mamba_due, kv=kv_due, idle=idle)
+
+    def _census(
+        self, sample: Sample, reading: Reading, hook: str, *, mamba: bool, kv: bool, idle: bool
+    ) -> None:
+        started = time.perf_counter()
+        found: list[PoolCensus] = []
+        if mamba:
+            self._last_census = self.clock()
+            result = mamba_census(self.scheduler, self.shape, reading, sample.live, idle=idle)
+            found += [result] if result is not None else []
+        if kv:
+            self._last_kv = self.clock()
+            result = kv_census(self.scheduler, self.shape, reading, sample.live, idle=idle)
+            found += [result] if result is not None else []
+        for pool_census in found:
+            self.tripwires.add(pool_census.tripwires(hook, self.seq))
+        self._census_total += 1
+        self._census_cost = time.perf_counter() - started
+        self.census = census_doc(
+            found, seq=self.seq, hook=hook, taken_at=self.wall(), cost=self._census_cost, phase=sample.phase
+        )
+
+    def _chunk(self, hook: str) -> None:
+        reading = Reading()
+        found = chunk_tripwires(self.scheduler, self.shape, reading, self.seq, hook)
+        for label, message in reading.failures.items():
+            self.guard.note(label, message)
+        if found and self.tripwires.add(found):
+            self._guarded("sample", lambda: self._sample(hook))  # publish the proof at once
+
+    def _publish(self, sample: Sample, reading: Reading) -> None:
+        worker = worker_identity(self.scheduler, reading, sample.role, self.version, self.environ)
+        self.latest = build_snapshot(
+            sample,
+            worker=worker,
+            seq=self.seq,
+            taken_at=self.wall(),
+            tripwires=self.tripwires.all(),
+            health=self._health(),
+            strict=self._strict,
+            boot_id=self.boot_id,
+        )
+
+    def _health(self) -> ProbeHealth:
+        return self.guard.health(
+            sample_cost=self._sample_cost,
+            census_cost=self._census_cost,
+            census_total=self._census_total,
+            disabled=self.runtime_disabled,
+        )
+
+    def _publish_health(self) -> None:
+        if self.latest is not None:
+            from dataclasses import replace
+
+            self.latest = replace(self.latest, probe=self._health())
+
+
+def _shape_of(version: str) -> Shape:
+    """The family of ``version``; the newest known one for an empty or unreadable version."""
+    try:
+        return shape_for_version(version)
+    except ValueError:
+        return SHAPES[-1]
+
+
+def _emulated_version(scheduler: object) -> str:
+    """The emulator names the release it reproduces (``scheduler.release.name``)."""
+    release = getattr(scheduler, "release", None)
+    name = getattr(release, "name", "")
+    return name if isinstance(name, str) else ""

@@ -1,0 +1,110 @@
+"""The full-KV identity census: free pages vs tree pages vs pages live requests own.
+
+The full pool has up to millions of slots, so the sets stay on the allocator's device: a
+``bincount`` of the free list finds duplicates and out-of-range ids, boolean marks of the tree's
+values and of each live request's private ``req_to_token`` columns find overlaps, and only the
+offending ids (at most ``MAX_IDS`` of each) and counts come back to the host.  Ids are pages
+(``token // page_size``) for a paged allocator, slots otherwise; slot/page 0 is SGLang's padding.
+The SWA allocator pair is not censused (its counts are still read by ``readers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poolwatch.model import Pool
+from poolwatch.probe.access import MISSING, Reading
+from poolwatch.probe.census import MAX_IDS, PoolCensus, tree_values
+from poolwatch.probe.requests import LiveSet, full_private_range
+from poolwatch.probe.shapes import Shape
+
+__all__ = ["kv_census"]
+
+
+def _free_ids(alloc: Any) -> Any:
+    import torch
+
+    get_all = getattr(alloc, "get_all_free_pages", None)
+    if callable(get_all):
+        return get_all()
+    parts = [alloc.free_pages]
+    release = getattr(alloc, "release_pages", None)
+    if release is not None:
+        parts.append(release)
+    return torch.cat([p.reshape(-1).to(torch.int64) for p in parts])
+
+
+def _live_tokens(sched: Any, shape: Shape, page: int, live: LiveSet) -> list[Any]:
+    import torch
+
+    table = sched.req_to_token_pool.req_to_token
+    out = []
+    for req in live.holders:
+        span = full_private_range(req, shape, page, live)
+        if span is not None and span[2] > span[1]:
+            out.append(table[span[0], span[1] : span[2]].to(torch.int64))
+    return out
+
+
+def _mark(ids: Any, n: int, device: Any) -> Any:
+    import torch
+
+    marks = torch.zeros(n, dtype=torch.bool, device=device)
+    if ids.numel():
+        marks[ids.clamp(0, n - 1)] = True
+    return marks
+
+
+def _host(ids: Any) -> tuple[int, ...]:
+    return tuple(int(i) for i in ids[:MAX_IDS].tolist())
+
+
+def _to_pages(tokens: list[Any], page: int, device: Any) -> Any:
+    import torch
+
+    if not tokens:
+        return torch.empty((0,), dtype=torch.int64, device=device)
+    flat = torch.cat([t.reshape(-1).to(torch.int64).to(device) for t in tokens])
+    return torch.unique(flat // page) if page > 1 else flat
+
+
+def kv_census(sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool) -> PoolCensus | None:
+    """The full pool's census, or ``None`` for an allocator it does not know (SWA, unified)."""
+    alloc = reading.attr(sched, "token_to_kv_pool_allocator")
+    if alloc is MISSING or hasattr(alloc, "full_attn_allocator") or not hasattr(alloc, "free_pages"):
+        return None
+    return reading.guard("census.full", lambda: _census(sched, alloc, shape, live, idle=idle), None)
+
+
+def _census(sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool) -> PoolCensus:
+    import torch
+
+    page = int(getattr(alloc, "page_size", 1) or 1)
+    count, first = int(alloc.size) // page, 1
+    free = _free_ids(alloc)
+    device, n = free.device, count + first
+    tree = _to_pages(tree_values(sched.tree_cache, "all_values_flatten", "value"), page, device)
+    held = _to_pages(_live_tokens(sched, shape, page, live), page, device)
+    in_range = (free >= first) & (free < n)
+    counts = torch.bincount(free[in_range], minlength=n)
+    on_free = counts > 0
+    tree_marks, live_marks = _mark(tree, n, device), _mark(held, n, device)
+    missing = None
+    if idle:
+        lost = ~(on_free | tree_marks | live_marks)
+        lost[:first] = False
+        missing = torch.nonzero(lost).reshape(-1)
+    return PoolCensus(
+        pool=Pool.FULL,
+        size=count,
+        first_id=first,
+        free=int(free.numel()),
+        tree=int(tree.numel()),
+        live=int(held.numel()),
+        duplicates=_host(torch.nonzero(counts > 1).reshape(-1)),
+        free_and_live=_host(torch.nonzero(on_free & live_marks).reshape(-1)),
+        free_and_tree=_host(torch.nonzero(on_free & tree_marks).reshape(-1)),
+        out_of_range=_host(torch.unique(free[~in_range])),
+        missing=None if missing is None else _host(missing),
+        missing_count=None if missing is None else int(missing.numel()),
+    )

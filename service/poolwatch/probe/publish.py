@@ -1,0 +1,68 @@
+"""Start serving a probe and announce it: the HTTP endpoint plus the discovery file."""
+
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+
+from poolwatch.probe.access import Reading
+from poolwatch.probe.core import Probe
+from poolwatch.probe.discovery import DiscoveryEntry, remove_discovery, write_discovery
+from poolwatch.probe.identity import local_index, worker_identity
+from poolwatch.probe.requests import role_of
+from poolwatch.probe.server import ProbeServer
+
+__all__ = ["Publisher"]
+
+
+class Publisher:
+    """The endpoint and discovery file of one probe; ``stop()`` (also run at exit) removes both."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self.server: ProbeServer | None = None
+        self.path: Path | None = None
+
+    def start(self) -> str:
+        reading = Reading()
+        sched, config = self.probe.scheduler, self.probe.config
+        worker = worker_identity(
+            sched, reading, role_of(sched, reading), self.probe.version, self.probe.environ
+        )
+        self.server = self._bind(config.port_base, local_index(sched, reading))
+        url = self.server.start()
+        entry = DiscoveryEntry(
+            url=url,
+            pid=os.getpid(),
+            worker=worker.worker,
+            dp_rank=worker.dp_rank,
+            tp_rank=worker.tp_rank,
+            pp_rank=worker.pp_rank,
+            boot_id=self.probe.boot_id,
+            started_at=self.probe.started_at,
+        )
+        try:
+            self.path = write_discovery(config.directory, entry)
+        except OSError as exc:
+            self.probe.guard.note("discovery", f"{type(exc).__name__}: {exc}")
+        atexit.register(self.stop)
+        return url
+
+    def _bind(self, base: int | None, index: int) -> ProbeServer:
+        if base is None:
+            return ProbeServer(self.probe)
+        try:
+            return ProbeServer(self.probe, port=base + index)
+        except OSError as exc:  # taken: still serve, on any free port
+            self.probe.guard.note("bind", f"port {base + index}: {exc}")
+            return ProbeServer(self.probe)
+
+    def stop(self) -> None:
+        if self.path is not None:
+            remove_discovery(self.path)
+            self.path = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        atexit.unregister(self.stop)

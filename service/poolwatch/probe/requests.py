@@ -1,0 +1,224 @@
+"""Who holds what outside the prefix tree: the live requests of one rank and their footprints.
+
+At a loop boundary (reference §3.2-§3.3) a request can hold a request row, private full-KV slots
+(everything it allocated past the prefix the tree owns and it locks) and Mamba slots (its working
+state, plus ping-pong track slots from 0.5.9).  The holders are collected from every place SGLang
+keeps them, deduplicated by identity.  Waiting requests hold no row and no KV, but may hold a
+copy-on-write Mamba slot taken while they were considered for scheduling.
+
+Cost: O(live requests) with ``len()`` and Python ints only; no tensor contents are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from poolwatch.probe.access import MISSING, Reading
+from poolwatch.probe.shapes import HeldRule, Shape
+
+__all__ = ["Holdings", "LiveSet", "collect_live", "holdings", "mamba_slot_objects", "role_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSet:
+    holders: tuple[Any, ...]  # may hold rows, KV and Mamba slots
+    waiting: tuple[Any, ...]  # may hold a copy-on-write Mamba slot only
+    chunked: Any  # the scheduler's chunked_req (or None)
+    chunk_ran: bool = True  # the chunked request is in last_batch (its chunk just ran)
+
+
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    rows: int
+    full: int | None  # None: this release's figures cannot say exactly (see ``full_unknown``)
+    mamba: int
+    live: int
+
+
+def role_of(sched: Any, reading: Reading) -> str:
+    """``prefill`` / ``decode`` / ``null`` from ``disaggregation_mode`` (an enum or a string)."""
+    mode = reading.attr(sched, "disaggregation_mode", optional=True)
+    value = getattr(mode, "value", mode)
+    return value if isinstance(value, str) else "null"
+
+
+def _reqs_of(batch: Any) -> list[Any]:
+    if batch is None or batch is MISSING:
+        return []
+    return list(batch.reqs)
+
+
+def _holder_groups(sched: Any, reading: Reading, role: str) -> Iterator[Iterable[Any]]:
+    yield reading.guard("last_batch.reqs", lambda: _reqs_of(reading.attr(sched, "last_batch")), [])
+    yield reading.guard("running_batch.reqs", lambda: _reqs_of(reading.attr(sched, "running_batch")), [])
+    queue = reading.attr(sched, "result_queue", optional=True)
+    if queue is not MISSING and queue is not None:
+        yield reading.guard(
+            "result_queue", lambda: [r for item in list(queue) for r in _reqs_of(item[0])], []
+        )
+    if role == "prefill":
+        yield reading.guard(
+            "disagg_prefill_inflight_queue", lambda: list(sched.disagg_prefill_inflight_queue), []
+        )
+    if role == "decode":
+        transfer = reading.attr(sched, "disagg_decode_transfer_queue.queue")
+        if transfer is not MISSING:
+            yield reading.guard("disagg_decode_transfer_queue", lambda: [d.req for d in transfer], [])
+        yield reading.guard("waiting_queue", lambda: list(sched.waiting_queue), [])
+
+
+def collect_live(sched: Any, reading: Reading, role: str) -> LiveSet:
+    """Every request that may hold something, deduplicated by identity, in a stable order."""
+    seen: set[int] = set()
+    holders: list[Any] = []
+    chunked = reading.attr(sched, "chunked_req")
+    chunked = None if chunked is MISSING else chunked
+    for group in (*_holder_groups(sched, reading, role), [chunked] if chunked is not None else []):
+        for req in group:
+            if id(req) not in seen:
+                seen.add(id(req))
+                holders.append(req)
+    last: list[Any] = reading.guard(
+        "last_batch.reqs", lambda: _reqs_of(reading.attr(sched, "last_batch")), []
+    )
+    chunk_ran = chunked is None or any(r is chunked for r in last)
+    waiting: list[Any] = []
+    if role != "decode":
+        queue: list[Any] = reading.guard("waiting_queue", lambda: list(sched.waiting_queue), [])
+        waiting = [r for r in queue if id(r) not in seen]
+    return LiveSet(tuple(holders), tuple(waiting), chunked, chunk_ran)
+
+
+def _finished(req: Any) -> bool:
+    fn = getattr(req, "finished", None)
+    return bool(fn()) if callable(fn) else False
+
+
+def _ceil(n: int, page: int) -> int:
+    return -(-n // page) * page if page > 1 else n
+
+
+def _length(seq: Any) -> int:
+    """``len()`` of a list or a tensor (a tensor's shape is on the host: no GPU sync)."""
+    shape = getattr(seq, "shape", None)
+    return int(shape[0]) if shape is not None else len(seq)
+
+
+def _holds_row(req: Any, shape: Shape, live: LiveSet, finished: bool | None = None) -> bool:
+    """Up to 0.5.6 a freed row leaves ``req_pool_idx`` set: a finished request holds none, and
+    the chunked request holds one only while its chunk just ran (the row is freed at each chunk
+    boundary and taken again when the next chunk is scheduled)."""
+    if shape.held_rule is HeldRule.REQ_KV:
+        return bool(req.kv.holds_kv)
+    if req.req_pool_idx is None:
+        return False
+    if shape.row_pointer_cleared:
+        return True
+    done = _finished(req) if finished is None else finished
+    return not done and (req is not live.chunked or live.chunk_ran)
+
+
+def _full_private(req: Any, shape: Shape, page: int, chunked: Any) -> int:
+    rule = shape.held_rule
+    if rule is HeldRule.REQ_KV:
+        return _ceil(int(req.kv.kv_allocated_len), page) - int(req.kv.cache_protected_len)
+    if rule is HeldRule.SEQLEN:
+        # decode-side preallocation covers origin + outputs[:-1]; a chunk covers fill_ids
+        outputs = max(len(req.output_ids) - 1, 0)
+        allocated = len(req.fill_ids) if req is chunked else len(req.origin_input_ids) + outputs
+        return allocated - _length(req.prefix_indices)
+    if req.kv_committed_freed:
+        return 0
+    tree_part = (
+        int(req.cache_protected_len) if rule is HeldRule.ALLOCATED_PROTECTED else _length(req.prefix_indices)
+    )
+    return _ceil(int(req.kv_allocated_len), page) - tree_part
+
+
+def _mamba_count(req: Any, shape: Shape, finished: bool | None = None) -> int:
+    if shape.held_rule is HeldRule.REQ_KV:
+        kv = req.kv
+        total = int(kv.mamba_pool_idx.numel()) if kv.holds_mamba else 0
+        if kv.mamba_ping_pong_track_buffer is not None:
+            total += list(kv.mamba_ping_pong_empty).count(False)
+        return total
+    if req.mamba_pool_idx is None or (_finished(req) if finished is None else finished):
+        return 0  # a finished request's pointer may be stale (donated to the tree)
+    ping_pong = getattr(req, "mamba_ping_pong_track_buffer", None) if shape.has_ping_pong else None
+    return 1 + (int(ping_pong.numel()) if ping_pong is not None else 0)
+
+
+def mamba_slot_objects(req: Any, shape: Shape) -> list[Any]:
+    """The tensors naming a live request's Mamba slots (for the census; read there, not here)."""
+    if shape.held_rule is HeldRule.REQ_KV:
+        kv = req.kv
+        out = [kv.mamba_pool_idx] if kv.holds_mamba else []
+        if kv.mamba_ping_pong_track_buffer is not None:
+            empty = list(kv.mamba_ping_pong_empty)
+            out += [kv.mamba_ping_pong_track_buffer[i] for i, e in enumerate(empty) if not e]
+        return out
+    if _finished(req) or req.mamba_pool_idx is None:
+        return []
+    ping_pong = getattr(req, "mamba_ping_pong_track_buffer", None) if shape.has_ping_pong else None
+    return [req.mamba_pool_idx] + ([ping_pong] if ping_pong is not None else [])
+
+
+def _guarded_int(reading: Reading, label: str, fn: Callable[..., int | bool], *args: Any) -> int:
+    try:
+        return int(fn(*args))
+    except Exception as exc:
+        reading.fail(label, exc)
+        return 0
+
+
+def _one(req: Any, shape: Shape, page: int, live: LiveSet) -> tuple[int, int, int]:
+    """``(row, private full KV, Mamba slots)`` of one holder, in one pass."""
+    finished = False if shape.held_rule is HeldRule.REQ_KV else _finished(req)
+    mamba = _mamba_count(req, shape, finished)
+    if not _holds_row(req, shape, live, finished):
+        return 0, 0, mamba
+    return 1, _full_private(req, shape, page, live.chunked), mamba
+
+
+def _one_guarded(req: Any, shape: Shape, page: int, live: LiveSet, reading: Reading) -> tuple[int, int, int]:
+    """The slow path after a failure: each figure on its own, so the failing one is named."""
+    mamba = _guarded_int(reading, "req.mamba", _mamba_count, req, shape)
+    if not _guarded_int(reading, "req.row", _holds_row, req, shape, live):
+        return 0, 0, mamba
+    return 1, _guarded_int(reading, "req.full", _full_private, req, shape, page, live.chunked), mamba
+
+
+def holdings(live: LiveSet, shape: Shape, page: int, reading: Reading, *, full_exact: bool) -> Holdings:
+    """Rows, private full-KV slots and Mamba slots held by live requests (failures are noted)."""
+    rows = full = mamba = 0
+    for req in live.holders:
+        try:
+            r, f, m = _one(req, shape, page, live)
+        except Exception:
+            r, f, m = _one_guarded(req, shape, page, live, reading)
+        rows, full, mamba = rows + r, full + f, mamba + m
+    for req in live.waiting:
+        try:
+            mamba += _mamba_count(req, shape)
+        except Exception as exc:
+            reading.fail("req.mamba", exc)
+    exact = full_exact and "req.full" not in reading.failures
+    return Holdings(rows, full if exact else None, mamba, len(live.holders))
+
+
+def full_private_range(req: Any, shape: Shape, page: int, live: LiveSet) -> tuple[int, int, int] | None:
+    """``(row, start, end)``: the columns of ``req_to_token[row]`` this live request owns
+    privately, or ``None`` when it holds no row (the full-KV census reads these)."""
+    if not _holds_row(req, shape, live):
+        return None
+    rule = shape.held_rule
+    if rule is HeldRule.REQ_KV:
+        start = int(req.kv.cache_protected_len)
+    elif rule is HeldRule.ALLOCATED_PROTECTED:
+        start = int(req.cache_protected_len)
+    else:
+        start = _length(req.prefix_indices)
+    row = req.kv.req_pool_idx if rule is HeldRule.REQ_KV else req.req_pool_idx
+    return int(row), start, start + _full_private(req, shape, page, live.chunked)

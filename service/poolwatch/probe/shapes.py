@@ -1,0 +1,179 @@
+"""What differs between SGLang releases, as data the probe's readers consult (reference §0, §6.4).
+
+Each :class:`Shape` names one *release family*: the releases in it lay out the scheduler, the
+pools and the requests the same way for everything the probe reads.  ``shape_for_version`` maps a
+version string onto the newest family that is not newer than it, so an unknown patch release
+reads like its closest known ancestor (and the snapshot says which family was used).
+
+=========  ===========  ========  ===================  ========================  =============
+family     mamba ids    req rows  held full KV         stale ``req`` pointers    idle hook
+=========  ===========  ========  ===================  ========================  =============
+0.5.4      0..size-1    0..size-1 seqlen - prefix      row + mamba stay set      self_check..
+0.5.5.post3 0..size-1   0..size-1 allocated - prefix   row + mamba stay set      self_check..
+0.5.9      1..size      0..size-1 allocated - protect  mamba stays on donation   self_check..
+0.5.12     1..size      1..size   allocated - protect  mamba stays on donation   on_idle
+0.5.23     1..size      1..size   ``req.kv`` records   none (``kv.holds_*``)     on_idle
+=========  ===========  ========  ===================  ========================  =============
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+__all__ = ["SHAPES", "HeldRule", "Shape", "parse_version", "shape_for_version"]
+
+
+class HeldRule(enum.StrEnum):
+    """How a request's private full-KV footprint is computed."""
+
+    SEQLEN = "seqlen"  # 0.5.4: no kv_*_len fields; allocated = seqlen - 1 (fill_ids while chunked)
+    ALLOCATED_PREFIX = "allocated_prefix"  # 0.5.5.post3: kv_allocated_len - len(prefix_indices)
+    ALLOCATED_PROTECTED = "allocated_protected"  # 0.5.6+: kv_allocated_len - cache_protected_len
+    REQ_KV = "req_kv"  # 0.5.23: the same figures under req.kv (ReqKvInfo)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The layout of one release family."""
+
+    family: str
+    since: tuple[int, ...]
+    mamba_first_id: int  # first id on the Mamba free list
+    req_first_row: int  # first row on ReqToTokenPool.free_slots
+    held_rule: HeldRule
+    row_pointer_cleared: bool  # free(req) sets req.req_pool_idx = None
+    hybrid_flags: tuple[str, str]  # scheduler attributes (swa, ssm)
+    loop_hook: str  # the first call of every event-loop iteration
+    idle_hook: str  # where SGLang's own idle check starts
+    mamba_allocator: bool  # free list on req_to_token_pool.mamba_allocator (else .mamba_pool)
+    has_session_held: bool  # streaming sessions hold rows/KV between turns
+    has_ping_pong: bool  # Mamba extra_buffer ping-pong track slots
+
+
+_LEGACY = ("is_hybrid", "is_hybrid_gdn")
+_MODERN = ("is_hybrid_swa", "is_hybrid_ssm")
+
+SHAPES: tuple[Shape, ...] = (
+    Shape(
+        "0.5.4",
+        (0, 5, 4),
+        0,
+        0,
+        HeldRule.SEQLEN,
+        False,
+        _LEGACY,
+        "recv_requests",
+        "self_check_during_idle",
+        False,
+        False,
+        False,
+    ),
+    Shape(
+        "0.5.5.post3",
+        (0, 5, 5, 3),
+        0,
+        0,
+        HeldRule.ALLOCATED_PREFIX,
+        False,
+        _LEGACY,
+        "recv_requests",
+        "self_check_during_idle",
+        False,
+        False,
+        False,
+    ),
+    Shape(
+        "0.5.6",
+        (0, 5, 6),
+        0,
+        0,
+        HeldRule.ALLOCATED_PROTECTED,
+        False,
+        _LEGACY,
+        "recv_requests",
+        "self_check_during_idle",
+        False,
+        False,
+        False,
+    ),
+    Shape(
+        "0.5.9",
+        (0, 5, 9),
+        1,
+        0,
+        HeldRule.ALLOCATED_PROTECTED,
+        True,
+        _MODERN,
+        "recv_requests",
+        "self_check_during_idle",
+        False,
+        False,
+        True,
+    ),
+    Shape(
+        "0.5.10",
+        (0, 5, 10),
+        1,
+        0,
+        HeldRule.ALLOCATED_PROTECTED,
+        True,
+        _MODERN,
+        "recv_requests",
+        "self_check_during_idle",
+        False,
+        True,
+        True,
+    ),
+    Shape(
+        "0.5.12",
+        (0, 5, 12),
+        1,
+        1,
+        HeldRule.ALLOCATED_PROTECTED,
+        True,
+        _MODERN,
+        "recv_requests",
+        "on_idle",
+        False,
+        True,
+        True,
+    ),
+    Shape(
+        "0.5.23",
+        (0, 5, 23),
+        1,
+        1,
+        HeldRule.REQ_KV,
+        True,
+        _MODERN,
+        "ingest_requests",
+        "on_idle",
+        True,
+        True,
+        True,
+    ),
+)
+
+_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:\.?post(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"0.5.5.post3"`` -> ``(0, 5, 5, 3)``; ``"0.5.9"`` -> ``(0, 5, 9, 0)``.  ValueError if unreadable."""
+    match = _VERSION.match(text)
+    if match is None:
+        raise ValueError(f"unreadable SGLang version {text!r}")
+    release = tuple(int(p) for p in match.group(1).split("."))
+    release = (*release, 0, 0, 0)[:3]
+    return (*release, int(match.group(2) or 0))
+
+
+def shape_for_version(text: str) -> Shape:
+    """The newest known family not newer than ``text`` (the oldest family for older releases)."""
+    version = parse_version(text)
+    chosen = SHAPES[0]
+    for shape in SHAPES:
+        if (*shape.since, 0)[:4] <= version:
+            chosen = shape
+    return chosen

@@ -1,0 +1,93 @@
+"""The cheap path: one exact snapshot of a rank, read at a scheduler loop boundary.
+
+O(live requests), Python ints and ``len()`` only (no tensor contents, no GPU synchronisation).
+The result is a plain :class:`poolwatch.model.Snapshot`; serialising it is the server thread's
+job, so the scheduler thread only builds it and swaps a reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
+from poolwatch.probe.access import MISSING, Reading
+from poolwatch.probe.phase import phase_of, queue_depths
+from poolwatch.probe.readers import read_pools
+from poolwatch.probe.requests import LiveSet, collect_live, holdings, role_of
+from poolwatch.probe.shapes import HeldRule, Shape
+
+__all__ = ["Sample", "build_snapshot", "idle_check_strict", "take_sample"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What one read pass found (the live set is kept for a census in the same pass)."""
+
+    role: str
+    phase: Phase
+    pools: dict[Pool, PoolAccount]
+    queues: dict[str, int]
+    live: LiveSet
+
+
+def idle_check_strict(shape: Shape, environ: Mapping[str, str]) -> bool:
+    """Whether SGLang's own idle check crashes the server (True) or only warns (False)."""
+    if shape.held_rule is HeldRule.SEQLEN:
+        return True  # before 0.5.5.post3 a leak always raises
+    raw = environ.get("SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE", "true").strip().lower()
+    return raw not in ("0", "false", "no", "off")
+
+
+def _full_exact(sched: Any, shape: Shape, reading: Reading, phase: Phase) -> bool:
+    """0.5.4's figures (no ``kv_allocated_len``) are exact only without overlap scheduling."""
+    if shape.held_rule is not HeldRule.SEQLEN or phase is Phase.IDLE:
+        return True
+    return not bool(reading.attr(sched, "enable_overlap", optional=True))
+
+
+def _page_size(sched: Any, reading: Reading) -> int:
+    page = reading.attr(sched, "page_size", optional=True)
+    if page is MISSING or not isinstance(page, int) or page < 1:
+        page = reading.attr(sched, "token_to_kv_pool_allocator.page_size", optional=True)
+    return page if isinstance(page, int) and page >= 1 else 1
+
+
+def take_sample(sched: Any, shape: Shape, reading: Reading) -> Sample:
+    """Read every pool, queue and live request of ``sched``; failures land in ``reading``."""
+    role = role_of(sched, reading)
+    depths = queue_depths(sched, reading, role)
+    phase = phase_of(depths)
+    live = collect_live(sched, reading, role)
+    page = _page_size(sched, reading)
+    held = holdings(live, shape, page, reading, full_exact=_full_exact(sched, shape, reading, phase))
+    pools = read_pools(sched, shape, reading, held, role)
+    queues = {k: v for k, v in depths.items() if v is not None}
+    return Sample(role, phase, pools, queues, live)
+
+
+def build_snapshot(
+    sample: Sample,
+    *,
+    worker: WorkerId,
+    seq: int,
+    taken_at: float,
+    tripwires: tuple[Tripwire, ...],
+    health: ProbeHealth,
+    strict: bool,
+    boot_id: str,
+) -> Snapshot:
+    return Snapshot(
+        worker=worker,
+        seq=seq,
+        taken_at=taken_at,
+        phase=sample.phase,
+        pools=sample.pools,
+        source="probe",
+        queues=sample.queues,
+        tripwires=tripwires,
+        probe=health,
+        idle_check_strict=strict,
+        boot_id=boot_id,
+    )

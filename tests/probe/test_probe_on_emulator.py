@@ -1,0 +1,96 @@
+"""The probe on the emulator's scheduler ranks: the same code that reads real SGLang."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from poolwatch.conservation import gap
+from poolwatch.emulator.build import ModelShape
+from poolwatch.emulator.cluster import Cluster, ClusterConfig
+from poolwatch.emulator.faults import parse_fault
+from poolwatch.emulator.scheduler import Scheduler
+from poolwatch.emulator.workload import WorkloadConfig
+from poolwatch.model import Pool, Snapshot, TripwireKind
+from poolwatch.probe import ProbeConfig, install, uninstall
+from poolwatch.probe.hooks import probe_of
+
+CONFIG = ProbeConfig(sample_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir")
+SHAPE = ModelShape(full_kv_tokens=8192, mamba_slots=96, max_running_requests=16, context_len=2048)
+WORKLOAD = WorkloadConfig(
+    rate=12.0, prompt_median=300, output_median=12, prefix_median=120, burst_s=2.0, gap_s=3.0
+)
+
+
+@pytest.fixture
+def probed() -> Iterator[None]:
+    install(Scheduler, CONFIG)
+    yield
+    uninstall(Scheduler)
+
+
+def run(
+    version: str, steps: int, *, faults: str = "", chunk: int = 128, **roles: int
+) -> list[tuple[str, Snapshot]]:
+    """Every new snapshot of every rank, in order, as ``(role, snapshot)``."""
+    config = ClusterConfig(
+        version=version,
+        shape=SHAPE,
+        workload=WORKLOAD,
+        chunked_prefill_size=chunk,
+        faults=tuple(parse_fault(f) for f in faults.split(",") if f),
+        idle_check_strict=False,
+        **roles,
+    )
+    cluster = Cluster(config)
+    seen: list[tuple[str, Snapshot]] = []
+    last: dict[int, int] = {}
+    for _ in range(steps):
+        cluster.step()
+        for sched in cluster.schedulers:
+            probe = probe_of(sched)
+            assert probe is not None
+            snap = probe.latest
+            if snap is not None and last.get(id(sched)) != snap.seq:
+                last[id(sched)] = snap.seq
+                seen.append((sched.disaggregation_mode.value, snap))
+    return seen
+
+
+@pytest.mark.parametrize("version", ["0.5.4.post1", "0.5.9", "0.5.12"])
+@pytest.mark.usefixtures("probed")
+def test_without_faults_every_pool_of_every_rank_balances_at_every_sample(version: str) -> None:
+    seen = run(version, 160, prefill=1, decode=1)
+    assert len(seen) > 200
+    unbalanced = [
+        (role, s.seq, p.value, gap(a)) for role, s in seen for p, a in s.pools.items() if gap(a) != 0
+    ]
+    assert unbalanced == []
+    assert all(s.tripwires == () for _, s in seen)
+    assert {s.phase.value for _, s in seen} >= {"busy", "idle"}
+
+
+@pytest.mark.usefixtures("probed")
+def test_a_unified_rank_balances_too() -> None:
+    seen = run("0.5.9", 120, prefill=0, decode=0, unified=1)
+    assert seen
+    assert all(gap(a) == 0 for _, s in seen for a in s.pools.values())
+
+
+@pytest.mark.usefixtures("probed")
+def test_the_seed_double_free_is_caught_at_the_first_chunk_boundary_while_the_full_pool_balances() -> None:
+    seen = run("0.5.4.post1", 60, faults="pd-chunked-mamba-double-free@step=1", prefill=1, decode=1)
+    prefill = [s for role, s in seen if role == "prefill"]
+    first = next(s for s in prefill if s.tripwires)
+    (wire, *_) = first.tripwires
+    assert (wire.kind, wire.pool, wire.first_seen_hook) == (
+        TripwireKind.FREE_AND_LIVE,
+        Pool.MAMBA,
+        "process_prefill_chunk",
+    )
+    assert len(wire.slots) == 1
+    assert gap(first.pools[Pool.MAMBA]) is not None
+    assert gap(first.pools[Pool.MAMBA]) < 0
+    assert all(gap(s.pools[Pool.FULL]) == 0 for s in prefill)
+    assert all(gap(a) == 0 for role, s in seen if role == "decode" for a in s.pools.values())

@@ -1,0 +1,156 @@
+"""The loopback endpoint and the discovery files, over real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.probe.fakes import Rank
+
+from poolwatch.codec import parse_snapshot
+from poolwatch.model import Pool
+from poolwatch.probe import ProbeConfig, attach, detach, read_discovery_dir
+from poolwatch.probe.core import DISABLE_FILE
+from poolwatch.probe.discovery import (
+    DiscoveryEntry,
+    DiscoveryFormatError,
+    parse_discovery,
+    scan_discovery_dir,
+    write_discovery,
+)
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def post(url: str) -> Any:
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST", data=b""), timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def config(tmp_path: Path) -> ProbeConfig:
+    return ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path), sglang_version="0.5.9", worker="pod-a")
+
+
+def test_a_served_probe_publishes_its_snapshot_and_announces_itself(tmp_path: Path) -> None:
+    rank = Rank(mamba_first_id=1)
+    rank.sched.tp_rank = 1
+    probe = attach(rank.sched, config(tmp_path))
+    try:
+        (entry,) = read_discovery_dir(tmp_path)
+        assert (entry.worker, entry.tp_rank, entry.boot_id) == ("pod-a", 1, probe.boot_id)
+        assert (tmp_path / "pod-a-dp0-tp1-pp0.json").exists()
+        assert get(entry.url + "/v1/snapshot")[0] == 503
+        assert get(entry.url + "/v1/census")[0] == 404
+        rank.sched.recv_requests()
+        status, doc = get(entry.url + "/v1/snapshot")
+        snap = parse_snapshot(doc)
+        assert status == 200
+        assert snap.worker.key == "pod-a/dp0-tp1-pp0"
+        assert Pool.MAMBA in snap.pools
+        status, census = get(entry.url + "/v1/census")
+        assert status == 200
+        assert census["schema"] == "poolwatch.census"
+        assert census["pools"][0]["first_id"] == 1
+    finally:
+        detach(rank.sched)
+    assert read_discovery_dir(tmp_path) == []
+
+
+def test_post_disable_is_the_runtime_kill_switch(tmp_path: Path) -> None:
+    rank = Rank()
+    probe = attach(rank.sched, config(tmp_path))
+    try:
+        url = read_discovery_dir(tmp_path)[0].url
+        assert post(url + "/v1/disable") == {"disabled": True}
+        rank.sched.recv_requests()
+        assert probe.latest is None
+        assert get(url + "/healthz") == (200, {"ok": True, "disabled": True})
+        assert post(url + "/v1/enable") == {"disabled": False}
+        rank.sched.recv_requests()
+        assert probe.latest is not None
+    finally:
+        detach(rank.sched)
+
+
+def test_a_disable_file_in_the_discovery_directory_stops_every_probe(tmp_path: Path) -> None:
+    rank = Rank()
+    probe = attach(rank.sched, config(tmp_path), serve=False)
+    (tmp_path / DISABLE_FILE).touch()
+    rank.sched.recv_requests()
+    assert probe.latest is None
+    assert probe.disabled
+    detach(rank.sched)
+
+
+def test_a_port_base_binds_base_plus_the_local_rank(tmp_path: Path) -> None:
+    rank = Rank()
+    rank.sched.gpu_id = 3
+    import socket
+
+    with socket.socket() as s:  # find a free block of ports
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1] + 10
+    attach(rank.sched, ProbeConfig(directory=str(tmp_path), port_base=base, sglang_version="0.5.9"))
+    try:
+        assert read_discovery_dir(tmp_path)[0].url.endswith(f":{base + 3}")
+    finally:
+        detach(rank.sched)
+
+
+def entry(**over: Any) -> DiscoveryEntry:
+    base = {
+        "url": "http://127.0.0.1:4000",
+        "pid": 7,
+        "worker": "w/1",
+        "dp_rank": 0,
+        "tp_rank": 2,
+        "pp_rank": 0,
+        "boot_id": "b",
+        "started_at": 1.5,
+    }
+    return DiscoveryEntry(**{**base, **over})
+
+
+def test_discovery_files_round_trip_and_get_safe_names(tmp_path: Path) -> None:
+    path = write_discovery(tmp_path, entry())
+    assert path.name == "w_1-dp0-tp2-pp0.json"
+    assert read_discovery_dir(tmp_path) == [entry()]
+    assert list(tmp_path.glob(".poolwatch-*")) == []
+
+
+def test_a_bad_discovery_file_is_skipped_and_reported(tmp_path: Path) -> None:
+    write_discovery(tmp_path, entry())
+    (tmp_path / "junk.json").write_text("{not json")
+    (tmp_path / "other.json").write_text(json.dumps({**entry().to_json(), "ranks": {"dp": "x"}}))
+    entries, problems = scan_discovery_dir(tmp_path)
+    assert entries == [entry()]
+    assert set(problems) == {"junk.json", "other.json"}
+    assert problems["other.json"].startswith("dp:")
+
+
+def test_a_missing_discovery_directory_reads_as_empty(tmp_path: Path) -> None:
+    assert read_discovery_dir(tmp_path / "absent") == []
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({**entry().to_json(), "url": "ftp://x"}, "url"),
+        ({**entry().to_json(), "pid": True}, "pid"),
+        ({**entry().to_json(), "started_at": float("nan")}, "started_at"),
+        ([], "object"),
+    ],
+)
+def test_parse_discovery_names_the_bad_field(doc: object, field: str) -> None:
+    with pytest.raises(DiscoveryFormatError, match=field):
+        parse_discovery(doc)

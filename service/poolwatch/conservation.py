@@ -28,6 +28,7 @@ __all__ = [
     "assess_snapshot",
     "describe",
     "gap",
+    "signature",
     "used",
 ]
 
@@ -132,3 +133,14 @@ def describe(findings: tuple[Finding, ...]) -> str:
     rank = {Balance.SURPLUS: 0, Balance.DEFICIT: 0, Balance.BALANCED: 1, Balance.UNKNOWN: 2}
     ordered = sorted(findings, key=lambda f: rank[f.balance])
     return "; ".join(_phrase(f) for f in ordered)
+
+
+def signature(snap: Snapshot) -> str:
+    """What an alert depends on, as a short string: the balance of every pool and the tripwires.
+
+    Two snapshots with the same signature raise the same alerts, so a watcher long-polling the
+    probe (``GET /v1/snapshot?sig=...&wait=...``) is answered early only when this changes.
+    """
+    pools = ",".join(f"{f.pool.value}={f.balance.value}" for f in assess_snapshot(snap))
+    trips = ",".join(sorted(f"{t.kind.value}:{t.pool.value}" for t in snap.tripwires))
+    return f"{snap.boot_id}|{pools}|{trips}"

@@ -35,7 +35,7 @@ class Story:
     time_scale: float
     out: TextIO
     alerting: Alerting | None = None
-    first_alert: tuple[float, float] | None = None  # (wall, simulated) seconds
+    first_alert: float | None = None  # unix time the sidecar fired its first alert
     _said: set[str] = field(default_factory=set)
     _next_heartbeat: float = HEARTBEAT_S
 
@@ -88,7 +88,7 @@ class Story:
     def tick(self) -> None:
         self._heartbeat()
         self._fault()
-        self._alerts()
+        self._alerts()  # before crashes: an alert and a crash seen in one tick are told in order
         self._crashes()
 
     def _heartbeat(self) -> None:
@@ -118,7 +118,7 @@ class Story:
                 f"{labels.get('worker', '')} dp{labels.get('dp_rank', '?')}-tp{labels.get('tp_rank', '?')}"
             )
             if self.first_alert is None:
-                self.first_alert = (time.monotonic(), self.cluster.clock.now)
+                self.first_alert = alert.fired_at or time.time()
             text = f"ALERT {alert.name} ({alert.severity}) {where} {labels.get('pool', '')}: "
             self.say(f"alert:{alert.fingerprint}", text + alert.annotations.get("description", ""))
 
@@ -130,17 +130,17 @@ class Story:
             message = worker.crash_message.splitlines()[0]
             self.say(key, f"SGLang's idle check crashed {worker.name}: {message}")
             if self.first_alert is not None:
-                wall = time.monotonic() - self.first_alert[0]
-                sim = self.cluster.clock.now - self.first_alert[1]
+                wall = time.time() - self.first_alert
+                sim = wall * self.time_scale
                 self.say(
                     key + ":lead",
-                    f"poolwatch paged {sim:.0f} simulated s ({wall:.1f} s wall) before the crash",
+                    f"poolwatch paged {sim:.1f} simulated s ({wall:.2f} s wall) before the crash",
                 )
             else:
                 self.say(key + ":lead", "poolwatch had not paged before the crash")
 
     def finish(self) -> None:
-        lead = "no alert" if self.first_alert is None else f"first alert at t={self.first_alert[1]:.0f}s"
+        lead = "no alert" if self.first_alert is None else "alerts fired"
         crashed = ", ".join(w.name for w in self.cluster.crashed) or "none"
         print(f"demo over: {lead}; crashed workers: {crashed}", file=self.out, flush=True)
 

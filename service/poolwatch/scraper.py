@@ -34,6 +34,7 @@ log = logging.getLogger("poolwatch.scraper")
 
 SourceProvider = Callable[[], Sequence[Source]]
 JITTER = 0.1  # each wait is the interval +- 10%
+MIN_WATCH_GAP = 0.05  # between two long-poll requests of one target (bounds the rate if it answers at once)
 
 
 class Scraper:
@@ -159,9 +160,10 @@ class Scraper:
         interval = self._settings.scrape_interval
         await self._sleep(self._rng.uniform(0, interval))  # spread the targets over the interval
         failures = 0
+        watching = bool(getattr(source, "long_poll", False))  # the request itself waits
         while True:
             failures = 0 if await self.scrape_once(source, client) else failures + 1
-            await self._sleep(self.delay(failures))
+            await self._sleep(MIN_WATCH_GAP if watching and not failures else self.delay(failures))
 
     def delay(self, failures: int) -> float:
         """The wait before the next scrape: the interval, doubled per consecutive failure, jittered."""

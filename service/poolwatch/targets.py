@@ -3,8 +3,9 @@
 *Sidecar mode* needs no per-rank configuration: each probe (one per scheduler rank of the pod)
 writes ``<worker>-dp<D>-tp<T>-pp<P>.json`` = ``{"url", "pid", "worker", "ranks", "boot_id",
 "started_at"}`` into the discovery directory, which is re-read every scrape cycle (ranks come
-and go; a restarted rank has a new ``boot_id``).  A discovered rank keeps the worker name its
-probe took from the pod's environment (``POOLWATCH_WORKER``/``POD_NAME`` in SGLang's
+and go; a restarted rank has a new ``boot_id``).  With ``--probe-workers`` a sidecar follows only
+the probes of those workers (several pods sharing one host directory).  A discovered rank keeps
+the worker name its probe took from the pod's environment (``POOLWATCH_WORKER``/``POD_NAME`` in SGLang's
 container), so workers sharing a directory never collide; the role (``POOLWATCH_ROLE``, when
 not ``unified``) and labels come from the sidecar's own environment through
 :class:`~poolwatch.settings.Settings`.
@@ -164,7 +165,9 @@ def make_source(target: Target, settings: Settings, clock: Callable[[], float]) 
     """The source object that reads ``target``."""
     max_bytes = settings.scrape.max_body_bytes
     if target.source == "probe":
-        return ProbeSource(target, max_bytes)
+        # watch the probe: an answer as soon as its verdict changes, else once per interval
+        wait = min(settings.scrape.scrape_interval, settings.scrape.scrape_timeout / 2)
+        return ProbeSource(target, max_bytes, long_poll_s=wait)
     if target.source == "sglang-metrics":
         return SglangMetricsSource(target, clock, max_bytes=max_bytes)
     if target.source == "sglang-log":
@@ -199,7 +202,10 @@ class TargetSet:
             return self._static
         _, role, labels = _identity(self._settings)
         fresh: dict[str, Source] = {}
+        only = set(self._settings.targets.probe_workers)
         for name, url, worker in discover_probes(self._probe_dir):
+            if only and worker not in only:
+                continue
             old = self._discovered.get(name)
             if old is not None and old.target.location == url:
                 fresh[name] = old

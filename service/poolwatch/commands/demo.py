@@ -93,7 +93,7 @@ async def _serve(story: Story, args: argparse.Namespace) -> int:
     deadline = loop.time() + args.duration if args.duration > 0 else None
     while not serving.done() and (deadline is None or loop.time() < deadline):
         story.tick()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.05)
     server.should_exit = True
     await serving
     story.finish()

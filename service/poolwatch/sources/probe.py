@@ -12,6 +12,7 @@ from dataclasses import replace
 import httpx
 
 from poolwatch.codec import SnapshotFormatError, SnapshotVersionError, parse_snapshot
+from poolwatch.conservation import signature
 from poolwatch.errors import PayloadError, Reason, SchemaVersionError
 from poolwatch.model import Role, Snapshot
 from poolwatch.sources.base import Target
@@ -46,19 +47,39 @@ def with_target_identity(snap: Snapshot, target: Target) -> Snapshot:
 
 
 class ProbeSource:
-    """Reads one probe endpoint (one scheduler rank)."""
+    """Reads one probe endpoint (one scheduler rank).
 
-    def __init__(self, target: Target, max_bytes: int = 4 << 20) -> None:
+    With ``long_poll_s > 0`` it *watches*: each request tells the probe the signature of the
+    last snapshot seen and waits up to ``long_poll_s`` for a different one, so a new imbalance or
+    tripwire arrives within one probe sample instead of one scrape interval (``long_poll`` tells
+    the scrape loop not to sleep between such requests)."""
+
+    def __init__(self, target: Target, max_bytes: int = 4 << 20, long_poll_s: float = 0.0) -> None:
         self._target = target
         self._max_bytes = max_bytes
+        self._long_poll_s = long_poll_s
+        self._seen = ""
 
     @property
     def target(self) -> Target:
         return self._target
 
+    @property
+    def long_poll(self) -> bool:
+        return self._long_poll_s > 0
+
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
-        doc = await get_json(client, self.url, self._max_bytes)
-        return [parse_probe_payload(doc, self._target)]
+        doc = await get_json(client, self.request_url, self._max_bytes)
+        snap = parse_probe_payload(doc, self._target)
+        self._seen = signature(snap)
+        return [snap]
+
+    @property
+    def request_url(self) -> str:
+        if not self.long_poll:
+            return self.url
+        query = httpx.QueryParams({"sig": self._seen, "wait": f"{self._long_poll_s:g}"})
+        return f"{self.url}?{query}"
 
     @property
     def url(self) -> str:

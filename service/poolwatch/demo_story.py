@@ -37,7 +37,7 @@ class Story:
     alerting: Alerting | None = None
     first_alert: float | None = None  # unix time the sidecar fired its first alert
     _said: set[str] = field(default_factory=set)
-    _next_heartbeat: float = HEARTBEAT_S
+    _next_heartbeat: float = HEARTBEAT_S / 4
 
     @classmethod
     def build(cls, args: argparse.Namespace, work: Path, out: TextIO) -> Story:

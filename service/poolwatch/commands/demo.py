@@ -74,6 +74,7 @@ def sidecar_settings(port: int, probe_dir: Path) -> Settings:
             "scrape_interval": "0.5",
             "evaluate_interval": "0.5",
             "log_level": "warning",
+            "stale_after": "60",  # keep a crashed worker's last figures on the page for a minute
             "worker": "demo",
         }
     )

@@ -29,10 +29,15 @@ def run(path: Path) -> int:
         print(f"cannot load {path}", file=sys.stderr)
         return 1
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
     spec.loader.exec_module(module)
     started = time.perf_counter()
     print(f"\n### {path.stem.removeprefix('bench_')}\n", flush=True)
-    code = module.main()
+    argv, sys.argv = sys.argv, [str(path)]  # each benchmark parses its own (default) arguments
+    try:
+        code = module.main()
+    finally:
+        sys.argv = argv
     print(f"\n({path.name}: {time.perf_counter() - started:.1f} s)", flush=True)
     return int(code or 0)
 

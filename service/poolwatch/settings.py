@@ -55,6 +55,7 @@ class TargetSettings:
     log_paths: tuple[str, ...] = ()  # SGLang log files
     snapshot_files: tuple[str, ...] = ()  # JSON snapshot files (fixtures, other tools)
     targets_file: str = ""  # YAML list of targets (central mode)
+    probe_workers: tuple[str, ...] = ()  # follow only the discovered probes of these workers (() = all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,19 @@ class AlertSettings:
     deficit_samples: int = 3  # consecutive samples (distinct iterations) before a deficit fires
     resend_interval: float = 60.0
     state_file: str = ""  # where firing alerts survive a restart ("" = memory only)
+    # detection tunables (poolwatch.detect.config.DetectorConfig documents each)
+    resolve_samples: int = 3  # clean samples (distinct iterations) before a sampled alert resolves
+    resolve_hold: float = 30.0  # ... and seconds since the condition was last seen
+    coarse_hold: float = 60.0  # seconds a deficit seen only in coarse figures must last
+    incident_hold: float = 900.0  # seconds an alert raised by a log line stays firing
+    stale_for: float = 60.0  # seconds a rank stays stale before PoolwatchSnapshotStale fires
+    target_down_for: float = 120.0  # seconds a target fails before PoolwatchTargetDown fires
+    large_leak_fraction: float = 0.05  # a deficit this share of the pool is critical anyway
+    trend_window: float = 900.0  # seconds of gap history behind the leak rate
+    exhaustion_horizon: float = 14400.0  # forecast alert when the pool runs out sooner than this
+    forecast_for: float = 600.0  # seconds the forecast must hold before it fires
+    evaluate_interval: float = 5.0  # seconds between timer evaluations of the detector
+    notify_queue: int = 1000  # alerts a receiver keeps waiting for delivery before dropping
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +202,8 @@ _MINIMUM = {
     "max_body_bytes": 1024,
     "history": 1,
     "deficit_samples": 1,
+    "resolve_samples": 1,
+    "notify_queue": 1,
 }
 
 

@@ -156,3 +156,15 @@ def test_the_documented_yaml_example_parses() -> None:
         "  - {name: decode-0-log, source: sglang-log, path: /logs/decode-0.log, worker: decode-0}\n"
     )
     assert [t.name for t in parse_targets_document(doc, "example")] == ["prefill-0", "decode-0-log"]
+
+
+def test_a_sidecar_given_probe_workers_follows_only_those_workers_probes(tmp_path: Path) -> None:
+    write_discovery(tmp_path, entry(worker="prefill-0", tp=0))
+    write_discovery(tmp_path, entry(worker="prefill-1", tp=0, port=41235))
+    write_discovery(tmp_path, entry(worker="decode-0", tp=0, port=41236))
+    mine = TargetSet(settings(probe_dir=str(tmp_path), probe_workers="prefill-1"), FakeClock())
+    assert [s.target.worker for s in mine.current()] == ["prefill-1"]
+    several = TargetSet(settings(probe_dir=str(tmp_path), probe_workers="prefill-0, decode-0"), FakeClock())
+    assert sorted(s.target.worker for s in several.current()) == ["decode-0", "prefill-0"]
+    everyone = TargetSet(settings(probe_dir=str(tmp_path)), FakeClock())
+    assert len(everyone.current()) == 3

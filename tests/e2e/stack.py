@@ -1,0 +1,249 @@
+"""The pieces of the end-to-end stack: subprocesses stopped by pid, a webhook recorder, the
+Prometheus and Alertmanager configurations, and polling with a deadline (never a fixed wait).
+
+Everything binds 127.0.0.1 on ports chosen here; each process writes its output to a log file in
+the test's directory, whose tail is shown when a wait runs out.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import yaml
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A port nobody listens on now (the OS picks it; the caller binds it soon after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def poll(
+    probe: Callable[[], T | None], *, timeout: float, what: str, every: float = 0.2, logs: Sequence[Path] = ()
+) -> T:
+    """Call ``probe`` until it returns something other than None; fail naming ``what`` (and the
+    tails of ``logs``) when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() >= deadline:
+            tails = "\n".join(f"--- {p.name}:\n{tail(p)}" for p in logs)
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tails}")
+        pause.wait(every)
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"({exc})"
+
+
+def http_ok(url: str) -> bool | None:
+    """True once ``url`` answers 2xx (None while it does not)."""
+    try:
+        return True if httpx.get(url, timeout=2.0).is_success else None
+    except httpx.HTTPError:
+        return None
+
+
+@dataclass
+class Process:
+    """One subprocess with its output in ``log``; :meth:`stop` ends it by pid, SIGKILL as a last resort."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    stop_signal: int = signal.SIGTERM
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        with self.log.open("wb") as out:
+            self.popen = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(self.stop_signal)
+        try:
+            self.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=15)
+
+
+@dataclass(frozen=True)
+class Post:
+    """One webhook notification from Alertmanager and the wall time it arrived."""
+
+    received_at: float
+    body: dict[str, Any]
+
+
+@dataclass
+class WebhookRecorder:
+    """A tiny HTTP server on loopback that records every POSTed JSON body with its arrival time."""
+
+    posts: list[Post] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                recorder.posts.append(Post(time.time(), body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="webhook")
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+
+    def firing(self) -> list[tuple[float, dict[str, Any]]]:
+        """(arrival time, alert) of every firing alert notified so far, in arrival order."""
+        return [
+            (post.received_at, alert)
+            for post in list(self.posts)
+            for alert in post.body.get("alerts", [])
+            if alert.get("status") == "firing"
+        ]
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def alertmanager_config(webhook_url: str) -> str:
+    """Every alert to the webhook, each alone (``group_by: [...]``) and at once: the project's
+    routing waits 10 s and groups for 5 m, which would hide the second path's alert."""
+    doc = {
+        "route": {
+            "receiver": "hook",
+            "group_by": ["..."],
+            "group_wait": "1s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [{"name": "hook", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class Scraped:
+    """A sidecar Prometheus scrapes, with the labels a PodMonitor would give it."""
+
+    port: int
+    pod: str
+    namespace: str
+
+
+def prometheus_config(sidecars: Sequence[Scraped], alertmanager_port: int, rules: Path) -> str:
+    """Scrape every sidecar each second, evaluate the generated rules each second, alert to AM."""
+    doc = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "alerting": {
+            "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]
+        },
+        "scrape_configs": [
+            {
+                "job_name": "poolwatch",
+                "static_configs": [
+                    {
+                        "targets": [f"127.0.0.1:{s.port}"],
+                        "labels": {"namespace": s.namespace, "pod": s.pod, "container": "poolwatch"},
+                    }
+                    for s in sidecars
+                ],
+            }
+        ],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class Prometheus:
+    """The query API of a running Prometheus."""
+
+    url: str
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        response = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10.0)
+        body: dict[str, Any] = response.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"Prometheus rejected {expr!r}: {body.get('error')}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def label_values(self, label: str, match: str, start: float, end: float) -> list[str]:
+        params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        response = httpx.get(f"{self.url}/api/v1/label/{label}/values", params=params, timeout=10.0)
+        body: dict[str, Any] = response.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"Prometheus rejected label_values({match}, {label}): {body.get('error')}")
+        values: list[str] = body["data"]
+        return values
+
+
+class LogWatcher:
+    """Notes the wall time a line containing ``marker`` first appears in each of ``logs`` (read
+    every 50 ms on a thread), e.g. when an emulated worker logs its crash."""
+
+    def __init__(self, logs: dict[str, Path], marker: str) -> None:
+        self.logs = logs
+        self.marker = marker
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="log-watcher")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            for name, path in self.logs.items():
+                if name not in self.seen and self._contains(path):
+                    self.seen[name] = time.time()
+
+    def _contains(self, path: Path) -> bool:
+        try:
+            return self.marker in path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

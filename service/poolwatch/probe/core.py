@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from poolwatch.model import Phase, ProbeHealth, Snapshot
+from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot
 from poolwatch.probe.access import Reading
 from poolwatch.probe.census import PoolCensus, chunk_tripwires, mamba_census
 from poolwatch.probe.config import ProbeConfig
@@ -69,6 +69,7 @@ class Probe:
         self._sample_cost = self._census_cost = 0.0
         self._census_total = 0
         self._was_idle = False
+        self._has_mamba = True  # until a sample shows the model has no Mamba pool
         self._strict = idle_check_strict(self.shape, self.environ)
 
     # -- entry points (scheduler thread) -------------------------------------------------------
@@ -145,6 +146,8 @@ class Probe:
         mamba_due = entering_idle or now - self._last_census >= self.config.census_interval_s
         kv_gap = self.config.idle_kv_census_gap_s if idle else self.config.kv_census_interval_s
         kv_due = (entering_idle or not idle) and now - self._last_kv >= kv_gap
+        self._has_mamba = Pool.MAMBA in sample.pools  # a model without one has nothing to census
+        mamba_due = mamba_due and self._has_mamba
         if mamba_due or kv_due:
             self._census(sample, reading, hook, mamba=mamba_due, kv=kv_due, idle=idle)
 
@@ -170,6 +173,8 @@ class Probe:
         )
 
     def _chunk(self, hook: str) -> None:
+        if not self._has_mamba:
+            return
         reading = Reading()
         found = chunk_tripwires(self.scheduler, self.shape, reading, self.seq, hook)
         for label, message in reading.failures.items():

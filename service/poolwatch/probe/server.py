@@ -18,6 +18,7 @@ here, off the scheduler thread.  It binds 127.0.0.1 only.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -112,6 +113,14 @@ def _handler(probe: Servable) -> type[BaseHTTPRequestHandler]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-answer (a sidecar restarting, a cancelled long-poll) is
+        routine; anything else is still reported, but never reaches the scheduler thread."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class ProbeServer:

@@ -1,0 +1,26 @@
+"""Detection: snapshot streams in, alerts out.
+
+The sidecar wires it with ``from poolwatch.detect.alerting import build_alerting`` (not re-exported
+here: the notifiers import this package's values, and the wiring imports the notifiers).
+
+``rules`` holds the alert definitions (one source for the detector, the Prometheus rules and the
+runbooks), ``signals``/``health`` what one snapshot shows, ``trend`` the leak rate, ``tracker``
+the pending -> firing -> resolved state machine, ``detector`` the per-rank bookkeeping around it.
+"""
+
+from __future__ import annotations
+
+from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.detector import Detector
+from poolwatch.detect.rules import ALERTS, AlertDef, Severity
+
+__all__ = [
+    "ALERTS",
+    "Alert",
+    "AlertDef",
+    "AlertState",
+    "Detector",
+    "DetectorConfig",
+    "Severity",
+]

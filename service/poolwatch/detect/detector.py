@@ -1,0 +1,198 @@
+"""The detector: every rank's snapshot stream in, alerts out.
+
+It subscribes to the :class:`~poolwatch.store.SnapshotStore` (``observe`` runs for every accepted
+snapshot) and is also evaluated on a timer (``evaluate``), so staleness, dead targets and hold
+times are judged even when no snapshot arrives.  Each source of a rank (the probe, SGLang's
+``/metrics``, its log) judges the pool alerts on its own: a snapshot that cannot tell (coarse
+figures while busy) never counts as clean, and when a source reports a restart (new ``boot_id``)
+its sampled alerts resolve and its trend windows start over.  Alerts with the same labels from
+two sources are merged into one.  The state machine itself is
+:class:`~poolwatch.detect.tracker.Tracker`; a lock makes the detector safe to read from the
+``/metrics`` thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from poolwatch.conservation import Basis, assess
+from poolwatch.detect.alert import Alert, Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.health import (
+    SNAPSHOT_STALE,
+    TARGET_DOWN,
+    incident_signals,
+    probe_judged,
+    probe_signals,
+    stale_signals,
+    target_signals,
+)
+from poolwatch.detect.rules import Severity, by_name, dashboard_link
+from poolwatch.detect.signals import conservation_judged, conservation_signals, where
+from poolwatch.detect.tracker import Tracker
+from poolwatch.detect.trend import GapSeries, Trend
+from poolwatch.model import Pool, Snapshot, WorkerId
+from poolwatch.store import SnapshotStore
+
+__all__ = ["FORECAST", "Detector", "PoolTrend"]
+
+FORECAST = "PoolwatchPoolExhaustionForecast"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTrend:
+    worker: WorkerId
+    pool: Pool
+    trend: Trend
+
+
+@dataclass(slots=True)
+class _Rank:
+    """One rank as one source sees it."""
+
+    boot_id: str
+    worker: WorkerId
+    source: str
+    series: dict[Pool, GapSeries] = field(default_factory=dict)
+    probe_errors: deque[tuple[float, int]] = field(default_factory=deque)
+
+
+class Detector:
+    def __init__(
+        self,
+        config: DetectorConfig,
+        clock: Callable[[], float],
+        *,
+        store: SnapshotStore | None = None,
+        runbook_base_url: str = "",
+        dashboard_base_url: str = "",
+        extra_labels: Mapping[str, str] | None = None,
+    ) -> None:
+        self._cfg = config
+        self._clock = clock
+        self._store = store
+        self._runbook_base = runbook_base_url
+        self._dashboard_base = dashboard_base_url.rstrip("/")
+        self._extra = {k: v for k, v in (extra_labels or {}).items() if v}  # e.g. the namespace
+        self._ranks: dict[str, _Rank] = {}
+        self._tracker = Tracker(config, self._annotate)
+        self._lock = threading.Lock()
+
+    def observe(self, snap: Snapshot) -> None:
+        """Judge one accepted snapshot (the store's listener)."""
+        now = self._clock()
+        subject = sampled_subject(snap)
+        with self._lock:
+            rank = self._rank(subject, snap, now)
+            forecasts, forecast_judged = self._forecasts(rank, snap)
+            signals = conservation_signals(snap, self._cfg) + forecasts
+            signals += probe_signals(snap, self._errors_before(rank, snap))
+            judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged
+            self._tracker.sample(subject, signals, judged, (snap.boot_id, snap.seq), now)
+            self._tracker.events(incident_signals(snap, self._cfg, now), now)
+
+    def evaluate(self, now: float | None = None) -> list[Alert]:
+        """The timer's turn: staleness, target health, hold times.  Returns every alert."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            if self._store is not None:
+                latest = self._store.latest()
+                self._tracker.timed({SNAPSHOT_STALE}, stale_signals(latest, self._cfg, now), now)
+                self._tracker.timed({TARGET_DOWN}, target_signals(self._store.targets(), self._cfg, now), now)
+            self._tracker.tick(now)
+            return self._labelled(self._tracker.alerts())
+
+    def alerts(self) -> list[Alert]:
+        with self._lock:
+            return self._labelled(self._tracker.alerts())
+
+    def trends(self) -> list[PoolTrend]:
+        """The fitted leak rate (and exhaustion ETA) of every pool with enough history."""
+        with self._lock:
+            best: dict[tuple[str, Pool], tuple[bool, PoolTrend]] = {}
+            for rank in self._ranks.values():
+                for pool, series in rank.series.items():
+                    trend = series.trend()
+                    key = (rank.worker.key, pool)
+                    probe = rank.source == "probe"  # of two sources of one rank, the exact one wins
+                    if trend is not None and (key not in best or (probe and not best[key][0])):
+                        best[key] = (probe, PoolTrend(rank.worker, pool, trend))
+            order = list(Pool)
+            return [best[k][1] for k in sorted(best, key=lambda k: (k[0], order.index(k[1])))]
+
+    def restore(self, alerts: Iterable[Alert]) -> None:
+        """Take back the firing alerts persisted before a restart (see :mod:`.persist`)."""
+        own = [replace(a, labels=tuple((k, v) for k, v in a.labels if k not in self._extra)) for a in alerts]
+        with self._lock:
+            self._tracker.restore(own, self._clock())
+
+    def _rank(self, subject: str, snap: Snapshot, now: float) -> _Rank:
+        rank = self._ranks.get(subject)
+        if rank is None or rank.boot_id != snap.boot_id:
+            if rank is not None:
+                self._tracker.reset(subject, now)
+            rank = _Rank(snap.boot_id, snap.worker, snap.source)
+            self._ranks[subject] = rank
+        rank.worker = snap.worker
+        for account in snap.pools.values():
+            finding = assess(account, snap.phase)
+            if finding.gap is not None and finding.basis in (Basis.EXACT, Basis.IDLE_RESIDUAL):
+                free = None
+                if account.available is not None:
+                    free = account.available + (account.evictable or 0)
+                series = rank.series.setdefault(account.pool, GapSeries(self._cfg.trend_window))
+                series.add(snap.taken_at, finding.gap, free)
+        return rank
+
+    def _errors_before(self, rank: _Rank, snap: Snapshot) -> int | None:
+        if snap.probe is None:
+            return None
+        errors, window = rank.probe_errors, self._cfg.probe_error_window
+        if errors and errors[-1][1] > snap.probe.errors_total:
+            errors.clear()  # the counter went back: a new probe without a new boot id
+        errors.append((snap.taken_at, snap.probe.errors_total))
+        while len(errors) > 1 and errors[1][0] <= snap.taken_at - window:
+            errors.popleft()
+        return errors[0][1]
+
+    def _forecasts(self, rank: _Rank, snap: Snapshot) -> tuple[list[Signal], set[Verdict]]:
+        out, judged = [], set()
+        for pool, series in sorted(rank.series.items(), key=lambda kv: list(Pool).index(kv[0])):
+            trend = series.trend()
+            if trend is not None:
+                judged.add((FORECAST, rank_labels(snap.worker, pool.value)))
+            if trend is None or trend.eta is None or trend.eta >= self._cfg.exhaustion_horizon:
+                continue
+            text = (
+                f"The {pool.value} pool of {where(snap)} loses {trend.rate * 3600:.1f} slots per hour; "
+                f"at that rate it has no free slot left in {trend.eta / 3600:.1f} h."
+            )
+            labels = rank_labels(snap.worker, pool.value)
+            wait = (self._cfg.deficit_samples, self._cfg.forecast_for)
+            out.append(
+                Signal(FORECAST, sampled_subject(snap), Severity.WARNING, labels, text, trend.eta, *wait)
+            )
+        return out, judged
+
+    def _annotate(self, sig: Signal) -> dict[str, str]:
+        definition = by_name(sig.alert)
+        labels = {**dict(sig.labels), **self._extra}
+
+        def value(label: str) -> str | None:
+            return urllib.parse.quote(labels[label], safe="") if label in labels else None
+
+        return {
+            "summary": definition.summary,
+            "description": sig.description,
+            "runbook_url": definition.runbook_url(self._runbook_base),
+            "dashboard_url": self._dashboard_base + dashboard_link(definition.scope, value),
+        }
+
+    def _labelled(self, alerts: list[Alert]) -> list[Alert]:
+        if not self._extra:
+            return alerts
+        return [replace(a, labels=tuple(sorted({**self._extra, **dict(a.labels)}.items()))) for a in alerts]

@@ -1,0 +1,146 @@
+"""What one snapshot shows, as :class:`~poolwatch.detect.alert.Signal` values.  Pure functions.
+
+The arithmetic is :func:`poolwatch.conservation.assess`; this module only decides which alert a
+finding raises, how soon, how severe, and says so in a sentence with the figures:
+
+* a surplus (exact gap < 0, or a coarse used count < 0) -> PoolwatchDoubleFree, critical, at once;
+* a probe tripwire naming slot ids in a free list twice / while owned -> PoolwatchDoubleFree at once;
+  a ``missing`` tripwire (an id in no list) -> PoolwatchSlotLeak at once;
+* a deficit (exact gap > 0, or an idle residual from coarse figures) -> PoolwatchSlotLeak after
+  ``deficit_samples`` samples (coarse: also ``coarse_hold`` seconds; exact while fully idle: at
+  once, since that is what SGLang's own idle check is about to see); critical when SGLang's idle
+  check is strict (``True`` or unknown, the default: the server dies at its next idle moment) or
+  the deficit is at least ``large_leak_fraction`` of the pool, else warning.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from poolwatch.conservation import Balance, Basis, Finding, assess
+from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.rules import Severity
+from poolwatch.model import Phase, Pool, Snapshot, Tripwire, TripwireKind
+
+__all__ = [
+    "DOUBLE_FREE",
+    "SLOT_LEAK",
+    "conservation_judged",
+    "conservation_signals",
+    "crash_imminent",
+    "where",
+]
+
+DOUBLE_FREE = "PoolwatchDoubleFree"
+SLOT_LEAK = "PoolwatchSlotLeak"
+
+_BASIS = {
+    Basis.EXACT: "exact figures from the in-process probe",
+    Basis.NEGATIVE_USED: "SGLang's own used count is negative",
+    Basis.IDLE_RESIDUAL: "residual while fully idle, from coarse figures",
+}
+
+
+def where(snap: Snapshot) -> str:
+    w = snap.worker
+    return f"{w.worker} ({w.role.value}, dp {w.dp_rank} tp {w.tp_rank} pp {w.pp_rank})"
+
+
+def crash_imminent(snap: Snapshot) -> bool:
+    """SGLang's idle check raises on an imbalance unless it was relaxed (unknown = the default)."""
+    return snap.idle_check_strict is not False
+
+
+def _plural(n: int, word: str = "slot") -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _finding_sentence(f: Finding, snap: Snapshot) -> str:
+    bound = "at least " if f.basis is Basis.NEGATIVE_USED else ""
+    if f.balance is Balance.SURPLUS:
+        what = f"counts {bound}{_plural(f.slots)} twice (gap {f.gap}): a double free"
+    else:
+        what = f"has lost {_plural(f.slots)} (gap +{f.gap}): a leak"
+    return f"The {f.pool.value} pool of {where(snap)} {what} [{_BASIS[f.basis]}, iteration {snap.seq}]."
+
+
+def _tripwire_sentence(t: Tripwire) -> str:
+    shown = ", ".join(str(s) for s in t.slots[:16]) + (" ..." if len(t.slots) > 16 else "")
+    return (
+        f"Tripwire {t.kind.value}: {_plural(len(t.slots))} [{shown}] first seen after "
+        f"{t.first_seen_hook} at iteration {t.seq}."
+    )
+
+
+def _consequence(snap: Snapshot, alert: str) -> str:
+    if crash_imminent(snap):
+        return "SGLang's idle check is strict on this rank: the server will crash at its next idle moment."
+    if alert == DOUBLE_FREE:
+        return "Two requests can be handed the same slot and silently corrupt each other's state."
+    return "SGLang's idle check only warns here: capacity shrinks until the worker restarts."
+
+
+def _severity(alert: str, snap: Snapshot, slots: int, size: int | None, cfg: DetectorConfig) -> Severity:
+    if alert == DOUBLE_FREE or crash_imminent(snap):
+        return Severity.CRITICAL
+    if size and slots >= cfg.large_leak_fraction * size:
+        return Severity.CRITICAL
+    return Severity.WARNING
+
+
+def conservation_signals(snap: Snapshot, cfg: DetectorConfig) -> list[Signal]:
+    """DoubleFree / SlotLeak signals of every pool of ``snap`` (one per alert and pool)."""
+    parts: dict[tuple[str, Pool], list[str]] = defaultdict(list)
+    slots: dict[tuple[str, Pool], int] = defaultdict(int)
+    waits: dict[tuple[str, Pool], tuple[int, float]] = {}
+    for account in snap.pools.values():
+        f = assess(account, snap.phase)
+        if f.balance in (Balance.SURPLUS, Balance.DEFICIT):
+            key = (DOUBLE_FREE if f.balance is Balance.SURPLUS else SLOT_LEAK, f.pool)
+            parts[key].append(_finding_sentence(f, snap))
+            slots[key] = max(slots[key], f.slots)
+            waits[key] = _wait(f, snap.phase, cfg)
+    for t in snap.tripwires:
+        key = (SLOT_LEAK if t.kind is TripwireKind.MISSING else DOUBLE_FREE, t.pool)
+        parts[key].append(_tripwire_sentence(t))
+        slots[key] = max(slots[key], len(t.slots))
+        waits[key] = (1, 0.0)  # an identity census is proof: no need to wait
+    return [
+        _signal(snap, alert, pool, parts[alert, pool], slots[alert, pool], waits[alert, pool], cfg)
+        for alert, pool in sorted(parts)
+    ]
+
+
+def conservation_judged(snap: Snapshot) -> set[Verdict]:
+    """The pools whose balance ``snap`` can tell (known gap, or a tripwire): for those, no signal
+    is a clean sample; pools it cannot tell (coarse figures while busy) leave their alerts be."""
+    pools = {a.pool for a in snap.pools.values() if assess(a, snap.phase).balance is not Balance.UNKNOWN}
+    pools |= {t.pool for t in snap.tripwires}
+    return {(alert, rank_labels(snap.worker, p.value)) for p in pools for alert in (DOUBLE_FREE, SLOT_LEAK)}
+
+
+def _wait(f: Finding, phase: Phase, cfg: DetectorConfig) -> tuple[int, float]:
+    """How long a finding must persist: a surplus is proof at once, and so is an exact deficit
+    while fully idle (nothing is in flight: it is what SGLang's own check is about to see)."""
+    if f.balance is Balance.SURPLUS or (f.basis is Basis.EXACT and phase is Phase.IDLE):
+        return (1, 0.0)
+    return (cfg.deficit_samples, 0.0 if f.basis is Basis.EXACT else cfg.coarse_hold)
+
+
+def _signal(
+    snap: Snapshot,
+    alert: str,
+    pool: Pool,
+    sentences: Iterable[str],
+    slots: int,
+    wait: tuple[int, float],
+    cfg: DetectorConfig,
+) -> Signal:
+    account = snap.pools.get(pool)
+    size = account.size if account is not None else None
+    text = " ".join([*sentences, _consequence(snap, alert)])
+    severity = _severity(alert, snap, slots, size, cfg)
+    labels = rank_labels(snap.worker, pool.value)
+    return Signal(alert, sampled_subject(snap), severity, labels, text, float(slots), wait[0], wait[1])

@@ -1,0 +1,178 @@
+"""The alert state machine: pending -> firing -> resolved, with hysteresis.  Pure; time is passed in.
+
+Three ways to judge an alert (:class:`~poolwatch.detect.rules.Mode`):
+
+* **sampled**, on every snapshot of a rank (each source judges its own): a condition seen in
+  ``min_samples`` samples at distinct iterations (and for ``for_seconds``) fires; a pending
+  condition that misses one sample is dropped (so a gap that oscillates never fires); a firing one
+  resolves only after ``resolve_samples`` clean samples *and* ``resolve_hold`` seconds since it was
+  last seen.  A snapshot that cannot tell (coarse figures while busy) is no sample at all;
+* **event**, a log line: fires at once and resolves ``incident_hold`` seconds after the last one;
+* **timed**, on the evaluation timer (staleness, target health): fires after ``for_seconds`` of
+  continuous trouble and resolves ``resolve_hold`` seconds after the trouble ends.
+
+A resolved alert stays listed for ``retention`` seconds so that receivers learn it is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
+from dataclasses import dataclass
+
+from poolwatch.detect.alert import Alert, AlertState, Labels, Signal, Verdict, merge
+from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.rules import Mode, by_name
+
+__all__ = ["Tracker"]
+
+Annotate = Callable[[Signal], Mapping[str, str]]
+
+
+@dataclass(slots=True)
+class _Track:
+    signal: Signal
+    mode: Mode
+    state: AlertState
+    since: float
+    last_seen: float
+    last_sample: Hashable = None
+    samples: int = 1
+    clean: int = 0
+    fired_at: float | None = None
+    resolved_at: float | None = None
+    restored_at: float | None = None  # loaded from the state file and not observed since
+
+
+class Tracker:
+    """Every alert instance of one detector, keyed by (alert name, identity labels)."""
+
+    def __init__(self, config: DetectorConfig, annotate: Annotate) -> None:
+        self._cfg = config
+        self._annotate = annotate
+        self._tracks: dict[tuple[str, Labels, str], _Track] = {}
+
+    def sample(
+        self, subject: str, signals: Iterable[Signal], judged: Set[Verdict], sample_id: Hashable, now: float
+    ) -> None:
+        """One snapshot's verdicts on the sampled alerts of ``subject``: each signal is a bad
+        sample; an alert in ``judged`` without a signal is a clean one; any other is untouched
+        (the snapshot could not tell, e.g. coarse figures while busy)."""
+        seen = set()
+        for sig in signals:
+            seen.add(sig.key)
+            self._bad(sig, Mode.SAMPLED, sample_id, now)
+        for key, track in list(self._tracks.items()):
+            mine = track.mode is Mode.SAMPLED and track.signal.subject == subject
+            if mine and key not in seen and track.signal.verdict in judged:
+                self._clean(key, track, sample_id, now)
+
+    def events(self, signals: Iterable[Signal], now: float) -> None:
+        """Log lines: each fires (or refreshes) its alert at once."""
+        for sig in signals:
+            self._bad(sig, Mode.EVENT, now, now)
+
+    def timed(self, alerts: Collection[str], signals: Iterable[Signal], now: float) -> None:
+        """The timer's verdict on every instance of the timed ``alerts``."""
+        seen = set()
+        for sig in signals:
+            seen.add(sig.key)
+            self._bad(sig, Mode.TIMED, now, now)
+        for key, track in list(self._tracks.items()):
+            if track.signal.alert in alerts and key not in seen:
+                self._clean(key, track, now, now)
+
+    def tick(self, now: float) -> None:
+        """Time passes: hold times end, restored alerts nobody confirms expire, old ones go."""
+        for key, track in list(self._tracks.items()):
+            if track.state is AlertState.RESOLVED:
+                if now - (track.resolved_at or now) >= self._cfg.retention:
+                    del self._tracks[key]
+            elif track.restored_at is not None and now - track.restored_at >= self._cfg.restore_grace:
+                self._resolve(track, now)
+            elif track.state is AlertState.FIRING:
+                self._maybe_resolve(track, now)
+
+    def reset(self, subject: str, now: float) -> None:
+        """A restarted rank: its sampled alerts are over (pending ones never happened)."""
+        for key, track in list(self._tracks.items()):
+            if track.mode is Mode.SAMPLED and track.signal.subject == subject:
+                if track.state is AlertState.PENDING:
+                    del self._tracks[key]
+                elif track.state is AlertState.FIRING:
+                    self._resolve(track, now)
+
+    def restore(self, alerts: Iterable[Alert], now: float) -> None:
+        """Take back firing alerts persisted before a restart; unconfirmed ones expire."""
+        for alert in alerts:
+            if alert.state is not AlertState.FIRING:
+                continue
+            mode = by_name(alert.name).mode
+            description = alert.annotations.get("description", "")
+            sig = Signal(alert.name, alert.subject, alert.severity, alert.labels, description, alert.value)
+            last_seen = alert.last_seen if mode is Mode.EVENT else now
+            self._tracks[sig.key] = _Track(
+                sig,
+                mode,
+                AlertState.FIRING,
+                alert.active_since,
+                last_seen,
+                fired_at=alert.fired_at,
+                restored_at=now,
+            )
+
+    def alerts(self) -> list[Alert]:
+        """Every pending, firing and recently resolved alert, one per label set."""
+        return merge(self._alert(t) for t in self._tracks.values())
+
+    def _bad(self, sig: Signal, mode: Mode, sample_id: Hashable, now: float) -> None:
+        track = self._tracks.get(sig.key)
+        if track is None or track.state is AlertState.RESOLVED:
+            track = _Track(sig, mode, AlertState.PENDING, since=now, last_seen=now, last_sample=sample_id)
+            self._tracks[sig.key] = track
+        else:
+            if track.state is AlertState.PENDING and sample_id != track.last_sample:
+                track.samples += 1
+            track.signal, track.last_seen, track.last_sample = sig, now, sample_id
+            track.clean, track.restored_at = 0, None
+        ready = track.samples >= sig.min_samples and now - track.since >= sig.for_seconds
+        if track.state is AlertState.PENDING and ready:
+            track.state, track.fired_at = AlertState.FIRING, now
+
+    def _clean(self, key: tuple[str, Labels, str], track: _Track, sample_id: Hashable, now: float) -> None:
+        if track.state is AlertState.PENDING:
+            del self._tracks[key]
+        elif track.state is AlertState.FIRING and sample_id != track.last_sample:
+            track.clean += 1
+            track.last_sample, track.restored_at = sample_id, None
+            self._maybe_resolve(track, now)
+
+    def _maybe_resolve(self, track: _Track, now: float) -> None:
+        quiet = now - track.last_seen
+        if track.mode is Mode.EVENT:
+            done = quiet >= self._cfg.incident_hold
+        elif track.mode is Mode.TIMED:
+            done = track.clean > 0 and quiet >= self._cfg.resolve_hold
+        else:
+            done = track.clean >= self._cfg.resolve_samples and quiet >= self._cfg.resolve_hold
+        if done:
+            self._resolve(track, now)
+
+    @staticmethod
+    def _resolve(track: _Track, now: float) -> None:
+        track.state, track.resolved_at, track.restored_at = AlertState.RESOLVED, now, None
+
+    def _alert(self, t: _Track) -> Alert:
+        s = t.signal
+        return Alert(
+            name=s.alert,
+            subject=s.subject,
+            severity=s.severity,
+            state=t.state,
+            labels=s.labels,
+            annotations=self._annotate(s),
+            value=s.value,
+            active_since=t.since,
+            fired_at=t.fired_at,
+            resolved_at=t.resolved_at,
+            last_seen=t.last_seen,
+        )

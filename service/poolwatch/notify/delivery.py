@@ -1,0 +1,197 @@
+"""Reliable delivery of the detector's alerts to one receiver (Alertmanager, a webhook).
+
+The :class:`Outbox` (pure) remembers what the receiver has been told: a new firing or resolved
+alert is due at once, a firing one is re-sent every ``resend_interval`` (so a receiver that lost
+its state, or came back after an outage, learns it again), an alert that vanishes after being sent
+firing is sent resolved.  A failed attempt keeps everything due, marks every firing alert to be
+told again (the receiver may have restarted and forgotten it) and backs off exponentially.  The
+queue is bounded: when more than ``capacity`` resolutions wait (a long outage), the oldest are
+dropped and counted; firing alerts are never dropped (the detector bounds their number).
+
+The :class:`Deliverer` runs the outbox against the receiver on a tick; its clock and sleep are
+injected, and tests drive :meth:`Deliverer.deliver_once` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import httpx
+
+from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.errors import DeliveryError
+
+__all__ = ["DeliveryStats", "Deliverer", "Outbox", "Receiver"]
+
+log = logging.getLogger("poolwatch.notify")
+
+
+class Receiver(Protocol):
+    """Where alerts go.  ``send`` raises :class:`~poolwatch.errors.DeliveryError` on any failure."""
+
+    name: str
+
+    async def send(self, client: httpx.AsyncClient, alerts: Sequence[Alert], now: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryStats:
+    receiver: str
+    counts: Mapping[str, int]  # alerts sent, failed (per attempt) and dropped
+    queued: int  # alerts waiting to be delivered in their current state
+
+
+@dataclass(slots=True)
+class _Entry:
+    alert: Alert
+    sent_at: float | None = None  # last successful delivery of the current state
+    dirty: bool = True  # the current state has not been delivered yet
+
+
+@dataclass(slots=True)
+class Outbox:
+    resend_interval: float
+    capacity: int
+    backoff_min: float = 1.0
+    backoff_max: float = 60.0
+    dropped: int = 0
+    _entries: dict[str, _Entry] = field(default_factory=dict)
+    _retry_at: float = 0.0
+    _backoff: float = 0.0
+
+    def update(self, alerts: Sequence[Alert], now: float) -> None:
+        """Take the detector's current list (pending alerts are nobody's business yet)."""
+        current = {a.fingerprint: a for a in alerts if a.state is not AlertState.PENDING}
+        for fp, alert in current.items():
+            entry = self._entries.get(fp)
+            if entry is None:
+                if alert.state is AlertState.FIRING:
+                    self._entries[fp] = _Entry(alert)
+            elif entry.alert.state is not alert.state:
+                self._entries[fp] = _Entry(alert)
+            else:
+                entry.alert = alert  # fresher figures go out with the next re-send
+        for fp, entry in list(self._entries.items()):
+            if fp not in current:
+                self._vanished(fp, entry, now)
+        self._bound()
+
+    def _vanished(self, fp: str, entry: _Entry, now: float) -> None:
+        if entry.alert.state is AlertState.RESOLVED:
+            if not entry.dirty:
+                del self._entries[fp]
+        elif entry.sent_at is None:
+            del self._entries[fp]  # never told: nothing to take back
+        else:
+            ended = replace(entry.alert, state=AlertState.RESOLVED, resolved_at=now)
+            self._entries[fp] = _Entry(ended)
+
+    def _bound(self) -> None:
+        waiting = sorted(
+            (e for e in self._entries.values() if e.dirty and e.alert.state is AlertState.RESOLVED),
+            key=lambda e: e.alert.resolved_at or 0.0,
+        )
+        for entry in waiting[: max(0, self.queued - self.capacity)]:
+            del self._entries[entry.alert.fingerprint]
+            self.dropped += 1
+
+    def due(self, now: float) -> list[Alert]:
+        if now < self._retry_at:
+            return []
+        return [
+            e.alert
+            for _, e in sorted(self._entries.items())
+            if e.dirty
+            or (e.alert.state is AlertState.FIRING and now - (e.sent_at or 0.0) >= self.resend_interval)
+        ]
+
+    def delivered(self, alerts: Sequence[Alert], now: float) -> None:
+        self._backoff, self._retry_at = 0.0, 0.0
+        for alert in alerts:
+            entry = self._entries.get(alert.fingerprint)
+            if entry is not None and entry.alert.state is alert.state:
+                entry.sent_at, entry.dirty = now, False
+
+    def failed(self, now: float) -> float:
+        """Back off; returns the delay before the next attempt.  The receiver may have lost its
+        state (a restart behind the outage), so every firing alert is told again on recovery."""
+        for entry in self._entries.values():
+            if entry.alert.state is AlertState.FIRING:
+                entry.dirty = True
+        self._backoff = min(self.backoff_max, max(self.backoff_min, self._backoff * 2))
+        self._retry_at = now + self._backoff
+        return self._backoff
+
+    @property
+    def retry_at(self) -> float:
+        """When the next attempt is allowed (0 unless backing off)."""
+        return self._retry_at
+
+    @property
+    def queued(self) -> int:
+        return sum(1 for e in self._entries.values() if e.dirty)
+
+
+class Deliverer:
+    """One receiver's delivery loop."""
+
+    def __init__(
+        self,
+        receiver: Receiver,
+        client: httpx.AsyncClient,
+        source: Callable[[], Sequence[Alert]],
+        clock: Callable[[], float],
+        *,
+        resend_interval: float = 60.0,
+        capacity: int = 1000,
+        tick: float = 1.0,
+        backoff: tuple[float, float] = (1.0, 60.0),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.receiver = receiver
+        self._client = client
+        self._source = source
+        self._clock = clock
+        self._tick = tick
+        self._sleep = sleep
+        self.outbox = Outbox(resend_interval, capacity, backoff_min=backoff[0], backoff_max=backoff[1])
+        self._counts = {"sent": 0, "failed": 0, "dropped": 0}
+        self._up = True
+
+    async def deliver_once(self) -> int:
+        """Bring the outbox up to date and send what is due; returns how many alerts went out."""
+        now = self._clock()
+        self.outbox.update(self._source(), now)
+        batch = self.outbox.due(now)
+        if not batch:
+            return 0
+        try:
+            await self.receiver.send(self._client, batch, now)
+        except DeliveryError as exc:
+            self._counts["failed"] += len(batch)
+            delay = self.outbox.failed(self._clock())
+            if self._up:
+                log.warning(
+                    "delivery failed receiver=%s error=%s retry_in=%.0fs", self.receiver.name, exc, delay
+                )
+            self._up = False
+            return 0
+        self.outbox.delivered(batch, self._clock())
+        self._counts["sent"] += len(batch)
+        if not self._up:
+            log.info("delivery recovered receiver=%s", self.receiver.name)
+        self._up = True
+        return len(batch)
+
+    async def run(self) -> None:
+        while True:
+            await self.deliver_once()
+            await self._sleep(self._tick)
+
+    def stats(self) -> DeliveryStats:
+        counts = {**self._counts, "dropped": self.outbox.dropped}
+        return DeliveryStats(self.receiver.name, counts, self.outbox.queued)

@@ -1,0 +1,56 @@
+"""A fake sidecar surrounding for the alerting wiring tests: Alertmanager, settings, a ticking sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tests.helpers import FakeClock
+
+from poolwatch.model import Snapshot
+from poolwatch.settings import AlertSettings, Settings
+from poolwatch.store import SnapshotStore
+
+
+class FakeAlertmanager:
+    def __init__(self) -> None:
+        self.posts: list[list[dict[str, Any]]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v2/alerts"
+        self.posts.append(json.loads(request.content))
+        return httpx.Response(200)
+
+
+def settings(tmp_path: Path, **alerting: Any) -> Settings:
+    group = AlertSettings(
+        alertmanager_urls=("http://am.example:9093",), state_file=str(tmp_path / "alerts.json")
+    )
+    return Settings(alerting=replace(group, **alerting))
+
+
+def seeded(clock: FakeClock, seed: Snapshot) -> tuple[SnapshotStore, Snapshot]:
+    return SnapshotStore(), replace(seed, taken_at=clock.now)
+
+
+class Ticker:
+    """An injected sleep: advances the fake clock, lets other tasks run, then parks after ``limit`` calls."""
+
+    def __init__(self, clock: FakeClock, limit: int = 20) -> None:
+        self.clock, self.limit, self.calls = clock, limit, 0
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls += 1
+        if self.calls > self.limit:
+            await asyncio.Event().wait()  # until cancelled by stop()
+        self.clock.advance(seconds)
+        await asyncio.sleep(0)
+
+
+async def settle(rounds: int = 50) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)

@@ -1,0 +1,259 @@
+"""Delivery to Alertmanager and webhooks over httpx.MockTransport: re-send, outage, retries, bounds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import httpx
+import pytest
+from tests.helpers import FakeClock
+
+from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.detect.rules import Severity
+from poolwatch.notify.alertmanager import AlertmanagerReceiver, iso
+from poolwatch.notify.delivery import Deliverer
+from poolwatch.notify.webhook import WebhookReceiver
+
+LABELS = (
+    ("dp_rank", "0"),
+    ("pool", "mamba"),
+    ("pp_rank", "0"),
+    ("role", "prefill"),
+    ("tp_rank", "1"),
+    ("worker", "prefill-0"),
+)
+
+
+def alert(clock: FakeClock, state: AlertState = AlertState.FIRING, **changes: Any) -> Alert:
+    base = Alert(
+        name="PoolwatchDoubleFree",
+        subject="prefill-0/dp0-tp1-pp0",
+        severity=Severity.CRITICAL,
+        state=state,
+        labels=LABELS,
+        annotations={"summary": "s", "description": "d", "dashboard_url": ""},
+        value=1.0,
+        active_since=clock.now,
+        fired_at=clock.now,
+        last_seen=clock.now,
+        resolved_at=clock.now if state is AlertState.RESOLVED else None,
+    )
+    return replace(base, **changes)
+
+
+@dataclass
+class FakeAlertmanager:
+    """Answers POST /api/v2/alerts with ``status`` (or raises ``error``), recording every body."""
+
+    status: int = 200
+    error: Callable[[httpx.Request], Exception] | None = None
+    bodies: list[Any] = field(default_factory=list)
+    headers: list[httpx.Headers] = field(default_factory=list)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.error is not None:
+            raise self.error(request)
+        self.headers.append(request.headers)
+        self.bodies.append(json.loads(request.content))
+        return httpx.Response(self.status, json={} if self.status == 200 else {"error": "boom"})
+
+
+def deliverer(
+    am: FakeAlertmanager, clock: FakeClock, alerts: list[Alert], receiver: Any = None, capacity: int = 1000
+) -> Deliverer:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(am))
+    recv = receiver or AlertmanagerReceiver("http://am.example:9093", resend_interval=60.0)
+    return Deliverer(recv, client, lambda: alerts, clock, resend_interval=60.0, capacity=capacity)
+
+
+async def test_a_firing_alert_is_posted_at_once_and_re_sent_while_it_fires(clock: FakeClock) -> None:
+    am = FakeAlertmanager()
+    alerts = [alert(clock)]
+    d = deliverer(am, clock, alerts)
+    assert await d.deliver_once() == 1
+    clock.advance(30)
+    assert await d.deliver_once() == 0
+    clock.advance(30)
+    assert await d.deliver_once() == 1
+    assert len(am.bodies) == 2
+    [posted] = am.bodies[0]
+    assert posted == {
+        "labels": {
+            "alertname": "PoolwatchDoubleFree",
+            "severity": "critical",
+            "dp_rank": "0",
+            "pool": "mamba",
+            "pp_rank": "0",
+            "role": "prefill",
+            "tp_rank": "1",
+            "worker": "prefill-0",
+        },
+        "annotations": {"summary": "s", "description": "d"},
+        "startsAt": iso(clock.now - 60),
+        "endsAt": iso(clock.now - 60 + 240),
+    }
+    assert d.stats().counts == {"sent": 2, "failed": 0, "dropped": 0}
+
+
+async def test_a_resolved_alert_is_posted_once_with_its_end_time(clock: FakeClock) -> None:
+    am = FakeAlertmanager()
+    alerts = [alert(clock)]
+    d = deliverer(am, clock, alerts)
+    await d.deliver_once()
+    clock.advance(10)
+    alerts[0] = replace(alerts[0], state=AlertState.RESOLVED, resolved_at=clock.now)
+    assert await d.deliver_once() == 1
+    assert am.bodies[-1][0]["endsAt"] == iso(clock.now)
+    clock.advance(120)
+    assert await d.deliver_once() == 0
+
+
+async def test_a_pending_alert_is_nobody_s_business_and_one_never_sent_is_never_resolved(
+    clock: FakeClock,
+) -> None:
+    am = FakeAlertmanager()
+    alerts = [alert(clock, AlertState.PENDING)]
+    d = deliverer(am, clock, alerts)
+    assert await d.deliver_once() == 0
+    alerts[0] = replace(alerts[0], state=AlertState.RESOLVED)
+    assert await d.deliver_once() == 0
+    assert am.bodies == []
+
+
+async def test_an_alert_that_vanishes_after_firing_is_sent_resolved(clock: FakeClock) -> None:
+    am = FakeAlertmanager()
+    alerts = [alert(clock)]
+    d = deliverer(am, clock, alerts)
+    await d.deliver_once()
+    alerts.clear()
+    clock.advance(5)
+    assert await d.deliver_once() == 1
+    assert am.bodies[-1][0]["endsAt"] == iso(clock.now)
+
+
+async def test_an_escalation_resolves_the_warning_and_fires_the_critical(clock: FakeClock) -> None:
+    am = FakeAlertmanager()
+    warning = alert(clock, name="PoolwatchSlotLeak", severity=Severity.WARNING)
+    alerts = [warning]
+    d = deliverer(am, clock, alerts)
+    await d.deliver_once()
+    clock.advance(5)
+    alerts[0] = replace(warning, severity=Severity.CRITICAL)
+    await d.deliver_once()
+    sent = {(a["labels"]["severity"], a["endsAt"] == iso(clock.now)) for a in am.bodies[-1]}
+    assert sent == {("warning", True), ("critical", False)}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: FakeAlertmanager(status=500), id="500s"),
+        pytest.param(
+            lambda: FakeAlertmanager(error=lambda r: httpx.ConnectError("refused", request=r)), id="down"
+        ),
+        pytest.param(
+            lambda: FakeAlertmanager(error=lambda r: httpx.ReadTimeout("slow", request=r)), id="slow"
+        ),
+    ],
+)
+async def test_nothing_is_lost_through_an_outage(
+    clock: FakeClock, make: Callable[[], FakeAlertmanager]
+) -> None:
+    failure = make()
+    alerts = [alert(clock, labels=(*LABELS[:1], ("pool", "full"), *LABELS[2:])), alert(clock)]
+    d = deliverer(failure, clock, alerts)
+    delays = []
+    for _ in range(6):
+        await d.deliver_once()
+        assert d.outbox.due(clock.now) == []  # backing off
+        delays.append(d.outbox.retry_at - clock.now)
+        clock.advance(delays[-1])
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    assert d.stats().counts["sent"] == 0
+    assert d.stats().counts["failed"] == 12
+    assert d.stats().queued == 2
+    alerts[0] = replace(alerts[0], state=AlertState.RESOLVED, resolved_at=clock.now)
+    failure.status, failure.error = 200, None  # Alertmanager is back
+    assert await d.deliver_once() == 2
+    states = sorted((a["labels"]["pool"], a["endsAt"] == iso(clock.now)) for a in failure.bodies[-1])
+    assert states == [("full", True), ("mamba", False)]
+    assert d.stats().queued == 0
+
+
+async def test_resolutions_beyond_the_queue_bound_are_dropped_oldest_first(clock: FakeClock) -> None:
+    down = FakeAlertmanager(status=503)
+    alerts = [alert(clock, labels=(("pool", str(i)),)) for i in range(5)]
+    d = deliverer(down, clock, alerts, capacity=3)
+    d.outbox.update(alerts, clock.now)
+    d.outbox.delivered(alerts, clock.now)  # all five were told firing
+    for i in range(5):
+        clock.advance(1)
+        alerts[i] = replace(alerts[i], state=AlertState.RESOLVED, resolved_at=clock.now)
+    await d.deliver_once()
+    assert d.stats().queued == 3
+    assert d.stats().counts["dropped"] == 2
+    down.status = 200
+    clock.advance(5)
+    await d.deliver_once()
+    assert sorted(a["labels"]["pool"] for a in down.bodies[-1]) == ["2", "3", "4"]
+
+
+async def test_the_webhook_gets_an_alertmanager_shaped_payload(clock: FakeClock) -> None:
+    hook = FakeAlertmanager()
+    alerts = [
+        alert(clock),
+        alert(clock, AlertState.RESOLVED, labels=(("pool", "full"), ("worker", "prefill-0"))),
+    ]
+    receiver = WebhookReceiver("https://hooks.example/poolwatch")
+    d = deliverer(hook, clock, alerts, receiver=receiver)
+    d.outbox.update([replace(alerts[1], state=AlertState.FIRING)], clock.now)
+    d.outbox.delivered([replace(alerts[1], state=AlertState.FIRING)], clock.now)
+    await d.deliver_once()
+    [body] = hook.bodies
+    assert receiver.name == "webhook:hooks.example/poolwatch"
+    assert (body["version"], body["status"]) == ("4", "firing")
+    assert body["commonLabels"] == {
+        "alertname": "PoolwatchDoubleFree",
+        "severity": "critical",
+        "worker": "prefill-0",
+    }
+    assert sorted(a["status"] for a in body["alerts"]) == ["firing", "resolved"]
+    firing = next(a for a in body["alerts"] if a["status"] == "firing")
+    assert firing["endsAt"] == "0001-01-01T00:00:00Z"
+
+
+async def test_the_run_loop_ticks_on_the_injected_sleep(clock: FakeClock) -> None:
+    am = FakeAlertmanager()
+    ticks: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        ticks.append(seconds)
+        clock.advance(seconds)
+        if len(ticks) == 130:
+            raise RuntimeError("enough")
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(am))
+    recv = AlertmanagerReceiver("http://am.example:9093/", resend_interval=60.0)
+    d = Deliverer(recv, client, lambda: [alert(clock)], clock, resend_interval=60.0, sleep=sleep)
+    with pytest.raises(RuntimeError, match="enough"):
+        await d.run()
+    assert set(ticks) == {1.0}
+    assert len(am.bodies) == 3  # at 0 s, 60 s and 120 s
+    assert recv.url == "http://am.example:9093/api/v2/alerts"
+
+
+async def test_after_a_failed_attempt_every_firing_alert_is_told_again_on_recovery(clock: FakeClock) -> None:
+    am = FakeAlertmanager()
+    alerts = [alert(clock)]
+    d = deliverer(am, clock, alerts)
+    assert await d.deliver_once() == 1
+    clock.advance(10)
+    alerts.append(alert(clock, labels=(("pool", "full"), ("worker", "prefill-0"))))
+    am.status = 502
+    assert await d.deliver_once() == 0
+    am.status = 200
+    clock.advance(1)
+    assert await d.deliver_once() == 2  # the one told before the outage too: the receiver may have restarted

@@ -61,6 +61,8 @@ class Demo:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=20)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")

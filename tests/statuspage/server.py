@@ -10,6 +10,7 @@ import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 from fastapi import APIRouter
@@ -23,10 +24,19 @@ from poolwatch.store import SnapshotStore
 
 @contextmanager
 def serve(
-    store: SnapshotStore, clock: FakeClock, routers: Sequence[APIRouter] = (), sources: Sequence[Source] = ()
+    store: SnapshotStore,
+    clock: FakeClock,
+    routers: Sequence[APIRouter] = (),
+    sources: Sequence[Source] = (),
+    *,
+    without_alert_api: bool = False,
 ) -> Iterator[str]:
-    """Serve the sidecar app on 127.0.0.1; yields its base URL and stops it on exit."""
-    app = create_app(Settings(), store=store, sources=sources, clock=clock, routers=routers)
+    """Serve the sidecar app on 127.0.0.1; yields its base URL and stops it on exit.
+
+    ``without_alert_api`` drops ``/api/v1/alerts``, as a sidecar built without alerting serves."""
+    app: Any = create_app(Settings(), store=store, sources=sources, clock=clock, routers=routers)
+    if without_alert_api:
+        app = _without(app, "/api/v1/alerts")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
@@ -42,3 +52,16 @@ def serve(
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def _without(app: Any, path: str) -> Any:
+    """``app`` answering 404 on ``path`` (an ASGI wrapper; lifespan and other paths pass through)."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == path:
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(scope, receive, send)
+
+    return wrapped

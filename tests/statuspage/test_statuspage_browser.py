@@ -124,7 +124,7 @@ def test_a_missing_alert_api_is_reported_quietly(
 ) -> None:
     store = SnapshotStore()
     store.put(seed_snapshot)
-    with serve(store, clock) as url:
+    with serve(store, clock, without_alert_api=True) as url:
         open_page(page, url)
         assert "no alert API" in page.locator("#alerts-note").inner_text()
         assert page.locator("#connection").is_hidden()

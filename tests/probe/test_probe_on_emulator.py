@@ -94,3 +94,32 @@ def test_the_seed_double_free_is_caught_at_the_first_chunk_boundary_while_the_fu
     assert gap(first.pools[Pool.MAMBA]) < 0
     assert all(gap(s.pools[Pool.FULL]) == 0 for s in prefill)
     assert all(gap(a) == 0 for role, s in seen if role == "decode" for a in s.pools.values())
+
+
+SWA_SHAPE = ModelShape(
+    full_kv_tokens=8192, mamba_slots=None, swa_kv_tokens=8192, page_size=16, max_running_requests=16,
+    context_len=2048,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.12"])
+@pytest.mark.usefixtures("probed")
+def test_the_swa_pool_is_exact_while_busy_from_the_requests_window_frontiers(version: str) -> None:
+    config = ClusterConfig(
+        version=version, shape=SWA_SHAPE, workload=WORKLOAD, chunked_prefill_size=128, unified=1,
+        prefill=0, decode=0, idle_check_strict=False,
+    )  # fmt: skip
+    cluster = Cluster(config)
+    swa = []
+    for _ in range(160):
+        cluster.step()
+        for sched in cluster.schedulers:
+            probe = probe_of(sched)
+            assert probe is not None
+            if probe.latest is not None:
+                swa.append((probe.latest.phase.value, probe.latest.pools[Pool.SWA]))
+    busy_held = [a.held for phase, a in swa if phase == "busy"]
+    assert busy_held
+    assert all(h is not None for h in busy_held)
+    assert any(h for h in busy_held)
+    assert all(gap(a) == 0 for _, a in swa)

@@ -64,6 +64,7 @@ class Req:
         self.kv_committed_len = 0
         self.kv_allocated_len = 0
         self.cache_protected_len = 0
+        self.swa_evicted_seqlen = 0  # the emulated SWA pool has no window eviction (0.5.9+ field)
         self.last_matched_prefix_len = 0  # the 0.5.4 name of cache_protected_len
         self.kv_committed_freed = False
         self.kv_overallocated_freed = False

@@ -131,7 +131,7 @@ def _full(
 
 
 def _swa(sched: Any, shape: Shape, reading: Reading, held: Holdings, stats: Any) -> PoolAccount:
-    idle_held = 0 if held.live == 0 else None  # per-request SWA windows are not modelled while busy
+    idle_held = 0 if held.live == 0 else held.swa  # busy: from the requests' window frontiers
     return _account(
         Pool.SWA,
         reading,

@@ -29,12 +29,17 @@ class LiveSet:
     chunk_ran: bool = True  # the chunked request is in last_batch (its chunk just ran)
 
 
+def _no_swa() -> int | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Holdings:
     rows: int
     full: int | None  # None: this release's figures cannot say exactly (see ``full_unknown``)
     mamba: int
     live: int
+    swa: Callable[[], int | None] = _no_swa  # asked only on SWA-hybrid models (see ``swa_held``)
 
 
 def role_of(sched: Any, reading: Reading) -> str:
@@ -205,7 +210,34 @@ def holdings(live: LiveSet, shape: Shape, page: int, reading: Reading, *, full_e
         except Exception as exc:
             reading.fail("req.mamba", exc)
     exact = full_exact and "req.full" not in reading.failures
-    return Holdings(rows, full if exact else None, mamba, len(live.holders))
+    return Holdings(
+        rows,
+        full if exact else None,
+        mamba,
+        len(live.holders),
+        swa=lambda: swa_held(live, shape, page, reading),
+    )
+
+
+def _swa_private(req: Any, shape: Shape, page: int, live: LiveSet) -> int:
+    """Private sliding-window slots: the private full-KV range less what the window already freed
+    (``ceil(allocated) - max(cache_protected_len, swa_evicted_seqlen)``)."""
+    if not _holds_row(req, shape, live):
+        return 0
+    freed = max(0, int(req.swa_evicted_seqlen) - int(req.cache_protected_len))
+    return _full_private(req, shape, page, live.chunked) - freed
+
+
+def swa_held(live: LiveSet, shape: Shape, page: int, reading: Reading) -> int | None:
+    """SWA slots held by live requests, on releases whose requests carry ``swa_evicted_seqlen``
+    and ``kv_allocated_len``/``cache_protected_len`` (0.5.9 - 0.5.15); ``None`` elsewhere."""
+    if shape.held_rule is not HeldRule.ALLOCATED_PROTECTED:
+        return None
+    try:
+        return sum(_swa_private(req, shape, page, live) for req in live.holders)
+    except Exception as exc:
+        reading.fail("req.swa", exc)
+        return None
 
 
 def full_private_range(req: Any, shape: Shape, page: int, live: LiveSet) -> tuple[int, int, int] | None:

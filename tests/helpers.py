@@ -49,3 +49,18 @@ async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as client:
             yield client
+
+
+SEED_ISSUE = "seed/sglang-issue-pd-mamba-leak-check.txt"
+
+
+def seed_issue() -> Path:
+    """The seed incident's text (the project's ``shared/`` folder, beside the checkout or at
+    /work/shared); skipped when absent, failed in CI (POOLWATCH_REQUIRE_TOOLS=1)."""
+    for shared in (REPO.parent / "shared", Path("/work/shared")):
+        if (shared / SEED_ISSUE).is_file():
+            return shared / SEED_ISSUE
+    message = f"shared/{SEED_ISSUE} is not beside the checkout"
+    if os.environ.get("POOLWATCH_REQUIRE_TOOLS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)

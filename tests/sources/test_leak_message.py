@@ -1,16 +1,14 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.helpers import seed_issue
 
 from poolwatch.conservation import assess, describe
 from poolwatch.model import Exactness, IncidentKind, Phase, Pool, PoolAccount
 from poolwatch.sources.leak_message import find_incidents, parse_leak_figures
 
-SEED = Path("/work/shared/seed/sglang-issue-pd-mamba-leak-check.txt")
 SEED_LINES = [
     "ValueError: token_to_kv_pool_allocator memory leak detected! full_available_size=1663695, "
     "full_evictable_size=1066, self.token_to_kv_pool_allocator.size=1664761, "
@@ -151,7 +149,7 @@ def test_a_marker_quoted_as_source_code_is_not_a_report() -> None:
 
 
 def test_the_whole_seed_issue_text_yields_one_report() -> None:
-    lines = SEED.read_text().splitlines()
+    lines = seed_issue().read_text().splitlines()
     (incident,) = find_incidents(lines, at=0.0)
     assert verdict(incident.pools) == "mamba: surplus of 1 slot (double free); full: balanced"
 

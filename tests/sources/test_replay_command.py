@@ -6,12 +6,11 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, seed_issue
 
 from poolwatch.commands import replay as replay_command
 from poolwatch.replay import Replayer, Row
 
-SEED = Path("/work/shared/seed/sglang-issue-pd-mamba-leak-check.txt")
 LOGS = FIXTURES / "sglang"
 DECODE = (
     "[2026-01-01 00:{m:02d}:{s:02d} TP0] Decode batch, #running-req: 2, #token: {n}, token usage: 0.00, "
@@ -30,7 +29,7 @@ def replay(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, st
 def test_the_seed_traceback_replays_to_a_mamba_surplus_of_one_slot(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, _ = replay(capsys, str(SEED))
+    code, out, _ = replay(capsys, str(seed_issue()))
     assert code == 1
     assert "mamba: surplus of 1 slot (double free); full: balanced" in out
     assert out.rstrip().splitlines()[-1] == (
@@ -117,7 +116,7 @@ def test_json_output_is_one_document_with_the_timeline_and_the_first_problem(
     assert times == sorted(times)
 
 
-@pytest.mark.parametrize("argv", [["/nonexistent/sglang.log"], ["/tmp"], [str(SEED), "--every", "-1"]])
+@pytest.mark.parametrize("argv", [["/nonexistent/sglang.log"], ["/tmp"], [__file__, "--every", "-1"]])
 def test_bad_usage_or_an_unreadable_file_exits_two(
     capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:

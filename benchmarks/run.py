@@ -8,9 +8,9 @@ Benchmarks print figures and ratios; they never assert on timing (these machines
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,22 +24,13 @@ def machine() -> str:
 
 
 def run(path: Path) -> int:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None:
-        print(f"cannot load {path}", file=sys.stderr)
-        return 1
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
+    """One benchmark in its own interpreter, so one's imports (torch) never weigh on another's
+    CPU and RSS figures."""
     started = time.perf_counter()
     print(f"\n### {path.stem.removeprefix('bench_')}\n", flush=True)
-    argv, sys.argv = sys.argv, [str(path)]  # each benchmark parses its own (default) arguments
-    try:
-        code = module.main()
-    finally:
-        sys.argv = argv
+    code = subprocess.run([sys.executable, str(path)], check=False).returncode
     print(f"\n({path.name}: {time.perf_counter() - started:.1f} s)", flush=True)
-    return int(code or 0)
+    return code
 
 
 def main(argv: list[str]) -> int:

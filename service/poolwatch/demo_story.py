@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from poolwatch.detect.alert import AlertState
+
 if TYPE_CHECKING:
     from poolwatch.detect.alerting import Alerting
     from poolwatch.emulator.cluster import Cluster
@@ -111,7 +113,7 @@ class Story:
         if self.alerting is None:
             return
         for alert in self.alerting.detector.alerts():
-            if alert.state.value != "firing":
+            if alert.state is not AlertState.FIRING:
                 continue
             labels = dict(alert.labels)
             where = (

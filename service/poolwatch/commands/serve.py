@@ -8,36 +8,32 @@ import os
 import sys
 
 import uvicorn
+from fastapi import FastAPI
 
 from poolwatch.app import create_app
 from poolwatch.errors import ConfigError
 from poolwatch.settings import Settings, add_flags, from_args
 
-__all__ = ["add_arguments", "run", "settings_or_exit"]
+__all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser)
 
 
-def settings_or_exit(args: argparse.Namespace) -> Settings | None:
-    """The settings, or None after printing the one-line reason (the caller exits 2)."""
-    try:
-        return from_args(args, os.environ)
-    except ConfigError as exc:
-        print(f"poolwatch: configuration error: {exc}", file=sys.stderr)
-        return None
-
-
-def run(args: argparse.Namespace) -> int:
-    settings = settings_or_exit(args)
-    if settings is None:
-        return 2
+def _build(args: argparse.Namespace) -> tuple[Settings, FastAPI]:
+    """Settings and app; a bad setting (in the flags, the environment, or a file they name)
+    raises ``ConfigError``."""
+    settings = from_args(args, os.environ)
     level = settings.server.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    return settings, create_app(settings)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
-        app = create_app(settings)
+        settings, app = _build(args)
     except ConfigError as exc:
         print(f"poolwatch: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Detection latency per fault class: from the fault to poolwatch's page, next to the moment SGLang's
 own idle check crashes the server (the emulated crash) and to the Prometheus-rule path.
 
-Two measurements per scenario (every fault of ``poolwatch.emulator.faults.FAULTS``; the seed fault
+Two measurements per scenario (every fault of ``poolwatch_emulator.faults.FAULTS``; the seed fault
 under busy and under light traffic):
 
 * **simulated** (deterministic): the emulator stepped in process under the real probe; the sidecar's
@@ -32,16 +32,16 @@ from typing import Any
 
 import yaml
 
-from poolwatch.app import create_app
 from poolwatch.detect.alert import AlertState
-from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig, parse_fault
-from poolwatch.emulator.faults import FAULTS
 from poolwatch.probe import ProbeConfig, attach
 from poolwatch.probe.hooks import detach, probe_of
 from poolwatch.settings import Settings
-from poolwatch.store import SnapshotStore
+from poolwatch.sidecar.alerting import detector_config
+from poolwatch.sidecar.app import create_app
+from poolwatch.sidecar.store import SnapshotStore
+from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig, parse_fault
+from poolwatch_emulator.faults import FAULTS
 
 RULES = Path(__file__).parent.parent / "deploy" / "prometheus" / "poolwatch-rules.yml"
 PROM_SCRAPE, PROM_EVAL = 15.0, 30.0
@@ -135,12 +135,14 @@ def note_events(cluster: Cluster, fault: str, t: Timeline, now: float) -> None:
 def simulate(c: Case, directory: Path) -> Timeline:
     cluster = Cluster(c.config)
     for worker in cluster.workers:
-        conf = ProbeConfig(directory=str(directory), serve=False, worker=worker.name)
+        conf = ProbeConfig(
+            directory=str(directory), serve=False, worker=worker.name, sglang_version=cluster.release.name
+        )
         for rank in worker.ranks:
             probe = attach(rank, replace(conf, sglang_version=cluster.release.name), serve=False)
             probe.clock, probe.wall = (lambda: cluster.clock.now), cluster.clock.unix
     store = SnapshotStore(history=4)
-    detector = Detector(DetectorConfig.from_settings(Settings()), cluster.clock.unix, store=store)
+    detector = Detector(detector_config(Settings()), cluster.clock.unix)
     store.subscribe(detector.observe)
     t, next_scrape, next_eval = Timeline(), 1.0, 5.0
     while t.struck is None or (t.crashed is None and cluster.clock.now < t.struck + HORIZON):
@@ -155,7 +157,7 @@ def simulate(c: Case, directory: Path) -> Timeline:
                     store.put(live.latest)
         if now >= next_eval:
             next_eval += 5.0
-            detector.evaluate()
+            detector.evaluate(latest=store.latest(), targets=store.targets())
         firing = [a.all_labels for a in detector.alerts() if a.state is AlertState.FIRING]
         if t.paged is None and t.struck is not None and conservation_page(firing, c.fault, t.worker):
             t.paged = now

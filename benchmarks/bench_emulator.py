@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from poolwatch.emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
+from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
 
 # decode-heavy: short prompts, long answers, so the decode rank holds ~256 requests
 LIVE_SHAPE = ModelShape(full_kv_tokens=262_144, mamba_slots=1024, max_running_requests=256, context_len=8192)

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from poolwatch.emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
-from poolwatch.emulator.scheduler import Scheduler
 from poolwatch.probe import ProbeConfig, attach, detach, install, uninstall
 from poolwatch.probe.access import Reading
 from poolwatch.probe.census import mamba_census
 from poolwatch.probe.kv_census import kv_census
 from poolwatch.probe.requests import collect_live
+from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
+from poolwatch_emulator.scheduler import Scheduler
 
 NO_CENSUS = ProbeConfig(
     sample_interval_s=0.0,
@@ -29,6 +29,7 @@ NO_CENSUS = ProbeConfig(
     idle_kv_census_gap_s=1e9,
     serve=False,
     chunk_tripwire=False,
+    sglang_version="0.5.4.post1",  # the emulated cluster's release (the probe reads it from its config)
 )
 GPU_STEP_S = 0.020
 
@@ -127,7 +128,7 @@ def main() -> int:
     steps = 300
     bare = iteration_seconds(256, steps, None)
     every = iteration_seconds(256, steps, NO_CENSUS)
-    default = iteration_seconds(256, steps, ProbeConfig(serve=False))
+    default = iteration_seconds(256, steps, ProbeConfig(serve=False, sglang_version="0.5.4.post1"))
     amortised = cost_at_256 / 1e6 / 0.1 * 100
     print("\noverhead at 256 live requests")
     print(f"  one sample every 0.1 s (the default), of scheduler time   {amortised:6.2f} %")

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client import generate_latest
 
-from poolwatch.app import build_registry
 from poolwatch.codec import dump_snapshot
 from poolwatch.model import (
     Exactness,
@@ -38,11 +37,12 @@ from poolwatch.model import (
     Snapshot,
     WorkerId,
 )
-from poolwatch.scraper import Scraper
 from poolwatch.settings import ScrapeSettings
+from poolwatch.sidecar.app import build_registry
+from poolwatch.sidecar.scraper import Scraper
+from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.probe import ProbeSource
-from poolwatch.store import SnapshotStore
 
 SERVER = r"""
 import asyncio, sys
@@ -192,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(argv or []))
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
-    logging.getLogger("poolwatch.scraper").setLevel(logging.ERROR)  # failures are counted in the table
+    logging.getLogger("poolwatch.sidecar.scraper").setLevel(
+        logging.ERROR
+    )  # failures are counted in the table
     print(f"baseline RSS {rss_mb():.0f} MB (httpx, fastapi, prometheus_client loaded); pid {os.getpid()}")
     print(f"{'mode':<9} {'targets':>7} {'CPU (cores)':>11} {'RSS MB':>7} {'cycle ms':>9} {'/metrics ms':>11} "
           f"{'scrapes':>8} {'failed':>6}")  # fmt: skip

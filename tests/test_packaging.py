@@ -30,7 +30,7 @@ def test_the_public_surface_is_pinned() -> None:
 
 
 def test_the_sidecar_imports_without_torch() -> None:
-    code = "import sys; sys.modules['torch'] = None; import poolwatch.app, poolwatch.cli; print('ok')"
+    code = "import sys; sys.modules['torch'] = None; import poolwatch.sidecar.app, poolwatch.cli; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.stdout.strip() == "ok", result.stderr
 

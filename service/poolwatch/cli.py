@@ -1,35 +1,57 @@
-"""``poolwatch`` command line: one sub-command per module in :mod:`poolwatch.commands`."""
+"""``poolwatch`` command line: the product's sub-commands, plus those other distributions register.
+
+The product's own commands are modules of :mod:`poolwatch.commands`.  A separately installed
+distribution adds commands through the ``poolwatch.commands`` entry-point group (the emulator's
+``demo`` and ``emulate``).  A known optional command whose distribution is missing still parses,
+and prints one line saying what to install.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from types import ModuleType
 
 from poolwatch import __version__
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "OPTIONAL", "main"]
 
-# command name -> module (each has add_arguments(parser), run(args) -> int and a docstring)
-COMMANDS: dict[str, str] = {
-    "serve": "poolwatch.commands.serve",
-    "demo": "poolwatch.commands.demo",
-    "generate": "poolwatch.commands.generate",
-    "check": "poolwatch.commands.check",
-    "replay": "poolwatch.commands.replay",
-    "emulate": "poolwatch.emulator.cli",
+COMMANDS: tuple[str, ...] = ("serve", "generate", "check", "replay")
+# optional commands -> what provides them (an entry point of group ``poolwatch.commands``)
+OPTIONAL: dict[str, str] = {
+    "demo": "poolwatch[emulator]",
+    "emulate": "poolwatch[emulator]",
 }
+ENTRY_POINT_GROUP = "poolwatch.commands"
 
 
-def _load(module: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:  # an optional part (e.g. torch for the emulator) is missing
-        if exc.name and module.startswith(exc.name):
-            raise
-        return None
+def _modules() -> dict[str, ModuleType | None]:
+    found: dict[str, ModuleType | None] = {
+        name: importlib.import_module(f"poolwatch.commands.{name}") for name in COMMANDS
+    }
+    found |= dict.fromkeys(OPTIONAL)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found[ep.name] = ep.load()
+    return found
+
+
+def _missing(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(_: argparse.Namespace) -> int:
+        print(
+            f"poolwatch {name}: not installed here; install it with: pip install '{OPTIONAL[name]}'",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
+
+
+def _summary(module: ModuleType, name: str) -> str:
+    doc = (module.__doc__ or name).strip().splitlines()[0]
+    return doc.split(": ", 1)[1] if doc.startswith("``") and ": " in doc else doc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,12 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"poolwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module_name in COMMANDS.items():
-        module = _load(module_name)
+    for name, module in _modules().items():
         if module is None:
+            cmd = sub.add_parser(name, help=f"(needs {OPTIONAL[name]})", add_help=False)
+            cmd.add_argument("rest", nargs=argparse.REMAINDER)
+            cmd.set_defaults(_run=_missing(name))
             continue
-        doc = (module.__doc__ or name).strip().splitlines()[0]
-        doc = doc.split(": ", 1)[1] if doc.startswith("``") and ": " in doc else doc
+        doc = _summary(module, name)
         cmd = sub.add_parser(name, help=doc, description=doc)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)

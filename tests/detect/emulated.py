@@ -2,7 +2,7 @@
 
 Every rank of the emulator gets :func:`poolwatch.probe.attach` (not served: the harness reads
 ``probe.latest``), reading the simulated clock.  After each cluster step the new snapshots go into
-a :class:`~poolwatch.store.SnapshotStore` the detector subscribes to, and the detector's timer runs
+a :class:`~poolwatch.sidecar.store.SnapshotStore` the detector subscribes to, and the detector's timer runs
 every simulated second, as in the sidecar.
 """
 
@@ -16,18 +16,18 @@ from typing import Any
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.emulator.build import ModelShape
-from poolwatch.emulator.cluster import Cluster, ClusterConfig
-from poolwatch.emulator.faults import FAULTS, parse_fault
-from poolwatch.emulator.logs import MemorySink
-from poolwatch.emulator.workload import WorkloadConfig
 from poolwatch.model import Role
 from poolwatch.probe import ProbeConfig, attach
 from poolwatch.probe.hooks import probe_of
-from poolwatch.sources.log_events import interpret
-from poolwatch.sources.log_lines import RecordAssembler
-from poolwatch.sources.log_state import LogFold
-from poolwatch.store import SnapshotStore
+from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.sources.sglang_log.events import interpret
+from poolwatch.sources.sglang_log.lines import RecordAssembler
+from poolwatch.sources.sglang_log.state import LogFold
+from poolwatch_emulator.build import ModelShape
+from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.faults import FAULTS, parse_fault
+from poolwatch_emulator.logs import MemorySink
+from poolwatch_emulator.workload import WorkloadConfig
 
 EPOCH = 1_767_225_600.0  # 2026-01-01: simulated time 0 as unix time
 SWA_SHAPE = ModelShape(mamba_slots=None, swa_kv_tokens=131_072, page_size=16, context_len=32_768)
@@ -63,7 +63,7 @@ class Watched:
     def __post_init__(self) -> None:
         self.cluster = Cluster(self.config)
         self.store = SnapshotStore(history=4)
-        self.detector = Detector(self.detector_config, self.now, store=self.store)
+        self.detector = Detector(self.detector_config, self.now)
         self.store.subscribe(self.detector.observe)
         self.counts = Counts()
         self.struck: dict[str, tuple[int, str, int]] = {}  # fault -> (step, worker, dp) of its first strike
@@ -108,7 +108,7 @@ class Watched:
                     self.counts.snapshots += 1
         if self.cluster.clock.now >= self._next_eval:
             self._next_eval = self.cluster.clock.now + 1.0
-            self.detector.evaluate()
+            self.detector.evaluate(latest=self.store.latest(), targets=self.store.targets())
         self._record(self.detector.alerts())
 
     def _note_faults_and_crashes(self) -> None:

@@ -13,7 +13,7 @@ from tests.helpers import FakeClock
 
 from poolwatch.model import Snapshot
 from poolwatch.settings import AlertSettings, Settings
-from poolwatch.store import SnapshotStore
+from poolwatch.sidecar.store import SnapshotStore
 
 
 class FakeAlertmanager:

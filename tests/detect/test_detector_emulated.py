@@ -11,9 +11,9 @@ import pytest
 from tests.detect.emulated import Watched, scenario
 
 from poolwatch.detect.alert import AlertState
-from poolwatch.emulator.build import ModelShape
-from poolwatch.emulator.faults import FAULTS
-from poolwatch.emulator.workload import WorkloadConfig
+from poolwatch_emulator.build import ModelShape
+from poolwatch_emulator.faults import FAULTS
+from poolwatch_emulator.workload import WorkloadConfig
 
 CONSERVATION = ("PoolwatchDoubleFree", "PoolwatchSlotLeak")
 SIGN = {"surplus": "PoolwatchDoubleFree", "deficit": "PoolwatchSlotLeak"}

@@ -7,13 +7,13 @@ from dataclasses import replace
 from tests.detect.streams import RankStream
 from tests.helpers import FakeClock
 
-from poolwatch.detect.alert import AlertState
+from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.rules import Severity
 from poolwatch.errors import Reason
 from poolwatch.model import Incident, IncidentKind, Pool, PoolAccount, ProbeHealth, Snapshot
-from poolwatch.store import SnapshotStore
+from poolwatch.sidecar.store import SnapshotStore
 
 CFG = DetectorConfig(
     incident_hold=900.0, stale_after=10.0, stale_for=60.0, target_down_for=120.0, resolve_hold=30.0
@@ -26,8 +26,17 @@ SEED_MESSAGE = (
 )
 
 
-def states(detector: Detector, name: str) -> list[tuple[Severity, AlertState]]:
-    return [(a.severity, a.state) for a in detector.evaluate() if a.name == name]
+def states(
+    detector: Detector, name: str, store: SnapshotStore | None = None
+) -> list[tuple[Severity, AlertState]]:
+    return [(a.severity, a.state) for a in evaluate(detector, store) if a.name == name]
+
+
+def evaluate(detector: Detector, store: SnapshotStore | None = None) -> list[Alert]:
+    """The sidecar's timer turn: the detector judges the store's latest snapshots and targets."""
+    if store is None:
+        return detector.evaluate()
+    return detector.evaluate(latest=store.latest(), targets=store.targets())
 
 
 def test_the_seed_leak_message_raises_idle_check_failed_with_its_figures(clock: FakeClock) -> None:
@@ -116,7 +125,7 @@ def test_probe_errors_leave_the_window_and_the_alert_resolves(clock: FakeClock) 
 
 def stored(clock: FakeClock, snap: Snapshot) -> tuple[SnapshotStore, Detector]:
     store = SnapshotStore()
-    detector = Detector(CFG, clock, store=store)
+    detector = Detector(CFG, clock)
     store.subscribe(detector.observe)
     store.put(snap)
     return store, detector
@@ -126,14 +135,14 @@ def test_a_rank_that_stops_reporting_goes_stale_on_the_timer(clock: FakeClock) -
     stream = RankStream(clock)
     store, detector = stored(clock, stream.next())
     clock.advance(10.5)
-    assert states(detector, "PoolwatchSnapshotStale") == [(Severity.WARNING, AlertState.PENDING)]
+    assert states(detector, "PoolwatchSnapshotStale", store) == [(Severity.WARNING, AlertState.PENDING)]
     clock.advance(60)
-    assert states(detector, "PoolwatchSnapshotStale") == [(Severity.WARNING, AlertState.FIRING)]
+    assert states(detector, "PoolwatchSnapshotStale", store) == [(Severity.WARNING, AlertState.FIRING)]
     store.put(stream.next())  # fresh again: the hold time starts
-    assert states(detector, "PoolwatchSnapshotStale") == [(Severity.WARNING, AlertState.FIRING)]
+    assert states(detector, "PoolwatchSnapshotStale", store) == [(Severity.WARNING, AlertState.FIRING)]
     clock.advance(28)
     store.put(stream.next())
-    assert states(detector, "PoolwatchSnapshotStale") == [(Severity.WARNING, AlertState.RESOLVED)]
+    assert states(detector, "PoolwatchSnapshotStale", store) == [(Severity.WARNING, AlertState.RESOLVED)]
 
 
 def test_a_target_down_fires_after_two_minutes_and_a_flapping_one_never(clock: FakeClock) -> None:
@@ -147,9 +156,9 @@ def test_a_target_down_fires_after_two_minutes_and_a_flapping_one_never(clock: F
         else:
             store.record_failure("metrics:decode-0", "sglang-metrics", 2.0, Reason.TIMEOUT, "timed out")
         store.put(replace(store.latest()[0], seq=1000 + second, taken_at=clock.now))
-        detector.evaluate()
+        evaluate(detector, store)
         clock.advance(1)
-    [alert] = [a for a in detector.evaluate() if a.name == "PoolwatchTargetDown"]
+    [alert] = [a for a in evaluate(detector, store) if a.name == "PoolwatchTargetDown"]
     assert alert.state is AlertState.FIRING
     assert alert.all_labels == {
         "alertname": "PoolwatchTargetDown",

@@ -12,10 +12,10 @@ from tests.detect.streams import RankStream
 from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import AlertState
-from poolwatch.detect.alerting import build_alerting
-from poolwatch.detect.persist import decode_alerts, encode_alerts, load_alerts
 from poolwatch.model import Snapshot
-from poolwatch.store import SnapshotStore
+from poolwatch.sidecar.alerting import build_alerting
+from poolwatch.sidecar.persist import decode_alerts, encode_alerts, load_alerts
+from poolwatch.sidecar.store import SnapshotStore
 
 
 async def test_a_firing_alert_survives_a_sidecar_restart_and_is_sent_again(

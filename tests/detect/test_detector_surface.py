@@ -25,7 +25,7 @@ def test_the_notify_package_exports_exactly_its_receivers_and_delivery() -> None
 
 def test_the_alerting_wiring_imports_without_torch() -> None:
     code = (
-        "import sys, poolwatch.notify, poolwatch.detect.alerting, poolwatch.artifacts.rules; "
+        "import sys, poolwatch.notify, poolwatch.sidecar.alerting, poolwatch.artifacts.rules; "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig, parse_fault
+from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig, parse_fault
 
 MAMBA = ModelShape(full_kv_tokens=16_384, mamba_slots=192, max_running_requests=48, context_len=4096)
 PLAIN = ModelShape(full_kv_tokens=16_384, mamba_slots=None, max_running_requests=48, context_len=4096)

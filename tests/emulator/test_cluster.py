@@ -14,9 +14,9 @@ from tests.emulator.emu_ledger import gaps
 from tests.emulator.emu_scenarios import HEAVY, cluster
 
 from poolwatch.conservation import Basis, assess_snapshot
-from poolwatch.emulator import Cluster, ClusterConfig, attach_probes
-from poolwatch.emulator import cli as emulate
 from poolwatch.model import Pool
+from poolwatch_emulator import Cluster, ClusterConfig, attach_probes
+from poolwatch_emulator import cli as emulate
 
 
 def _fingerprint(c: Cluster) -> list[object]:
@@ -143,5 +143,5 @@ def test_the_emulate_command_refuses_a_bad_fault_with_exit_code_2(capsys: pytest
 
 
 def test_importing_the_emulator_does_not_import_torch() -> None:
-    code = "import sys, poolwatch.emulator, poolwatch.emulator.cli; assert 'torch' not in sys.modules"
+    code = "import sys, poolwatch_emulator, poolwatch_emulator.cli; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

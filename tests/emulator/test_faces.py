@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.emulator.emu_scenarios import HEAVY, MAMBA, SWA, cluster
 
-from poolwatch.emulator import WorkerServer, metrics_text, server_info
-from poolwatch.emulator.cluster import Cluster
+from poolwatch_emulator import WorkerServer, metrics_text, server_info
+from poolwatch_emulator.cluster import Cluster
 
 _FAMILIES = {
     "0.5.4.post1": (

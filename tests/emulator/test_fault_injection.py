@@ -9,8 +9,8 @@ import pytest
 from tests.emulator.emu_ledger import gaps
 from tests.emulator.emu_scenarios import COW, DECODE_ABORTS, HEAVY, MAMBA, PLAIN, SWA, cluster
 
-from poolwatch.emulator import FAULTS, Cluster
 from poolwatch.model import Pool
+from poolwatch_emulator import FAULTS, Cluster
 
 _SCENARIOS = {
     "pd-chunked-mamba-double-free": {"pd": True, "shape": MAMBA, "workload": HEAVY},

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolwatch.emulator import FAULTS, FaultSpec, parse_fault
-from poolwatch.emulator import faults as faults_module
-from poolwatch.emulator.faults import FaultPlan
 from poolwatch.model import Pool
+from poolwatch_emulator import FAULTS, FaultSpec, parse_fault
+from poolwatch_emulator import faults as faults_module
+from poolwatch_emulator.faults import FaultPlan
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from tests.emulator.emu_ledger import imbalances
 from tests.emulator.emu_scenarios import HEAVY, MAMBA, PAGED, SWA, cluster
 
-from poolwatch.emulator import ModelShape
+from poolwatch_emulator import ModelShape
 
 CASES = [
     ("0.5.4.post1", True, MAMBA),

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolwatch.emulator.allocator import SWATokenToKVPoolAllocator, TokenToKVPoolAllocator
-from poolwatch.emulator.req_pool import HybridReqToTokenPool, ReqToTokenPool
+from poolwatch_emulator.allocator import SWATokenToKVPoolAllocator, TokenToKVPoolAllocator
+from poolwatch_emulator.req_pool import HybridReqToTokenPool, ReqToTokenPool
 
 
 class _R:

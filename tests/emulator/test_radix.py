@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
-from poolwatch.emulator.allocator import TokenToKVPoolAllocator
-from poolwatch.emulator.caches import MambaRadixCache, RadixCache
-from poolwatch.emulator.faults import FaultPlan
-from poolwatch.emulator.req_pool import HybridReqToTokenPool, ReqToTokenPool
+from poolwatch_emulator.allocator import TokenToKVPoolAllocator
+from poolwatch_emulator.caches import MambaRadixCache, RadixCache
+from poolwatch_emulator.faults import FaultPlan
+from poolwatch_emulator.req_pool import HybridReqToTokenPool, ReqToTokenPool
 
 
 def _plain() -> tuple[RadixCache, TokenToKVPoolAllocator]:

@@ -23,7 +23,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.model import Phase, Pool
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
-from poolwatch.store import SnapshotStore
+from poolwatch.sidecar.store import SnapshotStore
 
 pytestmark = pytest.mark.e2e
 
@@ -121,7 +121,6 @@ async def test_alertmanager_receives_shows_and_resolves_alerts_and_an_outage_los
     detector = Detector(
         DetectorConfig(resolve_samples=1, resolve_hold=0.0),
         clock,
-        store=store,
         runbook_base_url="https://runbooks.example/poolwatch",
     )
     store.subscribe(detector.observe)
@@ -184,7 +183,7 @@ async def test_alertmanager_receives_shows_and_resolves_alerts_and_an_outage_los
 async def test_a_firing_alert_is_restored_in_alertmanager_after_a_restart(alertmanager: Alertmanager) -> None:
     clock = FakeClock(time.time())
     store = SnapshotStore()
-    detector = Detector(DetectorConfig(), clock, store=store)
+    detector = Detector(DetectorConfig(), clock)
     store.subscribe(detector.observe)
     store.put(RankStream(clock, step=0.0).next(gap=-2))
     async with httpx.AsyncClient() as client:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from poolwatch.conservation import gap
-from poolwatch.emulator.build import ModelShape
-from poolwatch.emulator.cluster import Cluster, ClusterConfig
-from poolwatch.emulator.faults import parse_fault
-from poolwatch.emulator.scheduler import Scheduler
-from poolwatch.emulator.workload import WorkloadConfig
 from poolwatch.model import Pool, Snapshot, TripwireKind
 from poolwatch.probe import ProbeConfig, install, uninstall
 from poolwatch.probe.hooks import probe_of
+from poolwatch_emulator.build import ModelShape
+from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.faults import parse_fault
+from poolwatch_emulator.scheduler import Scheduler
+from poolwatch_emulator.workload import WorkloadConfig
 
 CONFIG = ProbeConfig(sample_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir")
 SHAPE = ModelShape(full_kv_tokens=8192, mamba_slots=96, max_running_requests=16, context_len=2048)
@@ -25,7 +26,6 @@ WORKLOAD = WorkloadConfig(
 
 @pytest.fixture
 def probed() -> Iterator[None]:
-    install(Scheduler, CONFIG)
     yield
     uninstall(Scheduler)
 
@@ -43,6 +43,8 @@ def run(
         idle_check_strict=False,
         **roles,
     )
+    uninstall(Scheduler)
+    install(Scheduler, replace(CONFIG, sglang_version=version))  # the probe reads its release from config
     cluster = Cluster(config)
     seen: list[tuple[str, Snapshot]] = []
     last: dict[int, int] = {}
@@ -109,6 +111,8 @@ def test_the_swa_pool_is_exact_while_busy_from_the_requests_window_frontiers(ver
         version=version, shape=SWA_SHAPE, workload=WORKLOAD, chunked_prefill_size=128, unified=1,
         prefill=0, decode=0, idle_check_strict=False,
     )  # fmt: skip
+    uninstall(Scheduler)
+    install(Scheduler, replace(CONFIG, sglang_version=version))
     cluster = Cluster(config)
     swa = []
     for _ in range(160):

@@ -12,16 +12,16 @@ import pytest
 from tests.probe.fakes import Rank
 
 from poolwatch.codec import parse_snapshot
-from poolwatch.model import Pool
-from poolwatch.probe import ProbeConfig, attach, detach, read_discovery_dir
-from poolwatch.probe.core import DISABLE_FILE
-from poolwatch.probe.discovery import (
+from poolwatch.discovery import (
     DiscoveryEntry,
     DiscoveryFormatError,
     parse_discovery,
     scan_discovery_dir,
     write_discovery,
 )
+from poolwatch.model import Pool
+from poolwatch.probe import ProbeConfig, attach, detach, read_discovery_dir
+from poolwatch.probe.core import DISABLE_FILE
 
 
 def get(url: str) -> tuple[int, Any]:

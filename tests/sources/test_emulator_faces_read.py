@@ -14,10 +14,10 @@ from poolwatch.commands import replay as replay_command
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model import IncidentKind, Phase, Pool
 from poolwatch.sources.base import Target
-from poolwatch.sources.sglang_log import SglangLogSource
+from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
 
-emulator = pytest.importorskip("poolwatch.emulator")
+emulator = pytest.importorskip("poolwatch_emulator")
 scenarios = pytest.importorskip("tests.emulator.emu_scenarios")
 
 

@@ -13,12 +13,12 @@ import pytest
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model import Exactness, Pool, TripwireKind
-from poolwatch.scraper import Scraper
 from poolwatch.settings import Settings
+from poolwatch.sidecar.scraper import Scraper
+from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources import source_provider
-from poolwatch.store import SnapshotStore
 
-emulator = pytest.importorskip("poolwatch.emulator")
+emulator = pytest.importorskip("poolwatch_emulator")
 scenarios = pytest.importorskip("tests.emulator.emu_scenarios")
 probe = pytest.importorskip("poolwatch.probe")
 

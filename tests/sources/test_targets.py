@@ -6,15 +6,15 @@ from pathlib import Path
 import pytest
 from tests.helpers import FakeClock
 
+from poolwatch.discovery import DiscoveryEntry, write_discovery
 from poolwatch.errors import ConfigError
 from poolwatch.model import Role
-from poolwatch.probe.discovery import DiscoveryEntry, write_discovery
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
-from poolwatch.sources.sglang_log import SglangLogSource
+from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
-from poolwatch.targets import (
+from poolwatch.sources.targets import (
     DEFAULT_PROBE_DIR,
     TargetSet,
     discover_probes,

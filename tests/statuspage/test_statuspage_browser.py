@@ -18,14 +18,14 @@ import pytest
 from tests.helpers import FIXTURES, FakeClock, require_tool
 from tests.statuspage.server import serve
 
-from poolwatch.detect.api import alerts_router
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
 from poolwatch.settings import AlertSettings
+from poolwatch.sidecar.alerts_api import alerts_router
+from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources import Target
 from poolwatch.sources.file import FileSource
-from poolwatch.store import SnapshotStore
 
 pytestmark = pytest.mark.browser
 

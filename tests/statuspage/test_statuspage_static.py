@@ -12,10 +12,10 @@ import pytest
 from fastapi import FastAPI
 from tests.helpers import FakeClock, asgi_client
 
-from poolwatch.app import STATIC_DIR, create_app
-from poolwatch.detect.api import alerts_router
 from poolwatch.settings import Settings
-from poolwatch.store import SnapshotStore
+from poolwatch.sidecar.alerts_api import alerts_router
+from poolwatch.sidecar.app import STATIC_DIR, create_app
+from poolwatch.sidecar.store import SnapshotStore
 
 FILES = ("index.html", "statuspage.js", "statuspage.css")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.replay import POOLS, Problem, Replayer, ReplayReport, Row
-from poolwatch.sources.log_tail import LogTail
+from poolwatch.sources.sglang_log.replay import POOLS, Problem, Replayer, ReplayReport, Row
+from poolwatch.sources.sglang_log.tail import LogTail
 
 __all__ = ["add_arguments", "run"]
 

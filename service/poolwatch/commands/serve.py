@@ -10,9 +10,9 @@ import sys
 import uvicorn
 from fastapi import FastAPI
 
-from poolwatch.app import create_app
 from poolwatch.errors import ConfigError
 from poolwatch.settings import Settings, add_flags, from_args
+from poolwatch.sidecar.app import create_app
 
 __all__ = ["add_arguments", "run"]
 

@@ -1,6 +1,6 @@
 """Detection: snapshot streams in, alerts out.
 
-The sidecar wires it with ``from poolwatch.detect.alerting import build_alerting`` (not re-exported
+The sidecar wires it with ``from poolwatch.sidecar.alerting import build_alerting`` (not re-exported
 here: the notifiers import this package's values, and the wiring imports the notifiers).
 
 ``rules`` holds the alert definitions (one source for the detector, the Prometheus rules and the

@@ -1,4 +1,4 @@
-"""The detector's tunables: one frozen value built from the ``alerting`` settings group.
+"""The detector's tunables: one frozen value (the sidecar builds it from its ``alerting`` settings).
 
 The defaults are also the thresholds written into the generated Prometheus rules
 (:mod:`poolwatch.detect.rules`), so the sidecar's detector and Prometheus agree out of the box.
@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from poolwatch.errors import ConfigError
-from poolwatch.settings import Settings
 
 __all__ = ["DetectorConfig"]
 
@@ -61,22 +60,3 @@ class DetectorConfig:
         fraction = self.large_leak_fraction
         if not 0 < fraction <= 1:
             raise ConfigError(f"POOLWATCH_LARGE_LEAK_FRACTION: must be in (0, 1], got {fraction}")
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> DetectorConfig:
-        """The detector's view of the ``alerting`` group (and the scrape group's staleness limit)."""
-        a = settings.alerting
-        return cls(
-            deficit_samples=a.deficit_samples,
-            resolve_samples=a.resolve_samples,
-            resolve_hold=a.resolve_hold,
-            coarse_hold=a.coarse_hold,
-            incident_hold=a.incident_hold,
-            stale_after=settings.scrape.stale_after,
-            stale_for=a.stale_for,
-            target_down_for=a.target_down_for,
-            large_leak_fraction=a.large_leak_fraction,
-            trend_window=a.trend_window,
-            exhaustion_horizon=a.exhaustion_horizon,
-            forecast_for=a.forecast_for,
-        )

@@ -1,8 +1,9 @@
 """The detector: every rank's snapshot stream in, alerts out.
 
-It subscribes to the :class:`~poolwatch.store.SnapshotStore` (``observe`` runs for every accepted
-snapshot) and is also evaluated on a timer (``evaluate``), so staleness, dead targets and hold
-times are judged even when no snapshot arrives.  Each source of a rank (the probe, SGLang's
+Pure: it is fed every accepted snapshot (``observe``; the sidecar subscribes it to its store) and
+is evaluated on a timer with the latest snapshot of every rank and the scrape targets' health
+(``evaluate``), so staleness, dead targets and hold times are judged even when no snapshot
+arrives.  It imports no store, settings, HTTP or metrics library.  Each source of a rank (the probe, SGLang's
 ``/metrics``, its log) judges the pool alerts on its own: a snapshot that cannot tell (coarse
 figures while busy) never counts as clean, and when a source reports a restart (new ``boot_id``)
 its sampled alerts resolve and its trend windows start over.  Alerts with the same labels from
@@ -16,7 +17,7 @@ from __future__ import annotations
 import threading
 import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from poolwatch.conservation import Basis, assess
@@ -36,7 +37,7 @@ from poolwatch.detect.signals import conservation_judged, conservation_signals, 
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries, Trend
 from poolwatch.model import Pool, Snapshot, WorkerId
-from poolwatch.store import SnapshotStore
+from poolwatch.target_health import TargetState
 
 __all__ = ["FORECAST", "Detector", "PoolTrend"]
 
@@ -67,14 +68,12 @@ class Detector:
         config: DetectorConfig,
         clock: Callable[[], float],
         *,
-        store: SnapshotStore | None = None,
         runbook_base_url: str = "",
         dashboard_base_url: str = "",
         extra_labels: Mapping[str, str] | None = None,
     ) -> None:
         self._cfg = config
         self._clock = clock
-        self._store = store
         self._runbook_base = runbook_base_url
         self._dashboard_base = dashboard_base_url.rstrip("/")
         self._extra = {k: v for k, v in (extra_labels or {}).items() if v}  # e.g. the namespace
@@ -95,14 +94,22 @@ class Detector:
             self._tracker.sample(subject, signals, judged, (snap.boot_id, snap.seq), now)
             self._tracker.events(incident_signals(snap, self._cfg, now), now)
 
-    def evaluate(self, now: float | None = None) -> list[Alert]:
-        """The timer's turn: staleness, target health, hold times.  Returns every alert."""
+    def evaluate(
+        self,
+        now: float | None = None,
+        *,
+        latest: Sequence[Snapshot] | None = None,
+        targets: Sequence[TargetState] | None = None,
+    ) -> list[Alert]:
+        """The timer's turn: hold times, and -- when the caller passes them -- staleness of the
+        ``latest`` snapshot of every rank and the health of every scrape ``target``.  Returns
+        every alert."""
         now = self._clock() if now is None else now
         with self._lock:
-            if self._store is not None:
-                latest = self._store.latest()
+            if latest is not None:
                 self._tracker.timed({SNAPSHOT_STALE}, stale_signals(latest, self._cfg, now), now)
-                self._tracker.timed({TARGET_DOWN}, target_signals(self._store.targets(), self._cfg, now), now)
+            if targets is not None:
+                self._tracker.timed({TARGET_DOWN}, target_signals(targets, self._cfg, now), now)
             self._tracker.tick(now)
             return self._labelled(self._tracker.alerts())
 

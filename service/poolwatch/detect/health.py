@@ -19,7 +19,7 @@ from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.rules import Severity
 from poolwatch.detect.signals import crash_imminent, where
 from poolwatch.model import Incident, IncidentKind, Phase, Snapshot
-from poolwatch.store import TargetState
+from poolwatch.target_health import TargetState
 
 __all__ = [
     "IDLE_CHECK_FAILED",

@@ -13,9 +13,9 @@ Nothing here imports torch at import time.
 
 from __future__ import annotations
 
+from poolwatch.discovery import DiscoveryEntry, read_discovery_dir
 from poolwatch.probe.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.core import Probe
-from poolwatch.probe.discovery import DiscoveryEntry, read_discovery_dir
 from poolwatch.probe.hooks import attach, detach, install, uninstall
 
 __all__ = [

@@ -52,7 +52,7 @@ class Probe:
         if config.worker:
             self.environ["POOLWATCH_WORKER"] = config.worker
         self.clock, self.wall = clock, wall
-        self.version = config.sglang_version or sglang_version() or _emulated_version(scheduler)
+        self.version = config.sglang_version or sglang_version()
         self.shape = shape or _shape_of(self.version)
         self.boot_id = uuid.uuid4().hex[:16]
         self.started_at = wall()
@@ -216,10 +216,3 @@ def _shape_of(version: str) -> Shape:
         return shape_for_version(version)
     except ValueError:
         return SHAPES[-1]
-
-
-def _emulated_version(scheduler: object) -> str:
-    """The emulator names the release it reproduces (``scheduler.release.name``)."""
-    release = getattr(scheduler, "release", None)
-    name = getattr(release, "name", "")
-    return name if isinstance(name, str) else ""

@@ -6,9 +6,9 @@ import atexit
 import os
 from pathlib import Path
 
+from poolwatch.discovery import DiscoveryEntry, remove_discovery, write_discovery
 from poolwatch.probe.access import Reading
 from poolwatch.probe.core import Probe
-from poolwatch.probe.discovery import DiscoveryEntry, remove_discovery, write_discovery
 from poolwatch.probe.identity import local_index, worker_identity
 from poolwatch.probe.requests import role_of
 from poolwatch.probe.server import ProbeServer

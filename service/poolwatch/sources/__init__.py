@@ -2,7 +2,7 @@
 
 :func:`source_provider` is what the scrape loop asks every cycle (the probe discovery directory
 is re-read each time); :func:`build_sources` is one look at it.  Both come from
-:class:`poolwatch.targets.TargetSet`, which raises ``ConfigError`` for a bad targets file.
+:class:`poolwatch.sources.targets.TargetSet`, which raises ``ConfigError`` for a bad targets file.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from collections.abc import Callable, Sequence
 
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
+from poolwatch.sources.targets import TargetSet
 
 __all__ = ["Source", "Target", "build_sources", "source_provider"]
 
 
 def source_provider(settings: Settings, clock: Callable[[], float]) -> Callable[[], Sequence[Source]]:
     """The current sources, asked again every scrape cycle (targets come and go)."""
-    from poolwatch.targets import TargetSet  # targets imports the source modules of this package
-
     return TargetSet(settings, clock).current
 
 

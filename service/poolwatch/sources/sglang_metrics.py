@@ -22,7 +22,6 @@ from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, WorkerId
 from poolwatch.sources.base import Target
 from poolwatch.sources.http import get_bytes, get_json, join_url
-from poolwatch.sources.log_lines import Ranks
 from poolwatch.sources.prom_text import PromTextError, parse_samples
 from poolwatch.sources.sglang_gauges import (
     RankGauges,
@@ -33,6 +32,7 @@ from poolwatch.sources.sglang_gauges import (
     queues,
     wanted,
 )
+from poolwatch.sources.sglang_log.lines import Ranks
 
 __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 

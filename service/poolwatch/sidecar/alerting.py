@@ -1,0 +1,185 @@
+"""The one wiring point for the sidecar: :func:`build_alerting` returns an :class:`Alerting` with
+
+* ``collector`` — register it in the sidecar's registry (alerts, leak trends, delivery metrics);
+* ``router`` — mount it in the app (``GET /api/v1/alerts``);
+* ``await start()`` / ``await stop()`` — call them from the lifespan: they own the evaluation
+  timer, the notifier tasks and their HTTP client;
+* ``evaluate(now)`` — one timer turn (tests call it directly).
+
+The detector is subscribed to the store at build time, and firing alerts saved by a previous run
+(``state_file``) are taken back then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+from fastapi import APIRouter
+
+from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.detector import Detector
+from poolwatch.errors import ConfigError
+from poolwatch.notify.alertmanager import AlertmanagerReceiver
+from poolwatch.notify.client import auth_headers, build_client, tls_verify
+from poolwatch.notify.delivery import Deliverer, DeliveryStats, Receiver
+from poolwatch.notify.webhook import WebhookReceiver
+from poolwatch.settings import AlertSettings, Settings
+from poolwatch.sidecar.alert_collector import AlertCollector
+from poolwatch.sidecar.alerts_api import alerts_router
+from poolwatch.sidecar.persist import load_alerts, save_alerts
+from poolwatch.sidecar.store import SnapshotStore
+
+__all__ = ["Alerting", "build_alerting", "detector_config"]
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def _receivers(settings: AlertSettings) -> list[Receiver]:
+    for url in (*settings.alertmanager_urls, *settings.webhook_urls):
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"alerting: {url!r} is not an http(s) URL")
+    out: list[Receiver] = [
+        AlertmanagerReceiver(u, settings.resend_interval) for u in settings.alertmanager_urls
+    ]
+    out += [WebhookReceiver(u) for u in settings.webhook_urls]
+    return out
+
+
+class Alerting:
+    def __init__(
+        self,
+        detector: Detector,
+        store: SnapshotStore,
+        settings: AlertSettings,
+        clock: Callable[[], float],
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.detector = detector
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._transport = transport
+        self._sleep = sleep
+        self._receivers = _receivers(settings)
+        self._state_file = Path(settings.state_file) if settings.state_file else None
+        self._saved: frozenset[str] | None = None
+        self._deliverers: list[Deliverer] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._client: httpx.AsyncClient | None = None
+        self.collector = AlertCollector(detector, self.delivery_stats)
+        self.router: APIRouter = alerts_router(detector.alerts)
+
+    def restore(self) -> int:
+        """Take back the alerts of the state file; returns how many."""
+        if self._state_file is None:
+            return 0
+        alerts = load_alerts(self._state_file)
+        self.detector.restore(alerts)
+        self._saved = frozenset(a.fingerprint for a in alerts)
+        return len(alerts)
+
+    def evaluate(self, now: float | None = None) -> list[Alert]:
+        alerts = self.detector.evaluate(now, latest=self._store.latest(), targets=self._store.targets())
+        self._persist(alerts)
+        return alerts
+
+    def delivery_stats(self) -> list[DeliveryStats]:
+        return [d.stats() for d in self._deliverers]
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._client = build_client(self._settings, self._transport)
+        self._deliverers = [
+            Deliverer(
+                r,
+                self._client,
+                self.detector.alerts,
+                self._clock,
+                resend_interval=self._settings.resend_interval,
+                capacity=self._settings.notify_queue,
+                sleep=self._sleep,
+            )
+            for r in self._receivers
+        ]
+        self._tasks = [asyncio.create_task(self._timer(), name="poolwatch-alert-timer")]
+        self._tasks += [
+            asyncio.create_task(d.run(), name=f"poolwatch-notify-{d.receiver.name}") for d in self._deliverers
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self._persist(self.detector.alerts())
+
+    async def _timer(self) -> None:
+        while True:
+            self.evaluate()
+            await self._sleep(self._settings.evaluate_interval)
+
+    def _persist(self, alerts: list[Alert]) -> None:
+        if self._state_file is None:
+            return
+        firing = [a for a in alerts if a.state is AlertState.FIRING]
+        key = frozenset(a.fingerprint for a in firing)
+        if key != self._saved:
+            save_alerts(self._state_file, firing)
+            self._saved = key
+
+
+def detector_config(settings: Settings) -> DetectorConfig:
+    """The detector's view of the ``alerting`` group (and the scrape group's staleness limit)."""
+    a = settings.alerting
+    return DetectorConfig(
+        deficit_samples=a.deficit_samples,
+        resolve_samples=a.resolve_samples,
+        resolve_hold=a.resolve_hold,
+        coarse_hold=a.coarse_hold,
+        incident_hold=a.incident_hold,
+        stale_after=settings.scrape.stale_after,
+        stale_for=a.stale_for,
+        target_down_for=a.target_down_for,
+        large_leak_fraction=a.large_leak_fraction,
+        trend_window=a.trend_window,
+        exhaustion_horizon=a.exhaustion_horizon,
+        forecast_for=a.forecast_for,
+    )
+
+
+def build_alerting(
+    settings: Settings,
+    store: SnapshotStore,
+    clock: Callable[[], float],
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> Alerting:
+    """Detector + notifiers for the sidecar; a bad setting raises :class:`ConfigError` here."""
+    a = settings.alerting
+    auth_headers(a)
+    tls_verify(a)  # unreadable secrets or CA files fail now, not at the first page
+    detector = Detector(
+        detector_config(settings),
+        clock,
+        runbook_base_url=a.runbook_base_url,
+        dashboard_base_url=a.dashboard_url,
+        extra_labels={"namespace": settings.identity.namespace},
+    )
+    alerting = Alerting(detector, store, a, clock, transport=transport, sleep=sleep)
+    alerting.restore()
+    store.subscribe(detector.observe)
+    return alerting

@@ -1,0 +1,106 @@
+"""The sidecar's ASGI application, built by :func:`create_app` with every dependency injected."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+import httpx
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from poolwatch import __version__
+from poolwatch.settings import Settings
+from poolwatch.sidecar.alerting import Alerting, build_alerting
+from poolwatch.sidecar.api import api_router
+from poolwatch.sidecar.exporter import BuildInfoCollector, PoolCollector, TargetCollector
+from poolwatch.sidecar.scraper import Scraper
+from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.sources import Source, source_provider
+
+__all__ = ["build_registry", "create_app"]
+
+STATIC_DIR = Path(__file__).parent.parent / "static"
+
+
+def build_registry(
+    store: SnapshotStore, clock: Callable[[], float], stale_after: float, extra: Sequence[Collector] = ()
+) -> CollectorRegistry:
+    """A fresh registry holding poolwatch's collectors (no process/platform defaults)."""
+    registry = CollectorRegistry()
+    for collector in (PoolCollector(store, clock, stale_after), TargetCollector(store), *extra):
+        registry.register(collector)
+    registry.register(BuildInfoCollector(__version__))
+    return registry
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: SnapshotStore | None = None,
+    sources: Sequence[Source] | None = None,
+    clock: Callable[[], float] = time.time,
+    transport: httpx.AsyncBaseTransport | None = None,
+    alerting: Alerting | None = None,
+    collectors: Sequence[Collector] = (),
+    routers: Sequence[APIRouter] = (),
+) -> FastAPI:
+    """Build the sidecar: store, scrape loop and alerting (owned by the lifespan), registry, routes.
+
+    Raises :class:`~poolwatch.errors.ConfigError` for a setting that only shows up as wrong here
+    (an unreadable token file, a bad receiver URL)."""
+    store = store if store is not None else SnapshotStore(history=settings.scrape.history)
+    provider = list(sources) if sources is not None else source_provider(settings, clock)
+    scraper = Scraper(store, provider, settings.scrape, clock)
+    alerting = alerting or build_alerting(settings, store, clock, transport=transport)
+    stale_after = settings.scrape.stale_after
+    registry = build_registry(store, clock, stale_after, [alerting.collector, *collectors])
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with httpx.AsyncClient(transport=transport, timeout=settings.scrape.scrape_timeout) as client:
+            task = asyncio.create_task(scraper.run(client), name="poolwatch-scraper")
+            await alerting.start()
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                await alerting.stop()
+
+    app = FastAPI(title="poolwatch", version=__version__, lifespan=lifespan)
+    app.state.store = store
+    app.state.registry = registry
+    app.state.alerting = alerting
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), media_type=content_type)
+
+    @app.get("/healthz", summary="Liveness: the process answers")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Readiness: useful data is flowing")
+    def readyz() -> JSONResponse:
+        now = clock()
+        fresh = [s for s in store.latest() if now - s.taken_at <= stale_after]
+        if fresh:
+            return JSONResponse({"status": "ready", "fresh_ranks": len(fresh)})
+        return JSONResponse({"status": "not ready", "reason": "no rank has fresh data"}, status_code=503)
+
+    app.include_router(api_router(store, clock, stale_after))
+    app.include_router(alerting.router)
+    for router in routers:
+        app.include_router(router)
+    app.mount("/", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="status")
+    return app

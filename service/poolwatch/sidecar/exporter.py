@@ -1,0 +1,203 @@
+"""Custom collectors over the :class:`~poolwatch.sidecar.store.SnapshotStore`.
+
+They build fresh metric families on every scrape from the catalogue, so a rank or target that
+disappears simply stops being exported.  Sample exposition::
+
+    poolwatch_pool_capacity_slots{worker="prefill-0",role="prefill",...,pool="mamba"} 476.0
+    poolwatch_pool_slots{...,pool="mamba",state="available"} 473.0
+    poolwatch_pool_conservation_gap_slots{...,pool="mamba"} -1.0
+    poolwatch_target_up{target="file:seed.json",source="file"} 1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from poolwatch.catalog import Kind, by_name
+from poolwatch.conservation import assess, used
+from poolwatch.model import Exactness, Phase, PoolAccount, Snapshot
+from poolwatch.sidecar.store import SnapshotStore, TargetState
+
+__all__ = ["BuildInfoCollector", "Families", "PoolCollector", "TargetCollector", "rank_labels"]
+
+_STATES = ("available", "evictable", "protected", "held", "session_held")
+
+
+class Families:
+    """Catalogue-checked families for one collect() call, emitted in catalogue order."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for name in names:
+            spec = by_name(name)
+            if spec.kind is Kind.COUNTER:
+                base = spec.name.removesuffix("_total")
+                self._families[name] = CounterMetricFamily(base, spec.help, labels=spec.labels)
+            else:
+                self._families[name] = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+
+    def add(self, name: str, labels: Sequence[str], value: float) -> None:
+        self._families[name].add_metric(list(labels), value)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
+def rank_labels(snap: Snapshot) -> tuple[str, ...]:
+    w = snap.worker
+    return (w.worker, w.role.value, str(w.dp_rank), str(w.tp_rank), str(w.pp_rank))
+
+
+_RANK_METRICS = (
+    "poolwatch_worker_info",
+    "poolwatch_worker_idle",
+    "poolwatch_scheduler_iteration",
+    "poolwatch_snapshot_timestamp_seconds",
+    "poolwatch_snapshot_age_seconds",
+    "poolwatch_snapshot_stale",
+    "poolwatch_queue_requests",
+    "poolwatch_idle_check_strict",
+    "poolwatch_incidents_total",
+    "poolwatch_probe_samples_total",
+    "poolwatch_probe_errors_total",
+    "poolwatch_probe_sample_duration_seconds",
+    "poolwatch_probe_census_duration_seconds",
+    "poolwatch_probe_disabled",
+)
+_POOL_METRICS = (
+    "poolwatch_pool_capacity_slots",
+    "poolwatch_pool_slots",
+    "poolwatch_pool_used_slots",
+    "poolwatch_pool_conservation_gap_slots",
+    "poolwatch_pool_figures_exact",
+    "poolwatch_pool_tripwire_slots",
+)
+
+
+class PoolCollector(Collector):
+    """Per-rank and per-pool figures of the latest snapshots.  Pool figures of a stale rank are
+    withheld (never shown as current); its age and staleness are still exported."""
+
+    def __init__(self, store: SnapshotStore, clock: Callable[[], float], stale_after: float) -> None:
+        self._store = store
+        self._clock = clock
+        self._stale_after = stale_after
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(Families(_POOL_METRICS + _RANK_METRICS))
+
+    def collect(self) -> Iterator[Metric]:
+        fam = Families(_POOL_METRICS + _RANK_METRICS)
+        now = self._clock()
+        for snap in self._store.latest():
+            stale = now - snap.taken_at > self._stale_after
+            self._add_rank(fam, snap, now, stale)
+            if not stale:
+                for account in snap.pools.values():
+                    self._add_pool(fam, snap, account)
+                self._add_tripwires(fam, snap)
+        return iter(fam)
+
+    def _add_rank(self, fam: Families, snap: Snapshot, now: float, stale: bool) -> None:
+        labels = rank_labels(snap)
+        w = snap.worker
+        fam.add("poolwatch_worker_info", (*labels, w.model, w.sglang_version, snap.source), 1)
+        fam.add("poolwatch_scheduler_iteration", labels, snap.seq)
+        fam.add("poolwatch_snapshot_timestamp_seconds", labels, snap.taken_at)
+        fam.add("poolwatch_snapshot_age_seconds", labels, max(0.0, now - snap.taken_at))
+        fam.add("poolwatch_snapshot_stale", labels, float(stale))
+        for kind, count in sorted(self._store.incidents(w.key).items()):
+            fam.add("poolwatch_incidents_total", (*labels, kind.value), count)
+        if stale:
+            return
+        if snap.phase is not Phase.UNKNOWN:
+            fam.add("poolwatch_worker_idle", labels, float(snap.phase is Phase.IDLE))
+        for queue, depth in sorted(snap.queues.items()):
+            fam.add("poolwatch_queue_requests", (*labels, queue), depth)
+        if snap.idle_check_strict is not None:
+            fam.add("poolwatch_idle_check_strict", labels, float(snap.idle_check_strict))
+        if snap.probe is not None:
+            p = snap.probe
+            fam.add("poolwatch_probe_samples_total", labels, p.samples_total)
+            fam.add("poolwatch_probe_errors_total", labels, p.errors_total)
+            fam.add("poolwatch_probe_sample_duration_seconds", labels, p.sample_cost_seconds)
+            fam.add("poolwatch_probe_census_duration_seconds", labels, p.census_cost_seconds)
+            fam.add("poolwatch_probe_disabled", labels, float(p.disabled))
+
+    @staticmethod
+    def _add_pool(fam: Families, snap: Snapshot, account: PoolAccount) -> None:
+        labels = (*rank_labels(snap), account.pool.value)
+        if account.size is not None:
+            fam.add("poolwatch_pool_capacity_slots", labels, account.size)
+        for state in _STATES:
+            value = getattr(account, state)
+            if value is not None:
+                fam.add("poolwatch_pool_slots", (*labels, state), value)
+        finding = assess(account, snap.phase)
+        used_slots = used(account)
+        if used_slots is not None:
+            fam.add("poolwatch_pool_used_slots", labels, used_slots)
+        if finding.gap is not None:
+            fam.add("poolwatch_pool_conservation_gap_slots", labels, finding.gap)
+        fam.add("poolwatch_pool_figures_exact", labels, float(account.exactness is Exactness.EXACT))
+
+    @staticmethod
+    def _add_tripwires(fam: Families, snap: Snapshot) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for t in snap.tripwires:
+            key = (t.pool.value, t.kind.value)
+            counts[key] = counts.get(key, 0) + len(t.slots)
+        for (pool, kind), n in sorted(counts.items()):
+            fam.add("poolwatch_pool_tripwire_slots", (*rank_labels(snap), pool, kind), n)
+
+
+_TARGET_METRICS = (
+    "poolwatch_target_up",
+    "poolwatch_target_scrape_duration_seconds",
+    "poolwatch_target_last_success_timestamp_seconds",
+    "poolwatch_target_scrapes_total",
+    "poolwatch_target_scrape_errors_total",
+)
+
+
+class TargetCollector(Collector):
+    """The sidecar's own view of each target: up, duration, last success, errors by reason."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self._store = store
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(Families(_TARGET_METRICS))
+
+    def collect(self) -> Iterator[Metric]:
+        fam = Families(_TARGET_METRICS)
+        for t in self._store.targets():
+            self._add(fam, t)
+        return iter(fam)
+
+    @staticmethod
+    def _add(fam: Families, t: TargetState) -> None:
+        labels = (t.name, t.source)
+        fam.add("poolwatch_target_up", labels, float(t.up))
+        fam.add("poolwatch_target_scrape_duration_seconds", labels, t.last_duration)
+        fam.add("poolwatch_target_scrapes_total", labels, t.scrapes)
+        if t.last_success_at is not None:
+            fam.add("poolwatch_target_last_success_timestamp_seconds", labels, t.last_success_at)
+        for reason, count in sorted(t.errors.items()):
+            fam.add("poolwatch_target_scrape_errors_total", (*labels, reason.value), count)
+
+
+class BuildInfoCollector(Collector):
+    def __init__(self, version: str) -> None:
+        self._version = version
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(Families(("poolwatch_build_info",)))
+
+    def collect(self) -> Iterator[Metric]:
+        fam = Families(("poolwatch_build_info",))
+        fam.add("poolwatch_build_info", (self._version,), 1)
+        return iter(fam)

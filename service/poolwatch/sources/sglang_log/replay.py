@@ -1,0 +1,200 @@
+"""Replay a saved SGLang log: the timeline of pool usage per rank and the first provable fault.
+
+The log source's parsers run over the lines in order, in constant memory: batch events are
+summarised per rank over windows of ``every`` seconds (``every=0`` keeps every event), and each
+incident (a leak report, a failed busy check, a tree sanity failure, a crash) gets its own row.
+The *first problem* is the earliest moment the accounting provably went wrong: SGLang reported
+a leak or failed a check, or a figure proves an imbalance on its own (a negative used count).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe, used
+from poolwatch.model import IncidentKind, Pool, Snapshot
+from poolwatch.sources.sglang_log.events import BatchStats, LogEvent, RankIncident, interpret
+from poolwatch.sources.sglang_log.lines import RecordAssembler
+from poolwatch.sources.sglang_log.state import LogFold
+
+__all__ = ["Problem", "ReplayReport", "Row", "Replayer"]
+
+ACCOUNTING = (IncidentKind.LEAK_DETECTED, IncidentKind.BUSY_CHECK_FAILED, IncidentKind.TREE_SANITY_FAILED)
+POOLS = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)
+
+
+@dataclass(slots=True)
+class Row:
+    """One line of the timeline: one event, or the batches of one rank in one window."""
+
+    at: float
+    rank: str
+    event: str  # "prefill", "decode", "batches" (a window of several), or an incident kind
+    batches: int = 0
+    figures: dict[Pool, str] = field(default_factory=dict)  # used count, else the usage ratio
+    running: int | None = None
+    waiting: int | None = None
+    verdict: str = ""  # what the figures prove ("" when they prove nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    at: float
+    rank: str
+    event: str
+    verdict: str
+    message: str
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    lines: int = 0
+    records: int = 0
+    dropped_lines: int = 0  # continuation lines beyond a record's bound, or without a record
+    ranks: set[str] = field(default_factory=set)
+    incidents: dict[str, int] = field(default_factory=dict)
+    first_problem: Problem | None = None
+
+    @property
+    def problem(self) -> bool:
+        return self.first_problem is not None or IncidentKind.SCHEDULER_EXCEPTION.value in self.incidents
+
+
+class Replayer:
+    """Feed it lines; it calls ``emit`` with timeline rows in time order and fills a report."""
+
+    def __init__(self, worker: str, emit: Callable[[Row], None], every: float = 60.0) -> None:
+        self._fold = LogFold(worker)
+        self._assembler = RecordAssembler()
+        self._emit = emit
+        self._every = every
+        self._window: float | None = None
+        self._open: dict[str, Row] = {}  # the batch rows of the current window, by rank
+        self._incidents: list[Row] = []  # the incident rows of the current window
+        self.report = ReplayReport()
+
+    def feed(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.report.lines += 1
+            for record in self._assembler.feed(line):
+                self._record(interpret(record))
+
+    def finish(self) -> ReplayReport:
+        for record in self._assembler.flush():
+            self._record(interpret(record))
+        self._close_window()
+        self.report.dropped_lines = self._assembler.dropped
+        return self.report
+
+    def _record(self, events: Iterable[LogEvent]) -> None:
+        self.report.records += 1
+        for event in events:
+            if isinstance(event, BatchStats) and not _negative(event):
+                self._batch(event, "")  # a busy batch proves nothing else: skip the snapshot
+                continue
+            snap = self._fold.apply(event)
+            if snap is None:
+                continue
+            verdict = _verdict(assess_snapshot(snap))
+            if isinstance(event, BatchStats):
+                self._batch(event, verdict)
+            elif isinstance(event, RankIncident):
+                self._incident(event, snap, verdict)
+
+    def _incident(self, event: RankIncident, snap: Snapshot, verdict: str) -> None:
+        rank = event.ranks.label()
+        self.report.ranks.add(rank)
+        self._advance(event.incident.at)
+        kind = event.incident.kind
+        self.report.incidents[kind.value] = self.report.incidents.get(kind.value, 0) + 1
+        row = Row(event.incident.at, rank, kind.value, figures=_account_figures(snap), verdict=verdict)
+        self._incidents.append(row)
+        if self._every <= 0:
+            self._close_window()
+        if kind in ACCOUNTING or verdict:
+            self._first(row, event.incident.message)
+
+    def _batch(self, event: BatchStats, verdict: str) -> None:
+        rank = event.ranks.label()
+        self.report.ranks.add(rank)
+        self._advance(event.at)
+        row = self._open.get(rank)
+        if row is None or self._every <= 0:
+            row = Row(event.at, rank, event.kind)
+            self._open[rank] = row
+        else:
+            row.event = "batches"
+        row.batches += 1
+        row.figures = _worst(row.figures, _batch_figures(event))
+        row.running = max(row.running or 0, event.queues.get("running", 0))
+        row.waiting = max(row.waiting or 0, event.queues.get("waiting", 0))
+        row.verdict = row.verdict or verdict
+        if verdict:
+            self._first(Row(event.at, rank, event.kind, verdict=verdict), "")
+        if self._every <= 0:
+            self._close_window()
+
+    def _advance(self, at: float) -> None:
+        if self._every <= 0:
+            return
+        window = math.floor(at / self._every)
+        if self._window is not None and window != self._window:
+            self._close_window()
+        self._window = window
+
+    def _close_window(self) -> None:
+        for row in sorted([*self._open.values(), *self._incidents], key=lambda r: (r.at, r.rank)):
+            self._emit(row)
+        self._open.clear()
+        self._incidents.clear()
+
+    def _first(self, row: Row, message: str) -> None:
+        if self.report.first_problem is None:
+            first_line = message.splitlines()[0] if message else ""
+            self.report.first_problem = Problem(row.at, row.rank, row.event, row.verdict, first_line)
+
+
+def _verdict(findings: tuple[Finding, ...]) -> str:
+    """``describe`` of the findings when one of them proves an imbalance, else ""."""
+    proven = any(
+        f.balance in (Balance.SURPLUS, Balance.DEFICIT) and f.basis is not Basis.NONE for f in findings
+    )
+    return describe(tuple(f for f in findings if f.balance is not Balance.UNKNOWN)) if proven else ""
+
+
+def _negative(event: BatchStats) -> bool:
+    return bool(event.negative) or any(v < 0 for v in event.used.values())
+
+
+def _batch_figures(event: BatchStats) -> dict[Pool, str]:
+    """Per pool, the used count of a decode line, else the (signed) ratio of a prefill line."""
+    out = {pool: str(count) for pool, count in event.used.items()}
+    for pool, ratio in event.usage.items():
+        if pool not in out:
+            out[pool] = f"{'-' if pool in event.negative else ''}{abs(ratio):.2f}"
+    return out
+
+
+def _account_figures(snap: Snapshot) -> dict[Pool, str]:
+    """Per pool, the used count the snapshot's figures give."""
+    counts = {pool: used(account) for pool, account in snap.pools.items()}
+    return {pool: str(count) for pool, count in counts.items() if count is not None}
+
+
+def _worst(old: dict[Pool, str], new: dict[Pool, str]) -> dict[Pool, str]:
+    """Per pool, keep the figure that matters most in a window: a negative one, a count over a
+    ratio, else the largest."""
+    merged = dict(old)
+    for pool, text in new.items():
+        prev = merged.get(pool)
+        if prev is None or _rank(text) > _rank(prev):
+            merged[pool] = text
+    return merged
+
+
+def _rank(text: str) -> tuple[bool, bool, float]:
+    value = float(text)
+    negative = text.startswith("-")
+    return negative, "." not in text, -value if negative else value

@@ -1,0 +1,77 @@
+"""SGLang's log file as a source: batch lines, leak reports and crashes, as they are written.
+
+Each scrape reads what was appended since the last one (:class:`~poolwatch.sources.sglang_log.tail.
+LogTail`, in a thread), assembles records, interprets them and folds the events into per-rank
+snapshots.  It returns, per rank, every snapshot that carries an incident or a negative used
+count (the detector must see each) and the latest one.  A record is held until the next
+prefixed line shows it is complete, or until a scrape finds the log quiet.
+
+A snapshot is stamped with its line's time (not the scrape's), so lines read from a backlog
+are shown as old, never as current; a stamp in the future (a zone mismatch) is clamped to now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+import httpx
+
+from poolwatch.model import Snapshot
+from poolwatch.sources.base import Target
+from poolwatch.sources.sglang_log.events import interpret
+from poolwatch.sources.sglang_log.lines import LogRecord, RecordAssembler
+from poolwatch.sources.sglang_log.state import LogFold
+from poolwatch.sources.sglang_log.tail import LogTail
+
+__all__ = ["SglangLogSource", "keep_notable"]
+
+
+class SglangLogSource:
+    """Follows one SGLang log file (all the ranks that write to it)."""
+
+    def __init__(
+        self, target: Target, clock: Callable[[], float], *, backfill: int = 1 << 20, max_read: int = 4 << 20
+    ) -> None:
+        self._target = target
+        self._clock = clock
+        self._tail = LogTail(target.location, backfill=backfill, max_read=max_read)
+        self._assembler = RecordAssembler()
+        self._fold = LogFold(target.worker, target.role, instance=target.location)
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
+        read = await asyncio.to_thread(self._tail.read)
+        records: list[LogRecord] = []
+        for line in read.lines:
+            records += self._assembler.feed(line)
+        if not read.lines and not read.more:
+            records += self._assembler.flush()  # the log is quiet: the pending record is whole
+        return self._snapshots(records)
+
+    def close(self) -> None:
+        self._tail.close()
+
+    def _snapshots(self, records: Iterable[LogRecord]) -> list[Snapshot]:
+        now = self._clock()
+        snaps: list[Snapshot] = []
+        for record in records:
+            for event in interpret(record):
+                snap = self._fold.apply(event)
+                if snap is not None:
+                    snaps.append(snap if snap.taken_at <= now else replace(snap, taken_at=now))
+        return keep_notable(snaps)
+
+
+def keep_notable(snaps: list[Snapshot]) -> list[Snapshot]:
+    """Per rank: every snapshot with an incident or a negative used count, and the last one."""
+    last = {s.worker.key: i for i, s in enumerate(snaps)}
+    return [s for i, s in enumerate(snaps) if last[s.worker.key] == i or _notable(s)]
+
+
+def _notable(snap: Snapshot) -> bool:
+    return bool(snap.incidents) or any((a.used or 0) < 0 for a in snap.pools.values())

@@ -1,0 +1,216 @@
+"""Where the sidecar reads from: discovered probe endpoints, or a static list of targets.
+
+*Sidecar mode* needs no per-rank configuration: each probe (one per scheduler rank of the pod)
+writes ``<worker>-dp<D>-tp<T>-pp<P>.json`` = ``{"url", "pid", "worker", "ranks", "boot_id",
+"started_at"}`` into the discovery directory, which is re-read every scrape cycle (ranks come
+and go; a restarted rank has a new ``boot_id``).  With ``--probe-workers`` a sidecar follows only
+the probes of those workers (several pods sharing one host directory).  A discovered rank keeps
+the worker name its probe took from the pod's environment (``POOLWATCH_WORKER``/``POD_NAME`` in SGLang's
+container), so workers sharing a directory never collide; the role (``POOLWATCH_ROLE``, when
+not ``unified``) and labels come from the sidecar's own environment through
+:class:`~poolwatch.settings.Settings`.
+
+*Central mode* lists targets: flags/env (``--probe-urls``, ``--metrics-urls``, ``--log-paths``,
+``--snapshot-files``) or a YAML file::
+
+    targets:
+      - {name: prefill-0, source: sglang-metrics, url: http://prefill-0:30000, role: prefill}
+      - {name: decode-0-log, source: sglang-log, path: /logs/decode-0.log, worker: decode-0}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from poolwatch.discovery import read_discovery_dir
+from poolwatch.errors import ConfigError
+from poolwatch.model import Role
+from poolwatch.settings import Settings
+from poolwatch.sources.base import Source, Target
+from poolwatch.sources.file import FileSource
+from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.sglang_log.source import SglangLogSource
+from poolwatch.sources.sglang_metrics import SglangMetricsSource
+
+__all__ = [
+    "DEFAULT_PROBE_DIR",
+    "KINDS",
+    "TargetSet",
+    "discover_probes",
+    "load_targets_file",
+    "make_source",
+    "parse_targets_document",
+    "static_targets",
+]
+
+DEFAULT_PROBE_DIR = "/tmp/poolwatch"
+KINDS = ("probe", "sglang-metrics", "sglang-log", "file")
+_LOCATION_KEY = {"probe": "url", "sglang-metrics": "url", "sglang-log": "path", "file": "path"}
+
+
+def parse_targets_document(doc: Any, where: str) -> list[Target]:
+    """The targets of a parsed YAML document; raises ``ConfigError`` naming the bad entry."""
+    items = doc.get("targets") if isinstance(doc, Mapping) else None
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: expected a mapping with a 'targets' list")
+    targets = [_target(item, f"{where}: targets[{i}]") for i, item in enumerate(items)]
+    names = [t.name for t in targets]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate is not None:
+        raise ConfigError(f"{where}: target name {duplicate!r} is used twice")
+    return targets
+
+
+def _target(item: Any, where: str) -> Target:
+    if not isinstance(item, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(item).__name__}")
+    kind = item.get("source")
+    if kind not in KINDS:
+        raise ConfigError(f"{where}.source: expected one of {', '.join(KINDS)}, got {kind!r}")
+    key = _LOCATION_KEY[kind]
+    location = _text(item, key, where, required=True)
+    name = _text(item, "name", where) or f"{kind}:{location}"
+    try:
+        role = Role(_text(item, "role", where) or "unified")
+    except ValueError:
+        raise ConfigError(
+            f"{where}.role: expected one of prefill, decode, unified, got {item['role']!r}"
+        ) from None
+    labels = item.get("labels", {})
+    if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
+        raise ConfigError(f"{where}.labels: expected a mapping of strings")
+    worker = _worker(kind, location, _text(item, "worker", where))
+    return Target(name, kind, location, worker, role, {str(k): v for k, v in labels.items()})
+
+
+def _text(item: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str:
+    value = item.get(key, "")
+    if not isinstance(value, str) or (required and not value):
+        raise ConfigError(f"{where}.{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def load_targets_file(path: str) -> list[Target]:
+    """Read and check a YAML targets file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        doc = yaml.safe_load(text)
+    except OSError as exc:
+        raise ConfigError(f"POOLWATCH_TARGETS_FILE: cannot read {path}: {exc.strerror or exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"POOLWATCH_TARGETS_FILE: {path} is not valid YAML: {first}") from None
+    return parse_targets_document(doc, path)
+
+
+def _identity(settings: Settings) -> tuple[str, Role, dict[str, str]]:
+    ident = settings.identity
+    labels = {"namespace": ident.namespace} if ident.namespace else {}
+    return ident.worker, ident.role, labels
+
+
+def static_targets(settings: Settings) -> list[Target]:
+    """Targets named by flags/env and the targets file (central mode).
+
+    A lone target is the pod's own SGLang and carries the pod's worker name.  Among several,
+    each SGLang server or log is named after its location (``host:port``, the log's file
+    name) and each probe after itself, so two servers never share a rank key.
+    """
+    worker, role, labels = _identity(settings)
+    t = settings.targets
+    listed = (
+        [("probe", u) for u in t.probe_urls]
+        + [("sglang-metrics", u) for u in t.metrics_urls]
+        + [("sglang-log", p) for p in t.log_paths]
+        + [("file", p) for p in t.snapshot_files]
+    )
+    alone = len(listed) == 1 and not t.targets_file and not t.probe_dir
+    own = worker if alone else ""
+    targets = [
+        Target(_name(kind, loc), kind, loc, _worker(kind, loc, own), role, labels) for kind, loc in listed
+    ]
+    if t.targets_file:
+        targets += load_targets_file(t.targets_file)
+    return targets
+
+
+def _name(kind: str, location: str) -> str:
+    return f"file:{Path(location).name}" if kind == "file" else f"{kind}:{location}"
+
+
+def _worker(kind: str, location: str, given: str) -> str:
+    """The worker name a target's snapshots carry ("" lets a probe or file name itself)."""
+    if given or kind in ("probe", "file"):
+        return given
+    if kind == "sglang-log":
+        return Path(location).name.split(".")[0] or location
+    return urlsplit(location).netloc or location
+
+
+def discover_probes(directory: str) -> list[tuple[str, str, str]]:
+    """``(target name, url, worker)`` of every probe announced in ``directory`` (bad files skipped)."""
+    found = []
+    for entry in read_discovery_dir(directory):
+        rank = f"dp{entry.dp_rank}-tp{entry.tp_rank}-pp{entry.pp_rank}"
+        found.append((f"probe:{entry.worker}/{rank}", entry.url, entry.worker))
+    return found
+
+
+def make_source(target: Target, settings: Settings, clock: Callable[[], float]) -> Source:
+    """The source object that reads ``target``."""
+    max_bytes = settings.scrape.max_body_bytes
+    if target.source == "probe":
+        # watch the probe: an answer as soon as its verdict changes, else once per interval
+        wait = min(settings.scrape.scrape_interval, settings.scrape.scrape_timeout / 2)
+        return ProbeSource(target, max_bytes, long_poll_s=wait)
+    if target.source == "sglang-metrics":
+        return SglangMetricsSource(target, clock, max_bytes=max_bytes)
+    if target.source == "sglang-log":
+        return SglangLogSource(target, clock)
+    if target.source == "file":
+        return FileSource(target, clock, max_bytes)
+    raise ConfigError(f"target {target.name}: unknown source {target.source!r}")
+
+
+class TargetSet:
+    """The current sources: the static ones, plus one per probe found in the discovery directory.
+
+    :meth:`current` is called once per scrape cycle; a source object lives as long as its target
+    is unchanged (a log source keeps its file offset), and is replaced when its URL changes.
+    """
+
+    def __init__(self, settings: Settings, clock: Callable[[], float]) -> None:
+        self._settings = settings
+        self._clock = clock
+        static = static_targets(settings)
+        self._static = [make_source(t, settings, clock) for t in static]
+        configured = settings.targets.probe_dir
+        self._probe_dir = configured or ("" if static else DEFAULT_PROBE_DIR)
+        self._discovered: dict[str, Source] = {}
+
+    @property
+    def probe_dir(self) -> str:
+        return self._probe_dir
+
+    def current(self) -> Sequence[Source]:
+        if not self._probe_dir:
+            return self._static
+        _, role, labels = _identity(self._settings)
+        fresh: dict[str, Source] = {}
+        only = set(self._settings.targets.probe_workers)
+        for name, url, worker in discover_probes(self._probe_dir):
+            if only and worker not in only:
+                continue
+            old = self._discovered.get(name)
+            if old is not None and old.target.location == url:
+                fresh[name] = old
+            else:  # the probe's own worker name: several workers may share one directory
+                target = Target(name, "probe", url, worker, role, labels)
+                fresh[name] = make_source(target, self._settings, self._clock)
+        self._discovered = fresh
+        return [*self._static, *fresh.values()]

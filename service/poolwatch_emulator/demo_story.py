@@ -1,0 +1,152 @@
+"""The narrated scenario behind ``poolwatch demo``: an emulated cluster, a fault, and what happens.
+
+The emulator runs on its own thread at a time scale; :meth:`Story.tick` (called by the demo's
+event loop a few times a second) prints each new event once: healthy heartbeats, the fault, every
+alert the sidecar fires, and the moment SGLang's idle check crashes a worker, with how much earlier
+poolwatch paged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from poolwatch.detect.alert import AlertState
+
+if TYPE_CHECKING:
+    from poolwatch.sidecar.alerting import Alerting
+    from poolwatch_emulator.cluster import Cluster
+    from poolwatch_emulator.faces import WorkerServer
+    from poolwatch_emulator.faults import FaultSpec
+
+__all__ = ["Story"]
+
+HEARTBEAT_S = 20.0  # simulated seconds between "still healthy" lines
+
+
+@dataclass
+class Story:
+    cluster: Cluster
+    servers: list[WorkerServer]
+    probe_dir: Path
+    log_dir: Path
+    fault: FaultSpec
+    time_scale: float
+    out: TextIO
+    alerting: Alerting | None = None
+    first_alert: float | None = None  # unix time the sidecar fired its first alert
+    _said: set[str] = field(default_factory=set)
+    _next_heartbeat: float = HEARTBEAT_S / 4
+
+    @classmethod
+    def build(cls, args: argparse.Namespace, work: Path, out: TextIO) -> Story:
+        """Build the cluster with the fault scheduled, its HTTP faces and its probes."""
+        from poolwatch_emulator.cluster import Cluster, ClusterConfig
+        from poolwatch_emulator.faces import WorkerServer, attach_probes
+        from poolwatch_emulator.faults import parse_fault
+
+        if args.time_scale <= 0 or args.healthy < 0:
+            raise ValueError("--time-scale must be > 0 and --healthy >= 0")
+        fault = parse_fault(f"{args.fault}@{args.healthy:g}s")
+        log_dir, probe_dir = work / "logs", work / "probes"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        config = ClusterConfig(
+            prefill=args.prefill, decode=args.decode, tp=args.tp, version=args.version,
+            faults=(fault,), seed=args.seed, log_dir=log_dir,
+        )  # fmt: skip
+        cluster = Cluster(config)
+        servers = [WorkerServer(w).start() for w in cluster.workers]
+        attach_probes(cluster, probe_dir)
+        return cls(cluster, servers, probe_dir, log_dir, fault, args.time_scale, out)
+
+    def say(self, key: str, text: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            print(f"[t={self.cluster.clock.now:6.0f}s] {text}", file=self.out, flush=True)
+
+    def begin(self, url: str, alerting: Alerting) -> None:
+        self.alerting = alerting
+        c = self.cluster
+        shape = c.config.shape
+        faces = ", ".join(f"{w.name} {s.url}/metrics" for w, s in zip(c.workers, self.servers, strict=True))
+        lines = [
+            f"poolwatch demo — an emulated SGLang {c.release.name} PD cluster with the sidecar watching it",
+            f"  status page  {url}/",
+            f"  metrics      {url}/metrics",
+            f"  alerts       {url}/api/v1/alerts",
+            f"  workers      {faces}",
+            f"  logs         {self.log_dir}",
+            f"  pools/rank   full KV {shape.full_kv_tokens} tokens, Mamba {shape.mamba_slots} slots; "
+            f"TP {c.config.tp}; time runs {self.time_scale:g}x",
+            f"  scenario     healthy traffic, then `{self.fault}` (the seed incident); Ctrl-C to stop",
+            "",
+        ]
+        print("\n".join(lines), file=self.out, flush=True)
+        c.start(self.time_scale)
+
+    def tick(self) -> None:
+        self._heartbeat()
+        self._fault()
+        self._alerts()  # before crashes: an alert and a crash seen in one tick are told in order
+        self._crashes()
+
+    def _heartbeat(self) -> None:
+        now = self.cluster.clock.now
+        if now < self._next_heartbeat or self.first_alert is not None:
+            return
+        self._next_heartbeat = now + HEARTBEAT_S
+        done = sum(r.emu_finished_total for r in self.cluster.schedulers)
+        ranks = len(self.cluster.schedulers)
+        self.say(f"beat{int(now)}", f"healthy: {ranks} ranks, every pool balanced, {done} requests finished")
+
+    def _fault(self) -> None:
+        from poolwatch_emulator.faults import FAULTS
+
+        if self.cluster.clock.now >= (self.fault.at_s or 0.0):
+            info = FAULTS[self.fault.name]
+            self.say("fault", f"fault armed: {info.name} ({info.reference}): {info.summary}")
+
+    def _alerts(self) -> None:
+        if self.alerting is None:
+            return
+        for alert in self.alerting.detector.alerts():
+            if alert.state is not AlertState.FIRING:
+                continue
+            labels = dict(alert.labels)
+            where = (
+                f"{labels.get('worker', '')} dp{labels.get('dp_rank', '?')}-tp{labels.get('tp_rank', '?')}"
+            )
+            if self.first_alert is None:
+                self.first_alert = alert.fired_at or time.time()
+            text = f"ALERT {alert.name} ({alert.severity}) {where} {labels.get('pool', '')}: "
+            self.say(f"alert:{alert.fingerprint}", text + alert.annotations.get("description", ""))
+
+    def _crashes(self) -> None:
+        for worker in self.cluster.crashed:
+            key = f"crash:{worker.name}"
+            if key in self._said:
+                continue
+            message = worker.crash_message.splitlines()[0]
+            self.say(key, f"SGLang's idle check crashed {worker.name}: {message}")
+            if self.first_alert is not None:
+                wall = time.time() - self.first_alert
+                sim = wall * self.time_scale
+                self.say(
+                    key + ":lead",
+                    f"poolwatch paged {sim:.1f} simulated s ({wall:.2f} s wall) before the crash",
+                )
+            else:
+                self.say(key + ":lead", "poolwatch had not paged before the crash")
+
+    def finish(self) -> None:
+        lead = "no alert" if self.first_alert is None else "alerts fired"
+        crashed = ", ".join(w.name for w in self.cluster.crashed) or "none"
+        print(f"demo over: {lead}; crashed workers: {crashed}", file=self.out, flush=True)
+
+    def close(self) -> None:
+        self.cluster.stop()
+        for server in self.servers:
+            server.stop()

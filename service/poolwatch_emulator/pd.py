@@ -1,0 +1,224 @@
+"""Prefill-decode disaggregation: the queues of both sides and the KV transfer between them
+(``disaggregation/prefill.py``, ``decode.py``, reference §3.2).
+
+Prefill: ``disagg_prefill_bootstrap_queue`` (waits for the decode side to preallocate) ->
+``waiting_queue`` -> (chunked) prefill -> ``disagg_prefill_inflight_queue`` (prefix inserted and
+locked, the request keeps its row and Mamba slot until the transfer ends) -> released.
+Decode: ``disagg_decode_prealloc_queue.queue`` -> ``_pre_alloc`` (row, all KV, Mamba slot) ->
+``disagg_decode_transfer_queue.queue`` -> ``waiting_queue`` -> running batch; retracted requests
+wait in ``disagg_decode_prealloc_queue.retracted_queue`` holding nothing on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from poolwatch_emulator.ownership import free_row, hybrid
+from poolwatch_emulator.req import ForwardMode, Req, ScheduleBatch
+
+__all__ = [
+    "DecodePreallocQueue",
+    "DecodeRequest",
+    "DecodeTransferQueue",
+    "PrefillBootstrapQueue",
+    "SchedulerDisaggDecodeMixin",
+    "SchedulerDisaggPrefillMixin",
+    "Transfer",
+]
+
+
+class Transfer:
+    """One request's KV transfer, shared by the prefill and decode ranks that serve it."""
+
+    def __init__(self, rid: str, latency: float):
+        self.rid = rid
+        self.latency = latency
+        self.decode_ready = False
+        self.prefill_done_at: float | None = None
+        self.failed = False
+
+    def done(self, now: float) -> bool:
+        return self.prefill_done_at is not None and now >= self.prefill_done_at + self.latency
+
+
+@dataclass
+class PrefillBootstrapQueue:
+    queue: list[Req] = field(default_factory=list)
+
+    def pop_bootstrapped(self) -> list[Req]:
+        ready = [r for r in self.queue if r.transfer.decode_ready or r.transfer.failed]
+        if ready:
+            gone = {id(r) for r in ready}
+            self.queue = [r for r in self.queue if id(r) not in gone]
+        return [r for r in ready if not r.transfer.failed]
+
+
+@dataclass
+class DecodeRequest:
+    req: Req
+    waiting_for_input: bool = False
+
+
+@dataclass
+class DecodePreallocQueue:
+    queue: list[DecodeRequest] = field(default_factory=list)
+    retracted_queue: list[Req] = field(default_factory=list)
+
+
+@dataclass
+class DecodeTransferQueue:
+    queue: list[DecodeRequest] = field(default_factory=list)
+
+
+class SchedulerDisaggPrefillMixin:
+    def get_next_disagg_prefill_batch_to_run(self: Any) -> ScheduleBatch | None:
+        self.process_prefill_chunk()
+        batch: ScheduleBatch | None = self.get_new_batch_prefill()
+        return batch
+
+    def process_prefill_chunk(self: Any) -> None:
+        last = self.last_batch
+        if last is None or not last.forward_mode.is_extend() or self.chunked_req is None:
+            return
+        if not self.emu_chunk_pending:
+            return
+        self.emu_chunk_pending = False
+        last.filter_batch(chunked_req_to_exclude=self.chunked_req)
+        hybrid_pool = hybrid(self.req_to_token_pool) is not None
+        buggy = hybrid_pool and self.faults.fires("pd-chunked-mamba-double-free")
+        self.emu_chunk_boundary(free_mamba=buggy)
+
+    def process_batch_result_disagg_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
+        for req, token in zip(batch.reqs, result, strict=True):
+            if req is self.chunked_req:
+                continue
+            req.output_ids.append(token)
+            self.tree_cache.cache_unfinished_req(req)
+            self.disagg_prefill_inflight_queue.append(req)
+            req.transfer.prefill_done_at = self.clock.now
+
+    def process_disagg_prefill_inflight_queue(self: Any) -> None:
+        undone: list[Req] = []
+        for req in self.disagg_prefill_inflight_queue:
+            if req.to_finish is not None or req.transfer.failed:
+                req.transfer.failed = True
+                self.emu_abort_release(req)
+            elif req.transfer.done(self.clock.now):
+                req.finished_reason = "length"
+                self.emu_release(req)
+                self.emu_finished_total += 1
+            else:
+                undone.append(req)
+        self.disagg_prefill_inflight_queue = undone
+
+
+class SchedulerDisaggDecodeMixin:
+    def process_decode_queue(self: Any) -> None:
+        self.waiting_queue.extend(self.emu_resume_retracted())
+        if self.disagg_decode_prealloc_queue.retracted_queue:
+            return
+        self.disagg_decode_transfer_queue.queue.extend(self.emu_pop_preallocated())
+        self.waiting_queue.extend(self.emu_pop_transferred())
+
+    def emu_room_for(self: Any, tokens: int) -> bool:
+        need = -(-tokens // self.page_size) * self.page_size
+        rows = len(self.req_to_token_pool.free_slots) > 0
+        return (
+            rows and self.emu_mamba_room(1) and self.emu_full_available() - self.emu_decode_reserve() >= need
+        )
+
+    def emu_pre_alloc(self: Any, req: Req, tokens: int) -> None:
+        """Row, Mamba slot and KV for ``tokens`` tokens (all of them: no tree on decode)."""
+        self.emu_alloc_row(req)
+        locs = self.token_to_kv_pool_allocator.alloc_extend_one(0, 0, tokens)
+        assert locs is not None  # emu_room_for checked
+        assert req.req_pool_idx is not None
+        self.req_to_token_pool.write(req.req_pool_idx, 0, locs)
+        req.kv_allocated_len = req.kv_committed_len = tokens
+        req.fill_ids = req.origin_input_ids + req.output_ids
+
+    def emu_resume_retracted(self: Any) -> list[Req]:
+        resumed: list[Req] = []
+        queue = self.disagg_decode_prealloc_queue.retracted_queue
+        while queue and self.emu_room_for(queue[0].seqlen + self.settings.decode_reserve_per_req):
+            req = queue.pop(0)
+            self.emu_pre_alloc(req, req.seqlen - 1)
+            req.is_retracted = False
+            resumed.append(req)
+        return resumed
+
+    def emu_pop_preallocated(self: Any) -> list[DecodeRequest]:
+        moved: list[DecodeRequest] = []
+        queue = self.disagg_decode_prealloc_queue.queue
+        while queue:
+            dreq = queue[0]
+            if dreq.req.transfer.failed:
+                queue.pop(0)
+                continue
+            tokens = len(dreq.req.origin_input_ids)
+            if not self.emu_room_for(tokens):
+                break
+            queue.pop(0)
+            self.emu_pre_alloc(dreq.req, tokens)
+            dreq.req.transfer.decode_ready = True
+            dreq.waiting_for_input = True
+            moved.append(dreq)
+        return moved
+
+    def emu_pop_transferred(self: Any) -> list[Req]:
+        arrived: list[Req] = []
+        undone: list[DecodeRequest] = []
+        for dreq in self.disagg_decode_transfer_queue.queue:
+            req = dreq.req
+            if req.to_finish is not None:
+                self.emu_decode_abort_release(req)
+            elif req.transfer.failed:
+                req.finished_reason = "abort"
+                self.tree_cache.cache_finished_req(req)
+            elif req.transfer.done(self.clock.now):
+                req.output_ids.append(self.emu_first_token(req))
+                arrived.append(req)
+            else:
+                undone.append(dreq)
+        self.disagg_decode_transfer_queue.queue = undone
+        return arrived
+
+    def emu_first_token(self: Any, req: Req) -> int:
+        return len(req.origin_input_ids) % 50_000 + 1
+
+    def emu_decode_abort_release(self: Any, req: Req) -> None:
+        """Release an aborted decode request that holds preallocated KV."""
+        req.finished_reason = "abort"
+        leak = self.faults.fires("pd-decode-abort-kv-leak")
+        if leak:
+            free_row(self.req_to_token_pool, req, free_mamba=True)
+            req.kv_committed_freed = req.kv_overallocated_freed = True
+        else:
+            self.tree_cache.cache_finished_req(req)
+
+    def get_next_disagg_decode_batch_to_run(self: Any) -> ScheduleBatch | None:
+        last = self.last_batch
+        if last is not None and last.forward_mode.is_extend():
+            last.filter_batch()
+            if not last.is_empty():
+                if self.running_batch.is_empty():
+                    self.running_batch = last
+                else:
+                    self.running_batch.merge_batch(last)
+        prebuilt: ScheduleBatch | None = self.get_new_prebuilt_batch()
+        if prebuilt is not None:
+            return prebuilt
+        if self.running_batch.is_empty():
+            return None
+        self.running_batch = self.update_running_batch(self.running_batch)
+        return None if self.running_batch.is_empty() else self.running_batch
+
+    def get_new_prebuilt_batch(self: Any) -> ScheduleBatch | None:
+        if not self.waiting_queue:
+            return None
+        room = self.server_args.max_running_requests - self.running_batch.batch_size()
+        if room <= 0:
+            return None
+        can_run, self.waiting_queue = self.waiting_queue[:room], self.waiting_queue[room:]
+        return ScheduleBatch(can_run, ForwardMode.EXTEND)

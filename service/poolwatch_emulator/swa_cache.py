@@ -1,0 +1,39 @@
+"""The SWA radix cache: ``full_*`` and ``swa_*`` counters.  Sliding-window tombstones are not
+modelled (no window eviction), so the SWA side mirrors the full side slot for slot."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from poolwatch_emulator.caches import RadixCache
+
+if TYPE_CHECKING:
+    import torch
+
+    from poolwatch_emulator.req import Req
+
+__all__ = ["SWARadixCache"]
+
+
+class SWARadixCache(RadixCache):
+    def supports_swa(self) -> bool:
+        return True
+
+    def evictable_size(self) -> int:
+        raise NotImplementedError
+
+    def protected_size(self) -> int:
+        raise NotImplementedError
+
+    full_evictable_size = RadixCache.evictable_size
+    full_protected_size = RadixCache.protected_size
+    swa_evictable_size = RadixCache.evictable_size
+    swa_protected_size = RadixCache.protected_size
+
+    def _free_tail(self, req: Req, kv: torch.Tensor, start: int) -> None:
+        last = kv[-1:].clone()
+        swa_last = self.token_to_kv_pool_allocator.full_to_swa_index_mapping[last].clone()
+        super()._free_tail(req, kv, start)
+        if len(last) and self.faults.fires("swa-page-overcount"):
+            page = self.token_to_kv_pool_allocator.page_size
+            self.token_to_kv_pool_allocator.swa_attn_allocator.free(swa_last - swa_last % page)

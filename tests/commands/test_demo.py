@@ -1,0 +1,108 @@
+"""``poolwatch demo`` end to end: the emulated cluster, the seed fault, the sidecar's page.
+
+The demo runs as the README runs it (a subprocess, the real sidecar on a free loopback port);
+the test follows its console and, with Chromium at hand, screenshots the status page while the
+Mamba surplus is on it (written to ``$POOLWATCH_SCREENSHOT_DIR`` too, which refreshes docs/img/).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers import require_tool
+from tests.statuspage.test_statuspage_browser import CHROMIUM_ARGS
+from tests.test_packaging import free_port
+
+pytestmark = pytest.mark.slow
+
+
+class Demo:
+    def __init__(self, port: int) -> None:
+        cmd = [sys.executable, "-m", "poolwatch.cli", "demo", "--port", str(port), "--healthy", "10",
+               "--time-scale", "2", "--duration", "60"]  # fmt: skip
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line)
+
+    def wait_for(self, needle: str, deadline_s: float = 90.0) -> str:
+        """The first console line containing ``needle`` (bounded wait on the demo's own pace)."""
+        end = time.monotonic() + deadline_s
+        for line in self.lines:
+            if needle in line:
+                return line
+        while time.monotonic() < end:
+            try:
+                line = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self.lines.append(line)
+            if needle in line:
+                return line
+        raise AssertionError(f"the demo never printed {needle!r}; it printed:\n{''.join(self.lines)}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[Demo]:
+    running = Demo(free_port())
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_the_demo_pages_the_seed_double_free_with_the_slot_and_the_hook(demo: Demo) -> None:
+    demo.wait_for("status page")
+    demo.wait_for("healthy: 4 ranks, every pool balanced")
+    alert = demo.wait_for("ALERT PoolwatchDoubleFree (critical) prefill-0")
+    assert "mamba" in alert
+    assert "gap -1" in alert
+    assert "first seen after process_prefill_chunk" in alert
+
+
+def test_the_emulated_idle_check_then_crashes_the_prefill_worker_with_the_seed_message(demo: Demo) -> None:
+    crash = demo.wait_for("SGLang's idle check crashed prefill-0")
+    assert "token_to_kv_pool_allocator memory leak detected! full_available_size=" in crash
+
+
+@pytest.mark.browser
+def test_the_status_page_during_the_demo_shows_the_mamba_surplus(demo: Demo, tmp_path: Path) -> None:
+    chromium = require_tool("chromium")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    demo.wait_for("ALERT PoolwatchDoubleFree")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page: Any = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(demo.url + "/")
+            page.get_by_text("surplus of 1 slot (double free)").first.wait_for(timeout=15_000)
+            page.get_by_text("PoolwatchDoubleFree").first.wait_for(timeout=15_000)
+            shot = tmp_path / "statuspage-demo.png"
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
+    if target := os.environ.get("POOLWATCH_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(target) / shot.name)

@@ -1,0 +1,153 @@
+"""build_alerting as the sidecar uses it: store subscription, collector, API, notifier tasks, restarts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+from tests.detect.sidecar import FakeAlertmanager, Ticker, seeded, settings, settle
+from tests.helpers import FakeClock
+
+from poolwatch.errors import ConfigError, Reason
+from poolwatch.model import Snapshot
+from poolwatch.settings import AlertSettings, IdentitySettings, Settings
+from poolwatch.sidecar.alerting import Alerting, build_alerting
+from poolwatch.sidecar.store import SnapshotStore
+
+
+async def test_the_seed_snapshot_is_paged_to_alertmanager_through_the_wiring(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    am = FakeAlertmanager()
+    store, seed = seeded(clock, seed_snapshot)
+    alerting = build_alerting(
+        settings(tmp_path), store, clock, transport=httpx.MockTransport(am), sleep=Ticker(clock)
+    )
+    store.put(seed)
+    await alerting.start()
+    await settle()
+    await alerting.stop()
+    posted = {a["labels"]["alertname"]: a for post in am.posts for a in post}
+    assert posted["PoolwatchDoubleFree"]["labels"]["pool"] == "mamba"
+    assert posted["PoolwatchDoubleFree"]["labels"]["worker"] == "qwen3-next-prefill-0"
+    assert "https://github.com/poolwatch" in posted["PoolwatchDoubleFree"]["annotations"]["runbook_url"]
+    [stats] = alerting.delivery_stats()
+    assert stats.receiver == "alertmanager:am.example:9093"
+    assert stats.counts["sent"] >= 1
+
+
+def test_the_collector_exports_alerts_trends_and_delivery_from_the_catalogue(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    store, seed = seeded(clock, seed_snapshot)
+    alerting = build_alerting(settings(tmp_path), store, clock)
+    store.put(seed)
+    alerting.evaluate()
+    registry = CollectorRegistry()
+    registry.register(alerting.collector)
+    labels = {
+        "alertname": "PoolwatchDoubleFree",
+        "severity": "critical",
+        "worker": "qwen3-next-prefill-0",
+        "role": "prefill",
+        "dp_rank": "0",
+        "tp_rank": "0",
+        "pp_rank": "0",
+        "pool": "mamba",
+        "state": "firing",
+    }
+    assert registry.get_sample_value("poolwatch_alert_active", labels) == 1.0
+    names = {m.name for m in alerting.collector.describe()}
+    assert names == {
+        "poolwatch_alert_active",
+        "poolwatch_pool_leak_rate_slots_per_second",
+        "poolwatch_pool_exhaustion_eta_seconds",
+        "poolwatch_notifications",
+        "poolwatch_notification_queue_length",
+    }
+
+
+def test_a_target_alert_names_its_target_in_the_worker_label(tmp_path: Path, clock: FakeClock) -> None:
+    store = SnapshotStore()
+    alerting = build_alerting(settings(tmp_path, target_down_for=1.0), store, clock)
+    store.record_failure("probe:decode-0", "probe", 1.0, Reason.CONNECT, "refused")
+    alerting.evaluate()
+    clock.advance(2)
+    alerting.evaluate()
+    registry = CollectorRegistry()
+    registry.register(alerting.collector)
+    value = registry.get_sample_value(
+        "poolwatch_alert_active",
+        {
+            "alertname": "PoolwatchTargetDown",
+            "severity": "warning",
+            "worker": "probe:decode-0",
+            "role": "",
+            "dp_rank": "",
+            "tp_rank": "",
+            "pp_rank": "",
+            "pool": "",
+            "state": "firing",
+        },
+    )
+    assert value == 1.0
+
+
+async def test_the_alerts_api_lists_firing_alerts_first_and_filters_by_state(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    store, seed = seeded(clock, seed_snapshot)
+    alerting = build_alerting(settings(tmp_path), store, clock)
+    store.put(seed)
+    app = FastAPI()
+    app.include_router(alerting.router)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as client:
+        every = (await client.get("/api/v1/alerts")).json()
+        firing = (await client.get("/api/v1/alerts", params={"state": "firing"})).json()
+        bad = await client.get("/api/v1/alerts", params={"state": "burning"})
+    assert [a["name"] for a in every] == ["PoolwatchDoubleFree"]
+    assert firing[0]["labels"]["alertname"] == "PoolwatchDoubleFree"
+    assert firing[0]["annotations"]["summary"].startswith("A memory-pool slot was freed twice")
+    assert bad.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        (AlertSettings(alertmanager_urls=("am.example:9093",)), "is not an http"),
+        (AlertSettings(resolve_samples=0), "POOLWATCH_RESOLVE_SAMPLES"),
+        (AlertSettings(large_leak_fraction=2.0), "POOLWATCH_LARGE_LEAK_FRACTION"),
+        (AlertSettings(bearer_token_file="/nonexistent"), "POOLWATCH_BEARER_TOKEN_FILE"),
+    ],
+)
+def test_bad_alerting_settings_fail_at_build_time_with_one_line(group: AlertSettings, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_alerting(Settings(alerting=group), SnapshotStore(), FakeClock())
+
+
+def test_the_namespace_labels_every_alert_and_its_dashboard_link(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    store, seed = seeded(clock, seed_snapshot)
+    group = settings(tmp_path, dashboard_url="https://grafana.example/")
+    alerting = build_alerting(replace(group, identity=IdentitySettings(namespace="llm")), store, clock)
+    store.put(seed)
+    [alert] = alerting.evaluate()
+    assert alert.all_labels["namespace"] == "llm"
+    assert alert.annotations["dashboard_url"].startswith(
+        "https://grafana.example/d/poolwatch-worker/poolwatch-worker?var-namespace=llm&var-worker=qwen3-next-prefill-0"
+    )
+    restarted = build_alerting(replace(group, identity=IdentitySettings(namespace="llm")), store, clock)
+    assert [a.all_labels for a in restarted.detector.alerts()] == [alert.all_labels]
+
+
+def test_alerting_without_receivers_still_detects(clock: FakeClock, seed_snapshot: Snapshot) -> None:
+    store, seed = seeded(clock, seed_snapshot)
+    alerting: Alerting = build_alerting(Settings(), store, clock)
+    store.put(seed)
+    assert [a.name for a in alerting.evaluate()] == ["PoolwatchDoubleFree"]
+    assert alerting.delivery_stats() == []

@@ -1,0 +1,99 @@
+"""The lead's API and /metrics serve what the SGLang sources and probe sources put in the store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from tests.helpers import FIXTURES, FakeClock
+
+from poolwatch.codec import dump_snapshot
+from poolwatch.model import Snapshot
+from poolwatch.settings import Settings
+from poolwatch.sidecar.app import create_app
+from poolwatch.sidecar.scraper import Scraper
+from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.sources import build_sources, source_provider
+
+SGLANG = FIXTURES / "sglang"
+
+
+def fleet(seed: Snapshot) -> Callable[[httpx.Request], httpx.Response]:
+    page = (SGLANG / "v0.5.12-dp2-decode.metrics.txt").read_text()
+    info = json.loads((SGLANG / "v0.5.12-dp2-decode.server_info.json").read_text())
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "probe":
+            return httpx.Response(200, json=dump_snapshot(seed))
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=page)
+        if request.url.path == "/get_server_info":
+            return httpx.Response(200, json=info)
+        return httpx.Response(404)
+
+    return handle
+
+
+def central_settings(tmp_path: Path) -> Settings:
+    log = tmp_path / "prefill.log"
+    log.write_text((SGLANG / "v0.5.4.post1-pd-prefill-mamba-crash.log").read_text())
+    return Settings.from_env(
+        {
+            "POOLWATCH_WORKER": "central",
+            "POOLWATCH_PROBE_URLS": "http://probe:41234",
+            "POOLWATCH_METRICS_URLS": "http://decode-0:30000",
+            "POOLWATCH_LOG_PATHS": str(log),
+            "POOLWATCH_STALE_AFTER": "1e10",
+        }
+    )
+
+
+async def test_workers_history_targets_and_metrics_serve_every_source(
+    tmp_path: Path, seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    settings = central_settings(tmp_path)
+    store = SnapshotStore()
+    sources = source_provider(settings, clock)
+    loop = Scraper(store, sources, settings.scrape, clock)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fleet(seed_snapshot))) as client:
+        await loop.scrape_all(client)
+        await loop.scrape_all(client)  # the quiet log lets its last record through
+    for source in sources():
+        getattr(source, "close", lambda: None)()
+    app = create_app(settings, store=store, sources=[], clock=clock)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as api:
+        workers = (await api.get("/api/v1/workers")).json()
+        keys = {w["key"]: w for w in workers}
+        history = (await api.get("/api/v1/workers/prefill/dp0-tp1-pp0/history")).json()
+        targets = (await api.get("/api/v1/targets")).json()
+        metrics = (await api.get("/metrics")).text
+    assert set(keys) == {
+        "qwen3-next-prefill-0/dp0-tp0-pp0",  # the probe payload names its worker
+        "prefill/dp0-tp0-pp0",  # the log's ranks, named after the log file
+        "prefill/dp0-tp1-pp0",
+        "decode-0:30000/dp0-tp0-pp0",  # the metrics page's DP ranks, named after the server
+        "decode-0:30000/dp1-tp0-pp0",
+    }
+    decode_dp1 = {f["pool"]: f for f in keys["decode-0:30000/dp1-tp0-pp0"]["findings"]}
+    assert decode_dp1["mamba"]["balance"] == "surplus"
+    assert keys["decode-0:30000/dp1-tp0-pp0"]["snapshot"]["source"] == "sglang-metrics"
+    assert [s["source"] for s in history["snapshots"]] == ["sglang-log", "sglang-log"]
+    assert [s["incidents"][0]["kind"] for s in history["snapshots"]] == [
+        "leak_detected",
+        "scheduler_exception",
+    ]
+    assert {t["name"]: t["up"] for t in targets} == {
+        "probe:http://probe:41234": True,
+        "sglang-metrics:http://decode-0:30000": True,
+        f"sglang-log:{tmp_path / 'prefill.log'}": True,
+    }
+    assert 'poolwatch_incidents_total{dp_rank="0",kind="leak_detected",pp_rank="0",role="prefill"' in metrics
+
+
+def test_build_sources_gives_one_source_per_configured_target(tmp_path: Path, clock: FakeClock) -> None:
+    sources = build_sources(central_settings(tmp_path), clock)
+    assert [s.target.source for s in sources] == ["probe", "sglang-metrics", "sglang-log"]
+    for source in sources:
+        getattr(source, "close", lambda: None)()

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from tests.helpers import FIXTURES, FakeClock, require_tool
+
+from poolwatch.catalog import CATALOG
+from poolwatch.errors import Reason
+from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot, Tripwire, TripwireKind
+from poolwatch.sidecar.app import build_registry
+from poolwatch.sidecar.store import SnapshotStore
+
+GOLDEN = FIXTURES / "golden" / "seed-metrics.txt"
+
+
+def seed_store(seed: Snapshot, clock: FakeClock) -> SnapshotStore:
+    store = SnapshotStore()
+    store.put(replace(seed, taken_at=clock.now - 0.5))
+    store.record_success("file:seed-snapshot.json", "file", 0.002, at=clock.now - 0.5)
+    store.record_failure("probe:gone", "probe", 2.0, Reason.TIMEOUT, "no answer")
+    return store
+
+
+def render(store: SnapshotStore, clock: FakeClock, stale_after: float = 10.0) -> str:
+    return generate_latest(build_registry(store, clock, stale_after)).decode()
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_the_seed_exports_a_mamba_gap_of_minus_one(seed_snapshot: Snapshot, clock: FakeClock) -> None:
+    text = render(seed_store(seed_snapshot, clock), clock)
+    assert value(text, "poolwatch_pool_conservation_gap_slots", pool="mamba") == -1
+    assert value(text, "poolwatch_pool_conservation_gap_slots", pool="full") == 0
+    assert value(text, "poolwatch_pool_slots", pool="mamba", state="evictable") == 4
+    assert value(text, "poolwatch_target_up", target="probe:gone") == 0
+    assert value(text, "poolwatch_target_scrape_errors_total", target="probe:gone", reason="timeout") == 1
+
+
+def test_the_exposition_matches_the_golden_file(seed_snapshot: Snapshot, clock: FakeClock) -> None:
+    text = render(seed_store(seed_snapshot, clock), clock)
+    if os.environ.get("POOLWATCH_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_promtool_accepts_the_golden_exposition() -> None:
+    promtool = require_tool("promtool")
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True, check=False
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_openmetrics_output_parses(seed_snapshot: Snapshot, clock: FakeClock) -> None:
+    text = generate_openmetrics(build_registry(seed_store(seed_snapshot, clock), clock, 10.0)).decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {"poolwatch_pool_conservation_gap_slots", "poolwatch_target_scrape_errors"} <= names
+
+
+def test_a_stale_rank_keeps_its_age_but_withholds_its_pool_figures(
+    seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    store = seed_store(seed_snapshot, clock)
+    clock.advance(30)
+    text = render(store, clock)
+    assert value(text, "poolwatch_snapshot_stale") == 1
+    assert value(text, "poolwatch_snapshot_age_seconds") == pytest.approx(30.5)
+    assert value(text, "poolwatch_pool_conservation_gap_slots") is None
+    assert value(text, "poolwatch_pool_capacity_slots") is None
+
+
+def test_probe_health_and_tripwires_are_exported(seed_snapshot: Snapshot, clock: FakeClock) -> None:
+    trip = Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, (17,), "process_prefill_chunk", 812)
+    snap = replace(
+        seed_snapshot,
+        taken_at=clock.now,
+        phase=Phase.BUSY,
+        tripwires=(trip,),
+        probe=ProbeHealth(samples_total=9, errors_total=1, sample_cost_seconds=2e-5),
+    )
+    store = SnapshotStore()
+    store.put(snap)
+    text = render(store, clock)
+    assert value(text, "poolwatch_pool_tripwire_slots", pool="mamba", kind="free_and_live") == 1
+    assert value(text, "poolwatch_probe_errors_total") == 1
+    assert value(text, "poolwatch_worker_idle") == 0
+
+
+def test_every_exported_family_is_in_the_catalogue(seed_snapshot: Snapshot, clock: FakeClock) -> None:
+    text = render(seed_store(seed_snapshot, clock), clock)
+    exported = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert exported <= {s.name for s in CATALOG}
+
+
+def test_catalogue_names_follow_prometheus_conventions() -> None:
+    for spec in CATALOG:
+        assert spec.name.startswith("poolwatch_")
+        assert ":" not in spec.name
+        assert spec.name.endswith("_total") == (spec.kind.value == "counter"), spec.name
+        if spec.unit:
+            assert spec.name.endswith(f"_{spec.unit}") or f"_{spec.unit}_" in spec.name, spec.name
+
+
+def test_the_readme_table_is_generated_from_the_catalogue() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for spec in CATALOG:
+        assert f"`{spec.name}`" in readme

@@ -1,0 +1,197 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from poolwatch.model import IncidentKind, Pool, Role
+from poolwatch.sources.sglang_log.events import (
+    BatchStats,
+    Capacity,
+    RankIncident,
+    interpret,
+    parse_batch_line,
+)
+from poolwatch.sources.sglang_log.lines import LogRecord, Ranks
+
+R0 = Ranks()
+
+
+def batch(message: str) -> BatchStats:
+    parsed = parse_batch_line(message, 1.0, R0)
+    assert parsed is not None
+    return parsed
+
+
+@pytest.mark.parametrize(
+    ("line", "used", "usage", "queues", "role"),
+    [
+        pytest.param(
+            "Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, full token usage: 0.01, "
+            "mamba usage: 0.02, #running-req: 0, #queue-req: 3, #prealloc-req: 1, #inflight-req: 2, "
+            "input throughput (token/s): 12051.77, ",
+            {},
+            {Pool.FULL: 0.01, Pool.MAMBA: 0.02},
+            {"running": 0, "waiting": 3, "bootstrap": 1, "inflight": 2},
+            Role.PREFILL,
+            id="0.5.4-pd-prefill",
+        ),
+        pytest.param(
+            "Decode batch, #running-req: 32, #token: 9216, token usage: 0.05, cuda graph: True, "
+            "gen throughput (token/s): 2210.45, #queue-req: 0, ",
+            {Pool.FULL: 9216},
+            {Pool.FULL: 0.05},
+            {"running": 32, "waiting": 0},
+            None,
+            id="0.5.4-decode",
+        ),
+        pytest.param(
+            "Decode batch, #running-req: 8, #full token: 400, full token usage: 0.10, #swa token: 120, "
+            "swa token usage: 0.30, accept len: 2.71, accept rate: 0.68, cuda graph: False, "
+            "gen throughput (token/s): 18.00, #queue-req: 1, ",
+            {Pool.FULL: 400, Pool.SWA: 120},
+            {Pool.FULL: 0.10, Pool.SWA: 0.30},
+            {"running": 8, "waiting": 1},
+            None,
+            id="0.5.4-swa-spec",
+        ),
+        pytest.param(
+            "Prefill batch [1204], #new-seq: 1, #new-token: 512, #cached-token: 0, full token usage: 0.01, "
+            "mamba usage: 0.05, #running-req: 12, #queue-req: 2, input throughput (token/s): 4102.03, "
+            "cuda graph: False",
+            {},
+            {Pool.FULL: 0.01, Pool.MAMBA: 0.05},
+            {"running": 12, "waiting": 2},
+            None,
+            id="0.5.9-prefill",
+        ),
+        pytest.param(
+            "Decode batch, #running-req: 30, #full token: 61440, full token usage: 0.05, mamba num: 60, "
+            "mamba usage: 0.06, pre-allocated usage: 0.00, #prealloc-req: 1, #transfer-req: 0, "
+            "#retracted-req: 0, cuda graph: True, gen throughput (token/s): 1502.87, #queue-req: 0",
+            {Pool.FULL: 61440, Pool.MAMBA: 60},
+            {Pool.FULL: 0.05, Pool.MAMBA: 0.06},
+            {"running": 30, "waiting": 0, "prealloc": 1, "transfer": 0, "retracted": 0},
+            Role.DECODE,
+            id="0.5.9-pd-decode",
+        ),
+        pytest.param(
+            "Prefill batch [77], #new-seq: 2, #new-token: 8192, #cached-token: 512, full token usage: 0.02, "
+            "mamba usage: 0.03, #running-req: 0, #queue-req: 1, #pending-token: 4096, #bootstrap-req: 2, "
+            "#inflight-req: 0, cuda graph: False, input throughput (token/s): 15032.90, "
+            "est. prefill TFLOPS/s (per GPU): 212.40, fwd occupancy: 71.20%",
+            {},
+            {Pool.FULL: 0.02, Pool.MAMBA: 0.03},
+            {"running": 0, "waiting": 1, "bootstrap": 2, "inflight": 0},
+            Role.PREFILL,
+            id="0.5.12-pd-prefill",
+        ),
+        pytest.param(
+            "Decode batch [912], #running-req: 3, #full token: 3072, full token usage: 0.01, mamba num: 6, "
+            "mamba usage: 0.02, cuda graph: True, gen throughput (token/s): 95.12, #queue-req: 0",
+            {Pool.FULL: 3072, Pool.MAMBA: 6},
+            {Pool.FULL: 0.01, Pool.MAMBA: 0.02},
+            {"running": 3, "waiting": 0},
+            None,
+            id="0.5.12-decode",
+        ),
+    ],
+)
+def test_batch_lines_of_every_release_give_counts_ratios_and_queues(
+    line: str, used: dict[Pool, int], usage: dict[Pool, float], queues: dict[str, int], role: Role | None
+) -> None:
+    parsed = batch(line)
+    assert dict(parsed.used) == used
+    assert dict(parsed.usage) == usage
+    assert dict(parsed.queues) == queues
+    assert parsed.role is role
+    assert parsed.negative == frozenset()
+
+
+def test_the_iteration_number_is_read_when_sglang_logs_it() -> None:
+    assert batch("Decode batch [912], #running-req: 3, #token: 5, token usage: 0.00").iteration == 912
+    assert batch("Decode batch, #running-req: 3, #token: 5, token usage: 0.00").iteration is None
+
+
+def test_a_negative_ratio_is_flagged_even_when_it_rounds_to_zero() -> None:
+    parsed = batch(
+        "Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, full token usage: 0.00, "
+        "mamba usage: -0.00, #running-req: 0, #queue-req: 0, "
+    )
+    assert parsed.negative == frozenset({Pool.MAMBA})
+
+
+def test_a_negative_count_is_kept_as_it_is() -> None:
+    parsed = batch(
+        "Decode batch, #running-req: 1, #full token: 40, full token usage: 0.00, mamba num: -1, "
+        "mamba usage: -0.00, cuda graph: True, gen throughput (token/s): 52.66, #queue-req: 0"
+    )
+    assert parsed.used[Pool.MAMBA] == -1
+
+
+@pytest.mark.parametrize(
+    ("message", "pool", "size"),
+    [
+        (
+            "max_total_num_tokens=1664761, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+            "max_running_requests=158, context_len=262144, available_gpu_mem=19.84 GB",
+            Pool.FULL,
+            1664761,
+        ),
+        (
+            "Mamba Cache is allocated. max_mamba_cache_size: 476, conv_state size: 0.11GB, "
+            "ssm_state size: 4.45GB ",
+            Pool.MAMBA,
+            476,
+        ),
+    ],
+)
+def test_startup_lines_give_pool_sizes(message: str, pool: Pool, size: int) -> None:
+    assert interpret(LogRecord(2.0, R0, message)) == [Capacity(2.0, R0, pool, size)]
+
+
+def test_a_crash_with_a_leak_report_is_two_incidents() -> None:
+    record = LogRecord(
+        3.0,
+        Ranks(tp=1),
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        ("  File x", "ValueError: pool memory leak detected! [mamba] total=4, available=5, evictable=0"),
+    )
+    events = interpret(record)
+    assert [e.incident.kind for e in events if isinstance(e, RankIncident)] == [
+        IncidentKind.LEAK_DETECTED,
+        IncidentKind.SCHEDULER_EXCEPTION,
+    ]
+    assert all(e.ranks == Ranks(tp=1) for e in events)
+
+
+def test_ordinary_lines_are_no_events() -> None:
+    assert interpret(LogRecord(1.0, R0, 'INFO:     10.0.3.7:52114 - "POST /generate HTTP/1.1" 200 OK')) == []
+    assert parse_batch_line("Prefill batchy, #new-seq: 1", 1.0, R0) is None
+
+
+counts = st.integers(min_value=-(10**6), max_value=10**7)
+ratios = st.floats(min_value=-1.0, max_value=1.0, allow_nan=False)
+
+
+@given(counts, counts, ratios, ratios, st.integers(0, 4096), st.integers(0, 4096), st.booleans())
+def test_any_ssm_decode_line_parses_back(
+    full: int, mamba: int, full_ratio: float, mamba_ratio: float, running: int, queued: int, spec: bool
+) -> None:
+    accept = "accept len: 2.10, accept rate: 0.55, " if spec else ""
+    line = (
+        f"Decode batch, #running-req: {running}, #full token: {full}, full token usage: {full_ratio:.2f}, "
+        f"mamba num: {mamba}, mamba usage: {mamba_ratio:.2f}, {accept}cuda graph: True, "
+        f"gen throughput (token/s): 12.50, #queue-req: {queued}"
+    )
+    parsed = batch(line)
+    assert dict(parsed.used) == {Pool.FULL: full, Pool.MAMBA: mamba}
+    assert parsed.usage[Pool.MAMBA] == pytest.approx(float(f"{mamba_ratio:.2f}"))
+    assert dict(parsed.queues) == {"running": running, "waiting": queued}
+    assert (Pool.MAMBA in parsed.negative) == f"{mamba_ratio:.2f}".startswith("-")
+
+
+@given(st.text(max_size=400))
+def test_any_message_is_interpreted_without_failing(message: str) -> None:
+    for event in interpret(LogRecord(0.0, R0, message)):
+        assert isinstance(event, BatchStats | Capacity | RankIncident)

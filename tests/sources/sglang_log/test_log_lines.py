@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from poolwatch.sources.sglang_log.lines import LogRecord, Ranks, RecordAssembler, parse_line
+
+
+def local(stamp: str) -> float:
+    return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
+
+
+@pytest.mark.parametrize(
+    ("line", "ranks", "fraction", "message"),
+    [
+        ("[2025-10-31 10:40:43 TP0] Prefill batch, x", Ranks(0, 0, 0), 0.0, "Prefill batch, x"),
+        ("[2025-10-31 10:40:43 TP1] hello", Ranks(0, 1, 0), 0.0, "hello"),
+        ("[2025-10-31 10:40:43] INFO:     Started", Ranks(0, 0, 0), 0.0, "INFO:     Started"),
+        ("[2025-10-31 10:40:43.250 DP1 TP3] m", Ranks(1, 3, 0), 0.25, "m"),
+        ("[2025-10-31 10:40:43 DP1 PP2 ATTN_CP0 MOE_DP1 TP3 EP3] m", Ranks(1, 3, 2), 0.0, "m"),
+        ("[2025-10-31 10:40:43 DP0 TP0 EP0 PP1] m\n", Ranks(0, 0, 1), 0.0, "m"),
+    ],
+)
+def test_the_prefix_of_every_release_names_time_and_ranks(
+    line: str, ranks: Ranks, fraction: float, message: str
+) -> None:
+    parsed = parse_line(line)
+    assert parsed is not None
+    assert parsed.ranks == ranks
+    assert parsed.at == pytest.approx(local("2025-10-31 10:40:43") + fraction)
+    assert parsed.message == message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2797',
+        "mamba_available_size=473, mamba_evictable_size=4",
+        "[2025-13-45 99:99:99 TP0] impossible date",
+        "[TP0] no time",
+        "",
+    ],
+)
+def test_lines_without_a_valid_prefix_are_continuations(line: str) -> None:
+    assert parse_line(line) is None
+
+
+def test_a_record_is_its_prefixed_line_and_the_unprefixed_lines_after_it() -> None:
+    assembler = RecordAssembler()
+    done: list[LogRecord] = []
+    for line in [
+        "[2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "  File x",
+        "ValueError: boom",
+        "[2025-10-31 10:40:44] next",
+    ]:
+        done += assembler.feed(line)
+    assert len(done) == 1
+    assert done[0].lines == (
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "  File x",
+        "ValueError: boom",
+    )
+    assert assembler.pending
+    assert [r.message for r in assembler.flush()] == ["next"]
+    assert not assembler.pending
+
+
+def test_a_record_keeps_a_bounded_number_of_continuation_lines() -> None:
+    assembler = RecordAssembler(max_lines=3, max_chars=1000)
+    assembler.feed("[2025-10-31 10:40:43 TP0] head")
+    for i in range(10):
+        assembler.feed(f"line {i}")
+    (record,) = assembler.flush()
+    assert record.continuation == ("line 0", "line 1", "line 2")
+    assert assembler.dropped == 7
+
+
+def test_continuation_lines_before_any_record_are_dropped_and_counted() -> None:
+    assembler = RecordAssembler()
+    assert assembler.feed("orphan") == []
+    assert assembler.flush() == []
+    assert assembler.dropped == 1
+
+
+@given(st.lists(st.text(max_size=200), max_size=50))
+def test_assembling_any_text_never_fails_and_keeps_records_bounded(lines: list[str]) -> None:
+    assembler = RecordAssembler(max_lines=5, max_chars=300)
+    records: list[LogRecord] = []
+    for line in lines:
+        records += assembler.feed(line)
+    records += assembler.flush()
+    for record in records:
+        assert len(record.continuation) <= 5
+        assert sum(len(c) for c in record.continuation) <= 300
+
+
+@given(
+    st.datetimes(min_value=dt.datetime(2001, 1, 1), max_value=dt.datetime(2099, 1, 1)),
+    st.integers(0, 7),
+    st.integers(0, 63),
+    st.integers(0, 3),
+    st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"), max_size=80),
+)
+def test_any_prefix_sglang_can_write_parses_back(
+    when: dt.datetime, dp: int, tp: int, pp: int, message: str
+) -> None:
+    stamp = when.strftime("%Y-%m-%d %H:%M:%S")
+    parsed = parse_line(f"[{stamp} DP{dp} PP{pp} TP{tp}] {message}")
+    assert parsed is not None
+    assert parsed.ranks == Ranks(dp, tp, pp)
+    assert parsed.message == message

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.helpers import FIXTURES, FakeClock
+
+from poolwatch.conservation import assess_snapshot, describe
+from poolwatch.model import IncidentKind, Phase, Pool, Role, Snapshot
+from poolwatch.sources.base import Source, Target
+from poolwatch.sources.sglang_log.source import SglangLogSource
+
+LOGS = FIXTURES / "sglang"
+FAR_FUTURE = 4_000_000_000.0
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as c:  # unused by the log source, required by the protocol
+        yield c
+
+
+@pytest.fixture
+def open_log() -> Iterator[Callable[..., SglangLogSource]]:
+    made: list[SglangLogSource] = []
+
+    def make(path: Path, role: Role = Role.UNIFIED, now: float = FAR_FUTURE) -> SglangLogSource:
+        made.append(SglangLogSource(Target("log", "sglang-log", str(path), "w0", role), FakeClock(now)))
+        return made[-1]
+
+    yield make
+    for source in made:
+        source.close()
+
+
+async def drain(source: SglangLogSource, client: httpx.AsyncClient) -> list[Snapshot]:
+    """Everything the source says until the file is worked off and the log has gone quiet."""
+    out = await source.scrape(client)
+    out += await source.scrape(client)
+    return out
+
+
+def summary(snaps: list[Snapshot]) -> list[tuple[str, str, list[str], str]]:
+    return [
+        (s.worker.key, s.phase.value, [i.kind.value for i in s.incidents], describe(assess_snapshot(s)))
+        for s in snaps
+    ]
+
+
+def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., SglangLogSource]) -> None:
+    assert isinstance(open_log(LOGS / "v0.5.9-pd-decode.log"), Source)
+
+
+async def test_the_0_5_4_post1_pd_prefill_crash_is_a_mamba_double_free_on_both_ranks(
+    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    snaps = await drain(open_log(LOGS / "v0.5.4.post1-pd-prefill-mamba-crash.log"), client)
+    leak = "mamba: surplus of 1 slot (double free); full: balanced"
+    assert summary(snaps) == [
+        ("w0/dp0-tp0-pp0", "idle", ["leak_detected"], leak),
+        ("w0/dp0-tp0-pp0", "unknown", ["scheduler_exception"], ""),
+        ("w0/dp0-tp1-pp0", "idle", ["leak_detected"], leak),
+        ("w0/dp0-tp1-pp0", "unknown", ["scheduler_exception"], ""),
+    ]
+    assert {s.worker.role for s in snaps} == {Role.PREFILL}  # seen on the batch lines
+    assert len({s.boot_id for s in snaps}) == 1
+
+
+async def test_a_restart_in_the_0_5_4_post1_log_starts_a_new_boot(
+    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    snaps = await drain(open_log(LOGS / "v0.5.4.post1-radix-decode-restart.log"), client)
+    assert summary(snaps) == [
+        ("w0/dp0-tp0-pp0", "busy", ["busy_check_failed"], "full: deficit of 10 slots (leak)"),
+        ("w0/dp0-tp0-pp0", "unknown", ["scheduler_exception"], ""),
+        ("w0/dp0-tp0-pp0", "busy", [], "full: unknown"),  # the latest line of the first read
+        ("w0/dp0-tp0-pp0", "idle", ["leak_detected"], "full: deficit of 10 slots (leak)"),
+        ("w0/dp0-tp0-pp0", "unknown", ["scheduler_exception"], ""),
+    ]
+    first_boot, second_boot = snaps[0].boot_id, snaps[2].boot_id
+    assert first_boot != second_boot
+    assert snaps[2].seq < snaps[1].seq  # sequence numbers restart with the boot
+
+
+async def test_the_0_5_9_warn_mode_log_gives_each_report_and_the_tree_failure(
+    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    snaps = await drain(open_log(LOGS / "v0.5.9-mamba-warn.log"), client)
+    kinds = [i.kind for s in snaps for i in s.incidents]
+    assert kinds == [
+        IncidentKind.LEAK_DETECTED,
+        IncidentKind.LEAK_DETECTED,
+        IncidentKind.TREE_SANITY_FAILED,
+        IncidentKind.SCHEDULER_EXCEPTION,
+    ]
+    assert describe(assess_snapshot(snaps[0])) == "mamba: deficit of 1 slot (leak); full: balanced"
+    assert describe(assess_snapshot(snaps[1])) == "req: deficit of 1 slot (leak)"
+
+
+async def test_a_negative_mamba_count_on_a_0_5_9_decode_line_is_a_surplus(
+    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    snaps = await drain(open_log(LOGS / "v0.5.9-pd-decode.log"), client)
+    last = snaps[-1]
+    assert last.worker.role is Role.DECODE
+    assert last.phase is Phase.BUSY
+    assert last.pools[Pool.MAMBA].size == 1024
+    assert last.pools[Pool.FULL].size == 1200000
+    assert describe(assess_snapshot(last)) == "mamba: surplus of at least 1 slot (double free); full: unknown"
+    assert dict(last.queues) == {"running": 1, "waiting": 0, "prealloc": 0, "transfer": 0, "retracted": 0}
+
+
+async def test_the_0_5_12_dp_log_keeps_ranks_apart(
+    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    snaps = await drain(open_log(LOGS / "v0.5.12-dp-mamba-warn.log"), client)
+    by_rank: dict[str, list[str]] = {}
+    for key, _, incidents, verdict in summary(snaps):
+        by_rank.setdefault(key, []).append(verdict or ",".join(incidents))
+    assert by_rank == {
+        "w0/dp1-tp0-pp0": [
+            "mamba: surplus of at least 1 slot (double free); full: unknown",
+            "mamba: surplus of 1 slot (double free); full: balanced",
+            "req: deficit of 1 slot (leak)",
+        ],
+        "w0/dp0-tp0-pp0": [
+            "full: unknown; mamba: unknown",
+            "full: deficit of 1 slot (leak)",
+            "scheduler_exception",
+        ],
+    }
+
+
+async def test_a_configured_role_wins_over_what_the_lines_suggest(
+    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    snaps = await drain(open_log(LOGS / "v0.5.9-pd-decode.log", role=Role.PREFILL), client)
+    assert {s.worker.role for s in snaps} == {Role.PREFILL}
+
+
+async def test_a_report_is_held_until_the_log_goes_quiet_or_moves_on(
+    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    path = tmp_path / "live.log"
+    path.write_text(
+        "[2026-05-20 09:12:44 TP0] pool memory leak detected! [full] total=10, available=9, evictable=0\n"
+    )
+    source = open_log(path)
+    assert await source.scrape(client) == []  # a continuation line may still come
+    with path.open("a") as out:
+        out.write("[mamba] total=4, available=5, evictable=0\n")
+    assert await source.scrape(client) == []
+    (snap,) = await source.scrape(client)  # nothing new: the record is whole
+    assert (
+        describe(assess_snapshot(snap))
+        == "full: deficit of 1 slot (leak); mamba: surplus of 1 slot (double free)"
+    )
+
+
+async def test_lines_stamped_in_the_future_are_clamped_to_now(
+    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    source = open_log(LOGS / "v0.5.9-pd-decode.log", now=1_000.0)
+    snaps = await drain(source, client)
+    assert snaps
+    assert all(s.taken_at == 1_000.0 for s in snaps)
+
+
+async def test_a_rotated_log_is_followed_without_losing_lines(
+    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    path = tmp_path / "sglang.log"
+    decode = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
+    path.write_text(f"[2026-01-01 00:00:01 TP0] {decode.format(n=1)}\n")
+    source = open_log(path)
+    await source.scrape(client)
+    with path.open("a") as out:
+        out.write(f"[2026-01-01 00:00:02 TP0] {decode.format(n=-2)}\n")
+    path.rename(tmp_path / "sglang.log.1")
+    path.write_text(f"[2026-01-01 00:00:03 TP0] {decode.format(n=3)}\n")
+    snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
+    used = [s.pools[Pool.FULL].used for s in snaps]
+    assert used == [1, -2, 3]  # the first line waited for the next one to show it was whole

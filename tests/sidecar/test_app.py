@@ -22,9 +22,9 @@ SETTINGS = Settings.from_env({"POOLWATCH_WORKER": "test"})
 
 
 def client_for(
-    store: SnapshotStore, clock: FakeClock
+    store: SnapshotStore, clock: FakeClock, settings: Settings = SETTINGS
 ) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
-    return asgi_client(create_app(SETTINGS, store=store, sources=[], clock=clock))
+    return asgi_client(create_app(settings, store=store, sources=[], clock=clock))
 
 
 async def test_metrics_serves_text_by_default_and_openmetrics_when_asked(
@@ -41,11 +41,24 @@ async def test_metrics_serves_text_by_default_and_openmetrics_when_asked(
     assert om.text.rstrip().endswith("# EOF")
 
 
-async def test_readyz_waits_for_fresh_data_and_healthz_does_not(
+async def test_readyz_is_ready_while_it_serves_even_without_data_so_it_never_gates_sglang(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
     store = SnapshotStore()
     async with client_for(store, clock) as client:
+        assert (await client.get("/readyz")).json() == {"status": "ready", "fresh_ranks": 0}
+        store.put(replace(seed_snapshot, taken_at=clock.now))
+        assert (await client.get("/readyz")).json() == {"status": "ready", "fresh_ranks": 1}
+        clock.advance(60)
+        assert (await client.get("/readyz")).json() == {"status": "ready", "fresh_ranks": 0}
+
+
+async def test_the_opt_in_readiness_gate_waits_for_fresh_data_and_healthz_does_not(
+    seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    store = SnapshotStore()
+    gated = Settings.from_env({"POOLWATCH_WORKER": "test", "POOLWATCH_READY_REQUIRES_DATA": "true"})
+    async with client_for(store, clock, gated) as client:
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/readyz")).status_code == 503
         store.put(replace(seed_snapshot, taken_at=clock.now))

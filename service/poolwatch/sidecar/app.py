@@ -90,12 +90,15 @@ def create_app(
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="Readiness: useful data is flowing")
+    @app.get("/readyz", summary="Readiness: the sidecar serves (opt-in: and has fresh data)")
     def readyz() -> JSONResponse:
+        """Ready once it serves: a native sidecar's readiness is the pod's, so by default poolwatch
+        never takes SGLang out of its Service; freshness is a metric and an alert instead.  With
+        ``ready_requires_data`` it is not ready while no rank has fresh data."""
         now = clock()
-        fresh = [s for s in store.latest() if now - s.taken_at <= stale_after]
-        if fresh:
-            return JSONResponse({"status": "ready", "fresh_ranks": len(fresh)})
+        fresh = sum(1 for s in store.latest() if now - s.taken_at <= stale_after)
+        if fresh or not settings.server.ready_requires_data:
+            return JSONResponse({"status": "ready", "fresh_ranks": fresh})
         return JSONResponse({"status": "not ready", "reason": "no rank has fresh data"}, status_code=503)
 
     app.include_router(api_router(store, clock, stale_after))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
 from poolwatch.errors import ConfigError
+from poolwatch.identity import namespace_name, pod_name, worker_name
 from poolwatch.model import Role
 
 __all__ = [
@@ -61,10 +61,14 @@ class TargetSettings:
 
 @dataclass(frozen=True, slots=True)
 class IdentitySettings:
-    worker: str = ""  # defaults to POD_NAME, then the hostname
+    """Who the watched worker is (:mod:`poolwatch.identity` decides every default)."""
+
+    worker: str = ""  # "" = POD_NAME, then the host name
     role: Role = Role.UNIFIED
     model: str = ""
-    namespace: str = ""
+    namespace: str = ""  # "" = POD_NAMESPACE; a label on the sidecar's own alerts, as Prometheus adds it
+    pod: str = ""  # "" = POD_NAME, or the host name inside Kubernetes; a label on the sidecar's own alerts
+    forget_after: float = 3600.0  # seconds after which a rank that reports nothing any more is forgotten
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +125,16 @@ class Settings:
         return settings.with_default_worker(environ or {})
 
     def with_default_worker(self, environ: Mapping[str, str]) -> Settings:
-        if self.identity.worker:
-            return self
-        worker = environ.get("POD_NAME") or socket.gethostname() or "worker"
-        return dataclasses.replace(self, identity=dataclasses.replace(self.identity, worker=worker))
+        """Fill the identity the flags and ``POOLWATCH_*`` left empty, the one way
+        :mod:`poolwatch.identity` names a worker and its pod."""
+        ident = self.identity
+        filled = dataclasses.replace(
+            ident,
+            worker=ident.worker or worker_name(environ),
+            namespace=ident.namespace or namespace_name(environ),
+            pod=ident.pod or pod_name(environ),
+        )
+        return self if filled == ident else dataclasses.replace(self, identity=filled)
 
 
 _GROUPS: dict[str, type[Any]] = {

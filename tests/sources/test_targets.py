@@ -78,10 +78,9 @@ def test_a_missing_targets_file_is_a_config_error(tmp_path: Path) -> None:
         load_targets_file(str(tmp_path / "absent.yaml"))
 
 
-def test_several_flag_targets_are_named_after_their_locations_so_ranks_never_collide() -> None:
+def test_several_flag_servers_are_named_after_their_locations_so_ranks_never_collide() -> None:
     s = settings(
         metrics_urls="http://a:30000,http://b:30000",
-        log_paths="/logs/a.log",
         probe_urls="http://p:1",
         worker="pod-1",
         role="decode",
@@ -96,8 +95,42 @@ def test_several_flag_targets_are_named_after_their_locations_so_ranks_never_col
         Target(
             "sglang-metrics:http://b:30000", "sglang-metrics", "http://b:30000", "b:30000", Role.DECODE, ns
         ),
-        Target("sglang-log:/logs/a.log", "sglang-log", "/logs/a.log", "a", Role.DECODE, ns),
     ]
+
+
+def test_a_log_beside_several_flag_servers_is_refused_because_its_worker_cannot_be_told() -> None:
+    s = settings(metrics_urls="http://a:30000,http://b:30000", log_paths="/logs/a.log", worker="pod-1")
+    with pytest.raises(ConfigError, match=r"POOLWATCH_LOG_PATHS: .*POOLWATCH_TARGETS_FILE"):
+        static_targets(s)
+
+
+def test_the_pods_probe_metrics_and_log_all_carry_the_pods_worker_whatever_the_log_is_called() -> None:
+    s = settings(
+        probe_dir="/var/run/poolwatch",
+        metrics_urls="http://127.0.0.1:30000",
+        log_paths="/var/log/sglang/sglang.log",
+        probe_urls="http://127.0.0.1:41234",
+        worker="decode-7f9c",
+    )
+    assert {t.worker for t in static_targets(s)} == {"decode-7f9c"}
+
+
+def test_a_log_in_a_targets_file_must_name_its_worker() -> None:
+    doc = {"targets": [{"source": "sglang-log", "path": "/logs/sglang.log"}]}
+    with pytest.raises(
+        ConfigError, match=re.escape("targets[0].worker: a sglang-log target needs the worker")
+    ):
+        parse_targets_document(doc, "t.yaml")
+
+
+def test_a_server_and_its_log_in_a_targets_file_name_one_worker() -> None:
+    doc = {
+        "targets": [
+            {"name": "m", "source": "sglang-metrics", "url": "http://10.0.0.7:30000", "worker": "prefill-0"},
+            {"name": "l", "source": "sglang-log", "path": "/logs/whatever.log", "worker": "prefill-0"},
+        ]
+    }
+    assert [t.worker for t in parse_targets_document(doc, "t.yaml")] == ["prefill-0", "prefill-0"]
 
 
 def test_a_lone_target_is_the_pods_own_sglang_and_carries_the_pods_name() -> None:

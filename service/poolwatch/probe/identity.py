@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 from typing import Any
 
+from poolwatch.identity import worker_name
 from poolwatch.model import Role, WorkerId
 from poolwatch.probe.access import MISSING, Reading
 
@@ -40,9 +40,9 @@ def _model(sched: Any, reading: Reading) -> str:
 def worker_identity(
     sched: Any, reading: Reading, role: str, version: str, environ: Mapping[str, str]
 ) -> WorkerId:
-    """The rank's identity; the worker name is ``POOLWATCH_WORKER`` or the host name."""
+    """The rank's identity, named the way the sidecar names it (:func:`poolwatch.identity.worker_name`)."""
     return WorkerId(
-        worker=environ.get("POOLWATCH_WORKER") or socket.gethostname(),
+        worker=worker_name(environ),
         role=_ROLES.get(role, Role.UNIFIED),
         dp_rank=_rank(sched, reading, "dp_rank"),
         tp_rank=_rank(sched, reading, "tp_rank"),

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 
 from poolwatch.errors import PayloadError, Reason, ScrapeError
+from poolwatch.identity import url_worker
 from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, WorkerId
 from poolwatch.sources.base import Target
 from poolwatch.sources.http import get_bytes, get_json, join_url
@@ -133,9 +133,8 @@ class SglangMetricsSource:
     def _worker(self, ranks: Ranks, gauges: RankGauges) -> WorkerId:
         t = self._target
         role = t.role if t.role is not Role.UNIFIED else (gauges.role or self._info.role or Role.UNIFIED)
-        name = t.worker or urlsplit(t.location).netloc or t.name
         return WorkerId(
-            worker=name,
+            worker=t.worker or url_worker(t.location),
             role=role,
             dp_rank=ranks.dp,
             tp_rank=ranks.tp,

@@ -4,14 +4,14 @@
 writes ``<worker>-dp<D>-tp<T>-pp<P>.json`` = ``{"url", "pid", "worker", "ranks", "boot_id",
 "started_at"}`` into the discovery directory, which is re-read every scrape cycle (ranks come
 and go; a restarted rank has a new ``boot_id``).  With ``--probe-workers`` a sidecar follows only
-the probes of those workers (several pods sharing one host directory).  A discovered rank keeps
-the worker name its probe took from the pod's environment (``POOLWATCH_WORKER``/``POD_NAME`` in SGLang's
-container), so workers sharing a directory never collide; the role (``POOLWATCH_ROLE``, when
-not ``unified``) and labels come from the sidecar's own environment through
+the probes of those workers (several pods sharing one host directory).  The pod's SGLang
+``/metrics`` (``--metrics-urls``) and log (``--log-paths``) describe the same ranks; every worker
+name comes from :mod:`poolwatch.identity`, so all three merge into one rank per scheduler.  The
+role (``POOLWATCH_ROLE``, when not ``unified``) comes from the sidecar's own environment through
 :class:`~poolwatch.settings.Settings`.
 
-*Central mode* lists targets: flags/env (``--probe-urls``, ``--metrics-urls``, ``--log-paths``,
-``--snapshot-files``) or a YAML file::
+*Central mode* watches several servers: several ``--metrics-urls``, or a YAML file whose targets
+name their worker (a log must: its file name says nothing about who wrote it)::
 
     targets:
       - {name: prefill-0, source: sglang-metrics, url: http://prefill-0:30000, role: prefill}
@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
 from poolwatch.discovery import read_discovery_dir
 from poolwatch.errors import ConfigError
+from poolwatch.identity import NoWorkerName, target_worker
 from poolwatch.model import Role
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
@@ -84,7 +84,10 @@ def _target(item: Any, where: str) -> Target:
     labels = item.get("labels", {})
     if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
         raise ConfigError(f"{where}.labels: expected a mapping of strings")
-    worker = _worker(kind, location, _text(item, "worker", where))
+    try:
+        worker = target_worker(kind, location, given=_text(item, "worker", where))
+    except NoWorkerName:
+        raise ConfigError(f"{where}.worker: a {kind} target needs the worker it describes") from None
     return Target(name, kind, location, worker, role, {str(k): v for k, v in labels.items()})
 
 
@@ -108,48 +111,49 @@ def load_targets_file(path: str) -> list[Target]:
     return parse_targets_document(doc, path)
 
 
-def _identity(settings: Settings) -> tuple[str, Role, dict[str, str]]:
+def _labels(settings: Settings) -> dict[str, str]:
     ident = settings.identity
-    labels = {"namespace": ident.namespace} if ident.namespace else {}
-    return ident.worker, ident.role, labels
+    return {"namespace": ident.namespace} if ident.namespace else {}
 
 
 def static_targets(settings: Settings) -> list[Target]:
-    """Targets named by flags/env and the targets file (central mode).
+    """Targets named by flags/env and the targets file.
 
-    A lone target is the pod's own SGLang and carries the pod's worker name.  Among several,
-    each SGLang server or log is named after its location (``host:port``, the log's file
-    name) and each probe after itself, so two servers never share a rank key.
+    The flags describe the pod's own SGLang (at most one ``--metrics-urls`` server): its probes,
+    server and logs all carry the pod's worker name.  Several servers are central mode: each is
+    named after its ``host:port``, probes after themselves, and a log cannot be told apart
+    (``ConfigError``: list it in a targets file with its worker).  Snapshot files name themselves.
     """
-    worker, role, labels = _identity(settings)
+    role, labels = settings.identity.role, _labels(settings)
     t = settings.targets
+    own = settings.identity.worker if len(t.metrics_urls) <= 1 else ""
     listed = (
         [("probe", u) for u in t.probe_urls]
         + [("sglang-metrics", u) for u in t.metrics_urls]
         + [("sglang-log", p) for p in t.log_paths]
         + [("file", p) for p in t.snapshot_files]
     )
-    alone = len(listed) == 1 and not t.targets_file and not t.probe_dir
-    own = worker if alone else ""
     targets = [
-        Target(_name(kind, loc), kind, loc, _worker(kind, loc, own), role, labels) for kind, loc in listed
+        Target(_name(kind, loc), kind, loc, _flag_worker(kind, loc, own), role, labels)
+        for kind, loc in listed
     ]
     if t.targets_file:
         targets += load_targets_file(t.targets_file)
     return targets
 
 
+def _flag_worker(kind: str, location: str, own: str) -> str:
+    try:
+        return target_worker(kind, location, pod_worker="" if kind == "file" else own)
+    except NoWorkerName:
+        raise ConfigError(
+            "POOLWATCH_LOG_PATHS: with several POOLWATCH_METRICS_URLS servers a log cannot be told "
+            "apart; list each log with its worker in POOLWATCH_TARGETS_FILE"
+        ) from None
+
+
 def _name(kind: str, location: str) -> str:
     return f"file:{Path(location).name}" if kind == "file" else f"{kind}:{location}"
-
-
-def _worker(kind: str, location: str, given: str) -> str:
-    """The worker name a target's snapshots carry ("" lets a probe or file name itself)."""
-    if given or kind in ("probe", "file"):
-        return given
-    if kind == "sglang-log":
-        return Path(location).name.split(".")[0] or location
-    return urlsplit(location).netloc or location
 
 
 def discover_probes(directory: str) -> list[tuple[str, str, str]]:
@@ -200,7 +204,7 @@ class TargetSet:
     def current(self) -> Sequence[Source]:
         if not self._probe_dir:
             return self._static
-        _, role, labels = _identity(self._settings)
+        role, labels = self._settings.identity.role, _labels(self._settings)
         fresh: dict[str, Source] = {}
         only = set(self._settings.targets.probe_workers)
         for name, url, worker in discover_probes(self._probe_dir):

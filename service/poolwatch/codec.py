@@ -21,6 +21,8 @@ from poolwatch.model import (
     Pool,
     PoolAccount,
     ProbeHealth,
+    Repair,
+    RepairKind,
     Role,
     Snapshot,
     Tripwire,
@@ -69,6 +71,8 @@ def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
         "tripwires": [_dump_tripwire(t) for t in snap.tripwires],
         "incidents": [_dump_incident(i) for i in snap.incidents],
         "probe": asdict(snap.probe) if snap.probe is not None else None,
+        "repairs": [_dump_repair(r) for r in snap.repairs],
+        "final": snap.final,
     }
 
 
@@ -81,7 +85,15 @@ def _dump_account(a: PoolAccount) -> dict[str, Any]:
 
 
 def _dump_tripwire(t: Tripwire) -> dict[str, Any]:
-    return {**asdict(t), "kind": t.kind.value, "pool": t.pool.value, "slots": list(t.slots)}
+    out = {**asdict(t), "kind": t.kind.value, "pool": t.pool.value, "slots": list(t.slots)}
+    out["requests"] = list(t.requests)
+    return out
+
+
+def _dump_repair(r: Repair) -> dict[str, Any]:
+    out = {**asdict(r), "kind": r.kind.value, "pool": r.pool.value, "slots": list(r.slots)}
+    out["requests"] = list(r.requests)
+    return out
 
 
 def _dump_incident(i: Incident) -> dict[str, Any]:
@@ -113,6 +125,8 @@ def parse_snapshot(raw: object) -> Snapshot:
         probe=None if doc.get("probe") is None else _probe(doc["probe"], "probe"),
         idle_check_strict=None if strict is None else _bool(strict, "idle_check_strict"),
         boot_id=_str(doc.get("boot_id", ""), "boot_id"),
+        repairs=_list(doc.get("repairs", []), "repairs", _repair),
+        final=_bool(doc.get("final", False), "final"),
     )
 
 
@@ -153,6 +167,20 @@ def _tripwire(raw: object, where: str) -> Tripwire:
         slots=_list(d.get("slots", []), f"{where}.slots", _int),
         first_seen_hook=_str(d.get("first_seen_hook", ""), f"{where}.first_seen_hook"),
         seq=_int(d.get("seq", 0), f"{where}.seq"),
+        requests=_list(d.get("requests", []), f"{where}.requests", _str),
+    )
+
+
+def _repair(raw: object, where: str) -> Repair:
+    d = _mapping(raw, where)
+    return Repair(
+        kind=_enum(RepairKind, d.get("kind"), f"{where}.kind"),
+        pool=_enum(Pool, d.get("pool"), f"{where}.pool"),
+        count=_int(d.get("count", 0), f"{where}.count"),
+        slots=_list(d.get("slots", []), f"{where}.slots", _int),
+        hook=_str(d.get("hook", ""), f"{where}.hook"),
+        seq=_int(d.get("seq", 0), f"{where}.seq"),
+        requests=_list(d.get("requests", []), f"{where}.requests", _str),
     )
 
 
@@ -176,6 +204,8 @@ def _probe(raw: object, where: str) -> ProbeHealth:
         census_cost_seconds=_float(d.get("census_cost_seconds", 0.0), f"{where}.census_cost_seconds"),
         census_total=_int(d.get("census_total", 0), f"{where}.census_total"),
         disabled=_bool(d.get("disabled", False), f"{where}.disabled"),
+        tripwires_dropped=_int(d.get("tripwires_dropped", 0), f"{where}.tripwires_dropped"),
+        guard=_bool(d.get("guard", False), f"{where}.guard"),
     )
 
 

@@ -139,8 +139,15 @@ def signature(snap: Snapshot) -> str:
     """What an alert depends on, as a short string: the balance of every pool and the tripwires.
 
     Two snapshots with the same signature raise the same alerts, so a watcher long-polling the
-    probe (``GET /v1/snapshot?sig=...&wait=...``) is answered early only when this changes.
+    probe (``GET /v1/snapshot?sig=...&wait=...``) is answered early only when this changes.  A
+    deficit needs several samples before it pages, so while one is seen every new sample differs
+    (the iteration is part of the signature): the watcher then re-polls at the probe's sample rate.
+    A new guard repair or the probe's final snapshot also changes it.
     """
-    pools = ",".join(f"{f.pool.value}={f.balance.value}" for f in assess_snapshot(snap))
-    trips = ",".join(sorted(f"{t.kind.value}:{t.pool.value}" for t in snap.tripwires))
-    return f"{snap.boot_id}|{pools}|{trips}"
+    findings = assess_snapshot(snap)
+    pools = ",".join(f"{f.pool.value}={f.balance.value}" for f in findings)
+    trips = ",".join(sorted(f"{t.kind.value}:{t.pool.value}:{len(t.slots)}" for t in snap.tripwires))
+    repairs = ",".join(sorted(f"{r.kind.value}:{r.pool.value}:{r.count}" for r in snap.repairs))
+    pending = f"|{snap.seq}" if any(f.balance is Balance.DEFICIT for f in findings) else ""
+    final = "|final" if snap.final else ""
+    return f"{snap.boot_id}|{pools}|{trips}|{repairs}{pending}{final}"

@@ -33,6 +33,8 @@ __all__ = [
     "Pool",
     "PoolAccount",
     "ProbeHealth",
+    "Repair",
+    "RepairKind",
     "Role",
     "Snapshot",
     "Tripwire",
@@ -90,6 +92,16 @@ class TripwireKind(enum.StrEnum):
     OVER_SIZE = "over_size"  # more free slots than the pool has
     OUT_OF_RANGE = "out_of_range"  # a free id outside the pool's id range
     MISSING = "missing"  # an id in no list at all (lost)
+    LIVE_SHARED = "live_shared"  # two live requests hold the same slot (both are corrupt)
+    LIVE_AND_TREE = "live_and_tree"  # a live request privately holds a slot a tree node owns
+
+
+class RepairKind(enum.StrEnum):
+    """What the probe's opt-in guard did to a free list (``POOLWATCH_PROBE_GUARD=1``)."""
+
+    QUARANTINE = "quarantine"  # took a slot a live request or the tree owns off the free list
+    DEDUPLICATE = "deduplicate"  # removed a second entry of one slot from the free list
+    RETURN = "return"  # at idle, gave back a slot proven to be in no set (a leak)
 
 
 class IncidentKind(enum.StrEnum):
@@ -145,6 +157,21 @@ class Tripwire:
     slots: tuple[int, ...]
     first_seen_hook: str  # the scheduler method after which it was first seen
     seq: int  # scheduler iteration of the first sighting
+    requests: tuple[str, ...] = ()  # the live requests involved (``live_shared``: both), when known
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """What the guard did to one pool, of one kind, since the probe started: ``count`` slots in
+    all; the last action's slot ids, hook, iteration and affected requests."""
+
+    kind: RepairKind
+    pool: Pool
+    count: int
+    slots: tuple[int, ...]
+    hook: str
+    seq: int
+    requests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +195,8 @@ class ProbeHealth:
     census_cost_seconds: float = 0.0  # last identity census
     census_total: int = 0
     disabled: bool = False  # kill switch engaged, or the probe gave up
+    tripwires_dropped: int = 0  # findings not kept because the tripwire log was full
+    guard: bool = False  # the opt-in guard may repair free lists (POOLWATCH_PROBE_GUARD=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,3 +215,5 @@ class Snapshot:
     probe: ProbeHealth | None = None
     idle_check_strict: bool | None = None  # SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE
     boot_id: str = ""  # changes when the scheduler restarts (seq resets)
+    repairs: tuple[Repair, ...] = ()  # the guard's actions (probe with POOLWATCH_PROBE_GUARD=1)
+    final: bool = False  # the probe's last word: SGLang's idle check is about to crash this rank

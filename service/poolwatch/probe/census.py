@@ -8,8 +8,12 @@ For the Mamba pool (hundreds to a few thousand slots) the three id sets are pull
 
 A duplicate in ``F``, ``F & Q`` (the seed: the chunked request's slot is on the free list),
 ``F & T``, more free ids than the pool has, and ids outside the pool's range (``0..size-1`` up to
-0.5.6, ``1..size`` from 0.5.9) are proofs at any moment.  Ids in none of the sets (``MISSING``)
-are only reported at idle, when nobody may legitimately hold a slot the probe does not see.
+0.5.6, ``1..size`` from 0.5.9) are proofs at any moment.  So is the damage a double free does
+once the slot is handed out again: one slot held by *two* live requests (``LIVE_SHARED``, with
+both request ids), or by a live request and a tree node (``LIVE_AND_TREE``: no known release lets
+an unfinished request's working Mamba slot be a tree value; the tree gets a copy).  Ids in none
+of the sets (``MISSING``) are only reported at idle, when nobody may legitimately hold a slot the
+probe does not see.
 
 The full-KV census (:mod:`poolwatch.probe.kv_census`) does the same with GPU-side set operations.
 These reads synchronise with the GPU, so they run at a low rate, at idle and after the hooks that
@@ -19,8 +23,8 @@ need them, never on every sample.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
@@ -30,6 +34,8 @@ from poolwatch.probe.shapes import Shape
 
 __all__ = [
     "MAX_IDS",
+    "MAX_RETURN",
+    "Owners",
     "PoolCensus",
     "chunk_tripwires",
     "id_census",
@@ -40,6 +46,8 @@ __all__ = [
 ]
 
 MAX_IDS = 64  # slot ids named per finding; the counts are always complete
+MAX_RETURN = 1 << 16  # missing ids kept (unnamed) for the guard to give back at idle
+Owners = Sequence[tuple[str, Sequence[int]]]  # (request id, the slot ids it holds), per live request
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,14 @@ class PoolCensus:
     out_of_range: tuple[int, ...]
     missing: tuple[int, ...] | None  # None: not checked (busy)
     missing_count: int | None = None
+    live_shared: tuple[int, ...] = ()  # held by two or more live requests
+    live_and_tree: tuple[int, ...] = ()  # held by a live request and owned by a tree node
+    owners: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # flagged slot -> request ids
+    missing_ids: tuple[int, ...] = ()  # every missing id (up to MAX_RETURN), for the guard only
+
+    def requests_of(self, slots: Iterable[int]) -> tuple[str, ...]:
+        """The live requests holding any of ``slots`` (in slot order, each once)."""
+        return tuple(dict.fromkeys(r for s in slots for r in self.owners.get(s, ())))
 
     def tripwires(self, hook: str, seq: int) -> tuple[Tripwire, ...]:
         found = [
@@ -66,8 +82,11 @@ class PoolCensus:
             (TripwireKind.FREE_AND_TREE, self.free_and_tree),
             (TripwireKind.OUT_OF_RANGE, self.out_of_range),
             (TripwireKind.MISSING, self.missing or ()),
+            (TripwireKind.LIVE_AND_TREE, self.live_and_tree),
         ]
-        out = [Tripwire(k, self.pool, ids, hook, seq) for k, ids in found if ids]
+        out = [Tripwire(k, self.pool, ids, hook, seq, self.requests_of(ids)) for k, ids in found if ids]
+        for slot in self.live_shared:  # one finding per shared slot, naming every holder
+            out.append(Tripwire(TripwireKind.LIVE_SHARED, self.pool, (slot,), hook, seq, self.owners[slot]))
         if self.free > self.size:
             out.append(Tripwire(TripwireKind.OVER_SIZE, self.pool, self.duplicates, hook, seq))
         return tuple(out)
@@ -75,6 +94,14 @@ class PoolCensus:
 
 def _cap(ids: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(ids)[:MAX_IDS])
+
+
+def _holders(owners: Owners) -> dict[int, tuple[str, ...]]:
+    held: dict[int, list[str]] = {}
+    for rid, ids in owners:
+        for slot in dict.fromkeys(ids):
+            held.setdefault(slot, []).append(rid)
+    return {slot: tuple(rids) for slot, rids in held.items()}
 
 
 def id_census(
@@ -86,28 +113,38 @@ def id_census(
     live: Sequence[int],
     *,
     check_missing: bool,
+    owners: Owners = (),
 ) -> PoolCensus:
-    """The census arithmetic on plain id lists (pure; also used by the tests and the KV census)."""
+    """The census arithmetic on plain id lists (pure; also used by the tests and the KV census).
+    ``owners`` names the live requests behind ``live`` (then ``live`` may be empty)."""
     counts = Counter(free)
-    free_set, tree_set, live_set = set(counts), set(tree), set(live)
+    held = _holders(owners)
+    free_set, tree_set, live_set = set(counts), set(tree), set(live) | set(held)
     expected = range(first, first + size)
     missing = None
     if check_missing:
         seen = free_set | tree_set | live_set
         missing = tuple(i for i in expected if i not in seen)
+    shared = _cap(s for s, rids in held.items() if len(rids) > 1)
+    live_tree = _cap(set(held) & tree_set)
+    flagged = set(shared) | set(live_tree) | (free_set & set(held))
     return PoolCensus(
         pool=pool,
         size=size,
         first_id=first,
         free=len(free),
         tree=len(tree),
-        live=len(live),
+        live=len(live) + sum(len(ids) for _, ids in owners),
         duplicates=_cap(i for i, n in counts.items() if n > 1),
         free_and_live=_cap(free_set & live_set),
         free_and_tree=_cap(free_set & tree_set),
         out_of_range=_cap(i for i in free_set if not first <= i < first + size),
         missing=None if missing is None else missing[:MAX_IDS],
         missing_count=None if missing is None else len(missing),
+        live_shared=shared,
+        live_and_tree=live_tree,
+        owners={s: held[s] for s in sorted(flagged)[:MAX_IDS]},
+        missing_ids=() if missing is None else missing[:MAX_RETURN],
     )
 
 
@@ -157,8 +194,26 @@ def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
     return values
 
 
-def _live_mamba(live: LiveSet, shape: Shape) -> list[Any]:
-    return [t for req in (*live.holders, *live.waiting) for t in mamba_slot_objects(req, shape)]
+def _rid(req: Any) -> str:
+    return str(getattr(req, "rid", "") or f"req@{id(req):x}")
+
+
+def _live_mamba(live: LiveSet, shape: Shape) -> list[tuple[str, list[int]]]:
+    """``(request id, Mamba slot ids)`` of every live request, read with one host transfer."""
+    import torch
+
+    reqs = [(_rid(r), mamba_slot_objects(r, shape)) for r in (*live.holders, *live.waiting)]
+    flat = [(rid, t.reshape(-1).to(torch.int64)) for rid, ts in reqs for t in ts if t is not None]
+    if not flat:
+        return []
+    ids = [int(i) for i in torch.cat([t for _, t in flat]).tolist()]
+    out: dict[str, list[int]] = {}
+    at = 0
+    for rid, t in flat:
+        n = int(t.numel())
+        out.setdefault(rid, []).extend(ids[at : at + n])
+        at += n
+    return list(out.items())
 
 
 def mamba_census(
@@ -175,11 +230,12 @@ def mamba_census(
         lambda: _ids(tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value")),
         None,
     )
-    queue = reading.guard("census.mamba.live", lambda: _ids(_live_mamba(live, shape)), None)
+    queue = reading.guard("census.mamba.live", lambda: _live_mamba(live, shape), None)
     free_ids = reading.guard("census.mamba.free", lambda: _ids([free]), None)
     if tree is None or queue is None or free_ids is None:
         return None
-    return id_census(Pool.MAMBA, size, shape.mamba_first_id, free_ids, tree, queue, check_missing=idle)
+    first = shape.mamba_first_id
+    return id_census(Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle, owners=queue)
 
 
 def chunk_tripwires(sched: Any, shape: Shape, reading: Reading, seq: int, hook: str) -> tuple[Tripwire, ...]:
@@ -197,8 +253,9 @@ def chunk_tripwires(sched: Any, shape: Shape, reading: Reading, seq: int, hook: 
     hits = [int(i) for i in free[torch.isin(free, torch.cat(slots))].tolist()]
     if not hits:
         return ()
-    out = [Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, _cap(set(hits)), hook, seq)]
+    rid = (_rid(chunked),)
+    out = [Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, _cap(set(hits)), hook, seq, rid)]
     dup = [i for i, n in Counter(hits).items() if n > 1]
     if dup:
-        out.append(Tripwire(TripwireKind.FREE_DUPLICATE, Pool.MAMBA, _cap(dup), hook, seq))
+        out.append(Tripwire(TripwireKind.FREE_DUPLICATE, Pool.MAMBA, _cap(dup), hook, seq, rid))
     return tuple(out)

@@ -6,8 +6,8 @@ method (first that exists)  when     probe call
 ``__init__``              after      :func:`attach` (the probe is born with the scheduler)
 ``ingest_requests`` /     before     ``on_loop_boundary``: the previous iteration is complete
 ``recv_requests``
-``on_idle`` /             before     ``on_idle``: look before SGLang's own idle check
-``self_check_during_idle``
+``on_idle``,              before     ``on_idle``: look before SGLang's own idle check (each
+``self_check_during_idle``           that exists: a release calls only its own)
 ``process_prefill_chunk``  after     ``after_prefill_chunk``: the #12994 tripwire
 ========================  =========  ==========================================================
 
@@ -36,7 +36,8 @@ _CONFIG = "__poolwatch_config__"
 # (candidate method names, first existing wins), when, Probe method
 HOOKS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("ingest_requests", "recv_requests"), "before", "on_loop_boundary"),
-    (("on_idle", "self_check_during_idle"), "before", "on_idle"),
+    (("on_idle",), "before", "on_idle"),  # 0.5.12+
+    (("self_check_during_idle",), "before", "on_idle"),  # up to 0.5.10
     (("process_prefill_chunk",), "after", "after_prefill_chunk"),
 )
 

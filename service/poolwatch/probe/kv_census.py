@@ -5,7 +5,9 @@ The full pool has up to millions of slots, so the sets stay on the allocator's d
 values and of each live request's private ``req_to_token`` columns find overlaps, and only the
 offending ids (at most ``MAX_IDS`` of each) and counts come back to the host.  Ids are pages
 (``token // page_size``) for a paged allocator, slots otherwise; slot/page 0 is SGLang's padding.
-The SWA allocator pair is not censused (its counts are still read by ``readers``).
+Of the SWA allocator pair only the sliding-window free list is censused, for duplicate and
+out-of-range ids (a page freed twice); ownership of SWA pages goes through SGLang's full-to-SWA
+index mapping and is not checked (its counts are still read by ``readers``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from poolwatch.model import Pool
 from poolwatch.probe.access import MISSING, Reading
-from poolwatch.probe.census import MAX_IDS, PoolCensus, tree_values
+from poolwatch.probe.census import MAX_IDS, MAX_RETURN, PoolCensus, tree_values
 from poolwatch.probe.requests import LiveSet, full_private_range
 from poolwatch.probe.shapes import Shape
 
@@ -55,8 +57,8 @@ def _mark(ids: Any, n: int, device: Any) -> Any:
     return marks
 
 
-def _host(ids: Any) -> tuple[int, ...]:
-    return tuple(int(i) for i in ids[:MAX_IDS].tolist())
+def _host(ids: Any, limit: int = MAX_IDS) -> tuple[int, ...]:
+    return tuple(int(i) for i in ids[:limit].tolist())
 
 
 def _to_pages(tokens: list[Any], page: int, device: Any) -> Any:
@@ -69,11 +71,41 @@ def _to_pages(tokens: list[Any], page: int, device: Any) -> Any:
 
 
 def kv_census(sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool) -> PoolCensus | None:
-    """The full pool's census, or ``None`` for an allocator it does not know (SWA, unified)."""
+    """The full pool's census (the SWA free list's, on a hybrid SWA model), or ``None`` for an
+    allocator it does not know (unified)."""
     alloc = reading.attr(sched, "token_to_kv_pool_allocator")
-    if alloc is MISSING or hasattr(alloc, "full_attn_allocator") or not hasattr(alloc, "free_pages"):
+    if alloc is MISSING:
+        return None
+    swa = getattr(alloc, "swa_attn_allocator", None)
+    if swa is not None and hasattr(swa, "free_pages"):
+        return reading.guard("census.swa", lambda: _swa_census(swa), None)
+    if hasattr(alloc, "full_attn_allocator") or not hasattr(alloc, "free_pages"):
         return None
     return reading.guard("census.full", lambda: _census(sched, alloc, shape, live, idle=idle), None)
+
+
+def _swa_census(alloc: Any) -> PoolCensus:
+    """Duplicates and out-of-range ids on the sliding-window free list (pages)."""
+    import torch
+
+    page = int(getattr(alloc, "page_size", 1) or 1)
+    count, first = int(alloc.size) // page, 1
+    free = _free_ids(alloc)
+    in_range = (free >= first) & (free < count + first)
+    counts = torch.bincount(free[in_range], minlength=count + first)
+    return PoolCensus(
+        pool=Pool.SWA,
+        size=count,
+        first_id=first,
+        free=int(free.numel()),
+        tree=0,
+        live=0,
+        duplicates=_host(torch.nonzero(counts > 1).reshape(-1)),
+        free_and_live=(),
+        free_and_tree=(),
+        out_of_range=_host(torch.unique(free[~in_range])),
+        missing=None,
+    )
 
 
 def _census(sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool) -> PoolCensus:
@@ -107,4 +139,5 @@ def _census(sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool) 
         out_of_range=_host(torch.unique(free[~in_range])),
         missing=None if missing is None else _host(missing),
         missing_count=None if missing is None else int(missing.numel()),
+        missing_ids=() if missing is None else _host(missing, MAX_RETURN),
     )

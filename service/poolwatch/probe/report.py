@@ -16,6 +16,8 @@ CENSUS_SCHEMA = "poolwatch.census"
 
 def _pool(c: PoolCensus) -> dict[str, Any]:
     doc = asdict(c)
+    doc.pop("missing_ids")  # the guard's working set; ``missing`` names the first ids
+    doc["owners"] = {str(slot): list(rids) for slot, rids in c.owners.items()}
     doc["pool"] = c.pool.value
     doc["last_id"] = c.first_id + c.size - 1
     for key in ("duplicates", "free_and_live", "free_and_tree", "out_of_range"):

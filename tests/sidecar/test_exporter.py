@@ -70,7 +70,7 @@ def test_openmetrics_output_parses(seed_snapshot: Snapshot, clock: FakeClock) ->
     assert {"poolwatch_pool_conservation_gap_slots", "poolwatch_target_scrape_errors"} <= names
 
 
-def test_a_stale_rank_keeps_its_age_but_withholds_its_pool_figures(
+def test_a_stale_rank_keeps_its_last_findings_but_withholds_its_slot_figures(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
     store = seed_store(seed_snapshot, clock)
@@ -78,8 +78,13 @@ def test_a_stale_rank_keeps_its_age_but_withholds_its_pool_figures(
     text = render(store, clock)
     assert value(text, "poolwatch_snapshot_stale") == 1
     assert value(text, "poolwatch_snapshot_age_seconds") == pytest.approx(30.5)
-    assert value(text, "poolwatch_pool_conservation_gap_slots") is None
-    assert value(text, "poolwatch_pool_capacity_slots") is None
+    # a dead worker's double free is not healthy: the rule and the dashboard still see it
+    assert value(text, "poolwatch_pool_conservation_gap_slots", pool="mamba") == -1
+    assert value(text, "poolwatch_pool_capacity_slots", pool="mamba") == 476
+    assert value(text, "poolwatch_idle_check_strict") == 1
+    assert value(text, "poolwatch_pool_slots") is None
+    assert value(text, "poolwatch_pool_used_slots") is None
+    assert value(text, "poolwatch_queue_requests") is None
 
 
 def test_probe_health_and_tripwires_are_exported(seed_snapshot: Snapshot, clock: FakeClock) -> None:

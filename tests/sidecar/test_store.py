@@ -3,9 +3,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from tests.helpers import FakeClock
 
 from poolwatch.errors import Reason
-from poolwatch.model import Incident, IncidentKind, Snapshot
+from poolwatch.model import Exactness, Incident, IncidentKind, PoolAccount, Snapshot
 from poolwatch.sidecar.store import SnapshotStore
 
 
@@ -78,3 +79,56 @@ def test_target_health_counts_failures_by_reason_and_keeps_the_last_success() ->
 def test_history_must_hold_something() -> None:
     with pytest.raises(ValueError, match="history"):
         SnapshotStore(history=0)
+
+
+def coarse(snap: Snapshot, taken_at: float, source: str = "sglang-metrics") -> Snapshot:
+    """The same rank as SGLang's /metrics or log sees it: used counts only, no boot id."""
+    pools = {
+        p: PoolAccount(p, a.size, a.available, a.evictable, exactness=Exactness.COARSE)
+        for p, a in snap.pools.items()
+    }
+    return replace(snap, source=source, pools=pools, taken_at=taken_at, seq=1, boot_id="", probe=None)
+
+
+def test_coarse_figures_of_the_same_moment_never_hide_the_probes_exact_ones(seed_snapshot: Snapshot) -> None:
+    store = SnapshotStore()
+    probe = replace(seed_snapshot, source="probe")
+    for i in range(37):  # one-second scrapes of both sources, interleaved
+        t = seed_snapshot.taken_at + i
+        store.put(replace(probe, seq=seed_snapshot.seq + i, taken_at=t))
+        store.put(replace(coarse(seed_snapshot, t + 0.5), seq=i + 1))
+        (view,) = store.latest()
+        assert view.source == "probe"
+    assert [s.source for s in store.sources(seed_snapshot.worker.key)] == ["probe", "sglang-metrics"]
+
+
+def test_a_silent_probe_gives_way_to_sglangs_own_figures(seed_snapshot: Snapshot) -> None:
+    store = SnapshotStore(fresh_within=10.0)
+    store.put(seed_snapshot)
+    store.put(coarse(seed_snapshot, seed_snapshot.taken_at + 11))
+    assert store.get(seed_snapshot.worker.key).source == "sglang-metrics"  # type: ignore[union-attr]
+
+
+def test_incidents_of_every_source_and_boot_add_up_and_never_go_back(seed_snapshot: Snapshot) -> None:
+    store = SnapshotStore()
+    crash = Incident(IncidentKind.SCHEDULER_EXCEPTION, "Scheduler hit an exception", 1.0)
+    store.put(replace(coarse(seed_snapshot, 5.0, "sglang-log"), incidents=(crash,)))
+    store.put(seed_snapshot)
+    store.put(replace(seed_snapshot, boot_id="second-boot", seq=1, taken_at=seed_snapshot.taken_at + 9))
+    store.put(coarse(seed_snapshot, 6.0))
+    assert store.incidents(seed_snapshot.worker.key) == {IncidentKind.SCHEDULER_EXCEPTION: 1}
+
+
+def test_a_rank_no_source_reports_any_more_is_forgotten_with_its_history(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(1000.0)
+    store = SnapshotStore(clock=clock)
+    other = replace(seed_snapshot, worker=replace(seed_snapshot.worker, tp_rank=1))
+    store.put(seed_snapshot)
+    clock.advance(50)
+    store.put(other)
+    store.put(other)  # a duplicate still says the rank is there
+    assert store.forget_silent(before=1010.0) == [seed_snapshot.worker.key]
+    assert [s.worker.key for s in store.latest()] == [other.worker.key]
+    assert store.history(seed_snapshot.worker.key) == []
+    assert store.incidents(seed_snapshot.worker.key) == {}
+    assert len(store) == 1

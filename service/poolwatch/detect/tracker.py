@@ -11,7 +11,12 @@ Three ways to judge an alert (:class:`~poolwatch.detect.rules.Mode`):
 * **timed**, on the evaluation timer (staleness, target health): fires after ``for_seconds`` of
   continuous trouble and resolves ``resolve_hold`` seconds after the trouble ends.
 
-A resolved alert stays listed for ``retention`` seconds so that receivers learn it is over.
+A restarted rank (a new boot) does not resolve its firing sampled alerts at once: the restart
+counts as their last sighting, and they resolve like any other -- ``resolve_samples`` clean samples
+of the new boot and ``resolve_hold`` seconds -- which is when the Prometheus rules, which saw the
+old boot's figures until the restart, stop firing too (``keep_firing_for`` is the same hold).
+A rank that is gone for good is forgotten (:meth:`Tracker.forget`): its alerts resolve with a
+reason.  A resolved alert stays listed for ``retention`` seconds so that receivers learn it is over.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class _Track:
     fired_at: float | None = None
     resolved_at: float | None = None
     restored_at: float | None = None  # loaded from the state file and not observed since
+    reason: str = ""  # why it resolved, when not because its condition cleared
 
 
 class Tracker:
@@ -93,13 +99,28 @@ class Tracker:
                 self._maybe_resolve(track, now)
 
     def reset(self, subject: str, now: float) -> None:
-        """A restarted rank: its sampled alerts are over (pending ones never happened)."""
+        """A restarted rank: pending sampled alerts never happened; firing ones were last seen now
+        and resolve after the usual clean samples and hold (unless the new boot shows them too)."""
         for key, track in list(self._tracks.items()):
             if track.mode is Mode.SAMPLED and track.signal.subject == subject:
                 if track.state is AlertState.PENDING:
                     del self._tracks[key]
                 elif track.state is AlertState.FIRING:
-                    self._resolve(track, now)
+                    track.last_seen, track.clean, track.last_sample = now, 0, None
+
+    def forget(self, gone: Callable[[Signal], bool], reason: str, now: float) -> int:
+        """Resolve (with ``reason``) or drop every alert whose signal is ``gone``; returns how many."""
+        count = 0
+        for key, track in list(self._tracks.items()):
+            if not gone(track.signal) or track.state is AlertState.RESOLVED:
+                continue
+            count += 1
+            if track.state is AlertState.PENDING:
+                del self._tracks[key]
+            else:
+                self._resolve(track, now)
+                track.reason = reason
+        return count
 
     def restore(self, alerts: Iterable[Alert], now: float) -> None:
         """Take back firing alerts persisted before a restart; unconfirmed ones expire."""
@@ -119,6 +140,10 @@ class Tracker:
                 fired_at=alert.fired_at,
                 restored_at=now,
             )
+
+    def __len__(self) -> int:
+        """How many alert instances are held (pending, firing, recently resolved)."""
+        return len(self._tracks)
 
     def alerts(self) -> list[Alert]:
         """Every pending, firing and recently resolved alert, one per label set."""
@@ -169,7 +194,7 @@ class Tracker:
             severity=s.severity,
             state=t.state,
             labels=s.labels,
-            annotations=self._annotate(s),
+            annotations={**self._annotate(s), "resolved_reason": t.reason} if t.reason else self._annotate(s),
             value=s.value,
             active_since=t.since,
             fired_at=t.fired_at,

@@ -1,8 +1,12 @@
-"""The JSON API of the sidecar: latest snapshots per rank, their history and target health."""
+"""The JSON API of the sidecar: each rank's view and what each of its sources says, history, target health.
+
+Every finding names the source it came from (``probe``: exact; ``sglang-metrics`` / ``sglang-log``:
+coarse), so a reader can tell a proof from an estimate.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
@@ -10,7 +14,7 @@ from pydantic import BaseModel
 
 from poolwatch.codec import dump_snapshot
 from poolwatch.conservation import assess_snapshot
-from poolwatch.model import Snapshot
+from poolwatch.model import IncidentKind, Snapshot
 from poolwatch.sidecar.store import SnapshotStore, TargetState
 
 __all__ = ["api_router"]
@@ -22,6 +26,17 @@ class FindingView(BaseModel):
     gap: int | None
     basis: str
     slots: int
+    source: str
+
+
+class SourceView(BaseModel):
+    """One source's latest word on the rank."""
+
+    source: str
+    age_seconds: float
+    stale: bool
+    phase: str
+    findings: list[FindingView]
 
 
 class WorkerView(BaseModel):
@@ -29,8 +44,11 @@ class WorkerView(BaseModel):
     worker: dict[str, Any]
     age_seconds: float
     stale: bool
+    source: str  # the source whose figures speak for the rank (the most exact fresh one)
     findings: list[FindingView]
     snapshot: dict[str, Any]
+    sources: list[SourceView]
+    incidents: dict[str, int]
 
 
 class HistoryView(BaseModel):
@@ -49,20 +67,51 @@ class TargetView(BaseModel):
     errors: dict[str, int]
 
 
-def worker_view(snap: Snapshot, now: float, stale_after: float) -> WorkerView:
-    doc = dump_snapshot(snap)
-    age = max(0.0, now - snap.taken_at)
-    findings = [
-        FindingView(pool=f.pool.value, balance=f.balance.value, gap=f.gap, basis=f.basis.value, slots=f.slots)
+def _findings(snap: Snapshot) -> list[FindingView]:
+    return [
+        FindingView(
+            pool=f.pool.value,
+            balance=f.balance.value,
+            gap=f.gap,
+            basis=f.basis.value,
+            slots=f.slots,
+            source=snap.source,
+        )
         for f in assess_snapshot(snap)
     ]
+
+
+def source_view(snap: Snapshot, now: float, stale_after: float) -> SourceView:
+    age = max(0.0, now - snap.taken_at)
+    return SourceView(
+        source=snap.source,
+        age_seconds=age,
+        stale=age > stale_after,
+        phase=snap.phase.value,
+        findings=_findings(snap),
+    )
+
+
+def worker_view(
+    snap: Snapshot,
+    now: float,
+    stale_after: float,
+    sources: Sequence[Snapshot] = (),
+    incidents: Mapping[IncidentKind, int] | None = None,
+) -> WorkerView:
+    """``snap``: the rank's view; ``sources``: every source's latest (default: the view alone)."""
+    doc = dump_snapshot(snap)
+    age = max(0.0, now - snap.taken_at)
     return WorkerView(
         key=snap.worker.key,
         worker=doc["worker"],
         age_seconds=age,
         stale=age > stale_after,
-        findings=findings,
+        source=snap.source,
+        findings=_findings(snap),
         snapshot=doc,
+        sources=[source_view(s, now, stale_after) for s in (sources or (snap,))],
+        incidents={k.value: n for k, n in sorted((incidents or {}).items())},
     )
 
 
@@ -85,7 +134,10 @@ def api_router(store: SnapshotStore, clock: Callable[[], float], stale_after: fl
     @router.get("/workers", summary="Latest snapshot and findings of every rank")
     def workers() -> list[WorkerView]:
         now = clock()
-        return [worker_view(s, now, stale_after) for s in store.latest()]
+        return [
+            worker_view(s, now, stale_after, store.sources(s.worker.key), store.incidents(s.worker.key))
+            for s in store.latest()
+        ]
 
     @router.get("/workers/{key:path}/history", summary="Recent snapshots of one rank, oldest first")
     def history(key: str) -> HistoryView:

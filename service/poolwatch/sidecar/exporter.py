@@ -21,29 +21,52 @@ from poolwatch.conservation import assess, used
 from poolwatch.model import Exactness, Phase, PoolAccount, Snapshot
 from poolwatch.sidecar.store import SnapshotStore, TargetState
 
-__all__ = ["BuildInfoCollector", "Families", "PoolCollector", "TargetCollector", "rank_labels"]
+__all__ = [
+    "BuildInfoCollector",
+    "Families",
+    "PoolCollector",
+    "Sample",
+    "TargetCollector",
+    "metric_family",
+    "rank_labels",
+]
 
 _STATES = ("available", "evictable", "protected", "held", "session_held")
 
 
+Sample = tuple[str, tuple[str, ...], float]  # (catalogue name, label values, value)
+
+
+def metric_family(name: str) -> GaugeMetricFamily | CounterMetricFamily:
+    """An empty family of the catalogue metric ``name``."""
+    spec = by_name(name)
+    if spec.kind is Kind.COUNTER:
+        return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+
+
 class Families:
-    """Catalogue-checked families for one collect() call, emitted in catalogue order."""
+    """Catalogue-checked samples for one collect() call, emitted in catalogue order.
+
+    The samples are kept as plain tuples (``samples``) and turned into prometheus_client
+    families only when iterated, so the cached exposition (:mod:`.exposition`) can take them
+    without building a family it will not use."""
 
     def __init__(self, names: Sequence[str]) -> None:
-        self._families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
-        for name in names:
-            spec = by_name(name)
-            if spec.kind is Kind.COUNTER:
-                base = spec.name.removesuffix("_total")
-                self._families[name] = CounterMetricFamily(base, spec.help, labels=spec.labels)
-            else:
-                self._families[name] = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+        self.names = tuple(names)
+        self._known = frozenset(self.names)
+        self.samples: list[Sample] = []
 
     def add(self, name: str, labels: Sequence[str], value: float) -> None:
-        self._families[name].add_metric(list(labels), value)
+        if name not in self._known:
+            raise KeyError(name)
+        self.samples.append((name, tuple(labels), value))
 
     def __iter__(self) -> Iterator[Metric]:
-        return iter(self._families.values())
+        families = {name: metric_family(name) for name in self.names}
+        for name, labels, value in self.samples:
+            families[name].add_metric(list(labels), value)
+        return iter(families.values())
 
 
 def rank_labels(snap: Snapshot) -> tuple[str, ...]:
@@ -78,8 +101,14 @@ _POOL_METRICS = (
 
 
 class PoolCollector(Collector):
-    """Per-rank and per-pool figures of the latest snapshots.  Pool figures of a stale rank are
-    withheld (never shown as current); its age and staleness are still exported."""
+    """Per-rank and per-pool figures of each rank's view (its most exact fresh source).
+
+    A stale rank (a dead worker) keeps its last *findings* -- conservation gap, tripwire slots,
+    capacity and idle-check strictness -- until it restarts or is forgotten, so the Prometheus
+    rules keep firing exactly as long as the sidecar's own alerts do and a dashboard never shows
+    it as healthy; its slot figures, queues and phase are withheld (never shown as current)."""
+
+    names = _POOL_METRICS + _RANK_METRICS  # its families, in exposition order
 
     def __init__(self, store: SnapshotStore, clock: Callable[[], float], stale_after: float) -> None:
         self._store = store
@@ -93,13 +122,20 @@ class PoolCollector(Collector):
         fam = Families(_POOL_METRICS + _RANK_METRICS)
         now = self._clock()
         for snap in self._store.latest():
-            stale = now - snap.taken_at > self._stale_after
-            self._add_rank(fam, snap, now, stale)
-            if not stale:
-                for account in snap.pools.values():
-                    self._add_pool(fam, snap, account)
-                self._add_tripwires(fam, snap)
+            self.add_snapshot(fam, snap, now)
         return iter(fam)
+
+    def is_stale(self, snap: Snapshot, now: float) -> bool:
+        return now - snap.taken_at > self._stale_after
+
+    def add_snapshot(self, fam: Families, snap: Snapshot, now: float) -> None:
+        """Every sample of one rank's view at ``now`` (the age sample is the only one that
+        changes with ``now`` alone; the rest change with the snapshot, staleness and incidents)."""
+        stale = self.is_stale(snap, now)
+        self._add_rank(fam, snap, now, stale)
+        for account in snap.pools.values():
+            self._add_pool(fam, snap, account, stale)
+        self._add_tripwires(fam, snap)
 
     def _add_rank(self, fam: Families, snap: Snapshot, now: float, stale: bool) -> None:
         labels = rank_labels(snap)
@@ -111,14 +147,14 @@ class PoolCollector(Collector):
         fam.add("poolwatch_snapshot_stale", labels, float(stale))
         for kind, count in sorted(self._store.incidents(w.key).items()):
             fam.add("poolwatch_incidents_total", (*labels, kind.value), count)
+        if snap.idle_check_strict is not None:
+            fam.add("poolwatch_idle_check_strict", labels, float(snap.idle_check_strict))
         if stale:
             return
         if snap.phase is not Phase.UNKNOWN:
             fam.add("poolwatch_worker_idle", labels, float(snap.phase is Phase.IDLE))
         for queue, depth in sorted(snap.queues.items()):
             fam.add("poolwatch_queue_requests", (*labels, queue), depth)
-        if snap.idle_check_strict is not None:
-            fam.add("poolwatch_idle_check_strict", labels, float(snap.idle_check_strict))
         if snap.probe is not None:
             p = snap.probe
             fam.add("poolwatch_probe_samples_total", labels, p.samples_total)
@@ -128,10 +164,15 @@ class PoolCollector(Collector):
             fam.add("poolwatch_probe_disabled", labels, float(p.disabled))
 
     @staticmethod
-    def _add_pool(fam: Families, snap: Snapshot, account: PoolAccount) -> None:
+    def _add_pool(fam: Families, snap: Snapshot, account: PoolAccount, stale: bool) -> None:
         labels = (*rank_labels(snap), account.pool.value)
         if account.size is not None:
             fam.add("poolwatch_pool_capacity_slots", labels, account.size)
+        if stale:
+            finding = assess(account, snap.phase)
+            if finding.gap is not None:  # the last finding stands until the rank restarts
+                fam.add("poolwatch_pool_conservation_gap_slots", labels, finding.gap)
+            return
         for state in _STATES:
             value = getattr(account, state)
             if value is not None:
@@ -166,6 +207,8 @@ _TARGET_METRICS = (
 class TargetCollector(Collector):
     """The sidecar's own view of each target: up, duration, last success, errors by reason."""
 
+    names = _TARGET_METRICS  # its families, in exposition order
+
     def __init__(self, store: SnapshotStore) -> None:
         self._store = store
 
@@ -175,11 +218,11 @@ class TargetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         fam = Families(_TARGET_METRICS)
         for t in self._store.targets():
-            self._add(fam, t)
+            self.add_target(fam, t)
         return iter(fam)
 
     @staticmethod
-    def _add(fam: Families, t: TargetState) -> None:
+    def add_target(fam: Families, t: TargetState) -> None:
         labels = (t.name, t.source)
         fam.add("poolwatch_target_up", labels, float(t.up))
         fam.add("poolwatch_target_scrape_duration_seconds", labels, t.last_duration)

@@ -1,4 +1,12 @@
-"""The sidecar's state: the latest snapshot and a bounded history per rank, and each target's health.
+"""The sidecar's state: every rank as each of its sources sees it, and each target's health.
+
+A rank (``WorkerId.key``) may be described by several sources at once -- the in-process probe
+(exact), SGLang's ``/metrics`` and SGLang's log (coarse).  The store keeps the latest snapshot and a
+bounded history per *(rank, source)*, so one never overwrites another, and answers with one view
+per rank: the most exact source among those that are fresh (within ``fresh_within`` seconds of
+the rank's newest snapshot); a probe that stops answering gives way to SGLang's own figures.
+Incidents are counted per rank over all its sources and every boot (a counter never goes back).
+A rank that reports nothing for a while can be forgotten (:meth:`SnapshotStore.forget_silent`).
 
 Written by the scrape loop, read by the collectors and the API.  A lock keeps readers on other
 threads (the ``/metrics`` route runs in a worker thread) consistent; every operation is O(1) or
@@ -8,6 +16,7 @@ O(ranks).
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -16,25 +25,57 @@ from poolwatch.errors import Reason
 from poolwatch.model import IncidentKind, Snapshot
 from poolwatch.target_health import TargetState
 
-__all__ = ["RankState", "SnapshotStore", "TargetState"]
+__all__ = ["PREFERENCE", "RankState", "SnapshotStore", "TargetState", "best_view"]
+
+PREFERENCE = ("probe", "file", "sglang-metrics", "sglang-log")  # most exact first
+
+
+def _preference(source: str) -> int:
+    return PREFERENCE.index(source) if source in PREFERENCE else len(PREFERENCE)
+
+
+def best_view(snaps: Iterable[Snapshot], fresh_within: float) -> Snapshot:
+    """The snapshot that speaks for a rank: the most exact of the fresh ones (the newest first
+    among equals); exact figures are never hidden behind coarser ones of the same moment."""
+    listed = list(snaps)
+    newest = max(s.taken_at for s in listed)
+    return max(
+        listed, key=lambda s: (s.taken_at >= newest - fresh_within, -_preference(s.source), s.taken_at)
+    )
+
+
+@dataclass(slots=True)
+class _SourceView:
+    latest: Snapshot
+    history: deque[Snapshot]
 
 
 @dataclass(slots=True)
 class RankState:
-    """The latest snapshot of one rank, its recent history and its incident counters."""
+    """One rank: each source's latest snapshot and history, the incidents of all of them, and
+    when any source last reported it (the store's clock)."""
 
-    latest: Snapshot
-    history: deque[Snapshot]
+    sources: dict[str, _SourceView] = field(default_factory=dict)
     incidents: Counter[IncidentKind] = field(default_factory=Counter)
+    seen_at: float = 0.0
 
 
 class SnapshotStore:
-    """Latest snapshot + bounded ring per rank (keyed by ``WorkerId.key``) and target health."""
+    """Latest snapshot + bounded ring per (rank, source), one view per rank, and target health."""
 
-    def __init__(self, history: int = 256, on_snapshot: Callable[[Snapshot], None] | None = None) -> None:
+    def __init__(
+        self,
+        history: int = 256,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
+        *,
+        fresh_within: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if history < 1:
             raise ValueError("history must be at least 1")
         self._history = history
+        self._fresh_within = fresh_within
+        self._clock = clock
         self._ranks: dict[str, RankState] = {}
         self._targets: dict[str, TargetState] = {}
         self._lock = threading.Lock()
@@ -45,45 +86,72 @@ class SnapshotStore:
         self._listeners.append(listener)
 
     def put(self, snap: Snapshot) -> bool:
-        """Keep ``snap`` as the rank's latest unless it is older than what we have.
+        """Keep ``snap`` as its source's latest for the rank unless it is older than what we have.
 
         Returns False (and keeps nothing) for a duplicate or out-of-order snapshot of the same
-        boot.  A new ``boot_id`` (scheduler restarted, sequence reset) starts a fresh history.
+        source and boot; the rank still counts as reporting.  A new ``boot_id`` (scheduler
+        restarted, sequence reset) starts that source's history afresh.
         """
         with self._lock:
-            state = self._ranks.get(snap.worker.key)
-            if state is None or state.latest.boot_id != snap.boot_id:
-                state = RankState(snap, deque(maxlen=self._history))
-                self._ranks[snap.worker.key] = state
-            elif snap.seq <= state.latest.seq and snap.taken_at <= state.latest.taken_at:
+            rank = self._ranks.setdefault(snap.worker.key, RankState())
+            rank.seen_at = self._clock()
+            view = rank.sources.get(snap.source)
+            if view is None or view.latest.boot_id != snap.boot_id:
+                view = _SourceView(snap, deque(maxlen=self._history))
+                rank.sources[snap.source] = view
+            elif snap.seq <= view.latest.seq and snap.taken_at <= view.latest.taken_at:
                 return False
-            state.incidents.update(i.kind for i in snap.incidents)
-            state.latest = snap
-            state.history.append(snap)
+            rank.incidents.update(i.kind for i in snap.incidents)
+            view.latest = snap
+            view.history.append(snap)
         for listener in self._listeners:
             listener(snap)
         return True
 
     def latest(self) -> list[Snapshot]:
-        """The latest snapshot of every rank, ordered by rank key."""
+        """The view of every rank (:func:`best_view` of its sources), ordered by rank key."""
         with self._lock:
-            return [self._ranks[k].latest for k in sorted(self._ranks)]
+            return [self._view(self._ranks[k]) for k in sorted(self._ranks)]
 
     def get(self, key: str) -> Snapshot | None:
         with self._lock:
-            state = self._ranks.get(key)
-            return None if state is None else state.latest
+            rank = self._ranks.get(key)
+            return None if rank is None else self._view(rank)
+
+    def sources(self, key: str) -> list[Snapshot]:
+        """The latest snapshot of each source of the rank, most exact first."""
+        with self._lock:
+            rank = self._ranks.get(key)
+            views = [] if rank is None else [v.latest for v in rank.sources.values()]
+        return sorted(views, key=lambda s: _preference(s.source))
 
     def history(self, key: str) -> list[Snapshot]:
-        """The rank's recent snapshots, oldest first (empty for an unknown rank)."""
+        """The rank's recent snapshots from all its sources, oldest first (empty for an unknown rank)."""
         with self._lock:
-            state = self._ranks.get(key)
-            return [] if state is None else list(state.history)
+            rank = self._ranks.get(key)
+            snaps = [] if rank is None else [s for v in rank.sources.values() for s in v.history]
+        return sorted(snaps, key=lambda s: s.taken_at)
 
     def incidents(self, key: str) -> Counter[IncidentKind]:
         with self._lock:
-            state = self._ranks.get(key)
-            return Counter() if state is None else Counter(state.incidents)
+            rank = self._ranks.get(key)
+            return Counter() if rank is None else Counter(rank.incidents)
+
+    def forget_silent(self, before: float) -> list[str]:
+        """Drop the ranks no source has reported since ``before`` (store clock); returns their keys."""
+        with self._lock:
+            gone = sorted(k for k, r in self._ranks.items() if r.seen_at < before)
+            for key in gone:
+                del self._ranks[key]
+        return gone
+
+    def __len__(self) -> int:
+        """How many ranks the store holds."""
+        with self._lock:
+            return len(self._ranks)
+
+    def _view(self, rank: RankState) -> Snapshot:
+        return best_view((v.latest for v in rank.sources.values()), self._fresh_within)
 
     def record_success(self, name: str, source: str, duration: float, at: float) -> None:
         self._update_target(name, source, up=True, duration=duration, at=at, reason=None, error="")

@@ -40,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--seed", type=int, default=0)
     a("--log-dir", type=Path, default=None, help="write each worker's SGLang-shaped log here")
-    a("--probe-dir", type=Path, default=None, help="attach poolwatch's probe to every rank (discovery dir)")
+    a(
+        "--probe-dir",
+        type=Path,
+        default=None,
+        help="attach poolwatch's probe to every rank (discovery dir; {worker}: one dir per worker)",
+    )
     a("--duration", type=float, default=0.0, help="simulated seconds to run (0 = until interrupted)")
     a(
         "--time-scale",

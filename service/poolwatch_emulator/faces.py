@@ -166,12 +166,14 @@ class WorkerServer:
 
 
 def attach_probes(cluster: Cluster, directory: Path, *, serve: bool = True) -> int:
-    """Attach the in-process probe (``poolwatch.probe.attach``) to every rank; the count."""
+    """Attach the in-process probe (``poolwatch.probe.attach``) to every rank; the count.  A
+    ``{worker}`` in ``directory`` gives each worker its own discovery directory, as each pod has."""
     from poolwatch.probe import ProbeConfig, attach
 
     for worker in cluster.workers:
+        folder = str(directory).replace("{worker}", worker.name)
         config = ProbeConfig(
-            directory=str(directory), serve=serve, worker=worker.name, sglang_version=cluster.release.name
+            directory=folder, serve=serve, worker=worker.name, sglang_version=cluster.release.name
         )
         for rank in worker.ranks:
             attach(rank, config, serve=serve)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +21,7 @@ from tests.statuspage.server import serve
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
-from poolwatch.settings import AlertSettings
+from poolwatch.model import Exactness, Incident, IncidentKind, Phase, Pool, PoolAccount, Snapshot
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources import Target
@@ -88,9 +88,7 @@ def test_the_seed_incident_shows_a_red_mamba_surplus_and_a_firing_double_free(
 ) -> None:
     """The seed, read from its fixture file by the sidecar's file source and judged by its detector."""
     store = SnapshotStore()
-    detector = Detector(
-        DetectorConfig(), clock, store=store, runbook_base_url=AlertSettings().runbook_base_url
-    )
+    detector = Detector(DetectorConfig(), clock)  # the default runbook base URL
     store.subscribe(detector.observe)
     seed_file = FileSource(
         Target("file:seed-snapshot.json", "file", str(FIXTURES / "seed-snapshot.json")), clock
@@ -192,3 +190,40 @@ def test_the_bar_arithmetic_scales_a_surplus_past_the_capacity_line(page: Any, c
         deficit = page.evaluate(f"poolwatch.poolBar({leaky}, {{balance: 'deficit', gap: 30}})")
         assert deficit["segments"][-1] == {"kind": "lost", "slots": 30, "left": 70, "width": 30}
         assert deficit["surplus"] is None
+
+
+def test_at_3am_a_crashed_rank_says_so_and_its_alerts_name_the_rank_the_slots_and_the_time(
+    browser: Any, seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    """A crashed scheduler (its log's exception) beside the seed's double free, judged by the
+    sidecar's own detector and read in Tokyo."""
+    store = SnapshotStore()
+    crash = Incident(IncidentKind.SCHEDULER_EXCEPTION, "Scheduler hit an exception", clock.now)
+    context = browser.new_context(viewport={"width": 1100, "height": 720}, timezone_id="Asia/Tokyo")
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        with serve(store, clock) as url:
+            store.put(dataclasses.replace(seed_snapshot, taken_at=clock.now))
+            log = dataclasses.replace(seed_snapshot, source="sglang-log", pools={}, incidents=(crash,))
+            store.put(dataclasses.replace(log, taken_at=clock.now))
+            open_page(page, url)
+            page.wait_for_selector('article.worker[data-status="crashed"]')
+            card = page.locator(f'article.worker[data-key="{seed_snapshot.worker.key}"]')
+            assert card.get_attribute("data-status") == "crashed"
+            assert card.locator(".status").inner_text() == "crashed"
+            rows = page.locator("#alerts li.alert")
+            assert rows.count() == 2
+            names = [rows.nth(i).locator("strong").inner_text() for i in range(2)]
+            assert set(names) == {"PoolwatchSchedulerCrashed", "PoolwatchDoubleFree"}
+            double_free = page.locator("#alerts li.alert", has_text="PoolwatchDoubleFree")
+            assert "dp0 tp0 pp0 \u00b7 mamba" in double_free.locator(".where").inner_text()
+            assert "counts 1 slot twice (gap -1)" in double_free.locator(".description").inner_text()
+            assert re.fullmatch(
+                r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d GMT\+9", double_free.locator(".since").inner_text()
+            )
+            assert re.fullmatch(
+                r"updated \d{4}-\d\d-\d\d \d\d:\d\d:\d\d GMT\+9", page.locator("#updated").inner_text()
+            )
+    finally:
+        context.close()

@@ -63,8 +63,14 @@
     return `${(seconds / 3600).toFixed(1)} h old`;
   }
 
-  /** The alerts API's answer as [{name, state, severity, labels, summary, runbook}]: a list, or
-   *  {alerts: [...]}; labels as an object or as [name, value] pairs. Resolved ones are dropped. */
+  const SEVERITY_ORDER = { critical: 0, warning: 1, info: 2 };
+  const STATE_ORDER = { firing: 0, pending: 1 };
+  const CRASH_ALERTS = new Set(["PoolwatchSchedulerCrashed"]);
+
+  /** The alerts API's answer as [{name, state, severity, labels, rank, text, since, runbook}]:
+   *  a list, or {alerts: [...]}; labels as an object or as [name, value] pairs. Resolved ones are
+   *  dropped; criticals first, then firing before pending, then the oldest first. ``text`` is the
+   *  description (figures, slot ids, hook), the summary only when there is none. */
   function normaliseAlerts(doc) {
     const items = Array.isArray(doc) ? doc : (doc && (doc.alerts || doc.data)) || [];
     return items
@@ -76,11 +82,53 @@
           state: (a.state && (a.state.state || a.state)) || (a.status && a.status.state) || "firing",
           severity: a.severity || labels.severity || "",
           labels,
-          summary: notes.summary || a.summary || "",
+          rank: rankText(labels),
+          text: notes.description || a.description || notes.summary || a.summary || "",
+          since: a.fired_at ?? a.active_since ?? (a.startsAt ? Date.parse(a.startsAt) / 1000 : null),
           runbook: notes.runbook_url || a.runbook_url || "",
         };
       })
-      .filter((a) => a.state !== "resolved" && a.state !== "inactive");
+      .filter((a) => a.state !== "resolved" && a.state !== "inactive")
+      .sort((a, b) => (SEVERITY_ORDER[a.severity] ?? 3) - (SEVERITY_ORDER[b.severity] ?? 3)
+        || (STATE_ORDER[a.state] ?? 2) - (STATE_ORDER[b.state] ?? 2)
+        || (a.since ?? Infinity) - (b.since ?? Infinity));
+  }
+
+  /** Where an alert is, in full: "decode-0 · prefill · dp0 tp1 pp0 · mamba" (a target alert: its target). */
+  function rankText(labels) {
+    const ranks = ["dp", "tp", "pp"].filter((r) => labels[`${r}_rank`] !== undefined)
+      .map((r) => `${r}${labels[`${r}_rank`]}`).join(" ");
+    const parts = [labels.namespace && labels.pod ? `${labels.namespace}/${labels.pod}` : labels.pod,
+      labels.worker, labels.role, ranks, labels.pool, labels.target];
+    return parts.filter(Boolean).join(" \u00b7 ");
+  }
+
+  /** The key of the rank an alert is about ("worker/dp0-tp1-pp0"), or "" for a target alert. */
+  function rankKey(labels) {
+    if (labels.worker === undefined || labels.dp_rank === undefined) return "";
+    return `${labels.worker}/dp${labels.dp_rank}-tp${labels.tp_rank}-pp${labels.pp_rank}`;
+  }
+
+  /** What a rank's card says it is: "crashed" while a crash alert of it fires (a scheduler
+   *  exception, or SGLang's strict idle check), "gone" while its figures are stale (nothing
+   *  reports it), else its phase. */
+  function rankStatus(worker, alerts) {
+    const crashed = alerts.some((a) => a.state === "firing" && rankKey(a.labels) === worker.key
+      && (CRASH_ALERTS.has(a.name) || (a.name === "PoolwatchIdleCheckFailed" && a.severity === "critical")));
+    if (crashed) return { cls: "status-crashed", text: "crashed" };
+    if (worker.stale) return { cls: "status-gone", text: "gone" };
+    const phase = (worker.snapshot && worker.snapshot.phase) || "unknown";
+    return { cls: `phase-${phase}`, text: phase };
+  }
+
+  /** A moment as "2026-11-30 09:31:02 UTC": date, time and zone (``timeZone``: the browser's when unset). */
+  function stamp(epochMs, timeZone) {
+    const format = new Intl.DateTimeFormat("en-GB", {
+      timeZone, year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+      second: "2-digit", hourCycle: "h23", timeZoneName: "short",
+    });
+    const p = Object.fromEntries(format.formatToParts(new Date(epochMs)).map((x) => [x.type, x.value]));
+    return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`;
   }
 
   function countProblems(workers) {
@@ -95,7 +143,7 @@
     return { surplus, deficit, stale };
   }
 
-  window.poolwatch = { poolBar, gapView, normaliseAlerts, countProblems, age };
+  window.poolwatch = { poolBar, gapView, normaliseAlerts, countProblems, age, rankText, rankStatus, stamp };
 
   // ---- rendering -------------------------------------------------------------------------
 
@@ -139,10 +187,13 @@
     return row;
   }
 
-  function renderWorker(w) {
+  function renderWorker(w, alerts) {
     const card = el("article", "worker");
     card.dataset.key = w.key;
+    const status = rankStatus(w, alerts);
+    card.dataset.status = status.text;
     if (w.stale) card.classList.add("stale");
+    if (status.text === "crashed") card.classList.add("crashed");
     const balances = (w.findings || []).map((f) => f.balance);
     if (balances.includes("surplus")) card.classList.add("has-surplus");
     else if (balances.includes("deficit")) card.classList.add("has-deficit");
@@ -150,7 +201,7 @@
     head.append(el("h3", "", w.key));
     head.append(el("span", `badge role-${w.worker.role}`, w.worker.role));
     const snap = w.snapshot || {};
-    head.append(el("span", `badge phase-${snap.phase}`, snap.phase || "unknown"));
+    head.append(el("span", `badge status ${status.cls}`, status.text));
     head.append(el("span", w.stale ? "badge age stale-badge" : "badge age", (w.stale ? "stale, " : "") + age(w.age_seconds)));
     const facts = [snap.source, w.worker.model, w.worker.sglang_version && `SGLang ${w.worker.sglang_version}`];
     head.append(el("span", "facts", facts.filter(Boolean).join(" \u00b7 ")));
@@ -162,9 +213,9 @@
     return card;
   }
 
-  function renderWorkers(workers) {
+  function renderWorkers(workers, alerts) {
     const root = document.getElementById("workers");
-    root.replaceChildren(...workers.map(renderWorker));
+    root.replaceChildren(...workers.map((w) => renderWorker(w, alerts)));
     if (!workers.length) root.append(el("p", "note", "No rank has reported yet."));
   }
 
@@ -182,8 +233,9 @@
     list.replaceChildren(...alerts.map((a) => {
       const item = el("li", `alert severity-${a.severity} state-${a.state}`);
       item.append(el("strong", "", a.name), el("span", "badge", `${a.state} ${a.severity}`.trim()));
-      const where = ["worker", "pool"].map((k) => a.labels[k]).filter(Boolean).join(" ");
-      item.append(el("span", "where", where), el("span", "summary-text", a.summary));
+      item.append(el("span", "where", a.rank));
+      if (a.since !== null && a.since !== undefined) item.append(el("span", "since", `since ${stamp(a.since * 1000)}`));
+      item.append(el("span", "description", a.text));
       if (a.runbook) {
         const link = el("a", "", "runbook");
         link.href = a.runbook;
@@ -237,14 +289,14 @@
       ]);
       const state = JSON.stringify([workers, targets, alerts]);
       if (state !== lastState) {  // redraw only what changed: no flicker, selections survive
-        renderWorkers(workers.doc || []);
+        renderWorkers(workers.doc || [], alerts.missing ? [] : normaliseAlerts(alerts.doc));
         renderSummary(workers.doc || []);
         renderTargets(targets.doc || []);
         renderAlerts(alerts);
         lastState = state;
       }
       connection.hidden = true;
-      document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+      document.getElementById("updated").textContent = `updated ${stamp(Date.now())}`;
       document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
     } catch (err) {
       connection.hidden = false;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -257,3 +259,29 @@ async def test_after_a_failed_attempt_every_firing_alert_is_told_again_on_recove
     am.status = 200
     clock.advance(1)
     assert await d.deliver_once() == 2  # the one told before the outage too: the receiver may have restarted
+
+
+async def test_a_wake_delivers_a_new_firing_alert_without_waiting_for_the_tick(clock: FakeClock) -> None:
+    am, alerts = FakeAlertmanager(), []
+    never = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        await never.wait()  # a tick that never ends: only a wake can deliver
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(am))
+    recv = AlertmanagerReceiver("http://am.example:9093", resend_interval=60.0)
+    d = Deliverer(recv, client, lambda: alerts, clock, resend_interval=60.0, sleep=sleep)
+    task = asyncio.create_task(d.run())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert am.bodies == []
+    alerts.append(alert(clock))
+    d.wake()
+    for _ in range(50):
+        if am.bodies:
+            break
+        await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert [a["labels"]["alertname"] for a in am.bodies[0]] == [alerts[0].name]

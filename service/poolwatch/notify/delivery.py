@@ -8,8 +8,10 @@ told again (the receiver may have restarted and forgotten it) and backs off expo
 queue is bounded: when more than ``capacity`` resolutions wait (a long outage), the oldest are
 dropped and counted; firing alerts are never dropped (the detector bounds their number).
 
-The :class:`Deliverer` runs the outbox against the receiver on a tick; its clock and sleep are
-injected, and tests drive :meth:`Deliverer.deliver_once` directly.
+The :class:`Deliverer` runs the outbox against the receiver on a tick, and at once when
+:meth:`Deliverer.wake` is called (the sidecar calls it the moment a new alert fires, so a page
+does not wait for the tick); its clock and sleep are injected, and tests drive
+:meth:`Deliverer.deliver_once` directly.
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ class Deliverer:
         self.outbox = Outbox(resend_interval, capacity, backoff_min=backoff[0], backoff_max=backoff[1])
         self._counts = {"sent": 0, "failed": 0, "dropped": 0}
         self._up = True
+        self._woken = asyncio.Event()
 
     async def deliver_once(self) -> int:
         """Bring the outbox up to date and send what is due; returns how many alerts went out."""
@@ -187,10 +190,29 @@ class Deliverer:
         self._up = True
         return len(batch)
 
+    def wake(self) -> None:
+        """Deliver now instead of at the next tick (call it from the event loop's thread)."""
+        self._woken.set()
+
     async def run(self) -> None:
         while True:
+            self._woken.clear()
             await self.deliver_once()
-            await self._sleep(self._tick)
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """The tick, cut short by :meth:`wake` (a back-off still holds: ``due`` is empty then)."""
+        if self._woken.is_set():
+            return
+        sleeper = asyncio.ensure_future(self._sleep(self._tick))
+        waiter = asyncio.ensure_future(self._woken.wait())
+        try:
+            done, _ = await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
+        if sleeper in done:
+            sleeper.result()  # an injected sleep that raises ends the loop, as before
 
     def stats(self) -> DeliveryStats:
         counts = {**self._counts, "dropped": self.outbox.dropped}

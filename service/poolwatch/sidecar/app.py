@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -13,7 +15,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from poolwatch import __version__
@@ -21,13 +23,27 @@ from poolwatch.settings import Settings
 from poolwatch.sidecar.alerting import Alerting, build_alerting
 from poolwatch.sidecar.api import api_router
 from poolwatch.sidecar.exporter import BuildInfoCollector, PoolCollector, TargetCollector
+from poolwatch.sidecar.exposition import CachedExposition
+from poolwatch.sidecar.lanes import Lanes, shared_limits
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources import Source, source_provider
 
-__all__ = ["build_registry", "create_app"]
+__all__ = ["build_exposition", "build_registry", "create_app"]
 
 STATIC_DIR = Path(__file__).parent.parent / "static"
+GZIP_LEVEL = 1  # /metrics compresses ~10x at level 1; higher levels cost more CPU than they save
+STOP_SCRAPER_S = 2.0  # SIGTERM: the scrape loop gets this long to close its lanes, then is left
+
+
+async def stop_within(task: asyncio.Task[None], seconds: float) -> None:
+    """Cancel ``task`` and wait for it at most ``seconds`` (a shutdown never hangs on it)."""
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        logging.getLogger("poolwatch.sidecar").warning("event=scraper_stop_timeout seconds=%s", seconds)
+    elif not task.cancelled() and task.exception() is not None:
+        logging.getLogger("poolwatch.sidecar").error("event=scraper_failed error=%r", task.exception())
 
 
 def build_registry(
@@ -39,6 +55,14 @@ def build_registry(
         registry.register(collector)
     registry.register(BuildInfoCollector(__version__))
     return registry
+
+
+def build_exposition(
+    store: SnapshotStore, clock: Callable[[], float], stale_after: float, extra: Sequence[Collector] = ()
+) -> CachedExposition:
+    """What :func:`build_registry` exposes, rendered from per-rank blocks cached per snapshot."""
+    pools, targets = PoolCollector(store, clock, stale_after), TargetCollector(store)
+    return CachedExposition(store, pools, targets, [*extra, BuildInfoCollector(__version__)])
 
 
 def create_app(
@@ -56,24 +80,27 @@ def create_app(
 
     Raises :class:`~poolwatch.errors.ConfigError` for a setting that only shows up as wrong here
     (an unreadable token file, a bad receiver URL)."""
-    store = store if store is not None else SnapshotStore(history=settings.scrape.history)
+    if store is None:
+        fresh = settings.detection.stale_after
+        store = SnapshotStore(history=settings.scrape.history, fresh_within=fresh, clock=clock)
     provider = list(sources) if sources is not None else source_provider(settings, clock)
     scraper = Scraper(store, provider, settings.scrape, clock)
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)
-    stale_after = settings.scrape.stale_after
+    stale_after = settings.detection.stale_after
     registry = build_registry(store, clock, stale_after, [alerting.collector, *collectors])
+    exposition = build_exposition(store, clock, stale_after, [alerting.collector, *collectors])
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(transport=transport, timeout=settings.scrape.scrape_timeout) as client:
-            task = asyncio.create_task(scraper.run(client), name="poolwatch-scraper")
+        limits, timeout = shared_limits(settings.scrape), settings.scrape.scrape_timeout
+        async with httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits) as client:
+            lanes = Lanes(settings.scrape) if transport is None else None  # one per watched probe
+            task = asyncio.create_task(scraper.run(client, lanes), name="poolwatch-scraper")
             await alerting.start()
             try:
                 yield
             finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await stop_within(task, STOP_SCRAPER_S)
                 await alerting.stop()
 
     app = FastAPI(title="poolwatch", version=__version__, lifespan=lifespan)
@@ -84,7 +111,11 @@ def create_app(
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(registry), media_type=content_type)
+        body = exposition.render(encoder, clock())
+        headers = {"Vary": "Accept-Encoding"}
+        if gzip_accepted(request.headers.get("accept-encoding", "")):
+            body, headers["Content-Encoding"] = gzip.compress(body, compresslevel=GZIP_LEVEL), "gzip"
+        return Response(body, media_type=content_type, headers=headers)
 
     @app.get("/healthz", summary="Liveness: the process answers")
     def healthz() -> dict[str, str]:

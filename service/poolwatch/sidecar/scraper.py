@@ -1,8 +1,12 @@
 """The scrape loop: every target on its own jittered interval, failures contained per target.
 
 One asyncio task per source, so a slow or broken target only delays itself; a semaphore caps
-how many scrapes run at once, and each scrape has its own deadline (time spent waiting for the
-semaphore does not count against it).  A failing target backs off exponentially (up to
+how many plain scrapes run at once, and each scrape has its own deadline (time spent waiting for
+the semaphore does not count against it).  A long-poll (a watched probe: the request itself waits
+at the probe for up to an interval) holds no such slot: it runs in its own lane, bounded by
+``max_watches`` and, when the caller passes :class:`~poolwatch.sidecar.lanes.Lanes`, over its own
+kept-alive connection, so 1,000 watched probes are each refreshed once per interval whatever
+``scrape_concurrency`` is.  A failing target backs off exponentially (up to
 ``max_backoff``).  Results land in the :class:`~poolwatch.sidecar.store.SnapshotStore`: snapshots, or a
 failure with a bounded :class:`~poolwatch.errors.Reason`.  The set of sources may change: when
 ``sources`` is a callable it is asked again every interval (the probe discovery directory), new
@@ -25,6 +29,7 @@ import httpx
 
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.settings import ScrapeSettings
+from poolwatch.sidecar.lanes import Lanes
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source
 
@@ -35,6 +40,7 @@ log = logging.getLogger("poolwatch.sidecar.scraper")
 SourceProvider = Callable[[], Sequence[Source]]
 JITTER = 0.1  # each wait is the interval +- 10%
 MIN_WATCH_GAP = 0.05  # between two long-poll requests of one target (bounds the rate if it answers at once)
+MAX_WATCHES = 4096  # long-polls in flight at once (at most one per watched target)
 
 
 class Scraper:
@@ -50,6 +56,7 @@ class Scraper:
         *,
         max_backoff: float = 30.0,
         rng: random.Random | None = None,
+        max_watches: int = MAX_WATCHES,
     ) -> None:
         self._store = store
         self._provider: SourceProvider = sources if callable(sources) else _fixed(list(sources))
@@ -58,13 +65,15 @@ class Scraper:
         self._sleep = sleep
         self._max_backoff = max(max_backoff, settings.scrape_interval)
         self._rng = rng or random.Random()
-        self._limit = asyncio.Semaphore(settings.scrape_concurrency)
+        self._limit = asyncio.Semaphore(settings.scrape_concurrency)  # plain scrapes
+        self._watch_limit = asyncio.Semaphore(max_watches)  # long-polls wait at the probe, not here
+        self._lanes: Lanes | None = None
         self._up: dict[str, bool] = {}
         self._tasks: dict[str, tuple[Source, asyncio.Task[None]]] = {}
 
     async def scrape_once(self, source: Source, client: httpx.AsyncClient) -> bool:
         """Scrape one target once and record the outcome; never raises (but for cancellation)."""
-        async with self._limit:
+        async with self._watch_limit if _watching(source) else self._limit:
             started = time.perf_counter()
             try:
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
@@ -122,9 +131,11 @@ class Scraper:
                 message,
             )
 
-    async def run(self, client: httpx.AsyncClient) -> None:
-        """Scrape every source forever (until cancelled)."""
+    async def run(self, client: httpx.AsyncClient, lanes: Lanes | None = None) -> None:
+        """Scrape every source forever (until cancelled); long-polls go through ``lanes`` when
+        given (closed on the way out), else through ``client``."""
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        self._lanes = lanes
         try:
             while True:
                 self._reconcile(client)
@@ -137,6 +148,9 @@ class Scraper:
                     await task
                 _close(source)  # a log source lets go of its file (and resumes if run again)
             self._tasks.clear()
+            if lanes is not None:
+                await lanes.aclose()
+            self._lanes = None
 
     def _reconcile(self, client: httpx.AsyncClient) -> None:
         """Start a task for each new source, stop the tasks of sources that are gone or replaced."""
@@ -158,17 +172,28 @@ class Scraper:
 
     async def _loop(self, source: Source, client: httpx.AsyncClient) -> None:
         interval = self._settings.scrape_interval
-        await self._sleep(self._rng.uniform(0, interval))  # spread the targets over the interval
-        failures = 0
-        watching = bool(getattr(source, "long_poll", False))  # the request itself waits
-        while True:
-            failures = 0 if await self.scrape_once(source, client) else failures + 1
-            await self._sleep(MIN_WATCH_GAP if watching and not failures else self.delay(failures))
+        watching, lanes, name = _watching(source), self._lanes, source.target.name
+        lane = lanes.client(name) if watching and lanes is not None else None
+        client = lane or client
+        try:
+            await self._sleep(self._rng.uniform(0, interval))  # spread the targets over the interval
+            failures = 0
+            while True:
+                failures = 0 if await self.scrape_once(source, client) else failures + 1
+                await self._sleep(MIN_WATCH_GAP if watching and not failures else self.delay(failures))
+        finally:
+            if lanes is not None and lane is not None:
+                await lanes.release(name, lane)
 
     def delay(self, failures: int) -> float:
         """The wait before the next scrape: the interval, doubled per consecutive failure, jittered."""
         base = self._settings.scrape_interval * 2.0 ** max(0, failures - 1)
         return min(base, self._max_backoff) * self._rng.uniform(1 - JITTER, 1 + JITTER)
+
+
+def _watching(source: Source) -> bool:
+    """A long-polling source: the request itself waits (at the probe) for news."""
+    return bool(getattr(source, "long_poll", False))
 
 
 def _fixed(sources: list[Source]) -> SourceProvider:

@@ -1,7 +1,9 @@
 """One bounded HTTP GET, with every failure mapped to a bounded :class:`~poolwatch.errors.Reason`.
 
-The body is streamed and the request aborted as soon as it passes ``max_bytes`` (a target that
-answers with gigabytes costs us ``max_bytes``, not the gigabytes).  The overall deadline is
+A body whose declared length passes ``max_bytes`` is refused before it is read; one without a
+declared length is streamed and the request aborted as soon as it passes ``max_bytes`` (a target
+that answers with gigabytes costs us ``max_bytes``, not the gigabytes).  ``url`` may be a parsed
+``httpx.URL``: a caller that asks the same URL again saves parsing it each time.  The overall deadline is
 the scrape loop's; httpx's own timeouts come from the client.
 """
 
@@ -22,15 +24,18 @@ def join_url(base: str, path: str) -> str:
     return base.rstrip("/") + "/" + path.lstrip("/")
 
 
-async def get_bytes(client: httpx.AsyncClient, url: str, max_bytes: int) -> bytes:
+async def get_bytes(client: httpx.AsyncClient, url: str | httpx.URL, max_bytes: int) -> bytes:
     """The body of a 2xx answer; raises ``ScrapeError`` (timeout, connect, http_status, too_large)."""
     try:
         async with client.stream("GET", url) as response:
             if not response.is_success:
                 raise ScrapeError(Reason.HTTP_STATUS, f"GET {url}: HTTP {response.status_code}")
             declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > max_bytes:
-                raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body of {declared} bytes > {max_bytes}")
+            if declared.isdigit():
+                if int(declared) > max_bytes:
+                    raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body of {declared} bytes > {max_bytes}")
+                if "content-encoding" not in response.headers:  # a compressed body may grow
+                    return await response.aread()  # the framing holds it to the declared length
             return await _read_capped(response, url, max_bytes)
     except httpx.TimeoutException:
         raise ScrapeError(Reason.TIMEOUT, f"GET {url}: timed out") from None
@@ -40,7 +45,7 @@ async def get_bytes(client: httpx.AsyncClient, url: str, max_bytes: int) -> byte
         raise ScrapeError(Reason.CONNECT, f"GET {url}: {type(exc).__name__}: {exc}") from None
 
 
-async def _read_capped(response: httpx.Response, url: str, max_bytes: int) -> bytes:
+async def _read_capped(response: httpx.Response, url: str | httpx.URL, max_bytes: int) -> bytes:
     body = bytearray()
     async for chunk in response.aiter_bytes():
         body += chunk
@@ -49,7 +54,7 @@ async def _read_capped(response: httpx.Response, url: str, max_bytes: int) -> by
     return bytes(body)
 
 
-async def get_json(client: httpx.AsyncClient, url: str, max_bytes: int) -> Any:
+async def get_json(client: httpx.AsyncClient, url: str | httpx.URL, max_bytes: int) -> Any:
     """The decoded JSON body; a body that is not UTF-8 JSON is a ``PayloadError`` (decode)."""
     body = await get_bytes(client, url, max_bytes)
     try:

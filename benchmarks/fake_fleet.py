@@ -1,0 +1,63 @@
+"""A fake fleet of probe endpoints for the fleet benchmark: one asyncio process on 127.0.0.1.
+
+Every rank is a path prefix (``/rank<N>/v1/snapshot``) on one of a few ports.  It answers like a
+probe whose verdict does not change: a request without ``sig`` at once, a long-poll (``sig`` and
+``wait``) after ``wait`` seconds, each time with a fresh ``taken_at`` and the next ``seq``.
+HTTP/1.1 keep-alive.  The snapshot template comes on stdin; the ports go to stdout, one line.
+
+Run: ``python benchmarks/fake_fleet.py PORTS LIFETIME_S < snapshot.json``; the benchmark kills it
+when done, and it exits by itself after ``LIFETIME_S`` (default 600) in any case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from urllib.parse import parse_qs
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+MAX_WAIT_S = 30.0
+
+
+class Fleet:
+    def __init__(self, template: bytes) -> None:
+        self._template = template
+        self._seq = 48211
+
+    def body(self, rank: bytes) -> bytes:
+        self._seq += 1
+        body = self._template.replace(b'"tp_rank": 0', b'"tp_rank": ' + rank, 1)
+        body = body.replace(b'"seq": 48211', b'"seq": %d' % self._seq, 1)
+        return body.replace(b'"taken_at": 0.0', b'"taken_at": %.6f' % time.time(), 1)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                target = request.split(b" ", 2)[1].decode()
+                path, _, query = target.partition("?")
+                params = parse_qs(query)
+                if params.get("sig", [""])[0]:
+                    await asyncio.sleep(min(float(params.get("wait", ["0"])[0]), MAX_WAIT_S))
+                rank = path.split("/")[1].removeprefix("rank").encode()
+                body = self.body(rank)
+                writer.write(HEAD % len(body) + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        writer.close()
+
+
+async def main(ports: int, lifetime: float) -> None:
+    fleet = Fleet(sys.stdin.buffer.read())
+    servers = [await asyncio.start_server(fleet.serve, "127.0.0.1", 0, backlog=4096) for _ in range(ports)]
+    print(" ".join(str(s.sockets[0].getsockname()[1]) for s in servers), flush=True)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*(s.serve_forever() for s in servers)), lifetime)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:] + ["1", "600"][len(sys.argv) - 1 :]
+    asyncio.run(main(int(args[0]), float(args[1])))

@@ -12,27 +12,43 @@ half-written or foreign file is skipped and reported in :func:`scan_discovery_di
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import ipaddress
 import json
 import math
 import os
 import re
+import secrets
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = [
     "DiscoveryEntry",
     "DiscoveryFormatError",
+    "SECRET_FILE",
     "discovery_name",
+    "ensure_secret",
+    "loopback_url",
     "parse_discovery",
+    "read_bounded",
     "read_discovery_dir",
+    "read_secret",
     "remove_discovery",
     "scan_discovery_dir",
     "write_discovery",
 ]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_SECRET = re.compile(r"[0-9a-f]{32,128}")
+_MAX_NAME_CHARS = 160  # file names stay well under the 255-byte limit with the rank suffix
+SECRET_FILE = "probe-secret"  # in the discovery directory; not *.json, so never read as an entry
+MAX_FILE_BYTES = 64 * 1024  # a discovery file is ~200 bytes; anything bigger is not one
+MAX_FILES = 1024  # per scan; more are reported once as one problem
 
 
 class DiscoveryFormatError(ValueError):
@@ -63,8 +79,42 @@ class DiscoveryEntry:
 
 
 def discovery_name(worker: str, dp_rank: int, tp_rank: int, pp_rank: int) -> str:
+    """A safe file name; a worker name too long for one keeps its first 96 characters and a hash."""
     safe = _UNSAFE.sub("_", worker) or "worker"
+    if len(safe) > _MAX_NAME_CHARS:
+        digest = hashlib.sha256(worker.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        safe = f"{safe[: _MAX_NAME_CHARS - 17]}-{digest}"
     return f"{safe}-dp{dp_rank}-tp{tp_rank}-pp{pp_rank}.json"
+
+
+def ensure_secret(directory: str | Path) -> str:
+    """The node's probe secret (created once, mode 0600, by whichever rank comes first)."""
+    folder = Path(directory)
+    found = read_secret(folder)
+    if found is not None:
+        return found
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".poolwatch-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(secrets.token_hex(32))
+        with contextlib.suppress(FileExistsError):  # another rank won the race: use its secret
+            os.link(tmp, folder / SECRET_FILE)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    found = read_secret(folder)
+    if found is None:
+        raise OSError(f"{folder / SECRET_FILE}: not a readable secret")
+    return found
+
+
+def read_secret(directory: str | Path) -> str | None:
+    """The secret the mutating probe endpoints ask for (``Authorization: Bearer ...``), if any."""
+    try:
+        text = read_bounded(Path(directory) / SECRET_FILE, 256).decode("ascii").strip()
+    except (OSError, ValueError):
+        return None
+    return text if _SECRET.fullmatch(text) else None
 
 
 def write_discovery(directory: str | Path, entry: DiscoveryEntry) -> Path:
@@ -94,49 +144,106 @@ def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any
     return value
 
 
-def parse_discovery(doc: object) -> DiscoveryEntry:
-    """Validate one decoded discovery document (pure)."""
+def _text(doc: dict[str, Any], name: str, limit: int) -> str:
+    value: str = _field(doc, name, str)
+    if len(value) > limit:
+        raise DiscoveryFormatError(f"{name}: longer than {limit} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DiscoveryFormatError(f"{name}: not encodable text (a lone surrogate?)") from None
+    return value
+
+
+def _small_int(doc: dict[str, Any], name: str, high: int) -> int:
+    value: int = _field(doc, name, int)
+    if not 0 <= value <= high:
+        raise DiscoveryFormatError(f"{name}: expected 0..{high}, got {value!r:.40}")
+    return value
+
+
+def loopback_url(url: str) -> bool:
+    """Whether ``url`` names this host's loopback (127.0.0.0/8, ::1 or ``localhost``)."""
+    try:
+        host = urlsplit(url).hostname or ""
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_discovery(doc: object, *, allow_remote: bool = False) -> DiscoveryEntry:
+    """Validate one decoded discovery document (pure).  Its URL must be a loopback one unless
+    ``allow_remote`` (a probe serves 127.0.0.1 only; anything else is a foreign or forged file)."""
     if not isinstance(doc, dict):
         raise DiscoveryFormatError(f"expected an object, got {type(doc).__name__}")
-    url = _field(doc, "url", str)
+    url = _text(doc, "url", 512)
     if not url.startswith(("http://", "https://")):
-        raise DiscoveryFormatError(f"url: expected http(s)://..., got {url!r}")
+        raise DiscoveryFormatError(f"url: expected http(s)://..., got {url!r:.80}")
+    if not allow_remote and not loopback_url(url):
+        raise DiscoveryFormatError(f"url: not a loopback address: {url!r:.80}")
     ranks = doc.get("ranks")
     if not isinstance(ranks, dict):
-        raise DiscoveryFormatError(f"ranks: expected an object, got {ranks!r}")
+        raise DiscoveryFormatError(f"ranks: expected an object, got {ranks!r:.80}")
     started = _field(doc, "started_at", (int, float))
-    if not math.isfinite(started):
-        raise DiscoveryFormatError(f"started_at: expected a finite number, got {started!r}")
+    if not math.isfinite(started) or abs(started) > 1e11:
+        raise DiscoveryFormatError(f"started_at: expected a finite unix time, got {started!r:.40}")
     return DiscoveryEntry(
         url=url,
-        pid=_field(doc, "pid", int),
-        worker=_field(doc, "worker", str),
-        dp_rank=_field(ranks, "dp", int),
-        tp_rank=_field(ranks, "tp", int),
-        pp_rank=_field(ranks, "pp", int),
-        boot_id=_field(doc, "boot_id", str),
+        pid=_small_int(doc, "pid", 2**31),
+        worker=_text(doc, "worker", 256),
+        dp_rank=_small_int(ranks, "dp", 65535),
+        tp_rank=_small_int(ranks, "tp", 65535),
+        pp_rank=_small_int(ranks, "pp", 65535),
+        boot_id=_text(doc, "boot_id", 64),
         started_at=float(started),
     )
 
 
-def scan_discovery_dir(path: str | Path) -> tuple[list[DiscoveryEntry], dict[str, str]]:
-    """Entries sorted by worker and ranks, plus ``{file name: problem}`` for skipped files."""
+def read_bounded(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit``; a FIFO, device, socket or symlink is refused
+    without blocking (``ValueError``), and so is a bigger file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"larger than {limit} bytes")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return data
+
+
+def scan_discovery_dir(
+    path: str | Path, *, allow_remote: bool = False
+) -> tuple[list[DiscoveryEntry], dict[str, str]]:
+    """Entries sorted by worker and ranks, plus ``{file name: problem}`` for skipped files.
+
+    Bounded: at most :data:`MAX_FILES` files of at most :data:`MAX_FILE_BYTES`, regular files
+    only (a FIFO never blocks the reader), problems at most 200 characters each."""
     folder = Path(path)
     entries: list[DiscoveryEntry] = []
     problems: dict[str, str] = {}
     try:
-        files = sorted(p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+        with os.scandir(folder) as listing:
+            names = [e.name for e in listing if e.name.endswith(".json") and not e.name.startswith(".")]
     except OSError as exc:
-        return [], {str(folder): f"{type(exc).__name__}: {exc}"}
-    for file in files:
+        return [], {str(folder): f"{type(exc).__name__}: {exc}"[:200]}
+    if len(names) > MAX_FILES:
+        problems[str(folder)] = f"{len(names)} files; only the first {MAX_FILES} are read"
+    for name in sorted(names)[:MAX_FILES]:
         try:
-            entries.append(parse_discovery(json.loads(file.read_text(encoding="utf-8"))))
-        except (OSError, ValueError) as exc:
-            problems[file.name] = str(exc)
+            doc = json.loads(read_bounded(folder / name, MAX_FILE_BYTES).decode("utf-8"))
+            entries.append(parse_discovery(doc, allow_remote=allow_remote))
+        except (OSError, ValueError, RecursionError) as exc:
+            problems[name.encode("utf-8", "backslashreplace").decode()[:120]] = str(exc)[:200]
     entries.sort(key=lambda e: (e.worker, e.dp_rank, e.tp_rank, e.pp_rank))
     return entries, problems
 
 
-def read_discovery_dir(path: str | Path) -> list[DiscoveryEntry]:
+def read_discovery_dir(path: str | Path, *, allow_remote: bool = False) -> list[DiscoveryEntry]:
     """Every valid discovery entry in ``path`` (none if it does not exist)."""
-    return scan_discovery_dir(path)[0]
+    return scan_discovery_dir(path, allow_remote=allow_remote)[0]

@@ -97,7 +97,7 @@ def test_a_success_resets_the_back_off() -> None:
     assert not guard.gave_up
 
 
-def test_a_probe_that_gave_up_stops_sampling_and_says_so() -> None:
+def test_a_probe_that_gave_up_stops_sampling_and_says_so_in_a_pool_less_heartbeat() -> None:
     rank = Rank()
     probe = make(rank.sched)
     probe.sample_now()
@@ -105,9 +105,12 @@ def test_a_probe_that_gave_up_stops_sampling_and_says_so() -> None:
         probe.guard.failed("sample", RuntimeError("x"))
     probe._publish_health()
     before = probe.latest
+    assert before is not None
+    assert before.pools
     probe.on_loop_boundary("recv_requests")
-    assert probe.latest is before
     assert probe.latest is not None
+    assert probe.latest.pools == {}  # nothing was read: no figure is shown as current
+    assert probe.latest.seq > before.seq
     assert probe.latest.probe is not None
     assert probe.latest.probe.disabled
 

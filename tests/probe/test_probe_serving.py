@@ -16,6 +16,7 @@ from poolwatch.discovery import (
     DiscoveryEntry,
     DiscoveryFormatError,
     parse_discovery,
+    read_secret,
     scan_discovery_dir,
     write_discovery,
 )
@@ -32,9 +33,16 @@ def get(url: str) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read())
 
 
-def post(url: str) -> Any:
-    with urllib.request.urlopen(urllib.request.Request(url, method="POST", data=b""), timeout=5) as resp:
-        return json.loads(resp.read())
+def post(url: str, secret: str | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    sent = dict(headers or {})
+    if secret is not None:
+        sent["Authorization"] = f"Bearer {secret}"
+    req = urllib.request.Request(url, method="POST", data=b"", headers=sent)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 def config(tmp_path: Path) -> ProbeConfig:
@@ -66,29 +74,68 @@ def test_a_served_probe_publishes_its_snapshot_and_announces_itself(tmp_path: Pa
     assert read_discovery_dir(tmp_path) == []
 
 
-def test_post_disable_is_the_runtime_kill_switch(tmp_path: Path) -> None:
+def test_post_disable_is_the_runtime_kill_switch_with_the_secret(tmp_path: Path) -> None:
     rank = Rank()
     probe = attach(rank.sched, config(tmp_path))
     try:
         url = read_discovery_dir(tmp_path)[0].url
-        assert post(url + "/v1/disable") == {"disabled": True}
-        rank.sched.recv_requests()
-        assert probe.latest is None
-        assert get(url + "/healthz") == (200, {"ok": True, "disabled": True})
-        assert post(url + "/v1/enable") == {"disabled": False}
+        secret = read_secret(tmp_path)
+        assert secret is not None
+        assert post(url + "/v1/disable", secret) == (200, {"disabled": True})
         rank.sched.recv_requests()
         assert probe.latest is not None
+        assert probe.latest.pools == {}
+        assert probe.latest.probe is not None
+        assert probe.latest.probe.disabled
+        assert get(url + "/healthz") == (200, {"ok": True, "disabled": True})
+        assert post(url + "/v1/enable", secret) == (200, {"disabled": False})
+        rank.sched.recv_requests()
+        assert probe.latest is not None
+        assert probe.latest.pools
     finally:
         detach(rank.sched)
 
 
-def test_a_disable_file_in_the_discovery_directory_stops_every_probe(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("secret", "headers", "status"),
+    [
+        (None, {}, 403),
+        ("wrong", {}, 403),
+        ("good", {"Origin": "http://evil.example"}, 403),
+        ("good", {"Sec-Fetch-Mode": "no-cors"}, 403),
+        ("good", {"Host": "evil.example:80"}, 403),
+    ],
+)
+def test_the_kill_switch_refuses_a_caller_without_the_secret_or_from_a_browser(
+    tmp_path: Path, secret: str | None, headers: dict[str, str], status: int
+) -> None:
+    rank = Rank()
+    probe = attach(rank.sched, config(tmp_path))
+    try:
+        url = read_discovery_dir(tmp_path)[0].url
+        shown = read_secret(tmp_path) if secret == "good" else secret
+        assert post(url + "/v1/disable", shown, headers)[0] == status
+        assert not probe.disabled
+    finally:
+        detach(rank.sched)
+
+
+def test_a_disable_file_in_the_discovery_directory_stops_every_probe_until_it_is_removed(
+    tmp_path: Path,
+) -> None:
     rank = Rank()
     probe = attach(rank.sched, config(tmp_path), serve=False)
     (tmp_path / DISABLE_FILE).touch()
     rank.sched.recv_requests()
-    assert probe.latest is None
     assert probe.disabled
+    assert probe.latest is not None
+    assert probe.latest.pools == {}
+    (tmp_path / DISABLE_FILE).unlink()
+    probe._last_switch_check = -float("inf")  # the file is looked at once a second
+    rank.sched.recv_requests()
+    assert not probe.disabled
+    assert probe.latest is not None
+    assert probe.latest.pools
     detach(rank.sched)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -12,32 +13,68 @@ import pytest
 from poolwatch.codec import dump_snapshot
 from poolwatch.conservation import signature
 from poolwatch.model import Snapshot
-from poolwatch.probe.server import watch
+from poolwatch.probe.publication import Publication
+from poolwatch.probe.routes import MAX_WAIT_S, BadRequest, wait_of
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
 
 
-class Holder:
-    def __init__(self, latest: Snapshot | None) -> None:
-        self.latest = latest
+def published(snap: Snapshot | None) -> Publication:
+    pub = Publication()
+    pub.publish(snap)
+    return pub
 
 
 def test_a_changed_signature_is_answered_at_once_even_with_a_long_wait(seed_snapshot: Snapshot) -> None:
-    assert watch(Holder(seed_snapshot), "sig=old&wait=30") is seed_snapshot  # returns immediately
+    assert published(seed_snapshot).wait_changed("old", 30) is seed_snapshot  # returns immediately
 
 
 def test_an_unchanged_signature_waits_out_the_deadline(seed_snapshot: Snapshot) -> None:
-    query = str(httpx.QueryParams({"sig": signature(seed_snapshot), "wait": "0"}))
-    assert watch(Holder(seed_snapshot), query) is seed_snapshot
+    assert published(seed_snapshot).wait_changed(signature(seed_snapshot), 0) is seed_snapshot
 
 
 def test_no_snapshot_yet_gives_none_after_the_wait() -> None:
-    assert watch(Holder(None), "wait=0") is None
+    assert published(None).wait_changed("", 0) is None
 
 
-def test_a_malformed_wait_is_a_value_error(seed_snapshot: Snapshot) -> None:
-    with pytest.raises(ValueError, match="could not convert"):
-        watch(Holder(seed_snapshot), "wait=soon")
+def test_a_waiting_long_poll_is_woken_by_the_next_publish(seed_snapshot: Snapshot) -> None:
+    pub = published(seed_snapshot)
+    tripped = replace(seed_snapshot, boot_id="restarted")
+    got: list[Snapshot | None] = []
+    waiter = threading.Thread(target=lambda: got.append(pub.wait_changed(signature(seed_snapshot), 30)))
+    waiter.start()
+    pub.publish(tripped)
+    waiter.join(timeout=10)
+    assert got == [tripped]
+
+
+def test_closing_the_publication_releases_every_waiter(seed_snapshot: Snapshot) -> None:
+    pub = published(seed_snapshot)
+    got: list[Snapshot | None] = []
+    waiters = [
+        threading.Thread(target=lambda: got.append(pub.wait_changed(signature(seed_snapshot), 30)))
+        for _ in range(3)
+    ]
+    for w in waiters:
+        w.start()
+    pub.close()
+    for w in waiters:
+        w.join(timeout=10)
+    assert got == [seed_snapshot] * 3
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [("sig=a&wait=5", ("a", 5.0)), ("wait=-3", ("", 0.0)), ("wait=1e308", ("", MAX_WAIT_S)), ("", ("", 0.0))],
+)
+def test_every_wait_is_clamped_to_a_finite_range(query: str, expected: tuple[str, float]) -> None:
+    assert wait_of(query) == expected
+
+
+@pytest.mark.parametrize("wait", ["nan", "inf", "-inf", "soon"])
+def test_a_non_finite_or_malformed_wait_is_a_bad_request(wait: str) -> None:
+    with pytest.raises(BadRequest, match="wait"):
+        wait_of(f"wait={wait}")
 
 
 def test_the_signature_changes_with_a_pool_balance_or_a_tripwire_but_not_with_traffic(

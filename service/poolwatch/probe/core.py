@@ -2,9 +2,13 @@
 
 Every entry point is called from SGLang's scheduler thread (through :mod:`poolwatch.probe.hooks`)
 and never raises: failures are contained by :class:`~poolwatch.probe.guard.Guard`.  Results are
-published by swapping two references (``latest`` snapshot, ``census`` detail) that the HTTP
-thread reads; the scheduler thread never blocks on I/O except one ``stat`` per second for the
-``DISABLE`` file.
+published through :class:`~poolwatch.probe.publication.Publication` (``publication.publish``
+swaps the ``latest`` reference and wakes long-polls) and one ``census`` reference the HTTP
+threads read; the scheduler thread never blocks on I/O except one ``stat`` per second for the
+``DISABLE`` file.  While disabled, the probe reads nothing from the scheduler but still publishes
+a pool-less heartbeat snapshot (``probe.disabled``) once a second, so the kill switch stays
+visible (PoolwatchProbeDegraded can fire) instead of going stale; removing the ``DISABLE`` file
+re-enables it (``POST /v1/disable`` is undone only by ``/v1/enable``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot
@@ -22,6 +27,7 @@ from poolwatch.probe.config import ProbeConfig
 from poolwatch.probe.guard import Guard
 from poolwatch.probe.identity import sglang_version, worker_identity
 from poolwatch.probe.kv_census import kv_census
+from poolwatch.probe.publication import Publication
 from poolwatch.probe.report import census_doc
 from poolwatch.probe.shapes import SHAPES, Shape, shape_for_version
 from poolwatch.probe.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
@@ -30,6 +36,7 @@ from poolwatch.probe.tripwires import TripwireLog
 __all__ = ["DISABLE_FILE", "Probe"]
 
 DISABLE_FILE = "DISABLE"  # in the discovery directory: every rank on the node stops
+HEARTBEAT_S = 1.0  # while disabled, a pool-less snapshot this often keeps the switch visible
 Clock = Callable[[], float]
 
 
@@ -59,9 +66,11 @@ class Probe:
         self.guard = Guard(config.max_consecutive_errors)
         self.tripwires = TripwireLog()
         self.seq = 0
-        self.latest: Snapshot | None = None
+        self.publication = Publication()
         self.census: dict[str, Any] | None = None
         self.runtime_disabled = False
+        self.file_disabled = False  # the DISABLE file exists (checked once a second)
+        self._last_heartbeat = -float("inf")
         self.publisher: Any = None  # set by hooks.attach when serving
         self._last_sample = -float("inf")
         self._last_census = self._last_kv = clock()  # busy censuses start one interval in
@@ -74,11 +83,21 @@ class Probe:
 
     # -- entry points (scheduler thread) -------------------------------------------------------
 
+    @property
+    def latest(self) -> Snapshot | None:
+        return self.publication.latest
+
+    @latest.setter
+    def latest(self, snapshot: Snapshot | None) -> None:
+        self.publication.publish(snapshot)
+
     def on_loop_boundary(self, hook: str) -> None:
         """Start of a scheduler iteration: the previous one is complete."""
         self.seq += 1
         if self._due(self._last_sample, self.config.sample_interval_s):
             self._guarded("sample", lambda: self._sample(hook))
+        elif self.disabled and self.clock() - self._last_heartbeat >= HEARTBEAT_S:
+            self._guarded("heartbeat", self._heartbeat)
 
     def on_idle(self, hook: str) -> None:
         """SGLang is about to run its own idle check: look first (always, if the rate allows)."""
@@ -105,7 +124,7 @@ class Probe:
 
     @property
     def disabled(self) -> bool:
-        return self.runtime_disabled or self.guard.gave_up
+        return self.runtime_disabled or self.file_disabled or self.guard.gave_up
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -113,8 +132,7 @@ class Probe:
         now = self.clock()
         if now - self._last_switch_check >= 1.0:
             self._last_switch_check = now
-            if os.path.exists(os.path.join(self.config.directory, DISABLE_FILE)):
-                self.runtime_disabled = True
+            self.file_disabled = os.path.exists(os.path.join(self.config.directory, DISABLE_FILE))
         return not self.disabled
 
     def _due(self, last: float, interval: float) -> bool:
@@ -200,14 +218,26 @@ class Probe:
             sample_cost=self._sample_cost,
             census_cost=self._census_cost,
             census_total=self._census_total,
-            disabled=self.runtime_disabled,
+            disabled=self.runtime_disabled or self.file_disabled,
         )
 
     def _publish_health(self) -> None:
         if self.latest is not None:
-            from dataclasses import replace
-
             self.latest = replace(self.latest, probe=self._health())
+
+    def _heartbeat(self) -> None:
+        """Disabled: publish who we are and that we are off, with no pool figures (nothing read)."""
+        self._last_heartbeat = self.clock()
+        last = self.latest
+        if last is None:
+            worker = worker_identity(self.scheduler, Reading(), "", self.version, self.environ)
+            last = Snapshot(
+                worker=worker, seq=self.seq, taken_at=0.0, phase=Phase.UNKNOWN, pools={}, source="probe"
+            )
+        self.latest = replace(
+            last, seq=self.seq, taken_at=self.wall(), phase=Phase.UNKNOWN, pools={}, tripwires=(),
+            incidents=(), probe=self._health(), boot_id=self.boot_id,
+        )  # fmt: skip
 
 
 def _shape_of(version: str) -> Shape:

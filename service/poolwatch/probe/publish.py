@@ -1,4 +1,10 @@
-"""Start serving a probe and announce it: the HTTP endpoint plus the discovery file."""
+"""Start serving a probe and announce it: the HTTP endpoint plus the discovery file.
+
+The endpoint's mutating routes ask for the node's secret (:func:`~poolwatch.discovery.ensure_secret`,
+a mode-0600 file beside the discovery files); a directory where it cannot be written leaves them
+refused (the ``DISABLE`` file still works).  A port base whose ``base + local rank`` is not a
+port, or is taken, still serves, on any free port, and notes why.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import atexit
 import os
 from pathlib import Path
 
-from poolwatch.discovery import DiscoveryEntry, remove_discovery, write_discovery
+from poolwatch.discovery import DiscoveryEntry, ensure_secret, remove_discovery, write_discovery
 from poolwatch.probe.access import Reading
 from poolwatch.probe.core import Probe
 from poolwatch.probe.identity import local_index, worker_identity
@@ -49,14 +55,24 @@ class Publisher:
         atexit.register(self.stop)
         return url
 
-    def _bind(self, base: int | None, index: int) -> ProbeServer:
-        if base is None:
-            return ProbeServer(self.probe)
+    def _secret(self) -> str | None:
         try:
-            return ProbeServer(self.probe, port=base + index)
-        except OSError as exc:  # taken: still serve, on any free port
+            return ensure_secret(self.probe.config.directory)
+        except OSError as exc:
+            self.probe.guard.note("secret", f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _bind(self, base: int | None, index: int) -> ProbeServer:
+        secret = self._secret()
+        if base is None:
+            return ProbeServer(self.probe, secret=secret)
+        try:
+            if not 0 < base + index <= 65535:
+                raise OSError(f"not a TCP port (base {base} + local rank {index})")
+            return ProbeServer(self.probe, port=base + index, secret=secret)
+        except (OSError, OverflowError) as exc:  # taken or out of range: still serve, on any free port
             self.probe.guard.note("bind", f"port {base + index}: {exc}")
-            return ProbeServer(self.probe)
+            return ProbeServer(self.probe, secret=secret)
 
     def stop(self) -> None:
         if self.path is not None:

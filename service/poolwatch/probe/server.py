@@ -1,147 +1,286 @@
-"""The probe's loopback HTTP endpoint, served by one daemon thread (stdlib ``http.server``).
+"""The probe's loopback HTTP/1.1 endpoint: a few fixed threads that cannot slow the scheduler.
 
 =====================  ========================================================================
 ``GET /v1/snapshot``   the latest snapshot (``poolwatch.snapshot`` JSON); 503 before the first.
                        ``?sig=S&wait=W`` long-polls: the answer comes as soon as the latest
                        snapshot's :func:`~poolwatch.conservation.signature` differs from ``S``
                        (a pool's balance changed, a tripwire appeared), else after ``W`` seconds
-                       (at most 30), so an alert reaches the sidecar within one sample.
+                       (finite, clamped to 0..30), so an alert reaches the sidecar within one sample.
 ``GET /v1/census``     the last census detail (``poolwatch.census`` JSON); 404 before the first
 ``GET /healthz``       ``{"ok": true, "disabled": ...}``
-``POST /v1/disable``   the runtime kill switch: the probe stops sampling (``/v1/enable`` undoes)
+``POST /v1/disable``   the runtime kill switch (``/v1/enable`` undoes); loopback, own ``Host``, no
+                       ``Origin``, ``Authorization: Bearer <secret>`` (``discovery.read_secret``)
 =====================  ========================================================================
 
-The server only reads the two references the scheduler thread swaps; serialisation happens
-here, off the scheduler thread.  It binds 127.0.0.1 only.
+How it stays out of the scheduler's way (the scheduler thread only calls
+:meth:`~poolwatch.probe.publication.Publication.publish`):
+
+* one **I/O thread** owns the listening socket and every connection *between* requests
+  (``selectors``): it reads request heads with a deadline (:data:`HEAD_TIMEOUT_S` once a head has
+  begun, :data:`IDLE_TIMEOUT_S` for a silent keep-alive connection), holds at most
+  :data:`MAX_OPEN` connections (one more gets a 503 and is closed), and paces itself to
+  :data:`RATE` requests a second -- a flood waits in the kernel's backlog instead of taking the
+  interpreter lock from the scheduler;
+* :data:`WORKERS` **handler threads** answer complete heads; at most ``WORKERS - 1`` of them wait
+  on a long-poll (a condition the publication notifies, no polling), so ``/healthz`` and the kill
+  switch always find one; a head that arrives while every worker is busy gets a 503 at once;
+* connections are HTTP/1.1 keep-alive, so a watching sidecar reuses one TCP connection.
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import contextlib
+import queue
+import selectors
+import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
-from urllib.parse import parse_qs
+from dataclasses import dataclass, field
 
-from poolwatch.codec import dump_snapshot
-from poolwatch.conservation import signature
-from poolwatch.model import Snapshot
+from poolwatch.probe.routes import (
+    MAX_HEAD_BYTES,
+    BadRequest,
+    Context,
+    Request,
+    Response,
+    Servable,
+    answer,
+    parse_head,
+)
 
-MAX_WAIT_S = 30.0
-POLL_S = 0.01  # the watch loop re-reads the reference the scheduler thread swaps; no lock taken
+__all__ = ["HEAD_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_OPEN", "RATE", "WORKERS", "ProbeServer", "Servable"]
 
-__all__ = ["ProbeServer", "Servable"]
-
-
-def watch(probe: Servable, query: str) -> Snapshot | None:
-    """The latest snapshot, once its signature differs from ``sig`` or ``wait`` has passed.
-
-    Raises ``ValueError`` for a malformed ``wait``."""
-    params = parse_qs(query)
-    wait = min(max(float(params.get("wait", ["0"])[0]), 0.0), MAX_WAIT_S)
-    seen = params.get("sig", [""])[0]
-    deadline = time.monotonic() + wait
-    while True:
-        snap = probe.latest
-        if (snap is not None and signature(snap) != seen) or time.monotonic() >= deadline:
-            return snap
-        time.sleep(POLL_S)
+WORKERS = 4
+MAX_OPEN = 32
+HEAD_TIMEOUT_S = 5.0
+IDLE_TIMEOUT_S = 15.0
+SEND_TIMEOUT_S = 5.0
+RATE = 200.0  # requests (and accepted connections) per second; a burst of RATE / 4
+_FULL = Response(503, {"error": "too many connections; retry"}, close=True).encode(False)
 
 
-class Servable(Protocol):
-    latest: Snapshot | None
-    census: dict[str, Any] | None
-
-    @property
-    def disabled(self) -> bool: ...
-
-    def disable(self) -> None: ...
-
-    def enable(self) -> None: ...
-
-
-def _handler(probe: Servable) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "poolwatch-probe"
-
-        def do_GET(self) -> None:
-            path, _, query = self.path.partition("?")
-            if path == "/v1/snapshot":
-                try:
-                    snap = watch(probe, query)
-                except ValueError:
-                    self._send(400, {"error": "wait must be a number of seconds"})
-                    return
-                if snap is None:
-                    self._send(503, {"error": "no snapshot yet"})
-                else:
-                    self._send(200, dump_snapshot(snap))
-            elif path == "/v1/census":
-                census = probe.census
-                self._send(200, census) if census is not None else self._send(404, {"error": "no census yet"})
-            elif path == "/healthz":
-                self._send(200, {"ok": True, "disabled": probe.disabled})
-            else:
-                self._send(404, {"error": f"no such path {path!r}"})
-
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/v1/disable":
-                probe.disable()
-            elif path == "/v1/enable":
-                probe.enable()
-            else:
-                self._send(404, {"error": f"no such path {path!r}"})
-                return
-            self._send(200, {"disabled": probe.disabled})
-
-        def _send(self, status: int, doc: Any) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return None
-
-    return Handler
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-answer (a sidecar restarting, a cancelled long-poll) is
-        routine; anything else is still reported, but never reaches the scheduler thread."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError):
-            return
-        super().handle_error(request, client_address)
+@dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    peer: str
+    deadline: float
+    buf: bytearray = field(default_factory=bytearray)
+    started: bool = False
 
 
 class ProbeServer:
-    """Serve ``probe`` on 127.0.0.1:``port`` (0 = any free port) from a daemon thread."""
+    """Serve ``probe`` (and its ``publication``) on ``host:port`` (0 = any free port)."""
 
-    def __init__(self, probe: Servable, port: int = 0, host: str = "127.0.0.1") -> None:
-        self._httpd = _Server((host, port), _handler(probe))
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="poolwatch-probe-http", daemon=True
-        )
+    def __init__(self, probe: Servable, port: int = 0, host: str = "127.0.0.1", *, secret: str | None = None):
+        self._listen = socket.create_server((host, port), backlog=64)
+        self._listen.setblocking(False)
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._conns: dict[socket.socket, _Conn] = {}  # waiting for a head (I/O thread only)
+        self._open = 0  # registered + with a worker (I/O thread only)
+        self._jobs: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
+        self._back: queue.SimpleQueue[tuple[_Conn, bool]] = queue.SimpleQueue()
+        self._free_workers = threading.Semaphore(WORKERS)
+        self._ctx = Context(probe, probe.publication, self.port, secret, threading.Semaphore(WORKERS - 1))
+        self._tokens, self._refilled = RATE / 4, time.monotonic()
+        self._stopping = False
+        self._threads = [threading.Thread(target=self._io_loop, name="poolwatch-probe-io", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._work, name=f"poolwatch-probe-http-{i}", daemon=True)
+            for i in range(WORKERS)
+        ]
+
+    @property
+    def port(self) -> int:
+        return int(self._listen.getsockname()[1])
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://{self._listen.getsockname()[0]}:{self.port}"
 
     def start(self) -> str:
-        self._thread.start()
+        self._sel.register(self._listen, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        for thread in self._threads:
+            thread.start()
         return self.url
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        """Stop accepting, wake every long-poll, and end every thread (within ~1 s)."""
+        self._stopping = True
+        self._ctx.publication.close()
+        self._wake()
+        for _ in range(WORKERS):
+            self._jobs.put(None)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=5)
+        for sock in (self._listen, self._wake_r, self._wake_w):
+            sock.close()
+        while True:  # connections handed back after the I/O thread ended
+            try:
+                self._back.get_nowait()[0].sock.close()
+            except queue.Empty:
+                break
+
+    # -- the I/O thread ---------------------------------------------------------------------
+
+    def _io_loop(self) -> None:
+        while not self._stopping:
+            try:
+                self._io_round()
+            except Exception:  # a bug here must not end serving; the next round starts clean
+                time.sleep(0.05)
+        for conn in list(self._conns.values()):
+            self._close(conn)
+        self._sel.close()
+
+    def _io_round(self) -> None:
+        now = time.monotonic()
+        deadline = min((c.deadline for c in self._conns.values()), default=now + 1.0)
+        for key, _ in self._sel.select(timeout=min(max(deadline - now, 0.0), 1.0)):
+            if key.data == "listen":
+                self._accept()
+            elif key.data == "wake":
+                self._drain_wake()
+            else:
+                self._read(key.data)
+        self._take_back()
+        now = time.monotonic()
+        for conn in [c for c in self._conns.values() if c.deadline <= now]:
+            self._close(conn)
+
+    def _pace(self) -> None:
+        """Take one token; with none left, sleep until one is due (the flood waits, not the scheduler)."""
+        now = time.monotonic()
+        self._tokens = min(RATE / 4, self._tokens + (now - self._refilled) * RATE)
+        self._refilled = now
+        if self._tokens < 1.0:
+            time.sleep((1.0 - self._tokens) / RATE)
+            self._tokens = 1.0
+        self._tokens -= 1.0
+
+    def _accept(self) -> None:
+        self._pace()
+        try:
+            sock, addr = self._listen.accept()
+        except OSError:
+            return
+        if self._open >= MAX_OPEN:
+            _send_and_close(sock, _FULL)
+            return
+        sock.setblocking(False)
+        self._open += 1
+        self._watch(_Conn(sock, str(addr[0]), time.monotonic() + HEAD_TIMEOUT_S, started=True))
+
+    def _watch(self, conn: _Conn) -> None:
+        self._conns[conn.sock] = conn
+        self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+        if b"\r\n\r\n" in conn.buf:  # a pipelined request arrived with the previous one
+            self._dispatch(conn)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            return
+        if not conn.started:
+            conn.started, conn.deadline = True, time.monotonic() + HEAD_TIMEOUT_S
+        conn.buf += data
+        self._dispatch(conn)
+
+    def _dispatch(self, conn: _Conn) -> None:
+        end = conn.buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.buf) > MAX_HEAD_BYTES:
+                self._refuse(conn, Response(400, {"error": "request head too large"}, close=True))
+            return
+        head = bytes(conn.buf[:end])
+        del conn.buf[: end + 4]
+        self._pace()
+        try:
+            req = parse_head(head, conn.peer)
+        except BadRequest as exc:
+            self._refuse(conn, Response(400, {"error": str(exc)}, close=True))
+            return
+        self._unwatch(conn)
+        if self._free_workers.acquire(blocking=False):
+            self._jobs.put((conn, req))
+            return
+        sent = _try_send(conn.sock, Response(503, {"error": "busy; retry"}).encode(req.keep_alive))
+        self._back.put((conn, sent and req.keep_alive))
+
+    def _refuse(self, conn: _Conn, response: Response) -> None:
+        _try_send(conn.sock, response.encode(False))
+        self._close(conn)
+
+    def _unwatch(self, conn: _Conn) -> None:
+        if self._conns.pop(conn.sock, None) is not None:
+            self._sel.unregister(conn.sock)
+
+    def _close(self, conn: _Conn) -> None:
+        self._unwatch(conn)
+        conn.sock.close()
+        self._open -= 1
+
+    def _take_back(self) -> None:
+        while True:
+            try:
+                conn, keep = self._back.get_nowait()
+            except queue.Empty:
+                return
+            if keep and not self._stopping:
+                conn.started, conn.deadline = False, time.monotonic() + IDLE_TIMEOUT_S
+                self._watch(conn)
+            else:
+                conn.sock.close()
+                self._open -= 1
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(512):
+                pass
+        except OSError:
+            pass
+
+    # -- handler threads --------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            conn, req = job
+            keep = False
+            try:
+                conn.sock.settimeout(SEND_TIMEOUT_S)
+                response = answer(req, self._ctx)
+                conn.sock.sendall(response.encode(req.keep_alive))
+                keep = req.keep_alive and not response.close
+                conn.sock.setblocking(False)
+            except Exception:  # a client gone mid-answer, or a bug: close this one, keep serving
+                keep = False
+            finally:
+                self._free_workers.release()
+            self._back.put((conn, keep))
+            self._wake()
+
+
+def _try_send(sock: socket.socket, data: bytes) -> bool:
+    try:
+        return sock.send(data) == len(data)
+    except OSError:
+        return False
+
+
+def _send_and_close(sock: socket.socket, data: bytes) -> None:
+    sock.setblocking(False)
+    _try_send(sock, data)
+    sock.close()

@@ -1,0 +1,100 @@
+"""The probe's one published snapshot, and the condition long-polls wait on.
+
+The scheduler thread calls :meth:`Publication.publish` whenever it has a new snapshot (a sample,
+a tripwire, a health change); that swaps one reference and wakes every waiter -- O(waiters) lock
+releases, never I/O, never a wait of its own beyond an uncontended lock (waiters hold the lock only
+to read two fields: signatures are computed outside it).  The HTTP threads call
+:meth:`Publication.wait_changed`, which blocks on the condition (no polling loop) until the
+latest snapshot's :func:`~poolwatch.conservation.signature` differs from the one the client saw,
+or the timeout passes.
+
+Interface for other probe code (e.g. a tripwire that must reach the sidecar at once)::
+
+    publication.publish(snapshot)                 # scheduler thread; never raises, never blocks long
+    publication.wait_changed(seen_signature, t)   # HTTP thread: Snapshot | None after <= t seconds
+    publication.latest                            # lock-free read of the current reference
+    publication.close()                           # wake and release every waiter (server stop)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from poolwatch.conservation import signature
+from poolwatch.model import Snapshot
+
+__all__ = ["Publication"]
+
+
+class Publication:
+    """One reference the scheduler thread swaps, plus a condition variable to wait for a change."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._snapshot: Snapshot | None = None
+        self._version = 0
+        self._closed = False
+        self._waiting = 0
+        self._signed: tuple[int, str] = (-1, "")  # (version, signature): computed once per publish
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._snapshot
+
+    @property
+    def version(self) -> int:
+        """How many times something was published (a waiter's cheap "anything new?")."""
+        return self._version
+
+    @property
+    def waiting(self) -> int:
+        """How many long-polls are blocked on the condition right now."""
+        return self._waiting
+
+    def publish(self, snapshot: Snapshot | None) -> None:
+        """Make ``snapshot`` the latest and wake every long-poll (scheduler thread)."""
+        with self._cond:
+            self._snapshot = snapshot
+            self._version += 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Wake every waiter for good: they answer with what they have (server shutdown)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def signature(self) -> str:
+        """The latest snapshot's signature ("" before the first), computed at most once per publish."""
+        with self._cond:
+            version, snap = self._version, self._snapshot
+        return self._signature_of(version, snap)
+
+    def _signature_of(self, version: int, snap: Snapshot | None) -> str:
+        cached_version, cached = self._signed
+        if cached_version == version:
+            return cached
+        sig = "" if snap is None else signature(snap)
+        self._signed = (version, sig)  # one tuple swap: readers never see half of it
+        return sig
+
+    def wait_changed(self, seen_signature: str, timeout: float) -> Snapshot | None:
+        """The latest snapshot as soon as its signature differs from ``seen_signature``, else
+        whatever is latest after ``timeout`` seconds (clamped to ``>= 0``)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            with self._cond:
+                version, snap, closed = self._version, self._snapshot, self._closed
+            if snap is not None and self._signature_of(version, snap) != seen_signature:
+                return snap
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or closed:
+                return snap
+            with self._cond:
+                if self._version == version and not self._closed:
+                    self._waiting += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._waiting -= 1

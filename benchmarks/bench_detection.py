@@ -37,7 +37,6 @@ from poolwatch.detect.detector import Detector
 from poolwatch.probe import ProbeConfig, attach
 from poolwatch.probe.hooks import detach, probe_of
 from poolwatch.settings import Settings
-from poolwatch.sidecar.alerting import detector_config
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig, parse_fault
@@ -142,7 +141,7 @@ def simulate(c: Case, directory: Path) -> Timeline:
             probe = attach(rank, replace(conf, sglang_version=cluster.release.name), serve=False)
             probe.clock, probe.wall = (lambda: cluster.clock.now), cluster.clock.unix
     store = SnapshotStore(history=4)
-    detector = Detector(detector_config(Settings()), cluster.clock.unix)
+    detector = Detector(Settings().mixin(), cluster.clock.unix)
     store.subscribe(detector.observe)
     t, next_scrape, next_eval = Timeline(), 1.0, 5.0
     while t.struck is None or (t.crashed is None and cluster.clock.now < t.struck + HORIZON):

@@ -14,6 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
+from poolwatch.detect.config import (
+    FLEET_DASHBOARD_UID,
+    RUNBOOK_BASE_URL,
+    WORKER_DASHBOARD_UID,
+    DetectorConfig,
+    MixinConfig,
+)
 from poolwatch.errors import ConfigError
 from poolwatch.identity import namespace_name, pod_name, worker_name
 from poolwatch.model import Role
@@ -44,7 +51,6 @@ class ScrapeSettings:
     scrape_timeout: float = 2.0
     scrape_concurrency: int = 32
     max_body_bytes: int = 4 << 20
-    stale_after: float = 10.0  # a snapshot older than this is stale: its pool figures are withheld
     history: int = 256  # snapshots kept per rank for /api/v1/workers/{key}/history
 
 
@@ -80,22 +86,12 @@ class AlertSettings:
     basic_auth_password_file: str = ""
     tls_verify: bool = True
     ca_file: str = ""
-    runbook_base_url: str = "https://github.com/poolwatch/poolwatch/blob/main/docs/runbooks"
-    dashboard_url: str = ""
-    deficit_samples: int = 3  # consecutive samples (distinct iterations) before a deficit fires
+    runbook_base_url: str = RUNBOOK_BASE_URL
+    dashboard_url: str = ""  # Grafana's base URL, prefixed to alerts' dashboard links
+    fleet_dashboard_uid: str = FLEET_DASHBOARD_UID  # as `poolwatch generate` named the dashboards
+    worker_dashboard_uid: str = WORKER_DASHBOARD_UID
     resend_interval: float = 60.0
     state_file: str = ""  # where firing alerts survive a restart ("" = memory only)
-    # detection tunables (poolwatch.detect.config.DetectorConfig documents each)
-    resolve_samples: int = 3  # clean samples (distinct iterations) before a sampled alert resolves
-    resolve_hold: float = 30.0  # ... and seconds since the condition was last seen
-    coarse_hold: float = 60.0  # seconds a deficit seen only in coarse figures must last
-    incident_hold: float = 900.0  # seconds an alert raised by a log line stays firing
-    stale_for: float = 60.0  # seconds a rank stays stale before PoolwatchSnapshotStale fires
-    target_down_for: float = 120.0  # seconds a target fails before PoolwatchTargetDown fires
-    large_leak_fraction: float = 0.05  # a deficit this share of the pool is critical anyway
-    trend_window: float = 900.0  # seconds of gap history behind the leak rate
-    exhaustion_horizon: float = 14400.0  # forecast alert when the pool runs out sooner than this
-    forecast_for: float = 600.0  # seconds the forecast must hold before it fires
     evaluate_interval: float = 5.0  # seconds between timer evaluations of the detector
     notify_queue: int = 1000  # alerts a receiver keeps waiting for delivery before dropping
 
@@ -107,6 +103,7 @@ class Settings:
     targets: TargetSettings = field(default_factory=TargetSettings)
     identity: IdentitySettings = field(default_factory=IdentitySettings)
     alerting: AlertSettings = field(default_factory=AlertSettings)
+    detection: DetectorConfig = field(default_factory=DetectorConfig)  # thresholds, checked there
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -123,6 +120,19 @@ class Settings:
         groups = {name: _build(group, values) for name, group in _GROUPS.items()}
         settings = cls(**groups)
         return settings.with_default_worker(environ or {})
+
+    def mixin(self, *, selector: str = "", cluster_label: str = "") -> MixinConfig:
+        """What the detector, the generated rules and the dashboards share, as these settings say."""
+        a = self.alerting
+        return MixinConfig(
+            detector=self.detection,
+            runbook_base_url=a.runbook_base_url,
+            dashboard_url=a.dashboard_url,
+            fleet_dashboard_uid=a.fleet_dashboard_uid,
+            worker_dashboard_uid=a.worker_dashboard_uid,
+            selector=selector,
+            cluster_label=cluster_label,
+        )
 
     def with_default_worker(self, environ: Mapping[str, str]) -> Settings:
         """Fill the identity the flags and ``POOLWATCH_*`` left empty, the one way
@@ -143,6 +153,7 @@ _GROUPS: dict[str, type[Any]] = {
     "targets": TargetSettings,
     "identity": IdentitySettings,
     "alerting": AlertSettings,
+    "detection": DetectorConfig,
 }
 
 
@@ -212,8 +223,6 @@ _MINIMUM = {
     "scrape_concurrency": 1,
     "max_body_bytes": 1024,
     "history": 1,
-    "deficit_samples": 1,
-    "resolve_samples": 1,
     "notify_queue": 1,
 }
 

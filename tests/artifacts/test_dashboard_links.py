@@ -8,9 +8,8 @@ import re
 import yaml
 from tests.helpers import REPO
 
-from poolwatch.artifacts.panels import FLEET_UID, WORKER_UID
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
-from poolwatch.settings import AlertSettings
+from poolwatch.detect.config import FLEET_DASHBOARD_UID, RUNBOOK_BASE_URL, WORKER_DASHBOARD_UID
 
 RULES = REPO / "deploy/kubernetes/base/prometheusrule.yaml"
 
@@ -21,7 +20,7 @@ def alerting_rules() -> list[dict[str, object]]:
 
 
 def test_every_rule_links_the_runbook_the_dashboards_link() -> None:
-    base = AlertSettings().runbook_base_url
+    base = RUNBOOK_BASE_URL
     for rule in alerting_rules():
         annotations = rule["annotations"]
         assert isinstance(annotations, dict)
@@ -45,9 +44,9 @@ def test_every_rule_dashboard_link_opens_a_shipped_dashboard_with_known_variable
             continue
         match = re.match(r"^/d/(?P<uid>[\w-]+)/[\w-]+(\?(?P<query>.*))?$", url)
         assert match, f"{rule['alert']}: {url}"
-        assert match["uid"] in (FLEET_UID, WORKER_UID), (
+        assert match["uid"] in (FLEET_DASHBOARD_UID, WORKER_DASHBOARD_UID), (
             f"{rule['alert']} links /d/{match['uid']}, not shipped"
         )
-        if match["uid"] == WORKER_UID:
+        if match["uid"] == WORKER_DASHBOARD_UID:
             used = set(re.findall(r"var-(\w+)=", match["query"] or ""))
             assert used <= variables, f"{rule['alert']}: unknown variables {sorted(used - variables)}"

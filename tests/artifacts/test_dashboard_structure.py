@@ -12,12 +12,11 @@ from tests.helpers import REPO
 
 from poolwatch.artifacts.dashboards import artifacts, fleet_dashboard
 from poolwatch.artifacts.grafana import DATASOURCE, GRID_WIDTH, PanelSpec, Query, layout
-from poolwatch.artifacts.panels import FLEET_UID, WORKER_UID
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
 from poolwatch.catalog import by_name
-from poolwatch.settings import AlertSettings
+from poolwatch.detect.config import FLEET_DASHBOARD_UID, RUNBOOK_BASE_URL, WORKER_DASHBOARD_UID, MixinConfig
 
-DASHBOARDS = {FLEET_UID: fleet_dashboard(), WORKER_UID: worker_dashboard()}
+DASHBOARDS = {FLEET_DASHBOARD_UID: fleet_dashboard(), WORKER_DASHBOARD_UID: worker_dashboard()}
 UNIT_OF = {"slots": "suffix: slots", "seconds": "s"}
 _CHANGES_UNIT = ("/", "rate(", "increase(", "count(")
 
@@ -27,7 +26,7 @@ def panels(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_the_committed_dashboards_are_what_the_generator_writes() -> None:
-    for path, content in artifacts().items():
+    for path, content in artifacts(REPO, MixinConfig()).items():
         committed = REPO / path
         assert committed.is_file(), f"{path} is missing: run `poolwatch generate`"
         assert committed.read_text(encoding="utf-8") == content, f"{path} is stale: run `poolwatch generate`"
@@ -132,14 +131,14 @@ def test_both_dashboards_link_each_other_and_the_runbooks() -> None:
         assert "poolwatch" in doc["tags"], uid
         assert kinds["link"]["url"] == "${runbooks}", uid
         runbooks = next(v for v in doc["templating"]["list"] if v["name"] == "runbooks")
-        assert runbooks["query"] == AlertSettings().runbook_base_url
-    fleet_links = json.dumps(DASHBOARDS[FLEET_UID]["panels"])
-    assert f"/d/{WORKER_UID}/" in fleet_links
+        assert runbooks["query"] == RUNBOOK_BASE_URL
+    fleet_links = json.dumps(DASHBOARDS[FLEET_DASHBOARD_UID]["panels"])
+    assert f"/d/{WORKER_DASHBOARD_UID}/" in fleet_links
     assert "${runbooks}/${__data.fields.alertname}.md" in fleet_links
 
 
 def test_the_worker_dashboard_stacks_pool_states_against_capacity_for_each_pool() -> None:
-    (panel,) = [p for p in DASHBOARDS[WORKER_UID]["panels"] if p.get("repeat") == "pool"]
+    (panel,) = [p for p in DASHBOARDS[WORKER_DASHBOARD_UID]["panels"] if p.get("repeat") == "pool"]
     assert panel["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
     legends = [t["legendFormat"] for t in panel["targets"]]
     assert legends == ["{{state}}", "capacity"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.cli import build_parser
+from poolwatch.detect.config import DetectorConfig
 from poolwatch.errors import ConfigError
 from poolwatch.model import Role
 from poolwatch.settings import Settings, from_args
@@ -44,12 +45,23 @@ def test_environment_sets_every_group() -> None:
         ({"POOLWATCH_TLS_VERIFY": "maybe"}, "POOLWATCH_TLS_VERIFY: expected true or false"),
         ({"POOLWATCH_HISTORY": "0"}, "POOLWATCH_HISTORY: must be at least 1"),
         ({"POOLWATCH_LOG_LEVEL": "loud"}, "POOLWATCH_LOG_LEVEL: expected debug, info"),
+        ({"POOLWATCH_RESOLVE_SAMPLES": "0"}, "POOLWATCH_RESOLVE_SAMPLES: must be at least 1"),
+        ({"POOLWATCH_LARGE_LEAK_FRACTION": "2"}, "POOLWATCH_LARGE_LEAK_FRACTION: must be in"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_setting(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         Settings.from_env(env)
     assert "\n" not in str(info.value)
+
+
+def test_the_detection_thresholds_are_the_detector_config_itself() -> None:
+    s = Settings.from_env({"POOLWATCH_STALE_FOR": "300", "POOLWATCH_DEFICIT_SAMPLES": "5"})
+    assert s.detection == DetectorConfig(stale_for=300.0, deficit_samples=5)
+    assert Settings().detection == DetectorConfig()  # one place holds the defaults
+    mixin = s.mixin(selector='job="pw"')
+    assert (mixin.detector, mixin.selector) == (s.detection, 'job="pw"')
+    assert mixin.runbook_base_url == s.alerting.runbook_base_url
 
 
 def test_flags_win_over_the_environment() -> None:

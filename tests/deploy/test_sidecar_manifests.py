@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from tests.deploy.k8s import Doc, container, load_all, of_kind, read, workloads
 
 from poolwatch import __version__
 from poolwatch.artifacts.dashboards import artifacts
+from poolwatch.detect.config import MixinConfig
 from poolwatch.model import Role
 from poolwatch.probe.config import ProbeConfig
 from poolwatch.settings import Settings
@@ -164,7 +166,9 @@ def test_the_rules_and_the_dashboards_ship_as_committed(builds: dict[str, list[D
     assert rule["spec"] == committed["spec"]
     (config_map,) = of_kind(builds[build], "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
-    expected = {path.removeprefix("dashboards/"): text for path, text in artifacts().items()}
+    expected = {
+        path.removeprefix("dashboards/"): text for path, text in artifacts(Path(), MixinConfig()).items()
+    }
     assert config_map["data"] == expected
     assert all(json.loads(text)["uid"] for text in config_map["data"].values())
 

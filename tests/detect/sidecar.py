@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 from tests.helpers import FakeClock
 
+from poolwatch.detect.config import DetectorConfig
 from poolwatch.model import Snapshot
 from poolwatch.settings import AlertSettings, Settings
 from poolwatch.sidecar.store import SnapshotStore
+
+DETECTION_FIELDS = {f.name for f in fields(DetectorConfig)}
 
 
 class FakeAlertmanager:
@@ -26,11 +29,14 @@ class FakeAlertmanager:
         return httpx.Response(200)
 
 
-def settings(tmp_path: Path, **alerting: Any) -> Settings:
+def settings(tmp_path: Path, **values: Any) -> Settings:
+    """Sidecar settings posting to a fake Alertmanager; ``values`` of the ``alerting`` and
+    ``detection`` groups by field name."""
     group = AlertSettings(
         alertmanager_urls=("http://am.example:9093",), state_file=str(tmp_path / "alerts.json")
     )
-    return Settings(alerting=replace(group, **alerting))
+    thresholds = {k: values.pop(k) for k in list(values) if k in DETECTION_FIELDS}
+    return Settings(alerting=replace(group, **values), detection=DetectorConfig(**thresholds))
 
 
 def seeded(clock: FakeClock, seed: Snapshot) -> tuple[SnapshotStore, Snapshot]:

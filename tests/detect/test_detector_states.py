@@ -9,7 +9,7 @@ from tests.detect.streams import RankStream, coarse, exact
 from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.rules import Severity
 from poolwatch.model import Phase, Pool, Tripwire, TripwireKind
@@ -98,7 +98,7 @@ def test_a_snapshot_seen_again_at_the_same_iteration_does_not_count_as_a_new_sam
 
 def test_the_seed_double_free_is_paged_with_the_crash_ahead(clock: FakeClock) -> None:
     stream = RankStream(clock, strict=True)
-    detector = Detector(CFG, clock, runbook_base_url="https://runbooks.example/poolwatch")
+    detector = Detector(MixinConfig(CFG, runbook_base_url="https://runbooks.example/poolwatch"), clock)
     wire = Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, (17,), "process_prefill_chunk", 101)
     detector.observe(stream.next(exact(Pool.FULL, 0), exact(Pool.MAMBA, -1), tripwires=(wire,)))
     alert = mamba(detector.evaluate(), "PoolwatchDoubleFree")

@@ -18,7 +18,7 @@ import pytest
 from tests.detect.streams import RankStream, exact
 from tests.helpers import FakeClock, require_tool
 
-from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.model import Phase, Pool
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
@@ -118,11 +118,8 @@ async def test_alertmanager_receives_shows_and_resolves_alerts_and_an_outage_los
 ) -> None:
     clock = FakeClock(time.time())  # Alertmanager judges endsAt against its own wall clock
     store = SnapshotStore()
-    detector = Detector(
-        DetectorConfig(resolve_samples=1, resolve_hold=0.0),
-        clock,
-        runbook_base_url="https://runbooks.example/poolwatch",
-    )
+    thresholds = DetectorConfig(resolve_samples=1, resolve_hold=0.0)
+    detector = Detector(MixinConfig(thresholds, runbook_base_url="https://runbooks.example/poolwatch"), clock)
     store.subscribe(detector.observe)
     prefill = RankStream(clock, step=0.0)
     decode = RankStream(clock, step=0.0, worker=replace(prefill.worker, worker="decode-0"))

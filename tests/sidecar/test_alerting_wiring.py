@@ -119,8 +119,6 @@ async def test_the_alerts_api_lists_firing_alerts_first_and_filters_by_state(
     ("group", "message"),
     [
         (AlertSettings(alertmanager_urls=("am.example:9093",)), "is not an http"),
-        (AlertSettings(resolve_samples=0), "POOLWATCH_RESOLVE_SAMPLES"),
-        (AlertSettings(large_leak_fraction=2.0), "POOLWATCH_LARGE_LEAK_FRACTION"),
         (AlertSettings(bearer_token_file="/nonexistent"), "POOLWATCH_BEARER_TOKEN_FILE"),
     ],
 )

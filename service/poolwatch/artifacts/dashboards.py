@@ -8,6 +8,8 @@ name only metrics of :data:`poolwatch.catalog.CATALOG` and Prometheus' own ``ALE
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -19,11 +21,10 @@ from poolwatch.artifacts.grafana import (
 )
 from poolwatch.artifacts.panels import (
     FIRING,
-    FLEET_UID,
     SLOTS,
     SLOTS_PER_SECOND,
-    WORKER_UID,
     common_variables,
+    configure,
     dashboard_links,
     drilldown_link,
     runbook_link,
@@ -33,6 +34,7 @@ from poolwatch.artifacts.panels import (
     thresholds,
 )
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
+from poolwatch.detect.config import MixinConfig
 
 __all__ = ["artifacts", "fleet_dashboard"]
 
@@ -93,7 +95,7 @@ def _now_panels() -> list[PanelSpec]:
     ]
 
 
-def _conservation_panels() -> list[PanelSpec]:
+def _conservation_panels(config: MixinConfig) -> list[PanelSpec]:
     return [
         PanelSpec("row", "Conservation"),
         series(
@@ -110,7 +112,7 @@ def _conservation_panels() -> list[PanelSpec]:
             SLOTS,
             "Every pool with a non-zero gap; click a worker to drill down.",
             "worker",
-            drilldown_link(),
+            drilldown_link(config),
         ),
         table(
             "Firing alerts",
@@ -192,18 +194,19 @@ def _target_panels() -> list[PanelSpec]:
     ]
 
 
-def fleet_dashboard() -> Json:
+def fleet_dashboard(config: MixinConfig | None = None) -> Json:
+    config = config or MixinConfig()
     variables = [
-        *common_variables(),
+        *common_variables(config),
         query_variable("role", "Role", f"label_values(poolwatch_worker_info{{{_NS}}}, role)"),
         query_variable(
             "worker", "Worker", f'label_values(poolwatch_worker_info{{{_NS}, role=~"$role"}}, worker)'
         ),
         query_variable("pool", "Pool", f"label_values(poolwatch_pool_capacity_slots{{{_NS}}}, pool)"),
     ]
-    panels = [*_now_panels(), *_conservation_panels(), *_role_panels(), *_target_panels()]
-    return dashboard(
-        uid=FLEET_UID,
+    panels = [*_now_panels(), *_conservation_panels(config), *_role_panels(), *_target_panels()]
+    doc = dashboard(
+        uid=config.fleet_dashboard_uid,
         title="poolwatch / fleet",
         description="Conservation of SGLang's memory pools across every worker poolwatch watches.",
         panels=panels,
@@ -211,11 +214,13 @@ def fleet_dashboard() -> Json:
         annotations=[alert_annotation()],
         links=dashboard_links(),
     )
+    return configure(doc, config)
 
 
-def artifacts() -> dict[str, str]:
+def artifacts(root: Path, config: MixinConfig) -> dict[str, str]:
     """The committed dashboards (packed into a ConfigMap by ``dashboards/kustomization.yaml``)."""
+    del root  # built from code alone
     return {
-        f"dashboards/{FLEET_UID}.json": render(fleet_dashboard()),
-        f"dashboards/{WORKER_UID}.json": render(worker_dashboard()),
+        f"dashboards/{config.fleet_dashboard_uid}.json": render(fleet_dashboard(config)),
+        f"dashboards/{config.worker_dashboard_uid}.json": render(worker_dashboard(config)),
     }

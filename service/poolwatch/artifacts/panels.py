@@ -3,6 +3,8 @@ dashboards (the generic JSON lives in :mod:`poolwatch.artifacts.grafana`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -11,15 +13,16 @@ from poolwatch.artifacts.grafana import (
     query_variable,
     textbox_variable,
 )
-from poolwatch.settings import AlertSettings
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.promql import with_selector
+from poolwatch.detect.rules import dashboard_path
 
 __all__ = [
     "FIRING",
-    "FLEET_UID",
     "SLOTS",
     "SLOTS_PER_SECOND",
-    "WORKER_UID",
     "common_variables",
+    "configure",
     "dashboard_links",
     "drilldown_link",
     "runbook_link",
@@ -29,8 +32,6 @@ __all__ = [
     "thresholds",
 ]
 
-FLEET_UID = "poolwatch-fleet"
-WORKER_UID = "poolwatch-worker"
 SLOTS = "suffix: slots"  # Grafana's custom-unit syntax; slots have no built-in unit
 SLOTS_PER_SECOND = "suffix: slots/s"
 FIRING = 'alertname=~"Poolwatch.*", alertstate="firing"'
@@ -45,11 +46,11 @@ def runbook_link() -> Json:
     }
 
 
-def drilldown_link() -> Json:
+def drilldown_link(config: MixinConfig) -> Json:
     """A data link from a table row holding ``worker`` to the worker drill-down."""
     return {
         "title": "Open ${__data.fields.worker} in the worker drill-down",
-        "url": f"/d/{WORKER_UID}/poolwatch-worker?var-worker=${{__data.fields.worker}}"
+        "url": f"{dashboard_path(config.worker_dashboard_uid)}?var-worker=${{__data.fields.worker}}"
         "&${datasource:queryparam}&${__url_time_range}",
     }
 
@@ -68,13 +69,44 @@ def dashboard_links() -> list[Json]:
     ]
 
 
-def common_variables() -> list[Json]:
-    """Data source, namespace and the runbook base URL (the sidecar's default ``runbook_base_url``)."""
+def common_variables(config: MixinConfig) -> list[Json]:
+    """Data source, namespace and the runbook base URL (the config's ``runbook_base_url``)."""
     return [
         datasource_variable(),
         query_variable("namespace", "Namespace", "label_values(poolwatch_worker_info, namespace)"),
-        textbox_variable("runbooks", "Runbooks", AlertSettings().runbook_base_url),
+        textbox_variable("runbooks", "Runbooks", config.runbook_base_url),
     ]
+
+
+_QUERY_KEYS = ("expr", "query", "definition")
+
+
+def _select(node: Any, matchers: str) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: with_selector(v, matchers) if k in _QUERY_KEYS and isinstance(v, str) else _select(v, matchers)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_select(v, matchers) for v in node]
+    return node
+
+
+def configure(doc: Json, config: MixinConfig) -> Json:
+    """``doc`` with the config's selector on every ``poolwatch_*`` query and, when the config
+    names a cluster label, a variable for it that every such query matches."""
+    matchers = ", ".join(m for m in (config.selector, _cluster_matcher(config)) if m)
+    out: Json = _select(doc, matchers) if matchers else doc
+    if config.cluster_label:
+        label = config.cluster_label
+        variable = query_variable(label, "Cluster", f"label_values(poolwatch_worker_info, {label})")
+        variables = out["templating"]["list"]
+        out["templating"]["list"] = [variables[0], variable, *variables[1:]]  # after the data source
+    return out
+
+
+def _cluster_matcher(config: MixinConfig) -> str:
+    return f'{config.cluster_label}=~"${config.cluster_label}"' if config.cluster_label else ""
 
 
 def thresholds(*steps: tuple[float | None, str]) -> Json:

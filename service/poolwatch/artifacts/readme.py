@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from poolwatch.catalog import markdown_table
+from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.rules import ALERTS
 
 __all__ = ["BLOCKS", "alerts_table", "artifacts", "render"]
@@ -45,5 +46,7 @@ def render(readme: str) -> str:
     return readme
 
 
-def artifacts(root: Path) -> dict[str, str]:
+def artifacts(root: Path, config: MixinConfig) -> dict[str, str]:
+    """README.md with its tables regenerated (they do not depend on ``config``)."""
+    del config
     return {"README.md": render((root / "README.md").read_text(encoding="utf-8"))}

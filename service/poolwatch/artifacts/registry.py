@@ -1,49 +1,57 @@
-"""Every generator of committed artifacts, and the drift check over them."""
+"""Every generator of committed artifacts, and the drift check over them.
+
+A generator is a module-level function named ``artifacts(root, config)`` in a module of
+:mod:`poolwatch.artifacts`; it returns ``{repo-relative path: content}``.  :data:`GENERATORS` lists
+them as imported functions, not names, so a renamed module fails at import; a test walks the
+package and fails when a module defines a generator that is not listed here.  ``poolwatch
+generate`` writes what they return and ``poolwatch generate --check`` fails on any difference:
+the README tables, the rules file, the PrometheusRule, the runbook index and the dashboards.
+"""
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-__all__ = ["GENERATORS", "drift", "render_all", "write_all"]
+from poolwatch.artifacts import dashboards, readme, rules
+from poolwatch.detect.config import MixinConfig
 
-# modules exposing artifacts() or artifacts(root) -> {repo-relative path: content}
-GENERATORS: tuple[str, ...] = ("poolwatch.artifacts.readme",)
+__all__ = ["GENERATORS", "Generator", "drift", "render_all", "write_all"]
+
+Generator = Callable[[Path, MixinConfig], Mapping[str, str]]
+
+GENERATORS: tuple[Generator, ...] = (readme.artifacts, rules.artifacts, dashboards.artifacts)
 
 
-def _call(module_name: str, root: Path) -> dict[str, str]:
-    fn: Callable[..., dict[str, str]] = importlib.import_module(module_name).artifacts
-    return fn(root) if inspect.signature(fn).parameters else fn()
-
-
-def render_all(root: Path) -> dict[str, str]:
+def render_all(root: Path, config: MixinConfig | None = None) -> dict[str, str]:
     """Every artifact's expected content; two generators may not claim one path."""
+    config = config or MixinConfig()
     out: dict[str, str] = {}
-    for name in GENERATORS:
-        for path, content in _call(name, root).items():
+    for generate in GENERATORS:
+        for path, content in generate(root, config).items():
             if path in out:
-                raise ValueError(f"{path} is generated twice (second time by {name})")
+                raise ValueError(f"{path} is generated twice (second time by {generate.__module__})")
             out[path] = content
     return out
 
 
-def drift(root: Path) -> list[str]:
-    """Paths whose committed content differs from what the generators produce."""
+def drift(root: Path, config: MixinConfig | None = None, out: Path | None = None) -> list[str]:
+    """Paths under ``out`` (default: ``root``) whose content differs from what the generators produce."""
+    base = out or root
     stale = []
-    for path, content in sorted(render_all(root).items()):
-        target = root / path
+    for path, content in sorted(render_all(root, config).items()):
+        target = base / path
         if not target.is_file() or target.read_text(encoding="utf-8") != content:
             stale.append(path)
     return stale
 
 
-def write_all(root: Path) -> list[str]:
-    """Write every artifact that changed; returns the paths written."""
+def write_all(root: Path, config: MixinConfig | None = None, out: Path | None = None) -> list[str]:
+    """Write every artifact that changed under ``out`` (default: ``root``); returns the paths written."""
+    base = out or root
     written = []
-    for path, content in sorted(render_all(root).items()):
-        target = root / path
+    for path, content in sorted(render_all(root, config).items()):
+        target = base / path
         if target.is_file() and target.read_text(encoding="utf-8") == content:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)

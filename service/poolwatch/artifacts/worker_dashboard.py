@@ -11,8 +11,8 @@ from poolwatch.artifacts.panels import (
     FIRING,
     SLOTS,
     SLOTS_PER_SECOND,
-    WORKER_UID,
     common_variables,
+    configure,
     dashboard_links,
     runbook_link,
     series,
@@ -20,6 +20,7 @@ from poolwatch.artifacts.panels import (
     table,
     thresholds,
 )
+from poolwatch.detect.config import MixinConfig
 
 __all__ = ["STATE_COLORS", "worker_dashboard"]
 
@@ -217,10 +218,11 @@ def _health_panels() -> list[PanelSpec]:
     ]
 
 
-def worker_dashboard() -> Json:
+def worker_dashboard(config: MixinConfig | None = None) -> Json:
+    config = config or MixinConfig()
     ranks = f"poolwatch_worker_info{{{_W}}}"
     variables = [
-        *common_variables(),
+        *common_variables(config),
         query_variable(
             "worker",
             "Worker",
@@ -232,8 +234,8 @@ def worker_dashboard() -> Json:
         query_variable("pp_rank", "PP rank", f"label_values({ranks}, pp_rank)", multi=False),
         query_variable("pool", "Pool", f"label_values(poolwatch_pool_capacity_slots{{{_W}}}, pool)"),
     ]
-    return dashboard(
-        uid=WORKER_UID,
+    doc = dashboard(
+        uid=config.worker_dashboard_uid,
         title="poolwatch / worker",
         description="One SGLang worker's memory pools, rank by rank: where every slot is and whether "
         "they add up.",
@@ -242,3 +244,4 @@ def worker_dashboard() -> Json:
         annotations=[alert_annotation('worker="$worker"')],
         links=dashboard_links(),
     )
+    return configure(doc, config)

@@ -1,16 +1,25 @@
-"""The detector's tunables: one frozen value (the sidecar builds it from its ``alerting`` settings).
+"""The one definition of how poolwatch judges and links its alerts.
 
-The defaults are also the thresholds written into the generated Prometheus rules
-(:mod:`poolwatch.detect.rules`), so the sidecar's detector and Prometheus agree out of the box.
+:class:`DetectorConfig` holds every detection threshold with its default and range check; it is
+also the sidecar's ``detection`` settings group (``POOLWATCH_<FIELD>``), so a threshold is written
+once.  :class:`MixinConfig` wraps it with what the generated rules and dashboards need besides
+(the kubernetes-mixin ``_config`` idea): runbook and Grafana URLs, dashboard uids, an optional
+label selector and cluster label.  The detector, :mod:`poolwatch.detect.rules` and
+:mod:`poolwatch.artifacts` all read the same value, so ``poolwatch generate --config`` emits rules
+that match a sidecar run with the same settings, and the committed artifacts use the defaults.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from poolwatch.errors import ConfigError
 
-__all__ = ["DetectorConfig"]
+__all__ = ["FLEET_DASHBOARD_UID", "RUNBOOK_BASE_URL", "WORKER_DASHBOARD_UID", "DetectorConfig", "MixinConfig"]
+
+RUNBOOK_BASE_URL = "https://github.com/poolwatch/poolwatch/blob/main/docs/runbooks"
+FLEET_DASHBOARD_UID = "poolwatch-fleet"
+WORKER_DASHBOARD_UID = "poolwatch-worker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +40,7 @@ class DetectorConfig:
     ``exhaustion_horizon``    PoolwatchPoolExhaustionForecast fires when the pool runs out sooner;
     ``forecast_for``          ... and keeps forecasting that for this long;
     ``probe_error_window``    seconds over which new probe errors count as degraded;
+    ``probe_disabled_for``    seconds the probe's kill switch stays engaged before it fires;
     ``restore_grace``         a restored alert whose rank reports nothing for this long resolves;
     ``retention``             seconds a resolved alert stays listed (and is re-sent as resolved).
     """
@@ -48,6 +58,7 @@ class DetectorConfig:
     exhaustion_horizon: float = 4 * 3600.0
     forecast_for: float = 600.0
     probe_error_window: float = 600.0
+    probe_disabled_for: float = 60.0
     restore_grace: float = 300.0
     retention: float = 900.0
 
@@ -60,3 +71,36 @@ class DetectorConfig:
         fraction = self.large_leak_fraction
         if not 0 < fraction <= 1:
             raise ConfigError(f"POOLWATCH_LARGE_LEAK_FRACTION: must be in (0, 1], got {fraction}")
+
+
+@dataclass(frozen=True, slots=True)
+class MixinConfig:
+    """What the detector, the Prometheus rules and the dashboards share.
+
+    ``detector``              the thresholds (the rules' ``for:`` and bounds come from them);
+    ``runbook_base_url``      where ``<AlertName>.md`` runbooks live (alerts' ``runbook_url``);
+    ``dashboard_url``         Grafana's base URL, prefixed to alerts' ``dashboard_url``;
+    ``fleet_dashboard_uid`` / ``worker_dashboard_uid``  the generated dashboards' uids;
+    ``selector``              PromQL label matchers added to every ``poolwatch_*`` selector of the
+                              rules and dashboards (e.g. ``job="poolwatch"``; "" = none);
+    ``cluster_label``         the label that tells clusters apart ("" = one cluster): rules join on
+                              it and the dashboards get a variable for it.
+    """
+
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    runbook_base_url: str = RUNBOOK_BASE_URL
+    dashboard_url: str = ""
+    fleet_dashboard_uid: str = FLEET_DASHBOARD_UID
+    worker_dashboard_uid: str = WORKER_DASHBOARD_UID
+    selector: str = ""
+    cluster_label: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("fleet_dashboard_uid", "worker_dashboard_uid"):
+            uid = getattr(self, name)
+            if not uid or len(uid) > 40 or not uid.replace("-", "").replace("_", "").isalnum():
+                raise ConfigError(f"{name}: expected 1-40 letters, digits, - or _, got {uid!r}")
+        if self.cluster_label and not self.cluster_label.replace("_", "").isalnum():
+            raise ConfigError(f"cluster_label: not a Prometheus label name: {self.cluster_label!r}")
+        if "{" in self.selector or "}" in self.selector:
+            raise ConfigError(f"selector: give label matchers without braces, got {self.selector!r}")

@@ -22,26 +22,24 @@ from dataclasses import dataclass, field, replace
 
 from poolwatch.conservation import Basis, assess
 from poolwatch.detect.alert import Alert, Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.health import (
-    SNAPSHOT_STALE,
-    TARGET_DOWN,
     incident_signals,
     probe_judged,
     probe_signals,
     stale_signals,
     target_signals,
 )
-from poolwatch.detect.rules import Severity, by_name, dashboard_link
+from poolwatch.detect.rules import AlertName, Severity, by_name, dashboard_link
 from poolwatch.detect.signals import conservation_judged, conservation_signals, where
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries, Trend
 from poolwatch.model import Pool, Snapshot, WorkerId
 from poolwatch.target_health import TargetState
 
-__all__ = ["FORECAST", "Detector", "PoolTrend"]
+__all__ = ["Detector", "PoolTrend"]
 
-FORECAST = "PoolwatchPoolExhaustionForecast"
+FORECAST = AlertName.POOL_EXHAUSTION_FORECAST
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +63,19 @@ class _Rank:
 class Detector:
     def __init__(
         self,
-        config: DetectorConfig,
+        config: DetectorConfig | MixinConfig,
         clock: Callable[[], float],
         *,
-        runbook_base_url: str = "",
-        dashboard_base_url: str = "",
         extra_labels: Mapping[str, str] | None = None,
     ) -> None:
-        self._cfg = config
+        """``config``: the thresholds, or the whole mixin config (thresholds, runbook and
+        dashboard links) that the generated rules are built from too."""
+        self._mixin = config if isinstance(config, MixinConfig) else MixinConfig(detector=config)
+        self._cfg = self._mixin.detector
         self._clock = clock
-        self._runbook_base = runbook_base_url
-        self._dashboard_base = dashboard_base_url.rstrip("/")
         self._extra = {k: v for k, v in (extra_labels or {}).items() if v}  # e.g. the namespace
         self._ranks: dict[str, _Rank] = {}
-        self._tracker = Tracker(config, self._annotate)
+        self._tracker = Tracker(self._cfg, self._annotate)
         self._lock = threading.Lock()
 
     def observe(self, snap: Snapshot) -> None:
@@ -89,7 +86,7 @@ class Detector:
             rank = self._rank(subject, snap, now)
             forecasts, forecast_judged = self._forecasts(rank, snap)
             signals = conservation_signals(snap, self._cfg) + forecasts
-            signals += probe_signals(snap, self._errors_before(rank, snap))
+            signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
             judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged
             self._tracker.sample(subject, signals, judged, (snap.boot_id, snap.seq), now)
             self._tracker.events(incident_signals(snap, self._cfg, now), now)
@@ -107,9 +104,9 @@ class Detector:
         now = self._clock() if now is None else now
         with self._lock:
             if latest is not None:
-                self._tracker.timed({SNAPSHOT_STALE}, stale_signals(latest, self._cfg, now), now)
+                self._tracker.timed({AlertName.SNAPSHOT_STALE}, stale_signals(latest, self._cfg, now), now)
             if targets is not None:
-                self._tracker.timed({TARGET_DOWN}, target_signals(targets, self._cfg, now), now)
+                self._tracker.timed({AlertName.TARGET_DOWN}, target_signals(targets, self._cfg, now), now)
             self._tracker.tick(now)
             return self._labelled(self._tracker.alerts())
 
@@ -167,7 +164,8 @@ class Detector:
         return errors[0][1]
 
     def _forecasts(self, rank: _Rank, snap: Snapshot) -> tuple[list[Signal], set[Verdict]]:
-        out, judged = [], set()
+        out: list[Signal] = []
+        judged: set[Verdict] = set()
         for pool, series in sorted(rank.series.items(), key=lambda kv: list(Pool).index(kv[0])):
             trend = series.trend()
             if trend is not None:
@@ -192,11 +190,12 @@ class Detector:
         def value(label: str) -> str | None:
             return urllib.parse.quote(labels[label], safe="") if label in labels else None
 
+        mixin = self._mixin
         return {
             "summary": definition.summary,
             "description": sig.description,
-            "runbook_url": definition.runbook_url(self._runbook_base),
-            "dashboard_url": self._dashboard_base + dashboard_link(definition.scope, value),
+            "runbook_url": definition.runbook_url(mixin.runbook_base_url),
+            "dashboard_url": mixin.dashboard_url.rstrip("/") + dashboard_link(definition.scope, value, mixin),
         }
 
     def _labelled(self, alerts: list[Alert]) -> list[Alert]:

@@ -16,17 +16,12 @@ from collections.abc import Iterable, Sequence
 from poolwatch.conservation import Balance, assess, describe
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.rules import Severity
+from poolwatch.detect.rules import AlertName, Severity
 from poolwatch.detect.signals import crash_imminent, where
 from poolwatch.model import Incident, IncidentKind, Phase, Snapshot
 from poolwatch.target_health import TargetState
 
 __all__ = [
-    "IDLE_CHECK_FAILED",
-    "PROBE_DEGRADED",
-    "SCHEDULER_CRASHED",
-    "SNAPSHOT_STALE",
-    "TARGET_DOWN",
     "incident_signals",
     "probe_judged",
     "probe_signals",
@@ -34,13 +29,7 @@ __all__ = [
     "target_signals",
 ]
 
-IDLE_CHECK_FAILED = "PoolwatchIdleCheckFailed"
-SCHEDULER_CRASHED = "PoolwatchSchedulerCrashed"
-PROBE_DEGRADED = "PoolwatchProbeDegraded"
-SNAPSHOT_STALE = "PoolwatchSnapshotStale"
-TARGET_DOWN = "PoolwatchTargetDown"
 
-_DISABLED_FOR = 60.0  # the Prometheus rule's `for: 1m`
 _CRASH = {
     IncidentKind.SCHEDULER_EXCEPTION: "Scheduler hit an exception",
     IncidentKind.BUSY_CHECK_FAILED: "the busy-time memory check failed",
@@ -63,7 +52,8 @@ def _leak_signal(snap: Snapshot, incident: Incident) -> Signal:
     text = f"SGLang on {where(snap)} logged a pool imbalance: {said}.{figures} ({outcome})"
     severity = Severity.CRITICAL if strict else Severity.WARNING
     slots = max((f.slots for f in shown), default=0)
-    return Signal(IDLE_CHECK_FAILED, snap.worker.key, severity, rank_labels(snap.worker), text, float(slots))
+    labels = rank_labels(snap.worker)
+    return Signal(AlertName.IDLE_CHECK_FAILED, snap.worker.key, severity, labels, text, float(slots))
 
 
 def incident_signals(snap: Snapshot, cfg: DetectorConfig, now: float) -> list[Signal]:
@@ -73,24 +63,23 @@ def incident_signals(snap: Snapshot, cfg: DetectorConfig, now: float) -> list[Si
         if now - incident.at >= cfg.incident_hold:
             continue
         if incident.kind is IncidentKind.LEAK_DETECTED:
-            out[IDLE_CHECK_FAILED] = _leak_signal(snap, incident)
+            out[AlertName.IDLE_CHECK_FAILED] = _leak_signal(snap, incident)
         else:
             text = (
                 f"A scheduler of {where(snap)} died: {_CRASH[incident.kind]} "
                 f"({_first_line(incident.message)})."
             )
-            out[SCHEDULER_CRASHED] = Signal(
-                SCHEDULER_CRASHED, snap.worker.key, Severity.CRITICAL, rank_labels(snap.worker), text, 1.0
-            )
+            crashed, labels = AlertName.SCHEDULER_CRASHED, rank_labels(snap.worker)
+            out[crashed] = Signal(crashed, snap.worker.key, Severity.CRITICAL, labels, text, 1.0)
     return [out[k] for k in sorted(out)]
 
 
 def probe_judged(snap: Snapshot) -> set[Verdict]:
     """A snapshot with the probe's health is a verdict on PoolwatchProbeDegraded."""
-    return set() if snap.probe is None else {(PROBE_DEGRADED, rank_labels(snap.worker))}
+    return set() if snap.probe is None else {(AlertName.PROBE_DEGRADED, rank_labels(snap.worker))}
 
 
-def probe_signals(snap: Snapshot, errors_before: int | None) -> list[Signal]:
+def probe_signals(snap: Snapshot, errors_before: int | None, cfg: DetectorConfig) -> list[Signal]:
     """``errors_before``: the probe's error count at the start of the window (same boot)."""
     p = snap.probe
     if p is None:
@@ -100,20 +89,20 @@ def probe_signals(snap: Snapshot, errors_before: int | None) -> list[Signal]:
         text = f"The poolwatch probe in {where(snap)} is disabled ({p.last_error or 'kill switch engaged'})."
         return [
             Signal(
-                PROBE_DEGRADED,
+                AlertName.PROBE_DEGRADED,
                 snap.worker.key,
                 Severity.WARNING,
                 labels,
                 text,
                 1.0,
-                for_seconds=_DISABLED_FOR,
+                for_seconds=cfg.probe_disabled_for,
             )
         ]
     new = p.errors_total - errors_before if errors_before is not None else 0
     if new > 0:
         last = f"; last: {_first_line(p.last_error)}" if p.last_error else ""
         text = f"The poolwatch probe in {where(snap)} contained {new} error(s) recently{last}."
-        return [Signal(PROBE_DEGRADED, subject, Severity.INFO, labels, text, float(new))]
+        return [Signal(AlertName.PROBE_DEGRADED, subject, Severity.INFO, labels, text, float(new))]
     return []
 
 
@@ -128,7 +117,7 @@ def stale_signals(latest: Iterable[Snapshot], cfg: DetectorConfig, now: float) -
             )
             out.append(
                 Signal(
-                    SNAPSHOT_STALE,
+                    AlertName.SNAPSHOT_STALE,
                     snap.worker.key,
                     Severity.WARNING,
                     rank_labels(snap.worker),
@@ -153,6 +142,6 @@ def target_signals(targets: Sequence[TargetState], cfg: DetectorConfig, now: flo
         error = _first_line(t.last_error) or "no answer"
         text = f"poolwatch cannot scrape {t.source} target {t.name} ({ago}): {error}."
         labels = (("source", t.source), ("target", t.name))
-        wait = cfg.target_down_for
-        out.append(Signal(TARGET_DOWN, t.name, Severity.WARNING, labels, text, 0.0, for_seconds=wait))
+        down, wait = AlertName.TARGET_DOWN, cfg.target_down_for
+        out.append(Signal(down, t.name, Severity.WARNING, labels, text, 0.0, for_seconds=wait))
     return out

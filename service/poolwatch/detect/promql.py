@@ -1,29 +1,30 @@
 """PromQL and template fragments of the generated rules (used by :mod:`poolwatch.detect.rules`).
 
-Thresholds come from :class:`~poolwatch.detect.config.DetectorConfig`'s defaults, so the sidecar's
-detector and Prometheus agree.  Only catalogued ``poolwatch_*`` metrics may appear (a test checks).
+Thresholds come from a :class:`~poolwatch.detect.config.DetectorConfig` (the fragments that
+depend on one are functions of it), so the sidecar's detector and Prometheus agree.  Only
+catalogued ``poolwatch_*`` metrics may appear (a test checks).
 """
 
 from __future__ import annotations
 
+import re
+
 from poolwatch.detect.config import DetectorConfig
 
 __all__ = [
-    "CRASH_LOGGED",
-    "DEFAULTS",
+    "CRASH_KINDS",
     "DEFICIT",
     "DOUBLE_FREE",
     "KEEP_FIRING",
-    "LARGE",
-    "LEAK_LOGGED",
-    "NOT_STRICT",
     "RANK",
     "WHERE",
-    "WINDOW",
-    "minutes",
+    "duration",
+    "incidents",
+    "large",
+    "not_strict",
+    "with_selector",
 ]
 
-DEFAULTS = DetectorConfig()
 RANK = "worker, role, dp_rank, tp_rank, pp_rank"
 WHERE = (
     "{{ $labels.worker }} ({{ $labels.role }}, dp {{ $labels.dp_rank }} tp {{ $labels.tp_rank }} "
@@ -31,11 +32,28 @@ WHERE = (
 )
 SURPLUS_KINDS = "free_duplicate|free_and_live|free_and_tree|over_size|out_of_range"
 CRASH_KINDS = "scheduler_exception|busy_check_failed|tree_sanity_failed"
+_METRIC = re.compile(r"(?<![\w:])(poolwatch_[a-z0-9_]+)(?:\{([^}]*)\})?")
 
 
-def minutes(seconds: float) -> str:
-    """A PromQL duration in whole minutes."""
-    return f"{int(seconds // 60)}m"
+def duration(seconds: float) -> str:
+    """A PromQL duration equal to ``seconds`` (whole hours or minutes when it is one)."""
+    whole = round(seconds * 1000)
+    for unit, ms in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if whole % ms == 0:
+            return f"{whole // ms}{unit}"
+    raise AssertionError("unreachable: every integer is a whole number of milliseconds")
+
+
+def with_selector(expr: str, matchers: str) -> str:
+    """``expr`` with ``matchers`` (e.g. ``job="poolwatch"``) added to every ``poolwatch_*`` selector."""
+    if not matchers:
+        return expr
+
+    def add(m: re.Match[str]) -> str:
+        inner = f"{matchers}, {m.group(2)}" if m.group(2) else matchers
+        return f"{m.group(1)}{{{inner}}}"
+
+    return _METRIC.sub(add, expr)
 
 
 # the value is the number of slots counted twice, whichever branch proves it
@@ -48,25 +66,32 @@ DEFICIT = (
     "(poolwatch_pool_conservation_gap_slots > 0"
     ' or sum without (kind) (poolwatch_pool_tripwire_slots{kind="missing"}) > 0)'
 )
-# an absent poolwatch_idle_check_strict means unknown, which is SGLang's default: strict
-NOT_STRICT = f"on ({RANK}) poolwatch_idle_check_strict == 0"
-LARGE = f"{DEFAULTS.large_leak_fraction:g} * poolwatch_pool_capacity_slots"
-WINDOW = minutes(DEFAULTS.incident_hold)
+
+
 # Prometheus's counterpart of the detector's resolve hold: a condition that flickers between two
 # evaluations keeps its alert firing instead of resolving and paging again
 KEEP_FIRING = "1m"
 
 
-def _incidents(kinds: str) -> str:
-    """Incidents logged within the window.  A kind's counter series only appears with its first
-    incident, which ``increase()`` cannot see; the second branch catches a non-zero series that
-    did not exist a window ago."""
+def not_strict(cluster_label: str = "") -> str:
+    """Ranks whose idle check only warns; an absent poolwatch_idle_check_strict means unknown,
+    which is SGLang's default: strict."""
+    on = f"{cluster_label}, {RANK}" if cluster_label else RANK
+    return f"on ({on}) poolwatch_idle_check_strict == 0"
+
+
+def large(cfg: DetectorConfig) -> str:
+    """A deficit this large is critical whatever the idle check does."""
+    return f"{cfg.large_leak_fraction:g} * poolwatch_pool_capacity_slots"
+
+
+def incidents(kinds: str, cfg: DetectorConfig) -> str:
+    """Incidents logged within the detector's incident hold.  A kind's counter series only
+    appears with its first incident, which ``increase()`` cannot see; the second branch catches a
+    non-zero series that did not exist a window ago."""
+    window = duration(cfg.incident_hold)
     sel = f'poolwatch_incidents_total{{kind=~"{kinds}"}}'
     return (
-        f"(sum without (kind) (increase({sel}[{WINDOW}])) > 0)\n"
-        f"or\n(sum without (kind) ({sel} > 0 unless {sel} offset {WINDOW}))"
+        f"(sum without (kind) (increase({sel}[{window}])) > 0)\n"
+        f"or\n(sum without (kind) ({sel} > 0 unless {sel} offset {window}))"
     )
-
-
-LEAK_LOGGED = _incidents("leak_detected")
-CRASH_LOGGED = _incidents(CRASH_KINDS)

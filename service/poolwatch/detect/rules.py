@@ -15,22 +15,34 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from poolwatch.detect import promql as q
+from poolwatch.detect.config import MixinConfig
 
 __all__ = [
     "ALERTS",
-    "FLEET_DASHBOARD",
-    "WORKER_DASHBOARD",
     "AlertDef",
+    "AlertName",
     "Mode",
     "PromRule",
     "Scope",
     "Severity",
+    "alert_definitions",
     "by_name",
     "dashboard_link",
+    "dashboard_path",
 ]
 
-WORKER_DASHBOARD = "/d/poolwatch-worker/poolwatch-worker"  # Grafana paths of the generated dashboards
-FLEET_DASHBOARD = "/d/poolwatch-fleet/poolwatch-fleet"
+
+class AlertName(enum.StrEnum):
+    """The name of every alert: the detector, the rules, the runbooks and the tests say these."""
+
+    DOUBLE_FREE = "PoolwatchDoubleFree"
+    SLOT_LEAK = "PoolwatchSlotLeak"
+    POOL_EXHAUSTION_FORECAST = "PoolwatchPoolExhaustionForecast"
+    IDLE_CHECK_FAILED = "PoolwatchIdleCheckFailed"
+    SCHEDULER_CRASHED = "PoolwatchSchedulerCrashed"
+    SNAPSHOT_STALE = "PoolwatchSnapshotStale"
+    TARGET_DOWN = "PoolwatchTargetDown"
+    PROBE_DEGRADED = "PoolwatchProbeDegraded"
 
 
 class Severity(enum.StrEnum):
@@ -68,7 +80,7 @@ class PromRule:
 
 @dataclass(frozen=True, slots=True)
 class AlertDef:
-    name: str
+    name: AlertName
     scope: Scope
     mode: Mode
     summary: str
@@ -87,164 +99,174 @@ class AlertDef:
         return tuple(r.severity for r in self.prometheus)
 
 
-ALERTS: tuple[AlertDef, ...] = (
-    AlertDef(
-        "PoolwatchDoubleFree",
-        Scope.POOL,
-        Mode.SAMPLED,
-        "A memory-pool slot was freed twice; two requests can share it and corrupt each other's output.",
-        "Surplus: more slots are accounted free/cached than the pool has, or the probe saw a slot in a "
-        "free list twice or while still owned. Fires at once.",
-        (
-            PromRule(
-                Severity.CRITICAL,
-                q.DOUBLE_FREE,
-                "0s",
-                f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are counted twice "
-                "(a double free). Drain and restart the worker.",
-                keep_firing_for=q.KEEP_FIRING,
+def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]:
+    """Every alert, its rules' thresholds and waits taken from ``config`` (default: the defaults)."""
+    config = config or MixinConfig()
+    d = config.detector
+    not_strict, large = q.not_strict(config.cluster_label), q.large(d)
+    leak_logged, window = q.incidents("leak_detected", d), q.duration(d.incident_hold)
+    return (
+        AlertDef(
+            AlertName.DOUBLE_FREE,
+            Scope.POOL,
+            Mode.SAMPLED,
+            "A memory-pool slot was freed twice; two requests can share it and corrupt each other's output.",
+            "Surplus: more slots are accounted free/cached than the pool has, or the probe saw a slot in a "
+            "free list twice or while still owned. Fires at once.",
+            (
+                PromRule(
+                    Severity.CRITICAL,
+                    q.DOUBLE_FREE,
+                    "0s",
+                    f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are "
+                    "counted twice (a double free). Drain and restart the worker.",
+                    keep_firing_for=q.KEEP_FIRING,
+                ),
             ),
         ),
-    ),
-    AlertDef(
-        "PoolwatchSlotLeak",
-        Scope.POOL,
-        Mode.SAMPLED,
-        "Memory-pool slots are lost: nobody owns them any more.",
-        "Deficit: the pool has fewer slots accounted than its size, for several samples in a row. "
-        "Critical when SGLang's strict idle check will crash the server, or the leak is large.",
-        (
-            PromRule(
-                Severity.CRITICAL,
-                f"({q.DEFICIT}\n  unless {q.NOT_STRICT})\nor ({q.DEFICIT} >= {q.LARGE})",
-                "1m",
-                f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are lost. "
-                "Unless SGLang's idle check is relaxed, the server crashes at its next idle moment.",
-                keep_firing_for=q.KEEP_FIRING,
-            ),
-            PromRule(
-                Severity.WARNING,
-                f"({q.DEFICIT}\n  and {q.NOT_STRICT})\nunless ({q.DEFICIT} >= {q.LARGE})",
-                "1m",
-                f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are lost; "
-                "SGLang's idle check only warns here, so capacity shrinks until a restart.",
-                keep_firing_for=q.KEEP_FIRING,
-            ),
-        ),
-    ),
-    AlertDef(
-        "PoolwatchPoolExhaustionForecast",
-        Scope.POOL,
-        Mode.SAMPLED,
-        "A leaking memory pool will run out of free slots within hours.",
-        f"The fitted leak rate exhausts the pool's free and evictable slots within "
-        f"{q.DEFAULTS.exhaustion_horizon / 3600:g} h.",
-        (
-            PromRule(
-                Severity.WARNING,
-                f"poolwatch_pool_exhaustion_eta_seconds < {q.DEFAULTS.exhaustion_horizon:g}",
-                f"{q.minutes(q.DEFAULTS.forecast_for)}",
-                f"At the current leak rate the {{{{ $labels.pool }}}} pool on {q.WHERE} runs out of free "
-                "slots in {{ $value | humanizeDuration }}.",
-                keep_firing_for=q.KEEP_FIRING,
+        AlertDef(
+            AlertName.SLOT_LEAK,
+            Scope.POOL,
+            Mode.SAMPLED,
+            "Memory-pool slots are lost: nobody owns them any more.",
+            "Deficit: the pool has fewer slots accounted than its size, for several samples in a row. "
+            "Critical when SGLang's strict idle check will crash the server, or the leak is large.",
+            (
+                PromRule(
+                    Severity.CRITICAL,
+                    f"({q.DEFICIT}\n  unless {not_strict})\nor ({q.DEFICIT} >= {large})",
+                    q.duration(d.coarse_hold),
+                    f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are lost. "
+                    "Unless SGLang's idle check is relaxed, the server crashes at its next idle moment.",
+                    keep_firing_for=q.KEEP_FIRING,
+                ),
+                PromRule(
+                    Severity.WARNING,
+                    f"({q.DEFICIT}\n  and {not_strict})\nunless ({q.DEFICIT} >= {large})",
+                    q.duration(d.coarse_hold),
+                    f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are lost; "
+                    "SGLang's idle check only warns here, so capacity shrinks until a restart.",
+                    keep_firing_for=q.KEEP_FIRING,
+                ),
             ),
         ),
-    ),
-    AlertDef(
-        "PoolwatchIdleCheckFailed",
-        Scope.RANK,
-        Mode.EVENT,
-        "SGLang's own idle memory check reported a pool imbalance.",
-        "The worker logged SGLang's leak message (its idle check). With the strict check (the default) "
-        "the server dies with it.",
-        (
-            PromRule(
-                Severity.CRITICAL,
-                f"({q.LEAK_LOGGED})\nunless {q.NOT_STRICT}",
-                "0s",
-                f"SGLang on {q.WHERE} logged a memory leak check failure in the last {q.WINDOW}; "
-                "with the strict idle check the server has crashed.",
-            ),
-            PromRule(
-                Severity.WARNING,
-                f"({q.LEAK_LOGGED})\nand {q.NOT_STRICT}",
-                "0s",
-                f"SGLang on {q.WHERE} logged a memory leak warning in the last {q.WINDOW} "
-                "(its idle check only warns here).",
+        AlertDef(
+            AlertName.POOL_EXHAUSTION_FORECAST,
+            Scope.POOL,
+            Mode.SAMPLED,
+            "A leaking memory pool will run out of free slots within hours.",
+            f"The fitted leak rate exhausts the pool's free and evictable slots within "
+            f"{d.exhaustion_horizon / 3600:g} h.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    f"poolwatch_pool_exhaustion_eta_seconds < {d.exhaustion_horizon:g}",
+                    f"{q.duration(d.forecast_for)}",
+                    f"At the current leak rate the {{{{ $labels.pool }}}} pool on {q.WHERE} runs out of free "
+                    "slots in {{ $value | humanizeDuration }}.",
+                    keep_firing_for=q.KEEP_FIRING,
+                ),
             ),
         ),
-    ),
-    AlertDef(
-        "PoolwatchSchedulerCrashed",
-        Scope.RANK,
-        Mode.EVENT,
-        "An SGLang scheduler process died; the server went down with it.",
-        "The worker logged 'Scheduler hit an exception' or a failed self-check assertion.",
-        (
-            PromRule(
-                Severity.CRITICAL,
-                q.CRASH_LOGGED,
-                "0s",
-                f"A scheduler of {q.WHERE} died in the last {q.WINDOW} (Scheduler hit an exception "
-                "or a failed memory/tree self-check).",
+        AlertDef(
+            AlertName.IDLE_CHECK_FAILED,
+            Scope.RANK,
+            Mode.EVENT,
+            "SGLang's own idle memory check reported a pool imbalance.",
+            "The worker logged SGLang's leak message (its idle check). With the strict check (the default) "
+            "the server dies with it.",
+            (
+                PromRule(
+                    Severity.CRITICAL,
+                    f"({leak_logged})\nunless {not_strict}",
+                    "0s",
+                    f"SGLang on {q.WHERE} logged a memory leak check failure in the last {window}; "
+                    "with the strict idle check the server has crashed.",
+                ),
+                PromRule(
+                    Severity.WARNING,
+                    f"({leak_logged})\nand {not_strict}",
+                    "0s",
+                    f"SGLang on {q.WHERE} logged a memory leak warning in the last {window} "
+                    "(its idle check only warns here).",
+                ),
             ),
         ),
-    ),
-    AlertDef(
-        "PoolwatchSnapshotStale",
-        Scope.RANK,
-        Mode.TIMED,
-        "poolwatch has no current figures for a scheduler rank.",
-        "The rank's latest snapshot is older than the staleness limit; its pools are not being watched.",
-        (
-            PromRule(
-                Severity.WARNING,
-                "poolwatch_snapshot_stale == 1",
-                f"{q.minutes(q.DEFAULTS.stale_for)}",
-                f"The latest snapshot of {q.WHERE} is stale; its memory pools are not being watched.",
-                keep_firing_for=q.KEEP_FIRING,
+        AlertDef(
+            AlertName.SCHEDULER_CRASHED,
+            Scope.RANK,
+            Mode.EVENT,
+            "An SGLang scheduler process died; the server went down with it.",
+            "The worker logged 'Scheduler hit an exception' or a failed self-check assertion.",
+            (
+                PromRule(
+                    Severity.CRITICAL,
+                    q.incidents(q.CRASH_KINDS, d),
+                    "0s",
+                    f"A scheduler of {q.WHERE} died in the last {window} (Scheduler hit an exception "
+                    "or a failed memory/tree self-check).",
+                ),
             ),
         ),
-    ),
-    AlertDef(
-        "PoolwatchTargetDown",
-        Scope.TARGET,
-        Mode.TIMED,
-        "poolwatch cannot scrape one of its targets.",
-        "Every scrape of the target (probe endpoint, SGLang /metrics, log) has failed for a while.",
-        (
-            PromRule(
-                Severity.WARNING,
-                "poolwatch_target_up == 0",
-                f"{q.minutes(q.DEFAULTS.target_down_for)}",
-                "poolwatch cannot scrape {{ $labels.source }} target {{ $labels.target }}.",
-                keep_firing_for=q.KEEP_FIRING,
+        AlertDef(
+            AlertName.SNAPSHOT_STALE,
+            Scope.RANK,
+            Mode.TIMED,
+            "poolwatch has no current figures for a scheduler rank.",
+            "The rank's latest snapshot is older than the staleness limit; its pools are not being watched.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    "poolwatch_snapshot_stale == 1",
+                    f"{q.duration(d.stale_for)}",
+                    f"The latest snapshot of {q.WHERE} is stale; its memory pools are not being watched.",
+                    keep_firing_for=q.KEEP_FIRING,
+                ),
             ),
         ),
-    ),
-    AlertDef(
-        "PoolwatchProbeDegraded",
-        Scope.RANK,
-        Mode.SAMPLED,
-        "The in-process probe is disabled or containing errors.",
-        "The probe's kill switch is engaged (warning), or it contained exceptions recently (info).",
-        (
-            PromRule(
-                Severity.WARNING,
-                "poolwatch_probe_disabled == 1",
-                "1m",
-                f"The poolwatch probe in {q.WHERE} is disabled: its pools are watched only coarsely.",
-                keep_firing_for=q.KEEP_FIRING,
-            ),
-            PromRule(
-                Severity.INFO,
-                f"increase(poolwatch_probe_errors_total[{q.minutes(q.DEFAULTS.probe_error_window)}]) > 0",
-                "0s",
-                f"The poolwatch probe in {q.WHERE} contained {{{{ $value | humanize }}}} error(s) recently.",
+        AlertDef(
+            AlertName.TARGET_DOWN,
+            Scope.TARGET,
+            Mode.TIMED,
+            "poolwatch cannot scrape one of its targets.",
+            "Every scrape of the target (probe endpoint, SGLang /metrics, log) has failed for a while.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    "poolwatch_target_up == 0",
+                    f"{q.duration(d.target_down_for)}",
+                    "poolwatch cannot scrape {{ $labels.source }} target {{ $labels.target }}.",
+                    keep_firing_for=q.KEEP_FIRING,
+                ),
             ),
         ),
-    ),
-)
+        AlertDef(
+            AlertName.PROBE_DEGRADED,
+            Scope.RANK,
+            Mode.SAMPLED,
+            "The in-process probe is disabled or containing errors.",
+            "The probe's kill switch is engaged (warning), or it contained exceptions recently (info).",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    "poolwatch_probe_disabled == 1",
+                    q.duration(d.probe_disabled_for),
+                    f"The poolwatch probe in {q.WHERE} is disabled: its pools are watched only coarsely.",
+                    keep_firing_for=q.KEEP_FIRING,
+                ),
+                PromRule(
+                    Severity.INFO,
+                    f"increase(poolwatch_probe_errors_total[{q.duration(d.probe_error_window)}]) > 0",
+                    "0s",
+                    f"The poolwatch probe in {q.WHERE} contained {{{{ $value | humanize }}}} error(s) "
+                    "recently.",
+                ),
+            ),
+        ),
+    )
+
+
+ALERTS: tuple[AlertDef, ...] = alert_definitions()
 
 
 _SCOPE_VARS = {
@@ -254,10 +276,19 @@ _SCOPE_VARS = {
 }
 
 
-def dashboard_link(scope: Scope, value: Callable[[str], str | None]) -> str:
+def dashboard_path(uid: str) -> str:
+    """The Grafana path of a generated dashboard (its slug is its uid)."""
+    return f"/d/{uid}/{uid}"
+
+
+def dashboard_link(
+    scope: Scope, value: Callable[[str], str | None], config: MixinConfig | None = None
+) -> str:
     """The Grafana path of the dashboard for an alert of ``scope``, its variables set from
     ``value(label)`` (already encoded; ``None`` leaves the variable out)."""
-    path = FLEET_DASHBOARD if scope is Scope.TARGET else WORKER_DASHBOARD
+    config = config or MixinConfig()
+    uid = config.fleet_dashboard_uid if scope is Scope.TARGET else config.worker_dashboard_uid
+    path = dashboard_path(uid)
     pairs = [(n, value(n)) for n in _SCOPE_VARS[scope]]
     query = "&".join(f"var-{n}={v}" for n, v in pairs if v is not None)
     return f"{path}?{query}" if query else path

@@ -21,20 +21,16 @@ from collections.abc import Iterable
 from poolwatch.conservation import Balance, Basis, Finding, assess
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.rules import Severity
+from poolwatch.detect.rules import AlertName, Severity
 from poolwatch.model import Phase, Pool, Snapshot, Tripwire, TripwireKind
 
 __all__ = [
-    "DOUBLE_FREE",
-    "SLOT_LEAK",
     "conservation_judged",
     "conservation_signals",
     "crash_imminent",
     "where",
 ]
 
-DOUBLE_FREE = "PoolwatchDoubleFree"
-SLOT_LEAK = "PoolwatchSlotLeak"
 
 _BASIS = {
     Basis.EXACT: "exact figures from the in-process probe",
@@ -77,13 +73,13 @@ def _tripwire_sentence(t: Tripwire) -> str:
 def _consequence(snap: Snapshot, alert: str) -> str:
     if crash_imminent(snap):
         return "SGLang's idle check is strict on this rank: the server will crash at its next idle moment."
-    if alert == DOUBLE_FREE:
+    if alert == AlertName.DOUBLE_FREE:
         return "Two requests can be handed the same slot and silently corrupt each other's state."
     return "SGLang's idle check only warns here: capacity shrinks until the worker restarts."
 
 
 def _severity(alert: str, snap: Snapshot, slots: int, size: int | None, cfg: DetectorConfig) -> Severity:
-    if alert == DOUBLE_FREE or crash_imminent(snap):
+    if alert == AlertName.DOUBLE_FREE or crash_imminent(snap):
         return Severity.CRITICAL
     if size and slots >= cfg.large_leak_fraction * size:
         return Severity.CRITICAL
@@ -98,12 +94,12 @@ def conservation_signals(snap: Snapshot, cfg: DetectorConfig) -> list[Signal]:
     for account in snap.pools.values():
         f = assess(account, snap.phase)
         if f.balance in (Balance.SURPLUS, Balance.DEFICIT):
-            key = (DOUBLE_FREE if f.balance is Balance.SURPLUS else SLOT_LEAK, f.pool)
+            key = (AlertName.DOUBLE_FREE if f.balance is Balance.SURPLUS else AlertName.SLOT_LEAK, f.pool)
             parts[key].append(_finding_sentence(f, snap))
             slots[key] = max(slots[key], f.slots)
             waits[key] = _wait(f, snap.phase, cfg)
     for t in snap.tripwires:
-        key = (SLOT_LEAK if t.kind is TripwireKind.MISSING else DOUBLE_FREE, t.pool)
+        key = (AlertName.SLOT_LEAK if t.kind is TripwireKind.MISSING else AlertName.DOUBLE_FREE, t.pool)
         parts[key].append(_tripwire_sentence(t))
         slots[key] = max(slots[key], len(t.slots))
         waits[key] = (1, 0.0)  # an identity census is proof: no need to wait
@@ -118,7 +114,8 @@ def conservation_judged(snap: Snapshot) -> set[Verdict]:
     is a clean sample; pools it cannot tell (coarse figures while busy) leave their alerts be."""
     pools = {a.pool for a in snap.pools.values() if assess(a, snap.phase).balance is not Balance.UNKNOWN}
     pools |= {t.pool for t in snap.tripwires}
-    return {(alert, rank_labels(snap.worker, p.value)) for p in pools for alert in (DOUBLE_FREE, SLOT_LEAK)}
+    alerts = (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK)
+    return {(alert, rank_labels(snap.worker, p.value)) for p in pools for alert in alerts}
 
 
 def _wait(f: Finding, phase: Phase, cfg: DetectorConfig) -> tuple[int, float]:

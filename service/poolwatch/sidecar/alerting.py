@@ -21,7 +21,6 @@ import httpx
 from fastapi import APIRouter
 
 from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.errors import ConfigError
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
@@ -34,7 +33,7 @@ from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.persist import load_alerts, save_alerts
 from poolwatch.sidecar.store import SnapshotStore
 
-__all__ = ["Alerting", "build_alerting", "detector_config"]
+__all__ = ["Alerting", "build_alerting"]
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -141,25 +140,6 @@ class Alerting:
             self._saved = key
 
 
-def detector_config(settings: Settings) -> DetectorConfig:
-    """The detector's view of the ``alerting`` group (and the scrape group's staleness limit)."""
-    a = settings.alerting
-    return DetectorConfig(
-        deficit_samples=a.deficit_samples,
-        resolve_samples=a.resolve_samples,
-        resolve_hold=a.resolve_hold,
-        coarse_hold=a.coarse_hold,
-        incident_hold=a.incident_hold,
-        stale_after=settings.scrape.stale_after,
-        stale_for=a.stale_for,
-        target_down_for=a.target_down_for,
-        large_leak_fraction=a.large_leak_fraction,
-        trend_window=a.trend_window,
-        exhaustion_horizon=a.exhaustion_horizon,
-        forecast_for=a.forecast_for,
-    )
-
-
 def build_alerting(
     settings: Settings,
     store: SnapshotStore,
@@ -172,13 +152,7 @@ def build_alerting(
     a = settings.alerting
     auth_headers(a)
     tls_verify(a)  # unreadable secrets or CA files fail now, not at the first page
-    detector = Detector(
-        detector_config(settings),
-        clock,
-        runbook_base_url=a.runbook_base_url,
-        dashboard_base_url=a.dashboard_url,
-        extra_labels={"namespace": settings.identity.namespace},
-    )
+    detector = Detector(settings.mixin(), clock, extra_labels={"namespace": settings.identity.namespace})
     alerting = Alerting(detector, store, a, clock, transport=transport, sleep=sleep)
     alerting.restore()
     store.subscribe(detector.observe)

@@ -1,0 +1,157 @@
+"""Each Prometheus rule's ``for:`` is the detector's own wait, under a non-default config.
+
+Each case drives the detector (fake clock, one-second steps) with one alert's condition held
+steady, measures the seconds from the first pending sighting to firing, and compares them with
+the ``for:`` of that alert's rule of the same severity, generated from the same config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from tests.detect.streams import RankStream, coarse, exact
+from tests.helpers import FakeClock
+
+from poolwatch.artifacts.rules import rule_groups
+from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.detector import Detector
+from poolwatch.detect.rules import AlertName, Severity
+from poolwatch.model import Incident, IncidentKind, Phase, Pool, ProbeHealth, Snapshot
+from poolwatch.target_health import TargetState
+
+CONFIG = MixinConfig(
+    DetectorConfig(
+        deficit_samples=2,
+        coarse_hold=150.0,
+        stale_after=5.0,
+        stale_for=210.0,
+        target_down_for=330.0,
+        probe_disabled_for=90.0,
+        forecast_for=420.0,
+        trend_window=300.0,
+    )
+)
+Step = Callable[[], list[Alert]]
+
+
+def seconds(duration: str) -> float:
+    for unit, factor in (("ms", 0.001), ("h", 3600), ("m", 60), ("s", 1)):
+        number = duration.removesuffix(unit)
+        if number != duration and number.isdigit():
+            return int(number) * factor
+    raise ValueError(duration)
+
+
+def rule_wait(name: AlertName, severity: Severity) -> float:
+    rules = rule_groups(CONFIG)[0]["rules"]
+    [rule] = [r for r in rules if r["alert"] == name and r["labels"]["severity"] == severity]
+    return seconds(rule.get("for", "0s"))
+
+
+def observing(detector: Detector, make: Callable[[], Snapshot]) -> Step:
+    def step() -> list[Alert]:
+        detector.observe(make())
+        return detector.evaluate()
+
+    return step
+
+
+def surplus(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    return observing(d, lambda: s.next(exact(Pool.MAMBA, -1)))
+
+
+def coarse_idle_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    return observing(d, lambda: s.next(coarse(Pool.FULL, 5), phase=Phase.IDLE))
+
+
+def steady_leak(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    # one slot a minute lost from 176 free + evictable slots: exhausted well within the horizon
+    return observing(d, lambda: s.next(exact(Pool.MAMBA, (s.seq - 100) // 60, available=150, held=300)))
+
+
+def logged(kind: IncidentKind) -> Callable[[Detector, FakeClock, RankStream], Step]:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        return observing(d, lambda: s.next(incidents=(Incident(kind, "memory leak detected!", c.now + 1),)))
+
+    return case
+
+
+def gone_quiet(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    last = s.next()
+    d.observe(last)
+
+    def step() -> list[Alert]:
+        c.advance(1.0)
+        return d.evaluate(latest=[last])
+
+    return step
+
+
+def target_down(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    def step() -> list[Alert]:
+        c.advance(1.0)
+        return d.evaluate(targets=[TargetState("probe:a", "probe", up=False)])
+
+    return step
+
+
+def probe_disabled(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    s.probe = ProbeHealth(disabled=True, last_error="kill switch engaged")
+    return observing(d, s.next)
+
+
+def probe_errors(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    def make() -> Snapshot:
+        s.probe = ProbeHealth(errors_total=s.seq)
+        return s.next()
+
+    return observing(d, make)
+
+
+Case = Callable[[Detector, FakeClock, RankStream], Step]
+STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
+CASES: list[tuple[AlertName, Severity, Case, bool]] = [
+    (AlertName.DOUBLE_FREE, Severity.CRITICAL, surplus, STRICT),
+    (AlertName.SLOT_LEAK, Severity.CRITICAL, coarse_idle_deficit, STRICT),
+    (AlertName.SLOT_LEAK, Severity.WARNING, coarse_idle_deficit, WARNS),
+    (AlertName.POOL_EXHAUSTION_FORECAST, Severity.WARNING, steady_leak, WARNS),
+    (AlertName.IDLE_CHECK_FAILED, Severity.CRITICAL, logged(IncidentKind.LEAK_DETECTED), STRICT),
+    (AlertName.IDLE_CHECK_FAILED, Severity.WARNING, logged(IncidentKind.LEAK_DETECTED), WARNS),
+    (AlertName.SCHEDULER_CRASHED, Severity.CRITICAL, logged(IncidentKind.SCHEDULER_EXCEPTION), STRICT),
+    (AlertName.SNAPSHOT_STALE, Severity.WARNING, gone_quiet, STRICT),
+    (AlertName.TARGET_DOWN, Severity.WARNING, target_down, STRICT),
+    (AlertName.PROBE_DEGRADED, Severity.WARNING, probe_disabled, STRICT),
+    (AlertName.PROBE_DEGRADED, Severity.INFO, probe_errors, STRICT),
+]
+
+
+def detector_wait(name: AlertName, severity: Severity, case: Case, strict: bool) -> float:
+    """Seconds from the first sighting of the alert to its firing, one-second steps."""
+    clock = FakeClock()
+    detector = Detector(CONFIG, clock)
+    step = case(detector, clock, RankStream(clock, strict=strict))
+    seen = None
+    for _ in range(3600):
+        mine = [a for a in step() if a.name == name and a.severity is severity]
+        if mine and seen is None:
+            seen = clock.now
+        if any(a.state is AlertState.FIRING for a in mine):
+            assert seen is not None
+            return clock.now - seen
+    raise AssertionError(f"{name} {severity} never fired")
+
+
+def test_every_rule_of_every_alert_has_a_case() -> None:
+    rules = {(r["alert"], r["labels"]["severity"]) for r in rule_groups(CONFIG)[0]["rules"]}
+    assert rules == {(name.value, severity.value) for name, severity, _, _ in CASES}
+
+
+@pytest.mark.parametrize(
+    ("name", "severity", "case", "strict"), CASES, ids=[f"{n.value}-{s.value}" for n, s, _, _ in CASES]
+)
+def test_the_rule_waits_as_long_as_the_detector(
+    name: AlertName, severity: Severity, case: Case, strict: bool
+) -> None:
+    assert detector_wait(name, severity, case, strict) == rule_wait(name, severity)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
+from collections.abc import Callable, Iterable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
 from poolwatch import __version__
@@ -26,14 +26,20 @@ OPTIONAL: dict[str, str] = {
     "emulate": "poolwatch[emulator]",
 }
 ENTRY_POINT_GROUP = "poolwatch.commands"
+Plugins = Callable[[], Iterable[EntryPoint]]
 
 
-def _modules() -> dict[str, ModuleType | None]:
+def installed_commands() -> Iterable[EntryPoint]:
+    """The sub-commands other installed distributions register (the emulator's)."""
+    return entry_points(group=ENTRY_POINT_GROUP)
+
+
+def _modules(plugins: Plugins) -> dict[str, ModuleType | None]:
     found: dict[str, ModuleType | None] = {
         name: importlib.import_module(f"poolwatch.commands.{name}") for name in COMMANDS
     }
     found |= dict.fromkeys(OPTIONAL)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in plugins():
         found[ep.name] = ep.load()
     return found
 
@@ -54,17 +60,19 @@ def _summary(module: ModuleType, name: str) -> str:
     return doc.split(": ", 1)[1] if doc.startswith("``") and ": " in doc else doc
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: Plugins = installed_commands) -> argparse.ArgumentParser:
+    """Every command; ``plugins`` lists the entry points of other distributions (tests pass
+    their own)."""
     parser = argparse.ArgumentParser(
         prog="poolwatch", description="Memory-pool conservation monitoring for SGLang."
     )
     parser.add_argument("--version", action="version", version=f"poolwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in _modules().items():
+    for name, module in _modules(plugins).items():
         if module is None:
             cmd = sub.add_parser(name, help=f"(needs {OPTIONAL[name]})", add_help=False)
             cmd.add_argument("rest", nargs=argparse.REMAINDER)
-            cmd.set_defaults(_run=_missing(name))
+            cmd.set_defaults(_run=_missing(name), _missing=True)
             continue
         doc = _summary(module, name)
         cmd = sub.add_parser(name, help=doc, description=doc)
@@ -73,8 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, plugins: Plugins = installed_commands) -> int:
+    parser = build_parser(plugins)
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "_missing", False):  # a missing command's arguments are moot
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     code: int = args._run(args)
     return code
 

@@ -21,7 +21,7 @@ from poolwatch.probe import ProbeConfig, attach
 from poolwatch.probe.hooks import probe_of
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.sglang_log.events import interpret
-from poolwatch.sources.sglang_log.lines import RecordAssembler
+from poolwatch.sources.sglang_log.records import RecordAssembler
 from poolwatch.sources.sglang_log.state import LogFold
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster, ClusterConfig

@@ -1,29 +1,53 @@
-"""Replay a saved SGLang log: pool usage per rank over time and the first provable accounting fault."""
+"""Replay a saved SGLang log: pool usage per rank over time and the first provable accounting fault.
+
+Exit codes (also in the README):
+
+* ``0`` healthy: SGLang lines were recognised and none proves a fault;
+* ``1`` a fault: SGLang reported a leak or failed a check, a figure proves an imbalance, or the
+  scheduler crashed;
+* ``2`` usage error: a bad option, or a file that cannot be opened;
+* ``3`` nothing recognised: empty, binary or no SGLang line at all (a summary says so);
+* ``141`` the reader of the output went away (``poolwatch replay x.log | head``): replay stops
+  quietly, as other Unix tools killed by SIGPIPE do.
+
+gzip, bzip2 and xz logs are read as they are (recognised by their first bytes).  A progress line
+is drawn on stderr only when stderr is a terminal.
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from poolwatch.errors import Reason, ScrapeError
+from poolwatch.sources.sglang_log.reader import LogReader, UnreadableLog
 from poolwatch.sources.sglang_log.replay import POOLS, Problem, Replayer, ReplayReport, Row
-from poolwatch.sources.sglang_log.tail import LogTail
 
-__all__ = ["add_arguments", "run"]
+__all__ = [
+    "EXIT_CLOSED_PIPE",
+    "EXIT_FAULT",
+    "EXIT_HEALTHY",
+    "EXIT_UNRECOGNISED",
+    "EXIT_USAGE",
+    "add_arguments",
+    "run",
+]
 
-CHUNK = 1 << 20
+EXIT_HEALTHY, EXIT_FAULT, EXIT_USAGE, EXIT_UNRECOGNISED, EXIT_CLOSED_PIPE = 0, 1, 2, 3, 141
 _COLUMNS = ("time", "rank", "event", "n", *(p.value for p in POOLS), "running", "waiting", "verdict")
 _WIDTHS = (19, 12, 19, 5, 8, 8, 8, 8, 7, 7, 0)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("logfile", help="an SGLang server log (any size; read as a stream)")
+    parser.add_argument(
+        "logfile", help="an SGLang server log, plain or gzip/bzip2/xz (any size; read as a stream)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     parser.add_argument(
         "--every",
@@ -36,41 +60,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        code = _run(args, sys.stdout, sys.stderr)
+        sys.stdout.flush()  # inside the try: a reader gone before the last write is EPIPE too
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_CLOSED_PIPE
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     path = Path(args.logfile)
     if args.every < 0 or args.every != args.every:
-        print("poolwatch replay: --every must be a number >= 0", file=sys.stderr)
-        return 2
+        print("poolwatch replay: --every must be a number >= 0", file=err)
+        return EXIT_USAGE
     if not path.is_file():
-        print(f"poolwatch replay: {path}: not a readable file", file=sys.stderr)
-        return 2
-    out: TextIO = sys.stdout
+        print(f"poolwatch replay: {path}: not a readable file", file=err)
+        return EXIT_USAGE
+    day = dt.date.fromtimestamp(path.stat().st_mtime)
     writer = JsonWriter(out, path) if args.json else TableWriter(out)
-    replayer = Replayer(args.worker or path.name, writer.row, args.every)
+    replayer = Replayer(args.worker or path.name, writer.row, args.every, day=day)
     try:
-        stream_file(path, replayer, _progress(path, sys.stderr))
-    except ScrapeError as exc:
-        print(f"poolwatch replay: {exc}", file=sys.stderr)
-        return 2
+        reader = stream_file(path, replayer, _progress(path, err))
+    except UnreadableLog as exc:
+        print(f"poolwatch replay: {path}: recognised nothing: {exc}", file=err)
+        return EXIT_UNRECOGNISED
+    except OSError as exc:
+        print(f"poolwatch replay: {path}: {exc.strerror or exc}", file=err)
+        return EXIT_USAGE
     report = replayer.finish()
+    report.cut_tail = reader.cut_tail
     writer.close(report)
-    return 1 if report.problem else 0
+    if not report.recognised:
+        why = "binary data, not a text log" if reader.binary else "no line in a known SGLang format"
+        print(f"poolwatch replay: {path}: recognised nothing: {why}", file=err)
+    return exit_code(report)
 
 
-def stream_file(path: Path, replayer: Replayer, progress: Callable[[int], None]) -> None:
-    """Feed the file to ``replayer`` a chunk at a time (huge lines cut, bad bytes replaced)."""
-    if not path.is_file():
-        raise ScrapeError(Reason.IO, f"{path}: not a readable file")
-    tail = LogTail(path, backfill=path.stat().st_size + 1, max_read=CHUNK)
+def exit_code(report: ReplayReport) -> int:
+    if report.problem:
+        return EXIT_FAULT
+    return EXIT_HEALTHY if report.recognised else EXIT_UNRECOGNISED
+
+
+def stream_file(path: Path, replayer: Replayer, progress: Callable[[int], None]) -> LogReader:
+    """Feed the file's complete lines to ``replayer`` a chunk at a time (see :class:`LogReader`)."""
+    reader = LogReader(path)
+    for lines in reader.chunks():
+        replayer.feed(lines)
+        progress(reader.position)
+    progress(path.stat().st_size)
+    return reader
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush cannot fail again."""
     try:
-        while True:
-            read = tail.read()
-            replayer.feed(read.lines)
-            progress(tail.position)
-            if not read.more:
-                break
-        replayer.feed(tail.finish())
-    finally:
-        tail.close()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _progress(path: Path, err: TextIO) -> Callable[[int], None]:
@@ -119,7 +169,10 @@ class TableWriter:
     def close(self, report: ReplayReport) -> None:
         w = self._out.write
         ranks = ", ".join(sorted(report.ranks)) or "-"
-        w(f"\n{report.lines} lines, {report.records} records, ranks: {ranks}\n")
+        counts = f"{report.lines} lines, {report.records} records, {report.recognised} recognised"
+        w(f"\n{counts}, ranks: {ranks}\n")
+        if report.cut_tail:
+            w(f"the last line is incomplete ({report.cut_tail} bytes without a newline) and was not read\n")
         if report.incidents:
             w("incidents: " + ", ".join(f"{k} x{n}" for k, n in sorted(report.incidents.items())) + "\n")
         w(summary(report) + "\n")
@@ -131,7 +184,11 @@ def summary(report: ReplayReport) -> str:
     if first is not None:
         what = first.verdict or first.message
         return f"first problem: {_time(first.at)} {first.rank} ({first.event}): {what}"
-    return "the scheduler crashed (see above)" if report.problem else "no accounting problem found"
+    if report.problem:
+        return "the scheduler crashed (see above)"
+    if not report.recognised:
+        return "recognised nothing: no line in a known SGLang format"
+    return "no accounting problem found"
 
 
 def _line(cells: tuple[str, ...]) -> str:
@@ -168,7 +225,9 @@ class JsonWriter:
         tail: dict[str, Any] = {
             "lines": report.lines,
             "records": report.records,
-            "dropped_lines": report.dropped_lines,
+            "recognised": report.recognised,
+            "split_records": report.split_records,
+            "cut_tail_bytes": report.cut_tail,
             "ranks": sorted(report.ranks),
             "incidents": report.incidents,
             "first_problem": _problem(report.first_problem),

@@ -12,7 +12,8 @@ from poolwatch.sources.sglang_log.events import (
     interpret,
     parse_batch_line,
 )
-from poolwatch.sources.sglang_log.lines import LogRecord, Ranks
+from poolwatch.sources.sglang_log.lines import Ranks
+from poolwatch.sources.sglang_log.records import LogRecord
 
 R0 = Ranks()
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolwatch.sources.sglang_log.lines import LogRecord, Ranks, RecordAssembler, parse_line
+from poolwatch.sources.sglang_log.lines import Ranks, parse_line
+from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
 
 
 def local(stamp: str) -> float:
@@ -69,21 +70,28 @@ def test_a_record_is_its_prefixed_line_and_the_unprefixed_lines_after_it() -> No
     assert not assembler.pending
 
 
-def test_a_record_keeps_a_bounded_number_of_continuation_lines() -> None:
+def test_lines_past_a_records_bound_start_a_headless_record_with_its_time_and_ranks() -> None:
     assembler = RecordAssembler(max_lines=3, max_chars=1000)
-    assembler.feed("[2025-10-31 10:40:43 TP0] head")
+    assembler.feed("[2025-10-31 10:40:43 TP1] head")
+    done: list[LogRecord] = []
     for i in range(10):
-        assembler.feed(f"line {i}")
-    (record,) = assembler.flush()
-    assert record.continuation == ("line 0", "line 1", "line 2")
-    assert assembler.dropped == 7
+        done += assembler.feed(f"line {i}")
+    done += assembler.flush()
+    assert [r.lines for r in done] == [
+        ("head", "line 0", "line 1", "line 2"),
+        ("line 3", "line 4", "line 5", "line 6"),
+        ("line 7", "line 8", "line 9"),
+    ]
+    assert {(r.at, r.ranks) for r in done} == {(local("2025-10-31 10:40:43"), Ranks(0, 1, 0))}
+    assert [r.headless for r in done] == [False, True, True]
+    assert assembler.overflowed == 2
 
 
-def test_continuation_lines_before_any_record_are_dropped_and_counted() -> None:
+def test_lines_before_any_prefixed_line_form_a_headless_record() -> None:
     assembler = RecordAssembler()
-    assert assembler.feed("orphan") == []
-    assert assembler.flush() == []
-    assert assembler.dropped == 1
+    assert assembler.feed("ValueError: orphan") == []
+    (record,) = assembler.flush()
+    assert (record.message, record.headless, record.ranks) == ("ValueError: orphan", True, Ranks())
 
 
 @given(st.lists(st.text(max_size=200), max_size=50))
@@ -103,7 +111,9 @@ def test_assembling_any_text_never_fails_and_keeps_records_bounded(lines: list[s
     st.integers(0, 7),
     st.integers(0, 63),
     st.integers(0, 3),
-    st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"), max_size=80),
+    st.text(
+        alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n\x1b"), max_size=80
+    ),
 )
 def test_any_prefix_sglang_can_write_parses_back(
     when: dt.datetime, dp: int, tp: int, pp: int, message: str

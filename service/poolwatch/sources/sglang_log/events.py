@@ -1,6 +1,9 @@
 """What an SGLang log record says: batch statistics, pool capacities and incidents.  Pure.
 
-Batch lines of every release (reference §5.3), e.g. 0.5.4.post1 PD prefill::
+Batch lines of every release (reference §5.3; the heads per family are in
+:data:`~poolwatch.sources.sglang_log.formats.BATCH_HEADS`): ``Prefill batch. #new-seq: 1, ...``
+and ``Decode batch. #running-req: 3, #token: 1032, token usage: 0.01, ...`` before 0.5.4,
+``new fill batch. #seq: 1. ...`` in 0.1.x, and e.g. 0.5.4.post1 PD prefill::
 
     Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, full token usage: 0.01,
     mamba usage: 0.01, #running-req: 0, #queue-req: 0, #prealloc-req: 0, #inflight-req: 1, ...
@@ -23,17 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from poolwatch.model import Incident, IncidentKind, Pool, Role
+from poolwatch.sources.sglang_log.formats import BATCH_HEADS, CRASH_MARKERS, ROLE_KEYS
 from poolwatch.sources.sglang_log.leak_message import find_incidents
-from poolwatch.sources.sglang_log.lines import LogRecord, Ranks
+from poolwatch.sources.sglang_log.lines import Ranks
+from poolwatch.sources.sglang_log.records import LogRecord
 
 __all__ = ["BatchStats", "Capacity", "LogEvent", "RankIncident", "interpret", "parse_batch_line"]
 
-_BATCH = re.compile(r"^(?P<kind>Prefill|Decode) batch(?: \[(?P<iter>\d+)\])?, (?P<body>.*)$")
 _CAPACITY = (
     (re.compile(r"^max_total_num_tokens=(\d+),"), Pool.FULL),
     (re.compile(r"^Mamba Cache is allocated\. max_mamba_cache_size: (\d+)"), Pool.MAMBA),
 )
-_CRASH = "Scheduler hit an exception"
 _MAX_MESSAGE = 2000
 
 _USED_KEYS = {"#token": Pool.FULL, "#full token": Pool.FULL, "#swa token": Pool.SWA, "mamba num": Pool.MAMBA}
@@ -51,6 +54,10 @@ _QUEUE_KEYS = {
     "#inflight-req": "inflight",
     "#transfer-req": "transfer",
     "#retracted-req": "retracted",
+    "#unbootstrapped-req": "bootstrap",  # 0.4.6-0.5.2 PD prefill
+    "#transferring-req": "inflight",
+    "#remaining_req": "waiting",  # 0.1.x
+    "#running_req": "running",
 }
 
 
@@ -90,27 +97,45 @@ LogEvent = BatchStats | Capacity | RankIncident
 
 def interpret(record: LogRecord) -> list[LogEvent]:
     """The events of one record (most records are none of these and give ``[]``)."""
-    batch = parse_batch_line(record.message, record.at, record.ranks)
-    if batch is not None:
-        return [batch]
-    for pattern, pool in _CAPACITY:
-        m = pattern.match(record.message)
-        if m is not None:
-            return [Capacity(record.at, record.ranks, pool, int(m[1]))]
-    events: list[LogEvent] = [RankIncident(record.ranks, i) for i in find_incidents(record.lines, record.at)]
-    if record.message.startswith(_CRASH):
+    events: list[LogEvent] = []
+    if not record.headless:
+        head = _head_event(record)
+        if head is not None:
+            if not record.continuation:
+                return [head]  # a batch or startup line is one line: nothing else to look for
+            events.append(head)  # lines after it belong to something else (an interleaved report)
+    events += [RankIncident(record.ranks, i) for i in find_incidents(record.lines, record.at)]
+    if any(marker in record.message for marker, _ in CRASH_MARKERS):
         text = "\n".join(record.lines)[:_MAX_MESSAGE]
         events.append(RankIncident(record.ranks, Incident(IncidentKind.SCHEDULER_EXCEPTION, text, record.at)))
     return events
 
 
+def _head_event(record: LogRecord) -> BatchStats | Capacity | None:
+    batch = parse_batch_line(record.message, record.at, record.ranks)
+    if batch is not None:
+        return batch
+    for pattern, pool in _CAPACITY:
+        m = pattern.match(record.message)
+        if m is not None:
+            return Capacity(record.at, record.ranks, pool, int(m[1]))
+    return None
+
+
 def parse_batch_line(message: str, at: float, ranks: Ranks) -> BatchStats | None:
-    """A batch statistics line, or ``None`` when ``message`` is not one."""
-    m = _BATCH.match(message.rstrip())
-    if m is None:
+    """A batch statistics line of any release, or ``None`` when ``message`` is not one."""
+    if "batch" not in message:
         return None
-    kind = m["kind"].lower()
-    items = _items(m["body"])
+    for head, separator in BATCH_HEADS:
+        m = head.match(message)
+        if m is not None:
+            kind = "decode" if m["kind"] == "Decode" else "prefill"
+            iteration = int(m["iter"]) if m.groupdict().get("iter") else None
+            return _batch(kind, iteration, _items(message[m.end() :].rstrip(), separator), at, ranks)
+    return None
+
+
+def _batch(kind: str, iteration: int | None, items: dict[str, str], at: float, ranks: Ranks) -> BatchStats:
     used = {pool: v for k, pool in _USED_KEYS.items() if (v := _int(items.get(k))) is not None}
     usage = {pool: r for k, pool in _USAGE_KEYS.items() if (r := _float(items.get(k))) is not None}
     negative = frozenset(pool for k, pool in _USAGE_KEYS.items() if items.get(k, "").startswith("-"))
@@ -118,25 +143,23 @@ def parse_batch_line(message: str, at: float, ranks: Ranks) -> BatchStats | None
     prealloc = _int(items.get("#prealloc-req"))
     if prealloc is not None:
         queues["bootstrap" if kind == "prefill" else "prealloc"] = prealloc
-    iteration = int(m["iter"]) if m["iter"] else None
-    return BatchStats(at, ranks, kind, iteration, used, usage, negative, queues, _role(kind, items))
+    return BatchStats(at, ranks, kind, iteration, used, usage, negative, queues, _role(items))
 
 
-def _items(body: str) -> dict[str, str]:
-    """``key: value`` pairs of a batch line (values as written, without a trailing ``%``)."""
+def _items(body: str, separator: str = ", ") -> dict[str, str]:
+    """``key: value`` pairs of a batch line (values as written, without a trailing ``%`` or ``.``)."""
     out: dict[str, str] = {}
-    for part in body.split(", "):
+    for part in body.split(separator):
         key, sep, value = part.partition(": ")
         if sep:
-            out.setdefault(key.strip(), value.strip().rstrip(",%"))
+            out.setdefault(key.strip(), value.strip().rstrip(",%").removesuffix("."))
     return out
 
 
-def _role(kind: str, items: Mapping[str, str]) -> Role | None:
-    if "#inflight-req" in items or "#bootstrap-req" in items:
-        return Role.PREFILL
-    if "#transfer-req" in items or "pre-allocated usage" in items:
-        return Role.DECODE
+def _role(items: Mapping[str, str]) -> Role | None:
+    for key, role in ROLE_KEYS.items():
+        if key in items:
+            return Role(role)
     return None
 
 

@@ -1,18 +1,18 @@
 """SGLang's own accounting failures, read out of a log record.  Pure.
 
-The messages of every release (reference §1.4), for example::
+Every release's self-check messages are in :data:`~poolwatch.sources.sglang_log.formats.LEAK_FORMATS`
+(0.1.x ``KV cache pool leak detected!`` to 0.5.12+ ``pool memory leak detected! [full] total=…``
+and the busy check's ``SWA Pool Mem Leak Detected!``), for example::
 
     token_to_kv_pool_allocator memory leak detected! full_available_size=1663695, ...
     mamba_available_size=473, mamba_evictable_size=4, self.req_to_token_pool.mamba_pool.size=476, ...
-    pool memory leak detected! [full] total=..., available=..., evictable=..., protected=..., ...
-    req_to_token_pool memory leak detected!available_size=..., total_size=...
-    Mem Leak Detected! total_tokens=... vs self.max_total_num_tokens=...
-    Full Pool Mem Leak Detected! [full] total=..., ..., uncached=...
-    Mamba Radix tree sanity check failed, ping @...: ...
+    scheduler.py:1326: UserWarning: token_to_kv_pool_allocator memory leak detected! available_size=...
 
 The figures of a leak message were read by SGLang's check at one loop boundary while it judged
 the scheduler idle, i.e. with nothing held by requests (``uncached`` is what the busy check
-counts as held); they are returned as exact :class:`~poolwatch.model.PoolAccount` values.
+counts as held); they are returned as exact :class:`~poolwatch.model.PoolAccount` values.  Where
+a family's ``available_size`` already includes the evictable slots, evictable is not counted a
+second time.  A number followed by ``…`` (a line cut at its length bound) is not read.
 """
 
 from __future__ import annotations
@@ -20,21 +20,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from poolwatch.model import Exactness, Incident, IncidentKind, Pool, PoolAccount
+from poolwatch.model import Exactness, Incident, Pool, PoolAccount
+from poolwatch.sources.sglang_log.formats import LEAK_FORMATS, LeakFormat
 
-__all__ = ["find_incidents", "parse_leak_figures"]
+__all__ = ["find_incidents", "match_format", "parse_leak_figures"]
 
-_LEAK = re.compile(r"[\w\-]+ memory leak detected!")
-_BUSY = re.compile(r"(?:(?:Full|SWA) Pool )?Mem Leak Detected!")
-_TREE = re.compile(r"\w* ?Radix tree sanity check failed")
-_MARKERS = (
-    (_LEAK, IncidentKind.LEAK_DETECTED),
-    (_BUSY, IncidentKind.BUSY_CHECK_FAILED),
-    (_TREE, IncidentKind.TREE_SANITY_FAILED),
-)
-_FIELD = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*(?:\(\))?)=(-?\d+)(?![\d.])")
+_FIELD = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*(?:\(\))?)=(-?\d+)(?![\d.\u2026])")
 _TAGGED = re.compile(r"\[(full|swa|mamba)\]")
+_HINTS = ("etected", "anity", "FAILED")  # every marker holds one: most lines skip the regexes
 _MAX_FIGURE_LINES = 8
+_GENERIC = next(f for f in LEAK_FORMATS if f.name == "pools-0.5.12")
 _MAX_MESSAGE = 2000
 
 _TAGGED_FIGURES = {
@@ -51,20 +46,23 @@ def find_incidents(lines: Sequence[str], at: float) -> list[Incident]:
     """Every accounting incident in one record (a crash traceback can hold a leak message too)."""
     found: list[Incident] = []
     for index, line in enumerate(lines):
-        kind = _kind(line)
-        if kind is None:
+        fmt = match_format(line)
+        if fmt is None:
             continue
-        figure_lines = _figure_lines(lines, index)
-        pools = parse_leak_figures(figure_lines, req_pool="req_to_token_pool" in line)
+        figure_lines = _figure_lines(lines, index, fmt)
+        pools = parse_leak_figures(figure_lines, fmt=fmt)
         message = "\n".join(figure_lines)[:_MAX_MESSAGE]
-        found.append(Incident(kind, message, at, pools))
+        found.append(Incident(fmt.kind, message, at, pools))
     return found
 
 
-def _kind(line: str) -> IncidentKind | None:
-    for pattern, kind in _MARKERS:
-        if _reported(pattern, line):
-            return kind
+def match_format(line: str) -> LeakFormat | None:
+    """The self-check format whose marker ``line`` reports (``None`` for most lines)."""
+    if not any(hint in line for hint in _HINTS):
+        return None
+    for fmt in LEAK_FORMATS:
+        if _reported(fmt.marker, line):
+            return fmt
     return None
 
 
@@ -73,23 +71,27 @@ def _reported(pattern: re.Pattern[str], line: str) -> bool:
     return any(m.start() == 0 or line[m.start() - 1] not in "\"'" for m in pattern.finditer(line))
 
 
-def _figure_lines(lines: Sequence[str], start: int) -> list[str]:
-    """The marker line and the following lines that carry ``name=number`` figures."""
+def _figure_lines(lines: Sequence[str], start: int, fmt: LeakFormat) -> list[str]:
+    """The marker line and the lines around it that carry ``name=number`` figures."""
+    if fmt.figures_before:
+        return [*lines[max(start - 1, 0) : start], lines[start]]
     out = [lines[start]]
     for line in lines[start + 1 : start + _MAX_FIGURE_LINES]:
-        if not _FIELD.search(line) or _kind(line) is not None:
+        if not _FIELD.search(line) or match_format(line) is not None:
             break
         out.append(line)
     return out
 
 
-def parse_leak_figures(lines: Sequence[str], *, req_pool: bool = False) -> tuple[PoolAccount, ...]:
-    """The pool accounts stated in a leak message's lines, in pool order."""
+def parse_leak_figures(lines: Sequence[str], *, fmt: LeakFormat | None = None) -> tuple[PoolAccount, ...]:
+    """The pool accounts stated in a leak message's lines, in pool order (``fmt``: the format
+    of the message, by default the one its first line reports)."""
+    fmt = fmt or (match_format(lines[0]) if lines else None) or _GENERIC
     figures: dict[Pool, dict[str, int]] = {}
     for line in lines:
         tagged = _TAGGED.search(line)
-        for name, value in _FIELD.findall(line):
-            placed = _place(name, tagged[1] if tagged else None, req_pool)
+        for name, value in _fields(line, fmt):
+            placed = _place(name, tagged[1] if tagged else None, fmt)
             if placed is not None:
                 figures.setdefault(placed[0], {}).setdefault(placed[1], int(value))
     accounts = (_account(pool, f) for pool, f in figures.items())
@@ -97,17 +99,29 @@ def parse_leak_figures(lines: Sequence[str], *, req_pool: bool = False) -> tuple
     return tuple(sorted((a for a in accounts if a is not None), key=lambda a: order.index(a.pool)))
 
 
-def _place(name: str, tag: str | None, req_pool: bool) -> tuple[Pool, str] | None:
+def _fields(line: str, fmt: LeakFormat) -> list[tuple[str, str]]:
+    found = _FIELD.findall(line)
+    for alias in fmt.aliases:
+        m = re.search(re.escape(alias) + r"=(-?\d+)(?![\d.\u2026])", line)
+        if m is not None:
+            found.append((alias, m[1]))
+    return found
+
+
+def _place(name: str, tag: str | None, fmt: LeakFormat) -> tuple[Pool, str] | None:
     """Which pool and which figure a ``name=`` field of the message is."""
     if tag is not None:
         figure = _TAGGED_FIGURES.get(name)
         return None if figure is None else (Pool(tag), figure)
+    alias = fmt.aliases.get(name)
     bare = name.removeprefix("self.").removesuffix("()")
-    figure = _figure(bare)
+    figure = alias or _figure(bare)
     if figure is None:
         return None
-    if req_pool:
-        return Pool.REQ, figure
+    if figure == "available" and bare == "available_size" and fmt.available_includes_evictable:
+        figure = "available_with_evictable"
+    if fmt.pool is not None:
+        return fmt.pool, figure
     if "mamba" in bare:
         return Pool.MAMBA, figure
     if bare.startswith("swa_") or ".swa_" in bare:
@@ -126,7 +140,8 @@ def _figure(bare: str) -> str | None:
     ):
         if last.endswith(suffix):
             return figure
-    if last in ("size", "total_size", "max_total_num_tokens") or last.endswith("tokens_per_layer"):
+    sizes = ("size", "total_size", "max_total_num_tokens", "max_total_num_token")
+    if last in sizes or last.endswith("tokens_per_layer"):
         return "size"
     return None
 
@@ -136,6 +151,8 @@ def _account(pool: Pool, f: dict[str, int]) -> PoolAccount | None:
         return None
     if "accounted" in f:  # the busy check states only the sum of every term
         f = {"size": f["size"], "available": f["accounted"]}
+    if "available_with_evictable" in f and not ("available" in f and "evictable" in f):
+        f = {**f, "available": f["available_with_evictable"], "evictable": 0}  # evictable is inside
     if "available" not in f:
         return None
     return PoolAccount(

@@ -1,13 +1,20 @@
-"""SGLang log lines: the ``[timestamp ranks]`` prefix and multi-line record assembly.  Pure.
+"""SGLang log lines as they look in production: the ``[time ranks]`` prefix and the noise around it.  Pure.
 
-SGLang's scheduler processes log through ``logging.basicConfig`` with the format
-``[%(asctime)s[.%(msecs)03d]<prefix>] %(message)s`` where the prefix names the rank, e.g.
-``[2025-10-31 10:40:43 TP0] ...`` or ``[2026-05-16 08:00:01.123 DP1 PP0 TP3 EP3] ...``.  A
-message that spans several lines (a traceback, the leak report of the Mamba check) continues
-on lines without a prefix, so a *record* is one prefixed line plus the unprefixed lines after it.
+SGLang's processes log through ``logging.basicConfig`` with ``[%(asctime)s<prefix>] %(message)s``
+where the prefix names the rank: ``[2025-10-31 10:40:43 TP0] ...``, ``[2026-05-16 08:00:01.123
+DP1 PP0 TP3 EP3] ...``; 0.2.x wrote only the time of day (``[16:43:29 TP0] ...``).  What a
+collector or launcher adds around that line is tolerated:
 
-Timestamps carry no time zone; they are read as the local time of the machine that parses them
-(the sidecar shares its pod's clock and zone with SGLang).
+* ANSI colour codes anywhere in the line, a trailing ``\\r`` (CRLF), leading spaces;
+* a Ray actor prefix ``(SGLangEngine pid=4242) `` (also on continuation lines);
+* an ISO timestamp with a level or a CRI stream tag: ``2025-10-31T10:40:43.1Z INFO ``,
+  ``2025-10-31T10:40:43.123456789Z stdout F ``;
+* a custom ``logging`` format ``2025-10-31 10:40:43,123 INFO 4242 [scheduler.py:812] message``
+  (the time is read from it; the ranks are unknown, i.e. 0).
+
+A rank tag is bounded (at most 12 tags of at most 6 digits): anything longer is not a prefix and
+the line is a continuation.  Timestamps carry no zone; they are read as the local time of the
+machine that parses them (the sidecar shares its pod's clock and zone with SGLang).
 """
 
 from __future__ import annotations
@@ -16,15 +23,27 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-__all__ = ["LogRecord", "PrefixedLine", "Ranks", "RecordAssembler", "parse_line"]
+__all__ = ["PrefixedLine", "Ranks", "clean", "parse_line"]
 
-_PREFIX = re.compile(
-    r"^\[(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+_NATIVE = re.compile(
+    r"\[(?:(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2}) )?(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<ms>\d{1,6}))?"
-    r"(?P<tags>(?: [A-Z][A-Z_]*\d+)*)\] ?(?P<msg>.*)$",
-    re.DOTALL,
+    r"(?P<tags>(?: [A-Z][A-Z_]{0,15}\d{1,6}){0,12})\] ?"
 )
+_CUSTOM = re.compile(
+    r"(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+    r"(?:[.,](?P<ms>\d{1,6}))?"
+    r"\s+(?:-\s+)?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:-\s+)?(?:\d{1,10}\s+)?"
+    r"(?:\[[^\]\s]{1,200}\]\s+)?(?:-\s+)?"
+)
+_LEAD = re.compile(
+    r"(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})? "
+    r"(?:(?:stdout|stderr) [FP] |(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +)?)?"
+    r"(?:\([\w.\-]{1,64} pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) ?)?"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?")
 _TAG = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
+_DAY0 = dt.date(1970, 1, 1)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -44,80 +63,56 @@ class PrefixedLine:
     at: float  # unix seconds
     ranks: Ranks
     message: str
+    dated: bool = True  # False for a time-of-day prefix (0.2.x): ``at`` is on the caller's day
 
 
-@dataclass(frozen=True, slots=True)
-class LogRecord:
-    """One log message: its prefixed first line and any continuation lines."""
-
-    at: float
-    ranks: Ranks
-    message: str
-    continuation: tuple[str, ...] = ()
-
-    @property
-    def lines(self) -> tuple[str, ...]:
-        return (self.message, *self.continuation)
+def clean(line: str) -> str:
+    """The line without its line ending, ANSI codes and any Ray / ISO / CRI prefix (spaces kept)."""
+    line = line.rstrip("\r\n").lstrip("\x00")  # NULs: the hole ``copytruncate`` can leave
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if line[:1] in ("(", "1", "2"):
+        end = _LEAD.match(line)
+        if end is not None and end.end():
+            line = line[end.end() :]
+    return line
 
 
-def parse_line(line: str) -> PrefixedLine | None:
-    """The prefix of a scheduler log line, or ``None`` for a line without one (a continuation)."""
-    if not line.startswith("["):  # most continuation lines: skip the regex
-        return None
-    m = _PREFIX.match(line.rstrip("\r\n"))
+def parse_line(line: str, day: dt.date = _DAY0) -> PrefixedLine | None:
+    """The prefix of a log line, or ``None`` for a line without one (a continuation).
+
+    ``line`` may carry the noise the module docstring lists; ``day`` dates a time-of-day prefix.
+    """
+    if line[:1] == "[" and "\x1b" not in line:  # the common case: skip the cleaning
+        return _native(line.rstrip("\r\n"), day)
+    text = clean(line)
+    stripped = text.lstrip(" \t")
+    if stripped[:1] == "[":
+        return _native(stripped, day)
+    m = _CUSTOM.match(stripped)
+    return None if m is None else _stamped(m, Ranks(), stripped[m.end() :], day)
+
+
+def _native(text: str, day: dt.date) -> PrefixedLine | None:
+    m = _NATIVE.match(text)
     if m is None:
         return None
+    return _stamped(m, _ranks(m["tags"]), text[m.end() :], day)
+
+
+def _stamped(m: re.Match[str], ranks: Ranks, message: str, day: dt.date) -> PrefixedLine | None:
+    dated = m["y"] is not None
     try:  # the datetime constructor, not strptime: 20x cheaper, and replay reads millions of lines
-        stamp = dt.datetime(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        date = dt.date(int(m["y"]), int(m["mo"]), int(m["d"])) if dated else day
+        stamp = dt.datetime(date.year, date.month, date.day, int(m["h"]), int(m["mi"]), int(m["s"]))
     except ValueError:
         return None
     fraction = float(f"0.{m['ms']}") if m["ms"] else 0.0
-    return PrefixedLine(stamp.timestamp() + fraction, _ranks(m["tags"]), m["msg"])
+    return PrefixedLine(stamp.timestamp() + fraction, ranks, message, dated)
 
 
 def _ranks(tags: str) -> Ranks:
+    if not tags:
+        return Ranks()
     found = {name: int(num) for name, num in _TAG.findall(tags)}
     return Ranks(dp=found.get("DP", 0), tp=found.get("TP", 0), pp=found.get("PP", 0))
-
-
-class RecordAssembler:
-    """Groups lines into records.  Bounded: a record keeps at most ``max_lines`` continuation
-    lines of at most ``max_chars`` characters in all; the rest is counted in ``dropped``."""
-
-    def __init__(self, max_lines: int = 200, max_chars: int = 64 * 1024) -> None:
-        self._max_lines = max_lines
-        self._max_chars = max_chars
-        self._head: PrefixedLine | None = None
-        self._rest: list[str] = []
-        self._chars = 0
-        self.dropped = 0
-
-    @property
-    def pending(self) -> bool:
-        return self._head is not None
-
-    def feed(self, line: str) -> list[LogRecord]:
-        """Add one line (without its newline); returns the record it completes, if any."""
-        head = parse_line(line)
-        if head is None:
-            self._continue(line.rstrip("\r\n"))
-            return []
-        done = self.flush()
-        self._head = head
-        return done
-
-    def flush(self) -> list[LogRecord]:
-        """Complete the pending record (at the end of input, or when the log has gone quiet)."""
-        if self._head is None:
-            return []
-        record = LogRecord(self._head.at, self._head.ranks, self._head.message, tuple(self._rest))
-        self._head, self._rest, self._chars = None, [], 0
-        return [record]
-
-    def _continue(self, line: str) -> None:
-        fits = len(self._rest) < self._max_lines and self._chars + len(line) <= self._max_chars
-        if self._head is None or not fits:
-            self.dropped += 1
-            return
-        self._rest.append(line)
-        self._chars += len(line)

@@ -9,6 +9,7 @@ a leak or failed a check, or a figure proves an imbalance on its own (a negative
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe, used
 from poolwatch.model import IncidentKind, Pool, Snapshot
 from poolwatch.sources.sglang_log.events import BatchStats, LogEvent, RankIncident, interpret
-from poolwatch.sources.sglang_log.lines import RecordAssembler
+from poolwatch.sources.sglang_log.records import RecordAssembler
 from poolwatch.sources.sglang_log.state import LogFold
 
 __all__ = ["Problem", "ReplayReport", "Row", "Replayer"]
@@ -52,7 +53,9 @@ class Problem:
 class ReplayReport:
     lines: int = 0
     records: int = 0
-    dropped_lines: int = 0  # continuation lines beyond a record's bound, or without a record
+    recognised: int = 0  # records that said something in a known SGLang format
+    split_records: int = 0  # records cut in two at the record bound
+    cut_tail: int = 0  # bytes of an unterminated last line, never parsed
     ranks: set[str] = field(default_factory=set)
     incidents: dict[str, int] = field(default_factory=dict)
     first_problem: Problem | None = None
@@ -65,9 +68,11 @@ class ReplayReport:
 class Replayer:
     """Feed it lines; it calls ``emit`` with timeline rows in time order and fills a report."""
 
-    def __init__(self, worker: str, emit: Callable[[Row], None], every: float = 60.0) -> None:
+    def __init__(
+        self, worker: str, emit: Callable[[Row], None], every: float = 60.0, day: dt.date | None = None
+    ) -> None:
         self._fold = LogFold(worker)
-        self._assembler = RecordAssembler()
+        self._assembler = RecordAssembler(day=day)  # ``day`` dates 0.2.x time-of-day prefixes
         self._emit = emit
         self._every = every
         self._window: float | None = None
@@ -85,11 +90,12 @@ class Replayer:
         for record in self._assembler.flush():
             self._record(interpret(record))
         self._close_window()
-        self.report.dropped_lines = self._assembler.dropped
+        self.report.split_records = self._assembler.overflowed
         return self.report
 
-    def _record(self, events: Iterable[LogEvent]) -> None:
+    def _record(self, events: list[LogEvent]) -> None:
         self.report.records += 1
+        self.report.recognised += bool(events)
         for event in events:
             if isinstance(event, BatchStats) and not _negative(event):
                 self._batch(event, "")  # a busy batch proves nothing else: skip the snapshot

@@ -21,7 +21,7 @@ import httpx
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Target
 from poolwatch.sources.sglang_log.events import interpret
-from poolwatch.sources.sglang_log.lines import LogRecord, RecordAssembler
+from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
 from poolwatch.sources.sglang_log.state import LogFold
 from poolwatch.sources.sglang_log.tail import LogTail
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from poolwatch.errors import Reason, ScrapeError
+from poolwatch.sources.failures import scrape_failure
 
 __all__ = ["LogTail", "TailRead"]
 
@@ -75,7 +75,7 @@ class LogTail:
             return self._read()
         except OSError as exc:
             self.close()
-            raise ScrapeError(Reason.IO, f"{self._path}: {exc.strerror or exc}") from None
+            raise scrape_failure(exc, str(self._path)) from None
 
     def _read(self) -> TailRead:
         if self._file is None:

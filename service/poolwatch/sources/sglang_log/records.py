@@ -1,0 +1,135 @@
+"""Assembling SGLang log lines into records: one message and the lines that continue it.  Pure.
+
+A message that spans several lines (a traceback, a multi-pool leak report) continues on lines
+without a prefix, so a *record* is one prefixed line plus the unprefixed lines after it.  What
+real logs add to that picture:
+
+* lines with no prefixed line before them (an exception printed on its own, Python's
+  ``warnings`` output, the start of a log cut by rotation) form a *headless* record, stamped with
+  the time and ranks of the last prefixed line, instead of being dropped;
+* another rank's one-line message printed into the middle of a traceback is an *interjection*:
+  it is a record of its own, and the traceback goes on collecting the lines that follow it;
+* a record is bounded (``max_lines`` lines, ``max_chars`` characters); the lines past the bound
+  start a headless record with the same time and ranks, so no line is lost;
+* a time-of-day prefix (0.2.x) is dated with the day of the last dated line, else ``day``, and
+  moves to the next day when the clock goes back by more than 12 hours (midnight).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+
+from poolwatch.sources.sglang_log.lines import PrefixedLine, Ranks, clean, parse_line
+
+__all__ = ["LogRecord", "RecordAssembler"]
+
+_TRACEBACK = "Traceback (most recent call last)"
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)\b")
+_HALF_DAY = 12 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One log message: its first line and any continuation lines."""
+
+    at: float
+    ranks: Ranks
+    message: str
+    continuation: tuple[str, ...] = ()
+    headless: bool = False  # no prefixed line: time and ranks are the last ones seen
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return (self.message, *self.continuation)
+
+
+@dataclass(slots=True)
+class _Open:
+    at: float
+    ranks: Ranks
+    message: str
+    headless: bool
+    rest: list[str] = field(default_factory=list)
+    chars: int = 0
+    traceback: bool = False  # a traceback whose exception line has not been seen yet
+
+    def record(self) -> LogRecord:
+        return LogRecord(self.at, self.ranks, self.message, tuple(self.rest), self.headless)
+
+
+class RecordAssembler:
+    """Groups lines into records, bounded as the module docstring says."""
+
+    def __init__(self, max_lines: int = 200, max_chars: int = 64 * 1024, day: dt.date | None = None) -> None:
+        self._max_lines = max_lines
+        self._max_chars = max_chars
+        self._day = day or dt.date(1970, 1, 1)
+        self._open: _Open | None = None
+        self._last_at = 0.0
+        self._last_ranks = Ranks()
+        self._dated_at: float | None = None
+        self.overflowed = 0  # records split because they passed the bound
+
+    @property
+    def pending(self) -> bool:
+        return self._open is not None
+
+    def feed(self, line: str) -> list[LogRecord]:
+        """Add one line (without its newline); returns the records it completes, if any."""
+        head = parse_line(line, self._day)
+        if head is None:
+            return self._continue(clean(line))
+        head = self._dated(head)
+        self._last_at, self._last_ranks = head.at, head.ranks
+        if self._interjection(head):
+            return [LogRecord(head.at, head.ranks, head.message)]
+        done = self.flush()
+        self._open = _Open(head.at, head.ranks, head.message, False, traceback=_TRACEBACK in head.message)
+        return done
+
+    def flush(self) -> list[LogRecord]:
+        """Complete the pending record (at the end of input, or when the log has gone quiet)."""
+        if self._open is None:
+            return []
+        record, self._open = self._open.record(), None
+        return [record]
+
+    def _interjection(self, head: PrefixedLine) -> bool:
+        """Another rank's line inside an unfinished traceback (and not a traceback itself)."""
+        current = self._open
+        if current is None or not current.traceback or head.ranks == current.ranks:
+            return False
+        return _TRACEBACK not in head.message
+
+    def _dated(self, head: PrefixedLine) -> PrefixedLine:
+        if head.dated:
+            self._dated_at = head.at
+            return head
+        day = self._day
+        if self._dated_at is not None:  # date.fromtimestamp only when a time-of-day line needs it
+            day, self._dated_at = dt.date.fromtimestamp(self._dated_at), None
+        at = head.at + (day - self._day).days * 86400
+        if at < self._last_at - _HALF_DAY:  # a time-of-day prefix went past midnight
+            day, at = day + dt.timedelta(days=1), at + 86400
+        self._day = day
+        return PrefixedLine(at, head.ranks, head.message, dated=False)
+
+    def _continue(self, line: str) -> list[LogRecord]:
+        current = self._open
+        if current is None:
+            self._open = _Open(self._last_at, self._last_ranks, line, True, traceback=_TRACEBACK in line)
+            return []
+        if len(current.rest) >= self._max_lines or current.chars + len(line) > self._max_chars:
+            self.overflowed += 1
+            done = self.flush()
+            self._open = _Open(current.at, current.ranks, line, True, traceback=current.traceback)
+            return done
+        current.rest.append(line)
+        current.chars += len(line)
+        if _TRACEBACK in line:
+            current.traceback = True
+        elif current.traceback and _EXCEPTION_LINE.match(line):
+            current.traceback = False
+        return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.detect.streams import RankStream, coarse, exact
+from tests.detect.streams import WORKER, RankStream, coarse, exact
 from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState
@@ -174,7 +174,24 @@ def test_a_restarted_rank_starts_clean(clock: FakeClock) -> None:
     stream.restart()
     detector.observe(stream.next())
     after = {(a.name, a.state) for a in detector.evaluate()}
-    assert after == {("PoolwatchDoubleFree", AlertState.RESOLVED)}
+    # the pending leak never happened; the double free, last seen at the restart, holds like the
+    # Prometheus rule (keep_firing_for = resolve_hold) until the new boot has been clean long enough
+    assert after == {("PoolwatchDoubleFree", AlertState.FIRING)}
+    for _ in range(CFG.resolve_samples + int(CFG.resolve_hold)):
+        detector.observe(stream.next())
+    assert {(a.name, a.state) for a in detector.evaluate()} == {("PoolwatchDoubleFree", AlertState.RESOLVED)}
+
+
+def test_a_restart_that_shows_the_double_free_again_keeps_one_alert_firing(clock: FakeClock) -> None:
+    detector = Detector(CFG, clock)
+    stream = RankStream(clock)
+    detector.observe(stream.next(gap=-1))
+    (first,) = detector.evaluate()
+    stream.restart()
+    for _ in range(10):
+        detector.observe(stream.next(gap=-1))
+    (again,) = detector.evaluate()
+    assert (again.state, again.fired_at) == (AlertState.FIRING, first.fired_at)  # no resolve, no re-page
 
 
 def test_a_resolved_alert_is_listed_for_the_retention_time_then_forgotten(clock: FakeClock) -> None:
@@ -247,6 +264,25 @@ def test_a_restart_seen_by_one_source_resets_only_that_source_s_alerts(clock: Fa
     detector.observe(probe.next(exact(Pool.FULL, -2)))
     detector.observe(replace(log.next(coarse(Pool.MAMBA, -1), phase=Phase.IDLE), source="sglang-log"))
     probe.restart()
-    detector.observe(probe.next())
+    for _ in range(CFG.resolve_samples + int(CFG.resolve_hold)):
+        detector.observe(probe.next())
     states = {dict(a.labels)["pool"]: a.state for a in detector.evaluate()}
     assert states == {"full": AlertState.RESOLVED, "mamba": AlertState.FIRING}
+
+
+def test_a_forgotten_rank_resolves_its_alerts_with_the_reason_and_leaves_no_state(clock: FakeClock) -> None:
+    detector = Detector(replace(CFG, retention=60.0), clock)
+    gone, stays = RankStream(clock), RankStream(clock, worker=replace(WORKER, tp_rank=0))
+    detector.observe(gone.next(gap=-1))
+    detector.observe(stays.next(gap=-1))
+    assert detector.forget([gone.worker.key], "gone for good") == 1
+    by_tp = {dict(a.labels)["tp_rank"]: a for a in detector.evaluate()}
+    assert (by_tp["1"].state, by_tp["1"].annotations["resolved_reason"]) == (
+        AlertState.RESOLVED,
+        "gone for good",
+    )
+    assert by_tp["0"].state is AlertState.FIRING
+    assert "resolved_reason" not in by_tp["0"].annotations
+    clock.advance(61)
+    detector.evaluate()
+    assert detector.sizes() == {"rank_sources": 1, "alerts": 1}

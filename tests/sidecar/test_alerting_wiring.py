@@ -127,19 +127,20 @@ def test_bad_alerting_settings_fail_at_build_time_with_one_line(group: AlertSett
         build_alerting(Settings(alerting=group), SnapshotStore(), FakeClock())
 
 
-def test_the_namespace_labels_every_alert_and_its_dashboard_link(
+def test_the_namespace_and_pod_label_every_alert_and_the_namespace_its_dashboard_link(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
     store, seed = seeded(clock, seed_snapshot)
     group = settings(tmp_path, dashboard_url="https://grafana.example/")
-    alerting = build_alerting(replace(group, identity=IdentitySettings(namespace="llm")), store, clock)
+    where = IdentitySettings(namespace="llm", pod="prefill-0-7f9c")
+    alerting = build_alerting(replace(group, identity=where), store, clock)
     store.put(seed)
     [alert] = alerting.evaluate()
-    assert alert.all_labels["namespace"] == "llm"
+    assert (alert.all_labels["namespace"], alert.all_labels["pod"]) == ("llm", "prefill-0-7f9c")
     assert alert.annotations["dashboard_url"].startswith(
         "https://grafana.example/d/poolwatch-worker/poolwatch-worker?var-namespace=llm&var-worker=qwen3-next-prefill-0"
     )
-    restarted = build_alerting(replace(group, identity=IdentitySettings(namespace="llm")), store, clock)
+    restarted = build_alerting(replace(group, identity=where), store, clock)
     assert [a.all_labels for a in restarted.detector.alerts()] == [alert.all_labels]
 
 
@@ -149,3 +150,40 @@ def test_alerting_without_receivers_still_detects(clock: FakeClock, seed_snapsho
     store.put(seed)
     assert [a.name for a in alerting.evaluate()] == ["PoolwatchDoubleFree"]
     assert alerting.delivery_stats() == []
+
+
+def test_two_pods_of_one_role_crashing_together_stay_two_alerts(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    fingerprints = set()
+    for pod in ("decode-0", "decode-1"):
+        store, seed = seeded(clock, seed_snapshot)
+        where = IdentitySettings(worker=pod, namespace="llm", pod=pod)
+        alerting = build_alerting(replace(settings(tmp_path / pod), identity=where), store, clock)
+        store.put(seed)
+        fingerprints |= {a.fingerprint for a in alerting.evaluate()}
+    assert len(fingerprints) == 2
+
+
+def test_a_rank_silent_for_forget_after_is_forgotten_and_its_alerts_resolve_with_a_reason(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    store = SnapshotStore(clock=clock)
+    group = replace(settings(tmp_path), identity=IdentitySettings(forget_after=600.0))
+    alerting = build_alerting(group, store, clock)
+    store.put(replace(seed_snapshot, taken_at=clock.now))
+    assert [a.state.value for a in alerting.evaluate()] == ["firing"]
+    clock.advance(100)
+    alerting.evaluate()
+    clock.advance(499)
+    assert {a.name: a.state.value for a in alerting.evaluate()} == {
+        "PoolwatchDoubleFree": "firing",
+        "PoolwatchSnapshotStale": "firing",
+    }
+    clock.advance(2)
+    alerts = alerting.evaluate()
+    assert {a.state.value for a in alerts} == {"resolved"}
+    assert {a.annotations["resolved_reason"] for a in alerts} == {
+        "the rank reported nothing for 600 s and was forgotten"
+    }
+    assert store.latest() == []

@@ -128,6 +128,26 @@ class Detector:
             order = list(Pool)
             return [best[k][1] for k in sorted(best, key=lambda k: (k[0], order.index(k[1])))]
 
+    def forget(self, keys: Iterable[str], reason: str, now: float | None = None) -> int:
+        """Ranks gone for good (``WorkerId.key``): their alerts resolve with ``reason`` and their
+        state goes, so memory stays bounded however many ranks come and go.  Returns how many
+        alerts resolved."""
+        gone = set(keys)
+        now = self._clock() if now is None else now
+
+        def of_gone_rank(sig: Signal) -> bool:
+            return sig.subject.partition("@")[0] in gone
+
+        with self._lock:
+            for subject in [s for s in self._ranks if s.partition("@")[0] in gone]:
+                del self._ranks[subject]
+            return self._tracker.forget(of_gone_rank, reason, now)
+
+    def sizes(self) -> dict[str, int]:
+        """What the detector holds: rank-source states and alert instances (for bounds checks)."""
+        with self._lock:
+            return {"rank_sources": len(self._ranks), "alerts": len(self._tracker)}
+
     def restore(self, alerts: Iterable[Alert]) -> None:
         """Take back the firing alerts persisted before a restart (see :mod:`.persist`)."""
         own = [replace(a, labels=tuple((k, v) for k, v in a.labels if k not in self._extra)) for a in alerts]

@@ -59,9 +59,11 @@ class Alerting:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = asyncio.sleep,
+        forget_after: float = 3600.0,
     ) -> None:
         self.detector = detector
         self._store = store
+        self._forget_after = forget_after
         self._settings = settings
         self._clock = clock
         self._transport = transport
@@ -85,9 +87,20 @@ class Alerting:
         return len(alerts)
 
     def evaluate(self, now: float | None = None) -> list[Alert]:
+        now = self._clock() if now is None else now
+        self.forget_departed(now)
         alerts = self.detector.evaluate(now, latest=self._store.latest(), targets=self._store.targets())
         self._persist(alerts)
         return alerts
+
+    def forget_departed(self, now: float) -> list[str]:
+        """Ranks no source has reported for ``forget_after`` seconds are gone for good: the store
+        and the detector drop them and their alerts resolve, saying why."""
+        gone = self._store.forget_silent(now - self._forget_after)
+        if gone:
+            reason = f"the rank reported nothing for {self._forget_after:g} s and was forgotten"
+            self.detector.forget(gone, reason, now)
+        return gone
 
     def delivery_stats(self) -> list[DeliveryStats]:
         return [d.stats() for d in self._deliverers]
@@ -152,8 +165,12 @@ def build_alerting(
     a = settings.alerting
     auth_headers(a)
     tls_verify(a)  # unreadable secrets or CA files fail now, not at the first page
-    detector = Detector(settings.mixin(), clock, extra_labels={"namespace": settings.identity.namespace})
-    alerting = Alerting(detector, store, a, clock, transport=transport, sleep=sleep)
+    ident = settings.identity
+    detector = Detector(
+        settings.mixin(), clock, extra_labels={"namespace": ident.namespace, "pod": ident.pod}
+    )
+    forget = ident.forget_after
+    alerting = Alerting(detector, store, a, clock, transport=transport, sleep=sleep, forget_after=forget)
     alerting.restore()
     store.subscribe(detector.observe)
     return alerting

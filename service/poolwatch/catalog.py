@@ -15,7 +15,7 @@ __all__ = ["CATALOG", "RANK_LABELS", "Kind", "MetricSpec", "TARGET_LABELS", "by_
 
 RANK_LABELS: tuple[str, ...] = ("worker", "role", "dp_rank", "tp_rank", "pp_rank")
 POOL_LABELS: tuple[str, ...] = (*RANK_LABELS, "pool")
-TARGET_LABELS: tuple[str, ...] = ("target", "source")
+TARGET_LABELS: tuple[str, ...] = ("target", "source", "worker")  # worker: whose target (inhibition)
 ALERT_LABELS: tuple[str, ...] = ("alertname", "severity", *RANK_LABELS, "pool")
 
 

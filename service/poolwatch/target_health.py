@@ -17,6 +17,7 @@ class TargetState:
     name: str
     source: str
     up: bool = False
+    worker: str = ""  # whose target it is: a crashed worker's alerts inhibit its target-down alert
     scrapes: int = 0
     last_duration: float = 0.0
     last_success_at: float | None = None

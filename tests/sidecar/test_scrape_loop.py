@@ -99,11 +99,11 @@ async def test_broken_targets_fail_by_reason_while_the_others_are_served(
     for name, reason in REASONS.items():
         assert dict(states[name].errors) == {reason: 1}, name
     exposition = generate_latest(build_registry(store, clock, 10.0)).decode()
-    assert 'poolwatch_target_up{source="probe",target="probe:huge"} 0.0' in exposition
-    assert 'poolwatch_target_up{source="probe",target="probe:good-a"} 1.0' in exposition
+    assert 'poolwatch_target_up{source="probe",target="probe:huge",worker=""} 0.0' in exposition
+    assert 'poolwatch_target_up{source="probe",target="probe:good-a",worker=""} 1.0' in exposition
     assert (
-        'poolwatch_target_scrape_errors_total{reason="timeout",source="probe",target="probe:slow"} 1.0'
-        in (exposition)
+        'poolwatch_target_scrape_errors_total{reason="timeout",source="probe",target="probe:slow",'
+        'worker=""} 1.0' in (exposition)
     )
     assert 'poolwatch_pool_conservation_gap_slots{dp_rank="0",pool="mamba"' in exposition
 

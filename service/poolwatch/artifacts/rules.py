@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.promql import with_selector
+from poolwatch.detect.promql import as_sidecar_labels, with_selector
 from poolwatch.detect.rules import AlertDef, PromRule, alert_definitions, dashboard_link
 
 __all__ = ["INDEX_PATH", "K8S_PATH", "RULES_PATH", "artifacts", "rule_groups"]
@@ -45,7 +45,7 @@ def _dashboard_url(alert: AlertDef, config: MixinConfig) -> str:
 
 
 def _rule(alert: AlertDef, rule: PromRule, config: MixinConfig) -> dict[str, Any]:
-    expr = with_selector(rule.expr, config.selector)
+    expr = as_sidecar_labels(with_selector(rule.expr, config.selector))
     out: dict[str, Any] = {"alert": alert.name.value, "expr": expr}
     if rule.for_ != "0s":
         out["for"] = rule.for_

@@ -141,7 +141,8 @@ def target_signals(targets: Sequence[TargetState], cfg: DetectorConfig, now: flo
         )
         error = _first_line(t.last_error) or "no answer"
         text = f"poolwatch cannot scrape {t.source} target {t.name} ({ago}): {error}."
-        labels = (("source", t.source), ("target", t.name))
+        named = (("source", t.source), ("target", t.name), ("worker", t.worker))
+        labels = tuple((k, v) for k, v in named if v)  # worker: a crash of it inhibits this alert
         down, wait = AlertName.TARGET_DOWN, cfg.target_down_for
         out.append(Signal(down, t.name, Severity.WARNING, labels, text, 0.0, for_seconds=wait))
     return out

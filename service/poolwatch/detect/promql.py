@@ -12,6 +12,8 @@ import re
 from poolwatch.detect.config import DetectorConfig
 
 __all__ = [
+    "SCRAPE_LABELS",
+    "as_sidecar_labels",
     "CRASH_KINDS",
     "DEFICIT",
     "DOUBLE_FREE",
@@ -42,6 +44,18 @@ def duration(seconds: float) -> str:
         if whole % ms == 0:
             return f"{whole // ms}{unit}"
     raise AssertionError("unreachable: every integer is a whole number of milliseconds")
+
+
+# Labels that say how Prometheus scraped a sidecar, not what is wrong.  The rules drop them, so a
+# rule's alert carries exactly the labels of the sidecar's own copy (namespace and pod stay: the
+# sidecar sets them too) and Alertmanager merges the two paths' copies into one alert.
+SCRAPE_LABELS = ("container", "endpoint", "instance", "job", "service")
+
+
+def as_sidecar_labels(expr: str) -> str:
+    """``expr`` without :data:`SCRAPE_LABELS` (its value unchanged: one series per alert)."""
+    body = "\n".join("  " + line for line in expr.splitlines())
+    return f"max without ({', '.join(SCRAPE_LABELS)}) (\n{body}\n)"
 
 
 def with_selector(expr: str, matchers: str) -> str:

@@ -9,8 +9,8 @@ Sample exposition::
     poolwatch_notifications_total{receiver="alertmanager:am.example:9093",outcome="sent"} 4.0
     poolwatch_notification_queue_length{receiver="alertmanager:am.example:9093"} 0.0
 
-A target-scoped alert (PoolwatchTargetDown) has no rank: its ``worker`` label carries the target
-name and the rank labels are empty.
+A target-scoped alert (PoolwatchTargetDown) has no rank: its ``worker`` label carries the worker
+whose target it is (else the target's name) and the rank labels are empty.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ _OUTCOMES = ("sent", "failed", "dropped")
 
 def _alert_labels(alert: Alert) -> list[str]:
     labels = alert.all_labels
-    if "target" in labels:
-        labels["worker"] = labels["target"]
+    if "target" in labels:  # a target has no rank: its worker, else the target, names it
+        labels["worker"] = labels.get("worker") or labels["target"]
     names = by_name("poolwatch_alert_active").labels
     return [alert.state.value if n == "state" else labels.get(n, "") for n in names]
 

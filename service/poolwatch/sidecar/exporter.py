@@ -223,7 +223,7 @@ class TargetCollector(Collector):
 
     @staticmethod
     def add_target(fam: Families, t: TargetState) -> None:
-        labels = (t.name, t.source)
+        labels = (t.name, t.source, t.worker)
         fam.add("poolwatch_target_up", labels, float(t.up))
         fam.add("poolwatch_target_scrape_duration_seconds", labels, t.last_duration)
         fam.add("poolwatch_target_scrapes_total", labels, t.scrapes)

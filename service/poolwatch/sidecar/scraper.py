@@ -94,7 +94,7 @@ class Scraper:
         for snap in snaps:
             self._store.put(snap)
         t = source.target
-        self._store.record_success(t.name, t.source, duration, self._clock())
+        self._store.record_success(t.name, t.source, duration, self._clock(), t.worker)
         self._transition(source, up=True)
         return True
 
@@ -108,7 +108,9 @@ class Scraper:
 
     def _fail(self, source: Source, started: float, reason: Reason, message: str) -> bool:
         t = source.target
-        self._store.record_failure(t.name, t.source, time.perf_counter() - started, reason, message)
+        self._store.record_failure(
+            t.name, t.source, time.perf_counter() - started, reason, message, t.worker
+        )
         self._transition(source, up=False, reason=reason, message=message)
         return False
 

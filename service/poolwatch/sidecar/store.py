@@ -153,16 +153,21 @@ class SnapshotStore:
     def _view(self, rank: RankState) -> Snapshot:
         return best_view((v.latest for v in rank.sources.values()), self._fresh_within)
 
-    def record_success(self, name: str, source: str, duration: float, at: float) -> None:
-        self._update_target(name, source, up=True, duration=duration, at=at, reason=None, error="")
+    def record_success(self, name: str, source: str, duration: float, at: float, worker: str = "") -> None:
+        self._update_target(name, source, worker, up=True, duration=duration, at=at, reason=None, error="")
 
-    def record_failure(self, name: str, source: str, duration: float, reason: Reason, error: str) -> None:
-        self._update_target(name, source, up=False, duration=duration, at=None, reason=reason, error=error)
+    def record_failure(
+        self, name: str, source: str, duration: float, reason: Reason, error: str, worker: str = ""
+    ) -> None:
+        self._update_target(
+            name, source, worker, up=False, duration=duration, at=None, reason=reason, error=error
+        )
 
     def _update_target(
         self,
         name: str,
         source: str,
+        worker: str,
         *,
         up: bool,
         duration: float,
@@ -171,7 +176,7 @@ class SnapshotStore:
         error: str,
     ) -> None:
         with self._lock:
-            old = self._targets.get(name) or TargetState(name, source)
+            old = self._targets.get(name) or TargetState(name, source, worker=worker)
             errors = Counter(old.errors)
             if reason is not None:
                 errors[reason] += 1

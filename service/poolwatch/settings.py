@@ -24,6 +24,7 @@ from poolwatch.detect.config import (
 from poolwatch.errors import ConfigError
 from poolwatch.identity import namespace_name, pod_name, worker_name
 from poolwatch.model import Role
+from poolwatch.settings_help import HELP, show_default
 
 __all__ = [
     "AlertSettings",
@@ -237,13 +238,15 @@ def _check_range(name: str, value: Any) -> None:
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per setting (values stay strings until :meth:`Settings.from_values`)."""
+    """One ``--flag`` per setting, its help saying what it does, its default and its variable
+    (values stay strings until :meth:`Settings.from_values`)."""
     for group_name, group in _GROUPS.items():
         section = parser.add_argument_group(group_name)
         for f in fields(group):
             flag = "--" + f.name.replace("_", "-")
+            text = f"{HELP[f.name]} (default: {show_default(f.default)}; env {_env_name(f.name)})"
             section.add_argument(
-                flag, dest=f"setting_{f.name}", metavar="VALUE", help=f"env {_env_name(f.name)}"
+                flag, dest=f"setting_{f.name}", metavar="VALUE", help=text.replace("%", "%%")
             )
 
 

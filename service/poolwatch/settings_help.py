@@ -1,0 +1,87 @@
+"""What every setting of ``poolwatch serve`` means, in one line each: the help of its ``--flag``
+(which adds the default and the ``POOLWATCH_*`` variable) and of the deploy docs.
+
+A test fails when a setting has no line here or a line names no setting, so a new setting cannot
+reach ``--help`` undescribed.
+"""
+
+from __future__ import annotations
+
+__all__ = ["HELP", "show_default"]
+
+HELP: dict[str, str] = {
+    # server
+    "host": "address to listen on (a pod's sidecar must be reachable by Prometheus; 127.0.0.1 for local use)",
+    "port": "port of /metrics, the API and the status page (docs/deploy.md: why 9464)",
+    "log_level": "debug, info, warning or error",
+    "ready_requires_data": "opt-in: /readyz fails while no rank has fresh data (a native sidecar's "
+    "readiness is the pod's, so this takes SGLang out of its Service)",
+    # scrape
+    "scrape_interval": "seconds between two reads of one target (the probe is also long-polled)",
+    "scrape_timeout": "seconds one read of a target may take",
+    "scrape_concurrency": "targets read at the same time",
+    "max_body_bytes": "largest answer accepted from a target, in bytes",
+    "history": "snapshots kept per rank for /api/v1/workers/{key}/history",
+    # targets
+    "probe_dir": "discovery directory where each scheduler rank's probe announces itself",
+    "probe_urls": "probe endpoints to read, comma-separated",
+    "metrics_urls": "SGLang servers whose /metrics and /get_server_info give coarse figures, comma-separated",
+    "log_paths": "SGLang log files to follow, comma-separated",
+    "snapshot_files": "JSON snapshot files to read (fixtures, other tools), comma-separated",
+    "targets_file": "YAML list of targets with their workers (central mode)",
+    "probe_workers": "follow only the discovered probes of these workers, comma-separated (empty: all)",
+    # identity
+    "worker": "the watched worker's name (empty: POD_NAME, then the host name)",
+    "role": "prefill, decode or unified",
+    "model": "the served model, for the worker's info metric",
+    "namespace": "namespace label of the sidecar's own alerts, as Prometheus labels the rules' (empty: "
+    "POD_NAMESPACE)",
+    "pod": "pod label of the sidecar's own alerts, as Prometheus labels the rules' (empty: POD_NAME)",
+    "forget_after": "seconds after which a rank that reports nothing any more is forgotten",
+    # alerting
+    "alertmanager_urls": "Alertmanager base URLs the sidecar posts its alerts to (the fast page path), "
+    "comma-separated; every replica of an HA Alertmanager",
+    "webhook_urls": "URLs that receive the alerts as JSON, comma-separated",
+    "bearer_token_file": "file holding a bearer token for the receivers",
+    "basic_auth_user": "basic-auth user for the receivers",
+    "basic_auth_password_file": "file holding the basic-auth password",
+    "tls_verify": "verify the receivers' TLS certificates (true or false)",
+    "ca_file": "CA bundle to verify the receivers with (empty: the system's)",
+    "runbook_base_url": "absolute URL under which <AlertName>.md runbooks live (alerts' runbook_url)",
+    "dashboard_url": "absolute base URL of your Grafana, prefixed to alerts' dashboard links",
+    "fleet_dashboard_uid": "uid of the fleet dashboard, as `poolwatch generate` named it",
+    "worker_dashboard_uid": "uid of the worker dashboard, as `poolwatch generate` named it",
+    "resend_interval": "seconds between two sends of a firing alert to a receiver",
+    "state_file": "file where firing alerts survive a sidecar restart (empty: memory only)",
+    "evaluate_interval": "seconds between two timer evaluations (staleness, targets, hold times)",
+    "notify_queue": "resolved alerts a receiver may have waiting before the oldest are dropped",
+    # detection (poolwatch.detect.config.DetectorConfig)
+    "deficit_samples": "snapshots at distinct scheduler iterations a deficit must persist before it fires",
+    "resolve_samples": "clean snapshots (distinct iterations) before a sampled alert resolves",
+    "resolve_hold": "seconds since the condition was last seen before a sampled alert resolves",
+    "coarse_hold": "seconds a deficit seen only in coarse figures must last before it fires",
+    "incident_hold": "seconds an alert raised by a log line stays firing",
+    "stale_after": "seconds after which a rank's snapshot is stale (its pool figures withheld)",
+    "stale_for": "seconds a rank stays stale before PoolwatchSnapshotStale fires",
+    "target_down_for": "seconds a target keeps failing before PoolwatchTargetDown fires",
+    "large_leak_fraction": "a deficit of at least this share of the pool is critical anyway",
+    "trend_window": "seconds of gap history the leak rate is fitted over",
+    "exhaustion_horizon": "PoolwatchPoolExhaustionForecast fires when a pool runs out sooner (seconds)",
+    "forecast_for": "seconds the forecast must hold before it fires",
+    "probe_error_window": "seconds over which new probe errors count as degraded",
+    "probe_disabled_for": "seconds the probe's kill switch stays engaged before it fires",
+    "restore_grace": "seconds a restored alert waits for its rank to report before it resolves",
+    "retention": "seconds a resolved alert stays listed (and is re-sent as resolved)",
+}
+
+
+def show_default(value: object) -> str:
+    """A default as ``--help`` shows it: lists comma-separated, nothing as ``none``."""
+    if isinstance(value, tuple):
+        value = ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        value = str(value).lower()
+    if hasattr(value, "value"):  # an enum
+        value = value.value
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text or "none"

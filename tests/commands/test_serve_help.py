@@ -1,0 +1,43 @@
+"""``poolwatch serve --help`` describes every flag with its default and its variable."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from dataclasses import Field, fields
+from typing import Any
+
+import pytest
+
+from poolwatch.cli import build_parser
+from poolwatch.settings import _GROUPS
+from poolwatch.settings_help import HELP, show_default
+
+SETTINGS = [f for group in _GROUPS.values() for f in fields(group)]
+
+
+def serve_help() -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    return re.sub(r"\s+", "", out.getvalue())  # argparse wraps lines, even inside a long URL
+
+
+def test_every_setting_has_one_help_line_and_every_help_line_a_setting() -> None:
+    assert sorted(HELP) == sorted(f.name for f in SETTINGS)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda f: f.name)
+def test_serve_help_shows_each_flag_with_its_meaning_default_and_variable(setting: Field[Any]) -> None:
+    flag, env = "--" + setting.name.replace("_", "-"), f"POOLWATCH_{setting.name.upper()}"
+    expected = f"{flag}VALUE{HELP[setting.name]}(default:{show_default(setting.default)};env{env})"
+    assert re.sub(r"\s+", "", expected) in serve_help(), f"{flag} is not described as expected"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [((), "none"), (("a", "b"), "a,b"), ("", "none"), (True, "true"), (60.0, "60"), (0.05, "0.05")],
+)
+def test_defaults_are_shown_as_a_user_would_type_them(value: object, shown: str) -> None:
+    assert show_default(value) == shown

@@ -8,9 +8,10 @@
     └── DeliveryError          an alert notification could not be delivered (retried)
 
 Errors are caught at task boundaries (one target's scrape, one delivery attempt): a broken
-target never breaks the others or ``/metrics``.  Parsers raise
-:class:`poolwatch.codec.SnapshotFormatError` (a ``ValueError``), which the scrape loop wraps
-as a ``PayloadError`` with reason ``schema``.
+target never breaks the others or ``/metrics``.  Foreign exceptions (httpx, ``OSError``, JSON,
+``UnicodeDecodeError``, :class:`poolwatch.codec.SnapshotFormatError`, Prometheus text) become a
+``ScrapeError`` with its reason in one table, :mod:`poolwatch.sources.failures`; an exception no
+entry maps is a bug of ours and gets reason ``internal``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Reason(enum.StrEnum):
     VERSION = "version"  # a schema version we do not speak
     PARSE = "parse"  # text that no parser understands
     IO = "io"  # a file could not be read
+    INTERNAL = "internal"  # a bug of ours: an exception poolwatch did not expect
 
 
 class PoolwatchError(Exception):

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import httpx
 
-from poolwatch.codec import SnapshotFormatError, SnapshotVersionError, parse_snapshot
-from poolwatch.errors import PayloadError, Reason, SchemaVersionError, ScrapeError
+from poolwatch.codec import SnapshotFormatError, parse_snapshot
+from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Target
+from poolwatch.sources.failures import scrape_failure
 
 __all__ = ["FileSource", "parse_snapshot_document"]
 
@@ -27,16 +28,10 @@ def parse_snapshot_document(text: str) -> list[Snapshot]:
     """Parse a file's text into snapshots; raises ``PayloadError`` naming what is wrong."""
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PayloadError(Reason.DECODE, f"not JSON: {exc}") from None
-    items = doc.get("snapshots") if isinstance(doc, dict) and "snapshots" in doc else doc
-    items = items if isinstance(items, list) else [items]
-    try:
-        return [parse_snapshot(item) for item in items]
-    except SnapshotVersionError as exc:
-        raise SchemaVersionError(str(exc)) from None
-    except SnapshotFormatError as exc:
-        raise PayloadError(Reason.SCHEMA, str(exc)) from None
+        items = doc.get("snapshots") if isinstance(doc, dict) and "snapshots" in doc else doc
+        return [parse_snapshot(item) for item in (items if isinstance(items, list) else [items])]
+    except (json.JSONDecodeError, RecursionError, SnapshotFormatError) as exc:
+        raise scrape_failure(exc, "snapshot document") from None
 
 
 class FileSource:
@@ -62,7 +57,5 @@ class FileSource:
             if path.stat().st_size > self._max_bytes:
                 raise ScrapeError(Reason.TOO_LARGE, f"{path}: larger than {self._max_bytes} bytes")
             return path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise PayloadError(Reason.DECODE, f"{path}: not UTF-8: {exc}") from None
-        except OSError as exc:
-            raise ScrapeError(Reason.IO, f"{path}: {exc.strerror or exc}") from None
+        except (UnicodeDecodeError, OSError) as exc:
+            raise scrape_failure(exc, str(path)) from None

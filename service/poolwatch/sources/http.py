@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 
-from poolwatch.errors import PayloadError, Reason, ScrapeError
+from poolwatch.errors import Reason, ScrapeError
+from poolwatch.sources.failures import scrape_failure
 
 __all__ = ["get_bytes", "get_json", "join_url"]
 
@@ -37,12 +38,8 @@ async def get_bytes(client: httpx.AsyncClient, url: str | httpx.URL, max_bytes: 
                 if "content-encoding" not in response.headers:  # a compressed body may grow
                     return await response.aread()  # the framing holds it to the declared length
             return await _read_capped(response, url, max_bytes)
-    except httpx.TimeoutException:
-        raise ScrapeError(Reason.TIMEOUT, f"GET {url}: timed out") from None
-    except httpx.TransportError as exc:
-        raise ScrapeError(Reason.CONNECT, f"GET {url}: {type(exc).__name__}: {exc}") from None
     except httpx.HTTPError as exc:
-        raise ScrapeError(Reason.CONNECT, f"GET {url}: {type(exc).__name__}: {exc}") from None
+        raise scrape_failure(exc, f"GET {url}") from None
 
 
 async def _read_capped(response: httpx.Response, url: str | httpx.URL, max_bytes: int) -> bytes:
@@ -60,4 +57,4 @@ async def get_json(client: httpx.AsyncClient, url: str | httpx.URL, max_bytes: i
     try:
         return json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, absurdly nested
-        raise PayloadError(Reason.DECODE, f"GET {url}: not JSON: {exc}") from None
+        raise scrape_failure(exc, f"GET {url}") from None

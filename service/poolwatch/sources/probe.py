@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import httpx
 
-from poolwatch.codec import SnapshotFormatError, SnapshotVersionError, parse_snapshot
+from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.conservation import signature
-from poolwatch.errors import PayloadError, Reason, SchemaVersionError
 from poolwatch.model import Role, Snapshot
 from poolwatch.sources.base import Target
+from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_json, join_url
 
 __all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload"]
@@ -27,10 +27,8 @@ def parse_probe_payload(doc: object, target: Target) -> Snapshot:
     """A decoded probe payload as a snapshot of ``target``; raises ``PayloadError``."""
     try:
         snap = parse_snapshot(doc)
-    except SnapshotVersionError as exc:
-        raise SchemaVersionError(f"{target.location}: {exc}") from None
     except SnapshotFormatError as exc:
-        raise PayloadError(Reason.SCHEMA, f"{target.location}: {exc}") from None
+        raise scrape_failure(exc, target.location) from None
     return with_target_identity(snap, target)
 
 

@@ -21,6 +21,7 @@ from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.identity import url_worker
 from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, WorkerId
 from poolwatch.sources.base import Target
+from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_bytes, get_json, join_url
 from poolwatch.sources.prom_text import PromTextError, parse_samples
 from poolwatch.sources.sglang_gauges import (
@@ -46,7 +47,7 @@ def parse_metrics_page(text: str) -> dict[Ranks, RankGauges]:
     try:
         return group_by_rank(parse_samples(text, wanted))
     except PromTextError as exc:
-        raise PayloadError(Reason.PARSE, f"/metrics: {exc}") from None
+        raise scrape_failure(exc, "/metrics") from None
 
 
 @dataclass(slots=True)

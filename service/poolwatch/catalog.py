@@ -186,7 +186,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _c(
         "poolwatch_target_scrape_errors_total",
         "Failed scrapes by reason (timeout, connect, http_status, too_large, decode, schema, version, "
-        "parse, io).",
+        "parse, io, internal).",
         (*TARGET_LABELS, "reason"),
         "targets",
     ),

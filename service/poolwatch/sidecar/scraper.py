@@ -32,6 +32,7 @@ from poolwatch.settings import ScrapeSettings
 from poolwatch.sidecar.lanes import Lanes
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source
+from poolwatch.sources.failures import scrape_failure
 
 __all__ = ["Scraper", "SourceProvider"]
 
@@ -87,9 +88,10 @@ class Scraper:
                     source, started, Reason.TIMEOUT, f"no answer within {self._settings.scrape_timeout}s"
                 )
             except Exception as exc:  # a source bug must not kill the loop
-                if self._up.get(source.target.name, True):
+                failure = scrape_failure(exc, source.target.location)
+                if failure.reason is Reason.INTERNAL and self._up.get(source.target.name, True):
                     log.exception("event=source_error target=%s", source.target.name)
-                return self._fail(source, started, Reason.PARSE, f"{type(exc).__name__}: {exc}")
+                return self._fail(source, started, failure.reason, str(failure))
             duration = time.perf_counter() - started
         for snap in snaps:
             self._store.put(snap)

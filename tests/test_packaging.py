@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import os
+import re
 import socket
 import subprocess
 import sys
 import time
+import tomllib
+from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -111,3 +117,52 @@ def poll_metrics(url: str, needle: str, deadline_s: float = 20.0) -> str:
             pass
         time.sleep(0.1)
     raise AssertionError(f"{url} never showed {needle!r}")
+
+
+def pyproject(path: Path) -> dict[str, Any]:
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def test_the_version_lives_in_one_place_the_package() -> None:
+    project = pyproject(REPO / "pyproject.toml")
+    assert "version" not in project["project"]
+    assert project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "poolwatch.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?", poolwatch.__version__)
+    assert metadata.version("poolwatch") == poolwatch.__version__
+
+
+def test_the_emulator_version_and_its_poolwatch_pin_follow_the_package_version() -> None:
+    emulator = pyproject(REPO / "service" / "poolwatch_emulator" / "pyproject.toml")["project"]
+    assert emulator["version"] == poolwatch.__version__
+    assert f"poolwatch=={poolwatch.__version__}" in emulator["dependencies"]
+    extra = pyproject(REPO / "pyproject.toml")["project"]["optional-dependencies"]["emulator"]
+    assert "poolwatch-emulator" in extra
+
+
+def test_the_changelog_has_a_section_for_this_version() -> None:
+    changelog = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert re.search(rf"^## \[{re.escape(poolwatch.__version__)}\]", changelog, flags=re.M)
+    assert changelog.index("## [Unreleased]") < changelog.index(f"## [{poolwatch.__version__}]")
+
+
+def test_the_image_build_and_the_dockerfile_take_the_version_from_the_package() -> None:
+    script = (REPO / "scripts" / "build_image.sh").read_text(encoding="utf-8")
+    assert "VERSION=$(sed -n 's/^__version__ = " in script
+    assert poolwatch.__version__ not in (REPO / "Dockerfile").read_text(encoding="utf-8")
+
+
+def test_the_probe_pth_line_imports_nothing_without_its_variable() -> None:
+    line = (REPO / "service" / "poolwatch" / "probe" / "poolwatch-probe.pth").read_text(encoding="utf-8")
+    assert line.startswith("import "), "site runs a .pth line only if it starts so"
+    assert line.count("\n") == 1
+    code = f"import sys; exec({line!r}); print(sorted(m for m in sys.modules if m.startswith('poolwatch')))"
+    for value in (None, "", "0", "true"):
+        env = {k: v for k, v in os.environ.items() if k != "POOLWATCH_PROBE"}
+        if value is not None:
+            env["POOLWATCH_PROBE"] = value
+        result = subprocess.run(
+            [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, check=True
+        )
+        assert result.stdout.strip() == "[]", (value, result.stderr)

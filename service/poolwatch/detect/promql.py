@@ -17,7 +17,6 @@ __all__ = [
     "CRASH_KINDS",
     "DEFICIT",
     "DOUBLE_FREE",
-    "KEEP_FIRING",
     "RANK",
     "WHERE",
     "duration",
@@ -80,11 +79,6 @@ DEFICIT = (
     "(poolwatch_pool_conservation_gap_slots > 0"
     ' or sum without (kind) (poolwatch_pool_tripwire_slots{kind="missing"}) > 0)'
 )
-
-
-# Prometheus's counterpart of the detector's resolve hold: a condition that flickers between two
-# evaluations keeps its alert firing instead of resolving and paging again
-KEEP_FIRING = "1m"
 
 
 def not_strict(cluster_label: str = "") -> str:

@@ -105,6 +105,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
     d = config.detector
     not_strict, large = q.not_strict(config.cluster_label), q.large(d)
     leak_logged, window = q.incidents("leak_detected", d), q.duration(d.incident_hold)
+    keep = q.duration(d.resolve_hold)  # the detector's resolve hold: both paths resolve together
     return (
         AlertDef(
             AlertName.DOUBLE_FREE,
@@ -120,7 +121,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     "0s",
                     f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are "
                     "counted twice (a double free). Drain and restart the worker.",
-                    keep_firing_for=q.KEEP_FIRING,
+                    keep_firing_for=keep,
                 ),
             ),
         ),
@@ -138,7 +139,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     q.duration(d.coarse_hold),
                     f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are lost. "
                     "Unless SGLang's idle check is relaxed, the server crashes at its next idle moment.",
-                    keep_firing_for=q.KEEP_FIRING,
+                    keep_firing_for=keep,
                 ),
                 PromRule(
                     Severity.WARNING,
@@ -146,7 +147,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     q.duration(d.coarse_hold),
                     f"{{{{ $value }}}} slot(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} are lost; "
                     "SGLang's idle check only warns here, so capacity shrinks until a restart.",
-                    keep_firing_for=q.KEEP_FIRING,
+                    keep_firing_for=keep,
                 ),
             ),
         ),
@@ -164,7 +165,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     f"{q.duration(d.forecast_for)}",
                     f"At the current leak rate the {{{{ $labels.pool }}}} pool on {q.WHERE} runs out of free "
                     "slots in {{ $value | humanizeDuration }}.",
-                    keep_firing_for=q.KEEP_FIRING,
+                    keep_firing_for=keep,
                 ),
             ),
         ),
@@ -220,7 +221,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     "poolwatch_snapshot_stale == 1",
                     f"{q.duration(d.stale_for)}",
                     f"The latest snapshot of {q.WHERE} is stale; its memory pools are not being watched.",
-                    keep_firing_for=q.KEEP_FIRING,
+                    keep_firing_for=keep,
                 ),
             ),
         ),
@@ -236,7 +237,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     "poolwatch_target_up == 0",
                     f"{q.duration(d.target_down_for)}",
                     "poolwatch cannot scrape {{ $labels.source }} target {{ $labels.target }}.",
-                    keep_firing_for=q.KEEP_FIRING,
+                    keep_firing_for=keep,
                 ),
             ),
         ),
@@ -252,7 +253,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     "poolwatch_probe_disabled == 1",
                     q.duration(d.probe_disabled_for),
                     f"The poolwatch probe in {q.WHERE} is disabled: its pools are watched only coarsely.",
-                    keep_firing_for=q.KEEP_FIRING,
+                    keep_firing_for=keep,
                 ),
                 PromRule(
                     Severity.INFO,

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import json
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -177,3 +181,59 @@ def test_a_long_log_replays_in_constant_memory(tmp_path: Path) -> None:
     assert report.lines == 100_000
     assert rows == 100_000
     assert peak < 8 << 20  # the file is ~14 MB; memory stays at a few 1 MiB chunks
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"", "no line in a known SGLang format"),
+        (b"GET / 200\nhello world\n[not a stamp] x\n", "no line in a known SGLang format"),
+        (bytes(range(256)) * 40, "binary data, not a text log"),
+        (b"\x28\xb5\x2f\xfd" + b"\x00" * 64, "zstd-compressed; decompress it first (zstdcat, unzip -p)"),
+        (
+            b"[2026-01-01 00:00:01] INFO:     Started server process [42]\n",
+            "no line in a known SGLang format",
+        ),
+    ],
+    ids=["empty", "no-sglang", "binary", "zstd", "only-uvicorn"],
+)
+def test_input_with_nothing_recognisable_says_so_and_exits_three(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, why: str
+) -> None:
+    log = tmp_path / "input"
+    log.write_bytes(content)
+    code, _, err = replay(capsys, str(log))
+    assert code == replay_command.EXIT_UNRECOGNISED == 3
+    assert err.strip() == f"poolwatch replay: {log}: recognised nothing: {why}"
+
+
+def test_a_gzip_log_replays_like_the_plain_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = LOGS / "v0.5.9-mamba-warn.log"
+    packed = tmp_path / "sglang.log.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert replay(capsys, str(packed))[:2] == replay(capsys, str(plain))[:2]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("err", "drawn"), [(Terminal(), True), (io.StringIO(), False)], ids=["tty", "pipe"])
+def test_the_progress_bar_is_drawn_only_on_a_terminal(err: io.StringIO, drawn: bool) -> None:
+    path = LOGS / "v0.5.9-mamba-warn.log"
+    replayer = Replayer("w", lambda _: None)
+    replay_command.stream_file(path, replayer, replay_command._progress(path, err))
+    assert ("100.0% of" in err.getvalue()) is drawn
+    assert err.getvalue().endswith("\n") is drawn
+
+
+@pytest.mark.slow
+def test_a_closed_output_pipe_ends_replay_quietly(tmp_path: Path) -> None:
+    log = tmp_path / "long.log"
+    log.write_text("\n".join(DECODE.format(m=i // 60 % 60, s=i % 60, n=-1) for i in range(20_000)) + "\n")
+    command = f"{sys.executable} -m poolwatch.cli replay --every 0 {log} | head -n 2; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == replay_command.EXIT_CLOSED_PIPE == 141
+    assert done.stderr == ""
+    assert len(done.stdout.splitlines()) == 2

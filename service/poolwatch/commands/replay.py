@@ -85,6 +85,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except UnreadableLog as exc:
         print(f"poolwatch replay: {path}: recognised nothing: {exc}", file=err)
         return EXIT_UNRECOGNISED
+    except BrokenPipeError:
+        raise  # the output's reader went away: run() ends quietly
     except OSError as exc:
         print(f"poolwatch replay: {path}: {exc.strerror or exc}", file=err)
         return EXIT_USAGE

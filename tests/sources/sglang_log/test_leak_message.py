@@ -7,7 +7,8 @@ from tests.helpers import seed_issue
 
 from poolwatch.conservation import assess, describe
 from poolwatch.model import Exactness, IncidentKind, Phase, Pool, PoolAccount
-from poolwatch.sources.sglang_log.leak_message import find_incidents, parse_leak_figures
+from poolwatch.sources.sglang_log.formats import LEAK_FORMATS
+from poolwatch.sources.sglang_log.leak_message import find_incidents, match_format, parse_leak_figures
 
 SEED_LINES = [
     "ValueError: token_to_kv_pool_allocator memory leak detected! full_available_size=1663695, "
@@ -192,3 +193,119 @@ def test_any_0_5_12_pool_line_round_trips(
 def test_any_text_is_read_without_failing(lines: list[str]) -> None:
     for incident in find_incidents(lines, at=0.0):
         assert len(incident.message) <= 2000
+
+
+@pytest.mark.parametrize(
+    ("lines", "name", "pools"),
+    [
+        pytest.param(
+            [
+                "/x/model_rpc.py:259: UserWarning: Warning: available_size=38120, max_total_num_token=38264",
+                "KV cache pool leak detected!",
+                "  warnings.warn(",
+            ],
+            "kv-warning-0.1",
+            (exact(Pool.FULL, 38264, 38120),),
+            id="0.1-figures-before-the-marker-size-without-s",
+        ),
+        pytest.param(
+            [
+                "/x/tp_worker.py:318: UserWarning: Warning: available req slots=2047, total slots=2048",
+                "Memory pool leak detected!",
+            ],
+            "req-warning-0.2",
+            (exact(Pool.REQ, 2048, 2047),),
+            id="0.2-request-slots",
+        ),
+        pytest.param(
+            [
+                "/x/scheduler.py:710: UserWarning: KV cache pool leak detected!available_size=149996, "
+                "self.max_total_num_tokens=150004",
+                "",
+                "  warnings.warn(msg)",
+            ],
+            "kv-warning-0.3",
+            (exact(Pool.FULL, 150004, 149996),),
+            id="0.3-warnings-form",
+        ),
+        pytest.param(
+            ["Memory pool leak detected!available_size=4095, total_size=4096"],
+            "req-warning-0.3",
+            (exact(Pool.REQ, 4096, 4095),),
+            id="0.3-request-pool",
+        ),
+        pytest.param(
+            [
+                "KV cache pool leak detected!available_size=90, protected_size=10, "
+                "self.max_total_num_tokens=100",
+            ],
+            "kv-warning-0.3",
+            (exact(Pool.FULL, 100, 90, protected=10),),
+            id="0.4.3-hierarchical-protected",
+        ),
+        pytest.param(
+            [
+                "scheduler.py:1326: UserWarning: token_to_kv_pool_allocator memory leak detected! "
+                "available_size=200016, protected_size=0, self.max_total_num_tokens=200000",
+                "self.token_to_kv_pool_allocator.available_size()=150016",
+                "self.tree_cache.evictable_size()=50000",
+            ],
+            "kv-allocator-0.4.6",
+            (exact(Pool.FULL, 200000, 150016, 50000),),
+            id="0.4.6-evictable-counted-once",
+        ),
+        pytest.param(
+            [
+                "token_to_kv_pool_allocator memory leak detected! available_size=200016, protected_size=0, "
+                "self.max_total_num_tokens=200000"
+            ],
+            "kv-allocator-0.4.6",
+            (exact(Pool.FULL, 200000, 200016),),
+            id="0.4.6-without-its-detail-lines",
+        ),
+        pytest.param(
+            [
+                "ValueError: token_to_kv_pool_allocator memory leak detected! "
+                "self.max_total_num_tokens=270331, available_size=644, evictable_size=269628, "
+                "protected_size=0"
+            ],
+            "kv-allocator-0.5",
+            (exact(Pool.FULL, 270331, 644, 269628),),
+            id="0.5.3-evictable-apart",
+        ),
+        pytest.param(
+            ["Sanity check FAILED (2 violations across 911 nodes):", "  [Size] Mamba evictable_size_=12"],
+            "tree-sanity-0.5.23",
+            (),
+            id="0.5.23-tree",
+        ),
+    ],
+)
+def test_the_older_and_newest_formats_are_in_the_table_and_give_their_figures(
+    lines: list[str], name: str, pools: tuple[PoolAccount, ...]
+) -> None:
+    (incident,) = find_incidents(lines, at=1.0)
+    assert match_format(next(line for line in lines if match_format(line))).name == name  # type: ignore[union-attr]
+    assert incident.pools == pools
+
+
+def test_the_0_4_6_report_is_a_surplus_of_its_own_size_not_of_evictable_twice() -> None:
+    lines = [
+        "token_to_kv_pool_allocator memory leak detected! available_size=3189424, protected_size=0, "
+        "self.max_total_num_tokens=3185200",
+        "self.token_to_kv_pool_allocator.available_size()=2864304",
+        "self.tree_cache.evictable_size()=325120",
+    ]
+    assert verdict(find_incidents(lines, at=0.0)[0].pools) == "full: surplus of 4224 slots (double free)"
+
+
+def test_a_number_cut_at_a_lines_length_bound_is_not_read() -> None:
+    cut = (
+        "mamba_available_size=315, mamba_evictable_size=138, self.req_to_token_pool.mamba_pool.size=45\u2026"
+    )
+    assert parse_leak_figures(["token_to_kv_pool_allocator memory leak detected! x=1", cut]) == ()
+
+
+def test_every_format_names_its_release_family() -> None:
+    assert all(f.releases and f.name for f in LEAK_FORMATS)
+    assert len({f.name for f in LEAK_FORMATS}) == len(LEAK_FORMATS)

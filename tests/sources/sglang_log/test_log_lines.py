@@ -123,3 +123,85 @@ def test_any_prefix_sglang_can_write_parses_back(
     assert parsed is not None
     assert parsed.ranks == Ranks(dp, tp, pp)
     assert parsed.message == message
+
+
+@pytest.mark.parametrize(
+    ("line", "ranks", "message"),
+    [
+        ("(SGLangEngine pid=4242) [2025-10-31 10:40:43 TP1] m", Ranks(0, 1, 0), "m"),
+        ("(SGLangEngine pid=7, ip=10.0.0.3) [2025-10-31 10:40:43 DP1 TP1] m", Ranks(1, 1, 0), "m"),
+        ("2025-10-31T10:40:43.123456789Z stdout F [2025-10-31 10:40:43 TP2] m", Ranks(0, 2, 0), "m"),
+        ("2025-10-31T10:40:43.5Z INFO [2025-10-31 10:40:43 TP0] m", Ranks(), "m"),
+        ("   [2025-10-31 10:40:43 TP3] m", Ranks(0, 3, 0), "m"),
+        ("\x1b[32m[2025-10-31 10:40:43 TP1]\x1b[0m m\r\n", Ranks(0, 1, 0), "m"),
+        ("[2025-10-31 10:40:43 TP1] \x1b[1mm\x1b[0m", Ranks(0, 1, 0), "m"),
+        ("2025-10-31 10:40:43,000 INFO 4242 [scheduler.py:812] m", Ranks(), "m"),
+        ("2025-10-31 10:40:43 WARNING 17 [common.py:4060] m", Ranks(), "m"),
+        ("\x00\x00[2025-10-31 10:40:43 TP0] m", Ranks(), "m"),
+    ],
+)
+def test_what_launchers_and_collectors_add_before_the_prefix_is_tolerated(
+    line: str, ranks: Ranks, message: str
+) -> None:
+    parsed = parse_line(line)
+    assert parsed is not None
+    assert (parsed.at, parsed.ranks, parsed.message) == (local("2025-10-31 10:40:43"), ranks, message)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2025-10-31 10:40:43 TP" + "7" * 5000 + "] a rank tag of 5,000 digits",
+        "[2025-10-31 10:40:43" + " TP1" * 13 + "] more tags than any release writes",
+        "(SGLangEngine pid=4242) mamba_available_size=473, mamba_evictable_size=4",
+        "[swa] total=65536, available=65537, evictable=0",
+    ],
+)
+def test_lines_that_only_look_like_a_prefix_are_continuations(line: str) -> None:
+    assert parse_line(line) is None
+
+
+def test_a_0_2_time_of_day_prefix_is_dated_and_crosses_midnight() -> None:
+    assembler = RecordAssembler(day=dt.date(2024, 8, 31))
+    done: list[LogRecord] = []
+    for line in [
+        "[23:59:59 TP0] one",
+        "[00:00:01 TP0] two",
+        "[2024-09-01 00:00:02] three",
+        "[00:00:03 TP0] four",
+    ]:
+        done += assembler.feed(line)
+    done += assembler.flush()
+    assert [r.at for r in done] == [
+        local("2024-08-31 23:59:59"),
+        local("2024-09-01 00:00:01"),
+        local("2024-09-01 00:00:02"),
+        local("2024-09-01 00:00:03"),
+    ]
+
+
+def test_another_ranks_line_inside_a_traceback_is_its_own_record_and_the_traceback_goes_on() -> None:
+    assembler = RecordAssembler()
+    lines = [
+        "[2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "scheduler.py", line 1, in run',
+        "[2025-10-31 10:40:43 TP1] Decode batch, #running-req: 1",
+        "ValueError: pool memory leak detected! [full] total=10, available=11",
+        "[swa] total=4, available=4",
+        "[2025-10-31 10:40:44 TP1] after",
+    ]
+    done = [r for line in lines for r in assembler.feed(line)] + assembler.flush()
+    assert [(r.ranks.tp, r.lines) for r in done] == [
+        (1, ("Decode batch, #running-req: 1",)),
+        (0, (lines[0][26:], lines[1], lines[3], lines[4])),
+        (1, ("after",)),
+    ]
+
+
+def test_continuation_lines_lose_their_actor_prefix_and_colour_but_keep_their_indentation() -> None:
+    assembler = RecordAssembler()
+    assembler.feed("(SGLangEngine pid=1) [2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback")
+    assembler.feed('(SGLangEngine pid=1)   File "x.py", line 3\r')
+    assembler.feed("(SGLangEngine pid=1) \x1b[31mValueError\x1b[0m: boom")
+    (record,) = assembler.flush()
+    assert record.continuation == ('  File "x.py", line 3', "ValueError: boom")

@@ -98,7 +98,9 @@ LogEvent = BatchStats | Capacity | RankIncident
 def interpret(record: LogRecord) -> list[LogEvent]:
     """The events of one record (most records are none of these and give ``[]``)."""
     events: list[LogEvent] = []
-    if not record.headless:
+    if record.headless:  # 0.1.x wrote no prefix at all: any line may be a batch line
+        events += [b for line in record.lines if (b := parse_batch_line(line, record.at, record.ranks))]
+    else:
         head = _head_event(record)
         if head is not None:
             if not record.continuation:

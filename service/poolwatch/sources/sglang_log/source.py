@@ -4,7 +4,9 @@ Each scrape reads what was appended since the last one (:class:`~poolwatch.sourc
 LogTail`, in a thread), assembles records, interprets them and folds the events into per-rank
 snapshots.  It returns, per rank, every snapshot that carries an incident or a negative used
 count (the detector must see each) and the latest one.  A record is held until the next
-prefixed line shows it is complete, or until a scrape finds the log quiet.
+prefixed line shows it is complete, or until a scrape finds the log quiet.  Lines are framed
+and interpreted exactly as by ``poolwatch replay`` (prefixes, ANSI, CRLF, interleaved ranks,
+every release's formats); a line is parsed only once its newline has been written.
 
 A snapshot is stamped with its line's time (not the scrape's), so lines read from a backlog
 are shown as old, never as current; a stamp in the future (a zone mismatch) is clamped to now.
@@ -13,13 +15,14 @@ are shown as old, never as current; a stamp in the future (a zone mismatch) is c
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import httpx
 
 from poolwatch.model import Snapshot
-from poolwatch.sources.base import Target
+from poolwatch.sources.base import Source, Target
 from poolwatch.sources.sglang_log.events import interpret
 from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
 from poolwatch.sources.sglang_log.state import LogFold
@@ -28,7 +31,7 @@ from poolwatch.sources.sglang_log.tail import LogTail
 __all__ = ["SglangLogSource", "keep_notable"]
 
 
-class SglangLogSource:
+class SglangLogSource(Source):
     """Follows one SGLang log file (all the ranks that write to it)."""
 
     def __init__(
@@ -37,7 +40,7 @@ class SglangLogSource:
         self._target = target
         self._clock = clock
         self._tail = LogTail(target.location, backfill=backfill, max_read=max_read)
-        self._assembler = RecordAssembler()
+        self._assembler = RecordAssembler(day=dt.date.fromtimestamp(clock()))  # dates 0.2.x stamps
         self._fold = LogFold(target.worker, target.role, instance=target.location)
 
     @property

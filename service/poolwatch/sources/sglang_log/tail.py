@@ -1,9 +1,11 @@
 """Following a log file that another process appends to (blocking I/O; run it in a thread).
 
 Survives what happens to log files in practice: rotation (the path now names a new file: the
-old one is read to its end first), truncation (``copytruncate``: the file shrank), a last line
-without its newline yet (kept until the newline arrives), bytes that are not UTF-8 (replaced)
-and huge lines (cut to ``max_line`` bytes; the rest of the line is skipped).  Each call reads at
+old one is read to its end first; a last line it holds without a newline is incomplete, so it is
+counted in ``TailRead.cut`` and never parsed), truncation (``copytruncate``: the file shrank), a
+last line without its newline yet (kept until the newline arrives), bytes that are not UTF-8
+(replaced) and huge lines (cut to ``max_line`` bytes and marked with ``…``, so no figure is read
+from a number the cut may have shortened; the rest of the line is skipped).  Each call reads at
 most ``max_read`` bytes, so a large backlog is worked off over several calls.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from poolwatch.sources.failures import scrape_failure
+from poolwatch.sources.sglang_log.reader import CUT
 
 __all__ = ["LogTail", "TailRead"]
 
@@ -25,6 +28,7 @@ class TailRead:
     rotated: bool = False  # the path names a new file
     truncated: bool = False  # the file shrank below what was read
     more: bool = False  # the read stopped at max_read with data left
+    cut: int = 0  # bytes of an unterminated last line of a rotated file (incomplete: not parsed)
 
 
 class LogTail:
@@ -54,7 +58,7 @@ class LogTail:
         return 0 if self._file is None else self._file.tell()
 
     def finish(self) -> list[str]:
-        """At the end of a file that will not grow, its unterminated last line is complete."""
+        """The unterminated last line, for a caller that knows the file is complete and whole."""
         return self._end_partial()
 
     def close(self) -> None:
@@ -83,15 +87,17 @@ class LogTail:
         assert self._file is not None
         truncated = self._check_truncated(self._file)
         lines, more = self._drain(self._file, self._max_read)
-        rotated = False
+        rotated, cut = False, 0
         if not more and self._rotated():
             rest, _ = self._drain(self._file, self._max_read)
-            lines += rest + self._end_partial()
+            lines += rest
+            cut = 0 if self._skipping else len(self._partial)
+            self._partial = b""
             self.close()
             self._resume = None  # a new file: start at its beginning
             self._open(first=False)
             rotated = True
-        return TailRead(lines, rotated, truncated, more)
+        return TailRead(lines, rotated, truncated, more, cut)
 
     def _open(self, *, first: bool) -> None:
         handle = self._path.open("rb")
@@ -136,15 +142,20 @@ class LogTail:
         """The line now ended by a newline (nothing if it was the tail of an over-long line)."""
         data, skipped = self._partial, self._skipping
         self._partial, self._skipping = b"", False
-        return [] if skipped else [data[: self._max_line].decode("utf-8", errors="replace")]
+        return [] if skipped else [_text(data, self._max_line)]
 
     def _cap_partial(self, lines: list[str]) -> None:
         if self._skipping:
             self._partial = b""
         elif len(self._partial) > self._max_line:
-            lines.append(self._partial[: self._max_line].decode("utf-8", errors="replace"))
+            lines.append(_text(self._partial, self._max_line))
             self._partial, self._skipping = b"", True
 
     def _end_partial(self) -> list[str]:
-        """A rotated file will not grow: its unterminated last line is complete."""
         return [] if not self._partial or self._skipping else self._complete()
+
+
+def _text(data: bytes, max_line: int) -> str:
+    if len(data) > max_line:
+        return data[:max_line].decode("utf-8", errors="replace") + CUT
+    return data.decode("utf-8", errors="replace")

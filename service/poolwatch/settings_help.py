@@ -36,8 +36,10 @@ HELP: dict[str, str] = {
     "model": "the served model, for the worker's info metric",
     "namespace": "namespace label of the sidecar's own alerts, as Prometheus labels the rules' (empty: "
     "POD_NAMESPACE)",
-    "pod": "pod label of the sidecar's own alerts, as Prometheus labels the rules' (empty: POD_NAME)",
-    "forget_after": "seconds after which a rank that reports nothing any more is forgotten",
+    "pod": "pod label of the sidecar's own alerts, as Prometheus labels the rules' (empty: POD_NAME, "
+    "or the host name inside Kubernetes)",
+    "forget_after": "seconds after which a rank no source reports any more is forgotten: its state goes "
+    "and its alerts resolve, saying why",
     # alerting
     "alertmanager_urls": "Alertmanager base URLs the sidecar posts its alerts to (the fast page path), "
     "comma-separated; every replica of an HA Alertmanager",

@@ -8,11 +8,12 @@ payload becomes one readable error instead of a crash further down.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any, TypeVar
 
+from poolwatch import fields
+from poolwatch.fields import MAX_ITEMS, MAX_NAME, MAX_TEXT, FieldError
 from poolwatch.model import (
     Exactness,
     Incident,
@@ -41,12 +42,15 @@ __all__ = [
 
 SCHEMA = "poolwatch.snapshot"
 SCHEMA_VERSION = 1
+MAX_QUEUES = 32  # SGLang has a handful (waiting, running, prefill/decode transfer queues)
+MAX_LISTED = 1024  # tripwires, repairs, incidents in one snapshot
+MAX_RANK = 65535
 
 E = TypeVar("E", bound=enum.Enum)
 T = TypeVar("T")
 
 
-class SnapshotFormatError(ValueError):
+class SnapshotFormatError(FieldError):
     """A snapshot payload does not match the schema; the message names the field."""
 
 
@@ -102,14 +106,28 @@ def _dump_incident(i: Incident) -> dict[str, Any]:
 
 
 def parse_snapshot(raw: object) -> Snapshot:
-    """Validate and convert a decoded JSON payload; raises :class:`SnapshotFormatError`."""
+    """Validate and convert a decoded JSON payload; raises :class:`SnapshotFormatError`.
+
+    Every value is bounded and encodable (:mod:`poolwatch.fields`): names without lone
+    surrogates and at most 256 characters, integers within 2**53 and figures never negative,
+    finite numbers, at most :data:`MAX_QUEUES` queues and :data:`MAX_LISTED` tripwires, repairs
+    or incidents."""
+    try:
+        return _parse(raw)
+    except SnapshotFormatError:
+        raise
+    except FieldError as exc:
+        raise SnapshotFormatError(str(exc)) from None
+
+
+def _parse(raw: object) -> Snapshot:
     doc = _mapping(raw, "snapshot")
     if doc.get("schema") != SCHEMA:
         raise SnapshotFormatError(f"schema: expected {SCHEMA!r}, got {doc.get('schema')!r}")
     version = doc.get("version")
     if version != SCHEMA_VERSION:
         raise SnapshotVersionError(f"version: unsupported {version!r}, expected {SCHEMA_VERSION}")
-    pools_raw = _mapping(doc.get("pools", {}), "pools")
+    pools_raw = _mapping(doc.get("pools", {}), "pools", len(Pool))
     pools = {_enum(Pool, k, "pools"): _account(v, f"pools.{k}") for k, v in pools_raw.items()}
     strict = doc.get("idle_check_strict")
     return Snapshot(
@@ -120,12 +138,12 @@ def parse_snapshot(raw: object) -> Snapshot:
         pools=pools,
         source=_str(doc.get("source", "probe"), "source"),
         queues=_queues(doc.get("queues", {})),
-        tripwires=_list(doc.get("tripwires", []), "tripwires", _tripwire),
-        incidents=_list(doc.get("incidents", []), "incidents", _incident),
+        tripwires=_list(doc.get("tripwires", []), "tripwires", _tripwire, MAX_LISTED),
+        incidents=_list(doc.get("incidents", []), "incidents", _incident, MAX_LISTED),
         probe=None if doc.get("probe") is None else _probe(doc["probe"], "probe"),
         idle_check_strict=None if strict is None else _bool(strict, "idle_check_strict"),
         boot_id=_str(doc.get("boot_id", ""), "boot_id"),
-        repairs=_list(doc.get("repairs", []), "repairs", _repair),
+        repairs=_list(doc.get("repairs", []), "repairs", _repair, MAX_LISTED),
         final=_bool(doc.get("final", False), "final"),
     )
 
@@ -135,9 +153,9 @@ def _worker(raw: object, where: str) -> WorkerId:
     return WorkerId(
         worker=_str(d.get("worker"), f"{where}.worker"),
         role=_enum(Role, d.get("role", "unified"), f"{where}.role"),
-        dp_rank=_int(d.get("dp_rank", 0), f"{where}.dp_rank"),
-        tp_rank=_int(d.get("tp_rank", 0), f"{where}.tp_rank"),
-        pp_rank=_int(d.get("pp_rank", 0), f"{where}.pp_rank"),
+        dp_rank=_rank(d.get("dp_rank", 0), f"{where}.dp_rank"),
+        tp_rank=_rank(d.get("tp_rank", 0), f"{where}.tp_rank"),
+        pp_rank=_rank(d.get("pp_rank", 0), f"{where}.pp_rank"),
         model=_str(d.get("model", ""), f"{where}.model"),
         sglang_version=_str(d.get("sglang_version", ""), f"{where}.sglang_version"),
         instance=_str(d.get("instance", ""), f"{where}.instance"),
@@ -188,7 +206,7 @@ def _incident(raw: object, where: str) -> Incident:
     d = _mapping(raw, where)
     return Incident(
         kind=_enum(IncidentKind, d.get("kind"), f"{where}.kind"),
-        message=_str(d.get("message", ""), f"{where}.message"),
+        message=_text(d.get("message", ""), f"{where}.message"),
         at=_float(d.get("at", 0.0), f"{where}.at"),
         pools=_list(d.get("pools", []), f"{where}.pools", _account),
     )
@@ -199,7 +217,7 @@ def _probe(raw: object, where: str) -> ProbeHealth:
     return ProbeHealth(
         samples_total=_int(d.get("samples_total", 0), f"{where}.samples_total"),
         errors_total=_int(d.get("errors_total", 0), f"{where}.errors_total"),
-        last_error=_str(d.get("last_error", ""), f"{where}.last_error"),
+        last_error=_text(d.get("last_error", ""), f"{where}.last_error"),
         sample_cost_seconds=_float(d.get("sample_cost_seconds", 0.0), f"{where}.sample_cost_seconds"),
         census_cost_seconds=_float(d.get("census_cost_seconds", 0.0), f"{where}.census_cost_seconds"),
         census_total=_int(d.get("census_total", 0), f"{where}.census_total"),
@@ -210,53 +228,47 @@ def _probe(raw: object, where: str) -> ProbeHealth:
 
 
 def _queues(raw: object) -> dict[str, int]:
-    d = _mapping(raw, "queues")
+    d = _mapping(raw, "queues", MAX_QUEUES)
     return {_str(k, "queues"): _int(v, f"queues.{k}") for k, v in d.items()}
 
 
-def _mapping(raw: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise SnapshotFormatError(f"{where}: expected an object, got {type(raw).__name__}")
-    return raw
+def _mapping(raw: object, where: str, limit: int = MAX_ITEMS) -> Mapping[str, Any]:
+    return fields.mapping(raw, where, limit)
 
 
-def _list(raw: object, where: str, item: Callable[[Any, str], T]) -> tuple[T, ...]:
-    if not isinstance(raw, list):
-        raise SnapshotFormatError(f"{where}: expected a list, got {type(raw).__name__}")
-    return tuple(item(v, f"{where}[{i}]") for i, v in enumerate(raw))
+def _list(raw: object, where: str, item: Callable[[Any, str], T], limit: int = MAX_ITEMS) -> tuple[T, ...]:
+    return fields.items(raw, where, item, limit)
 
 
 def _enum(kind: type[E], raw: object, where: str) -> E:
-    try:
-        return kind(raw)
-    except ValueError:
-        allowed = ", ".join(str(m.value) for m in kind)
-        raise SnapshotFormatError(f"{where}: {raw!r} is not one of {allowed}") from None
+    return fields.enumerated(kind, raw, where)
 
 
 def _int(raw: object, where: str) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise SnapshotFormatError(f"{where}: expected an integer, got {raw!r}")
-    return raw
+    """Counters, sequence numbers, slot ids: never negative, never beyond 2**53."""
+    return fields.count(raw, where)
 
 
 def _opt_int(raw: object, where: str) -> int | None:
-    return None if raw is None else _int(raw, where)
+    """A pool figure: a negative one is impossible, so a schema error (not a double free)."""
+    return fields.opt_count(raw, where)
+
+
+def _rank(raw: object, where: str) -> int:
+    return fields.integer(raw, where, 0, MAX_RANK)
 
 
 def _float(raw: object, where: str) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
-        raise SnapshotFormatError(f"{where}: expected a finite number, got {raw!r}")
-    return float(raw)
+    return fields.number(raw, where)
 
 
 def _str(raw: object, where: str) -> str:
-    if not isinstance(raw, str):
-        raise SnapshotFormatError(f"{where}: expected a string, got {raw!r}")
-    return raw
+    return fields.text(raw, where, MAX_NAME)
+
+
+def _text(raw: object, where: str) -> str:
+    return fields.text(raw, where, MAX_TEXT)
 
 
 def _bool(raw: object, where: str) -> bool:
-    if not isinstance(raw, bool):
-        raise SnapshotFormatError(f"{where}: expected true or false, got {raw!r}")
-    return raw
+    return fields.boolean(raw, where)

@@ -24,8 +24,9 @@ from poolwatch.model import (
     WorkerId,
 )
 
-small = st.integers(min_value=-(2**40), max_value=2**40)
+small = st.integers(min_value=0, max_value=2**40)  # figures, counters and ids are never negative
 maybe = st.none() | small
+rank = st.integers(min_value=0, max_value=65535)
 text = st.text(max_size=20)
 
 accounts = st.builds(
@@ -44,7 +45,7 @@ accounts = st.builds(
 snapshots = st.builds(
     Snapshot,
     worker=st.builds(
-        WorkerId, worker=text, role=st.sampled_from(Role), dp_rank=small, tp_rank=small, pp_rank=small
+        WorkerId, worker=text, role=st.sampled_from(Role), dp_rank=rank, tp_rank=rank, pp_rank=rank
     ),
     seq=small,
     taken_at=st.floats(min_value=0, max_value=2e9),
@@ -107,6 +108,15 @@ def _doc(seed_snapshot: Snapshot) -> dict[str, Any]:
         (("taken_at",), float("nan"), "taken_at: expected a finite number"),
         (("queues",), [], "queues: expected an object"),
         (("tripwires",), [{"kind": "free_duplicate", "pool": "kv"}], "tripwires[0].pool: 'kv' is not one of"),
+        (("seq",), 10**400, "seq: expected 0..9007199254740992, got an integer of 401 digits"),
+        (("seq",), -1, "seq: expected 0.."),
+        (("pools", "mamba", "available"), -5, "pools.mamba.available: expected 0.."),  # not a double free
+        (("worker", "worker"), "pod-\ud800", "worker.worker: not encodable text"),
+        (("worker", "worker"), "w" * 257, "worker.worker: longer than 256 characters"),
+        (("worker", "tp_rank"), 70000, "worker.tp_rank: expected 0..65535"),
+        (("taken_at",), 1e308, "taken_at: expected a finite number"),
+        (("queues",), {f"q{i}": 1 for i in range(100_000)}, "queues: more than 32 entries"),
+        (("probe",), {"last_error": "x" * 5000}, "probe.last_error: longer than 4096"),
     ],
 )
 def test_a_bad_field_is_named_in_the_error(

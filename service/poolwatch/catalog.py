@@ -116,7 +116,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     ),
     _g(
         "poolwatch_snapshot_stale",
-        "1 when the latest snapshot is older than the staleness limit; its pool figures are then withheld.",
+        "1 when the latest snapshot is older than the staleness limit: its slot figures are then withheld, "
+        "its last findings (conservation gap, tripwires) stay until the rank restarts or is forgotten.",
         RANK_LABELS,
         group="ranks",
     ),

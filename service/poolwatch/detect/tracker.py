@@ -17,10 +17,16 @@ of the new boot and ``resolve_hold`` seconds -- which is when the Prometheus rul
 old boot's figures until the restart, stop firing too (``keep_firing_for`` is the same hold).
 A rank that is gone for good is forgotten (:meth:`Tracker.forget`): its alerts resolve with a
 reason.  A resolved alert stays listed for ``retention`` seconds so that receivers learn it is over.
+
+Cost: alerts are indexed by subject (sampled) and by name, so a snapshot touches only its own
+rank's alerts and the timer only the timed ones -- never every alert of every rank; the
+annotations other than the description depend only on the alert and its labels and are built
+once per alert instance, and an unchanged instance's :class:`Alert` is reused.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
@@ -30,7 +36,8 @@ from poolwatch.detect.rules import Mode, by_name
 
 __all__ = ["Tracker"]
 
-Annotate = Callable[[Signal], Mapping[str, str]]
+Annotate = Callable[[Signal], Mapping[str, str]]  # all but the description: fixed per (alert, labels)
+Key = tuple[str, Labels, str]
 
 
 @dataclass(slots=True)
@@ -47,6 +54,8 @@ class _Track:
     resolved_at: float | None = None
     restored_at: float | None = None  # loaded from the state file and not observed since
     reason: str = ""  # why it resolved, when not because its condition cleared
+    static: Mapping[str, str] | None = None  # annotations but the description (fixed per instance)
+    shown: tuple[tuple[object, ...], Alert] | None = None  # the last Alert built, and from what
 
 
 class Tracker:
@@ -55,7 +64,10 @@ class Tracker:
     def __init__(self, config: DetectorConfig, annotate: Annotate) -> None:
         self._cfg = config
         self._annotate = annotate
-        self._tracks: dict[tuple[str, Labels, str], _Track] = {}
+        self._tracks: dict[Key, _Track] = {}
+        self._by_subject: dict[str, dict[Key, _Track]] = {}  # sampled alerts of each subject
+        self._by_alert: dict[str, dict[Key, _Track]] = {}  # every instance of each alert
+        self._listed: tuple[list[Alert], list[Alert]] | None = None  # alerts() from what
 
     def sample(
         self, subject: str, signals: Iterable[Signal], judged: Set[Verdict], sample_id: Hashable, now: float
@@ -67,9 +79,8 @@ class Tracker:
         for sig in signals:
             seen.add(sig.key)
             self._bad(sig, Mode.SAMPLED, sample_id, now)
-        for key, track in list(self._tracks.items()):
-            mine = track.mode is Mode.SAMPLED and track.signal.subject == subject
-            if mine and key not in seen and track.signal.verdict in judged:
+        for key, track in list(self._by_subject.get(subject, {}).items()):
+            if key not in seen and track.signal.verdict in judged:
                 self._clean(key, track, sample_id, now)
 
     def events(self, signals: Iterable[Signal], now: float) -> None:
@@ -83,16 +94,16 @@ class Tracker:
         for sig in signals:
             seen.add(sig.key)
             self._bad(sig, Mode.TIMED, now, now)
-        for key, track in list(self._tracks.items()):
-            if track.signal.alert in alerts and key not in seen:
-                self._clean(key, track, now, now)
+        mine = [(k, t) for alert in alerts for k, t in self._by_alert.get(alert, {}).items() if k not in seen]
+        for key, track in mine:
+            self._clean(key, track, now, now)
 
     def tick(self, now: float) -> None:
         """Time passes: hold times end, restored alerts nobody confirms expire, old ones go."""
         for key, track in list(self._tracks.items()):
             if track.state is AlertState.RESOLVED:
                 if now - (track.resolved_at or now) >= self._cfg.retention:
-                    del self._tracks[key]
+                    self._drop(key)
             elif track.restored_at is not None and now - track.restored_at >= self._cfg.restore_grace:
                 self._resolve(track, now)
             elif track.state is AlertState.FIRING:
@@ -101,12 +112,11 @@ class Tracker:
     def reset(self, subject: str, now: float) -> None:
         """A restarted rank: pending sampled alerts never happened; firing ones were last seen now
         and resolve after the usual clean samples and hold (unless the new boot shows them too)."""
-        for key, track in list(self._tracks.items()):
-            if track.mode is Mode.SAMPLED and track.signal.subject == subject:
-                if track.state is AlertState.PENDING:
-                    del self._tracks[key]
-                elif track.state is AlertState.FIRING:
-                    track.last_seen, track.clean, track.last_sample = now, 0, None
+        for key, track in list(self._by_subject.get(subject, {}).items()):
+            if track.state is AlertState.PENDING:
+                self._drop(key)
+            elif track.state is AlertState.FIRING:
+                track.last_seen, track.clean, track.last_sample = now, 0, None
 
     def forget(self, gone: Callable[[Signal], bool], reason: str, now: float) -> int:
         """Resolve (with ``reason``) or drop every alert whose signal is ``gone``; returns how many."""
@@ -116,7 +126,7 @@ class Tracker:
                 continue
             count += 1
             if track.state is AlertState.PENDING:
-                del self._tracks[key]
+                self._drop(key)
             else:
                 self._resolve(track, now)
                 track.reason = reason
@@ -131,14 +141,16 @@ class Tracker:
             description = alert.annotations.get("description", "")
             sig = Signal(alert.name, alert.subject, alert.severity, alert.labels, description, alert.value)
             last_seen = alert.last_seen if mode is Mode.EVENT else now
-            self._tracks[sig.key] = _Track(
-                sig,
-                mode,
-                AlertState.FIRING,
-                alert.active_since,
-                last_seen,
-                fired_at=alert.fired_at,
-                restored_at=now,
+            self._put(
+                _Track(
+                    sig,
+                    mode,
+                    AlertState.FIRING,
+                    alert.active_since,
+                    last_seen,
+                    fired_at=alert.fired_at,
+                    restored_at=now,
+                )
             )
 
     def __len__(self) -> int:
@@ -147,13 +159,23 @@ class Tracker:
 
     def alerts(self) -> list[Alert]:
         """Every pending, firing and recently resolved alert, one per label set."""
-        return merge(self._alert(t) for t in self._tracks.values())
+        built = [self._alert(t) for t in self._tracks.values()]
+        last = self._listed
+        if last is not None and len(last[0]) == len(built) and all(map(operator.is_, last[0], built)):
+            return list(last[1])  # nothing changed since the last call
+        identities = {(a.name, a.severity, tuple(sorted(a.labels))) for a in built}
+        if len(identities) == len(built):  # one source per label set: nothing to merge
+            listed = sorted(built, key=lambda a: (a.name, a.labels, a.severity.value))
+        else:
+            listed = merge(built)
+        self._listed = (built, listed)
+        return list(listed)
 
     def _bad(self, sig: Signal, mode: Mode, sample_id: Hashable, now: float) -> None:
         track = self._tracks.get(sig.key)
         if track is None or track.state is AlertState.RESOLVED:
             track = _Track(sig, mode, AlertState.PENDING, since=now, last_seen=now, last_sample=sample_id)
-            self._tracks[sig.key] = track
+            self._put(track)
         else:
             if track.state is AlertState.PENDING and sample_id != track.last_sample:
                 track.samples += 1
@@ -163,9 +185,9 @@ class Tracker:
         if track.state is AlertState.PENDING and ready:
             track.state, track.fired_at = AlertState.FIRING, now
 
-    def _clean(self, key: tuple[str, Labels, str], track: _Track, sample_id: Hashable, now: float) -> None:
+    def _clean(self, key: Key, track: _Track, sample_id: Hashable, now: float) -> None:
         if track.state is AlertState.PENDING:
-            del self._tracks[key]
+            self._drop(key)
         elif track.state is AlertState.FIRING and sample_id != track.last_sample:
             track.clean += 1
             track.last_sample, track.restored_at = sample_id, None
@@ -186,18 +208,45 @@ class Tracker:
     def _resolve(track: _Track, now: float) -> None:
         track.state, track.resolved_at, track.restored_at = AlertState.RESOLVED, now, None
 
+    def _put(self, track: _Track) -> None:
+        key = track.signal.key
+        self._drop(key)
+        self._tracks[key] = track
+        self._by_alert.setdefault(track.signal.alert, {})[key] = track
+        if track.mode is Mode.SAMPLED:
+            self._by_subject.setdefault(track.signal.subject, {})[key] = track
+
+    def _drop(self, key: Key) -> None:
+        track = self._tracks.pop(key, None)
+        if track is None:
+            return
+        for index, name in ((self._by_alert, track.signal.alert), (self._by_subject, track.signal.subject)):
+            group = index.get(name)
+            if group is not None and group.pop(key, None) is not None and not group:
+                del index[name]
+
     def _alert(self, t: _Track) -> Alert:
         s = t.signal
-        return Alert(
+        shown = (s, t.state, t.since, t.fired_at, t.resolved_at, t.last_seen, t.reason)
+        if t.shown is not None and t.shown[0] == shown:
+            return t.shown[1]
+        if t.static is None:
+            t.static = {k: v for k, v in self._annotate(s).items() if k != "description"}
+        annotations = {**t.static, "description": s.description}
+        if t.reason:
+            annotations["resolved_reason"] = t.reason
+        alert = Alert(
             name=s.alert,
             subject=s.subject,
             severity=s.severity,
             state=t.state,
             labels=s.labels,
-            annotations={**self._annotate(s), "resolved_reason": t.reason} if t.reason else self._annotate(s),
+            annotations=annotations,
             value=s.value,
             active_since=t.since,
             fired_at=t.fired_at,
             resolved_at=t.resolved_at,
             last_seen=t.last_seen,
         )
+        t.shown = (shown, alert)
+        return alert

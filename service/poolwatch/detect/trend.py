@@ -8,11 +8,17 @@ slots a new request could still get (``available + evictable``), the time until 
 Only a sustained leak gets an ETA: the points must span at least a quarter of the window and the
 gap must have grown at least ``min_rises`` times within it.  A one-off step (two slots lost once)
 tilts the fitted line too, but is not extrapolated into a forecast.  Pure; time is passed in.
+
+Cost: the fit is kept incrementally -- running sums of ``t``, ``y``, ``t*t`` and ``t*y`` (times
+taken from a per-series origin, so the squares stay small) and counts of rises and falls between
+neighbours, updated as a point comes and as one leaves the window -- so adding a point and asking
+for the trend are O(1).  The sums are recomputed from the points (O(window)) after as many
+removals as there are points, so rounding never accumulates and the cost stays O(1) amortised.
+:func:`fit_slope` is the plain batch fit (the reference the tests compare with).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from dataclasses import dataclass
 
@@ -46,21 +52,42 @@ class GapSeries:
         self._window = window
         self._min_points = min_points
         self._min_rises = min_rises
-        self._points: deque[tuple[float, float]] = deque()
+        self._points: deque[tuple[float, float]] = deque()  # (t - origin, gap)
+        self._origin = 0.0
+        self._sums = _Sums()
         self._free: int | None = None
         self._cached: tuple[Trend | None] | None = None  # the trend until the next change
 
     def add(self, t: float, gap: int, free: int | None) -> None:
         if free != self._free:
             self._free, self._cached = free, None
-        if self._points:
+        if not self._points:
+            self._origin = t
+        else:
             last_t, last_gap = self._points[-1]
+            last_t += self._origin
             if t <= last_t or (gap == last_gap and t - last_t < self._window / 256):
                 return  # out of order, or nothing new worth a point
-        self._points.append((t, float(gap)))
+        point = (t - self._origin, float(gap))
+        self._sums.add(point, self._points[-1] if self._points else None)
+        self._points.append(point)
         self._cached = None
-        while self._points[0][0] < t - self._window:
-            self._points.popleft()
+        while self._points[0][0] < point[0] - self._window:
+            gone = self._points.popleft()
+            self._sums.remove(gone, self._points[0])
+        if self._sums.removed >= len(self._points):
+            self._rebase()
+
+    def _rebase(self) -> None:
+        """Times from the oldest point, and the sums afresh (after every len(points) removals)."""
+        shift = self._points[0][0]
+        self._origin += shift
+        self._points = deque((t - shift, y) for t, y in self._points)
+        self._sums = _Sums()
+        previous = None
+        for point in self._points:
+            self._sums.add(point, previous)
+            previous = point
 
     def trend(self) -> Trend | None:
         """The fitted rate (and the exhaustion ETA when leaking), once there are enough points."""
@@ -69,19 +96,63 @@ class GapSeries:
         return self._cached[0]
 
     def _fit(self) -> Trend | None:
-        points = list(self._points)
-        if len(points) < self._min_points:
+        if len(self._points) < self._min_points:
             return None
-        rate = fit_slope(points)
+        rate = self._sums.slope()
         if rate is None:
             return None
         rate = 0.0 if abs(rate) < 1e-12 else rate
-        return Trend(rate, self._eta(points, rate))
+        return Trend(rate, self._eta(rate))
 
-    def _eta(self, points: list[tuple[float, float]], rate: float) -> float | None:
-        if rate <= 0 or self._free is None or points[-1][1] <= 0:
+    def _eta(self, rate: float) -> float | None:
+        first, last = self._points[0], self._points[-1]
+        if rate <= 0 or self._free is None or last[1] <= 0:
             return None
-        rises = sum(1 for (_, a), (_, b) in itertools.pairwise(points) if b > a)
-        if rises < self._min_rises or points[-1][0] - points[0][0] < self._window / 4:
+        if self._sums.rises < self._min_rises or last[0] - first[0] < self._window / 4:
             return None
         return max(0.0, self._free / rate)
+
+
+class _Sums:
+    """Running least-squares sums of a window of points, and its rises and falls."""
+
+    __slots__ = ("falls", "n", "removed", "rises", "st", "stt", "sty", "sy")
+
+    def __init__(self) -> None:
+        self.n = self.rises = self.falls = self.removed = 0
+        self.st = self.sy = self.stt = self.sty = 0.0
+
+    def add(self, point: tuple[float, float], previous: tuple[float, float] | None) -> None:
+        self._count(point, 1)
+        if previous is not None:
+            self._step(previous[1], point[1], 1)
+
+    def remove(self, point: tuple[float, float], following: tuple[float, float]) -> None:
+        self._count(point, -1)
+        self._step(point[1], following[1], -1)
+        self.removed += 1
+
+    def _count(self, point: tuple[float, float], sign: int) -> None:
+        t, y = point
+        self.n += sign
+        self.st += sign * t
+        self.sy += sign * y
+        self.stt += sign * t * t
+        self.sty += sign * t * y
+
+    def _step(self, a: float, b: float, sign: int) -> None:
+        if b > a:
+            self.rises += sign
+        elif b < a:
+            self.falls += sign
+
+    def slope(self) -> float | None:
+        """The least-squares slope, as :func:`fit_slope` would give it (exactly 0 when flat)."""
+        if self.n < 2:
+            return None
+        sxx = self.stt - self.st * self.st / self.n
+        if sxx <= 1e-9 * max(1.0, self.stt):
+            return None  # every point at (nearly) one moment
+        if self.rises == 0 and self.falls == 0:
+            return 0.0
+        return (self.sty - self.st * self.sy / self.n) / sxx

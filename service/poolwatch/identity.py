@@ -26,6 +26,8 @@ import socket
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
+from poolwatch.model import SourceKind
+
 __all__ = [
     "PLACEMENT_LABELS",
     "NoWorkerName",
@@ -86,8 +88,8 @@ def target_worker(kind: str, location: str, *, given: str = "", pod_worker: str 
     """
     if given or pod_worker:
         return given or pod_worker
-    if kind in ("probe", "file"):
+    if kind in (SourceKind.PROBE, SourceKind.FILE):
         return ""
-    if kind == "sglang-log":
+    if kind == SourceKind.SGLANG_LOG:
         raise NoWorkerName(f"{location}: a log target needs the worker whose log it is (worker:)")
     return url_worker(location)

@@ -37,6 +37,7 @@ __all__ = [
     "RepairKind",
     "Role",
     "Snapshot",
+    "SourceKind",
     "Tripwire",
     "TripwireKind",
     "WorkerId",
@@ -49,6 +50,15 @@ class Role(enum.StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
     UNIFIED = "unified"
+
+
+class SourceKind(enum.StrEnum):
+    """Where a snapshot's figures come from (a target's ``source`` and a snapshot's)."""
+
+    PROBE = "probe"  # the in-process probe: exact figures
+    SGLANG_METRICS = "sglang-metrics"  # SGLang's /metrics and /get_server_info: coarse figures
+    SGLANG_LOG = "sglang-log"  # SGLang's log: incidents and the idle check's figures
+    FILE = "file"  # a snapshot file (a fixture, another tool)
 
 
 class Pool(enum.StrEnum):
@@ -208,7 +218,7 @@ class Snapshot:
     taken_at: float  # unix seconds
     phase: Phase
     pools: Mapping[Pool, PoolAccount]
-    source: str  # "probe", "sglang-metrics", "sglang-log", "file"
+    source: str  # a SourceKind value
     queues: Mapping[str, int] = field(default_factory=dict)
     tripwires: tuple[Tripwire, ...] = ()
     incidents: tuple[Incident, ...] = ()  # seen since this source's previous snapshot

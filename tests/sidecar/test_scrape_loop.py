@@ -155,7 +155,7 @@ async def test_no_more_scrapes_run_at_once_than_the_concurrency_limit(
     assert fleet.most_in_flight == 3
 
 
-class Flaky:
+class Flaky(Source):
     """A source whose outcome the test sets; ``boom`` raises a bug-like exception."""
 
     def __init__(self, snap: Snapshot) -> None:

@@ -16,7 +16,7 @@ import httpx
 from poolwatch.codec import dump_snapshot
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.model import Snapshot
+from poolwatch.model import Snapshot, SourceKind
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import SNAPSHOT_PATH, ProbeSource
 from poolwatch.sources.sglang_metrics import IDLE_CONFIRM_SECONDS, SglangMetricsSource
@@ -76,14 +76,16 @@ async def check(
 ) -> CheckResult:
     """One check; raises ``ScrapeError`` when the target cannot be read."""
     if source in ("auto", "probe"):
-        probe = ProbeSource(Target(f"probe:{url}", "probe", url, worker))
+        probe = ProbeSource(Target(f"probe:{url}", SourceKind.PROBE, url, worker))
         try:
             return CheckResult(url, "probe", tuple(await probe.scrape(client)))
         except ScrapeError as exc:
             unreachable = exc.reason in (Reason.CONNECT, Reason.TIMEOUT)
             if source == "probe" or unreachable or url.rstrip("/").endswith(SNAPSHOT_PATH):
                 raise
-    metrics = SglangMetricsSource(Target(f"sglang-metrics:{url}", "sglang-metrics", url, worker), clock)
+    metrics = SglangMetricsSource(
+        Target(f"sglang-metrics:{url}", SourceKind.SGLANG_METRICS, url, worker), clock
+    )
     snaps = await metrics.scrape(client)
     deadline = clock() + window
     while clock() + interval <= deadline:

@@ -34,7 +34,7 @@ from poolwatch.detect.rules import AlertName, Severity, by_name, dashboard_link
 from poolwatch.detect.signals import conservation_judged, conservation_signals, where
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries, Trend
-from poolwatch.model import Pool, Snapshot, WorkerId
+from poolwatch.model import Pool, Snapshot, SourceKind, WorkerId
 from poolwatch.target_health import TargetState
 
 __all__ = ["Detector", "PoolTrend"]
@@ -122,7 +122,7 @@ class Detector:
                 for pool, series in rank.series.items():
                     trend = series.trend()
                     key = (rank.worker.key, pool)
-                    probe = rank.source == "probe"  # of two sources of one rank, the exact one wins
+                    probe = rank.source == SourceKind.PROBE  # of two sources of one rank, the exact one wins
                     if trend is not None and (key not in best or (probe and not best[key][0])):
                         best[key] = (probe, PoolTrend(rank.worker, pool, trend))
             order = list(Pool)

@@ -74,7 +74,7 @@ class Scraper:
 
     async def scrape_once(self, source: Source, client: httpx.AsyncClient) -> bool:
         """Scrape one target once and record the outcome; never raises (but for cancellation)."""
-        async with self._watch_limit if _watching(source) else self._limit:
+        async with self._watch_limit if source.long_poll else self._limit:
             started = time.perf_counter()
             try:
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
@@ -110,9 +110,7 @@ class Scraper:
 
     def _fail(self, source: Source, started: float, reason: Reason, message: str) -> bool:
         t = source.target
-        self._store.record_failure(
-            t.name, t.source, time.perf_counter() - started, reason, message, t.worker
-        )
+        self._store.record_failure(t.name, t.source, time.perf_counter() - started, reason, message, t.worker)
         self._transition(source, up=False, reason=reason, message=message)
         return False
 
@@ -150,7 +148,7 @@ class Scraper:
             for source, task in self._tasks.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-                _close(source)  # a log source lets go of its file (and resumes if run again)
+                source.close()  # a log source lets go of its file (and resumes if run again)
             self._tasks.clear()
             if lanes is not None:
                 await lanes.aclose()
@@ -163,7 +161,7 @@ class Scraper:
             if current.get(name) is not source:
                 task.cancel()
                 del self._tasks[name]
-                _close(source)
+                source.close()
         for name, source in current.items():
             if name not in self._tasks:
                 self._tasks[name] = (
@@ -176,7 +174,7 @@ class Scraper:
 
     async def _loop(self, source: Source, client: httpx.AsyncClient) -> None:
         interval = self._settings.scrape_interval
-        watching, lanes, name = _watching(source), self._lanes, source.target.name
+        watching, lanes, name = source.long_poll, self._lanes, source.target.name
         lane = lanes.client(name) if watching and lanes is not None else None
         client = lane or client
         try:
@@ -195,16 +193,5 @@ class Scraper:
         return min(base, self._max_backoff) * self._rng.uniform(1 - JITTER, 1 + JITTER)
 
 
-def _watching(source: Source) -> bool:
-    """A long-polling source: the request itself waits (at the probe) for news."""
-    return bool(getattr(source, "long_poll", False))
-
-
 def _fixed(sources: list[Source]) -> SourceProvider:
     return lambda: sources
-
-
-def _close(source: Source) -> None:
-    close = getattr(source, "close", None)
-    if callable(close):
-        close()

@@ -22,12 +22,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from poolwatch.errors import Reason
-from poolwatch.model import IncidentKind, Snapshot
+from poolwatch.model import IncidentKind, Snapshot, SourceKind
 from poolwatch.target_health import TargetState
 
 __all__ = ["PREFERENCE", "RankState", "SnapshotStore", "TargetState", "best_view"]
 
-PREFERENCE = ("probe", "file", "sglang-metrics", "sglang-log")  # most exact first
+PREFERENCE = (
+    SourceKind.PROBE,
+    SourceKind.FILE,
+    SourceKind.SGLANG_METRICS,
+    SourceKind.SGLANG_LOG,
+)  # exact first
 
 
 def _preference(source: str) -> int:

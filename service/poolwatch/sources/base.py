@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from poolwatch.model import Role, Snapshot
+from poolwatch.model import Role, Snapshot, SourceKind
 
 __all__ = ["Source", "Target"]
 
@@ -27,7 +27,7 @@ class Target:
     """One place to read, with the identity its snapshots carry when the payload lacks one."""
 
     name: str  # unique among targets, e.g. "probe:prefill-0/dp0-tp0-pp0"
-    source: str  # "probe", "sglang-metrics", "sglang-log", "file"
+    source: SourceKind
     location: str  # URL or file path
     worker: str = ""
     role: Role = Role.UNIFIED
@@ -36,7 +36,9 @@ class Target:
 
 @runtime_checkable
 class Source(Protocol):
-    """Reads one target."""
+    """Reads one target: everything the scrape loop asks of a source.
+
+    A source may subclass this protocol to take the defaults of ``long_poll`` and ``close``."""
 
     @property
     def target(self) -> Target: ...
@@ -44,3 +46,13 @@ class Source(Protocol):
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         """Read the target once; raise ``ScrapeError`` on failure."""
         ...
+
+    @property
+    def long_poll(self) -> bool:
+        """True when a request itself waits at the target for news (a watched probe): the loop
+        gives it its own lane and no scrape slot."""
+        return False
+
+    def close(self) -> None:
+        """Release what the source holds (a log file) when its target goes away."""
+        return None

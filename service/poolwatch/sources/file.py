@@ -18,7 +18,7 @@ import httpx
 from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Snapshot
-from poolwatch.sources.base import Target
+from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
 
 __all__ = ["FileSource", "parse_snapshot_document"]
@@ -34,7 +34,7 @@ def parse_snapshot_document(text: str) -> list[Snapshot]:
         raise scrape_failure(exc, "snapshot document") from None
 
 
-class FileSource:
+class FileSource(Source):
     """Reads a snapshot file on every scrape."""
 
     def __init__(self, target: Target, clock: Callable[[], float], max_bytes: int = 4 << 20) -> None:

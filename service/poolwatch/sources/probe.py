@@ -14,7 +14,7 @@ import httpx
 from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.conservation import signature
 from poolwatch.model import Role, Snapshot
-from poolwatch.sources.base import Target
+from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_json, join_url
 
@@ -44,7 +44,7 @@ def with_target_identity(snap: Snapshot, target: Target) -> Snapshot:
     return snap if worker == snap.worker else replace(snap, worker=worker)
 
 
-class ProbeSource:
+class ProbeSource(Source):
     """Reads one probe endpoint (one scheduler rank).
 
     With ``long_poll_s > 0`` it *watches*: each request tells the probe the signature of the

@@ -19,8 +19,8 @@ import httpx
 
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.identity import url_worker
-from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, WorkerId
-from poolwatch.sources.base import Target
+from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, SourceKind, WorkerId
+from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_bytes, get_json, join_url
 from poolwatch.sources.prom_text import PromTextError, parse_samples
@@ -37,7 +37,7 @@ from poolwatch.sources.sglang_log.lines import Ranks
 
 __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 
-SOURCE = "sglang-metrics"
+SOURCE = SourceKind.SGLANG_METRICS
 IDLE_CONFIRM_SECONDS = 35.0
 INFO_REFRESH_SECONDS = 300.0
 
@@ -71,7 +71,7 @@ class IdleWatch:
         return Phase.IDLE if now - self._since >= self.confirm else Phase.UNKNOWN
 
 
-class SglangMetricsSource:
+class SglangMetricsSource(Source):
     """Reads one SGLang server: every scheduler rank its ``/metrics`` shows."""
 
     def __init__(

@@ -29,7 +29,7 @@ import yaml
 from poolwatch.discovery import read_discovery_dir
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
-from poolwatch.model import Role
+from poolwatch.model import Role, SourceKind
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.file import FileSource
@@ -49,8 +49,13 @@ __all__ = [
 ]
 
 DEFAULT_PROBE_DIR = "/tmp/poolwatch"
-KINDS = ("probe", "sglang-metrics", "sglang-log", "file")
-_LOCATION_KEY = {"probe": "url", "sglang-metrics": "url", "sglang-log": "path", "file": "path"}
+KINDS = tuple(SourceKind)
+_LOCATION_KEY = {
+    SourceKind.PROBE: "url",
+    SourceKind.SGLANG_METRICS: "url",
+    SourceKind.SGLANG_LOG: "path",
+    SourceKind.FILE: "path",
+}
 
 
 def parse_targets_document(doc: Any, where: str) -> list[Target]:
@@ -69,9 +74,10 @@ def parse_targets_document(doc: Any, where: str) -> list[Target]:
 def _target(item: Any, where: str) -> Target:
     if not isinstance(item, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(item).__name__}")
-    kind = item.get("source")
-    if kind not in KINDS:
-        raise ConfigError(f"{where}.source: expected one of {', '.join(KINDS)}, got {kind!r}")
+    given = item.get("source")
+    if given not in KINDS:
+        raise ConfigError(f"{where}.source: expected one of {', '.join(KINDS)}, got {given!r}")
+    kind = SourceKind(given)
     key = _LOCATION_KEY[kind]
     location = _text(item, key, where, required=True)
     name = _text(item, "name", where) or f"{kind}:{location}"
@@ -128,10 +134,10 @@ def static_targets(settings: Settings) -> list[Target]:
     t = settings.targets
     own = settings.identity.worker if len(t.metrics_urls) <= 1 else ""
     listed = (
-        [("probe", u) for u in t.probe_urls]
-        + [("sglang-metrics", u) for u in t.metrics_urls]
-        + [("sglang-log", p) for p in t.log_paths]
-        + [("file", p) for p in t.snapshot_files]
+        [(SourceKind.PROBE, u) for u in t.probe_urls]
+        + [(SourceKind.SGLANG_METRICS, u) for u in t.metrics_urls]
+        + [(SourceKind.SGLANG_LOG, p) for p in t.log_paths]
+        + [(SourceKind.FILE, p) for p in t.snapshot_files]
     )
     targets = [
         Target(_name(kind, loc), kind, loc, _flag_worker(kind, loc, own), role, labels)
@@ -142,9 +148,9 @@ def static_targets(settings: Settings) -> list[Target]:
     return targets
 
 
-def _flag_worker(kind: str, location: str, own: str) -> str:
+def _flag_worker(kind: SourceKind, location: str, own: str) -> str:
     try:
-        return target_worker(kind, location, pod_worker="" if kind == "file" else own)
+        return target_worker(kind, location, pod_worker="" if kind is SourceKind.FILE else own)
     except NoWorkerName:
         raise ConfigError(
             "POOLWATCH_LOG_PATHS: with several POOLWATCH_METRICS_URLS servers a log cannot be told "
@@ -152,8 +158,8 @@ def _flag_worker(kind: str, location: str, own: str) -> str:
         ) from None
 
 
-def _name(kind: str, location: str) -> str:
-    return f"file:{Path(location).name}" if kind == "file" else f"{kind}:{location}"
+def _name(kind: SourceKind, location: str) -> str:
+    return f"file:{Path(location).name}" if kind is SourceKind.FILE else f"{kind}:{location}"
 
 
 def discover_probes(directory: str) -> list[tuple[str, str, str]]:
@@ -168,15 +174,15 @@ def discover_probes(directory: str) -> list[tuple[str, str, str]]:
 def make_source(target: Target, settings: Settings, clock: Callable[[], float]) -> Source:
     """The source object that reads ``target``."""
     max_bytes = settings.scrape.max_body_bytes
-    if target.source == "probe":
+    if target.source is SourceKind.PROBE:
         # watch the probe: an answer as soon as its verdict changes, else once per interval
         wait = min(settings.scrape.scrape_interval, settings.scrape.scrape_timeout / 2)
         return ProbeSource(target, max_bytes, long_poll_s=wait)
-    if target.source == "sglang-metrics":
+    if target.source is SourceKind.SGLANG_METRICS:
         return SglangMetricsSource(target, clock, max_bytes=max_bytes)
-    if target.source == "sglang-log":
+    if target.source is SourceKind.SGLANG_LOG:
         return SglangLogSource(target, clock)
-    if target.source == "file":
+    if target.source is SourceKind.FILE:
         return FileSource(target, clock, max_bytes)
     raise ConfigError(f"target {target.name}: unknown source {target.source!r}")
 
@@ -214,7 +220,7 @@ class TargetSet:
             if old is not None and old.target.location == url:
                 fresh[name] = old
             else:  # the probe's own worker name: several workers may share one directory
-                target = Target(name, "probe", url, worker, role, labels)
+                target = Target(name, SourceKind.PROBE, url, worker, role, labels)
                 fresh[name] = make_source(target, self._settings, self._clock)
         self._discovered = fresh
         return [*self._static, *fresh.values()]

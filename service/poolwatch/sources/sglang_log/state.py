@@ -12,13 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from poolwatch.model import Incident, IncidentKind, Phase, Pool, PoolAccount, Role, Snapshot, WorkerId
+from poolwatch.model import (
+    Incident,
+    IncidentKind,
+    Phase,
+    Pool,
+    PoolAccount,
+    Role,
+    Snapshot,
+    SourceKind,
+    WorkerId,
+)
 from poolwatch.sources.sglang_log.events import BatchStats, Capacity, LogEvent, RankIncident
 from poolwatch.sources.sglang_log.lines import Ranks
 
 __all__ = ["LogFold", "SOURCE"]
 
-SOURCE = "sglang-log"
+SOURCE = SourceKind.SGLANG_LOG
 
 
 BOOT_WINDOW = 120.0  # startup lines this close together belong to one start of the server

@@ -224,6 +224,26 @@ CATALOG: tuple[MetricSpec, ...] = (
         group="alerts",
     ),
     _g("poolwatch_build_info", "poolwatch's version; value is always 1.", ("version",), group="process"),
+    _c(
+        "poolwatch_task_crashes_total",
+        "Crashes of a sidecar background task (scrape loop, evaluation timer, a deliverer); each is "
+        "logged and the task restarted with backoff.",
+        ("task",),
+        "process",
+    ),
+    _g(
+        "poolwatch_task_crash_looping",
+        "1 while a background task crashed 3 times within 5 minutes (/readyz lists it meanwhile).",
+        ("task",),
+        group="process",
+    ),
+    _c(
+        "poolwatch_internal_errors_total",
+        "Contained failures that stop nothing, by kind: state_file_write (the alert state could not be "
+        "saved), state_file_corrupt (a corrupt state file was set aside at start).",
+        ("what",),
+        "process",
+    ),
 )
 
 

@@ -92,8 +92,8 @@ def test_the_state_file_round_trips_and_a_corrupt_one_is_ignored(
     assert [p.name for p in tmp_path.iterdir()] == ["alerts.json"]  # no temporary file left behind
     (tmp_path / "alerts.json").write_text("{not json")
     assert load_alerts(tmp_path / "alerts.json") == []
-    assert "ignoring alert state file" in caplog.text
-    with pytest.raises(ValueError, match=r"alerts\[0\]: KeyError"):
+    assert "event=state_file_corrupt" in caplog.text
+    with pytest.raises(ValueError, match=r"alerts\[0\].subject: expected a string"):
         decode_alerts({"version": 1, "alerts": [{"name": "PoolwatchDoubleFree"}]})
-    with pytest.raises(ValueError, match=r"alerts\[0\]: KeyError: \"no alert named 'PoolwatchGone'\""):
+    with pytest.raises(ValueError, match=r"alerts\[0\].name: no alert named 'PoolwatchGone'"):
         decode_alerts({"version": 1, "alerts": [{"name": "PoolwatchGone"}]})

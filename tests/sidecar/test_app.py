@@ -41,16 +41,19 @@ async def test_metrics_serves_text_by_default_and_openmetrics_when_asked(
     assert om.text.rstrip().endswith("# EOF")
 
 
+READY = {"status": "ready", "crash_looping": []}
+
+
 async def test_readyz_is_ready_while_it_serves_even_without_data_so_it_never_gates_sglang(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
     store = SnapshotStore()
     async with client_for(store, clock) as client:
-        assert (await client.get("/readyz")).json() == {"status": "ready", "fresh_ranks": 0}
+        assert (await client.get("/readyz")).json() == {**READY, "fresh_ranks": 0}
         store.put(replace(seed_snapshot, taken_at=clock.now))
-        assert (await client.get("/readyz")).json() == {"status": "ready", "fresh_ranks": 1}
+        assert (await client.get("/readyz")).json() == {**READY, "fresh_ranks": 1}
         clock.advance(60)
-        assert (await client.get("/readyz")).json() == {"status": "ready", "fresh_ranks": 0}
+        assert (await client.get("/readyz")).json() == {**READY, "fresh_ranks": 0}
 
 
 async def test_the_opt_in_readiness_gate_waits_for_fresh_data_and_healthz_does_not(
@@ -62,7 +65,7 @@ async def test_the_opt_in_readiness_gate_waits_for_fresh_data_and_healthz_does_n
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/readyz")).status_code == 503
         store.put(replace(seed_snapshot, taken_at=clock.now))
-        assert (await client.get("/readyz")).json() == {"status": "ready", "fresh_ranks": 1}
+        assert (await client.get("/readyz")).json() == {**READY, "fresh_ranks": 1}
         clock.advance(60)
         assert (await client.get("/readyz")).status_code == 503
 

@@ -7,13 +7,16 @@
 * ``evaluate(now)`` — one timer turn (tests call it directly).
 
 The detector is subscribed to the store at build time, and firing alerts saved by a previous run
-(``state_file``) are taken back then.
+(``state_file``) are taken back then (a corrupt file is set aside and counted).  Every background
+task runs under ``supervisor`` (:mod:`poolwatch.sidecar.supervise`): a crash is logged, counted
+and the task restarted with backoff; a state file that cannot be written is logged on the change
+and counted, and evaluation goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -30,10 +33,13 @@ from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.settings import AlertSettings, Settings
 from poolwatch.sidecar.alert_collector import AlertCollector
 from poolwatch.sidecar.alerts_api import alerts_router
-from poolwatch.sidecar.persist import load_alerts, save_alerts
+from poolwatch.sidecar.persist import load_state, save_alerts
 from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.sidecar.supervise import Supervisor
 
 __all__ = ["Alerting", "build_alerting"]
+
+log = logging.getLogger("poolwatch.sidecar")
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -74,6 +80,8 @@ class Alerting:
         self._deliverers: list[Deliverer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
+        self._save_error = ""
+        self.supervisor = Supervisor()
         self.collector = AlertCollector(detector, self.delivery_stats)
         self.router: APIRouter = alerts_router(detector.alerts)
 
@@ -81,7 +89,10 @@ class Alerting:
         """Take back the alerts of the state file; returns how many."""
         if self._state_file is None:
             return 0
-        alerts = load_alerts(self._state_file)
+        loaded = load_state(self._state_file)
+        if loaded.set_aside is not None:
+            self.supervisor.error("state_file_corrupt")
+        alerts = loaded.alerts
         self.detector.restore(alerts)
         self._saved = frozenset(a.fingerprint for a in alerts)
         return len(alerts)
@@ -121,17 +132,13 @@ class Alerting:
             )
             for r in self._receivers
         ]
-        self._tasks = [asyncio.create_task(self._timer(), name="poolwatch-alert-timer")]
+        self._tasks = [self.supervisor.start("poolwatch-alert-timer", self._timer)]
         self._tasks += [
-            asyncio.create_task(d.run(), name=f"poolwatch-notify-{d.receiver.name}") for d in self._deliverers
+            self.supervisor.start(f"poolwatch-notify-{d.receiver.name}", d.run) for d in self._deliverers
         ]
 
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def stop(self, timeout: float = 2.0) -> None:
+        await self.supervisor.stop(timeout)
         self._tasks = []
         if self._client is not None:
             await self._client.aclose()
@@ -149,7 +156,18 @@ class Alerting:
         firing = [a for a in alerts if a.state is AlertState.FIRING]
         key = frozenset(a.fingerprint for a in firing)
         if key != self._saved:
-            save_alerts(self._state_file, firing)
+            try:
+                save_alerts(self._state_file, firing)
+            except OSError as exc:  # a read-only volume: keep evaluating, say so once per change
+                self.supervisor.error("state_file_write")
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self._save_error:
+                    log.error("event=state_file_write_failed path=%s error=%s", self._state_file, error)
+                self._save_error = error
+                return
+            if self._save_error:
+                log.info("event=state_file_write_recovered path=%s", self._state_file)
+            self._save_error = ""
             self._saved = key
 
 

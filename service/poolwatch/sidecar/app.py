@@ -27,6 +27,7 @@ from poolwatch.sidecar.exposition import CachedExposition
 from poolwatch.sidecar.lanes import Lanes, shared_limits
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.sidecar.supervise import SupervisorCollector
 from poolwatch.sources import Source, source_provider
 
 __all__ = ["build_exposition", "build_registry", "create_app"]
@@ -87,15 +88,16 @@ def create_app(
     scraper = Scraper(store, provider, settings.scrape, clock)
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)
     stale_after = settings.detection.stale_after
-    registry = build_registry(store, clock, stale_after, [alerting.collector, *collectors])
-    exposition = build_exposition(store, clock, stale_after, [alerting.collector, *collectors])
+    supervised = SupervisorCollector(alerting.supervisor)
+    registry = build_registry(store, clock, stale_after, [alerting.collector, supervised, *collectors])
+    exposition = build_exposition(store, clock, stale_after, [alerting.collector, supervised, *collectors])
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         limits, timeout = shared_limits(settings.scrape), settings.scrape.scrape_timeout
         async with httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits) as client:
             lanes = Lanes(settings.scrape) if transport is None else None  # one per watched probe
-            task = asyncio.create_task(scraper.run(client, lanes), name="poolwatch-scraper")
+            task = alerting.supervisor.start("poolwatch-scraper", lambda: scraper.run(client, lanes))
             await alerting.start()
             try:
                 yield
@@ -110,7 +112,10 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        try:
+            encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        except ValueError:  # an Accept the library cannot parse: the plain text format
+            encoder, content_type = choose_encoder("")
         body = exposition.render(encoder, clock())
         headers = {"Vary": "Accept-Encoding"}
         if gzip_accepted(request.headers.get("accept-encoding", "")):
@@ -125,11 +130,17 @@ def create_app(
     def readyz() -> JSONResponse:
         """Ready once it serves: a native sidecar's readiness is the pod's, so by default poolwatch
         never takes SGLang out of its Service; freshness is a metric and an alert instead.  With
-        ``ready_requires_data`` it is not ready while no rank has fresh data."""
+        ``ready_requires_data`` it is not ready while no rank has fresh data or a background task is
+        crash-looping; ``crash_looping`` always lists such tasks."""
         now = clock()
         fresh = sum(1 for s in store.latest() if now - s.taken_at <= stale_after)
-        if fresh or not settings.server.ready_requires_data:
-            return JSONResponse({"status": "ready", "fresh_ranks": fresh})
+        looping = alerting.supervisor.crash_looping()
+        strict = settings.server.ready_requires_data
+        if strict and looping:
+            reason = f"crash-looping: {', '.join(looping)}"
+            return JSONResponse({"status": "not ready", "reason": reason, "crash_looping": looping}, 503)
+        if fresh or not strict:
+            return JSONResponse({"status": "ready", "fresh_ranks": fresh, "crash_looping": looping})
         return JSONResponse({"status": "not ready", "reason": "no rank has fresh data"}, status_code=503)
 
     app.include_router(api_router(store, clock, stale_after))

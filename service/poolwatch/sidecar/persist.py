@@ -6,6 +6,10 @@ Alertmanager would resolve it by itself once its ``endsAt`` passes.  On start th
 the saved alerts back as firing (their original start time kept) and the notifiers re-send them;
 an alert the fresh data no longer confirms resolves through the usual hysteresis, or after
 ``restore_grace`` if its rank never reports again.
+
+A corrupt state file (not JSON, wrong shape, NaN times, deep nesting, over 4 MiB) never stops the
+sidecar: :func:`load_state` renames it aside (``<name>.corrupt-<unix time>``), logs it once, and
+says so (``LoadResult.set_aside``, counted by the caller); the sidecar starts with no alerts.
 """
 
 from __future__ import annotations
@@ -14,16 +18,29 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from poolwatch import fields
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.rules import Severity, by_name
 
-__all__ = ["STATE_VERSION", "decode_alerts", "encode_alerts", "load_alerts", "save_alerts"]
+__all__ = [
+    "STATE_VERSION",
+    "LoadResult",
+    "decode_alerts",
+    "encode_alerts",
+    "load_alerts",
+    "load_state",
+    "save_alerts",
+]
 
 STATE_VERSION = 1
+MAX_STATE_BYTES = 4 << 20
+MAX_ALERTS = 10_000
 log = logging.getLogger("poolwatch.detect")
 
 
@@ -49,22 +66,30 @@ def encode_alerts(alerts: Sequence[Alert]) -> dict[str, Any]:
     }
 
 
-def _decode_one(item: Any) -> Alert:
-    by_name(item["name"])  # an alert this version no longer knows is an error
-    labels = item["labels"]
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        raise ValueError("labels must map names to strings")
+def _strings(raw: object, where: str) -> dict[str, str]:
+    d = fields.mapping(raw, where, 64)
+    return {fields.text(k, where): fields.text(v, f"{where}.{k}", fields.MAX_TEXT) for k, v in d.items()}
+
+
+def _decode_one(raw: Any, where: str) -> Alert:
+    item = fields.mapping(raw, where, 32)
+    name = fields.text(item.get("name"), f"{where}.name")
+    try:
+        by_name(name)  # an alert this version no longer knows is an error
+    except KeyError:
+        raise fields.FieldError(f"{where}.name: no alert named {name!r}") from None
+    fired = item.get("fired_at")
     return Alert(
-        name=str(item["name"]),
-        subject=str(item["subject"]),
-        severity=Severity(item["severity"]),
+        name=name,
+        subject=fields.text(item.get("subject"), f"{where}.subject", fields.MAX_TEXT),
+        severity=fields.enumerated(Severity, item.get("severity"), f"{where}.severity"),
         state=AlertState.FIRING,
-        labels=tuple(sorted(labels.items())),
-        annotations={str(k): str(v) for k, v in dict(item["annotations"]).items()},
-        value=float(item["value"]),
-        active_since=float(item["active_since"]),
-        fired_at=None if item["fired_at"] is None else float(item["fired_at"]),
-        last_seen=float(item["last_seen"]),
+        labels=tuple(sorted(_strings(item.get("labels"), f"{where}.labels").items())),
+        annotations=_strings(item.get("annotations"), f"{where}.annotations"),
+        value=fields.number(item.get("value"), f"{where}.value"),
+        active_since=fields.number(item.get("active_since"), f"{where}.active_since"),
+        fired_at=None if fired is None else fields.number(fired, f"{where}.fired_at"),
+        last_seen=fields.number(item.get("last_seen"), f"{where}.last_seen"),
     )
 
 
@@ -72,13 +97,7 @@ def decode_alerts(doc: Any) -> list[Alert]:
     """Alerts from a state document; raises ``ValueError`` naming what is wrong."""
     if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:
         raise ValueError(f"not a poolwatch alert state of version {STATE_VERSION}")
-    out = []
-    for i, item in enumerate(doc.get("alerts", [])):
-        try:
-            out.append(_decode_one(item))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"alerts[{i}]: {type(exc).__name__}: {exc}") from None
-    return out
+    return list(fields.items(doc.get("alerts", []), "alerts", _decode_one, MAX_ALERTS))
 
 
 def save_alerts(path: Path, alerts: Sequence[Alert]) -> None:
@@ -96,12 +115,39 @@ def save_alerts(path: Path, alerts: Sequence[Alert]) -> None:
         raise
 
 
-def load_alerts(path: Path) -> list[Alert]:
-    """The saved alerts; none when the file is missing, unreadable or corrupt (logged)."""
+@dataclass(frozen=True)
+class LoadResult:
+    alerts: list[Alert]
+    set_aside: Path | None = None  # where a corrupt file went (None: nothing was wrong)
+    error: str = ""
+
+
+def load_state(path: Path, now: float | None = None) -> LoadResult:
+    """The saved alerts; a corrupt file is renamed aside and logged, and none are restored."""
     try:
-        return decode_alerts(json.loads(path.read_text(encoding="utf-8")))
+        with path.open("rb") as f:
+            data = f.read(MAX_STATE_BYTES + 1)
     except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring alert state file path=%s error=%s", path, exc)
-        return []
+        return LoadResult([])
+    except OSError as exc:  # unreadable (permissions): leave it where it is
+        log.warning("event=state_file_unreadable path=%s error=%s", path, exc)
+        return LoadResult([], None, f"{type(exc).__name__}: {exc}")
+    try:
+        if len(data) > MAX_STATE_BYTES:
+            raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
+        return LoadResult(decode_alerts(json.loads(data.decode("utf-8"))))
+    except (ValueError, RecursionError) as exc:
+        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time() if now is None else now)}")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        log.error("event=state_file_corrupt path=%s error=%s set_aside_failed=%s", path, error, exc)
+        return LoadResult([], None, error)
+    log.error("event=state_file_corrupt path=%s set_aside=%s error=%s", path, aside, error)
+    return LoadResult([], aside, error)
+
+
+def load_alerts(path: Path) -> list[Alert]:
+    """The saved alerts; none when the file is missing, unreadable or corrupt (set aside, logged)."""
+    return load_state(path).alerts

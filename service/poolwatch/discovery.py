@@ -33,14 +33,18 @@ __all__ = [
     "SECRET_FILE",
     "discovery_name",
     "ensure_secret",
+    "final_name",
     "loopback_url",
     "parse_discovery",
     "read_bounded",
     "read_discovery_dir",
+    "read_final",
+    "read_final_dir",
     "read_secret",
     "remove_discovery",
     "scan_discovery_dir",
     "write_discovery",
+    "write_final",
 ]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -247,3 +251,52 @@ def scan_discovery_dir(
 def read_discovery_dir(path: str | Path, *, allow_remote: bool = False) -> list[DiscoveryEntry]:
     """Every valid discovery entry in ``path`` (none if it does not exist)."""
     return scan_discovery_dir(path, allow_remote=allow_remote)[0]
+
+
+# -- the final snapshot: a rank's last word before SGLang's idle check kills it -------------------
+
+FINAL_SUFFIX = ".final"  # "<worker>-dp<D>-tp<T>-pp<P>.final": not *.json, so never read as an entry
+MAX_FINAL_BYTES = 1 << 20
+
+
+def final_name(worker: str, dp_rank: int, tp_rank: int, pp_rank: int) -> str:
+    """The final-snapshot file of a rank, beside its discovery file."""
+    return discovery_name(worker, dp_rank, tp_rank, pp_rank).removesuffix(".json") + FINAL_SUFFIX
+
+
+def write_final(directory: str | Path, name: str, payload: bytes) -> Path:
+    """Write ``payload`` (the ``poolwatch.snapshot`` JSON) as ``name`` atomically and synchronously:
+    a per-rank temporary file, then ``os.replace``.  No ``fsync``: what follows is the process's
+    crash, not the machine's, and the page cache outlives the process."""
+    folder = Path(directory)
+    target, tmp = folder / name, folder / f".{name}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        os.write(fd, payload)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    return target
+
+
+def read_final(path: str | Path) -> Any:
+    """One final snapshot file, decoded (``OSError``/``ValueError`` when absent or unreadable)."""
+    return json.loads(read_bounded(Path(path), MAX_FINAL_BYTES).decode("utf-8"))
+
+
+def read_final_dir(directory: str | Path) -> list[tuple[str, Any]]:
+    """``(file name, decoded JSON)`` of every final snapshot in ``directory`` (bad files skipped;
+    the caller validates the document with :func:`poolwatch.codec.parse_snapshot`)."""
+    folder = Path(directory)
+    try:
+        with os.scandir(folder) as listing:
+            names = sorted(e.name for e in listing if e.name.endswith(FINAL_SUFFIX))
+    except OSError:
+        return []
+    found = []
+    for name in names[:MAX_FILES]:
+        try:
+            found.append((name, read_final(folder / name)))
+        except (OSError, ValueError, RecursionError):
+            continue
+    return found

@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--duration", type=float, default=0.0, help="wall seconds to run (0 = until Ctrl-C)")
     a("--seed", type=int, default=0)
     a(
+        "--guard",
+        action="store_true",
+        help="the probe's guard mode (POOLWATCH_PROBE_GUARD=1): it repairs the fault, the worker lives",
+    )
+    a(
         "--work-dir",
         type=Path,
         default=None,

@@ -36,6 +36,7 @@ class Story:
     fault: FaultSpec
     time_scale: float
     out: TextIO
+    guard: bool = False
     alerting: Alerting | None = None
     first_alert: float | None = None  # unix time the sidecar fired its first alert
     _said: set[str] = field(default_factory=set)
@@ -59,8 +60,9 @@ class Story:
         )  # fmt: skip
         cluster = Cluster(config)
         servers = [WorkerServer(w).start() for w in cluster.workers]
-        attach_probes(cluster, probe_dir)
-        return cls(cluster, servers, probe_dir, log_dir, fault, args.time_scale, out)
+        guard = bool(getattr(args, "guard", False))
+        attach_probes(cluster, probe_dir, guard=guard)
+        return cls(cluster, servers, probe_dir, log_dir, fault, args.time_scale, out, guard)
 
     def say(self, key: str, text: str) -> None:
         if key not in self._said:
@@ -82,6 +84,12 @@ class Story:
             f"  pools/rank   full KV {shape.full_kv_tokens} tokens, Mamba {shape.mamba_slots} slots; "
             f"TP {c.config.tp}; time runs {self.time_scale:g}x",
             f"  scenario     healthy traffic, then `{self.fault}` (the seed incident); Ctrl-C to stop",
+            "  guard        "
+            + (
+                "on (POOLWATCH_PROBE_GUARD=1): the probe repairs a free list on exact proof"
+                if self.guard
+                else "off: SGLang's own idle check will crash the worker (try --guard)"
+            ),
             "",
         ]
         print("\n".join(lines), file=self.out, flush=True)
@@ -90,17 +98,19 @@ class Story:
     def tick(self) -> None:
         self._heartbeat()
         self._fault()
+        self._repairs()
         self._alerts()  # before crashes: an alert and a crash seen in one tick are told in order
         self._crashes()
 
     def _heartbeat(self) -> None:
         now = self.cluster.clock.now
-        if now < self._next_heartbeat or self.first_alert is not None:
+        if now < self._next_heartbeat or (self.first_alert is not None and not self.guard):
             return
         self._next_heartbeat = now + HEARTBEAT_S
         done = sum(r.emu_finished_total for r in self.cluster.schedulers)
         ranks = len(self.cluster.schedulers)
-        self.say(f"beat{int(now)}", f"healthy: {ranks} ranks, every pool balanced, {done} requests finished")
+        state = "still serving after the repair" if self.first_alert is not None else "healthy"
+        self.say(f"beat{int(now)}", f"{state}: {ranks} ranks, every pool balanced, {done} requests finished")
 
     def _fault(self) -> None:
         from poolwatch_emulator.faults import FAULTS
@@ -129,8 +139,8 @@ class Story:
             key = f"crash:{worker.name}"
             if key in self._said:
                 continue
-            message = worker.crash_message.splitlines()[0]
-            self.say(key, f"SGLang's idle check crashed {worker.name}: {message}")
+            message = "\n    ".join(worker.crash_message.strip().splitlines())  # the Mamba figures too
+            self.say(key, f"SGLang's idle check crashed {worker.name}:\n    {message}")
             if self.first_alert is not None:
                 wall = time.time() - self.first_alert
                 sim = wall * self.time_scale
@@ -141,10 +151,28 @@ class Story:
             else:
                 self.say(key + ":lead", "poolwatch had not paged before the crash")
 
+    def _repairs(self) -> None:
+        from poolwatch.probe.hooks import probe_of
+
+        for worker in self.cluster.workers:
+            for rank in worker.ranks:
+                probe = probe_of(rank)
+                snap = probe.latest if probe is not None else None
+                for r in snap.repairs if snap is not None else ():
+                    where = f"{worker.name} dp{rank.dp_rank}-tp{rank.tp_rank}"
+                    self.say(
+                        f"repair:{where}:{r.kind}:{r.pool}:{r.count}",
+                        f"GUARD {where}: {r.kind.value} of {r.pool.value} slot(s) {list(r.slots)} after "
+                        f"{r.hook} (iteration {r.seq}, request {', '.join(r.requests) or '-'}); "
+                        f"{r.count} so far -- the worker keeps serving",
+                    )
+
     def finish(self) -> None:
         lead = "no alert" if self.first_alert is None else "alerts fired"
         crashed = ", ".join(w.name for w in self.cluster.crashed) or "none"
-        print(f"demo over: {lead}; crashed workers: {crashed}", file=self.out, flush=True)
+        done = sum(r.emu_finished_total for r in self.cluster.schedulers)
+        alive = f"; {done} requests finished" if not self.cluster.crashed else ""
+        print(f"demo over: {lead}; crashed workers: {crashed}{alive}", file=self.out, flush=True)
 
     def close(self) -> None:
         self.cluster.stop()

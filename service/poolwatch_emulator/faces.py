@@ -165,16 +165,16 @@ class WorkerServer:
         self.thread.join(timeout=5)
 
 
-def attach_probes(cluster: Cluster, directory: Path, *, serve: bool = True) -> int:
+def attach_probes(cluster: Cluster, directory: Path, *, serve: bool = True, guard: bool = False) -> int:
     """Attach the in-process probe (``poolwatch.probe.attach``) to every rank; the count.  A
-    ``{worker}`` in ``directory`` gives each worker its own discovery directory, as each pod has."""
+    ``{worker}`` in ``directory`` gives each worker its own discovery directory, as each pod has;
+    ``guard`` turns on the probe's guard mode (``POOLWATCH_PROBE_GUARD=1``)."""
     from poolwatch.probe import ProbeConfig, attach
 
     for worker in cluster.workers:
         folder = str(directory).replace("{worker}", worker.name)
-        config = ProbeConfig(
-            directory=folder, serve=serve, worker=worker.name, sglang_version=cluster.release.name
-        )
+        version, name = cluster.release.name, worker.name
+        config = ProbeConfig(directory=folder, serve=serve, worker=name, sglang_version=version, guard=guard)
         for rank in worker.ranks:
             attach(rank, config, serve=serve)
     return len(cluster.schedulers)

@@ -55,6 +55,10 @@ class Batch:
 
     def __init__(self, reqs: list[Any], mode: Any) -> None:
         self.reqs, self.forward_mode, self.batch_is_full = list(reqs), mode, False
+        self.chunked_req: Any = None
+
+    def batch_size(self) -> int:
+        return len(self.reqs)
 
     def is_empty(self) -> bool:
         return not self.reqs

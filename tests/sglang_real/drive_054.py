@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from check_release import CONFIG, Batch, Driver, gaps, report
+from guard_flow import guard_checks
 from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
 from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
 from sglang.srt.disaggregation.utils import DisaggregationMode
@@ -30,9 +31,11 @@ class Holder:
     _get_mamba_token_info = Scheduler._get_mamba_token_info
     _check_mamba_memory = SchedulerRuntimeCheckerMixin._check_mamba_memory
     _check_req_pool = SchedulerRuntimeCheckerMixin._check_req_pool
+    check_memory = SchedulerRuntimeCheckerMixin.check_memory  # SGLang's strict idle check (raises)
     process_prefill_chunk = SchedulerDisaggregationPrefillMixin.process_prefill_chunk
+    enable_metrics = False
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, mamba: int = MAMBA) -> None:
         shape = Mamba2StateShape.create(
             tp_world_size=1,
             intermediate_size=32,
@@ -44,7 +47,7 @@ class Holder:
         )
         self.req_to_token_pool = HybridReqToTokenPool(
             size=ROWS,
-            mamba_size=MAMBA,
+            mamba_size=mamba,
             max_context_len=128,
             device="cpu",
             enable_memory_saver=False,
@@ -76,14 +79,40 @@ class Holder:
     def self_check_during_idle(self) -> tuple[bool, str]:
         return self._check_mamba_memory()
 
+    def _publish_kv_events(self) -> None:
+        return None
+
 
 class Driver054(Driver):
     version = "0.5.4.post1"
+    mamba_size = MAMBA
 
     def new(self, mode: str = "null") -> Holder:
         install(Holder, CONFIG)
-        self.sched = Holder(mode)
+        self.sched = Holder(mode, self.mamba_size)
         return self.sched
+
+    def finish_transferred(self, req: Req) -> None:
+        """The PD prefill release after the KV transfer (the request is in no batch)."""
+        req.finished_reason = FINISH_LENGTH(0)
+        self.sched.tree_cache.cache_finished_req(req)
+
+    def chunk_step(self) -> None:
+        """SGLang's own process_prefill_chunk (overlap on: no transfer engine here)."""
+        self.sched.enable_overlap = True
+        self.sched.process_prefill_chunk()
+        self.sched.enable_overlap = False
+
+    def strict_check(self) -> None:
+        """SGLang's own check_memory: raises ValueError on a leak, as the server does."""
+        self.sched.check_memory()
+
+    def scenario_guard(self) -> None:
+        self.mamba_size = 32
+        try:
+            guard_checks(self, buggy=True, strict_check=self.strict_check, chunk_step=self.chunk_step)
+        finally:
+            self.mamba_size = MAMBA
 
     def arrive(self, rid: str, ids: list[int], max_new: int = 4) -> Req:
         return Req(rid, "", ids, SamplingParams(max_new_tokens=max_new))
@@ -292,4 +321,5 @@ class Driver054(Driver):
             ("busy then idle", self.scenario_busy_then_idle),
             ("chunked prefill", self.scenario_chunked),
             ("seed double free", self.scenario_seed),
+            ("guard mode", self.scenario_guard),
         ]

@@ -8,8 +8,10 @@ from typing import Any
 
 import torch
 from check_release import CONFIG, Batch, Driver, gaps, report, set_server_args
-from drive_054 import Driver054
+from drive_054 import MAMBA, Driver054
+from guard_flow import guard_checks
 from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
+from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
 from sglang.srt.disaggregation.utils import DisaggregationMode
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH
 from sglang.srt.managers.scheduler_runtime_checker_mixin import SchedulerRuntimeCheckerMixin as Checks
@@ -22,15 +24,16 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from poolwatch.model import Pool, TripwireKind
 from poolwatch.probe import install
 
-KV, MAMBA, ROWS = 256, 12, 4
+KV, ROWS = 256, 4
 
 
 class Holder:
     _get_mamba_token_info = Checks._get_mamba_token_info
     _check_mamba_memory = Checks._check_mamba_memory
     _check_req_pool = Checks._check_req_pool
+    process_prefill_chunk = SchedulerDisaggregationPrefillMixin.process_prefill_chunk
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, mamba: int = MAMBA) -> None:
         shape = Mamba2StateShape.create(
             tp_world_size=1,
             intermediate_size=32,
@@ -42,7 +45,7 @@ class Holder:
         )
         self.req_to_token_pool = HybridReqToTokenPool(
             size=ROWS,
-            mamba_size=MAMBA,
+            mamba_size=mamba,
             mamba_spec_state_size=0,
             max_context_len=128,
             device="cpu",
@@ -89,8 +92,26 @@ class Driver059(Driver054):
     def new(self, mode: str = "null") -> Any:
         set_server_args()
         install(Holder, CONFIG)
-        self.sched = Holder(mode)
+        self.sched = Holder(mode, self.mamba_size)
         return self.sched
+
+    def finish_transferred(self, req: Any) -> None:
+        self.finish(req)
+
+    def strict_check(self) -> None:
+        """SGLang's idle check as it raises (the message it raises with)."""
+        leak, message = self.sched._check_mamba_memory()
+        if leak:
+            raise ValueError("token_to_kv_pool_allocator memory leak detected! " + message)
+        self.sched._check_req_pool()
+
+    def scenario_guard(self) -> None:
+        """The fixed release: the same PD prefill chunk flow with the guard on repairs nothing."""
+        self.mamba_size = 32
+        try:
+            guard_checks(self, buggy=False, strict_check=self.strict_check, chunk_step=self.chunk_step)
+        finally:
+            self.mamba_size = MAMBA
 
     def prefill(self, reqs: list[Any], chunk: int | None = None) -> Batch:
         s = self.sched

@@ -13,8 +13,9 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_KV_CENSUS_INTERVAL`` 300        seconds between full-KV censuses while busy
 ``POOLWATCH_PROBE_CHUNK_TRIPWIRE``     1          ``0``: skip the check after each prefill chunk
 ``POOLWATCH_PROBE_MAX_ERRORS``         10         consecutive failed samples before giving up
+``POOLWATCH_PROBE_GUARD``              0          ``1``: repair free lists on exact proof (probe/repair.py)
 ``POOLWATCH_SGLANG_VERSION``           installed  read the scheduler as this release
-``POOLWATCH_WORKER``                   hostname   the worker name in snapshots and file names
+``POOLWATCH_WORKER``                   hostname   the worker name (else ``POD_NAME``, else the host name)
 =====================================  =========  ==============================================
 """
 
@@ -42,13 +43,14 @@ class ProbeConfig:
     kv_census_interval_s: float = 300.0
     idle_kv_census_gap_s: float = 30.0  # at idle the KV census runs at most this often
     chunk_tripwire: bool = True
+    guard: bool = False  # opt-in: repair free lists on exact proof; off while any kill switch is on
     directory: str = DEFAULT_DIR
     port_base: int | None = None
     serve: bool = True
     disabled: bool = False
     max_consecutive_errors: int = 10
     sglang_version: str = ""  # "" = the installed SGLang's
-    worker: str = ""  # "" = POOLWATCH_WORKER or the host name
+    worker: str = ""  # "" = POOLWATCH_WORKER, POD_NAME or the host name (poolwatch.identity)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ProbeConfig:
@@ -58,6 +60,7 @@ class ProbeConfig:
             census_interval_s=_seconds(environ, "POOLWATCH_PROBE_CENSUS_INTERVAL", 10.0),
             kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0),
             chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),
+            guard=_flag(environ, "POOLWATCH_PROBE_GUARD", False),
             directory=environ.get("POOLWATCH_PROBE_DIR") or DEFAULT_DIR,
             port_base=_port(environ, "POOLWATCH_PROBE_PORT_BASE"),
             serve=_flag(environ, "POOLWATCH_PROBE_SERVE", True),

@@ -20,14 +20,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot
 from poolwatch.probe.access import Reading
 from poolwatch.probe.census import PoolCensus, chunk_tripwires, mamba_census
 from poolwatch.probe.config import ProbeConfig
+from poolwatch.probe.final import check_fails, write_final_snapshot
 from poolwatch.probe.guard import Guard
 from poolwatch.probe.identity import sglang_version, worker_identity
 from poolwatch.probe.kv_census import kv_census
 from poolwatch.probe.publication import Publication
+from poolwatch.probe.repair import Repairer, census_of
 from poolwatch.probe.report import census_doc
 from poolwatch.probe.shapes import SHAPES, Shape, shape_for_version
 from poolwatch.probe.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
@@ -80,6 +83,10 @@ class Probe:
         self._was_idle = False
         self._has_mamba = True  # until a sample shows the model has no Mamba pool
         self._strict = idle_check_strict(self.shape, self.environ)
+        self.repairer = Repairer(self.shape) if config.guard else None  # opt-in guard mode
+        self._idle_seq = -1  # the iteration of the last idle hook
+        self._forced: tuple[int | None, ...] = ()  # the gaps a suspicion census last ran on
+        self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
 
     # -- entry points (scheduler thread) -------------------------------------------------------
 
@@ -100,9 +107,13 @@ class Probe:
             self._guarded("heartbeat", self._heartbeat)
 
     def on_idle(self, hook: str) -> None:
-        """SGLang is about to run its own idle check: look first (always, if the rate allows)."""
-        if self._due(self._last_sample, self.config.sample_interval_s):
-            self._guarded("idle", lambda: self._sample(hook))
+        """SGLang is about to run its own idle check: look first -- always at the first idle
+        check after work (the one that crashes a broken rank), else at the sample rate."""
+        fresh = self._idle_seq < self.seq - 1
+        self._idle_seq = self.seq
+        due = self._due(self._last_sample, self.config.sample_interval_s)
+        if due or (fresh and self._active() and self.guard.allow()):
+            self._guarded("idle", lambda: self._sample(hook, idle_check=True))
 
     def after_prefill_chunk(self, hook: str) -> None:
         """Right after ``process_prefill_chunk``: the direct #12994 tripwire (one slot vs the free list)."""
@@ -145,33 +156,63 @@ class Probe:
             self.guard.failed(where, exc)
             self._publish_health()
 
-    def _sample(self, hook: str) -> None:
+    def _sample(self, hook: str, *, idle_check: bool = False) -> None:
         started = time.perf_counter()
         reading = Reading()
         sample = take_sample(self.scheduler, self.shape, reading)
         self._last_sample = self.clock()
-        self._maybe_census(sample, reading, hook)
+        found = self._maybe_census(sample, reading, hook, force=self._suspect(sample, idle_check))
+        if self.repairer is not None and found and self._repair(found, sample, hook):
+            reading = Reading()  # the repaired figures are the ones to publish (and to judge)
+            sample = take_sample(self.scheduler, self.shape, reading)
         for label, message in reading.failures.items():
             self.guard.note(label, message)
         self.guard.succeeded()
         self._sample_cost = time.perf_counter() - started
-        self._publish(sample, reading)
+        self._publish(sample, reading, final=idle_check and self._strict and check_fails(sample))
 
-    def _maybe_census(self, sample: Sample, reading: Reading, hook: str) -> None:
+    def _suspect(self, sample: Sample, idle_check: bool) -> bool:
+        """Name the slots now: SGLang's idle check is about to fail, or (guard on) a pool counts a
+        slot twice while busy.  Once per distinct set of gaps, so a standing gap costs nothing."""
+        gaps = tuple(gap(a) for a in sample.pools.values())
+        surplus = self.repairer is not None and any(g is not None and g < 0 for g in gaps)
+        if not ((idle_check and check_fails(sample)) or surplus) or gaps == self._forced:
+            return False
+        self._forced = gaps
+        return True
+
+    def _maybe_census(self, sample: Sample, reading: Reading, hook: str, *, force: bool) -> list[PoolCensus]:
         idle = sample.phase is Phase.IDLE
         entering_idle, self._was_idle = idle and not self._was_idle, idle
         now = self.clock()
-        mamba_due = entering_idle or now - self._last_census >= self.config.census_interval_s
+        mamba_due = force or entering_idle or now - self._last_census >= self.config.census_interval_s
         kv_gap = self.config.idle_kv_census_gap_s if idle else self.config.kv_census_interval_s
-        kv_due = (entering_idle or not idle) and now - self._last_kv >= kv_gap
+        kv_due = force or ((entering_idle or not idle) and now - self._last_kv >= kv_gap)
         self._has_mamba = Pool.MAMBA in sample.pools  # a model without one has nothing to census
         mamba_due = mamba_due and self._has_mamba
         if mamba_due or kv_due:
-            self._census(sample, reading, hook, mamba=mamba_due, kv=kv_due, idle=idle)
+            return self._census(sample, reading, hook, mamba=mamba_due, kv=kv_due, idle=idle)
+        return []
+
+    def _repair(self, found: list[PoolCensus], sample: Sample, hook: str) -> bool:
+        """Guard mode: act on what the censuses prove; True if a free list changed."""
+        changed = False
+        for pool_census in found:
+            account = sample.pools.get(pool_census.pool)
+            exact = gap(account) if account is not None and sample.phase is Phase.IDLE else None
+            changed = self._act(pool_census, hook, exact) or changed
+        return changed
+
+    def _act(self, pool_census: PoolCensus, hook: str, exact_gap: int | None) -> bool:
+        assert self.repairer is not None
+        settled = self.repairer.act(self.scheduler, pool_census, hook, self.seq, gap=exact_gap)
+        for kinds, pool, slots in settled:
+            self.tripwires.settle(kinds, pool, slots)
+        return bool(settled)
 
     def _census(
         self, sample: Sample, reading: Reading, hook: str, *, mamba: bool, kv: bool, idle: bool
-    ) -> None:
+    ) -> list[PoolCensus]:
         started = time.perf_counter()
         found: list[PoolCensus] = []
         if mamba:
@@ -189,6 +230,7 @@ class Probe:
         self.census = census_doc(
             found, seq=self.seq, hook=hook, taken_at=self.wall(), cost=self._census_cost, phase=sample.phase
         )
+        return found
 
     def _chunk(self, hook: str) -> None:
         if not self._has_mamba:
@@ -197,12 +239,16 @@ class Probe:
         found = chunk_tripwires(self.scheduler, self.shape, reading, self.seq, hook)
         for label, message in reading.failures.items():
             self.guard.note(label, message)
-        if found and self.tripwires.add(found):
-            self._guarded("sample", lambda: self._sample(hook))  # publish the proof at once
+        if not found or not self.tripwires.add(found):
+            return
+        if self.repairer is not None:  # quarantine before the next allocation can hand it out
+            for pool_census in census_of(found):
+                self._act(pool_census, hook, None)
+        self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
-    def _publish(self, sample: Sample, reading: Reading) -> None:
+    def _publish(self, sample: Sample, reading: Reading, *, final: bool = False) -> None:
         worker = worker_identity(self.scheduler, reading, sample.role, self.version, self.environ)
-        self.latest = build_snapshot(
+        snap = build_snapshot(
             sample,
             worker=worker,
             seq=self.seq,
@@ -212,14 +258,23 @@ class Probe:
             strict=self._strict,
             boot_id=self.boot_id,
         )
+        if self.repairer is not None or final:
+            snap = replace(snap, repairs=self.repairer.repairs() if self.repairer else (), final=final)
+        if final:  # SGLang raises next: the file must exist before the process is gone
+            try:
+                self.final_cost = write_final_snapshot(self.config.directory, snap)
+            except OSError as exc:
+                self.guard.note("final", f"{type(exc).__name__}: {exc}")
+        self.latest = snap
 
     def _health(self) -> ProbeHealth:
-        return self.guard.health(
+        health = self.guard.health(
             sample_cost=self._sample_cost,
             census_cost=self._census_cost,
             census_total=self._census_total,
             disabled=self.runtime_disabled or self.file_disabled,
         )
+        return replace(health, tripwires_dropped=self.tripwires.dropped, guard=self.repairer is not None)
 
     def _publish_health(self) -> None:
         if self.latest is not None:

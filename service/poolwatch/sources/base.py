@@ -12,14 +12,14 @@ read; the scrape loop records it and carries on with the other targets.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import httpx
 
 from poolwatch.model import Role, Snapshot, SourceKind
 
-__all__ = ["Source", "Target"]
+__all__ = ["Source", "Target", "with_target_identity"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +56,15 @@ class Source(Protocol):
     def close(self) -> None:
         """Release what the source holds (a log file) when its target goes away."""
         return None
+
+
+def with_target_identity(snap: Snapshot, target: Target) -> Snapshot:
+    """The target's worker name and role win when it has them (the sidecar knows its pod)."""
+    worker = snap.worker
+    if target.worker:
+        worker = replace(worker, worker=target.worker)
+    if target.role is not Role.UNIFIED:
+        worker = replace(worker, role=target.role)
+    if not worker.instance:
+        worker = replace(worker, instance=target.labels.get("instance", ""))
+    return snap if worker == snap.worker else replace(snap, worker=worker)

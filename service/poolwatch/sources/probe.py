@@ -7,15 +7,15 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import httpx
 
 from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.conservation import signature
-from poolwatch.model import Role, Snapshot
-from poolwatch.sources.base import Source, Target
+from poolwatch.errors import ScrapeError
+from poolwatch.model import Snapshot
+from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
+from poolwatch.sources.final import load_final
 from poolwatch.sources.http import get_json, join_url
 
 __all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload"]
@@ -32,18 +32,6 @@ def parse_probe_payload(doc: object, target: Target) -> Snapshot:
     return with_target_identity(snap, target)
 
 
-def with_target_identity(snap: Snapshot, target: Target) -> Snapshot:
-    """The target's worker name and role win when it has them (the sidecar knows its pod)."""
-    worker = snap.worker
-    if target.worker:
-        worker = replace(worker, worker=target.worker)
-    if target.role is not Role.UNIFIED:
-        worker = replace(worker, role=target.role)
-    if not worker.instance:
-        worker = replace(worker, instance=target.labels.get("instance", ""))
-    return snap if worker == snap.worker else replace(snap, worker=worker)
-
-
 class ProbeSource(Source):
     """Reads one probe endpoint (one scheduler rank).
 
@@ -52,11 +40,17 @@ class ProbeSource(Source):
     tripwire arrives within one probe sample instead of one scrape interval (``long_poll`` tells
     the scrape loop not to sleep between such requests)."""
 
-    def __init__(self, target: Target, max_bytes: int = 4 << 20, long_poll_s: float = 0.0) -> None:
+    def __init__(
+        self, target: Target, max_bytes: int = 4 << 20, long_poll_s: float = 0.0, final_path: str = ""
+    ) -> None:
         self._target = target
+        self._final_path = final_path  # where this rank's probe leaves its final snapshot
+        self._final_sent = ""
+        self._boot = ""  # the boot id of the last live answer
         self._max_bytes = max_bytes
         self._long_poll_s = long_poll_s
         self._seen = ""
+        self._request: tuple[str, httpx.URL] | None = None  # (seen, its URL): parsed once per change
 
     @property
     def target(self) -> Target:
@@ -67,10 +61,31 @@ class ProbeSource(Source):
         return self._long_poll_s > 0
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
-        doc = await get_json(client, self.request_url, self._max_bytes)
+        try:
+            doc = await get_json(client, self._request_url(), self._max_bytes)
+        except ScrapeError:
+            final = self._final()
+            if final is None:
+                raise
+            return [final]
         snap = parse_probe_payload(doc, self._target)
-        self._seen = signature(snap)
+        self._seen, self._boot = signature(snap), snap.boot_id
         return [snap]
+
+    def _request_url(self) -> httpx.URL:
+        """The next request's URL, parsed only when the signature changed (parsing and quoting a
+        URL costs more than the rest of the request)."""
+        if self._request is None or self._request[0] != self._seen:
+            self._request = (self._seen, httpx.URL(self.request_url))
+        return self._request[1]
+
+    def _final(self) -> Snapshot | None:
+        """The gone rank's final snapshot, once (see :mod:`poolwatch.sources.final`)."""
+        snap = load_final(self._final_path) if self._final_path else None
+        if snap is None or snap.boot_id != self._boot or snap.boot_id == self._final_sent:
+            return None  # none, an earlier life's, or already delivered
+        self._final_sent = snap.boot_id
+        return with_target_identity(snap, self._target)
 
     @property
     def request_url(self) -> str:

@@ -26,13 +26,14 @@ from typing import Any
 
 import yaml
 
-from poolwatch.discovery import read_discovery_dir
+from poolwatch.discovery import FINAL_SUFFIX, final_name, read_discovery_dir, read_final_dir
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
 from poolwatch.model import Role, SourceKind
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.file import FileSource
+from poolwatch.sources.final import FinalSnapshotSource
 from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
@@ -42,6 +43,7 @@ __all__ = [
     "KINDS",
     "TargetSet",
     "discover_probes",
+    "discover_ranks",
     "load_targets_file",
     "make_source",
     "parse_targets_document",
@@ -164,20 +166,40 @@ def _name(kind: SourceKind, location: str) -> str:
 
 def discover_probes(directory: str) -> list[tuple[str, str, str]]:
     """``(target name, url, worker)`` of every probe announced in ``directory`` (bad files skipped)."""
+    return [(name, url, worker) for name, url, worker, _ in discover_ranks(directory)]
+
+
+def discover_ranks(directory: str) -> list[tuple[str, str, str, str]]:
+    """:func:`discover_probes` plus the path where each rank's final snapshot would be."""
     found = []
     for entry in read_discovery_dir(directory):
         rank = f"dp{entry.dp_rank}-tp{entry.tp_rank}-pp{entry.pp_rank}"
-        found.append((f"probe:{entry.worker}/{rank}", entry.url, entry.worker))
+        final = str(Path(directory) / final_name(entry.worker, entry.dp_rank, entry.tp_rank, entry.pp_rank))
+        found.append((f"probe:{entry.worker}/{rank}", entry.url, entry.worker, final))
     return found
 
 
-def make_source(target: Target, settings: Settings, clock: Callable[[], float]) -> Source:
-    """The source object that reads ``target``."""
+def _vanished(directory: str, live: set[str]) -> list[tuple[str, str]]:
+    """``(target name, path)`` of final snapshots whose rank no longer announces itself
+    (``live``: the final-snapshot paths of the ranks that still do)."""
+    out = []
+    for name, _doc in read_final_dir(directory):
+        path = str(Path(directory) / name)
+        if path not in live:
+            out.append((f"final:{name.removesuffix(FINAL_SUFFIX)}", path))
+    return out
+
+
+def make_source(
+    target: Target, settings: Settings, clock: Callable[[], float], final_path: str = ""
+) -> Source:
+    """The source object that reads ``target`` (a probe's final snapshot is looked for at
+    ``final_path`` when the probe stops answering)."""
     max_bytes = settings.scrape.max_body_bytes
     if target.source is SourceKind.PROBE:
         # watch the probe: an answer as soon as its verdict changes, else once per interval
         wait = min(settings.scrape.scrape_interval, settings.scrape.scrape_timeout / 2)
-        return ProbeSource(target, max_bytes, long_poll_s=wait)
+        return ProbeSource(target, max_bytes, long_poll_s=wait, final_path=final_path)
     if target.source is SourceKind.SGLANG_METRICS:
         return SglangMetricsSource(target, clock, max_bytes=max_bytes)
     if target.source is SourceKind.SGLANG_LOG:
@@ -213,7 +235,9 @@ class TargetSet:
         role, labels = self._settings.identity.role, _labels(self._settings)
         fresh: dict[str, Source] = {}
         only = set(self._settings.targets.probe_workers)
-        for name, url, worker in discover_probes(self._probe_dir):
+        finals: set[str] = set()
+        for name, url, worker, final in discover_ranks(self._probe_dir):
+            finals.add(final)
             if only and worker not in only:
                 continue
             old = self._discovered.get(name)
@@ -221,6 +245,10 @@ class TargetSet:
                 fresh[name] = old
             else:  # the probe's own worker name: several workers may share one directory
                 target = Target(name, SourceKind.PROBE, url, worker, role, labels)
-                fresh[name] = make_source(target, self._settings, self._clock)
+                fresh[name] = make_source(target, self._settings, self._clock, final)
+        for name, path in _vanished(self._probe_dir, finals):
+            old = self._discovered.get(name)
+            target = Target(name, SourceKind.PROBE, path, "", role, labels)
+            fresh[name] = old or FinalSnapshotSource(target, self._clock)
         self._discovered = fresh
         return [*self._static, *fresh.values()]

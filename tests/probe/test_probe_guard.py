@@ -1,0 +1,164 @@
+"""Guard mode on SGLang-shaped fakes: quarantine, deduplicate, return at idle; off by default."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from tests.helpers import FakeClock
+from tests.probe.fakes import Rank
+
+from poolwatch.codec import dump_snapshot, parse_snapshot
+from poolwatch.conservation import gap
+from poolwatch.discovery import read_discovery_dir, read_final_dir
+from poolwatch.model import Pool, RepairKind, Snapshot, TripwireKind
+from poolwatch.probe import Probe, ProbeConfig
+from poolwatch.probe.config import ProbeConfigError
+
+CONFIG = ProbeConfig(
+    sample_interval_s=0.0,
+    census_interval_s=0.0,
+    serve=False,
+    directory="/nonexistent-poolwatch-test-dir",
+    sglang_version="0.5.4.post1",
+)
+
+
+def probe_for(rank: Rank, *, guard: bool, directory: str = CONFIG.directory) -> Probe:
+    clock = FakeClock()
+    config = replace(CONFIG, guard=guard, directory=directory)
+    return Probe(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+
+
+def seed_rank() -> tuple[Rank, int]:
+    """0.5.4.post1 PD prefill right after process_prefill_chunk freed the chunked request's slot."""
+    rank = Rank(kv=64, mamba=8, rows=4)
+    req = rank.chunked("long", origin=40, chunk=16)
+    assert req.mamba_pool_idx is not None
+    rank.mamba.free(req.mamba_pool_idx.reshape(1))
+    return rank, int(req.mamba_pool_idx)
+
+
+def free_mamba(rank: Rank) -> list[int]:
+    return [int(i) for i in rank.mamba.free_slots.tolist()]
+
+
+def mamba_gap(snap: Snapshot | None) -> int | None:
+    assert snap is not None
+    return gap(snap.pools[Pool.MAMBA])
+
+
+def test_guard_is_off_by_default_and_the_seed_slot_stays_on_the_free_list() -> None:
+    assert ProbeConfig.from_env({}).guard is False
+    rank, slot = seed_rank()
+    probe = probe_for(rank, guard=False)
+    probe.after_prefill_chunk("process_prefill_chunk")
+    assert slot in free_mamba(rank)
+    assert probe.latest is not None
+    assert probe.latest.repairs == ()
+    assert {t.kind for t in probe.latest.tripwires} >= {TripwireKind.FREE_AND_LIVE}
+
+
+def test_guard_quarantines_the_chunked_requests_slot_right_after_process_prefill_chunk() -> None:
+    rank, slot = seed_rank()
+    probe = probe_for(rank, guard=True)
+    probe.seq = 4
+    probe.after_prefill_chunk("process_prefill_chunk")
+    assert slot not in free_mamba(rank)
+    snap = probe.latest
+    assert snap is not None
+    (repair,) = snap.repairs
+    assert (repair.kind, repair.pool, repair.count, repair.slots) == (
+        RepairKind.QUARANTINE,
+        Pool.MAMBA,
+        1,
+        (slot,),
+    )
+    assert (repair.hook, repair.seq, repair.requests) == ("process_prefill_chunk", 4, ("long",))
+    assert snap.tripwires == ()  # repaired: reported as a repair, not as a standing fault
+    assert mamba_gap(snap) == 0
+    assert snap.probe is not None
+    assert snap.probe.guard
+
+
+def test_guard_removes_a_duplicate_free_entry_when_a_sample_shows_a_surplus() -> None:
+    rank = Rank(kv=64, mamba=8, rows=4)
+    rank.running("a", origin=5, outputs=1)
+    twice = int(rank.mamba.free_slots[0])
+    rank.mamba.free(torch.tensor([twice]))  # a slot on the free list twice
+    probe = probe_for(rank, guard=True)
+    snap = probe.sample_now("recv_requests")
+    assert free_mamba(rank).count(twice) == 1
+    assert mamba_gap(snap) == 0
+    assert snap is not None
+    assert [(r.kind, r.slots) for r in snap.repairs] == [(RepairKind.DEDUPLICATE, (twice,))]
+
+
+def test_guard_returns_a_lost_slot_at_idle_before_sglangs_check_and_not_while_busy() -> None:
+    rank = Rank(kv=64, mamba=8, rows=4)
+    lost = int(rank.mamba.take())  # taken and never given back: a leak
+    waiting = rank.waiting("w", cow=False)  # busy: a lost slot is not proven yet
+    probe = probe_for(rank, guard=True)
+    probe.on_idle("self_check_during_idle")
+    assert lost not in free_mamba(rank)
+    probe.on_loop_boundary("recv_requests")
+    assert lost not in free_mamba(rank)
+    rank.sched.waiting_queue.remove(waiting)  # the last request left during this iteration
+    probe.on_idle("self_check_during_idle")
+    assert lost in free_mamba(rank)
+    snap = probe.latest
+    assert mamba_gap(snap) == 0
+    assert snap is not None
+    assert not snap.final
+    assert [(r.kind, r.slots, r.hook) for r in snap.repairs] == [
+        (RepairKind.RETURN, (lost,), "self_check_during_idle")
+    ]
+
+
+def test_a_kill_switch_stops_the_guard(tmp_path: Path) -> None:
+    rank, slot = seed_rank()
+    probe = probe_for(rank, guard=True, directory=str(tmp_path))
+    (tmp_path / "DISABLE").touch()
+    probe.after_prefill_chunk("process_prefill_chunk")
+    assert slot in free_mamba(rank)
+    with pytest.raises(ProbeConfigError, match="POOLWATCH_PROBE_GUARD"):
+        ProbeConfig.from_env({"POOLWATCH_PROBE_GUARD": "maybe"})
+
+
+def test_a_certain_crash_leaves_a_final_snapshot_naming_the_slot_and_hook(tmp_path: Path) -> None:
+    rank, slot = seed_rank()
+    probe = probe_for(rank, guard=False, directory=str(tmp_path))
+    probe.after_prefill_chunk("process_prefill_chunk")
+    rank.sched.chunked_req = None  # the request finished; its slot went back once more at release
+    rank.sched.last_batch = None
+    probe.on_loop_boundary("recv_requests")
+    probe.on_idle("self_check_during_idle")
+    ((name, doc),) = read_final_dir(tmp_path)
+    final = parse_snapshot(doc)
+    assert name == "w0-dp0-tp0-pp0.final"
+    assert final.final
+    assert any(t.slots == (slot,) and t.first_seen_hook == "process_prefill_chunk" for t in final.tripwires)
+    assert read_discovery_dir(tmp_path) == []  # never mistaken for a discovery file
+    assert probe.final_cost > 0
+
+
+def test_no_final_snapshot_where_sglangs_idle_check_only_warns(tmp_path: Path) -> None:
+    rank, _ = seed_rank()
+    rank.sched.chunked_req = rank.sched.last_batch = None
+    clock = FakeClock()
+    config = replace(CONFIG, directory=str(tmp_path), sglang_version="0.5.6")
+    environ = {"POOLWATCH_WORKER": "w0", "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "0"}
+    probe = Probe(rank.sched, config, environ=environ, clock=clock, wall=clock)
+    probe.on_idle("self_check_during_idle")
+    assert read_final_dir(tmp_path) == []
+
+
+def test_repairs_and_request_ids_survive_the_json_round_trip() -> None:
+    rank, _ = seed_rank()
+    probe = probe_for(rank, guard=True)
+    probe.after_prefill_chunk("process_prefill_chunk")
+    snap = probe.latest
+    assert snap is not None
+    assert parse_snapshot(dump_snapshot(snap)) == snap

@@ -39,26 +39,33 @@ _CAPACITY = (
 )
 _MAX_MESSAGE = 2000
 
-_USED_KEYS = {"#token": Pool.FULL, "#full token": Pool.FULL, "#swa token": Pool.SWA, "mamba num": Pool.MAMBA}
-_USAGE_KEYS = {
-    "token usage": Pool.FULL,
-    "full token usage": Pool.FULL,
-    "swa token usage": Pool.SWA,
-    "mamba usage": Pool.MAMBA,
+# Every numeric item a batch line can carry, by key: ("used", pool) a used count, ("usage", pool) a
+# ratio, ("queue", name) a queue length as the probe names it.  "#prealloc-req" is the bootstrap
+# queue on a prefill line and the pre-allocation queue on a decode line.
+_KEYS: dict[str, tuple[str, Pool | str]] = {
+    "#token": ("used", Pool.FULL),
+    "#full token": ("used", Pool.FULL),
+    "#swa token": ("used", Pool.SWA),
+    "mamba num": ("used", Pool.MAMBA),
+    "token usage": ("usage", Pool.FULL),
+    "full token usage": ("usage", Pool.FULL),
+    "swa token usage": ("usage", Pool.SWA),
+    "mamba usage": ("usage", Pool.MAMBA),
+    "#running-req": ("queue", "running"),
+    "#queue-req": ("queue", "waiting"),
+    "#bootstrap-req": ("queue", "bootstrap"),
+    "#inflight-req": ("queue", "inflight"),
+    "#transfer-req": ("queue", "transfer"),
+    "#retracted-req": ("queue", "retracted"),
+    "#unbootstrapped-req": ("queue", "bootstrap"),  # 0.4.6-0.5.2 PD prefill
+    "#transferring-req": ("queue", "inflight"),
+    "#remaining_req": ("queue", "waiting"),  # 0.1.x
+    "#running_req": ("queue", "running"),
+    "#prealloc-req": ("prealloc", ""),
 }
-# Queue names as the probe reports them.  "#prealloc-req" on a prefill line is the bootstrap queue.
-_QUEUE_KEYS = {
-    "#running-req": "running",
-    "#queue-req": "waiting",
-    "#bootstrap-req": "bootstrap",
-    "#inflight-req": "inflight",
-    "#transfer-req": "transfer",
-    "#retracted-req": "retracted",
-    "#unbootstrapped-req": "bootstrap",  # 0.4.6-0.5.2 PD prefill
-    "#transferring-req": "inflight",
-    "#remaining_req": "waiting",  # 0.1.x
-    "#running_req": "running",
-}
+_NOTHING = ("", "")
+# "key: number" items, separated by ", " (0.2+) or ". " (0.1.x); ASCII digits only.
+_ITEM = re.compile(r"(?:^|, |\. )([#A-Za-z][\w #\-]*?): (-?[0-9]+(?:\.[0-9]+)?)(?=[,.%\s]|$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,52 +135,35 @@ def parse_batch_line(message: str, at: float, ranks: Ranks) -> BatchStats | None
     """A batch statistics line of any release, or ``None`` when ``message`` is not one."""
     if "batch" not in message:
         return None
-    for head, separator in BATCH_HEADS:
+    for head in BATCH_HEADS:
         m = head.match(message)
         if m is not None:
             kind = "decode" if m["kind"] == "Decode" else "prefill"
-            iteration = int(m["iter"]) if m.groupdict().get("iter") else None
-            return _batch(kind, iteration, _items(message[m.end() :].rstrip(), separator), at, ranks)
+            iteration = int(m["iter"]) if m["iter"] else None
+            return _batch(kind, iteration, _ITEM.findall(message[m.end() :]), at, ranks)
     return None
 
 
-def _batch(kind: str, iteration: int | None, items: dict[str, str], at: float, ranks: Ranks) -> BatchStats:
-    used = {pool: v for k, pool in _USED_KEYS.items() if (v := _int(items.get(k))) is not None}
-    usage = {pool: r for k, pool in _USAGE_KEYS.items() if (r := _float(items.get(k))) is not None}
-    negative = frozenset(pool for k, pool in _USAGE_KEYS.items() if items.get(k, "").startswith("-"))
-    queues = {name: v for k, name in _QUEUE_KEYS.items() if (v := _int(items.get(k))) is not None}
-    prealloc = _int(items.get("#prealloc-req"))
-    if prealloc is not None:
-        queues["bootstrap" if kind == "prefill" else "prealloc"] = prealloc
-    return BatchStats(at, ranks, kind, iteration, used, usage, negative, queues, _role(items))
-
-
-def _items(body: str, separator: str = ", ") -> dict[str, str]:
-    """``key: value`` pairs of a batch line (values as written, without a trailing ``%`` or ``.``)."""
-    out: dict[str, str] = {}
-    for part in body.split(separator):
-        key, sep, value = part.partition(": ")
-        if sep:
-            out.setdefault(key.strip(), value.strip().rstrip(",%").removesuffix("."))
-    return out
-
-
-def _role(items: Mapping[str, str]) -> Role | None:
-    for key, role in ROLE_KEYS.items():
-        if key in items:
-            return Role(role)
-    return None
-
-
-def _int(value: str | None) -> int | None:
-    digits = None if value is None else value.removeprefix("-")
-    if value is None or not digits or not (digits.isascii() and digits.isdigit()):
-        return None
-    return int(value)
-
-
-def _float(value: str | None) -> float | None:
-    digits = None if value is None else value.removeprefix("-").replace(".", "", 1)
-    if value is None or not digits or not (digits.isascii() and digits.isdigit()):
-        return None
-    return float(value)
+def _batch(
+    kind: str, iteration: int | None, items: list[tuple[str, str]], at: float, ranks: Ranks
+) -> BatchStats:
+    used: dict[Pool, int] = {}
+    usage: dict[Pool, float] = {}
+    queues: dict[str, int] = {}
+    negative: set[Pool] = set()
+    role: Role | None = None
+    for key, value in items:
+        what, target = _KEYS.get(key, _NOTHING)
+        if what == "used" and isinstance(target, Pool):
+            used.setdefault(target, int(value))
+        elif what == "usage" and isinstance(target, Pool):
+            usage.setdefault(target, float(value))
+            if value[0] == "-":
+                negative.add(target)
+        elif what == "queue":
+            queues.setdefault(str(target), int(value))
+        elif what == "prealloc":
+            queues.setdefault("bootstrap" if kind == "prefill" else "prealloc", int(value))
+        if role is None and key in ROLE_KEYS:
+            role = Role(ROLE_KEYS[key])
+    return BatchStats(at, ranks, kind, iteration, used, usage, frozenset(negative), queues, role)

@@ -115,19 +115,14 @@ CRASH_MARKERS: tuple[tuple[str, str], ...] = (
     ("Exception in run_tp_server", "0.2.x"),
 )
 
-# Batch statistics lines: the head and the separator of their ``key: value`` items.
+# Batch statistics lines: their heads (the ``key: value`` items follow, after ``, `` or ``. ``).
 #   "new fill batch. #seq: 1. #cached_token: 0. #new_token: 9. ..."       0.1.x (prefill only)
 #   "Prefill batch. #new-seq: 1, ..." / "Decode batch. #running-req: 3, ..."  0.2.x-0.5.3
 #   "Prefill batch(mixed #running-req: 2). #new-seq: 1, ..."              0.2.x (mixed chunk)
 #   "Prefill batch, ..." / "Decode batch [1203], ..."                     0.5.4-current
-BATCH_HEADS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(
-            r"(?P<kind>Prefill|Decode) batch(?: \[(?P<iter>\d{1,12})\])?(?:, |\. |\(mixed [^)]*\)\. )"
-        ),
-        ", ",
-    ),
-    (re.compile(r"new (?P<kind>fill) batch\. "), ". "),
+BATCH_HEADS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"(?P<kind>Prefill|Decode) batch(?: \[(?P<iter>\d{1,12})\])?(?:, |\. |\(mixed [^)]*\)\. )"),
+    re.compile(r"new (?P<kind>fill) batch\. (?P<iter>)"),
 )
 
 # Items that reveal a PD role, per family.  0.4.6-0.5.2 prefill: "#unbootstrapped-req",

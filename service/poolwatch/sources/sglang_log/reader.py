@@ -39,7 +39,7 @@ class UnreadableLog(Exception):
 class LogReader:
     """Iterates over the lines of ``path`` in chunks; ``position`` is the bytes of the file read."""
 
-    def __init__(self, path: Path, *, chunk: int = 1 << 20, max_line: int = 64 << 10) -> None:
+    def __init__(self, path: Path, *, chunk: int = 256 << 10, max_line: int = 64 << 10) -> None:
         self._path = path
         self._chunk = chunk
         self._max_line = max_line

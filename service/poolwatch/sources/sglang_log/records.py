@@ -62,12 +62,16 @@ class _Open:
 class RecordAssembler:
     """Groups lines into records, bounded as the module docstring says."""
 
-    def __init__(self, max_lines: int = 200, max_chars: int = 64 * 1024, day: dt.date | None = None) -> None:
+    def __init__(
+        self, max_lines: int = 200, max_chars: int = 64 * 1024, day: dt.date | None = None, at: float = 0.0
+    ) -> None:
+        """``day`` dates time-of-day prefixes until a dated line is seen; ``at`` stamps headless
+        lines until any stamped line is seen (the live source passes now)."""
         self._max_lines = max_lines
         self._max_chars = max_chars
         self._day = day or dt.date(1970, 1, 1)
         self._open: _Open | None = None
-        self._last_at = 0.0
+        self._last_at = at
         self._last_ranks = Ranks()
         self._dated_at: float | None = None
         self.overflowed = 0  # records split because they passed the bound

@@ -24,6 +24,7 @@ __all__ = ["Problem", "ReplayReport", "Row", "Replayer"]
 
 ACCOUNTING = (IncidentKind.LEAK_DETECTED, IncidentKind.BUSY_CHECK_FAILED, IncidentKind.TREE_SANITY_FAILED)
 POOLS = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)
+_NONE = (False, False, -1.0)  # below every figure's weight
 
 
 @dataclass(slots=True)
@@ -38,6 +39,7 @@ class Row:
     running: int | None = None
     waiting: int | None = None
     verdict: str = ""  # what the figures prove ("" when they prove nothing)
+    weights: dict[Pool, tuple[bool, bool, float]] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,7 @@ class Replayer:
         else:
             row.event = "batches"
         row.batches += 1
-        row.figures = _worst(row.figures, _batch_figures(event))
+        _keep_worst(row, event)
         row.running = max(row.running or 0, event.queues.get("running", 0))
         row.waiting = max(row.waiting or 0, event.queues.get("waiting", 0))
         row.verdict = row.verdict or verdict
@@ -174,33 +176,23 @@ def _negative(event: BatchStats) -> bool:
     return bool(event.negative) or any(v < 0 for v in event.used.values())
 
 
-def _batch_figures(event: BatchStats) -> dict[Pool, str]:
-    """Per pool, the used count of a decode line, else the (signed) ratio of a prefill line."""
-    out = {pool: str(count) for pool, count in event.used.items()}
+def _keep_worst(row: Row, event: BatchStats) -> None:
+    """Per pool, keep the figure that matters most in a window: a negative one, a count over a
+    ratio, else the largest (the used count of a decode line, else the signed prefill ratio)."""
+    for pool, count in event.used.items():
+        weight = (count < 0, True, float(abs(count)))
+        if weight > row.weights.get(pool, _NONE):
+            row.weights[pool], row.figures[pool] = weight, str(count)
     for pool, ratio in event.usage.items():
-        if pool not in out:
-            out[pool] = f"{'-' if pool in event.negative else ''}{abs(ratio):.2f}"
-    return out
+        if pool in event.used:
+            continue
+        negative = pool in event.negative
+        weight = (negative, False, abs(ratio))
+        if weight > row.weights.get(pool, _NONE):
+            row.weights[pool], row.figures[pool] = weight, f"{'-' if negative else ''}{abs(ratio):.2f}"
 
 
 def _account_figures(snap: Snapshot) -> dict[Pool, str]:
     """Per pool, the used count the snapshot's figures give."""
     counts = {pool: used(account) for pool, account in snap.pools.items()}
     return {pool: str(count) for pool, count in counts.items() if count is not None}
-
-
-def _worst(old: dict[Pool, str], new: dict[Pool, str]) -> dict[Pool, str]:
-    """Per pool, keep the figure that matters most in a window: a negative one, a count over a
-    ratio, else the largest."""
-    merged = dict(old)
-    for pool, text in new.items():
-        prev = merged.get(pool)
-        if prev is None or _rank(text) > _rank(prev):
-            merged[pool] = text
-    return merged
-
-
-def _rank(text: str) -> tuple[bool, bool, float]:
-    value = float(text)
-    negative = text.startswith("-")
-    return negative, "." not in text, -value if negative else value

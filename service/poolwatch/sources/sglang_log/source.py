@@ -40,7 +40,8 @@ class SglangLogSource(Source):
         self._target = target
         self._clock = clock
         self._tail = LogTail(target.location, backfill=backfill, max_read=max_read)
-        self._assembler = RecordAssembler(day=dt.date.fromtimestamp(clock()))  # dates 0.2.x stamps
+        now = clock()  # dates 0.2.x time-of-day stamps and stamps lines read before any stamped one
+        self._assembler = RecordAssembler(day=dt.date.fromtimestamp(now), at=now)
         self._fold = LogFold(target.worker, target.role, instance=target.location)
 
     @property

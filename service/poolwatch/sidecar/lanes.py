@@ -48,7 +48,9 @@ class Lanes:
     """One small client per long-polled target, opened on first use and closed with its target."""
 
     def __init__(self, settings: ScrapeSettings, *, verify: ssl.SSLContext | bool = True) -> None:
-        self._timeout = settings.scrape_timeout
+        self._timeout = (
+            settings.scrape_timeout + settings.scrape_interval
+        )  # the probe waits up to an interval
         self._limits = httpx.Limits(
             max_connections=1, max_keepalive_connections=1, keepalive_expiry=_keepalive_expiry(settings)
         )

@@ -76,17 +76,16 @@ class Scraper:
         """Scrape one target once and record the outcome; never raises (but for cancellation)."""
         async with self._watch_limit if source.long_poll else self._limit:
             started = time.perf_counter()
+            deadline = self.deadline(source)
             try:
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
                 # arrives as the scrape completes, and the loop would then never stop.
-                async with asyncio.timeout(self._settings.scrape_timeout):
+                async with asyncio.timeout(deadline):
                     snaps = await source.scrape(client)
             except ScrapeError as exc:
                 return self._fail(source, started, exc.reason, str(exc))
             except TimeoutError:
-                return self._fail(
-                    source, started, Reason.TIMEOUT, f"no answer within {self._settings.scrape_timeout}s"
-                )
+                return self._fail(source, started, Reason.TIMEOUT, f"no answer within {deadline:g}s")
             except Exception as exc:  # a source bug must not kill the loop
                 failure = scrape_failure(exc, source.target.location)
                 if failure.reason is Reason.INTERNAL and self._up.get(source.target.name, True):
@@ -186,6 +185,12 @@ class Scraper:
         finally:
             if lanes is not None and lane is not None:
                 await lanes.release(name, lane)
+
+    def deadline(self, source: Source) -> float:
+        """How long a scrape may take: ``scrape_timeout``, plus the interval a long-poll may
+        wait at the probe before it answers (the wait is not the probe being slow)."""
+        extra = self._settings.scrape_interval if source.long_poll else 0.0
+        return self._settings.scrape_timeout + extra
 
     def delay(self, failures: int) -> float:
         """The wait before the next scrape: the interval, doubled per consecutive failure, jittered."""

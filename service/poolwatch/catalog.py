@@ -10,13 +10,39 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["CATALOG", "RANK_LABELS", "Kind", "MetricSpec", "TARGET_LABELS", "by_name", "markdown_table"]
+if TYPE_CHECKING:
+    from poolwatch.model import WorkerId
+
+__all__ = [
+    "CATALOG",
+    "RANK_LABELS",
+    "Kind",
+    "MetricSpec",
+    "TARGET_LABELS",
+    "by_name",
+    "markdown_table",
+    "rank_label_values",
+]
 
 RANK_LABELS: tuple[str, ...] = ("worker", "role", "dp_rank", "tp_rank", "pp_rank")
 POOL_LABELS: tuple[str, ...] = (*RANK_LABELS, "pool")
 TARGET_LABELS: tuple[str, ...] = ("target", "source", "worker")  # worker: whose target (inhibition)
 ALERT_LABELS: tuple[str, ...] = ("alertname", "severity", *RANK_LABELS, "pool")
+
+
+def rank_label_values(worker: WorkerId) -> tuple[str, ...]:
+    """A rank's label values in :data:`RANK_LABELS` order: the one place the exporter, the alert
+    collector and the detector's alerts take a rank's labels from."""
+    values = {
+        "worker": worker.worker,
+        "role": worker.role.value,
+        "dp_rank": str(worker.dp_rank),
+        "tp_rank": str(worker.tp_rank),
+        "pp_rank": str(worker.pp_rank),
+    }
+    return tuple(values[name] for name in RANK_LABELS)
 
 
 class Kind(enum.StrEnum):

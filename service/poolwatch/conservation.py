@@ -16,7 +16,9 @@ idle nothing is protected or held, so ``used - session_held`` *is* the gap.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
 
@@ -26,6 +28,7 @@ __all__ = [
     "Finding",
     "assess",
     "assess_snapshot",
+    "findings",
     "describe",
     "gap",
     "signature",
@@ -107,11 +110,21 @@ def assess(account: PoolAccount, phase: Phase) -> Finding:
     return Finding(account.pool, Balance.UNKNOWN, None, Basis.NONE)
 
 
-def assess_snapshot(snap: Snapshot) -> tuple[Finding, ...]:
-    """One finding per pool of the snapshot, in pool order."""
+def findings(snap: Snapshot) -> Mapping[Pool, Finding]:
+    """Every pool's finding, in pool order, assessed once per snapshot (memoised on it): the
+    store, exporter, detector, API, ``check`` and the probe's long-poll signature all read these."""
+    return snap.derived("findings", lambda: _assess_pools(snap))
+
+
+def _assess_pools(snap: Snapshot) -> Mapping[Pool, Finding]:
     order = list(Pool)
     pools = sorted(snap.pools.values(), key=lambda a: order.index(a.pool))
-    return tuple(assess(a, snap.phase) for a in pools)
+    return MappingProxyType({a.pool: assess(a, snap.phase) for a in pools})
+
+
+def assess_snapshot(snap: Snapshot) -> tuple[Finding, ...]:
+    """One finding per pool of the snapshot, in pool order (from :func:`findings`)."""
+    return tuple(findings(snap).values())
 
 
 _MEANING = {Balance.SURPLUS: "double free", Balance.DEFICIT: "leak"}

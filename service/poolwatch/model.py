@@ -22,8 +22,11 @@ A figure is ``None`` when the source could not know it (SGLang's ``/metrics`` ne
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 __all__ = [
     "Exactness",
@@ -227,3 +230,14 @@ class Snapshot:
     boot_id: str = ""  # changes when the scheduler restarts (seq resets)
     repairs: tuple[Repair, ...] = ()  # the guard's actions (probe with POOLWATCH_PROBE_GUARD=1)
     final: bool = False  # the probe's last word: SGLang's idle check is about to crash this rank
+    # what is derived from these figures (the pools' findings), computed once per snapshot
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def derived(self, key: str, compute: Callable[[], _T]) -> _T:
+        """``compute()`` the first time ``key`` is asked of this snapshot, the same value after:
+        every consumer (exporter, detector, API, check, the probe's long-poll) shares one
+        assessment.  A ``replace()``-d snapshot starts with an empty memo."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        value: _T = self._memo[key]
+        return value

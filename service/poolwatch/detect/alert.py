@@ -7,6 +7,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from poolwatch.catalog import RANK_LABELS, rank_label_values
 from poolwatch.detect.rules import Severity
 from poolwatch.model import Snapshot, WorkerId
 
@@ -22,14 +23,9 @@ def sampled_subject(snap: Snapshot) -> str:
 
 
 def rank_labels(worker: WorkerId, pool: str = "") -> Labels:
-    """The identity labels of a rank (and a pool), as the exporter labels its series."""
-    pairs = {
-        "worker": worker.worker,
-        "role": worker.role.value,
-        "dp_rank": str(worker.dp_rank),
-        "tp_rank": str(worker.tp_rank),
-        "pp_rank": str(worker.pp_rank),
-    }
+    """The identity labels of a rank (and a pool), as the exporter labels its series, sorted by
+    name (an alert's identity)."""
+    pairs = dict(zip(RANK_LABELS, rank_label_values(worker), strict=True))
     if pool:
         pairs["pool"] = pool
     return tuple(sorted(pairs.items()))

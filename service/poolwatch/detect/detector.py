@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from poolwatch.conservation import Basis, assess
+from poolwatch.conservation import Basis, findings
 from poolwatch.detect.alert import Alert, Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.health import (
@@ -162,8 +162,8 @@ class Detector:
             rank = _Rank(snap.boot_id, snap.worker, snap.source)
             self._ranks[subject] = rank
         rank.worker = snap.worker
-        for account in snap.pools.values():
-            finding = assess(account, snap.phase)
+        for pool, finding in findings(snap).items():
+            account = snap.pools[pool]
             if finding.gap is not None and finding.basis in (Basis.EXACT, Basis.IDLE_RESIDUAL):
                 free = None
                 if account.available is not None:

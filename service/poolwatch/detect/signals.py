@@ -1,7 +1,8 @@
 """What one snapshot shows, as :class:`~poolwatch.detect.alert.Signal` values.  Pure functions.
 
-The arithmetic is :func:`poolwatch.conservation.assess`; this module only decides which alert a
-finding raises, how soon, how severe, and says so in a sentence with the figures:
+The arithmetic is :func:`poolwatch.conservation.assess`, read through the snapshot's memoised
+:func:`~poolwatch.conservation.findings`; this module only decides which alert a finding
+raises, how soon, how severe, and says so in a sentence with the figures:
 
 * a surplus (exact gap < 0, or a coarse used count < 0) -> PoolwatchDoubleFree, critical, at once;
 * a probe tripwire naming slot ids in a free list twice / while owned -> PoolwatchDoubleFree at once;
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from poolwatch.conservation import Balance, Basis, Finding, assess
+from poolwatch.conservation import Balance, Basis, Finding, findings
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.rules import AlertName, Severity
@@ -91,8 +92,7 @@ def conservation_signals(snap: Snapshot, cfg: DetectorConfig) -> list[Signal]:
     parts: dict[tuple[str, Pool], list[str]] = defaultdict(list)
     slots: dict[tuple[str, Pool], int] = defaultdict(int)
     waits: dict[tuple[str, Pool], tuple[int, float]] = {}
-    for account in snap.pools.values():
-        f = assess(account, snap.phase)
+    for f in findings(snap).values():
         if f.balance in (Balance.SURPLUS, Balance.DEFICIT):
             key = (AlertName.DOUBLE_FREE if f.balance is Balance.SURPLUS else AlertName.SLOT_LEAK, f.pool)
             parts[key].append(_finding_sentence(f, snap))
@@ -112,7 +112,7 @@ def conservation_signals(snap: Snapshot, cfg: DetectorConfig) -> list[Signal]:
 def conservation_judged(snap: Snapshot) -> set[Verdict]:
     """The pools whose balance ``snap`` can tell (known gap, or a tripwire): for those, no signal
     is a clean sample; pools it cannot tell (coarse figures while busy) leave their alerts be."""
-    pools = {a.pool for a in snap.pools.values() if assess(a, snap.phase).balance is not Balance.UNKNOWN}
+    pools = {pool for pool, f in findings(snap).items() if f.balance is not Balance.UNKNOWN}
     pools |= {t.pool for t in snap.tripwires}
     alerts = (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK)
     return {(alert, rank_labels(snap.worker, p.value)) for p in pools for alert in alerts}

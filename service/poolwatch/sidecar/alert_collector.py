@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from poolwatch.catalog import by_name
+from poolwatch.catalog import by_name, rank_label_values
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.notify.delivery import DeliveryStats
@@ -62,8 +62,7 @@ class AlertCollector(Collector):
             if alert.state is not AlertState.RESOLVED:
                 fam.add("poolwatch_alert_active", _alert_labels(alert), 1)
         for t in self._detector.trends():
-            w = t.worker
-            labels = (w.worker, w.role.value, str(w.dp_rank), str(w.tp_rank), str(w.pp_rank), t.pool.value)
+            labels = (*rank_label_values(t.worker), t.pool.value)
             fam.add("poolwatch_pool_leak_rate_slots_per_second", labels, t.trend.rate)
             if t.trend.eta is not None:
                 fam.add("poolwatch_pool_exhaustion_eta_seconds", labels, t.trend.eta)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from poolwatch.catalog import Kind, by_name
-from poolwatch.conservation import assess, used
+from poolwatch.catalog import Kind, by_name, rank_label_values
+from poolwatch.conservation import findings, used
 from poolwatch.model import Exactness, Phase, PoolAccount, Snapshot
 from poolwatch.sidecar.store import SnapshotStore, TargetState
 
@@ -70,8 +70,8 @@ class Families:
 
 
 def rank_labels(snap: Snapshot) -> tuple[str, ...]:
-    w = snap.worker
-    return (w.worker, w.role.value, str(w.dp_rank), str(w.tp_rank), str(w.pp_rank))
+    """The label values of ``snap``'s rank, in catalogue order."""
+    return rank_label_values(snap.worker)
 
 
 _RANK_METRICS = (
@@ -168,8 +168,8 @@ class PoolCollector(Collector):
         labels = (*rank_labels(snap), account.pool.value)
         if account.size is not None:
             fam.add("poolwatch_pool_capacity_slots", labels, account.size)
+        finding = findings(snap)[account.pool]
         if stale:
-            finding = assess(account, snap.phase)
             if finding.gap is not None:  # the last finding stands until the rank restarts
                 fam.add("poolwatch_pool_conservation_gap_slots", labels, finding.gap)
             return
@@ -177,7 +177,6 @@ class PoolCollector(Collector):
             value = getattr(account, state)
             if value is not None:
                 fam.add("poolwatch_pool_slots", (*labels, state), value)
-        finding = assess(account, snap.phase)
         used_slots = used(account)
         if used_slots is not None:
             fam.add("poolwatch_pool_used_slots", labels, used_slots)

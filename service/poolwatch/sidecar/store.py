@@ -21,6 +21,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from poolwatch.conservation import findings
 from poolwatch.errors import Reason
 from poolwatch.model import IncidentKind, Snapshot, SourceKind
 from poolwatch.target_health import TargetState
@@ -109,6 +110,7 @@ class SnapshotStore:
             rank.incidents.update(i.kind for i in snap.incidents)
             view.latest = snap
             view.history.append(snap)
+        findings(snap)  # assessed once, here; the listeners, exporter and API read the memo
         for listener in self._listeners:
             listener(snap)
         return True

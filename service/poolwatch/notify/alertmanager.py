@@ -56,6 +56,7 @@ class AlertmanagerReceiver:
     def __init__(self, base_url: str, resend_interval: float) -> None:
         self.url = base_url.rstrip("/") + "/api/v2/alerts"
         self.name = "alertmanager:" + (urllib.parse.urlsplit(base_url).netloc or base_url)
+        self.resends = True  # Alertmanager deduplicates: firing alerts are re-sent so it never forgets
         self._resend = resend_interval
 
     async def send(self, client: httpx.AsyncClient, alerts: Sequence[Alert], now: float) -> None:

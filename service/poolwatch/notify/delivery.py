@@ -4,7 +4,10 @@ The :class:`Outbox` (pure) remembers what the receiver has been told: a new firi
 alert is due at once, a firing one is re-sent every ``resend_interval`` (so a receiver that lost
 its state, or came back after an outage, learns it again), an alert that vanishes after being sent
 firing is sent resolved.  A failed attempt keeps everything due, marks every firing alert to be
-told again (the receiver may have restarted and forgotten it) and backs off exponentially.  The
+told again (the receiver may have restarted and forgotten it) and backs off exponentially.
+Re-sending is only for a receiver that deduplicates (Alertmanager, ``resends``): a plain webhook
+(``resend=False``) gets each state of an alert once, and :meth:`Outbox.told` marks alerts restored
+after a sidecar restart as already delivered to it.  The
 queue is bounded: when more than ``capacity`` resolutions wait (a long outage), the oldest are
 dropped and counted; firing alerts are never dropped (the detector bounds their number).
 
@@ -36,6 +39,7 @@ class Receiver(Protocol):
     """Where alerts go.  ``send`` raises :class:`~poolwatch.errors.DeliveryError` on any failure."""
 
     name: str
+    resends: bool  # deduplicates, so firing alerts are re-sent (Alertmanager); else each state once
 
     async def send(self, client: httpx.AsyncClient, alerts: Sequence[Alert], now: float) -> None: ...
 
@@ -60,6 +64,7 @@ class Outbox:
     capacity: int
     backoff_min: float = 1.0
     backoff_max: float = 60.0
+    resend: bool = True
     dropped: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _retry_at: float = 0.0
@@ -108,8 +113,18 @@ class Outbox:
             e.alert
             for _, e in sorted(self._entries.items())
             if e.dirty
-            or (e.alert.state is AlertState.FIRING and now - (e.sent_at or 0.0) >= self.resend_interval)
+            or (
+                self.resend
+                and e.alert.state is AlertState.FIRING
+                and now - (e.sent_at or 0.0) >= self.resend_interval
+            )
         ]
+
+    def told(self, alerts: Sequence[Alert], now: float) -> None:
+        """Count ``alerts`` (firing, restored from the state file) as delivered already."""
+        for alert in alerts:
+            if alert.state is AlertState.FIRING:
+                self._entries[alert.fingerprint] = _Entry(alert, sent_at=now, dirty=False)
 
     def delivered(self, alerts: Sequence[Alert], now: float) -> None:
         self._backoff, self._retry_at = 0.0, 0.0
@@ -120,9 +135,10 @@ class Outbox:
 
     def failed(self, now: float) -> float:
         """Back off; returns the delay before the next attempt.  The receiver may have lost its
-        state (a restart behind the outage), so every firing alert is told again on recovery."""
+        state (a restart behind the outage), so every firing alert is told again on recovery
+        (unless the receiver does not deduplicate: it would show the alert twice)."""
         for entry in self._entries.values():
-            if entry.alert.state is AlertState.FIRING:
+            if self.resend and entry.alert.state is AlertState.FIRING:
                 entry.dirty = True
         self._backoff = min(self.backoff_max, max(self.backoff_min, self._backoff * 2))
         self._retry_at = now + self._backoff
@@ -160,7 +176,10 @@ class Deliverer:
         self._clock = clock
         self._tick = tick
         self._sleep = sleep
-        self.outbox = Outbox(resend_interval, capacity, backoff_min=backoff[0], backoff_max=backoff[1])
+        resend = getattr(receiver, "resends", True)
+        self.outbox = Outbox(
+            resend_interval, capacity, backoff_min=backoff[0], backoff_max=backoff[1], resend=resend
+        )
         self._counts = {"sent": 0, "failed": 0, "dropped": 0}
         self._up = True
         self._woken = asyncio.Event()

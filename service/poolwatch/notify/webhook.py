@@ -1,5 +1,9 @@
 """A generic JSON webhook, in the shape of Alertmanager's webhook payload (version 4), so that
-receivers written for Alertmanager (chat bridges, incident tools) accept poolwatch directly."""
+receivers written for Alertmanager (chat bridges, incident tools) accept poolwatch directly.
+
+A webhook does not deduplicate, so it gets exactly one ``firing`` message per alert (and one
+``resolved``): no periodic re-send, no re-telling after an outage, and alerts restored from the
+state file after a restart count as already told (``resends = False``)."""
 
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ class WebhookReceiver:
         self.url = url
         parts = urllib.parse.urlsplit(url)
         self.name = "webhook:" + (parts.netloc + parts.path if parts.netloc else url)
+        self.resends = False
 
     async def send(self, client: httpx.AsyncClient, alerts: Sequence[Alert], now: float) -> None:
         await post_json(client, self.url, webhook_payload(alerts))

@@ -81,6 +81,7 @@ class Alerting:
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
         self._save_error = ""
+        self._restored: list[Alert] = []  # told before the restart: a plain webhook is not told again
         self.supervisor = Supervisor()
         self.collector = AlertCollector(detector, self.delivery_stats)
         self.router: APIRouter = alerts_router(detector.alerts)
@@ -92,7 +93,7 @@ class Alerting:
         loaded = load_state(self._state_file)
         if loaded.set_aside is not None:
             self.supervisor.error("state_file_corrupt")
-        alerts = loaded.alerts
+        alerts = self._restored = loaded.alerts
         self.detector.restore(alerts)
         self._saved = frozenset(a.fingerprint for a in alerts)
         return len(alerts)
@@ -132,6 +133,9 @@ class Alerting:
             )
             for r in self._receivers
         ]
+        for deliverer in self._deliverers:
+            if not deliverer.outbox.resend:
+                deliverer.outbox.told(self._restored, self._clock())
         self._tasks = [self.supervisor.start("poolwatch-alert-timer", self._timer)]
         self._tasks += [
             self.supervisor.start(f"poolwatch-notify-{d.receiver.name}", d.run) for d in self._deliverers

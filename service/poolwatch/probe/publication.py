@@ -14,23 +14,35 @@ Interface for other probe code (e.g. a tripwire that must reach the sidecar at o
     publication.wait_changed(seen_signature, t)   # HTTP thread: Snapshot | None after <= t seconds
     publication.latest                            # lock-free read of the current reference
     publication.close()                           # wake and release every waiter (server stop)
+
+Time is injected (``clock``, and ``wait``: how a waiter blocks on the held condition), so tests
+drive a long-poll's timeout and an early answer on a fake clock without waiting.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from poolwatch.conservation import signature
 from poolwatch.model import Snapshot
 
-__all__ = ["Publication"]
+__all__ = ["Publication", "Wait"]
+
+# block on the (held) condition for at most the given seconds; returns when notified or timed out
+Wait = Callable[[threading.Condition, float], object]
+
+
+def _condition_wait(cond: threading.Condition, timeout: float) -> object:
+    return cond.wait(timeout)
 
 
 class Publication:
     """One reference the scheduler thread swaps, plus a condition variable to wait for a change."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wait: Wait = _condition_wait) -> None:
+        self._clock, self._wait = clock, wait
         self._cond = threading.Condition(threading.Lock())
         self._snapshot: Snapshot | None = None
         self._version = 0
@@ -82,19 +94,19 @@ class Publication:
     def wait_changed(self, seen_signature: str, timeout: float) -> Snapshot | None:
         """The latest snapshot as soon as its signature differs from ``seen_signature``, else
         whatever is latest after ``timeout`` seconds (clamped to ``>= 0``)."""
-        deadline = time.monotonic() + max(0.0, timeout)
+        deadline = self._clock() + max(0.0, timeout)
         while True:
             with self._cond:
                 version, snap, closed = self._version, self._snapshot, self._closed
             if snap is not None and self._signature_of(version, snap) != seen_signature:
                 return snap
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock()
             if remaining <= 0 or closed:
                 return snap
             with self._cond:
                 if self._version == version and not self._closed:
                     self._waiting += 1
                     try:
-                        self._cond.wait(remaining)
+                        self._wait(self._cond, remaining)
                     finally:
                         self._waiting -= 1

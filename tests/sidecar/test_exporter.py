@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tests.helpers import FIXTURES, FakeClock, require_tool
@@ -28,24 +28,28 @@ def seed_store(seed: Snapshot, clock: FakeClock) -> SnapshotStore:
     return store
 
 
+RANK = {"worker": "qwen3-next-prefill-0", "role": "prefill", "dp_rank": "0", "tp_rank": "0", "pp_rank": "0"}
+MAMBA, FULL = {**RANK, "pool": "mamba"}, {**RANK, "pool": "full"}
+GONE = {"target": "probe:gone", "source": "probe", "worker": ""}
+
+
 def render(store: SnapshotStore, clock: FakeClock, stale_after: float = 10.0) -> str:
     return generate_latest(build_registry(store, clock, stale_after)).decode()
 
 
-def value(text: str, name: str, **labels: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+def sample_names(registry: CollectorRegistry) -> set[str]:
+    """The names of every sample the registry collects now."""
+    return {s.name for family in registry.collect() for s in family.samples}
 
 
 def test_the_seed_exports_a_mamba_gap_of_minus_one(seed_snapshot: Snapshot, clock: FakeClock) -> None:
-    text = render(seed_store(seed_snapshot, clock), clock)
-    assert value(text, "poolwatch_pool_conservation_gap_slots", pool="mamba") == -1
-    assert value(text, "poolwatch_pool_conservation_gap_slots", pool="full") == 0
-    assert value(text, "poolwatch_pool_slots", pool="mamba", state="evictable") == 4
-    assert value(text, "poolwatch_target_up", target="probe:gone") == 0
-    assert value(text, "poolwatch_target_scrape_errors_total", target="probe:gone", reason="timeout") == 1
+    registry = build_registry(seed_store(seed_snapshot, clock), clock, 10.0)
+    assert registry.get_sample_value("poolwatch_pool_conservation_gap_slots", MAMBA) == -1
+    assert registry.get_sample_value("poolwatch_pool_conservation_gap_slots", FULL) == 0
+    assert registry.get_sample_value("poolwatch_pool_slots", {**MAMBA, "state": "evictable"}) == 4
+    assert registry.get_sample_value("poolwatch_target_up", GONE) == 0
+    errors = registry.get_sample_value("poolwatch_target_scrape_errors_total", {**GONE, "reason": "timeout"})
+    assert errors == 1
 
 
 def test_the_exposition_matches_the_golden_file(seed_snapshot: Snapshot, clock: FakeClock) -> None:
@@ -75,16 +79,15 @@ def test_a_stale_rank_keeps_its_last_findings_but_withholds_its_slot_figures(
 ) -> None:
     store = seed_store(seed_snapshot, clock)
     clock.advance(30)
-    text = render(store, clock)
-    assert value(text, "poolwatch_snapshot_stale") == 1
-    assert value(text, "poolwatch_snapshot_age_seconds") == pytest.approx(30.5)
+    registry = build_registry(store, clock, 10.0)
+    assert registry.get_sample_value("poolwatch_snapshot_stale", RANK) == 1
+    assert registry.get_sample_value("poolwatch_snapshot_age_seconds", RANK) == pytest.approx(30.5)
     # a dead worker's double free is not healthy: the rule and the dashboard still see it
-    assert value(text, "poolwatch_pool_conservation_gap_slots", pool="mamba") == -1
-    assert value(text, "poolwatch_pool_capacity_slots", pool="mamba") == 476
-    assert value(text, "poolwatch_idle_check_strict") == 1
-    assert value(text, "poolwatch_pool_slots") is None
-    assert value(text, "poolwatch_pool_used_slots") is None
-    assert value(text, "poolwatch_queue_requests") is None
+    assert registry.get_sample_value("poolwatch_pool_conservation_gap_slots", MAMBA) == -1
+    assert registry.get_sample_value("poolwatch_pool_capacity_slots", MAMBA) == 476
+    assert registry.get_sample_value("poolwatch_idle_check_strict", RANK) == 1
+    withheld = {"poolwatch_pool_slots", "poolwatch_pool_used_slots", "poolwatch_queue_requests"}
+    assert not withheld & sample_names(registry)
 
 
 def test_probe_health_and_tripwires_are_exported(seed_snapshot: Snapshot, clock: FakeClock) -> None:
@@ -98,16 +101,20 @@ def test_probe_health_and_tripwires_are_exported(seed_snapshot: Snapshot, clock:
     )
     store = SnapshotStore()
     store.put(snap)
-    text = render(store, clock)
-    assert value(text, "poolwatch_pool_tripwire_slots", pool="mamba", kind="free_and_live") == 1
-    assert value(text, "poolwatch_probe_errors_total") == 1
-    assert value(text, "poolwatch_worker_idle") == 0
+    registry = build_registry(store, clock, 10.0)
+    trips = {**MAMBA, "kind": "free_and_live"}
+    assert registry.get_sample_value("poolwatch_pool_tripwire_slots", trips) == 1
+    assert registry.get_sample_value("poolwatch_probe_errors_total", RANK) == 1
+    assert registry.get_sample_value("poolwatch_worker_idle", RANK) == 0
 
 
 def test_every_exported_family_is_in_the_catalogue(seed_snapshot: Snapshot, clock: FakeClock) -> None:
-    text = render(seed_store(seed_snapshot, clock), clock)
-    exported = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
-    assert exported <= {s.name for s in CATALOG}
+    registry = build_registry(seed_store(seed_snapshot, clock), clock, 10.0)
+    exported = {family.name for family in registry.collect()}
+    # prometheus_client names a counter's family without its _total suffix
+    assert {n if n in {s.name for s in CATALOG} else f"{n}_total" for n in exported} <= {
+        s.name for s in CATALOG
+    }
 
 
 def test_catalogue_names_follow_prometheus_conventions() -> None:

@@ -183,3 +183,64 @@ async def test_a_rotated_log_is_followed_without_losing_lines(
     snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
     used = [s.pools[Pool.FULL].used for s in snaps]
     assert used == [1, -2, 3]  # the first line waited for the next one to show it was whole
+
+
+LEAK_HEAD = (
+    "token_to_kv_pool_allocator memory leak detected! full_available_size=6016, full_evictable_size=390685, "
+    "self.token_to_kv_pool_allocator.size=396701, self.tree_cache.full_protected_size()=0"
+)
+LEAK_MAMBA = (
+    "mamba_available_size=317, mamba_evictable_size=138, self.req_to_token_pool.mamba_pool.size=454, "
+    "self.tree_cache.mamba_protected_size()=0"
+)
+
+
+async def test_a_report_that_arrives_after_the_log_went_quiet_is_still_read_and_kept_on_its_rank(
+    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    path = tmp_path / "live.log"
+    path.write_text(
+        "(SGLangEngine pid=9) \x1b[31m[2026-01-12 10:57:43 TP3]\x1b[0m Scheduler hit an exception: "
+        "Traceback (most recent call last):\n"
+    )
+    source = open_log(path)
+    await drain(source, client)  # the crash line alone, flushed when the log went quiet
+    with path.open("a") as out:
+        out.write('(SGLangEngine pid=9)   File "scheduler.py", line 1\r\n')
+        out.write(f"(SGLangEngine pid=9) ValueError: {LEAK_HEAD}\n")
+        out.write(f"(SGLangEngine pid=9) \x1b[1m{LEAK_MAMBA}\x1b[0m\n")
+    (snap,) = await drain(source, client)
+    assert snap.worker.tp_rank == 3
+    assert [i.kind for i in snap.incidents] == [IncidentKind.LEAK_DETECTED]
+    assert describe(assess_snapshot(snap)) == "mamba: surplus of 1 slot (double free); full: balanced"
+
+
+async def test_a_line_is_read_only_once_its_newline_is_written(
+    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    path = tmp_path / "live.log"
+    path.write_text(f"[2026-01-12 10:57:43 TP0] {LEAK_HEAD}\n{LEAK_MAMBA.replace('size=454', 'size=45')}")
+    source = open_log(path)
+    first = await drain(source, client)
+    assert [describe(assess_snapshot(s)) for s in first] == ["full: balanced"]  # mamba's line is unfinished
+    with path.open("a") as out:
+        out.write("4, more=1\n[2026-01-12 10:57:44 TP0] next\n")
+    assert await source.scrape(client) == []  # the finished line continues nothing: it starts a record
+    tail = await drain(source, client)
+    assert "surplus" not in " ".join(describe(assess_snapshot(s)) for s in first + tail)
+
+
+async def test_a_rotated_files_unterminated_last_line_is_never_read(
+    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+) -> None:
+    path = tmp_path / "sglang.log"
+    decode = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
+    path.write_text(f"[2026-01-01 00:00:01 TP0] {decode.format(n=5)}\n")
+    source = open_log(path)
+    await source.scrape(client)
+    with path.open("a") as out:
+        out.write(f"[2026-01-01 00:00:02 TP0] {decode.format(n=-4)}"[:-20])  # cut: the writer died mid-line
+    path.rename(tmp_path / "sglang.log.1")
+    path.write_text(f"[2026-01-01 00:00:03 TP0] {decode.format(n=3)}\n")
+    snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
+    assert [s.pools[Pool.FULL].used for s in snaps] == [5, 3]

@@ -196,3 +196,84 @@ def test_any_ssm_decode_line_parses_back(
 def test_any_message_is_interpreted_without_failing(message: str) -> None:
     for event in interpret(LogRecord(0.0, R0, message)):
         assert isinstance(event, BatchStats | Capacity | RankIncident)
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "used", "usage", "queues"),
+    [
+        pytest.param(
+            "new fill batch. #seq: 6. #cached_token: 1320. #new_token: 2874. #remaining_req: 11. "
+            "#running_req: 2. tree_cache_hit_rate: 31.47%.",
+            "prefill",
+            {},
+            {},
+            {"waiting": 11, "running": 2},
+            id="0.1-new-fill-batch",
+        ),
+        pytest.param(
+            "Prefill batch(mixed #running-req: 1). #new-seq: 2, #new-token: 640, #cached-token: 12, "
+            "cache hit rate: 0.44%, #queue-req: 3",
+            "prefill",
+            {},
+            {},
+            {"waiting": 3},
+            id="0.2-mixed-chunk",
+        ),
+        pytest.param(
+            "Decode batch. #running-req: 3, #token: 3120, token usage: 0.04, "
+            "gen throughput (token/s): 301.22, #queue-req: 0",
+            "decode",
+            {Pool.FULL: 3120},
+            {Pool.FULL: 0.04},
+            {"running": 3, "waiting": 0},
+            id="0.2-0.5.3-decode",
+        ),
+        pytest.param(
+            "Prefill batch. #new-seq: 1, #new-token: 8192, #cached-token: 0, full token usage: 0.02, "
+            "swa token usage: -0.00, #running-req: 0, #queue-req: 0, ",
+            "prefill",
+            {},
+            {Pool.FULL: 0.02, Pool.SWA: -0.0},
+            {"running": 0, "waiting": 0},
+            id="0.5.2-swa-prefill",
+        ),
+    ],
+)
+def test_the_older_batch_forms_give_their_figures(
+    line: str, kind: str, used: dict[Pool, int], usage: dict[Pool, float], queues: dict[str, int]
+) -> None:
+    got = batch(line)
+    assert (got.kind, got.used, got.usage, got.queues) == (kind, used, usage, queues)
+
+
+def test_an_exception_printed_without_any_prefix_is_still_a_report() -> None:
+    record = LogRecord(
+        5.0,
+        R0,
+        "AssertionError: SWA Pool Mem Leak Detected! [swa] total=65536, available=60000, evictable=5000, "
+        "protected=0, session_held=2, uncached=500",
+        headless=True,
+    )
+    (event,) = interpret(record)
+    assert isinstance(event, RankIncident)
+    assert event.incident.kind is IncidentKind.BUSY_CHECK_FAILED
+    (swa,) = event.incident.pools
+    assert (swa.pool, swa.size, swa.available, swa.evictable, swa.held, swa.session_held) == (
+        Pool.SWA,
+        65536,
+        60000,
+        5000,
+        500,
+        2,
+    )
+
+
+def test_a_batch_line_followed_by_a_report_gives_both() -> None:
+    record = LogRecord(
+        5.0,
+        Ranks(0, 1, 0),
+        "Decode batch, #running-req: 1, #token: 40, token usage: 0.00",
+        ("ValueError: pool memory leak detected! [full] total=10, available=11, evictable=0",),
+    )
+    kinds = [type(e).__name__ for e in interpret(record)]
+    assert kinds == ["BatchStats", "RankIncident"]

@@ -114,7 +114,7 @@ def create_app(
     def metrics(request: Request) -> Response:
         try:
             encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        except ValueError:  # an Accept the library cannot parse: the plain text format
+        except (ValueError, TypeError):  # an Accept the library cannot parse: the plain text format
             encoder, content_type = choose_encoder("")
         body = exposition.render(encoder, clock())
         headers = {"Vary": "Accept-Encoding"}

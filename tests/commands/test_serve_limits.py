@@ -1,0 +1,81 @@
+"""The sidecar's HTTP server under a connection flood: idle connections are closed, the cap makes
+room for new ones, and /healthz keeps answering (real uvicorn on 127.0.0.1, a small cap)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import httpx
+import pytest
+import uvicorn
+
+from poolwatch.commands import serve
+from poolwatch.settings import Settings
+from poolwatch.sidecar.app import create_app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 20)
+    monkeypatch.setattr(serve, "HEAD_TIMEOUT_S", 0.5)
+    base = Settings.from_env({"POOLWATCH_WORKER": "test"})
+    port = free_port()
+    settings = replace(base, server=replace(base.server, host="127.0.0.1", port=port, log_level="warning"))
+    config = serve.server_config(create_app(settings, sources=[]), settings)
+    assert config.access_log is False
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(5)
+    try:
+        return sock.recv(100) == b""
+    except OSError:
+        return True
+
+
+def test_a_flood_of_idle_connections_is_closed_and_healthz_keeps_answering(server: int) -> None:
+    idle = [socket.create_connection(("127.0.0.1", server), timeout=5) for _ in range(60)]
+    try:
+        assert httpx.get(f"http://127.0.0.1:{server}/healthz", timeout=5).status_code == 200
+        assert all(closed_by_server(s) for s in idle)  # none sent a request head in time
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_a_trickled_request_head_is_cut_off(server: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", server), timeout=5)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+    assert closed_by_server(sock)
+    sock.close()
+
+
+def test_an_accept_header_the_library_cannot_parse_gets_the_text_format(server: int) -> None:
+    resp = httpx.get(
+        f"http://127.0.0.1:{server}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=abc"},
+        timeout=5,
+    )
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/plain")

@@ -205,3 +205,15 @@ def test_continuation_lines_lose_their_actor_prefix_and_colour_but_keep_their_in
     assembler.feed("(SGLangEngine pid=1) \x1b[31mValueError\x1b[0m: boom")
     (record,) = assembler.flush()
     assert record.continuation == ('  File "x.py", line 3', "ValueError: boom")
+
+
+def test_another_ranks_report_inside_a_traceback_keeps_its_own_lines() -> None:
+    assembler = RecordAssembler()
+    lines = [
+        "[2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "scheduler.py", line 1, in run',
+        "[2025-10-31 10:40:43 TP1] pool memory leak detected! [full] total=10, available=10, evictable=0",
+        "[swa] total=4, available=5, evictable=0",
+    ]
+    done = [r for line in lines for r in assembler.feed(line)] + assembler.flush()
+    assert [(r.ranks.tp, len(r.lines)) for r in done] == [(0, 2), (1, 2)]

@@ -8,7 +8,9 @@ real logs add to that picture:
   ``warnings`` output, the start of a log cut by rotation) form a *headless* record, stamped with
   the time and ranks of the last prefixed line, instead of being dropped;
 * another rank's one-line message printed into the middle of a traceback is an *interjection*:
-  it is a record of its own, and the traceback goes on collecting the lines that follow it;
+  it is a record of its own, and the traceback goes on collecting the lines that follow it (until
+  its exception line, a line of its own rank, or the record bound; another traceback or a report
+  is never an interjection);
 * a record is bounded (``max_lines`` lines, ``max_chars`` characters); the lines past the bound
   start a headless record with the same time and ranks, so no line is lost;
 * a time-of-day prefix (0.2.x) is dated with the day of the last dated line, else ``day``, and
@@ -21,6 +23,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 
+from poolwatch.sources.sglang_log.leak_message import match_format
 from poolwatch.sources.sglang_log.lines import PrefixedLine, Ranks, clean, parse_line
 
 __all__ = ["LogRecord", "RecordAssembler"]
@@ -101,11 +104,12 @@ class RecordAssembler:
         return [record]
 
     def _interjection(self, head: PrefixedLine) -> bool:
-        """Another rank's line inside an unfinished traceback (and not a traceback itself)."""
+        """Another rank's line inside an unfinished traceback, and neither a traceback nor a
+        self-check report itself (those can go on over several lines of their own)."""
         current = self._open
         if current is None or not current.traceback or head.ranks == current.ranks:
             return False
-        return _TRACEBACK not in head.message
+        return _TRACEBACK not in head.message and match_format(head.message) is None
 
     def _dated(self, head: PrefixedLine) -> PrefixedLine:
         if head.dated:
@@ -128,7 +132,7 @@ class RecordAssembler:
         if len(current.rest) >= self._max_lines or current.chars + len(line) > self._max_chars:
             self.overflowed += 1
             done = self.flush()
-            self._open = _Open(current.at, current.ranks, line, True, traceback=current.traceback)
+            self._open = _Open(current.at, current.ranks, line, True)
             return done
         current.rest.append(line)
         current.chars += len(line)

@@ -62,6 +62,14 @@ def test_every_variable_is_read() -> None:
         ("POOLWATCH_PROBE_SAMPLE_INTERVAL", "inf"),
         ("POOLWATCH_PROBE_CENSUS_INTERVAL", "soon"),
         ("POOLWATCH_PROBE_MAX_ERRORS", "0"),
+        ("POOLWATCH_PROBE_MAX_ERRORS", "9" * 5000),
+        ("POOLWATCH_PROBE_SAMPLE_INTERVAL", "0"),  # a sample every iteration: -43 % scheduler steps
+        ("POOLWATCH_PROBE_SAMPLE_INTERVAL", "1e308"),  # never samples again
+        ("POOLWATCH_PROBE_KV_CENSUS_INTERVAL", "0.001"),
+        ("POOLWATCH_PROBE_SERVE", "perhaps"),
+        ("POOLWATCH_PROBE_PORT_BASE", "9" * 5000),
+        ("POOLWATCH_WORKER", "pod-\udcff"),  # an undecodable byte from the environment
+        ("POOLWATCH_WORKER", "w" * 300),
     ],
 )
 def test_a_bad_value_is_one_clear_error_naming_the_variable(name: str, value: str) -> None:
@@ -141,3 +149,8 @@ def test_the_public_surface_of_the_probe_package_is_pinned() -> None:
         "read_discovery_dir",
         "uninstall",
     ]
+
+
+def test_an_empty_flag_means_its_default_not_off() -> None:
+    assert ProbeConfig.from_env({"POOLWATCH_PROBE_SERVE": ""}).serve
+    assert ProbeConfig.from_env({"POOLWATCH_PROBE_CHUNK_TRIPWIRE": " "}).chunk_tripwire

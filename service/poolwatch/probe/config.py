@@ -8,9 +8,9 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_DIR``                /tmp/poolwatch  discovery files and the ``DISABLE`` file
 ``POOLWATCH_PROBE_PORT_BASE``          unset      bind ``base + local rank`` instead of port 0
 ``POOLWATCH_PROBE_SERVE``              1          ``0``: take snapshots but serve nothing
-``POOLWATCH_PROBE_SAMPLE_INTERVAL``    0.1        seconds between cheap samples
-``POOLWATCH_PROBE_CENSUS_INTERVAL``    10         seconds between Mamba censuses while busy
-``POOLWATCH_PROBE_KV_CENSUS_INTERVAL`` 300        seconds between full-KV censuses while busy
+``POOLWATCH_PROBE_SAMPLE_INTERVAL``    0.1        seconds between cheap samples (0.01 to 60)
+``POOLWATCH_PROBE_CENSUS_INTERVAL``    10         seconds between Mamba censuses while busy (1 to 86400)
+``POOLWATCH_PROBE_KV_CENSUS_INTERVAL`` 300        seconds between full-KV censuses while busy (1 to 86400)
 ``POOLWATCH_PROBE_CHUNK_TRIPWIRE``     1          ``0``: skip the check after each prefill chunk
 ``POOLWATCH_PROBE_MAX_ERRORS``         10         consecutive failed samples before giving up
 ``POOLWATCH_PROBE_GUARD``              0          ``1``: repair free lists on exact proof (probe/repair.py)
@@ -29,7 +29,9 @@ __all__ = ["DEFAULT_DIR", "ProbeConfig", "ProbeConfigError"]
 
 DEFAULT_DIR = "/tmp/poolwatch"
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_FALSE = {"0", "false", "no", "off"}
+SAMPLE_RANGE = (0.01, 60.0)  # seconds: below, the probe costs the scheduler; above, it never watches
+CENSUS_RANGE = (1.0, 86_400.0)
 
 
 class ProbeConfigError(ValueError):
@@ -56,9 +58,9 @@ class ProbeConfig:
     def from_env(cls, environ: Mapping[str, str]) -> ProbeConfig:
         """Settings from the environment; :class:`ProbeConfigError` names the first bad variable."""
         return cls(
-            sample_interval_s=_seconds(environ, "POOLWATCH_PROBE_SAMPLE_INTERVAL", 0.1),
-            census_interval_s=_seconds(environ, "POOLWATCH_PROBE_CENSUS_INTERVAL", 10.0),
-            kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0),
+            sample_interval_s=_seconds(environ, "POOLWATCH_PROBE_SAMPLE_INTERVAL", 0.1, SAMPLE_RANGE),
+            census_interval_s=_seconds(environ, "POOLWATCH_PROBE_CENSUS_INTERVAL", 10.0, CENSUS_RANGE),
+            kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0, CENSUS_RANGE),
             chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),
             guard=_flag(environ, "POOLWATCH_PROBE_GUARD", False),
             directory=environ.get("POOLWATCH_PROBE_DIR") or DEFAULT_DIR,
@@ -67,13 +69,14 @@ class ProbeConfig:
             disabled=_flag(environ, "POOLWATCH_PROBE_DISABLE", False),
             max_consecutive_errors=_count(environ, "POOLWATCH_PROBE_MAX_ERRORS", 10),
             sglang_version=environ.get("POOLWATCH_SGLANG_VERSION", ""),
-            worker=environ.get("POOLWATCH_WORKER", ""),
+            worker=_name(environ, "POOLWATCH_WORKER"),
         )
 
 
 def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``; unset or empty is the default (never a quiet "off")."""
     raw = environ.get(name)
-    if raw is None:
+    if raw is None or raw.strip() == "":
         return default
     value = raw.strip().lower()
     if value in _TRUE:
@@ -83,25 +86,37 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     raise ProbeConfigError(f"{name}: expected 1 or 0, got {raw!r}")
 
 
-def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+def _seconds(environ: Mapping[str, str], name: str, default: float, bounds: tuple[float, float]) -> float:
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise ProbeConfigError(f"{name}: expected seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise ProbeConfigError(f"{name}: expected a finite number >= 0, got {raw!r}")
+        raise ProbeConfigError(f"{name}: expected seconds, got {raw[:40]!r}") from None
+    low, high = bounds
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ProbeConfigError(f"{name}: expected {low:g} to {high:g} seconds, got {raw[:40]!r}")
     return value
+
+
+def _name(environ: Mapping[str, str], name: str) -> str:
+    raw = environ.get(name, "")
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProbeConfigError(f"{name}: not valid UTF-8 text") from None
+    if len(raw) > 256:
+        raise ProbeConfigError(f"{name}: longer than 256 characters")
+    return raw
 
 
 def _count(environ: Mapping[str, str], name: str, default: int) -> int:
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
         return default
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise ProbeConfigError(f"{name}: expected a whole number >= 1, got {raw!r}")
+    if not raw.strip().isdigit() or len(raw.strip()) > 6 or int(raw) < 1:
+        raise ProbeConfigError(f"{name}: expected a whole number 1 to 999999, got {raw[:40]!r}")
     return int(raw)
 
 
@@ -109,6 +124,6 @@ def _port(environ: Mapping[str, str], name: str) -> int | None:
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
         return None
-    if not raw.strip().isdigit() or not 1 <= int(raw) <= 65535:
-        raise ProbeConfigError(f"{name}: expected a TCP port 1-65535, got {raw!r}")
+    if not raw.strip().isdigit() or len(raw.strip()) > 5 or not 1 <= int(raw) <= 65535:
+        raise ProbeConfigError(f"{name}: expected a TCP port 1-65535, got {raw[:40]!r}")
     return int(raw)

@@ -141,6 +141,6 @@ def test_the_readme_install_block_works_line_by_line_in_a_fresh_venv(tmp_path: P
     assert "usage" in demo.stdout.lower()
     # the git route builds the same wheel, .pth included
     (site / PTH).unlink()
-    url = f"poolwatch @ git+file://{tmp_path / 'poolwatch'}@main"
+    url = f"git+file://{tmp_path / 'poolwatch'}@main"  # (PEP 508's "name @ url" wants a host in the URL)
     run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--force-reinstall", url], env=env)
     assert (site / PTH).is_file()

@@ -14,7 +14,7 @@ from tests.helpers import FIXTURES
 
 from poolwatch.commands import replay as replay_command
 from poolwatch.model import IncidentKind, Pool, Role
-from poolwatch.sources.sglang_log.events import BatchStats, interpret
+from poolwatch.sources.sglang_log.events import BatchStats, Capacity, interpret
 from poolwatch.sources.sglang_log.reader import LogReader
 from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
 from poolwatch.sources.sglang_log.replay import Replayer, Row
@@ -147,3 +147,17 @@ def test_the_crash_and_the_report_inside_it_are_both_found() -> None:
         if not isinstance(e, BatchStats) and hasattr(e, "incident")
     ]
     assert found == [IncidentKind.BUSY_CHECK_FAILED, IncidentKind.SCHEDULER_EXCEPTION]
+
+
+def test_startup_lines_of_every_family_give_the_pool_size() -> None:
+    sizes = {
+        name: [
+            (e.pool, e.size) for r in records(CORPUS / name) for e in interpret(r) if isinstance(e, Capacity)
+        ]
+        for name in ("v0.1-kv-warning.log", "v0.3-kv-warning.log", "v0.5.12-custom-format-pool-report.log")
+    }
+    assert sizes == {
+        "v0.1-kv-warning.log": [(Pool.FULL, 38264)],
+        "v0.3-kv-warning.log": [(Pool.FULL, 150004)],
+        "v0.5.12-custom-format-pool-report.log": [(Pool.FULL, 512000)],
+    }

@@ -34,7 +34,10 @@ from poolwatch.sources.sglang_log.records import LogRecord
 __all__ = ["BatchStats", "Capacity", "LogEvent", "RankIncident", "interpret", "parse_batch_line"]
 
 _CAPACITY = (
-    (re.compile(r"^max_total_num_tokens=(\d+),"), Pool.FULL),
+    (
+        re.compile(r"^(?:Rank \d{1,6}: )?max_total_num_tokens?=(\d+),"),
+        Pool.FULL,
+    ),  # 0.1.x: "Rank 0: ..._token="
     (re.compile(r"^Mamba Cache is allocated\. max_mamba_cache_size: (\d+)"), Pool.MAMBA),
 )
 _MAX_MESSAGE = 2000
@@ -105,10 +108,10 @@ LogEvent = BatchStats | Capacity | RankIncident
 def interpret(record: LogRecord) -> list[LogEvent]:
     """The events of one record (most records are none of these and give ``[]``)."""
     events: list[LogEvent] = []
-    if record.headless:  # 0.1.x wrote no prefix at all: any line may be a batch line
-        events += [b for line in record.lines if (b := parse_batch_line(line, record.at, record.ranks))]
+    if record.headless:  # 0.1.x wrote no prefix at all: any line may be a batch or startup line
+        events += [e for line in record.lines if (e := _line_event(line, record.at, record.ranks))]
     else:
-        head = _head_event(record)
+        head = _line_event(record.message, record.at, record.ranks)
         if head is not None:
             if not record.continuation:
                 return [head]  # a batch or startup line is one line: nothing else to look for
@@ -120,14 +123,16 @@ def interpret(record: LogRecord) -> list[LogEvent]:
     return events
 
 
-def _head_event(record: LogRecord) -> BatchStats | Capacity | None:
-    batch = parse_batch_line(record.message, record.at, record.ranks)
+def _line_event(message: str, at: float, ranks: Ranks) -> BatchStats | Capacity | None:
+    """The one-line event ``message`` is: a batch line or a startup line naming a pool size."""
+    batch = parse_batch_line(message, at, ranks)
     if batch is not None:
         return batch
-    for pattern, pool in _CAPACITY:
-        m = pattern.match(record.message)
-        if m is not None:
-            return Capacity(record.at, record.ranks, pool, int(m[1]))
+    if "max_" in message or "Mamba Cache" in message:
+        for pattern, pool in _CAPACITY:
+            m = pattern.match(message)
+            if m is not None:
+                return Capacity(at, ranks, pool, int(m[1]))
     return None
 
 

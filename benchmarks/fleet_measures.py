@@ -1,0 +1,359 @@
+"""The measures of ``bench_fleet.py``, each run alone: ``python fleet_measures.py NAME SECONDS``.
+
+Prints one JSON line of figures.  Uses only APIs that the previous build has too, so the same
+code measures both builds (a figure the previous build cannot give is left out).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TICK = os.sysconf("SC_CLK_TCK")
+FLEET_PORTS = 4
+INTERVAL = 1.0
+
+
+def cpu_quartile(fn: Callable[[], object], repeat: int) -> float:
+    """CPU seconds of ``fn``: the lower quartile of ``repeat`` runs."""
+    samples = []
+    for _ in range(repeat):
+        started = time.process_time()
+        fn()
+        samples.append(time.process_time() - started)
+    return statistics.quantiles(samples, n=4)[0] if repeat >= 4 else min(samples)
+
+
+# -- the sidecar as a process --------------------------------------------------------------------
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def proc_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_fleet() -> tuple[subprocess.Popen[bytes], list[int]]:
+    from bench_sidecar import payload
+
+    from poolwatch.codec import dump_snapshot
+
+    template = json.dumps(dump_snapshot(payload(0, 0.0))).encode()
+    cmd = [sys.executable, str(HERE / "fake_fleet.py"), str(FLEET_PORTS), "900"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(template)
+    proc.stdin.close()
+    return proc, [int(p) for p in proc.stdout.readline().split()]
+
+
+def start_sidecar(
+    n: int, ports: list[int], concurrency: int, workdir: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    targets = workdir / "targets.yaml"
+    lines = [
+        f"  - {{name: rank{i}, source: probe, url: 'http://127.0.0.1:{ports[i % len(ports)]}/rank{i}'}}"
+        for i in range(n)
+    ]
+    targets.write_text("targets:\n" + "\n".join(lines) + "\n")
+    port = free_port()
+    cmd = [sys.executable, "-m", "poolwatch.cli", "serve", "--targets-file", str(targets)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--scrape-concurrency", str(concurrency)]
+    cmd += ["--log-level", "warning"]
+    env = {
+        **os.environ,
+        "POOLWATCH_WORKER": "fleet-bench",
+        "POOLWATCH_STATE_FILE": str(workdir / "state.json"),
+    }
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=2).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    return proc, url
+
+
+def scrape_metrics(url: str, timeout: float) -> tuple[float | None, dict[str, dict[str, float]]]:
+    """(seconds to answer, {metric: {labels: value}}) of the sidecar's /metrics; (None, {}) on no answer."""
+    started = time.monotonic()
+    try:
+        text = urllib.request.urlopen(url + "/metrics", timeout=timeout).read().decode()
+    except OSError:
+        return None, {}
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        out.setdefault(name, {})[labels] = float(value)
+    return time.monotonic() - started, out
+
+
+def stop(proc: subprocess.Popen[bytes]) -> float | None:
+    """Seconds from SIGTERM to exit (None: it had to be killed after 15 s)."""
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+    return time.monotonic() - started
+
+
+def fleet(n: int, concurrency: int, seconds: float) -> dict[str, Any]:
+    fleet_proc, ports = start_fleet()
+    with tempfile.TemporaryDirectory() as tmp:
+        sidecar, url = start_sidecar(n, ports, concurrency, Path(tmp))
+        try:
+            time.sleep(6.0)  # connections opened, the targets' first jittered scrapes done
+            metrics_s, first = scrape_metrics(url, 30)
+            t0, cpu0 = time.monotonic(), proc_cpu(sidecar.pid)
+            time.sleep(seconds)
+            t1, cpu1 = time.monotonic(), proc_cpu(sidecar.pid)
+            later_s, last = scrape_metrics(url, 30)
+            rss = proc_rss_mb(sidecar.pid)
+        finally:
+            stopped = stop(sidecar)
+            fleet_proc.kill()
+            fleet_proc.wait()
+    result: dict[str, Any] = {"cpu": (cpu1 - cpu0) / (t1 - t0) * 100, "rss": rss, "stop": stopped}
+    answers = [s for s in (metrics_s, later_s) if s is not None]
+    result["metrics_s"] = max(answers) if len(answers) == 2 else None
+    if first and last:
+        before = first.get("poolwatch_target_scrapes_total", {})
+        after = last.get("poolwatch_target_scrapes_total", {})
+        deltas = [after.get(k, 0.0) - before.get(k, 0.0) for k in after] + [0.0] * (n - len(after))
+        window = t1 - t0
+        result["rate"] = sum(deltas) / window
+        result["late"] = sum(1 for d in deltas if d < int(window / INTERVAL) - 1)
+        stale = last.get("poolwatch_snapshot_stale", {})
+        result["stale"] = sum(1 for v in stale.values() if v) + max(0, n - len(stale))
+    return result
+
+
+# -- in-process measures --------------------------------------------------------------------------
+
+
+def render() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in (64, 1000):
+        out.update(_render(n))
+    return out
+
+
+def _render(n: int) -> dict[str, Any]:
+    from bench_sidecar import payload
+    from prometheus_client import generate_latest
+
+    from poolwatch.sidecar import app
+    from poolwatch.sidecar.store import SnapshotStore
+
+    out: dict[str, Any] = {}
+    now = time.time()
+    store = SnapshotStore(history=4)
+    seq = [48211]
+
+    def renew() -> None:  # a new snapshot of every rank (a new iteration, a new time)
+        seq[0] += 1
+        for rank in range(n):
+            store.put(replace(payload(rank, now), seq=seq[0], taken_at=now + seq[0] * 1e-3))
+
+    renew()
+    registry = app.build_registry(store, time.time, 1e9)
+    out[f"uncached_{n}"] = _after(renew, lambda: generate_latest(registry)) * 1e3
+    page = generate_latest(registry)
+    if hasattr(app, "build_exposition"):
+        cached = app.build_exposition(store, time.time, 1e9)
+        out[f"cached_{n}"] = _after(renew, lambda: cached.render(generate_latest, time.time())) * 1e3
+        out[f"warm_{n}"] = cpu_quartile(lambda: cached.render(generate_latest, time.time()), 8) * 1e3
+    zipped = gzip.compress(page, compresslevel=1)
+    out[f"gzip_{n}"] = cpu_quartile(lambda: gzip.compress(page, compresslevel=1), 8) * 1e3
+    out[f"size_{n}"] = f"{len(page) / 1024:.0f} / {len(zipped) / 1024:.0f}"
+    out[f"bytes_per_rank_{n}"] = len(page) / n
+    out[f"series_per_rank_{n}"] = sum(1 for ln in page.splitlines() if not ln.startswith(b"#")) / n
+    return out
+
+
+def _after(prepare: Callable[[], None], fn: Callable[[], object], repeat: int = 6) -> float:
+    samples = []
+    for _ in range(repeat):
+        prepare()
+        started = time.process_time()
+        fn()
+        samples.append(time.process_time() - started)
+    return statistics.quantiles(samples, n=4)[0]
+
+
+def detector() -> dict[str, Any]:
+    from poolwatch.detect.config import DetectorConfig
+    from poolwatch.detect.detector import Detector
+    from poolwatch.model import Exactness, Phase, Pool, PoolAccount, ProbeHealth, Role, Snapshot, WorkerId
+    from poolwatch.target_health import TargetState
+
+    def account(pool: Pool, size: int, avail: int, evict: int, prot: int, held: int) -> PoolAccount:
+        return PoolAccount(pool, size, avail, evict, prot, held, 0, exactness=Exactness.EXACT)
+
+    def snap(rank: int, seq: int, at: float) -> Snapshot:  # Mamba counted once too often: a double free
+        pools = {
+            Pool.FULL: account(Pool.FULL, 100_000, 90_000, 5_000, 3_000, 2_000),
+            Pool.MAMBA: account(Pool.MAMBA, 476, 300, 100, 40, 37),
+            Pool.REQ: account(Pool.REQ, 158, 120, 0, 0, 38),
+        }
+        worker = WorkerId(f"w{rank // 8}", Role.DECODE, 0, rank % 8, 0, "m", "0.5.12", "")
+        return Snapshot(worker=worker, seq=seq, taken_at=at, phase=Phase.BUSY, pools=pools, source="probe",
+                        queues={"waiting": 3, "running": 38}, probe=ProbeHealth(samples_total=seq),
+                        idle_check_strict=True, boot_id="b")  # fmt: skip
+
+    n, now = 1000, [1_761_907_200.0]
+    det = Detector(DetectorConfig(), lambda: now[0])
+    targets = [TargetState(f"probe:{i}", "probe", up=True) for i in range(n)]
+    cycles = []
+    for seq in range(8):
+        snaps = [snap(r, seq, now[0]) for r in range(n)]
+        t0 = time.process_time()
+        for s in snaps:
+            det.observe(s)
+        t1 = time.process_time()
+        alerts = det.evaluate(now[0], latest=snaps, targets=targets)
+        t2 = time.process_time()
+        det.evaluate(now[0], latest=snaps, targets=targets)
+        t3 = time.process_time()
+        cycles.append((t1 - t0, t2 - t1, t3 - t2))
+        now[0] += 1.0
+    assert len(alerts) == n, len(alerts)
+    best = [statistics.quantiles([c[i] for c in cycles[2:]], n=4)[0] for i in range(3)]
+    return {"observe": best[0] / n * 1e6, "evaluate": best[1] * 1e3, "evaluate_idle": best[2] * 1e3,
+            "cycle": (best[0] + best[1]) * 1e3, "alerts": len(alerts)}  # fmt: skip
+
+
+def trend() -> dict[str, Any]:
+    from poolwatch.detect.trend import GapSeries
+
+    series, t = GapSeries(900.0), 1_761_907_200.0
+    for i in range(900):
+        series.add(t + i, i // 10, free=2000)
+    i = [900]
+
+    def step() -> None:
+        for _ in range(200):
+            i[0] += 1
+            series.add(t + i[0], i[0], free=2000)  # a new gap every second: every trend is new
+            series.trend()
+
+    return {"observe": cpu_quartile(step, 12) / 200 * 1e6}
+
+
+def probe() -> dict[str, Any]:
+    from bench_probe import NO_CENSUS, rank_with
+
+    from poolwatch.probe import attach, detach
+    from poolwatch.probe.access import Reading
+    from poolwatch.probe.census import mamba_census
+    from poolwatch.probe.requests import collect_live
+
+    _, rank = rank_with(256)
+    handle = attach(rank, NO_CENSUS, serve=False)
+    try:
+        out = {"sample_256": cpu_quartile(lambda: handle.sample_now("bench"), 400) * 1e6}
+        reading = Reading()
+        held = collect_live(rank, reading, "null")
+        out["census_256"] = (
+            cpu_quartile(lambda: mamba_census(rank, handle.shape, reading, held, idle=False), 40) * 1e6
+        )
+        template = rank.running_batch.reqs[0]
+        for _ in range(9000):
+            waiting = object.__new__(type(template))
+            waiting.__dict__.update(template.__dict__, req_pool_idx=None, mamba_pool_idx=None, output_ids=[])
+            rank.waiting_queue.append(waiting)
+        out["sample_9000"] = cpu_quartile(lambda: handle.sample_now("bench"), 400) * 1e6
+        out["live"] = len(held.holders)
+    finally:
+        detach(rank)
+    return out
+
+
+MEASURES: dict[str, Callable[[float], dict[str, Any]]] = {
+    "fleet32": lambda s: fleet(1000, 32, s),
+    "fleet1000": lambda s: fleet(1000, 1000, s),
+    "sidecar8": lambda s: fleet(8, 32, s),
+    "render": lambda s: render(),
+    "detector": lambda s: detector(),
+    "trend": lambda s: trend(),
+    "probe": lambda s: probe(),
+}
+
+
+def fleet_plan(central: dict[str, Any], pod: dict[str, Any], page: dict[str, Any]) -> str:
+    """What watching 10,000 ranks costs either way, from the measured figures."""
+    ranks = 10_000
+    lines = ["Watching 10,000 ranks (from the figures above; 8 ranks per pod):"]
+    if "cpu" in central and "rss" in central:
+        per_rank_cpu = central["cpu"] / 1000
+        per_rank_mb = max(0.0, central["rss"] - pod.get("rss", 0.0)) / 992
+        sidecars = -(-ranks // 1000)
+        lines.append(
+            f"  central sidecars of 1,000 ranks each: {sidecars} x ({central['cpu']:.0f} % of a core, "
+            f"{central['rss']:.0f} MB) = {sidecars * central['cpu'] / 100:.1f} cores, "
+            f"{sidecars * central['rss'] / 1024:.1f} GB; {per_rank_cpu:.3f} % of a core and "
+            f"{per_rank_mb:.2f} MB per rank"
+        )
+    if "cpu" in pod and "rss" in pod:
+        pods = ranks // 8
+        lines.append(
+            f"  per-pod sidecars: {pods} x ({pod['cpu']:.2f} % of a core, {pod['rss']:.0f} MB) = "
+            f"{pods * pod['cpu'] / 100:.1f} cores, {pods * pod['rss'] / 1024:.1f} GB"
+        )
+    series = page.get("series_per_rank_1000")
+    size = page.get("bytes_per_rank_1000")
+    if series and size:
+        lines.append(
+            f"  Prometheus: {series:.0f} series per rank -> {ranks * series / 1e6:.2f} M active series; "
+            f"{size / 1024:.1f} KB of exposition per rank per scrape -> "
+            f"{ranks * size / 15 / 1e6:.1f} MB/s at a 15 s scrape interval (before gzip)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    name, seconds = argv[0], float(argv[1]) if len(argv) > 1 else 20.0
+    print(json.dumps(MEASURES[name](seconds)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

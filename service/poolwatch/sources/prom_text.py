@@ -2,7 +2,10 @@
 
 It reads only the samples whose names the caller wants, so a large ``/metrics`` page (SGLang's
 histograms) costs one prefix check per uninteresting line.  A malformed *wanted* line raises
-:class:`PromTextError` naming the line; everything else is skipped.
+:class:`PromTextError` naming the line; everything else is skipped.  At most ``limit`` wanted
+samples are read (:data:`MAX_SAMPLES` by default): a page with more raises :class:`TooManySamples`,
+so one target cannot make the sidecar hold unbounded series.  Label values are cut to
+:data:`MAX_LABEL_CHARS`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["PromTextError", "Sample", "parse_samples"]
+__all__ = ["MAX_SAMPLES", "PromTextError", "Sample", "TooManySamples", "parse_samples"]
+
+MAX_SAMPLES = 10_000  # wanted samples per page: SGLang shows a few dozen per rank
+MAX_LABEL_CHARS = 256
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|(?=}))')
@@ -23,6 +29,10 @@ class PromTextError(ValueError):
     """A wanted sample line is not valid exposition text."""
 
 
+class TooManySamples(PromTextError):
+    """A page with more wanted samples than the limit (a cardinality bomb, or not SGLang)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     name: str
@@ -30,14 +40,18 @@ class Sample:
     value: float
 
 
-def parse_samples(text: str, wanted: Callable[[str], bool]) -> Iterator[Sample]:
-    """The samples of ``text`` whose metric name satisfies ``wanted``."""
+def parse_samples(text: str, wanted: Callable[[str], bool], limit: int = MAX_SAMPLES) -> Iterator[Sample]:
+    """The samples of ``text`` whose metric name satisfies ``wanted`` (at most ``limit``)."""
+    count = 0
     for number, line in enumerate(text.split("\n"), 1):  # not splitlines(): "\x1e" is no newline
         if not line or line[0] == "#":
             continue
         m = _NAME.match(line)
         if m is None or not wanted(m.group()):
             continue
+        count += 1
+        if count > limit:
+            raise TooManySamples(f"more than {limit} wanted samples (line {number})")
         try:
             yield _sample(line, m.group(), m.end())
         except PromTextError as exc:
@@ -61,7 +75,7 @@ def _labels(line: str, pos: int, out: dict[str, str]) -> int:
         m = _LABEL.match(line, pos)
         if m is None:
             raise PromTextError("bad label set")
-        out[m[1]] = _ESCAPED.sub(lambda e: _ESCAPES[e.group()], m[2])
+        out[m[1]] = _ESCAPED.sub(lambda e: _ESCAPES[e.group()], m[2])[:MAX_LABEL_CHARS]
         pos = m.end()
 
 

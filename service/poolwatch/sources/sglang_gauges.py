@@ -99,7 +99,7 @@ def group_by_rank(samples: Iterable[Sample]) -> dict[Ranks, RankGauges]:
 
 def _label_int(s: Sample, name: str) -> int:
     raw = s.labels.get(name, "0")
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if raw.isdigit() and len(raw) <= 5 else 0  # a 5,000-digit "rank" is no rank
 
 
 def queues(g: RankGauges) -> dict[str, int]:
@@ -107,7 +107,7 @@ def queues(g: RankGauges) -> dict[str, int]:
     for name, queue in _QUEUES.items():
         value = g.values.get(name)
         if value is not None and math.isfinite(value):
-            out[queue] = out.get(queue, 0) + int(value)
+            out[queue] = out.get(queue, 0) + int(min(max(value, 0.0), 2.0**53))
     return out
 
 

@@ -23,7 +23,7 @@ from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, SourceKind
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_bytes, get_json, join_url
-from poolwatch.sources.prom_text import PromTextError, parse_samples
+from poolwatch.sources.prom_text import PromTextError, TooManySamples, parse_samples
 from poolwatch.sources.sglang_gauges import (
     RankGauges,
     ServerInfo,
@@ -40,14 +40,22 @@ __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 SOURCE = SourceKind.SGLANG_METRICS
 IDLE_CONFIRM_SECONDS = 35.0
 INFO_REFRESH_SECONDS = 300.0
+MAX_RANKS = 512  # scheduler ranks one server's page may show (TP x PP x DP)
 
 
 def parse_metrics_page(text: str) -> dict[Ranks, RankGauges]:
-    """The SGLang gauges of a ``/metrics`` page by rank; raises ``PayloadError`` (parse)."""
+    """The SGLang gauges of a ``/metrics`` page by rank; raises ``PayloadError`` (parse, or
+    too_large past :data:`~poolwatch.sources.prom_text.MAX_SAMPLES` samples or :data:`MAX_RANKS`
+    ranks: one server's page never makes the sidecar hold unbounded series)."""
     try:
-        return group_by_rank(parse_samples(text, wanted))
+        ranks = group_by_rank(parse_samples(text, wanted))
+    except TooManySamples as exc:
+        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {exc}") from None
     except PromTextError as exc:
         raise scrape_failure(exc, "/metrics") from None
+    if len(ranks) > MAX_RANKS:
+        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {len(ranks)} ranks, more than {MAX_RANKS}")
+    return ranks
 
 
 @dataclass(slots=True)

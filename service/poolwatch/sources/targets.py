@@ -20,13 +20,14 @@ name their worker (a log must: its file name says nothing about who wrote it)::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from poolwatch.discovery import FINAL_SUFFIX, final_name, read_discovery_dir, read_final_dir
+from poolwatch.discovery import FINAL_SUFFIX, final_name, read_final_dir, scan_discovery_dir
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
 from poolwatch.model import Role, SourceKind
@@ -58,6 +59,8 @@ _LOCATION_KEY = {
     SourceKind.SGLANG_LOG: "path",
     SourceKind.FILE: "path",
 }
+
+log = logging.getLogger("poolwatch.sources")
 
 
 def parse_targets_document(doc: Any, where: str) -> list[Target]:
@@ -169,10 +172,14 @@ def discover_probes(directory: str) -> list[tuple[str, str, str]]:
     return [(name, url, worker) for name, url, worker, _ in discover_ranks(directory)]
 
 
-def discover_ranks(directory: str) -> list[tuple[str, str, str, str]]:
-    """:func:`discover_probes` plus the path where each rank's final snapshot would be."""
+def discover_ranks(directory: str, problems: dict[str, str] | None = None) -> list[tuple[str, str, str, str]]:
+    """:func:`discover_probes` plus the path where each rank's final snapshot would be; files
+    that were skipped are put in ``problems`` (``{file name: why}``) when it is given."""
     found = []
-    for entry in read_discovery_dir(directory):
+    entries, skipped = scan_discovery_dir(directory)
+    if problems is not None:
+        problems.update(skipped)
+    for entry in entries:
         rank = f"dp{entry.dp_rank}-tp{entry.tp_rank}-pp{entry.pp_rank}"
         final = str(Path(directory) / final_name(entry.worker, entry.dp_rank, entry.tp_rank, entry.pp_rank))
         found.append((f"probe:{entry.worker}/{rank}", entry.url, entry.worker, final))
@@ -224,6 +231,7 @@ class TargetSet:
         configured = settings.targets.probe_dir
         self._probe_dir = configured or ("" if static else DEFAULT_PROBE_DIR)
         self._discovered: dict[str, Source] = {}
+        self.skipped: dict[str, str] = {}  # discovery files skipped at the last scan, and why
 
     @property
     def probe_dir(self) -> str:
@@ -236,7 +244,10 @@ class TargetSet:
         fresh: dict[str, Source] = {}
         only = set(self._settings.targets.probe_workers)
         finals: set[str] = set()
-        for name, url, worker, final in discover_ranks(self._probe_dir):
+        skipped: dict[str, str] = {}
+        ranks = discover_ranks(self._probe_dir, skipped)
+        self._note_skipped(skipped)
+        for name, url, worker, final in ranks:
             finals.add(final)
             if only and worker not in only:
                 continue
@@ -252,3 +263,11 @@ class TargetSet:
             fresh[name] = old or FinalSnapshotSource(target, self._clock)
         self._discovered = fresh
         return [*self._static, *fresh.values()]
+
+    def _note_skipped(self, skipped: dict[str, str]) -> None:
+        """Log each newly skipped discovery file once, with why (a FIFO, too large, not loopback...)."""
+        for name in sorted(set(skipped) - set(self.skipped)):
+            log.warning(
+                "event=discovery_file_skipped dir=%s file=%s error=%s", self._probe_dir, name, skipped[name]
+            )
+        self.skipped = skipped

@@ -56,7 +56,7 @@ def test_incidents_are_counted_per_rank(seed_snapshot: Snapshot) -> None:
     crash = Incident(IncidentKind.SCHEDULER_EXCEPTION, "Scheduler hit an exception", 1.0)
     store.put(replace(seed_snapshot, incidents=(crash,)))
     store.put(replace(seed_snapshot, seq=seed_snapshot.seq + 1, incidents=(crash,)))
-    assert store.incidents(seed_snapshot.worker.key)[IncidentKind.SCHEDULER_EXCEPTION] == 2
+    assert store.incident_counts(seed_snapshot.worker.key)[IncidentKind.SCHEDULER_EXCEPTION] == 2
 
 
 def test_target_health_counts_failures_by_reason_and_keeps_the_last_success() -> None:
@@ -116,7 +116,7 @@ def test_incidents_of_every_source_and_boot_add_up_and_never_go_back(seed_snapsh
     store.put(seed_snapshot)
     store.put(replace(seed_snapshot, boot_id="second-boot", seq=1, taken_at=seed_snapshot.taken_at + 9))
     store.put(coarse(seed_snapshot, 6.0))
-    assert store.incidents(seed_snapshot.worker.key) == {IncidentKind.SCHEDULER_EXCEPTION: 1}
+    assert store.incident_counts(seed_snapshot.worker.key) == {IncidentKind.SCHEDULER_EXCEPTION: 1}
 
 
 def test_a_rank_no_source_reports_any_more_is_forgotten_with_its_history(seed_snapshot: Snapshot) -> None:
@@ -130,5 +130,5 @@ def test_a_rank_no_source_reports_any_more_is_forgotten_with_its_history(seed_sn
     assert store.forget_silent(before=1010.0) == [seed_snapshot.worker.key]
     assert [s.worker.key for s in store.latest()] == [other.worker.key]
     assert store.history(seed_snapshot.worker.key) == []
-    assert store.incidents(seed_snapshot.worker.key) == {}
+    assert store.incident_counts(seed_snapshot.worker.key) == {}
     assert len(store) == 1

@@ -20,7 +20,7 @@ __all__ = [
     "RANK",
     "WHERE",
     "duration",
-    "incidents",
+    "incidents_logged",
     "large",
     "not_strict",
     "with_selector",
@@ -93,7 +93,7 @@ def large(cfg: DetectorConfig) -> str:
     return f"{cfg.large_leak_fraction:g} * poolwatch_pool_capacity_slots"
 
 
-def incidents(kinds: str, cfg: DetectorConfig) -> str:
+def incidents_logged(kinds: str, cfg: DetectorConfig) -> str:
     """Incidents logged within the detector's incident hold.  A kind's counter series only
     appears with its first incident, which ``increase()`` cannot see; the second branch catches a
     non-zero series that did not exist a window ago."""

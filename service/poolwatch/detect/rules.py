@@ -104,7 +104,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
     config = config or MixinConfig()
     d = config.detector
     not_strict, large = q.not_strict(config.cluster_label), q.large(d)
-    leak_logged, window = q.incidents("leak_detected", d), q.duration(d.incident_hold)
+    leak_logged, window = q.incidents_logged("leak_detected", d), q.duration(d.incident_hold)
     keep = q.duration(d.resolve_hold)  # the detector's resolve hold: both paths resolve together
     return (
         AlertDef(
@@ -202,7 +202,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
             (
                 PromRule(
                     Severity.CRITICAL,
-                    q.incidents(q.CRASH_KINDS, d),
+                    q.incidents_logged(q.CRASH_KINDS, d),
                     "0s",
                     f"A scheduler of {q.WHERE} died in the last {window} (Scheduler hit an exception "
                     "or a failed memory/tree self-check).",

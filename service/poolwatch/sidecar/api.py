@@ -135,7 +135,7 @@ def api_router(store: SnapshotStore, clock: Callable[[], float], stale_after: fl
     def workers() -> list[WorkerView]:
         now = clock()
         return [
-            worker_view(s, now, stale_after, store.sources(s.worker.key), store.incidents(s.worker.key))
+            worker_view(s, now, stale_after, store.sources(s.worker.key), store.incident_counts(s.worker.key))
             for s in store.latest()
         ]
 

@@ -145,7 +145,7 @@ class PoolCollector(Collector):
         fam.add("poolwatch_snapshot_timestamp_seconds", labels, snap.taken_at)
         fam.add("poolwatch_snapshot_age_seconds", labels, max(0.0, now - snap.taken_at))
         fam.add("poolwatch_snapshot_stale", labels, float(stale))
-        for kind, count in sorted(self._store.incidents(w.key).items()):
+        for kind, count in sorted(self._store.incident_counts(w.key).items()):
             fam.add("poolwatch_incidents_total", (*labels, kind.value), count)
         if snap.idle_check_strict is not None:
             fam.add("poolwatch_idle_check_strict", labels, float(snap.idle_check_strict))

@@ -165,7 +165,7 @@ class CachedExposition:
         rank = fmt.ranks.get((snap.worker.key, snap.source)) or _Lines()
         state = (
             self._pools.is_stale(snap, now),
-            tuple(sorted(self._store.incidents(snap.worker.key).items())),
+            tuple(sorted(self._store.incident_counts(snap.worker.key).items())),
         )
         if rank.snap is snap and rank.state == state:
             return rank

@@ -139,7 +139,8 @@ class SnapshotStore:
             snaps = [] if rank is None else [s for v in rank.sources.values() for s in v.history]
         return sorted(snaps, key=lambda s: s.taken_at)
 
-    def incidents(self, key: str) -> Counter[IncidentKind]:
+    def incident_counts(self, key: str) -> Counter[IncidentKind]:
+        """How many incidents of each kind the rank ``key`` logged (over every source and boot)."""
         with self._lock:
             rank = self._ranks.get(key)
             return Counter() if rank is None else Counter(rank.incidents)

@@ -2,7 +2,9 @@
 
 Survives what happens to log files in practice: rotation (the path now names a new file: the
 old one is read to its end first; a last line it holds without a newline is incomplete, so it is
-counted in ``TailRead.cut`` and never parsed), truncation (``copytruncate``: the file shrank), a
+counted in ``TailRead.cut`` and never parsed), truncation (``copytruncate``: the file shrank --
+or was refilled past our offset before we looked: the last bytes read no longer sit before it),
+deletion (the path gone at two reads in a row is an ``io`` error: the target goes down), a
 last line without its newline yet (kept until the newline arrives), bytes that are not UTF-8
 (replaced) and huge lines (cut to ``max_line`` bytes and marked with ``…``, so no figure is read
 from a number the cut may have shortened; the rest of the line is skipped).  Each call reads at
@@ -20,6 +22,8 @@ from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.sglang_log.reader import CUT
 
 __all__ = ["LogTail", "TailRead"]
+
+_MARK_BYTES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,8 @@ class LogTail:
         self._partial = b""
         self._skipping = False  # inside the rest of an over-long line
         self._resume: int | None = None  # offset to resume at after close()
+        self._mark = b""  # the last bytes read, ending at the current offset (a rewrite check)
+        self._missing = 0  # reads in a row that found the path gone
 
     @property
     def position(self) -> int:
@@ -88,6 +94,7 @@ class LogTail:
         truncated = self._check_truncated(self._file)
         lines, more = self._drain(self._file, self._max_read)
         rotated, cut = False, 0
+        self._check_deleted()
         if not more and self._rotated():
             rest, _ = self._drain(self._file, self._max_read)
             lines += rest
@@ -108,7 +115,7 @@ class LogTail:
         if same and resume is not None and resume <= st.st_size:
             handle.seek(resume)  # reopened after close() or an error: keep the partial line too
             return
-        self._partial, self._skipping = b"", False
+        self._partial, self._skipping, self._mark = b"", False, b""
         if first and st.st_size > self._backfill:
             handle.seek(st.st_size - self._backfill)
             self._skipping = True  # we landed inside a line: drop it
@@ -120,15 +127,30 @@ class LogTail:
             return False  # between rename and re-create: keep the old file for now
         return (st.st_dev, st.st_ino) != self._ident
 
+    def _check_deleted(self) -> None:
+        """A path gone at two reads in a row is deleted, not mid-rotation: an ``io`` failure."""
+        self._missing = 0 if self._path.exists() else self._missing + 1
+        if self._missing >= 2:
+            self.close()
+            self._resume, self._ident = None, None
+            raise FileNotFoundError(f"{self._path}: the log file was deleted")
+
     def _check_truncated(self, handle: BinaryIO) -> bool:
-        if os.fstat(handle.fileno()).st_size >= handle.tell():
+        pos = handle.tell()
+        size = os.fstat(handle.fileno()).st_size
+        mark = self._mark
+        rewritten = bool(mark) and pos >= len(mark) and size >= pos
+        if rewritten:
+            rewritten = os.pread(handle.fileno(), len(mark), pos - len(mark)) != mark
+        if size >= pos and not rewritten:
             return False
         handle.seek(0)
-        self._partial, self._skipping = b"", False
+        self._partial, self._skipping, self._mark = b"", False, b""
         return True
 
     def _drain(self, handle: BinaryIO, budget: int) -> tuple[list[str], bool]:
         chunk = handle.read(budget)
+        self._mark = (self._mark + chunk)[-_MARK_BYTES:] if chunk else self._mark
         pieces = chunk.split(b"\n")
         self._partial += pieces[0]
         lines: list[str] = []

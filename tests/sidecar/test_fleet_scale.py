@@ -97,7 +97,7 @@ def loopback_fleet(seed: Snapshot) -> Iterator[int]:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+        try:
             while True:
                 target = (await reader.readuntil(b"\r\n\r\n")).split(b" ", 2)[1].decode()
                 path, _, query = target.partition("?")
@@ -107,7 +107,10 @@ def loopback_fleet(seed: Snapshot) -> Iterator[int]:
                 body = rank_body(seed, int(path.split("/")[1].removeprefix("rank")))
                 writer.write(head % len(body) + body)
                 await writer.drain()
-        writer.close()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
     server = loop.run_until_complete(asyncio.start_server(serve, "127.0.0.1", 0, backlog=4096))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -117,12 +120,18 @@ def loopback_fleet(seed: Snapshot) -> Iterator[int]:
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
-        server.close()
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(close_all(server))
         loop.close()
+
+
+async def close_all(server: asyncio.Server) -> None:
+    """Stop the handlers (each closes its connection) and the listening socket."""
+    server.close()
+    handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in handlers:
+        task.cancel()
+    await asyncio.gather(*handlers, return_exceptions=True)
+    await server.wait_closed()
 
 
 def scrapes(url: str) -> float:

@@ -8,17 +8,20 @@ import argparse
 import importlib
 import inspect
 import pkgutil
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from tests.helpers import REPO
+from tests.helpers import REPO, require_tool
 
 import poolwatch.artifacts
 from poolwatch.artifacts.registry import GENERATORS, drift, render_all
 from poolwatch.commands import generate
 from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.rules import ALERT_NAME_PATTERN, AlertName
 
 GENERATED = sorted(render_all(REPO))
 
@@ -133,3 +136,20 @@ def test_a_bad_setting_in_the_config_file_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "POOLWATCH_DEFICIT_SAMPLES: must be at least 1" in err
+
+
+def test_rules_with_a_selector_and_a_cluster_label_pass_promtool(tmp_path: Path) -> None:
+    promtool = require_tool("promtool")
+    config = tmp_path / "sidecar.yaml"
+    config.write_text('selector: job="poolwatch"\ncluster_label: cluster\n', encoding="utf-8")
+    assert run("--root", str(REPO), "--config", str(config), "--out", str(tmp_path)) == 0
+    rules = tmp_path / "deploy/prometheus/poolwatch-rules.yml"
+    assert "on (cluster, worker, role, dp_rank, tp_rank, pp_rank)" in rules.read_text()
+    result = subprocess.run(
+        [promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_name_matches_the_pattern_the_dashboards_select() -> None:
+    assert all(re.fullmatch(ALERT_NAME_PATTERN, name) for name in AlertName)

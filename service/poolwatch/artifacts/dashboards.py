@@ -35,6 +35,7 @@ from poolwatch.artifacts.panels import (
 )
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
 from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.rules import ALERT_NAME_PATTERN
 
 __all__ = ["artifacts", "fleet_dashboard"]
 
@@ -211,7 +212,7 @@ def fleet_dashboard(config: MixinConfig | None = None) -> Json:
         description="Conservation of SGLang's memory pools across every worker poolwatch watches.",
         panels=panels,
         variables=variables,
-        annotations=[alert_annotation()],
+        annotations=[alert_annotation(ALERT_NAME_PATTERN)],
         links=dashboard_links(),
     )
     return configure(doc, config)

@@ -175,8 +175,9 @@ def textbox_variable(name: str, label: str, value: str) -> Json:
     }
 
 
-def alert_annotation(matchers: str = "") -> Json:
-    """Firing poolwatch alerts from Prometheus' ``ALERTS`` series, drawn on every time panel."""
+def alert_annotation(name_pattern: str, matchers: str = "") -> Json:
+    """Firing alerts named like ``name_pattern`` from Prometheus' ``ALERTS`` series, drawn on
+    every time panel."""
     extra = f", {matchers}" if matchers else ""
     return {
         "name": "Poolwatch alerts",
@@ -184,7 +185,7 @@ def alert_annotation(matchers: str = "") -> Json:
         "enable": True,
         "hide": False,
         "iconColor": "red",
-        "expr": f'ALERTS{{alertname=~"Poolwatch.*", alertstate="firing"{extra}}}',
+        "expr": f'ALERTS{{alertname=~"{name_pattern}", alertstate="firing"{extra}}}',
         "step": "30s",
         "titleFormat": "{{alertname}}",
         "textFormat": "{{severity}} {{worker}} {{pool}}",

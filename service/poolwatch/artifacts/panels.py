@@ -15,7 +15,7 @@ from poolwatch.artifacts.grafana import (
 )
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.promql import with_selector
-from poolwatch.detect.rules import dashboard_path
+from poolwatch.detect.rules import ALERT_NAME_PATTERN, dashboard_path
 
 __all__ = [
     "FIRING",
@@ -34,7 +34,7 @@ __all__ = [
 
 SLOTS = "suffix: slots"  # Grafana's custom-unit syntax; slots have no built-in unit
 SLOTS_PER_SECOND = "suffix: slots/s"
-FIRING = 'alertname=~"Poolwatch.*", alertstate="firing"'
+FIRING = f'alertname=~"{ALERT_NAME_PATTERN}", alertstate="firing"'
 
 
 def runbook_link() -> Json:

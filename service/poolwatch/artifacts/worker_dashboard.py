@@ -21,6 +21,7 @@ from poolwatch.artifacts.panels import (
     thresholds,
 )
 from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.rules import ALERT_NAME_PATTERN
 
 __all__ = ["STATE_COLORS", "worker_dashboard"]
 
@@ -241,7 +242,7 @@ def worker_dashboard(config: MixinConfig | None = None) -> Json:
         "they add up.",
         panels=[*_now_panels(), *_rank_panels(), *_health_panels()],
         variables=variables,
-        annotations=[alert_annotation('worker="$worker"')],
+        annotations=[alert_annotation(ALERT_NAME_PATTERN, 'worker="$worker"')],
         links=dashboard_links(),
     )
     return configure(doc, config)

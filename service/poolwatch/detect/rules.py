@@ -19,6 +19,7 @@ from poolwatch.detect.config import MixinConfig
 
 __all__ = [
     "ALERTS",
+    "ALERT_NAME_PATTERN",
     "AlertDef",
     "AlertName",
     "Mode",
@@ -30,6 +31,9 @@ __all__ = [
     "dashboard_link",
     "dashboard_path",
 ]
+
+
+ALERT_NAME_PATTERN = "Poolwatch.*"  # matches every AlertName (dashboards select ALERTS with it)
 
 
 class AlertName(enum.StrEnum):

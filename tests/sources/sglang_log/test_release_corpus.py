@@ -161,3 +161,33 @@ def test_startup_lines_of_every_family_give_the_pool_size() -> None:
         "v0.3-kv-warning.log": [(Pool.FULL, 150004)],
         "v0.5.12-custom-format-pool-report.log": [(Pool.FULL, 512000)],
     }
+
+
+@pytest.mark.parametrize(
+    ("queues", "verdict"),
+    [
+        (
+            "#prealloc-req: 0, #transfer-req: 1, #retracted-req: 0, ",
+            "",
+        ),  # PD decode: size leaves out pre-alloc
+        ("", "req: surplus of 2 slots (double free)"),
+    ],
+    ids=["pd-decode", "unified"],
+)
+def test_a_request_slot_report_is_read_only_where_its_total_is_the_whole_pool(
+    queues: str, verdict: str
+) -> None:
+    rows: list[Row] = []
+    replayer = Replayer("w", rows.append, every=0)
+    replayer.feed(
+        [
+            "[2026-03-02 14:00:00 TP0] Decode batch, #running-req: 1, #token: 40, token usage: 0.00, "
+            f"{queues}cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0",
+            "[2026-03-02 14:00:05 TP0] req_to_token_pool memory leak detected!"
+            "available_size=130, total_size=128",
+        ]
+    )
+    report = replayer.finish()
+    assert report.first_problem is not None
+    assert report.first_problem.event == "leak_detected"
+    assert report.first_problem.verdict == verdict

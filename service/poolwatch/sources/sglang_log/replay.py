@@ -100,6 +100,8 @@ class Replayer:
         self.report.recognised += bool(events)
         for event in events:
             if isinstance(event, BatchStats) and not _negative(event):
+                if event.role is not None:
+                    self._fold.note_role(event.role)
                 self._batch(event, "")  # a busy batch proves nothing else: skip the snapshot
                 continue
             snap = self._fold.apply(event)

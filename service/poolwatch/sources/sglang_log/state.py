@@ -3,14 +3,15 @@
 A log only speaks at batch events, so a log snapshot is coarse and never *idle*: a batch line
 gives a busy rank's used counts (decode) or the sign of its usage ratios (prefill).  The one
 exception is SGLang's own leak report, whose figures were read by its idle check at one loop
-boundary: that snapshot is exact and idle.  Pool sizes come from the startup lines; the
+boundary: that snapshot is exact and idle (except the request-slot figures of a PD decode
+worker, which leave out its pre-allocated rows).  Pool sizes come from the startup lines; the
 ``max_total_num_tokens=`` line also marks a scheduler (re)start, i.e. a new ``boot_id``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from poolwatch.model import (
     Incident,
@@ -72,6 +73,10 @@ class LogFold:
             return self._snapshot(state, event.ranks, event.at, Phase.BUSY, pools, event.queues, ())
         return self._incident_snapshot(state, event)
 
+    def note_role(self, role: Role) -> None:
+        """A PD role revealed by a line that is not folded into a snapshot (replay skips those)."""
+        self._seen_role = role
+
     def _rank(self, ranks: Ranks) -> _RankLog:
         state = self._ranks.setdefault(ranks, _RankLog())
         if state.boot_id != self._boot_id:
@@ -97,12 +102,23 @@ class LogFold:
         return pools
 
     def _incident_snapshot(self, state: _RankLog, event: RankIncident) -> Snapshot:
-        incident = event.incident
+        incident = self._trusted(event.incident)
         pools = {a.pool: a for a in incident.pools}
         phase = Phase.UNKNOWN
         if pools:
             phase = Phase.BUSY if incident.kind is IncidentKind.BUSY_CHECK_FAILED else Phase.IDLE
         return self._snapshot(state, event.ranks, incident.at, phase, pools, {}, (incident,))
+
+    def _trusted(self, incident: Incident) -> Incident:
+        """On a PD decode worker SGLang checks its request-slot pool against size plus the
+        pre-allocated rows but prints only the size (0.5.0+): those figures give neither the sign
+        nor the size of the fault, so they are dropped (the report itself still counts)."""
+        if self._current_role() is not Role.DECODE or all(a.pool is not Pool.REQ for a in incident.pools):
+            return incident
+        return replace(incident, pools=tuple(a for a in incident.pools if a.pool is not Pool.REQ))
+
+    def _current_role(self) -> Role:
+        return self._role if self._role is not Role.UNIFIED else (self._seen_role or Role.UNIFIED)
 
     def _snapshot(
         self,
@@ -114,8 +130,9 @@ class LogFold:
         queues: Mapping[str, int],
         incidents: tuple[Incident, ...],
     ) -> Snapshot:
-        role = self._role if self._role is not Role.UNIFIED else (self._seen_role or Role.UNIFIED)
-        worker = WorkerId(self._worker, role, ranks.dp, ranks.tp, ranks.pp, instance=self._instance)
+        worker = WorkerId(
+            self._worker, self._current_role(), ranks.dp, ranks.tp, ranks.pp, instance=self._instance
+        )
         return Snapshot(
             worker=worker,
             seq=state.seq,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 from poolwatch.detect.alert import AlertState
 
 if TYPE_CHECKING:
-    from poolwatch.sidecar.alerting import Alerting
+    from poolwatch.sidecar.alerting import AlertWiring
     from poolwatch_emulator.cluster import Cluster
     from poolwatch_emulator.faces import WorkerServer
     from poolwatch_emulator.faults import FaultSpec
@@ -37,7 +37,7 @@ class Story:
     time_scale: float
     out: TextIO
     guard: bool = False
-    alerting: Alerting | None = None
+    alerting: AlertWiring | None = None
     first_alert: float | None = None  # unix time the sidecar fired its first alert
     _said: set[str] = field(default_factory=set)
     _next_heartbeat: float = HEARTBEAT_S / 4
@@ -69,7 +69,7 @@ class Story:
             self._said.add(key)
             print(f"[t={self.cluster.clock.now:6.0f}s] {text}", file=self.out, flush=True)
 
-    def begin(self, url: str, alerting: Alerting) -> None:
+    def begin(self, url: str, alerting: AlertWiring) -> None:
         self.alerting = alerting
         c = self.cluster
         shape = c.config.shape

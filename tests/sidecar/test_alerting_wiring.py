@@ -15,7 +15,7 @@ from tests.helpers import FakeClock
 from poolwatch.errors import ConfigError, Reason
 from poolwatch.model import Snapshot
 from poolwatch.settings import AlertSettings, IdentitySettings, Settings
-from poolwatch.sidecar.alerting import Alerting, build_alerting
+from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.store import SnapshotStore
 
 
@@ -146,7 +146,7 @@ def test_the_namespace_and_pod_label_every_alert_and_the_namespace_its_dashboard
 
 def test_alerting_without_receivers_still_detects(clock: FakeClock, seed_snapshot: Snapshot) -> None:
     store, seed = seeded(clock, seed_snapshot)
-    alerting: Alerting = build_alerting(Settings(), store, clock)
+    alerting: AlertWiring = build_alerting(Settings(), store, clock)
     store.put(seed)
     assert [a.name for a in alerting.evaluate()] == ["PoolwatchDoubleFree"]
     assert alerting.delivery_stats() == []

@@ -1,4 +1,5 @@
-"""The one wiring point for the sidecar: :func:`build_alerting` returns an :class:`Alerting` with
+"""The one wiring point for the sidecar's alerts (the values are :mod:`poolwatch.detect.alert`):
+:func:`build_alerting` returns an :class:`AlertWiring` with
 
 * ``collector`` — register it in the sidecar's registry (alerts, leak trends, delivery metrics);
 * ``router`` — mount it in the app (``GET /api/v1/alerts``);
@@ -37,7 +38,7 @@ from poolwatch.sidecar.persist import load_state, save_alerts
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import Supervisor
 
-__all__ = ["Alerting", "build_alerting"]
+__all__ = ["AlertWiring", "build_alerting"]
 
 log = logging.getLogger("poolwatch.sidecar")
 
@@ -55,7 +56,7 @@ def _receivers(settings: AlertSettings) -> list[Receiver]:
     return out
 
 
-class Alerting:
+class AlertWiring:
     def __init__(
         self,
         detector: Detector,
@@ -182,7 +183,7 @@ def build_alerting(
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     sleep: Sleep = asyncio.sleep,
-) -> Alerting:
+) -> AlertWiring:
     """Detector + notifiers for the sidecar; a bad setting raises :class:`ConfigError` here."""
     a = settings.alerting
     auth_headers(a)
@@ -192,7 +193,7 @@ def build_alerting(
         settings.mixin(), clock, extra_labels={"namespace": ident.namespace, "pod": ident.pod}
     )
     forget = ident.forget_after
-    alerting = Alerting(detector, store, a, clock, transport=transport, sleep=sleep, forget_after=forget)
+    alerting = AlertWiring(detector, store, a, clock, transport=transport, sleep=sleep, forget_after=forget)
     alerting.restore()
     store.subscribe(detector.observe)
     return alerting

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from poolwatch import __version__
 from poolwatch.settings import Settings
-from poolwatch.sidecar.alerting import Alerting, build_alerting
+from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.api import api_router
 from poolwatch.sidecar.exporter import BuildInfoCollector, PoolCollector, TargetCollector
 from poolwatch.sidecar.exposition import CachedExposition
@@ -73,7 +73,7 @@ def create_app(
     sources: Sequence[Source] | None = None,
     clock: Callable[[], float] = time.time,
     transport: httpx.AsyncBaseTransport | None = None,
-    alerting: Alerting | None = None,
+    alerting: AlertWiring | None = None,
     collectors: Sequence[Collector] = (),
     routers: Sequence[APIRouter] = (),
 ) -> FastAPI:

@@ -47,6 +47,8 @@ class AlertName(enum.StrEnum):
     SNAPSHOT_STALE = "PoolwatchSnapshotStale"
     TARGET_DOWN = "PoolwatchTargetDown"
     PROBE_DEGRADED = "PoolwatchProbeDegraded"
+    SIDECAR_DOWN = "PoolwatchSidecarDown"
+    NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
 
 
 class Severity(enum.StrEnum):
@@ -60,7 +62,8 @@ class Scope(enum.StrEnum):
 
     POOL = "pool"  # worker, role, dp_rank, tp_rank, pp_rank, pool
     RANK = "rank"  # worker, role, dp_rank, tp_rank, pp_rank
-    TARGET = "target"  # target, source
+    TARGET = "target"  # target, source, worker
+    SIDECAR = "sidecar"  # namespace, pod (and receiver): poolwatch itself
 
 
 class Mode(enum.StrEnum):
@@ -69,6 +72,7 @@ class Mode(enum.StrEnum):
     SAMPLED = "sampled"  # judged on every snapshot: fires after N samples, resolves after M clean ones
     EVENT = "event"  # a log line: fires at once, resolves after a hold time
     TIMED = "timed"  # judged on the evaluation timer (staleness, target health)
+    PROMETHEUS = "prometheus"  # only Prometheus can judge it (the sidecar down, its deliveries failing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +272,51 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                 ),
             ),
         ),
+        *_meta_alerts(),
+    )
+
+
+def _meta_alerts() -> tuple[AlertDef, ...]:
+    """Prometheus watching poolwatch: what the sidecar cannot say about itself."""
+    where = "{{ $labels.namespace }}/{{ $labels.pod }}"
+    delivery = 'increase(poolwatch_notifications_total{outcome=~"failed|dropped"}[5m])'
+    sent = 'increase(poolwatch_notifications_total{outcome="sent"}[5m])'
+    return (
+        AlertDef(
+            AlertName.SIDECAR_DOWN,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "Prometheus cannot scrape a poolwatch sidecar: its SGLang server's memory pools are not watched.",
+            "Prometheus' scrape of a sidecar (`up`) has failed for 5 minutes (the sidecar cannot say so).",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    'up{container="poolwatch"} == 0',
+                    "5m",
+                    f"Prometheus cannot scrape the poolwatch sidecar of {where}: the memory pools of its "
+                    "SGLang server are not watched, and its own pages may not be sent.",
+                ),
+            ),
+        ),
+        AlertDef(
+            AlertName.NOTIFICATIONS_FAILING,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "A poolwatch sidecar cannot deliver its alerts: its fast pages do not arrive.",
+            "Deliveries to a receiver (Alertmanager, a webhook) failed or were dropped for 5 minutes "
+            "with none getting through; only the slower Prometheus path pages meanwhile.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    f"(sum without (outcome) ({delivery}) > 0)\n"
+                    f"unless on (namespace, pod, receiver) (sum without (outcome) ({sent}) > 0)",
+                    "5m",
+                    f"The poolwatch sidecar of {where} failed or dropped {{{{ $value | humanize }}}} "
+                    "deliveries to {{ $labels.receiver }} in the last 5m and delivered none: its direct "
+                    "pages do not arrive, only the slower Prometheus path's.",
+                ),
+            ),
+        ),
     )
 
 
@@ -278,6 +327,7 @@ _SCOPE_VARS = {
     Scope.POOL: ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank", "pool"),
     Scope.RANK: ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank"),
     Scope.TARGET: ("namespace",),
+    Scope.SIDECAR: ("namespace",),
 }
 
 
@@ -292,7 +342,8 @@ def dashboard_link(
     """The Grafana path of the dashboard for an alert of ``scope``, its variables set from
     ``value(label)`` (already encoded; ``None`` leaves the variable out)."""
     config = config or MixinConfig()
-    uid = config.fleet_dashboard_uid if scope is Scope.TARGET else config.worker_dashboard_uid
+    fleet = scope in (Scope.TARGET, Scope.SIDECAR)
+    uid = config.fleet_dashboard_uid if fleet else config.worker_dashboard_uid
     path = dashboard_path(uid)
     pairs = [(n, value(n)) for n in _SCOPE_VARS[scope]]
     query = "&".join(f"var-{n}={v}" for n, v in pairs if v is not None)

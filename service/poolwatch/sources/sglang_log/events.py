@@ -42,31 +42,29 @@ _CAPACITY = (
 )
 _MAX_MESSAGE = 2000
 
-# Every numeric item a batch line can carry, by key: ("used", pool) a used count, ("usage", pool) a
-# ratio, ("queue", name) a queue length as the probe names it.  "#prealloc-req" is the bootstrap
-# queue on a prefill line and the pre-allocation queue on a decode line.
-_KEYS: dict[str, tuple[str, Pool | str]] = {
-    "#token": ("used", Pool.FULL),
-    "#full token": ("used", Pool.FULL),
-    "#swa token": ("used", Pool.SWA),
-    "mamba num": ("used", Pool.MAMBA),
-    "token usage": ("usage", Pool.FULL),
-    "full token usage": ("usage", Pool.FULL),
-    "swa token usage": ("usage", Pool.SWA),
-    "mamba usage": ("usage", Pool.MAMBA),
-    "#running-req": ("queue", "running"),
-    "#queue-req": ("queue", "waiting"),
-    "#bootstrap-req": ("queue", "bootstrap"),
-    "#inflight-req": ("queue", "inflight"),
-    "#transfer-req": ("queue", "transfer"),
-    "#retracted-req": ("queue", "retracted"),
-    "#unbootstrapped-req": ("queue", "bootstrap"),  # 0.4.6-0.5.2 PD prefill
-    "#transferring-req": ("queue", "inflight"),
-    "#remaining_req": ("queue", "waiting"),  # 0.1.x
-    "#running_req": ("queue", "running"),
-    "#prealloc-req": ("prealloc", ""),
+# Every numeric item a batch line can carry, by key: a used count, a usage ratio, or a queue
+# length (named as the probe names it).  "#prealloc-req" is the bootstrap queue on a prefill line
+# and the pre-allocation queue on a decode line.
+_USED = {"#token": Pool.FULL, "#full token": Pool.FULL, "#swa token": Pool.SWA, "mamba num": Pool.MAMBA}
+_USAGE = {
+    "token usage": Pool.FULL,
+    "full token usage": Pool.FULL,
+    "swa token usage": Pool.SWA,
+    "mamba usage": Pool.MAMBA,
 }
-_NOTHING = ("", "")
+_QUEUES = {
+    "#running-req": "running",
+    "#queue-req": "waiting",
+    "#bootstrap-req": "bootstrap",
+    "#inflight-req": "inflight",
+    "#transfer-req": "transfer",
+    "#retracted-req": "retracted",
+    "#unbootstrapped-req": "bootstrap",  # 0.4.6-0.5.2 PD prefill
+    "#transferring-req": "inflight",
+    "#remaining_req": "waiting",  # 0.1.x
+    "#running_req": "running",
+}
+_PREALLOC = "#prealloc-req"
 # "key: number" items, separated by ", " (0.2+) or ". " (0.1.x); ASCII digits only.
 _ITEM = re.compile(r"(?:^|, |\. )([#A-Za-z][\w #\-]*?): (-?[0-9]+(?:\.[0-9]+)?)(?=[,.%\s]|$)")
 
@@ -158,16 +156,16 @@ def _batch(
     negative: set[Pool] = set()
     role: Role | None = None
     for key, value in items:
-        what, target = _KEYS.get(key, _NOTHING)
-        if what == "used" and isinstance(target, Pool):
-            used.setdefault(target, int(value))
-        elif what == "usage" and isinstance(target, Pool):
-            usage.setdefault(target, float(value))
+        if key in _USAGE:
+            pool = _USAGE[key]
+            usage.setdefault(pool, float(value))
             if value[0] == "-":
-                negative.add(target)
-        elif what == "queue":
-            queues.setdefault(str(target), int(value))
-        elif what == "prealloc":
+                negative.add(pool)
+        elif key in _USED:
+            used.setdefault(_USED[key], int(value))
+        elif key in _QUEUES:
+            queues.setdefault(_QUEUES[key], int(value))
+        elif key == _PREALLOC:
             queues.setdefault("bootstrap" if kind == "prefill" else "prealloc", int(value))
         if role is None and key in ROLE_KEYS:
             role = Role(ROLE_KEYS[key])

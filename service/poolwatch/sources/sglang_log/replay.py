@@ -10,6 +10,7 @@ a leak or failed a check, or a figure proves an imbalance on its own (a negative
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe, used
 from poolwatch.model import IncidentKind, Pool, Snapshot
 from poolwatch.sources.sglang_log.events import BatchStats, LogEvent, RankIncident, interpret
+from poolwatch.sources.sglang_log.lines import Ranks
 from poolwatch.sources.sglang_log.records import RecordAssembler
 from poolwatch.sources.sglang_log.state import LogFold
 
@@ -114,7 +116,7 @@ class Replayer:
                 self._incident(event, snap, verdict)
 
     def _incident(self, event: RankIncident, snap: Snapshot, verdict: str) -> None:
-        rank = event.ranks.label()
+        rank = _label(event.ranks)
         self.report.ranks.add(rank)
         self._advance(event.incident.at)
         kind = event.incident.kind
@@ -127,7 +129,7 @@ class Replayer:
             self._first(row, event.incident.message)
 
     def _batch(self, event: BatchStats, verdict: str) -> None:
-        rank = event.ranks.label()
+        rank = _label(event.ranks)
         self.report.ranks.add(rank)
         self._advance(event.at)
         row = self._open.get(rank)
@@ -172,6 +174,11 @@ def _verdict(findings: tuple[Finding, ...]) -> str:
         f.balance in (Balance.SURPLUS, Balance.DEFICIT) and f.basis is not Basis.NONE for f in findings
     )
     return describe(tuple(f for f in findings if f.balance is not Balance.UNKNOWN)) if proven else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _label(ranks: Ranks) -> str:
+    return ranks.label()
 
 
 def _negative(event: BatchStats) -> bool:

@@ -2,8 +2,8 @@
 
 The valid lines are the batch lines and reports of several release families; the noise classes
 are those of the issue: prefixes before the first ``[`` (Ray actor, ISO launcher, CRI stream,
-leading spaces), ANSI colour anywhere (inside a leak report too), CRLF, another rank's line inside
-a traceback, and a cut last line.
+leading spaces, a custom ``logging`` format), ANSI colour anywhere (inside a leak report too),
+CRLF, another rank's line inside a traceback, a 5,000-digit rank tag and a cut last line.
 """
 
 from __future__ import annotations
@@ -154,3 +154,16 @@ def test_a_five_thousand_digit_rank_is_rejected_without_dropping_the_next_lines(
     huge = "[2026-05-20 10:04:00 TP" + "9" * 5000 + "] Decode batch, #running-req: 1, #token: -3"
     events = parse([huge, *LOGS[2]])
     assert events == parse(LOGS[2])
+
+
+@given(st.sampled_from(LOGS[:2]), st.sampled_from(["INFO", "WARNING", "ERROR"]), st.integers(1, 99999))
+def test_a_custom_logging_format_reads_like_sglangs_own_on_rank_zero(
+    log: tuple[str, ...], level: str, pid: int
+) -> None:
+    def custom(line: str) -> str:
+        if not line.startswith("[20"):
+            return line
+        stamp, _, message = line[1:].partition("] ")
+        return f"{stamp[:19]},000 {level} {pid} [scheduler.py:812] {message}"
+
+    assert parse([custom(line) for line in log]) == parse(log)

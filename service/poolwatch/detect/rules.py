@@ -49,6 +49,7 @@ class AlertName(enum.StrEnum):
     PROBE_DEGRADED = "PoolwatchProbeDegraded"
     SIDECAR_DOWN = "PoolwatchSidecarDown"
     NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
+    TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
 
 
 class Severity(enum.StrEnum):
@@ -314,6 +315,24 @@ def _meta_alerts() -> tuple[AlertDef, ...]:
                     f"The poolwatch sidecar of {where} failed or dropped {{{{ $value | humanize }}}} "
                     "deliveries to {{ $labels.receiver }} in the last 5m and delivered none: its direct "
                     "pages do not arrive, only the slower Prometheus path's.",
+                ),
+            ),
+        ),
+        AlertDef(
+            AlertName.TASK_CRASH_LOOPING,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "A poolwatch sidecar task keeps crashing: part of its watching or paging has stopped.",
+            "A background task of a sidecar (scrape loop, evaluation timer, a deliverer) crashed 3 times "
+            "within 5 minutes; it is restarted with backoff, and its first error is in the log.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    "poolwatch_task_crash_looping == 1",
+                    "2m",
+                    f"The {{{{ $labels.task }}}} task of the poolwatch sidecar of {where} keeps crashing "
+                    "(3 times within 5 minutes); it is restarted with backoff, but what it does is not "
+                    "being done meanwhile.",
                 ),
             ),
         ),

@@ -254,9 +254,7 @@ async def run_suite(
     ninety = "sglang-metrics:http://127.0.0.1:30001"
     assert (metric(text, "poolwatch_target_scrape_errors_total", target=ninety, reason="too_large") or 0) > 0
     assert metric(text, "poolwatch_target_up", target="sglang-metrics:http://127.0.0.1:30002") == 1.0
-    assert (
-        metric(text, "poolwatch_target_scrape_errors_total", target=f"sglang-log:{log}", reason="io") or 0
-    ) > 0
+    assert metric(text, "poolwatch_target_up", target=f"sglang-log:{log}") == 0.0  # deleted: down
     # item 5: hostile discovery files are skipped with reasons, the metadata address never asked
     assert fleet.metadata_asked == 0
     # item 8: the corrupt state file was set aside and counted

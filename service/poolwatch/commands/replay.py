@@ -145,7 +145,8 @@ def _progress(path: Path, err: TextIO) -> Callable[[int], None]:
 
 
 def _time(at: float) -> str:
-    return dt.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+    """Local time of a line; "(no time)" before any stamped line (0.1.x logs carry none)."""
+    return dt.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S") if at > 0 else "(no time)"
 
 
 class TableWriter:

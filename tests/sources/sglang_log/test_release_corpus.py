@@ -22,7 +22,7 @@ from poolwatch.sources.sglang_log.replay import Replayer, Row
 CORPUS = FIXTURES / "sglang-logs"
 
 CASES = [
-    ("v0.1-kv-warning.log", 1, "(leak_detected): full: deficit of 144 slots (leak)"),
+    ("v0.1-kv-warning.log", 1, "(no time) dp0-tp0-pp0 (leak_detected): full: deficit of 144 slots (leak)"),
     ("v0.2-time-of-day.log", 1, "(leak_detected): req: deficit of 1 slot (leak)"),
     ("v0.3-kv-warning.log", 1, "(leak_detected): full: deficit of 8 slots (leak)"),
     ("v0.4.6-ray-userwarning.log", 1, "(leak_detected): full: surplus of 16 slots (double free)"),

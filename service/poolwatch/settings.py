@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 
 from poolwatch.detect.config import (
     FLEET_DASHBOARD_UID,
+    GRAFANA_URL,
     RUNBOOK_BASE_URL,
     WORKER_DASHBOARD_UID,
     DetectorConfig,
@@ -88,7 +89,7 @@ class AlertSettings:
     tls_verify: bool = True
     ca_file: str = ""
     runbook_base_url: str = RUNBOOK_BASE_URL
-    dashboard_url: str = ""  # Grafana's base URL, prefixed to alerts' dashboard links
+    dashboard_url: str = GRAFANA_URL  # Grafana's absolute base URL, prefixed to alerts' dashboard links
     fleet_dashboard_uid: str = FLEET_DASHBOARD_UID  # as `poolwatch generate` named the dashboards
     worker_dashboard_uid: str = WORKER_DASHBOARD_UID
     resend_interval: float = 60.0

@@ -9,7 +9,7 @@ import yaml
 from tests.helpers import REPO
 
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
-from poolwatch.detect.config import FLEET_DASHBOARD_UID, RUNBOOK_BASE_URL, WORKER_DASHBOARD_UID
+from poolwatch.detect.config import FLEET_DASHBOARD_UID, GRAFANA_URL, RUNBOOK_BASE_URL, WORKER_DASHBOARD_UID
 
 RULES = REPO / "deploy/kubernetes/base/prometheusrule.yaml"
 
@@ -42,8 +42,9 @@ def test_every_rule_dashboard_link_opens_a_shipped_dashboard_with_known_variable
         url = str(annotations.get("dashboard_url", ""))
         if not url:
             continue
-        match = re.match(r"^/d/(?P<uid>[\w-]+)/[\w-]+(\?(?P<query>.*))?$", url)
-        assert match, f"{rule['alert']}: {url}"
+        match = re.match(r"^(?P<base>https?://[^/]+)/d/(?P<uid>[\w-]+)/[\w-]+(\?(?P<query>.*))?$", url)
+        assert match, f"{rule['alert']}: {url} is not an absolute Grafana link"
+        assert match["base"] == GRAFANA_URL, url
         assert match["uid"] in (FLEET_DASHBOARD_UID, WORKER_DASHBOARD_UID), (
             f"{rule['alert']} links /d/{match['uid']}, not shipped"
         )

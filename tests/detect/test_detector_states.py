@@ -123,8 +123,8 @@ def test_the_seed_double_free_is_paged_with_the_crash_ahead(clock: FakeClock) ->
     assert "the server will crash at its next idle moment" in description
     assert alert.annotations["runbook_url"] == "https://runbooks.example/poolwatch/PoolwatchDoubleFree.md"
     assert alert.annotations["dashboard_url"] == (
-        "/d/poolwatch-worker/poolwatch-worker?var-worker=prefill-0&var-dp_rank=0&var-tp_rank=1&var-pp_rank=0"
-        "&var-pool=mamba"
+        "http://grafana.monitoring.svc:3000/d/poolwatch-worker/poolwatch-worker?var-worker=prefill-0"
+        "&var-dp_rank=0&var-tp_rank=1&var-pp_rank=0&var-pool=mamba"
     )
 
 

@@ -15,9 +15,19 @@ from dataclasses import dataclass, field, fields
 
 from poolwatch.errors import ConfigError
 
-__all__ = ["FLEET_DASHBOARD_UID", "RUNBOOK_BASE_URL", "WORKER_DASHBOARD_UID", "DetectorConfig", "MixinConfig"]
+__all__ = [
+    "FLEET_DASHBOARD_UID",
+    "GRAFANA_URL",
+    "RUNBOOK_BASE_URL",
+    "WORKER_DASHBOARD_UID",
+    "DetectorConfig",
+    "MixinConfig",
+]
 
 RUNBOOK_BASE_URL = "https://github.com/poolwatch/poolwatch/blob/main/docs/runbooks"
+# Links in a notification must be absolute: kube-prometheus' Grafana Service by default (like the
+# sidecar's alertmanager-operated default); set your own at generate time and run time
+GRAFANA_URL = "http://grafana.monitoring.svc:3000"
 FLEET_DASHBOARD_UID = "poolwatch-fleet"
 WORKER_DASHBOARD_UID = "poolwatch-worker"
 
@@ -89,7 +99,7 @@ class MixinConfig:
 
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     runbook_base_url: str = RUNBOOK_BASE_URL
-    dashboard_url: str = ""
+    dashboard_url: str = GRAFANA_URL
     fleet_dashboard_uid: str = FLEET_DASHBOARD_UID
     worker_dashboard_uid: str = WORKER_DASHBOARD_UID
     selector: str = ""

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from poolwatch.codec import dump_snapshot
+from poolwatch.model import Snapshot
 from poolwatch.probe.publication import Publication
 
 __all__ = [
@@ -68,11 +69,11 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
-    doc: Any
+    doc: Any  # a JSON-ready value, or bytes already encoded
     close: bool = False
 
     def encode(self, keep_alive: bool) -> bytes:
-        body = json.dumps(self.doc).encode()
+        body = self.doc if isinstance(self.doc, bytes) else json.dumps(self.doc).encode()
         connection = "keep-alive" if keep_alive and not self.close else "close"
         retry = "Retry-After: 1\r\n" if self.status == 503 else ""
         head = (
@@ -92,6 +93,15 @@ class Context:
     port: int
     secret: str | None
     long_polls: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(3))
+    _encoded: tuple[object, bytes] = (None, b"")
+
+    def snapshot_body(self, snap: Snapshot) -> bytes:
+        """The JSON of ``snap``, encoded once however many clients ask for it."""
+        cached, body = self._encoded
+        if cached is not snap:
+            body = json.dumps(dump_snapshot(snap)).encode()
+            self._encoded = (snap, body)  # one tuple swap: a racing thread at worst encodes twice
+        return body
 
 
 def parse_head(raw: bytes, peer: str = "") -> Request:
@@ -175,7 +185,11 @@ def _snapshot(req: Request, ctx: Context) -> Response:
             snap = ctx.publication.wait_changed(seen, wait)
         finally:
             ctx.long_polls.release()
-    return Response(503, {"error": "no snapshot yet"}) if snap is None else Response(200, dump_snapshot(snap))
+    return (
+        Response(503, {"error": "no snapshot yet"})
+        if snap is None
+        else Response(200, ctx.snapshot_body(snap))
+    )
 
 
 def _mutate(req: Request, ctx: Context) -> Response:

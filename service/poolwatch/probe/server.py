@@ -35,8 +35,8 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 
+from poolwatch.probe.conn import Conn, Pacer, send_and_close, try_send
 from poolwatch.probe.routes import (
     MAX_HEAD_BYTES,
     BadRequest,
@@ -59,15 +59,6 @@ RATE = 200.0  # requests (and accepted connections) per second; a burst of RATE 
 _FULL = Response(503, {"error": "too many connections; retry"}, close=True).encode(False)
 
 
-@dataclass(eq=False)
-class _Conn:
-    sock: socket.socket
-    peer: str
-    deadline: float
-    buf: bytearray = field(default_factory=bytearray)
-    started: bool = False
-
-
 class ProbeServer:
     """Serve ``probe`` (and its ``publication``) on ``host:port`` (0 = any free port)."""
 
@@ -77,13 +68,13 @@ class ProbeServer:
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
-        self._conns: dict[socket.socket, _Conn] = {}  # waiting for a head (I/O thread only)
+        self._conns: dict[socket.socket, Conn] = {}  # waiting for a head (I/O thread only)
         self._open = 0  # registered + with a worker (I/O thread only)
-        self._jobs: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
-        self._back: queue.SimpleQueue[tuple[_Conn, bool]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Conn, Request] | None] = queue.SimpleQueue()
+        self._back: queue.SimpleQueue[tuple[Conn, bool]] = queue.SimpleQueue()
         self._free_workers = threading.Semaphore(WORKERS)
         self._ctx = Context(probe, probe.publication, self.port, secret, threading.Semaphore(WORKERS - 1))
-        self._tokens, self._refilled = RATE / 4, time.monotonic()
+        self._pacer = Pacer(RATE)
         self._stopping = False
         self._threads = [threading.Thread(target=self._io_loop, name="poolwatch-probe-io", daemon=True)]
         self._threads += [
@@ -151,36 +142,26 @@ class ProbeServer:
         for conn in [c for c in self._conns.values() if c.deadline <= now]:
             self._close(conn)
 
-    def _pace(self) -> None:
-        """Take one token; with none left, sleep until one is due (the flood waits, not the scheduler)."""
-        now = time.monotonic()
-        self._tokens = min(RATE / 4, self._tokens + (now - self._refilled) * RATE)
-        self._refilled = now
-        if self._tokens < 1.0:
-            time.sleep((1.0 - self._tokens) / RATE)
-            self._tokens = 1.0
-        self._tokens -= 1.0
-
     def _accept(self) -> None:
-        self._pace()
+        self._pacer.take()
         try:
             sock, addr = self._listen.accept()
         except OSError:
             return
         if self._open >= MAX_OPEN:
-            _send_and_close(sock, _FULL)
+            send_and_close(sock, _FULL)
             return
         sock.setblocking(False)
         self._open += 1
-        self._watch(_Conn(sock, str(addr[0]), time.monotonic() + HEAD_TIMEOUT_S, started=True))
+        self._watch(Conn(sock, str(addr[0]), time.monotonic() + HEAD_TIMEOUT_S, started=True))
 
-    def _watch(self, conn: _Conn) -> None:
+    def _watch(self, conn: Conn) -> None:
         self._conns[conn.sock] = conn
         self._sel.register(conn.sock, selectors.EVENT_READ, conn)
         if b"\r\n\r\n" in conn.buf:  # a pipelined request arrived with the previous one
             self._dispatch(conn)
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Conn) -> None:
         try:
             data = conn.sock.recv(4096)
         except BlockingIOError:
@@ -195,7 +176,7 @@ class ProbeServer:
         conn.buf += data
         self._dispatch(conn)
 
-    def _dispatch(self, conn: _Conn) -> None:
+    def _dispatch(self, conn: Conn) -> None:
         end = conn.buf.find(b"\r\n\r\n")
         if end < 0:
             if len(conn.buf) > MAX_HEAD_BYTES:
@@ -203,7 +184,7 @@ class ProbeServer:
             return
         head = bytes(conn.buf[:end])
         del conn.buf[: end + 4]
-        self._pace()
+        self._pacer.take()
         try:
             req = parse_head(head, conn.peer)
         except BadRequest as exc:
@@ -213,18 +194,18 @@ class ProbeServer:
         if self._free_workers.acquire(blocking=False):
             self._jobs.put((conn, req))
             return
-        sent = _try_send(conn.sock, Response(503, {"error": "busy; retry"}).encode(req.keep_alive))
+        sent = try_send(conn.sock, Response(503, {"error": "busy; retry"}).encode(req.keep_alive))
         self._back.put((conn, sent and req.keep_alive))
 
-    def _refuse(self, conn: _Conn, response: Response) -> None:
-        _try_send(conn.sock, response.encode(False))
+    def _refuse(self, conn: Conn, response: Response) -> None:
+        try_send(conn.sock, response.encode(False))
         self._close(conn)
 
-    def _unwatch(self, conn: _Conn) -> None:
+    def _unwatch(self, conn: Conn) -> None:
         if self._conns.pop(conn.sock, None) is not None:
             self._sel.unregister(conn.sock)
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
         self._unwatch(conn)
         conn.sock.close()
         self._open -= 1
@@ -271,16 +252,3 @@ class ProbeServer:
                 self._free_workers.release()
             self._back.put((conn, keep))
             self._wake()
-
-
-def _try_send(sock: socket.socket, data: bytes) -> bool:
-    try:
-        return sock.send(data) == len(data)
-    except OSError:
-        return False
-
-
-def _send_and_close(sock: socket.socket, data: bytes) -> None:
-    sock.setblocking(False)
-    _try_send(sock, data)
-    sock.close()

@@ -101,7 +101,7 @@ LEAK_FORMATS: tuple[LeakFormat, ...] = (
     LeakFormat(
         "busy-pools-0.5.12", "0.5.12-current", _BUSY, re.compile(r"(?:Full|SWA) Pool Mem Leak Detected!")
     ),
-    LeakFormat("busy-0.5", "0.5.x-0.5.10", _BUSY, re.compile(r"(?<!Pool )Mem Leak Detected!")),
+    LeakFormat("busy-0.5.4", "0.5.4-0.5.10", _BUSY, re.compile(r"(?<!Pool )Mem Leak Detected!")),
     LeakFormat("radix-sanity-0.5", "0.5.0-0.5.22", _TREE, re.compile(r"\w* ?Radix tree sanity check failed")),
     LeakFormat(
         "tree-sanity-0.5.23", "0.5.23-current", _TREE, re.compile(r"Sanity check FAILED \(\d+ violations")

@@ -2,10 +2,11 @@
 
 No sockets here (:mod:`poolwatch.probe.server` owns them).  Every input is bounded before it is
 used: the head is at most :data:`MAX_HEAD_BYTES`, ``wait`` is a finite number clamped to
-``[0, MAX_WAIT_S]`` (``nan``, ``inf`` and words are a 400), a long-poll takes one of a few slots
-(none free: 503 at once), and the mutating endpoints answer only a loopback client that names
-the probe's own address in ``Host``, sends no ``Origin`` (no browser page), and shows the secret
-from the discovery directory as ``Authorization: Bearer <secret>``.
+``[0, MAX_WAIT_S]`` (``nan``, ``inf`` and words are a 400), a long-poll needs one of a few
+slots, which the server takes before a thread answers (:func:`long_poll`; none free: 503 at
+once), and the mutating endpoints answer only a loopback client that names the probe's own
+address in ``Host``, sends no ``Origin`` (no browser page), and shows the secret from the
+discovery directory as ``Authorization: Bearer <secret>``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "Request",
     "Response",
     "answer",
+    "long_poll",
     "parse_head",
 ]
 
@@ -174,17 +176,20 @@ def _get(req: Request, ctx: Context) -> Response:
     return Response(404, {"error": f"no such path {req.path[:100]!r}"})
 
 
+def long_poll(req: Request) -> bool:
+    """Whether ``req`` would wait (the server takes a long-poll slot for it before a thread does)."""
+    if req.method != "GET" or req.path != "/v1/snapshot":
+        return False
+    try:
+        return wait_of(req.query)[1] > 0
+    except BadRequest:
+        return False
+
+
 def _snapshot(req: Request, ctx: Context) -> Response:
+    """The latest snapshot; with ``wait`` > 0 (the caller holds a long-poll slot), once it changes."""
     seen, wait = wait_of(req.query)
-    if wait <= 0:
-        snap = ctx.publication.latest
-    elif not ctx.long_polls.acquire(blocking=False):
-        return Response(503, {"error": "too many long-polls; retry"})
-    else:
-        try:
-            snap = ctx.publication.wait_changed(seen, wait)
-        finally:
-            ctx.long_polls.release()
+    snap = ctx.publication.latest if wait <= 0 else ctx.publication.wait_changed(seen, wait)
     return (
         Response(503, {"error": "no snapshot yet"})
         if snap is None

@@ -45,6 +45,7 @@ from poolwatch.probe.routes import (
     Response,
     Servable,
     answer,
+    long_poll,
     parse_head,
 )
 
@@ -55,8 +56,10 @@ MAX_OPEN = 32
 HEAD_TIMEOUT_S = 5.0
 IDLE_TIMEOUT_S = 15.0
 SEND_TIMEOUT_S = 5.0
-RATE = 200.0  # requests (and accepted connections) per second; a burst of RATE / 4
+RATE = 100.0  # requests (and accepted connections) per second; a burst of RATE / 4
 _FULL = Response(503, {"error": "too many connections; retry"}, close=True).encode(False)
+_BUSY = tuple(Response(503, {"error": "busy; retry"}).encode(k) for k in (False, True))
+_POLLS_FULL = tuple(Response(503, {"error": "too many long-polls; retry"}).encode(k) for k in (False, True))
 
 
 class ProbeServer:
@@ -70,7 +73,7 @@ class ProbeServer:
         self._wake_r.setblocking(False)
         self._conns: dict[socket.socket, Conn] = {}  # waiting for a head (I/O thread only)
         self._open = 0  # registered + with a worker (I/O thread only)
-        self._jobs: queue.SimpleQueue[tuple[Conn, Request] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Conn, Request, bool] | None] = queue.SimpleQueue()
         self._back: queue.SimpleQueue[tuple[Conn, bool]] = queue.SimpleQueue()
         self._free_workers = threading.Semaphore(WORKERS)
         self._ctx = Context(probe, probe.publication, self.port, secret, threading.Semaphore(WORKERS - 1))
@@ -191,10 +194,19 @@ class ProbeServer:
             self._refuse(conn, Response(400, {"error": str(exc)}, close=True))
             return
         self._unwatch(conn)
-        if self._free_workers.acquire(blocking=False):
-            self._jobs.put((conn, req))
-            return
-        sent = try_send(conn.sock, Response(503, {"error": "busy; retry"}).encode(req.keep_alive))
+        slot = long_poll(req)  # decided here: a refused long-poll costs no thread hand-off
+        if slot and not self._ctx.long_polls.acquire(blocking=False):
+            self._busy(conn, req, _POLLS_FULL)
+        elif self._free_workers.acquire(blocking=False):
+            self._jobs.put((conn, req, slot))
+        else:
+            if slot:
+                self._ctx.long_polls.release()
+            self._busy(conn, req, _BUSY)
+
+    def _busy(self, conn: Conn, req: Request, answers: tuple[bytes, ...]) -> None:
+        """A 503 from the I/O thread itself; a keep-alive client may ask again (paced)."""
+        sent = try_send(conn.sock, answers[req.keep_alive])
         self._back.put((conn, sent and req.keep_alive))
 
     def _refuse(self, conn: Conn, response: Response) -> None:
@@ -238,7 +250,7 @@ class ProbeServer:
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            conn, req = job
+            conn, req, slot = job
             keep = False
             try:
                 conn.sock.settimeout(SEND_TIMEOUT_S)
@@ -250,5 +262,7 @@ class ProbeServer:
                 keep = False
             finally:
                 self._free_workers.release()
+                if slot:
+                    self._ctx.long_polls.release()
             self._back.put((conn, keep))
             self._wake()

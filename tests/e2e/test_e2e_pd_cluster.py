@@ -60,6 +60,10 @@ MAY_BE_EMPTY = {
     "Leak rate by role",
     "Incidents logged",  # the sidecars here follow probes, not SGLang's log
     "Scrape errors by reason",  # no scrape failed yet
+    "Slots lost and counted twice by role",  # nothing is lost here, only counted twice
+    "Exact against coarse figures",  # every pool is exact: no coarse line
+    "Probe errors contained",  # no probe's kill switch is engaged
+    "Sidecar task crashes and internal errors",  # nothing crashed
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from poolwatch.artifacts.fleet_health import health_panels
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -20,13 +21,15 @@ from poolwatch.artifacts.grafana import (
     render,
 )
 from poolwatch.artifacts.panels import (
-    FIRING,
+    POOL_IDENTITY,
     SLOTS,
     SLOTS_PER_SECOND,
     common_variables,
     configure,
     dashboard_links,
     drilldown_link,
+    firing,
+    imbalanced,
     runbook_link,
     series,
     stat,
@@ -39,9 +42,9 @@ from poolwatch.detect.rules import ALERT_NAME_PATTERN
 
 __all__ = ["artifacts", "fleet_dashboard"]
 
-_SEL = 'namespace=~"$namespace", role=~"$role", worker=~"$worker"'
+_NS = 'namespace=~"$namespace", pod=~"$pod"'
+_SEL = f'{_NS}, role=~"$role", worker=~"$worker"'
 _POOL_SEL = f'{_SEL}, pool=~"$pool"'
-_NS = 'namespace=~"$namespace"'
 _GAP = f"poolwatch_pool_conservation_gap_slots{{{_POOL_SEL}}}"
 _RANK = "{{worker}} dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"
 _BY_ROLE = "{{role}} {{pool}}"
@@ -53,9 +56,10 @@ def _now_panels() -> list[PanelSpec]:
         PanelSpec("row", "Fleet now"),
         stat(
             "Imbalanced pools",
-            f"count({_GAP} != 0) or vector(0)",
+            f"count({imbalanced(_GAP, _POOL_SEL)}) or vector(0)",
             "none",
-            "Pools of fresh ranks whose conservation gap is not zero.",
+            "Pools whose conservation gap is not zero, or that a double-free or leak alert fires for "
+            "(either path): a crashed worker's pool stays counted until its alert resolves.",
             bad,
         ),
         stat(
@@ -74,9 +78,9 @@ def _now_panels() -> list[PanelSpec]:
         ),
         stat(
             "Firing alerts",
-            f"count(ALERTS{{{FIRING}}}) or vector(0)",
+            f"count({firing(_SEL)}) or vector(0)",
             "none",
-            "poolwatch alerts Prometheus is firing now.",
+            "poolwatch alerts firing now, from the sidecars and from Prometheus' rules, each once.",
             bad,
         ),
         stat(
@@ -109,20 +113,21 @@ def _conservation_panels(config: MixinConfig) -> list[PanelSpec]:
         ),
         table(
             "Imbalanced pools now",
-            f"{_GAP} != 0",
+            f"max by ({POOL_IDENTITY}, role) ({_GAP} != 0)",
             SLOTS,
-            "Every pool with a non-zero gap; click a worker to drill down.",
+            "Every pool with a non-zero gap, by rank; click a worker to open that rank and pool.",
             "worker",
             drilldown_link(config),
         ),
         table(
             "Firing alerts",
-            f"ALERTS{{{FIRING}}}",
+            firing(_SEL),
             "none",
-            "poolwatch alerts Prometheus is firing; click an alert name for its runbook.",
+            "poolwatch alerts firing, from the sidecars and from Prometheus' rules, each once; click an "
+            "alert name for its runbook.",
             "alertname",
             runbook_link(),
-            hide=("alertstate", "Value"),
+            hide=("Value",),
         ),
     ]
 
@@ -143,10 +148,14 @@ def _role_panels() -> list[PanelSpec]:
             "Available slots over capacity, summed over the ranks of each role.",
         ),
         series(
-            "Conservation gap by role",
-            (Query(f"sum by (role, pool) ({_GAP})", _BY_ROLE),),
+            "Slots lost and counted twice by role",
+            (
+                Query(f"sum by (role, pool) ({_GAP} > 0)", "lost {{role}} {{pool}}"),
+                Query(f"-sum by (role, pool) ({_GAP} < 0)", "counted twice {{role}} {{pool}}"),
+            ),
             SLOTS,
-            "Net gap of each role's pools: disaggregation bugs usually hit one side only.",
+            "Deficits (leaks) and surpluses (double frees) of each role's pools, summed apart so one "
+            "rank's surplus never hides another's deficit: disaggregation bugs usually hit one side.",
         ),
         series(
             "Queued requests by role",
@@ -206,6 +215,7 @@ def fleet_dashboard(config: MixinConfig | None = None) -> Json:
         query_variable("pool", "Pool", f"label_values(poolwatch_pool_capacity_slots{{{_NS}}}, pool)"),
     ]
     panels = [*_now_panels(), *_conservation_panels(config), *_role_panels(), *_target_panels()]
+    panels += health_panels(_NS, _SEL)
     doc = dashboard(
         uid=config.fleet_dashboard_uid,
         title="poolwatch / fleet",

@@ -15,16 +15,22 @@ from poolwatch.artifacts.grafana import (
 )
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.promql import with_selector
-from poolwatch.detect.rules import ALERT_NAME_PATTERN, dashboard_path
+from poolwatch.detect.rules import ALERT_NAME_PATTERN, AlertName, dashboard_path
 
 __all__ = [
+    "ALERT_IDENTITY",
+    "CONSERVATION_ALERTS",
+    "DRILLDOWN_LABELS",
     "FIRING",
+    "POOL_IDENTITY",
     "SLOTS",
     "SLOTS_PER_SECOND",
     "common_variables",
     "configure",
     "dashboard_links",
     "drilldown_link",
+    "firing",
+    "imbalanced",
     "runbook_link",
     "series",
     "stat",
@@ -33,6 +39,11 @@ __all__ = [
 ]
 
 SLOTS = "suffix: slots"  # Grafana's custom-unit syntax; slots have no built-in unit
+# the labels that make one alert (and one pool) on both paths: the rank's and where it runs
+POOL_IDENTITY = "namespace, pod, worker, dp_rank, tp_rank, pp_rank, pool"
+ALERT_IDENTITY = f"alertname, severity, role, {POOL_IDENTITY}, source, target, receiver"
+CONSERVATION_ALERTS = f"{AlertName.DOUBLE_FREE.value}|{AlertName.SLOT_LEAK.value}"
+DRILLDOWN_LABELS = ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank", "pool")
 SLOTS_PER_SECOND = "suffix: slots/s"
 FIRING = f'alertname=~"{ALERT_NAME_PATTERN}", alertstate="firing"'
 
@@ -47,12 +58,31 @@ def runbook_link() -> Json:
 
 
 def drilldown_link(config: MixinConfig) -> Json:
-    """A data link from a table row holding ``worker`` to the worker drill-down."""
+    """A data link from a table row of one pool to the worker drill-down on that very rank and
+    pool (every rank label passed, so a TP-1 imbalance opens TP 1)."""
+    fields = "&".join(f"var-{label}=${{__data.fields.{label}}}" for label in DRILLDOWN_LABELS)
     return {
-        "title": "Open ${__data.fields.worker} in the worker drill-down",
-        "url": f"{dashboard_path(config.worker_dashboard_uid)}?var-worker=${{__data.fields.worker}}"
-        "&${datasource:queryparam}&${__url_time_range}",
+        "title": "Open ${__data.fields.worker} dp${__data.fields.dp_rank} tp${__data.fields.tp_rank} "
+        "pp${__data.fields.pp_rank} in the worker drill-down",
+        "url": f"{dashboard_path(config.worker_dashboard_uid)}?{fields}&${{datasource:queryparam}}"
+        "&${__url_time_range}",
     }
+
+
+def firing(matchers: str = "", names: str = ALERT_NAME_PATTERN) -> str:
+    """Firing poolwatch alerts from both paths, each alert once: Prometheus' ``ALERTS`` and the
+    sidecars' ``poolwatch_alert_active`` (an alert carries the same labels on both paths)."""
+    extra = f", {matchers}" if matchers else ""
+    rules = f'ALERTS{{alertname=~"{names}", alertstate="firing"{extra}}}'
+    sidecars = f'poolwatch_alert_active{{alertname=~"{names}", state="firing"{extra}}}'
+    return f"count by ({ALERT_IDENTITY}) ({rules} or {sidecars})"
+
+
+def imbalanced(gap: str, matchers: str) -> str:
+    """Pools with a non-zero gap now or a firing conservation alert (either path), each once: a
+    dead worker's double free stays counted while its alert fires."""
+    alerts = firing(matchers, CONSERVATION_ALERTS)
+    return f"count by ({POOL_IDENTITY}) (({gap} != 0) or {alerts})"
 
 
 def dashboard_links() -> list[Json]:
@@ -70,10 +100,12 @@ def dashboard_links() -> list[Json]:
 
 
 def common_variables(config: MixinConfig) -> list[Json]:
-    """Data source, namespace and the runbook base URL (the config's ``runbook_base_url``)."""
+    """Data source, namespace, pod and the runbook base URL (the config's ``runbook_base_url``); a
+    cluster variable comes with the config's ``cluster_label`` (:func:`configure`)."""
     return [
         datasource_variable(),
         query_variable("namespace", "Namespace", "label_values(poolwatch_worker_info, namespace)"),
+        query_variable("pod", "Pod", 'label_values(poolwatch_worker_info{namespace=~"$namespace"}, pod)'),
         textbox_variable("runbooks", "Runbooks", config.runbook_base_url),
     ]
 

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 from poolwatch.artifacts.grafana import Json, PanelSpec, Query, alert_annotation, dashboard, query_variable
 from poolwatch.artifacts.panels import (
-    FIRING,
     SLOTS,
     SLOTS_PER_SECOND,
     common_variables,
     configure,
     dashboard_links,
+    firing,
     runbook_link,
     series,
     stat,
@@ -26,6 +26,7 @@ from poolwatch.detect.rules import ALERT_NAME_PATTERN
 __all__ = ["STATE_COLORS", "worker_dashboard"]
 
 _W = 'namespace=~"$namespace", worker="$worker"'
+_ALERTS = 'namespace=~"$namespace", worker="$worker"'  # the worker's alerts, pod- and rank-wide
 _RANK = f'{_W}, dp_rank="$dp_rank", tp_rank="$tp_rank", pp_rank="$pp_rank"'
 _RANKS = "dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"
 _POOLS = f'{_W}, pool=~"$pool"'
@@ -120,10 +121,19 @@ def _now_panels() -> list[PanelSpec]:
         ),
         stat(
             "Firing alerts",
-            f'count(ALERTS{{{FIRING}, worker="$worker"}}) or vector(0)',
+            f"count({firing(_ALERTS)}) or vector(0)",
             "none",
-            "poolwatch alerts Prometheus is firing for this worker.",
+            "poolwatch alerts firing for this worker, from its sidecar and Prometheus' rules, each once.",
             thresholds((None, "green"), (1, "red")),
+        ),
+        stat(
+            "Figures",
+            f"poolwatch_pool_figures_exact{{{_RANK}}}",
+            "none",
+            "Exact: the in-process probe reads every term of each pool's equation. Coarse: only SGLang's "
+            "/metrics or log (a deficit is seen late, a double free not at all).",
+            _mapping({"1": ("exact", "green"), "0": ("coarse", "orange")}),
+            legend="{{pool}}",
         ),
         stat(
             "Tripwire slots",
@@ -203,18 +213,19 @@ def _health_panels() -> list[PanelSpec]:
         ),
         series(
             "Probe errors contained",
-            (Query(errors, _RANKS),),
+            (Query(errors, _RANKS), Query(f"poolwatch_probe_disabled{{{_W}}} > 0", f"kill switch {_RANKS}")),
             "suffix: errors",
-            "Exceptions the probe caught instead of raising into the scheduler.",
+            "Exceptions the probe caught instead of raising into the scheduler, and ranks whose probe's "
+            "kill switch is engaged (watched only coarsely).",
         ),
         table(
             "Firing alerts for this worker",
-            f'ALERTS{{{FIRING}, worker="$worker"}}',
+            firing(_ALERTS),
             "none",
-            "Click an alert name for its runbook.",
+            "From the sidecar and from Prometheus' rules, each once; click an alert name for its runbook.",
             "alertname",
             runbook_link(),
-            hide=("alertstate", "Value"),
+            hide=("Value",),
         ),
     ]
 

@@ -1,0 +1,109 @@
+"""The fleet dashboard's "poolwatch itself" row, and the catalogue metrics no panel charts.
+
+The row answers "can I trust what the other rows show?": how many pools are judged on exact
+figures (the in-process probe) against coarse ones (SGLang's /metrics and log), whether the
+sidecars' alerts reach their receivers, whether the sidecars' own tasks crash, how long their
+scrapes take and which version runs where.  :data:`NOT_CHARTED` names, with the reason, every
+catalogue metric left out of both dashboards; a test fails on a metric in neither.
+"""
+
+from __future__ import annotations
+
+from poolwatch.artifacts.grafana import PanelSpec, Query
+from poolwatch.artifacts.panels import series, stat, thresholds
+
+__all__ = ["NOT_CHARTED", "health_panels"]
+
+NOT_CHARTED: dict[str, str] = {
+    "poolwatch_pool_used_slots": "SGLang's own 'used' figure; the stacked slots and the gap show more "
+    "(the double-free rule reads it when it goes negative)",
+    "poolwatch_scheduler_iteration": "identifies a snapshot; its progress shows as the snapshot age",
+    "poolwatch_snapshot_timestamp_seconds": "charted as the snapshot age",
+    "poolwatch_probe_samples_total": "a count with no meaning on its own; the probe's cost is charted",
+    "poolwatch_target_scrapes_total": "attempts; failures by reason and target health are charted",
+}
+
+
+def health_panels(ns: str, sel: str) -> list[PanelSpec]:
+    """``ns`` selects namespaces and pods, ``sel`` ranks (namespace, pod, role, worker)."""
+    exact = f"poolwatch_pool_figures_exact{{{sel}}}"
+    return [
+        PanelSpec("row", "poolwatch itself"),
+        stat(
+            "Pools on coarse figures",
+            f"count({exact} == 0) or vector(0)",
+            "none",
+            "Pools judged only from SGLang's /metrics or log (no probe): a deficit there is seen late "
+            "and a double free not at all.",
+            thresholds((None, "green"), (1, "orange")),
+        ),
+        series(
+            "Exact against coarse figures",
+            (Query(f"count({exact} == 1)", "exact (probe)"), Query(f"count({exact} == 0)", "coarse")),
+            "none",
+            "Pools whose every conservation term is known exactly, against pools seen only coarsely.",
+            width=8,
+        ),
+        *_delivery_panels(ns),
+        *_sidecar_panels(ns),
+    ]
+
+
+def _delivery_panels(ns: str) -> list[PanelSpec]:
+    sent = (
+        f"sum by (pod, receiver, outcome) (increase(poolwatch_notifications_total{{{ns}}}[$__rate_interval]))"
+    )
+    return [
+        series(
+            "Notifications by receiver and outcome",
+            (Query(sent, "{{pod}} {{receiver}} {{outcome}}"),),
+            "suffix: alerts",
+            "Alerts each sidecar sent to each receiver, and those that failed or were dropped: failures "
+            "mean its direct pages do not arrive (PoolwatchNotificationsFailing).",
+            width=8,
+        ),
+        series(
+            "Notifications waiting",
+            (Query(f"poolwatch_notification_queue_length{{{ns}}}", "{{pod}} {{receiver}}"),),
+            "suffix: alerts",
+            "Alerts waiting for delivery to each receiver (grows while it fails).",
+            width=8,
+        ),
+    ]
+
+
+def _sidecar_panels(ns: str) -> list[PanelSpec]:
+    crashes = f"sum by (pod, task) (increase(poolwatch_task_crashes_total{{{ns}}}[$__rate_interval]))"
+    errors = f"sum by (pod, what) (increase(poolwatch_internal_errors_total{{{ns}}}[$__rate_interval]))"
+    age = f"time() - poolwatch_target_last_success_timestamp_seconds{{{ns}}}"
+    return [
+        series(
+            "Sidecar task crashes and internal errors",
+            (
+                Query(crashes, "crash {{pod}} {{task}}"),
+                Query(f"poolwatch_task_crash_looping{{{ns}}} > 0", "crash-looping {{pod}} {{task}}"),
+                Query(errors, "error {{pod}} {{what}}"),
+            ),
+            "none",
+            "A sidecar task that crashed and was restarted, one that keeps crashing, and errors the "
+            "sidecar caught; all zero when it is healthy.",
+            width=8,
+        ),
+        series(
+            "Scrape duration and time since last success",
+            (
+                Query(f"poolwatch_target_scrape_duration_seconds{{{ns}}}", "took {{pod}} {{target}}"),
+                Query(age, "since success {{pod}} {{target}}"),
+            ),
+            "s",
+            "How long each target's last read took, and how long ago one last worked.",
+            width=8,
+        ),
+        series(
+            "Sidecar versions",
+            (Query(f"count by (version) (poolwatch_build_info{{{ns}}})", "{{version}}"),),
+            "suffix: sidecars",
+            "Sidecars running each poolwatch version (a rollout shows as two lines).",
+            width=8,
+        ),
+    ]

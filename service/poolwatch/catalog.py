@@ -188,6 +188,19 @@ CATALOG: tuple[MetricSpec, ...] = (
         "probe",
     ),
     _g("poolwatch_probe_disabled", "1 when the probe's kill switch is engaged.", RANK_LABELS, group="probe"),
+    _c(
+        "poolwatch_probe_tripwires_dropped_total",
+        "Tripwire findings the probe could not keep (its bounded log was full); counted, never silent.",
+        RANK_LABELS,
+        "probe",
+    ),
+    _c(
+        "poolwatch_probe_repairs_total",
+        "Slots the probe's opt-in guard repaired (POOLWATCH_PROBE_GUARD=1), by pool and kind "
+        "(quarantine, deduplicate, return).",
+        (*RANK_LABELS, "pool", "kind"),
+        "probe",
+    ),
     # --- targets (the sidecar's own scraping) ---
     _g(
         "poolwatch_target_up",

@@ -59,6 +59,7 @@ class Watched:
     detector_config: DetectorConfig = field(default_factory=DetectorConfig)
     sample_every: int = 1  # probe snapshots fed to the store every N steps
     sample_interval: float = 0.0  # simulated seconds between the probe's samples (0: every iteration)
+    guard: bool = False  # the probe's guard mode (POOLWATCH_PROBE_GUARD=1)
 
     def __post_init__(self) -> None:
         self.cluster = Cluster(self.config)
@@ -77,6 +78,7 @@ class Watched:
                 worker=worker.name,
                 sglang_version=self.cluster.release.name,
                 sample_interval_s=self.sample_interval,
+                guard=self.guard,
             )
             for rank in worker.ranks:
                 probe = attach(rank, conf, serve=False)
@@ -203,11 +205,12 @@ class SoakResult:
     counts: Counts
     retractions: int
     crashed: tuple[str, ...]
+    repairs: int = 0  # slots the probes' guard repaired (guard mode only)
 
 
-def soak(version: str, seed: int, hours: float, directory: str) -> SoakResult:
+def soak(version: str, seed: int, hours: float, directory: str, guard: bool = False) -> SoakResult:
     """Run fault-free traffic for ``hours`` simulated hours under the probe and the detector."""
-    w = Watched(soak_config(version, seed), Path(directory), sample_interval=1.0)
+    w = Watched(soak_config(version, seed), Path(directory), sample_interval=1.0, guard=guard)
     end = hours * 3600.0
     while w.cluster.clock.now < end and not w.cluster.crashed:
         w.step()
@@ -215,4 +218,11 @@ def soak(version: str, seed: int, hours: float, directory: str) -> SoakResult:
         (f.alert.name, f.alert.severity.value, str(dict(f.alert.labels))) for f in w.first_firing.values()
     )
     crashed = tuple(f"{c.name}: {c.crash_message}" for c in w.cluster.crashed)
-    return SoakResult(version, seed, w.cluster.clock.now / 3600.0, fired, w.counts, w.retractions(), crashed)
+    repairs = sum(
+        r.count
+        for rank in w.cluster.schedulers
+        if (p := probe_of(rank)) is not None and p.latest is not None
+        for r in p.latest.repairs
+    )
+    hours_run = w.cluster.clock.now / 3600.0
+    return SoakResult(version, seed, hours_run, fired, w.counts, w.retractions(), crashed, repairs)

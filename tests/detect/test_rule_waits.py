@@ -8,6 +8,7 @@ the ``for:`` of that alert's rule of the same severity, generated from the same 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from tests.detect.streams import RankStream, coarse, exact
@@ -18,7 +19,7 @@ from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.rules import AlertName, Mode, Severity, alert_definitions
-from poolwatch.model import Incident, IncidentKind, Phase, Pool, ProbeHealth, Snapshot
+from poolwatch.model import Incident, IncidentKind, Phase, Pool, ProbeHealth, Repair, RepairKind, Snapshot
 from poolwatch.target_health import TargetState
 
 CONFIG = MixinConfig(
@@ -110,6 +111,12 @@ def probe_errors(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, make)
 
 
+def guard_repaired(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    repair = Repair(RepairKind.QUARANTINE, Pool.MAMBA, 1, (5,), "process_prefill_chunk", 3, ("r1",))
+    s.probe = ProbeHealth(guard=True)
+    return observing(d, lambda: replace(s.next(), repairs=(repair,)))
+
+
 Case = Callable[[Detector, FakeClock, RankStream], Step]
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
 CASES: list[tuple[AlertName, Severity, Case, bool]] = [
@@ -124,6 +131,7 @@ CASES: list[tuple[AlertName, Severity, Case, bool]] = [
     (AlertName.TARGET_DOWN, Severity.WARNING, target_down, STRICT),
     (AlertName.PROBE_DEGRADED, Severity.WARNING, probe_disabled, STRICT),
     (AlertName.PROBE_DEGRADED, Severity.INFO, probe_errors, STRICT),
+    (AlertName.PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
 ]
 
 

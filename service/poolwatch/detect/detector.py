@@ -30,6 +30,7 @@ from poolwatch.detect.health import (
     stale_signals,
     target_signals,
 )
+from poolwatch.detect.repairs import repair_judged, repair_signals
 from poolwatch.detect.rules import AlertName, Severity, by_name, dashboard_link
 from poolwatch.detect.signals import conservation_judged, conservation_signals, where
 from poolwatch.detect.tracker import Tracker
@@ -87,7 +88,8 @@ class Detector:
             forecasts, forecast_judged = self._forecasts(rank, snap)
             signals = conservation_signals(snap, self._cfg) + forecasts
             signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
-            judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged
+            signals += repair_signals(snap)
+            judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged | repair_judged(snap)
             self._tracker.sample(subject, signals, judged, (snap.boot_id, snap.seq), now)
             self._tracker.events(incident_signals(snap, self._cfg, now), now)
 

@@ -50,6 +50,7 @@ class AlertName(enum.StrEnum):
     SIDECAR_DOWN = "PoolwatchSidecarDown"
     NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
     TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
+    PROBE_REPAIRED = "PoolwatchProbeRepaired"
 
 
 class Severity(enum.StrEnum):
@@ -270,6 +271,24 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                     "0s",
                     f"The poolwatch probe in {q.WHERE} contained {{{{ $value | humanize }}}} error(s) "
                     "recently.",
+                ),
+            ),
+        ),
+        AlertDef(
+            AlertName.PROBE_REPAIRED,
+            Scope.POOL,
+            Mode.SAMPLED,
+            "The probe's guard repaired a memory-pool free list; SGLang kept serving.",
+            "Guard mode (opt-in) quarantined a free-listed slot that was in use, removed a duplicate "
+            "free-list entry, or gave back a slot lost at idle. Fires at once, until the worker restarts.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    "sum without (kind) (poolwatch_probe_repairs_total) > 0",
+                    "0s",
+                    f"The poolwatch guard on {q.WHERE} repaired {{{{ $value }}}} slot(s) of the "
+                    "{{ $labels.pool }} pool. SGLang kept serving; restart the worker at a quiet moment.",
+                    keep_firing_for=keep,
                 ),
             ),
         ),

@@ -89,6 +89,8 @@ _RANK_METRICS = (
     "poolwatch_probe_sample_duration_seconds",
     "poolwatch_probe_census_duration_seconds",
     "poolwatch_probe_disabled",
+    "poolwatch_probe_tripwires_dropped_total",
+    "poolwatch_probe_repairs_total",
 )
 _POOL_METRICS = (
     "poolwatch_pool_capacity_slots",
@@ -136,6 +138,10 @@ class PoolCollector(Collector):
         for account in snap.pools.values():
             self._add_pool(fam, snap, account, stale)
         self._add_tripwires(fam, snap)
+        for r in snap.repairs:  # kept while stale, like the findings: the warning stands until a restart
+            fam.add(
+                "poolwatch_probe_repairs_total", (*rank_labels(snap), r.pool.value, r.kind.value), r.count
+            )
 
     def _add_rank(self, fam: Families, snap: Snapshot, now: float, stale: bool) -> None:
         labels = rank_labels(snap)
@@ -162,6 +168,7 @@ class PoolCollector(Collector):
             fam.add("poolwatch_probe_sample_duration_seconds", labels, p.sample_cost_seconds)
             fam.add("poolwatch_probe_census_duration_seconds", labels, p.census_cost_seconds)
             fam.add("poolwatch_probe_disabled", labels, float(p.disabled))
+            fam.add("poolwatch_probe_tripwires_dropped_total", labels, p.tripwires_dropped)
 
     @staticmethod
     def _add_pool(fam: Families, snap: Snapshot, account: PoolAccount, stale: bool) -> None:

@@ -1,0 +1,426 @@
+"""End to end as deployed: the PD example's rendered sidecar configuration, PodMonitor and
+PrometheusRule, and the Alertmanager route example, run against an emulated PD cluster (2 prefill +
+2 decode pods, TP 2, SGLang 0.5.4.post1) with real Prometheus and real Alertmanager.
+
+The story of one incident, checked at every step against Alertmanager, the webhook receivers
+and the fleet dashboard's "Imbalanced pools" query:
+
+1. the seed double free strikes a busy prefill pod: exactly one page per incident (the sidecar's
+   direct alert and Prometheus' rule alert carry the same name and labels, so Alertmanager merges
+   them), naming the pod and the rank, before SGLang's idle check crashes the pod;
+2. the crash: PoolwatchSchedulerCrashed pages; the crashed pod's stale-snapshot alerts fire and
+   are inhibited (no notification), its double free stays firing on both paths;
+3. the restart (a new emulator process, no fault): every alert resolves, nothing pages again.
+
+See :mod:`tests.e2e.deployed` for what is taken from the manifests and the few timers scaled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from tests.e2e import deployed
+from tests.e2e.grafana import load, panel_queries, substitute
+from tests.e2e.stack import LogWatcher, Process, Prometheus, WebhookRecorder, free_port, http_ok, poll
+from tests.helpers import REPO, require_tool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PODS = {"prefill-0": "prefill", "prefill-1": "prefill", "decode-0": "decode", "decode-1": "decode"}
+TIME_SCALE = 4.0
+FAULT_AT = 30.0  # simulated seconds
+EMULATOR = [
+    *("--prefill", "2", "--decode", "2", "--tp", "2", "--version", "0.5.4.post1"),
+    *("--chunked-prefill-size", "256", "--rate", "8", "--seed", "0", "--time-scale", f"{TIME_SCALE:g}"),
+]
+FAULT = ["--fault", f"pd-chunked-mamba-double-free@{FAULT_AT:g}s"]
+CRASH = "Scheduler hit an exception"
+CONSERVATION = {"PoolwatchDoubleFree", "PoolwatchSlotLeak"}
+STALE = "PoolwatchSnapshotStale"
+# the crash inhibits these alerts of its worker (deploy/alertmanager/alertmanager.yaml)
+INHIBITED = {STALE, "PoolwatchTargetDown", "PoolwatchProbeDegraded"}
+RANK = ("namespace", "pod", "worker", "role", "dp_rank", "tp_rank", "pp_rank")
+
+Alert = dict[str, Any]
+
+
+def free_block(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports (the emulator's ``--port-base``)."""
+    for _ in range(50):
+        base = free_port()
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + n):
+                    s = held.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise AssertionError(f"no {n} consecutive free ports")
+
+
+@dataclass
+class Deployed:
+    directory: Path
+    pods: list[deployed.Pod]
+    hooks: WebhookRecorder
+    prometheus: Prometheus
+    alertmanager: str
+    cleanup: contextlib.ExitStack
+    port_base: int
+    logs: list[Path] = field(default_factory=list)
+    emulator: Process | None = None
+
+    def start_emulator(self, run: str, fault: bool) -> float:
+        """Start the emulated cluster (a restart when it ran before); returns the wall start."""
+        argv = [
+            *deployed.POOLWATCH,
+            "emulate",
+            *EMULATOR,
+            *(FAULT if fault else ()),
+            *("--port-base", str(self.port_base)),
+            *("--probe-dir", str(self.directory / "pods" / "{worker}" / "poolwatch-probe")),
+            *("--log-dir", str(self.directory / "sglang-logs")),
+        ]
+        log = self.directory / f"emulator-{run}.log"
+        self.logs.append(log)
+        started = time.time()
+        self.emulator = Process(f"emulator-{run}", argv, log, stop_signal=signal.SIGINT)
+        self.cleanup.callback(self.emulator.stop)
+        self.emulator.start()
+        poll(lambda: "probes:" in log.read_text() or None, timeout=60, what="the emulator", logs=self.logs)
+        urls = dict(
+            line.split(": ", 1) for line in log.read_text().splitlines() if line.startswith(tuple(PODS))
+        )
+        for i, pod in enumerate(p.name for p in self.pods):
+            assert urls[pod].startswith(f"http://127.0.0.1:{self.port_base + i}/"), (pod, urls[pod])
+        return started
+
+    def alerts(self) -> list[Alert]:
+        """Every Poolwatch alert Alertmanager holds now (active, inhibited or silenced)."""
+        body = httpx.get(f"{self.alertmanager}/api/v2/alerts", timeout=10).json()
+        return [a for a in body if a["labels"]["alertname"].startswith("Poolwatch")]
+
+    def pages(self) -> list[tuple[float, dict[str, Any]]]:
+        return [(p.received_at, p.body) for p in self.hooks.posts]
+
+
+def start(cleanup: contextlib.ExitStack, process: Process) -> Process:
+    cleanup.callback(process.stop)
+    return process.start()
+
+
+def pods_from_manifests(
+    tmp: Path, rendered: deployed.Rendered, am_port: int, port_base: int
+) -> list[deployed.Pod]:
+    out = []
+    for i, (name, role) in enumerate(PODS.items()):
+        metadata, sidecar, namespace = rendered.sidecar(role)
+        root = tmp / "pods" / name
+        for mount in sidecar["volumeMounts"]:
+            (root / mount["name"]).mkdir(parents=True, exist_ok=True)
+        # SGLang's stdout, tee'd to the shared log volume (the emulator writes <worker>.log)
+        (root / "sglang-logs" / "sglang.log").symlink_to(tmp / "sglang-logs" / f"{name}.log")
+        addresses = {
+            "alertmanager-operated.monitoring.svc:9093": f"127.0.0.1:{am_port}",
+            "127.0.0.1:30000": f"127.0.0.1:{port_base + i}",
+        }
+        env = deployed.pod_env(metadata, sidecar, name, namespace)
+        env = deployed.on_loopback(env, sidecar, root, addresses)
+        port = free_port()
+        env |= {"POOLWATCH_HOST": "127.0.0.1", "POOLWATCH_PORT": str(port)}
+        assert deployed.sidecar_port(sidecar) == 9464
+        out.append(deployed.Pod(name, namespace, role, root, env, deployed.image_command(), port))
+    return out
+
+
+def start_alertmanager(cleanup: contextlib.ExitStack, tmp: Path, hooks: WebhookRecorder) -> tuple[str, Path]:
+    port = free_port()
+    (tmp / "alertmanager.yml").write_text(deployed.alertmanager_config(hooks.url))
+    argv = [
+        require_tool("prometheus-alertmanager"),
+        f"--config.file={tmp / 'alertmanager.yml'}",
+        f"--storage.path={tmp / 'alertmanager'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    am = start(cleanup, Process("alertmanager", argv, tmp / "alertmanager.log"))
+    url = f"http://127.0.0.1:{port}"
+    poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager", logs=[am.log])
+    return url, am.log
+
+
+def start_sidecar(cleanup: contextlib.ExitStack, tmp: Path, pod: deployed.Pod) -> Path:
+    """``poolwatch serve`` with the pod's environment on top of this process' (PATH, the venv)."""
+    log = tmp / f"sidecar-{pod.name}.log"
+    process = Process(f"sidecar-{pod.name}", pod.argv, log)
+    cleanup.callback(process.stop)
+    with log.open("wb") as out:
+        process.popen = subprocess.Popen(
+            pod.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **pod.env}
+        )
+    return log
+
+
+def start_prometheus(
+    cleanup: contextlib.ExitStack,
+    tmp: Path,
+    rendered: deployed.Rendered,
+    pods: list[deployed.Pod],
+    am_port: int,
+) -> tuple[Prometheus, Path]:
+    """Prometheus with the rendered PrometheusRule's groups and the PodMonitor's scrape."""
+    rules = tmp / "poolwatch-rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": rendered.rule_groups()}, sort_keys=False))
+    (tmp / "prometheus.yml").write_text(
+        deployed.prometheus_config(pods, rendered.pod_monitor(), am_port, rules)
+    )
+    port = free_port()
+    argv = [
+        require_tool("prometheus"),
+        f"--config.file={tmp / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp / 'prometheus'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--rules.alert.resend-delay=1s",
+    ]
+    process = start(cleanup, Process("prometheus", argv, tmp / "prometheus.log"))
+    prom = Prometheus(f"http://127.0.0.1:{port}")
+    poll(lambda: http_ok(f"{prom.url}/-/ready"), timeout=30, what="Prometheus", logs=[process.log])
+    return prom, process.log
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Deployed]:
+    rendered = deployed.render()
+    with contextlib.ExitStack() as cleanup:
+        hooks = WebhookRecorder()
+        cleanup.callback(hooks.stop)
+        kept = tmp_path / "notifications.json"  # what the receivers got, for a failure's post-mortem
+        cleanup.callback(lambda: kept.write_text(json.dumps(hooks.posts, default=vars)))
+        am_url, am_log = start_alertmanager(cleanup, tmp_path, hooks)
+        am_port, port_base = int(am_url.rsplit(":", 1)[1]), free_block(len(PODS))
+        pods = pods_from_manifests(tmp_path, rendered, am_port, port_base)
+        logs = [am_log] + [start_sidecar(cleanup, tmp_path, p) for p in pods]
+        for pod in pods:
+            ready = functools.partial(http_ok, f"http://127.0.0.1:{pod.port}/readyz")
+            poll(ready, timeout=60, what=f"the sidecar of {pod.name}", logs=logs)
+        prom, prom_log = start_prometheus(cleanup, tmp_path, rendered, pods, am_port)
+        yield Deployed(tmp_path, pods, hooks, prom, am_url, cleanup, port_base, [*logs, prom_log])
+
+
+# --- what the on-call engineer would see -----------------------------------------------------
+
+
+def imbalanced_query() -> str:
+    """The fleet dashboard's "Imbalanced pools" stat, every variable set to all."""
+    doc = load(REPO / "dashboards" / "poolwatch-fleet.json")
+    (query,) = [q for q in panel_queries("fleet", doc) if q.title == "Imbalanced pools"]
+    values = {v["name"]: ".*" for v in doc["templating"]["list"]}
+    return substitute(query.expr, values)
+
+
+def dashboard_count(prom: Prometheus) -> int:
+    (sample,) = prom.query(imbalanced_query())
+    return int(float(sample["value"][1]))
+
+
+def firing_pools(alerts: list[Alert]) -> set[tuple[str, ...]]:
+    """The pools Alertmanager holds a firing conservation alert for (both paths merged)."""
+    return {
+        tuple(a["labels"].get(k, "") for k in (*RANK, "pool"))
+        for a in alerts
+        if a["labels"]["alertname"] in CONSERVATION and a["status"]["state"] != "unprocessed"
+    }
+
+
+def dashboard_agrees(stack: Deployed, step: str) -> None:
+    """At this step the dashboard counts exactly the pools Alertmanager has conservation alerts
+    for (given a few scrapes and evaluations to catch up)."""
+
+    def agree() -> tuple[int, int] | None:
+        expected, shown = len(firing_pools(stack.alerts())), dashboard_count(stack.prometheus)
+        return (expected, shown) if expected == shown else None
+
+    poll(
+        agree,
+        timeout=20,
+        what=f"the dashboard's imbalanced pools to match the alerts ({step})",
+        logs=stack.logs,
+    )
+
+
+# --- the notifications ----------------------------------------------------------------------
+
+
+def notified(stack: Deployed, alertname: str, status: str = "firing") -> list[tuple[float, Alert, str]]:
+    """(arrival, alert, receiver) of every ``status`` alert named ``alertname`` the receivers got."""
+    return [
+        (t, a, body["receiver"])
+        for t, body in stack.pages()
+        for a in body["alerts"]
+        if a["labels"]["alertname"] == alertname and a["status"] == status
+    ]
+
+
+def identity(alert: Alert) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(alert["labels"].items()))
+
+
+@dataclass
+class Story:
+    """What happened when (wall clock), as the test observed it."""
+
+    fault_at: float
+    crashes: LogWatcher
+    logs: list[Path]
+    page_at: float = 0.0
+    stale_at: float = 0.0
+    restarted_at: float = 0.0
+    resolved_at: float = 0.0
+    incidents: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
+
+
+def check_the_pages_before_the_crash(stack: Deployed, story: Story) -> None:
+    """One page per double-free incident, on the pager, naming the pod and rank, merged from both
+    paths, before that pod's crash."""
+    what = "the double-free page"
+    poll(lambda: notified(stack, "PoolwatchDoubleFree") or None, timeout=120, what=what, logs=story.logs)
+    story.page_at = min(t for t, _, _ in notified(stack, "PoolwatchDoubleFree"))
+    dashboard_agrees(stack, "paged")
+    poll(lambda: story.crashes.seen or None, timeout=180, what="SGLang's idle-check crash", logs=story.logs)
+    pages = notified(stack, "PoolwatchDoubleFree")
+    for _, alert, receiver in pages:
+        labels = alert["labels"]
+        assert receiver == "poolwatch-page"
+        assert labels["worker"] == labels["pod"], labels
+        assert PODS[labels["pod"]] == labels["role"] == "prefill", labels
+        assert labels["namespace"] == stack.pods[0].namespace
+        assert (labels["pool"], labels["dp_rank"], labels["pp_rank"]) == ("mamba", "0", "0")
+        assert (labels["severity"], labels["tp_rank"] in ("0", "1")) == ("critical", True)
+        assert not {"job", "instance", "container", "endpoint"} & set(labels), f"an unmerged copy: {labels}"
+    story.incidents = {identity(a) for _, a, _ in pages}
+    assert len(pages) == len(story.incidents), "an incident paged twice"
+    check_paged_before_crashing(stack, story)
+
+
+def check_paged_before_crashing(stack: Deployed, story: Story) -> None:
+    for pod, crashed_at in story.crashes.seen.items():
+        paged = [t for t, a, _ in notified(stack, "PoolwatchDoubleFree") if a["labels"]["pod"] == pod]
+        assert paged, f"{pod} crashed without a page"
+        assert min(paged) < crashed_at, f"{pod} paged {min(paged) - crashed_at:+.1f} s after its crash"
+
+
+def check_both_paths_hold_the_same_alerts(stack: Deployed, story: Story) -> None:
+    """Prometheus' own alerts have exactly the labels of the pages; Alertmanager holds each once."""
+    query = 'ALERTS{alertname="PoolwatchDoubleFree", alertstate="firing"}'
+
+    def rule_alerts() -> set[tuple[tuple[str, str], ...]] | None:
+        found = {
+            tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("__name__", "alertstate")))
+            for r in stack.prometheus.query(query)
+        }
+        return found if found >= story.incidents else None
+
+    assert (
+        poll(rule_alerts, timeout=60, what="Prometheus' double-free alerts", logs=story.logs)
+        == story.incidents
+    )
+    held = [a for a in stack.alerts() if a["labels"]["alertname"] == "PoolwatchDoubleFree"]
+    assert sorted(identity(a) for a in held) == sorted(story.incidents)
+
+
+def check_the_crash_inhibits_the_stale_alerts(stack: Deployed, story: Story) -> None:
+    """The crash pages once per rank; every rank of a crashed pod goes stale, inhibited, unpaged;
+    the dead pod's double free stays firing."""
+    poll(
+        lambda: notified(stack, "PoolwatchSchedulerCrashed") or None,
+        timeout=60,
+        what="the crash page",
+        logs=story.logs,
+    )
+
+    def stale_of_crashed() -> list[Alert] | None:
+        crashed = set(story.crashes.seen)
+        stale = [
+            a for a in stack.alerts() if a["labels"]["alertname"] == STALE and a["labels"]["pod"] in crashed
+        ]
+        ranks = {(a["labels"]["pod"], a["labels"]["tp_rank"]) for a in stale}
+        return stale if ranks == {(p, tp) for p in crashed for tp in ("0", "1")} else None
+
+    stale = poll(stale_of_crashed, timeout=150, what="the crashed pods' stale alerts", logs=story.logs)
+    story.stale_at = time.time()
+    for alert in stale:
+        assert (alert["status"]["state"], bool(alert["status"]["inhibitedBy"])) == ("suppressed", True), alert
+    for name in INHIBITED:
+        assert not [a for _, a, _ in notified(stack, name) if a["labels"]["pod"] in story.crashes.seen], name
+    crash_pages = notified(stack, "PoolwatchSchedulerCrashed")
+    assert {a["labels"]["pod"] for _, a, _ in crash_pages} == set(story.crashes.seen)
+    assert len(crash_pages) == len({identity(a) for _, a, _ in crash_pages}), "a crash paged twice"
+    check_paged_before_crashing(stack, story)
+    assert {a["labels"]["pod"] for _, a, _ in notified(stack, "PoolwatchDoubleFree")} == set(
+        story.crashes.seen
+    )
+    still = [a for a in stack.alerts() if a["labels"]["alertname"] == "PoolwatchDoubleFree"]
+    assert sorted(identity(a) for a in still) == sorted(story.incidents), "a dead pod's double free resolved"
+    dashboard_agrees(stack, "crashed")
+
+
+def check_the_restart_resolves_everything(stack: Deployed, story: Story) -> None:
+    """A new emulator process (the pods restarted, no fault): every alert resolves, each page gets
+    its resolution, and nothing pages again."""
+    assert stack.emulator is not None
+    stack.emulator.stop()
+    story.restarted_at = stack.start_emulator("restart", fault=False)
+    poll(
+        lambda: None if stack.alerts() else True, timeout=150, what="every alert to resolve", logs=story.logs
+    )
+    story.resolved_at = time.time()
+    for name in ("PoolwatchDoubleFree", "PoolwatchSchedulerCrashed"):
+        paged = {identity(a) for _, a, _ in notified(stack, name)}
+        resolved = {identity(a) for _, a, _ in notified(stack, name, "resolved")}
+        assert resolved == paged, f"{name}: a page without its resolution"
+    again = [
+        a
+        for n in (*CONSERVATION, "PoolwatchSchedulerCrashed")
+        for t, a, _ in notified(stack, n)
+        if t > story.restarted_at
+    ]
+    assert again == [], "paged again after the restart"
+    dashboard_agrees(stack, "restarted")
+
+
+def test_as_deployed_the_seed_fault_pages_once_before_the_crash_the_crash_inhibits_and_the_restart_resolves(
+    stack: Deployed,
+) -> None:
+    sglang_logs = {p.name: stack.directory / "sglang-logs" / f"{p.name}.log" for p in stack.pods}
+    crashes = LogWatcher(sglang_logs, CRASH)
+    stack.cleanup.callback(crashes.stop)
+    started = stack.start_emulator("first", fault=True)
+    story = Story(started + FAULT_AT / TIME_SCALE, crashes, [*stack.logs, *sglang_logs.values()])
+
+    check_the_pages_before_the_crash(stack, story)
+    check_both_paths_hold_the_same_alerts(stack, story)
+    check_the_crash_inhibits_the_stale_alerts(stack, story)
+    check_the_restart_resolves_everything(stack, story)
+
+    crashed = ", ".join(f"{pod} {at - story.fault_at:.1f}" for pod, at in sorted(crashes.seen.items()))
+    print(
+        f"\nwall seconds after the fault (time scale {TIME_SCALE:g}): "
+        f"page {story.page_at - story.fault_at:.1f}; "
+        f"crash {crashed}; stale alerts inhibited {story.stale_at - story.fault_at:.1f}; "
+        f"restart to all resolved {story.resolved_at - story.restarted_at:.1f}"
+    )

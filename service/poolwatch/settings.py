@@ -90,6 +90,7 @@ class AlertSettings:
     ca_file: str = ""
     runbook_base_url: str = RUNBOOK_BASE_URL
     dashboard_url: str = GRAFANA_URL  # Grafana's absolute base URL, prefixed to alerts' dashboard links
+    alert_labels: tuple[str, ...] = ()  # name=value pairs: Prometheus' external labels, for the merge
     fleet_dashboard_uid: str = FLEET_DASHBOARD_UID  # as `poolwatch generate` named the dashboards
     worker_dashboard_uid: str = WORKER_DASHBOARD_UID
     resend_interval: float = 60.0

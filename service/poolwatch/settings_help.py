@@ -51,6 +51,8 @@ HELP: dict[str, str] = {
     "ca_file": "CA bundle to verify the receivers with (empty: the system's)",
     "runbook_base_url": "absolute URL under which <AlertName>.md runbooks live (alerts' runbook_url)",
     "dashboard_url": "absolute base URL of your Grafana, prefixed to alerts' dashboard links",
+    "alert_labels": "name=value labels added to the sidecar's own alerts, comma-separated: your Prometheus' "
+    "external labels (kube-prometheus: prometheus=monitoring/k8s), so both paths' copies merge",
     "fleet_dashboard_uid": "uid of the fleet dashboard, as `poolwatch generate` named it",
     "worker_dashboard_uid": "uid of the worker dashboard, as `poolwatch generate` named it",
     "resend_interval": "seconds between two sends of a firing alert to a receiver",

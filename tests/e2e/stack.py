@@ -174,7 +174,14 @@ class Scraped:
 def prometheus_config(sidecars: Sequence[Scraped], alertmanager_port: int, rules: Path) -> str:
     """Scrape every sidecar each second, evaluate the generated rules each second, alert to AM."""
     doc = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "global": {
+            "scrape_interval": "1s",
+            "scrape_timeout": "1s",
+            "evaluation_interval": "1s",
+            # Prometheus adds these to the alerts it sends (not to its series): the test can tell
+            # its copy from the sidecar's, which otherwise carries the very same labels
+            "external_labels": {"prometheus": "e2e"},
+        },
         "rule_files": [str(rules)],
         "alerting": {
             "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]

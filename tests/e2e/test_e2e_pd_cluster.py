@@ -167,7 +167,7 @@ Alert = dict[str, Any]
 
 
 def from_prometheus(alert: Alert) -> bool:
-    return "job" in alert["labels"]  # Prometheus adds its target labels; the sidecar never does
+    return "prometheus" in alert["labels"]  # Prometheus' external label; the rules drop job and instance
 
 
 def double_frees(stack: Stack, prometheus: bool, worker: str = "") -> list[tuple[float, Alert]]:
@@ -215,7 +215,10 @@ def test_the_seed_double_free_pages_through_the_sidecar_and_prometheus_before_sg
     assert direct["labels"] == {**expected_labels(worker), "tp_rank": direct["labels"]["tp_rank"]}
     assert direct["labels"]["tp_rank"] in ("0", "1")
     assert expected_labels(worker).items() <= rule["labels"].items()
-    assert rule["labels"]["job"] == "poolwatch"
+    assert rule["labels"]["prometheus"] == "e2e"
+    assert not {"job", "instance", "container"} & set(rule["labels"]), (
+        "the rules keep only what the sidecar says"
+    )
     assert rule["labels"]["tp_rank"] in ("0", "1")
     assert set(stack.crashes.seen) <= {w for w, role in WORKERS.items() if role == "prefill"}
     for crashed, crashed_at in stack.crashes.seen.items():
@@ -238,7 +241,9 @@ def check_dashboards(prom: Prometheus, alert: Alert) -> None:
     Prometheus fired; the core ones (and all but :data:`MAY_BE_EMPTY`) with data."""
     at = starts_at(alert)
     labels = alert["labels"]
-    chosen = {k: labels[k] for k in ("namespace", "worker", "role", "dp_rank", "tp_rank", "pp_rank", "pool")}
+    chosen = {
+        k: labels[k] for k in ("namespace", "pod", "worker", "role", "dp_rank", "tp_rank", "pp_rank", "pool")
+    }
     empty: list[PanelQuery] = []
     answered = 0
     for path in sorted((REPO / "dashboards").glob("*.json")):

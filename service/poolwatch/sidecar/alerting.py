@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -188,6 +189,17 @@ class AlertWiring:
             self._saved = key
 
 
+def alert_labels(items: tuple[str, ...]) -> dict[str, str]:
+    """``name=value`` items (``POOLWATCH_ALERT_LABELS``) as labels; a bad one is a ``ConfigError``."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.strip()) or not value.strip():
+            raise ConfigError(f"POOLWATCH_ALERT_LABELS: expected name=value, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
 def build_alerting(
     settings: Settings,
     store: SnapshotStore,
@@ -201,9 +213,8 @@ def build_alerting(
     auth_headers(a)
     tls_verify(a)  # unreadable secrets or CA files fail now, not at the first page
     ident = settings.identity
-    detector = Detector(
-        settings.mixin(), clock, extra_labels={"namespace": ident.namespace, "pod": ident.pod}
-    )
+    labels = {**alert_labels(a.alert_labels), "namespace": ident.namespace, "pod": ident.pod}
+    detector = Detector(settings.mixin(), clock, extra_labels=labels)
     forget = ident.forget_after
     alerting = AlertWiring(detector, store, a, clock, transport=transport, sleep=sleep, forget_after=forget)
     alerting.restore()

@@ -114,10 +114,13 @@ _DELIVERY = (
     "  `POOLWATCH_RESEND_INTERVAL` seconds and after any failed attempt, with backoff; they survive a",
     "  sidecar restart in `POOLWATCH_STATE_FILE`. `GET /api/v1/alerts` lists them.",
     "- **The Prometheus rules** raise the same alerts from the exported metrics (`for:` stands in",
-    "  for the sample counts), for setups that route everything through Prometheus.",
+    "  for the sample counts), later: a scrape, an evaluation and the `for:` after the sidecar.",
     "",
-    "Run either path or both. Prometheus adds its target labels (`namespace`, `pod`, ...), so with",
-    "both paths Alertmanager holds two copies of an alert; group by `alertname`, `worker` and `pool`.",
+    "The deployment runs both. An alert has the same name and labels on both paths (the rules drop",
+    "`job`, `instance`, `container`, `endpoint` and `service`; the sidecar sets `namespace` and `pod`",
+    "as Prometheus does), so Alertmanager holds one alert per incident and notifies once",
+    '(docs/deploy.md, "Two alert paths, one notification"). PoolwatchSidecarDown and',
+    "PoolwatchNotificationsFailing come from Prometheus only: they watch the sidecar itself.",
 )
 
 

@@ -101,3 +101,22 @@ async def test_the_probe_source_sends_back_the_signature_it_last_saw(seed_snapsh
         await source.scrape(client)
     assert seen == [{"sig": "", "wait": "0.5"}, {"sig": signature(seed_snapshot), "wait": "0.5"}]
     assert source.long_poll
+
+
+async def test_a_long_poll_the_probe_refuses_falls_back_to_the_latest_snapshot(
+    seed_snapshot: Snapshot,
+) -> None:
+    """A hostile local client holding the probe's long-poll slots cannot silence the sidecar."""
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(dict(request.url.params))
+        if "wait" in request.url.params:
+            return httpx.Response(503, json={"error": "too many long-polls; retry"})
+        return httpx.Response(200, content=json.dumps(dump_snapshot(seed_snapshot)))
+
+    source = ProbeSource(Target("probe:x", "probe", "http://probe"), long_poll_s=0.01)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        (snap,) = await source.scrape(client)
+    assert snap.seq == seed_snapshot.seq
+    assert seen == [{"sig": "", "wait": "0.01"}, {}]

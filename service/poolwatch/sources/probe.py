@@ -7,11 +7,14 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import httpx
 
 from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.conservation import signature
-from poolwatch.errors import ScrapeError
+from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
@@ -62,7 +65,7 @@ class ProbeSource(Source):
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         try:
-            doc = await get_json(client, self._request_url(), self._max_bytes)
+            doc = await self._fetch(client)
         except ScrapeError:
             final = self._final()
             if final is None:
@@ -71,6 +74,19 @@ class ProbeSource(Source):
         snap = parse_probe_payload(doc, self._target)
         self._seen, self._boot = signature(snap), snap.boot_id
         return [snap]
+
+    async def _fetch(self, client: httpx.AsyncClient) -> Any:
+        """The long-poll's answer; when the probe refuses it (503: its few long-poll slots are
+        taken, by a hostile local client say), the latest snapshot by a plain GET, then a pause of
+        one wait, so the rank stays watched at the scrape interval and the loop does not spin."""
+        try:
+            return await get_json(client, self._request_url(), self._max_bytes)
+        except ScrapeError as exc:
+            if not (self.long_poll and exc.reason is Reason.HTTP_STATUS and "HTTP 503" in str(exc)):
+                raise
+        doc = await get_json(client, self.url, self._max_bytes)
+        await asyncio.sleep(self._long_poll_s)
+        return doc
 
     def _request_url(self) -> httpx.URL:
         """The next request's URL, parsed only when the signature changed (parsing and quoting a

@@ -64,6 +64,7 @@ MAY_BE_EMPTY = {
     "Exact against coarse figures",  # every pool is exact: no coarse line
     "Probe errors contained",  # no probe's kill switch is engaged
     "Sidecar task crashes and internal errors",  # nothing crashed
+    "Probe guard repairs and dropped tripwires",  # the guard is off; no tripwire was dropped
 }
 
 

@@ -3,8 +3,9 @@
 The row answers "can I trust what the other rows show?": how many pools are judged on exact
 figures (the in-process probe) against coarse ones (SGLang's /metrics and log), whether the
 sidecars' alerts reach their receivers, whether the sidecars' own tasks crash, how long their
-scrapes take and which version runs where.  :data:`NOT_CHARTED` names, with the reason, every
-catalogue metric left out of both dashboards; a test fails on a metric in neither.
+scrapes take, which version runs where, and what the probes' guard repaired or could not record.
+:data:`NOT_CHARTED` names, with the reason, every catalogue metric left out of both dashboards; a
+test fails on a metric in neither.
 """
 
 from __future__ import annotations
@@ -46,7 +47,26 @@ def health_panels(ns: str, sel: str) -> list[PanelSpec]:
         ),
         *_delivery_panels(ns),
         *_sidecar_panels(ns),
+        _probe_panel(sel),
     ]
+
+
+def _probe_panel(sel: str) -> PanelSpec:
+    repairs = (
+        f"sum by (worker, dp_rank, tp_rank, pp_rank, pool, kind) (poolwatch_probe_repairs_total{{{sel}}})"
+    )
+    dropped = f"increase(poolwatch_probe_tripwires_dropped_total{{{sel}}}[$__rate_interval]) > 0"
+    return series(
+        "Probe guard repairs and dropped tripwires",
+        (
+            Query(repairs, "repaired {{worker}} dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}} {{pool}} {{kind}}"),
+            Query(dropped, "dropped {{worker}} dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"),
+        ),
+        "suffix: slots",
+        "Slots the opt-in guard repaired since the rank started (PoolwatchProbeRepaired), and tripwire "
+        "findings the probe could not keep because its bounded log was full (the census saw more).",
+        width=8,
+    )
 
 
 def _delivery_panels(ns: str) -> list[PanelSpec]:

@@ -93,7 +93,7 @@ async def one(case: str, i: int, directory: Path, hook: Webhook) -> float | None
 
     thread = threading.Thread(target=scheduler, daemon=True)
     thread.start()
-    await asyncio.sleep(2.5)  # the sidecar discovers the rank and starts watching it
+    await asyncio.sleep(4.0)  # the sidecar discovers the rank and starts watching it
     fault = time.monotonic()
     if case == "surplus":
         assert req.mamba_pool_idx is not None

@@ -27,9 +27,9 @@ pytestmark = pytest.mark.slow
 
 
 class Demo:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *extra: str, duration: int = 60) -> None:
         cmd = [sys.executable, "-m", "poolwatch.cli", "demo", "--port", str(port), "--healthy", "10",
-               "--time-scale", "2", "--duration", "60"]  # fmt: skip
+               "--time-scale", "2", "--duration", str(duration), *extra]  # fmt: skip
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
@@ -83,8 +83,23 @@ def test_the_demo_pages_the_seed_double_free_with_the_slot_and_the_hook(demo: De
 
 
 def test_the_emulated_idle_check_then_crashes_the_prefill_worker_with_the_seed_message(demo: Demo) -> None:
-    crash = demo.wait_for("SGLang's idle check crashed prefill-0")
-    assert "token_to_kv_pool_allocator memory leak detected! full_available_size=" in crash
+    demo.wait_for("SGLang's idle check crashed prefill-0")
+    first = demo.wait_for("memory leak detected!")  # the whole message, line by line
+    assert "token_to_kv_pool_allocator memory leak detected! full_available_size=" in first
+    assert "self.req_to_token_pool.mamba_pool.size=" in demo.wait_for("mamba_available_size=")
+
+
+def test_with_the_guard_the_seed_fault_is_repaired_and_the_worker_keeps_serving() -> None:
+    guarded = Demo(free_port(), "--guard", duration=30)
+    try:
+        repair = guarded.wait_for("GUARD prefill-0")
+        assert "quarantine of mamba slot(s)" in repair
+        assert "after process_prefill_chunk" in repair
+        assert "PoolwatchProbeRepaired (warning)" in guarded.wait_for("ALERT PoolwatchProbeRepaired")
+        assert "crashed workers: none" in guarded.wait_for("demo over")
+        assert not any("idle check crashed" in line for line in guarded.lines)
+    finally:
+        guarded.stop()
 
 
 @pytest.mark.browser

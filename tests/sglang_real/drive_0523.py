@@ -10,6 +10,7 @@ The prefix-tree flows are exercised on 0.5.4 and 0.5.9.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,7 +30,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 from poolwatch.model import Phase, Pool, TripwireKind
-from poolwatch.probe import install
+from poolwatch.probe import attach, detach, install
 
 KV, MAMBA, ROWS = 256, 12, 4
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny-qwen3-next")
@@ -234,5 +235,32 @@ class Driver0523(Driver):
             self.idle_agrees("injected double free at idle"),
         )
 
+    def scenario_guard(self) -> None:
+        """Guard mode on 0.5.23's layout: a live slot freed behind its back is quarantined from
+        ``mamba_allocator.free_slots`` at the next boundary, and SGLang's checker finds nothing."""
+        s = self.new()
+        detach(s)
+        attach(s, replace(CONFIG, guard=True), serve=False)
+        a = self.admit("a", 8)
+        slot = int(a.kv.mamba_pool_idx)
+        s.req_to_token_pool.mamba_allocator.free(a.kv.mamba_pool_idx.unsqueeze(-1))  # the fault
+        snap = self.boundary()
+        free = [int(i) for i in s.req_to_token_pool.mamba_allocator.free_slots.tolist()]
+        repairs = [(r.kind.value, r.slots, r.requests) for r in snap.repairs]
+        report(
+            "0.5.23 guard: the live slot is taken off mamba_allocator's free list, the pool balances",
+            slot not in free and gaps(snap)["mamba"] == 0 and repairs == [("quarantine", (slot,), ("a",))],
+            {"slot": slot, "repairs": repairs, "gaps": gaps(snap)},
+        )
+        self.release(a)
+        s.last_batch = None
+        report(
+            "0.5.23 guard: SGLang's invariant checker finds nothing at idle", not self.idle_agrees("guarded")
+        )
+
     def scenarios(self) -> list[tuple[str, Any]]:
-        return [("busy then idle", self.scenario_busy_then_idle), ("seed double free", self.scenario_seed)]
+        return [
+            ("busy then idle", self.scenario_busy_then_idle),
+            ("seed double free", self.scenario_seed),
+            ("guard mode", self.scenario_guard),
+        ]

@@ -8,7 +8,7 @@
 # Input: dist/poolwatch-<version>-py3-none-any.whl (built first with `python -m build` when missing).
 # Output in DIR (default dist/):
 #   poolwatch-<version>-image.oci.tar          the image index (both architectures), tagged IMAGE
-#   poolwatch-<version>-image-<arch>.cdx.json  CycloneDX SBOM of each architecture's Python packages
+#   poolwatch-<version>-image-<arch>.cdx.json  CycloneDX SBOM of each architecture (Python + Debian packages)
 #   poolwatch-<version>-image.digests          the index digest and each architecture's manifest digest
 # The image is also left in buildah's store as IMAGE (a manifest list) and IMAGE-<arch>.
 #
@@ -133,15 +133,23 @@ sbom() {  # the Python packages in the image's venv, read from its files by cycl
     "$(dirname "$PY")/cyclonedx-py" environment --output-reproducible \
     -o "$OUT/poolwatch-$VERSION-image-$arch.cdx.json" "$shim"
   rm -f "$shim"
-  "$PY" - "$OUT/poolwatch-$VERSION-image-$arch.cdx.json" "$IMAGE" "$arch" <<'PYEOF'
-import json, sys
-path, image, arch = sys.argv[1:]
+  # the image itself as the SBOM's subject, and the base's Debian packages beside the Python ones
+  "$PY" - "$OUT/poolwatch-$VERSION-image-$arch.cdx.json" "$IMAGE" "$arch" "$root/var/lib/dpkg/status" <<'PYEOF'
+import json, sys, urllib.parse
+path, image, arch, dpkg_status = sys.argv[1:]
 bom = json.load(open(path))
 name, _, version = image.rpartition(":")
 bom["metadata"]["component"] = {
     "type": "container", "bom-ref": f"{image}-{arch}", "name": name, "version": version,
     "properties": [{"name": "oci:platform", "value": f"linux/{arch}"}],
 }
+for stanza in open(dpkg_status, encoding="utf-8").read().split("\n\n"):
+    fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+    if "installed" not in fields.get("Status", ""):
+        continue
+    pkg, ver, pkg_arch = fields["Package"], fields["Version"], fields["Architecture"]
+    purl = f"pkg:deb/debian/{pkg}@{urllib.parse.quote(ver, safe='')}?arch={pkg_arch}&distro=debian-12"
+    bom["components"].append({"type": "library", "bom-ref": purl, "name": pkg, "version": ver, "purl": purl})
 json.dump(bom, open(path, "w"), indent=2)
 PYEOF
   "${B[@]}" umount "$ctr" >/dev/null

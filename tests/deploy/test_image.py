@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 from tests.helpers import REPO, require_tool
 
 from poolwatch import __version__
@@ -127,6 +129,12 @@ def test_the_build_script_is_valid_bash() -> None:
     assert os.access(BUILD_SCRIPT, os.X_OK)
 
 
+def head() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO, check=True
+    ).stdout.strip()
+
+
 def skopeo_inspect(archive: Path, arch: str) -> dict[str, Any]:
     result = subprocess.run(
         [require_tool("skopeo"), "--override-arch", arch, "inspect", f"oci-archive:{archive}"],
@@ -151,6 +159,7 @@ def test_the_image_builds_for_amd64_and_arm64_with_labels_sboms_and_digests_and_
     if os.geteuid() != 0:
         pytest.skip("the image build needs root (debootstrap, buildah chroot isolation, binfmt)")
     env = {**os.environ, "POOLWATCH_SMOKE_PORT": "19465"}
+    revisions = {head()}  # the label is HEAD at build time (a shared tree may commit meanwhile)
     result = subprocess.run(
         [str(BUILD_SCRIPT), "--out", str(tmp_path)],
         capture_output=True,
@@ -174,15 +183,13 @@ def test_the_image_builds_for_amd64_and_arm64_with_labels_sboms_and_digests_and_
     digests = (tmp_path / f"poolwatch-{__version__}-image.digests").read_text().splitlines()
     assert [line.split("  ")[1] for line in digests] == ["index", "linux/amd64", "linux/arm64"]
     assert all(re.fullmatch(rf"{re.escape(image)}@sha256:[0-9a-f]{{64}}  \S+", line) for line in digests)
-    revision = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO, check=True
-    ).stdout
+    revisions.add(head())
     for arch in ("amd64", "arm64"):
         inspected = skopeo_inspect(archive, arch)
         assert inspected["Architecture"] == arch
         labels = inspected["Labels"]
         assert labels["org.opencontainers.image.version"] == __version__
-        assert labels["org.opencontainers.image.revision"] == revision.strip()
+        assert labels["org.opencontainers.image.revision"] in revisions
         assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
         assert labels["org.opencontainers.image.source"].startswith("https://")
         sbom = json.loads((tmp_path / f"poolwatch-{__version__}-image-{arch}.cdx.json").read_text())
@@ -193,3 +200,8 @@ def test_the_image_builds_for_amd64_and_arm64_with_labels_sboms_and_digests_and_
         )
         assert components["poolwatch"]["version"] == __version__
         assert "torch" not in components
+        debian = {c["name"] for c in sbom["components"] if c.get("purl", "").startswith("pkg:deb/debian/")}
+        assert {"python3.11-minimal", "libc6", "ca-certificates"} <= debian
+        assert sbom["metadata"]["component"]["name"] == "ghcr.io/poolwatch/poolwatch"
+        errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(sbom))
+        assert errors is None, errors

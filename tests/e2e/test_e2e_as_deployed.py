@@ -415,12 +415,12 @@ def test_as_deployed_the_seed_fault_pages_once_before_the_crash_the_crash_inhibi
     check_the_pages_before_the_crash(stack, story)
     check_both_paths_hold_the_same_alerts(stack, story)
     check_the_crash_inhibits_the_stale_alerts(stack, story)
-    check_the_restart_resolves_everything(stack, story)
-
     crashed = ", ".join(f"{pod} {at - story.fault_at:.1f}" for pod, at in sorted(crashes.seen.items()))
     print(
-        f"\nwall seconds after the fault (time scale {TIME_SCALE:g}): "
-        f"page {story.page_at - story.fault_at:.1f}; "
-        f"crash {crashed}; stale alerts inhibited {story.stale_at - story.fault_at:.1f}; "
-        f"restart to all resolved {story.resolved_at - story.restarted_at:.1f}"
+        f"\nwall seconds after the fault (time scale {TIME_SCALE:g}; the fault is {FAULT_AT:g} simulated s "
+        f"after the start, so a late emulator makes these figures upper bounds): "
+        f"page {story.page_at - story.fault_at:.1f}; crash {crashed}; "
+        f"stale alerts inhibited {story.stale_at - story.fault_at:.1f}"
     )
+    check_the_restart_resolves_everything(stack, story)
+    print(f"restart to every alert resolved: {story.resolved_at - story.restarted_at:.1f} s")

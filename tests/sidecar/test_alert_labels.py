@@ -1,5 +1,5 @@
-"""The sidecar's alerts can carry Prometheus' external labels, so its copy and the rules' copy of
-an alert keep the same labels (and Alertmanager merges them) where Prometheus adds some."""
+"""The labels that let the two paths merge and the inhibition match: the sidecar's alerts can carry
+Prometheus' external labels, and a down target carries its worker from the scrape to the alert."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import pytest
 from tests.detect.sidecar import seeded, settings
 from tests.helpers import FakeClock
 
-from poolwatch.errors import ConfigError
+from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.health import target_signals
+from poolwatch.errors import ConfigError, Reason
 from poolwatch.model import Snapshot
 from poolwatch.sidecar.alerting import alert_labels, build_alerting
+from poolwatch.sidecar.store import SnapshotStore
 
 
 def test_the_sidecars_alerts_carry_the_configured_external_labels(
@@ -34,4 +37,17 @@ def test_labels_are_read_as_name_value_pairs() -> None:
     assert alert_labels(("prometheus=monitoring/k8s", " cluster = eu-1 ")) == {
         "prometheus": "monitoring/k8s",
         "cluster": "eu-1",
+    }
+
+
+def test_a_down_target_carries_its_worker_from_the_scrape_to_the_alert(clock: FakeClock) -> None:
+    store = SnapshotStore()
+    store.record_failure("probe:prefill-0/dp0-tp0-pp0", "probe", 2.0, Reason.CONNECT, "refused", "prefill-0")
+    (state,) = store.targets()
+    assert state.worker == "prefill-0"
+    (signal,) = target_signals([state], DetectorConfig(), clock.now)
+    assert dict(signal.labels) == {
+        "source": "probe",
+        "target": "probe:prefill-0/dp0-tp0-pp0",
+        "worker": "prefill-0",  # what the crash inhibition matches on
     }

@@ -37,9 +37,9 @@ __all__ = [
     "MAX_RETURN",
     "Owners",
     "PoolCensus",
-    "chunk_tripwires",
     "id_census",
     "mamba_census",
+    "rid_of",
     "mamba_free_list",
     "tree_is_empty",
     "tree_values",
@@ -149,12 +149,26 @@ def id_census(
 
 
 def _ids(tensors: Iterable[Any]) -> list[int]:
+    return _flat_ids([t for t in tensors if t is not None])[0]
+
+
+def _flat_ids(tensors: list[Any]) -> tuple[list[int], list[int]]:
+    """Every id of ``tensors`` in one host transfer, and how many each tensor has.  One
+    ``torch.cat`` call when they are all 1-d (the usual case: a per-tensor reshape and cast cost
+    more than the census arithmetic), else each is flattened first."""
     import torch
 
-    flat = [t.reshape(-1) for t in tensors if t is not None]
-    if not flat:
-        return []
-    return [int(i) for i in torch.cat([f.to(torch.int64) for f in flat]).tolist()]
+    if not tensors:
+        return [], []
+    try:
+        joined = torch.cat(tensors)
+        if joined.dim() != 1:
+            raise ValueError("not 1-d")
+        lengths = [int(t.shape[0]) for t in tensors]
+    except (RuntimeError, ValueError, TypeError, IndexError):  # 0-d or n-d tensors
+        flat = [t.reshape(-1) for t in tensors]
+        joined, lengths = torch.cat(flat), [int(t.shape[0]) for t in flat]
+    return [int(i) for i in joined.to(torch.int64).tolist()], lengths
 
 
 def mamba_free_list(sched: Any, shape: Shape, reading: Reading) -> Any:
@@ -194,23 +208,18 @@ def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
     return values
 
 
-def _rid(req: Any) -> str:
+def rid_of(req: Any) -> str:
     return str(getattr(req, "rid", "") or f"req@{id(req):x}")
 
 
 def _live_mamba(live: LiveSet, shape: Shape) -> list[tuple[str, list[int]]]:
     """``(request id, Mamba slot ids)`` of every live request, read with one host transfer."""
-    import torch
-
-    reqs = [(_rid(r), mamba_slot_objects(r, shape)) for r in (*live.holders, *live.waiting)]
-    flat = [(rid, t.reshape(-1).to(torch.int64)) for rid, ts in reqs for t in ts if t is not None]
-    if not flat:
-        return []
-    ids = [int(i) for i in torch.cat([t for _, t in flat]).tolist()]
+    reqs = [(rid_of(r), mamba_slot_objects(r, shape)) for r in (*live.holders, *live.waiting)]
+    owners = [(rid, t) for rid, ts in reqs for t in ts if t is not None]
+    ids, lengths = _flat_ids([t for _, t in owners])
     out: dict[str, list[int]] = {}
     at = 0
-    for rid, t in flat:
-        n = int(t.numel())
+    for (rid, _), n in zip(owners, lengths, strict=True):
         out.setdefault(rid, []).extend(ids[at : at + n])
         at += n
     return list(out.items())
@@ -236,26 +245,3 @@ def mamba_census(
         return None
     first = shape.mamba_first_id
     return id_census(Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle, owners=queue)
-
-
-def chunk_tripwires(sched: Any, shape: Shape, reading: Reading, seq: int, hook: str) -> tuple[Tripwire, ...]:
-    """The direct #12994 check: is the chunked request's Mamba slot on the free list?  (One
-    small ``isin`` on the device; only the hits come back to the host.)"""
-    import torch
-
-    chunked = reading.attr(sched, "chunked_req")
-    if chunked is MISSING or chunked is None:
-        return ()
-    slots = [t.reshape(-1).to(torch.int64) for t in mamba_slot_objects(chunked, shape) if t is not None]
-    free = mamba_free_list(sched, shape, reading)
-    if not slots or free is MISSING:
-        return ()
-    hits = [int(i) for i in free[torch.isin(free, torch.cat(slots))].tolist()]
-    if not hits:
-        return ()
-    rid = (_rid(chunked),)
-    out = [Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, _cap(set(hits)), hook, seq, rid)]
-    dup = [i for i, n in Counter(hits).items() if n > 1]
-    if dup:
-        out.append(Tripwire(TripwireKind.FREE_DUPLICATE, Pool.MAMBA, _cap(dup), hook, seq, rid))
-    return tuple(out)

@@ -20,12 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.conservation import gap
-from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot
+from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot
 from poolwatch.probe.access import Reading
-from poolwatch.probe.census import PoolCensus, chunk_tripwires, mamba_census
+from poolwatch.probe.census import PoolCensus, mamba_census
 from poolwatch.probe.config import ProbeConfig
-from poolwatch.probe.final import check_fails, write_final_snapshot
+from poolwatch.probe.final import Suspicion, check_fails, write_final_snapshot
 from poolwatch.probe.guard import Guard
 from poolwatch.probe.identity import sglang_version, worker_identity
 from poolwatch.probe.kv_census import kv_census
@@ -34,7 +33,7 @@ from poolwatch.probe.repair import Repairer, census_of
 from poolwatch.probe.report import census_doc
 from poolwatch.probe.shapes import SHAPES, Shape, shape_for_version
 from poolwatch.probe.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
-from poolwatch.probe.tripwires import TripwireLog
+from poolwatch.probe.tripwires import TripwireLog, chunk_tripwires
 
 __all__ = ["DISABLE_FILE", "Probe"]
 
@@ -85,7 +84,7 @@ class Probe:
         self._strict = idle_check_strict(self.shape, self.environ)
         self.repairer = Repairer(self.shape) if config.guard else None  # opt-in guard mode
         self._idle_seq = -1  # the iteration of the last idle hook
-        self._forced: tuple[int | None, ...] = ()  # the gaps a suspicion census last ran on
+        self._suspicion = Suspicion()
         self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
 
     # -- entry points (scheduler thread) -------------------------------------------------------
@@ -161,8 +160,9 @@ class Probe:
         reading = Reading()
         sample = take_sample(self.scheduler, self.shape, reading)
         self._last_sample = self.clock()
-        found = self._maybe_census(sample, reading, hook, force=self._suspect(sample, idle_check))
-        if self.repairer is not None and found and self._repair(found, sample, hook):
+        force = self._suspicion.due(sample, idle_check=idle_check, guard=self.repairer is not None)
+        found = self._maybe_census(sample, reading, hook, force=force)
+        if self.repairer is not None and self._repair(found, sample.pools, sample.phase, hook):
             reading = Reading()  # the repaired figures are the ones to publish (and to judge)
             sample = take_sample(self.scheduler, self.shape, reading)
         for label, message in reading.failures.items():
@@ -170,16 +170,6 @@ class Probe:
         self.guard.succeeded()
         self._sample_cost = time.perf_counter() - started
         self._publish(sample, reading, final=idle_check and self._strict and check_fails(sample))
-
-    def _suspect(self, sample: Sample, idle_check: bool) -> bool:
-        """Name the slots now: SGLang's idle check is about to fail, or (guard on) a pool counts a
-        slot twice while busy.  Once per distinct set of gaps, so a standing gap costs nothing."""
-        gaps = tuple(gap(a) for a in sample.pools.values())
-        surplus = self.repairer is not None and any(g is not None and g < 0 for g in gaps)
-        if not ((idle_check and check_fails(sample)) or surplus) or gaps == self._forced:
-            return False
-        self._forced = gaps
-        return True
 
     def _maybe_census(self, sample: Sample, reading: Reading, hook: str, *, force: bool) -> list[PoolCensus]:
         idle = sample.phase is Phase.IDLE
@@ -194,18 +184,13 @@ class Probe:
             return self._census(sample, reading, hook, mamba=mamba_due, kv=kv_due, idle=idle)
         return []
 
-    def _repair(self, found: list[PoolCensus], sample: Sample, hook: str) -> bool:
-        """Guard mode: act on what the censuses prove; True if a free list changed."""
-        changed = False
-        for pool_census in found:
-            account = sample.pools.get(pool_census.pool)
-            exact = gap(account) if account is not None and sample.phase is Phase.IDLE else None
-            changed = self._act(pool_census, hook, exact) or changed
-        return changed
-
-    def _act(self, pool_census: PoolCensus, hook: str, exact_gap: int | None) -> bool:
+    def _repair(
+        self, found: list[PoolCensus], pools: Mapping[Pool, PoolAccount], phase: Phase, hook: str
+    ) -> bool:
+        """Guard mode: act on what the censuses prove (settling those findings); True if a free
+        list changed.  A lost slot is returned only with the pool's exact gap at full idle."""
         assert self.repairer is not None
-        settled = self.repairer.act(self.scheduler, pool_census, hook, self.seq, gap=exact_gap)
+        settled = self.repairer.act_all(self.scheduler, found, pools, phase, hook, self.seq)
         for kinds, pool, slots in settled:
             self.tripwires.settle(kinds, pool, slots)
         return bool(settled)
@@ -242,8 +227,7 @@ class Probe:
         if not found or not self.tripwires.add(found):
             return
         if self.repairer is not None:  # quarantine before the next allocation can hand it out
-            for pool_census in census_of(found):
-                self._act(pool_census, hook, None)
+            self._repair(census_of(found), {}, Phase.BUSY, hook)
         self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
     def _publish(self, sample: Sample, reading: Reading, *, final: bool = False) -> None:

@@ -22,7 +22,7 @@ from poolwatch.discovery import final_name, write_final
 from poolwatch.model import Phase, Snapshot
 from poolwatch.probe.snapshot import Sample
 
-__all__ = ["check_fails", "write_final_snapshot"]
+__all__ = ["Suspicion", "check_fails", "write_final_snapshot"]
 
 
 def check_fails(sample: Sample) -> bool:
@@ -30,6 +30,23 @@ def check_fails(sample: Sample) -> bool:
     if sample.phase is not Phase.IDLE:
         return False
     return any(gap(account) not in (0, None) for account in sample.pools.values())
+
+
+class Suspicion:
+    """When to name the slots at once instead of at the census interval: SGLang's idle check is
+    about to fail, or (guard on) a pool counts a slot twice while busy.  Once per distinct set of
+    gaps, so a standing gap costs nothing more."""
+
+    def __init__(self) -> None:
+        self._seen: tuple[int | None, ...] = ()
+
+    def due(self, sample: Sample, *, idle_check: bool, guard: bool) -> bool:
+        gaps = tuple(gap(a) for a in sample.pools.values())
+        surplus = guard and any(g is not None and g < 0 for g in gaps)
+        if not ((idle_check and check_fails(sample)) or surplus) or gaps == self._seen:
+            return False
+        self._seen = gaps
+        return True
 
 
 def write_final_snapshot(directory: str, snap: Snapshot) -> float:

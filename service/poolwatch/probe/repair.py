@@ -30,10 +30,11 @@ state), and a slot two requests already shared.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from poolwatch.model import Pool, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.conservation import gap
+from poolwatch.model import Phase, Pool, PoolAccount, Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.probe.census import MAX_IDS, PoolCensus
 from poolwatch.probe.shapes import Shape
 
@@ -150,6 +151,23 @@ class Repairer:
             self._give_back(sched, free, census.pool, lost)
             self._record(RepairKind.RETURN, census, lost, hook, seq)
             settled.append(((TripwireKind.MISSING,), census.pool, lost))
+        return settled
+
+    def act_all(
+        self,
+        sched: Any,
+        found: Sequence[PoolCensus],
+        pools: Mapping[Pool, PoolAccount],
+        phase: Phase,
+        hook: str,
+        seq: int,
+    ) -> list[Settled]:
+        """:meth:`act` on every census; a pool's exact gap is passed only at full idle."""
+        settled: list[Settled] = []
+        for census in found:
+            account = pools.get(census.pool)
+            exact = gap(account) if account is not None and phase is Phase.IDLE else None
+            settled += self.act(sched, census, hook, seq, gap=exact)
         return settled
 
     def _free_list(self, sched: Any, pool: Pool) -> _FreeList | None:

@@ -8,6 +8,8 @@ yet reported under its kind and pool, and adds nothing when none are new.  At mo
 findings are kept; what does not fit is counted in :attr:`TripwireLog.dropped` (published in the
 probe's health) instead of growing the snapshot.
 
+:func:`chunk_tripwires` is the direct #12994 check run right after ``process_prefill_chunk``.
+
 The one way out is a repair by the opt-in guard (:mod:`poolwatch.probe.repair`): :meth:`settle`
 takes the repaired slots out of the log (they are reported as repairs instead) and forgets them,
 so the same fault striking that slot again is a new finding.
@@ -15,12 +17,18 @@ so the same fault striking that slot again is a new finding.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.probe.access import MISSING, Reading
+from poolwatch.probe.census import MAX_IDS, mamba_free_list, rid_of
+from poolwatch.probe.requests import mamba_slot_objects
+from poolwatch.probe.shapes import Shape
 
-__all__ = ["MAX_TRIPWIRES", "TripwireLog"]
+__all__ = ["MAX_TRIPWIRES", "TripwireLog", "chunk_tripwires"]
 
 MAX_TRIPWIRES = 32
 
@@ -69,3 +77,30 @@ class TripwireLog:
 
     def all(self) -> tuple[Tripwire, ...]:
         return tuple(self._found)
+
+
+def chunk_tripwires(sched: Any, shape: Shape, reading: Reading, seq: int, hook: str) -> tuple[Tripwire, ...]:
+    """The direct #12994 check: is the chunked request's Mamba slot on the free list?  (One
+    small ``isin`` on the device; only the hits come back to the host.)"""
+    import torch
+
+    chunked = reading.attr(sched, "chunked_req")
+    if chunked is MISSING or chunked is None:
+        return ()
+    slots = [t.reshape(-1).to(torch.int64) for t in mamba_slot_objects(chunked, shape) if t is not None]
+    free = mamba_free_list(sched, shape, reading)
+    if not slots or free is MISSING:
+        return ()
+    hits = [int(i) for i in free[torch.isin(free, torch.cat(slots))].tolist()]
+    if not hits:
+        return ()
+    rid = (rid_of(chunked),)
+    out = [Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, _cap(set(hits)), hook, seq, rid)]
+    dup = [i for i, n in Counter(hits).items() if n > 1]
+    if dup:
+        out.append(Tripwire(TripwireKind.FREE_DUPLICATE, Pool.MAMBA, _cap(dup), hook, seq, rid))
+    return tuple(out)
+
+
+def _cap(ids: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted(ids)[:MAX_IDS])

@@ -6,11 +6,19 @@ state, plus ping-pong track slots from 0.5.9).  The holders are collected from e
 keeps them, deduplicated by identity.  Waiting requests hold no row and no KV, but may hold a
 copy-on-write Mamba slot taken while they were considered for scheduling.
 
-Cost: O(live requests) with ``len()`` and Python ints only; no tensor contents are read.
+Cost: O(live requests) with ``len()`` and Python ints only; no tensor contents are read.  The
+holders are deduplicated at C speed (``dict(zip(map(id, ...)))``) and summed in one loop
+specialised by release (a failure falls back to the careful per-request path that names it).
+The waiting queue is never walked in Python: on a model without a Mamba pool it holds nothing and
+is not read at all (its length comes from ``len()``); on a Mamba model the few requests holding a
+copy-on-write slot are picked out by a C-level scan of one attribute (``operator.attrgetter``,
+``itertools.compress``), some tens of nanoseconds per waiting request.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -74,26 +82,43 @@ def _holder_groups(sched: Any, reading: Reading, role: str) -> Iterator[Iterable
         yield reading.guard("waiting_queue", lambda: list(sched.waiting_queue), [])
 
 
-def collect_live(sched: Any, reading: Reading, role: str) -> LiveSet:
-    """Every request that may hold something, deduplicated by identity, in a stable order."""
-    seen: set[int] = set()
-    holders: list[Any] = []
+def collect_live(
+    sched: Any, reading: Reading, role: str, *, shape: Shape | None = None, mamba: bool = True
+) -> LiveSet:
+    """Every request that may hold something, deduplicated by identity, in a stable order.
+
+    Waiting requests (not PD decode, where the waiting queue holds rows and KV) hold at most a
+    copy-on-write Mamba slot: none on a model without a Mamba pool (``mamba=False``: the queue
+    is not read), and with ``shape`` only those the release marks as holding one are kept."""
     chunked = reading.attr(sched, "chunked_req")
     chunked = None if chunked is MISSING else chunked
-    for group in (*_holder_groups(sched, reading, role), [chunked] if chunked is not None else []):
-        for req in group:
-            if id(req) not in seen:
-                seen.add(id(req))
-                holders.append(req)
-    last: list[Any] = reading.guard(
-        "last_batch.reqs", lambda: _reqs_of(reading.attr(sched, "last_batch")), []
-    )
+    tail = [] if chunked is None else [chunked]
+    groups: list[Iterable[Any]] = [*_holder_groups(sched, reading, role), tail]
+    combined = list(itertools.chain.from_iterable(groups))
+    unique = dict(zip(map(id, combined), combined, strict=True))  # first occurrence wins, in order
+    last = groups[0]  # last_batch.reqs
     chunk_ran = chunked is None or any(r is chunked for r in last)
     waiting: list[Any] = []
-    if role != "decode":
-        queue: list[Any] = reading.guard("waiting_queue", lambda: list(sched.waiting_queue), [])
-        waiting = [r for r in queue if id(r) not in seen]
-    return LiveSet(tuple(holders), tuple(waiting), chunked, chunk_ran)
+    if role != "decode" and mamba:
+        queue: Any = reading.guard("waiting_queue", lambda: sched.waiting_queue, [])
+        waiting = [r for r in _maybe_holding(queue, shape) if id(r) not in unique]
+    return LiveSet(tuple(unique.values()), tuple(waiting), chunked, chunk_ran)
+
+
+def _maybe_holding(queue: Iterable[Any], shape: Shape | None) -> Iterable[Any]:
+    """The waiting requests that may hold a Mamba slot, picked out at C speed; all of them when
+    the release is unknown or a request lacks the attribute (the careful path then names it)."""
+    if shape is None:
+        return list(queue)
+    try:
+        if shape.held_rule is HeldRule.REQ_KV:
+            return list(itertools.compress(queue, map(operator.attrgetter("kv.holds_mamba"), queue)))
+        marks = map(
+            operator.is_not, map(operator.attrgetter("mamba_pool_idx"), queue), itertools.repeat(None)
+        )
+        return list(itertools.compress(queue, marks))
+    except Exception:
+        return list(queue)
 
 
 def _finished(req: Any) -> bool:
@@ -195,15 +220,49 @@ def _one_guarded(req: Any, shape: Shape, page: int, live: LiveSet, reading: Read
     return 1, _guarded_int(reading, "req.full", _full_private, req, shape, page, live.chunked), mamba
 
 
+def _totals(live: LiveSet, shape: Shape, page: int) -> tuple[int, int, int]:
+    """``(rows, private full KV, Mamba slots)`` of every holder in one loop, branches hoisted
+    (the same figures as :func:`_one`, which it falls back to on 0.5.23's ``req.kv``).  Raises
+    on the first request it cannot read."""
+    rule = shape.held_rule
+    if rule is HeldRule.REQ_KV:
+        totals = [_one(req, shape, page, live) for req in live.holders]
+        return sum(t[0] for t in totals), sum(t[1] for t in totals), sum(t[2] for t in totals)
+    rows = full = mamba = 0
+    chunked, chunk_ran = live.chunked, live.chunk_ran
+    cleared, ping = shape.row_pointer_cleared, shape.has_ping_pong
+    for req in live.holders:
+        fn = getattr(req, "finished", None)
+        done = bool(fn()) if callable(fn) else False
+        if req.mamba_pool_idx is not None and not done:
+            buffer = getattr(req, "mamba_ping_pong_track_buffer", None) if ping else None
+            mamba += 1 + (int(buffer.numel()) if buffer is not None else 0)
+        if req.req_pool_idx is None or (not cleared and (done or (req is chunked and not chunk_ran))):
+            continue
+        rows += 1
+        if rule is HeldRule.SEQLEN:
+            outputs = max(len(req.output_ids) - 1, 0)
+            allocated = len(req.fill_ids) if req is chunked else len(req.origin_input_ids) + outputs
+            full += allocated - _length(req.prefix_indices)
+        elif not req.kv_committed_freed:
+            tree = int(req.cache_protected_len) if rule is HeldRule.ALLOCATED_PROTECTED else None
+            tree = _length(req.prefix_indices) if tree is None else tree
+            full += _ceil(int(req.kv_allocated_len), page) - tree
+    return rows, full, mamba
+
+
 def holdings(live: LiveSet, shape: Shape, page: int, reading: Reading, *, full_exact: bool) -> Holdings:
     """Rows, private full-KV slots and Mamba slots held by live requests (failures are noted)."""
-    rows = full = mamba = 0
-    for req in live.holders:
-        try:
-            r, f, m = _one(req, shape, page, live)
-        except Exception:
-            r, f, m = _one_guarded(req, shape, page, live, reading)
-        rows, full, mamba = rows + r, full + f, mamba + m
+    try:
+        rows, full, mamba = _totals(live, shape, page)
+    except Exception:  # the careful path: each figure of each request on its own, failures named
+        rows = full = mamba = 0
+        for req in live.holders:
+            try:
+                r, f, m = _one(req, shape, page, live)
+            except Exception:
+                r, f, m = _one_guarded(req, shape, page, live, reading)
+            rows, full, mamba = rows + r, full + f, mamba + m
     for req in live.waiting:
         try:
             mamba += _mamba_count(req, shape)

@@ -1,6 +1,7 @@
 """The cheap path: one exact snapshot of a rank, read at a scheduler loop boundary.
 
-O(live requests), Python ints and ``len()`` only (no tensor contents, no GPU synchronisation).
+O(live requests), Python ints and ``len()`` only (no tensor contents, no GPU synchronisation); the
+waiting queue is never walked in Python (see :func:`~poolwatch.probe.requests.collect_live`).
 The result is a plain :class:`poolwatch.model.Snapshot`; serialising it is the server thread's
 job, so the scheduler thread only builds it and swaps a reference.
 """
@@ -14,7 +15,7 @@ from typing import Any
 from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
 from poolwatch.probe.access import MISSING, Reading
 from poolwatch.probe.phase import phase_of, queue_depths
-from poolwatch.probe.readers import read_pools
+from poolwatch.probe.readers import pool_kinds, read_pools
 from poolwatch.probe.requests import LiveSet, collect_live, holdings, role_of
 from poolwatch.probe.shapes import HeldRule, Shape
 
@@ -59,7 +60,8 @@ def take_sample(sched: Any, shape: Shape, reading: Reading) -> Sample:
     role = role_of(sched, reading)
     depths = queue_depths(sched, reading, role)
     phase = phase_of(depths)
-    live = collect_live(sched, reading, role)
+    mamba = pool_kinds(sched, shape, reading).ssm  # without a Mamba pool, waiting requests hold nothing
+    live = collect_live(sched, reading, role, shape=shape, mamba=mamba)
     page = _page_size(sched, reading)
     held = holdings(live, shape, page, reading, full_exact=_full_exact(sched, shape, reading, phase))
     pools = read_pools(sched, shape, reading, held, role)

@@ -116,6 +116,11 @@ class Detector:
         with self._lock:
             return self._labelled(self._tracker.alerts())
 
+    def fired(self) -> int:
+        """How many times an alert has started firing so far: a cheap "anything new to page?"
+        check for every stored snapshot (O(1), unlike listing the alerts)."""
+        return self._tracker.fired
+
     def trends(self) -> list[PoolTrend]:
         """The fitted leak rate (and exhaustion ETA) of every pool with enough history."""
         with self._lock:

@@ -68,6 +68,7 @@ class Tracker:
         self._by_subject: dict[str, dict[Key, _Track]] = {}  # sampled alerts of each subject
         self._by_alert: dict[str, dict[Key, _Track]] = {}  # every instance of each alert
         self._listed: tuple[list[Alert], list[Alert]] | None = None  # alerts() from what
+        self.fired = 0  # how many times an alert went from pending to firing (never decreases)
 
     def sample(
         self, subject: str, signals: Iterable[Signal], judged: Set[Verdict], sample_id: Hashable, now: float
@@ -184,6 +185,7 @@ class Tracker:
         ready = track.samples >= sig.min_samples and now - track.since >= sig.for_seconds
         if track.state is AlertState.PENDING and ready:
             track.state, track.fired_at = AlertState.FIRING, now
+            self.fired += 1
 
     def _clean(self, key: Key, track: _Track, sample_id: Hashable, now: float) -> None:
         if track.state is AlertState.PENDING:

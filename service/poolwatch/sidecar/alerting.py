@@ -82,7 +82,7 @@ class AlertWiring:
         self._deliverers: list[Deliverer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._firing: frozenset[str] = frozenset()  # fingerprints of the alerts firing when last told
+        self._fired = 0  # the detector's count of alerts that started firing, when last told
         self._client: httpx.AsyncClient | None = None
         self._save_error = ""
         self._restored: list[Alert] = []  # told before the restart: a plain webhook is not told again
@@ -124,8 +124,8 @@ class AlertWiring:
     def wake_on_firing(self, _snap: object = None) -> None:
         """A store listener (after the detector's): a newly firing alert wakes every deliverer at
         once instead of at its next tick.  Safe from any thread."""
-        firing = frozenset(a.fingerprint for a in self.detector.alerts() if a.state is AlertState.FIRING)
-        new, self._firing = firing - self._firing, firing
+        fired = self.detector.fired()
+        new, self._fired = fired != self._fired, fired
         if new and self._loop is not None:
             for deliverer in self._deliverers:
                 self._loop.call_soon_threadsafe(deliverer.wake)

@@ -165,6 +165,21 @@ CATALOG: tuple[MetricSpec, ...] = (
         (*RANK_LABELS, "kind"),
         "ranks",
     ),
+    _g(
+        "poolwatch_incident_last_timestamp_seconds",
+        "Unix time poolwatch last read an incident of each kind in the worker's log (the sidecar's clock).",
+        (*RANK_LABELS, "kind"),
+        "seconds",
+        "ranks",
+    ),
+    _g(
+        "poolwatch_rank_restart_timestamp_seconds",
+        "Unix time poolwatch first saw the rank's latest new boot (absent until it is seen to restart); an "
+        "incident read before it is over.",
+        RANK_LABELS,
+        "seconds",
+        "ranks",
+    ),
     # --- probe self-health ---
     _c("poolwatch_probe_samples_total", "Snapshots the in-process probe has taken.", RANK_LABELS, "probe"),
     _c(

@@ -78,14 +78,64 @@ def test_a_crash_line_older_than_the_hold_is_old_news(clock: FakeClock) -> None:
     assert detector.evaluate() == []
 
 
-def test_a_crash_survives_the_restart_it_causes(clock: FakeClock) -> None:
-    stream = RankStream(clock)
-    detector = Detector(CFG, clock)
+INCIDENT_ALERTS = ("PoolwatchIdleCheckFailed", "PoolwatchSchedulerCrashed")
+
+
+def crashed(clock: FakeClock) -> tuple[RankStream, Detector]:
+    """A rank whose idle check failed and whose scheduler then died (the seed incident)."""
+    stream, detector = RankStream(clock), Detector(CFG, clock)
+    leak = Incident(IncidentKind.LEAK_DETECTED, "memory leak detected! [full] total=10", clock.now)
     crash = Incident(IncidentKind.SCHEDULER_EXCEPTION, "Scheduler hit an exception", clock.now)
-    detector.observe(stream.next(incidents=(crash,)))
+    detector.observe(stream.next(incidents=(leak, crash)))
+    return stream, detector
+
+
+def incident_alerts(detector: Detector) -> dict[str, AlertState]:
+    return {a.name: a.state for a in detector.evaluate() if a.name in INCIDENT_ALERTS}
+
+
+def test_a_restart_resolves_the_crash_and_the_failed_idle_check_with_a_reason(clock: FakeClock) -> None:
+    stream, detector = crashed(clock)
+    assert incident_alerts(detector) == dict.fromkeys(INCIDENT_ALERTS, AlertState.FIRING)
+    clock.advance(40)
     stream.restart()
     detector.observe(stream.next())
-    assert states(detector, "PoolwatchSchedulerCrashed") == [(Severity.CRITICAL, AlertState.FIRING)]
+    resolved = [a for a in detector.evaluate() if a.name in INCIDENT_ALERTS]
+    assert {a.name: a.state for a in resolved} == dict.fromkeys(INCIDENT_ALERTS, AlertState.RESOLVED)
+    assert all("restarted" in a.annotations["resolved_reason"] for a in resolved)
+    clock.advance(60)
+    detector.observe(stream.next())
+    assert incident_alerts(detector) == dict.fromkeys(INCIDENT_ALERTS, AlertState.RESOLVED)
+
+
+def test_without_a_restart_the_crash_stays_firing_for_the_incident_hold(clock: FakeClock) -> None:
+    stream, detector = crashed(clock)
+    for _ in range(89):  # the same boot keeps reporting for 890 s
+        clock.advance(9)
+        detector.observe(stream.next())
+    assert incident_alerts(detector) == dict.fromkeys(INCIDENT_ALERTS, AlertState.FIRING)
+    clock.advance(20)
+    assert incident_alerts(detector) == dict.fromkeys(INCIDENT_ALERTS, AlertState.RESOLVED)
+
+
+def test_a_restart_ends_a_crash_whose_log_clock_runs_ahead(clock: FakeClock) -> None:
+    stream, detector = RankStream(clock), Detector(CFG, clock)
+    crash = Incident(IncidentKind.SCHEDULER_EXCEPTION, "Scheduler hit an exception", clock.now + 300)
+    detector.observe(stream.next(incidents=(crash,)))  # the log's timestamps are 5 min ahead
+    assert incident_alerts(detector) == {"PoolwatchSchedulerCrashed": AlertState.FIRING}
+    stream.restart()
+    detector.observe(stream.next())  # the order poolwatch read them in decides, not the log's clock
+    assert incident_alerts(detector) == {"PoolwatchSchedulerCrashed": AlertState.RESOLVED}
+
+
+def test_a_crash_of_the_new_boot_fires_again(clock: FakeClock) -> None:
+    stream, detector = crashed(clock)
+    stream.restart()
+    detector.observe(stream.next())
+    assert incident_alerts(detector)["PoolwatchSchedulerCrashed"] is AlertState.RESOLVED
+    again = Incident(IncidentKind.SCHEDULER_EXCEPTION, "Scheduler hit an exception", clock.now + 1)
+    detector.observe(stream.next(incidents=(again,)))
+    assert incident_alerts(detector)["PoolwatchSchedulerCrashed"] is AlertState.FIRING
 
 
 def test_a_disabled_probe_is_a_warning_after_a_minute_and_contained_errors_are_info(clock: FakeClock) -> None:

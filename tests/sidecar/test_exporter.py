@@ -13,7 +13,16 @@ from tests.helpers import FIXTURES, FakeClock, require_tool
 
 from poolwatch.catalog import CATALOG
 from poolwatch.errors import Reason
-from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot, Tripwire, TripwireKind
+from poolwatch.model import (
+    Incident,
+    IncidentKind,
+    Phase,
+    Pool,
+    ProbeHealth,
+    Snapshot,
+    Tripwire,
+    TripwireKind,
+)
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
 
@@ -129,3 +138,20 @@ def test_the_readme_table_is_generated_from_the_catalogue() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for spec in CATALOG:
         assert f"`{spec.name}`" in readme
+
+
+def test_a_crash_exports_its_time_and_the_restart_after_it_exports_the_new_boot(
+    seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    crash = Incident(IncidentKind.SCHEDULER_EXCEPTION, "Scheduler hit an exception", clock.now + 600)
+    store = SnapshotStore(clock=clock)  # times are the store's clock: the log's may run ahead
+    store.put(replace(seed_snapshot, taken_at=clock.now, incidents=(crash,), boot_id="boot-1"))
+    registry = build_registry(store, clock, 10.0)
+    last = {**RANK, "kind": "scheduler_exception"}
+    read_at = clock.now
+    assert registry.get_sample_value("poolwatch_incident_last_timestamp_seconds", last) == read_at
+    assert registry.get_sample_value("poolwatch_rank_restart_timestamp_seconds", RANK) is None
+    clock.advance(25)
+    store.put(replace(seed_snapshot, seq=1, taken_at=clock.now, boot_id="boot-2"))
+    assert registry.get_sample_value("poolwatch_rank_restart_timestamp_seconds", RANK) == read_at + 25
+    assert registry.get_sample_value("poolwatch_incidents_total", last) == 1

@@ -20,6 +20,8 @@ NOT_CHARTED: dict[str, str] = {
     "(the double-free rule reads it when it goes negative)",
     "poolwatch_scheduler_iteration": "identifies a snapshot; its progress shows as the snapshot age",
     "poolwatch_snapshot_timestamp_seconds": "charted as the snapshot age",
+    "poolwatch_incident_last_timestamp_seconds": "a time, read by the incident rules against the restart",
+    "poolwatch_rank_restart_timestamp_seconds": "a time, read by the incident rules",
     "poolwatch_probe_samples_total": "a count with no meaning on its own; the probe's cost is charted",
     "poolwatch_target_scrapes_total": "attempts; failures by reason and target health are charted",
 }

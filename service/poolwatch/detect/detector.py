@@ -6,7 +6,9 @@ is evaluated on a timer with the latest snapshot of every rank and the scrape ta
 arrives.  It imports no store, settings, HTTP or metrics library.  Each source of a rank (the probe, SGLang's
 ``/metrics``, its log) judges the pool alerts on its own: a snapshot that cannot tell (coarse
 figures while busy) never counts as clean, and when a source reports a restart (new ``boot_id``)
-its sampled alerts resolve and its trend windows start over.  Alerts with the same labels from
+its sampled alerts resolve and its trend windows start over; a restart also ends the rank's log
+incidents (a crash or failed idle check read before the new boot resolves at once, as the
+generated rules do by comparing the incident and restart timestamps).  Alerts with the same labels from
 two sources are merged into one.  The state machine itself is
 :class:`~poolwatch.detect.tracker.Tracker`; a lock makes the detector safe to read from the
 ``/metrics`` thread.
@@ -38,9 +40,10 @@ from poolwatch.detect.trend import GapSeries, Trend
 from poolwatch.model import Pool, Snapshot, SourceKind, WorkerId
 from poolwatch.target_health import TargetState
 
-__all__ = ["Detector", "PoolTrend"]
+__all__ = ["RESTARTED", "Detector", "PoolTrend"]
 
 FORECAST = AlertName.POOL_EXHAUSTION_FORECAST
+RESTARTED = "the rank restarted (a new boot) after the incident"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class Detector:
         self._clock = clock
         self._extra = {k: v for k, v in (extra_labels or {}).items() if v}  # e.g. the namespace
         self._ranks: dict[str, _Rank] = {}
+        self._incident_at: dict[str, dict[str, float]] = {}  # rank key -> alert -> last read
         self._tracker = Tracker(self._cfg, self._annotate)
         self._lock = threading.Lock()
 
@@ -91,7 +95,7 @@ class Detector:
             signals += repair_signals(snap)
             judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged | repair_judged(snap)
             self._tracker.sample(subject, signals, judged, (snap.boot_id, snap.seq), now)
-            self._tracker.events(incident_signals(snap, self._cfg, now), now)
+            self._incidents(snap, now)
 
     def evaluate(
         self,
@@ -148,6 +152,8 @@ class Detector:
         with self._lock:
             for subject in [s for s in self._ranks if s.partition("@")[0] in gone]:
                 del self._ranks[subject]
+            for key in gone:
+                self._incident_at.pop(key, None)
             return self._tracker.forget(of_gone_rank, reason, now)
 
     def sizes(self) -> dict[str, int]:
@@ -166,6 +172,7 @@ class Detector:
         if rank is None or rank.boot_id != snap.boot_id:
             if rank is not None:
                 self._tracker.reset(subject, now)
+                self._restart(snap.worker.key, now)
             rank = _Rank(snap.boot_id, snap.worker, snap.source)
             self._ranks[subject] = rank
         rank.worker = snap.worker
@@ -178,6 +185,20 @@ class Detector:
                 series = rank.series.setdefault(account.pool, GapSeries(self._cfg.trend_window))
                 series.add(snap.taken_at, finding.gap, free)
         return rank
+
+    def _restart(self, key: str, now: float) -> None:
+        """Rank ``key`` was seen in a new boot ``now``: the incidents read before are over.  Times
+        are this detector's clock, as the store's (a log's own timestamps may be skewed)."""
+        logged = self._incident_at.pop(key, {})
+        ended = {alert for alert, when in logged.items() if when < now}
+        if ended:
+            self._tracker.forget(lambda sig: sig.subject == key and sig.alert in ended, RESTARTED, now)
+
+    def _incidents(self, snap: Snapshot, now: float) -> None:
+        signals = incident_signals(snap, self._cfg, now)
+        if signals:
+            self._incident_at.setdefault(snap.worker.key, {}).update((s.alert, now) for s in signals)
+            self._tracker.events(signals, now)
 
     def _errors_before(self, rank: _Rank, snap: Snapshot) -> int | None:
         if snap.probe is None:

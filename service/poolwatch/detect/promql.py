@@ -94,12 +94,16 @@ def large(cfg: DetectorConfig) -> str:
 
 
 def incidents_logged(kinds: str, cfg: DetectorConfig) -> str:
-    """Incidents logged within the detector's incident hold.  A kind's counter series only
-    appears with its first incident, which ``increase()`` cannot see; the second branch catches a
-    non-zero series that did not exist a window ago."""
+    """Incidents logged within the detector's incident hold and not ended by a restart.  A kind's
+    counter series only appears with its first incident, which ``increase()`` cannot see; the
+    second branch catches a non-zero series that did not exist a window ago.  A rank that began a
+    new boot after its latest incident of these kinds is over it (the detector resolves its copy at
+    the same restart); one never seen to restart has no restart timestamp and keeps the hold."""
     window = duration(cfg.incident_hold)
     sel = f'poolwatch_incidents_total{{kind=~"{kinds}"}}'
+    last = f'max without (kind) (poolwatch_incident_last_timestamp_seconds{{kind=~"{kinds}"}})'
     return (
-        f"(sum without (kind) (increase({sel}[{window}])) > 0)\n"
-        f"or\n(sum without (kind) ({sel} > 0 unless {sel} offset {window}))"
+        f"(\n  (sum without (kind) (increase({sel}[{window}])) > 0)\n"
+        f"  or\n  (sum without (kind) ({sel} > 0 unless {sel} offset {window}))\n)\n"
+        f"unless (poolwatch_rank_restart_timestamp_seconds > {last})"
     )

@@ -84,6 +84,8 @@ _RANK_METRICS = (
     "poolwatch_queue_requests",
     "poolwatch_idle_check_strict",
     "poolwatch_incidents_total",
+    "poolwatch_incident_last_timestamp_seconds",
+    "poolwatch_rank_restart_timestamp_seconds",
     "poolwatch_probe_samples_total",
     "poolwatch_probe_errors_total",
     "poolwatch_probe_sample_duration_seconds",
@@ -153,6 +155,11 @@ class PoolCollector(Collector):
         fam.add("poolwatch_snapshot_stale", labels, float(stale))
         for kind, count in sorted(self._store.incident_counts(w.key).items()):
             fam.add("poolwatch_incidents_total", (*labels, kind.value), count)
+        restarted_at, incident_at = self._store.incident_times(w.key)
+        for kind, at in sorted(incident_at.items()):
+            fam.add("poolwatch_incident_last_timestamp_seconds", (*labels, kind.value), at)
+        if restarted_at is not None:
+            fam.add("poolwatch_rank_restart_timestamp_seconds", labels, restarted_at)
         if snap.idle_check_strict is not None:
             fam.add("poolwatch_idle_check_strict", labels, float(snap.idle_check_strict))
         if stale:

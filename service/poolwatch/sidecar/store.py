@@ -5,7 +5,10 @@ A rank (``WorkerId.key``) may be described by several sources at once -- the in-
 bounded history per *(rank, source)*, so one never overwrites another, and answers with one view
 per rank: the most exact source among those that are fresh (within ``fresh_within`` seconds of
 the rank's newest snapshot); a probe that stops answering gives way to SGLang's own figures.
-Incidents are counted per rank over all its sources and every boot (a counter never goes back).
+Incidents are counted per rank over all its sources and every boot (a counter never goes back);
+when each kind was last reported and when the rank last restarted (a source reporting a new boot)
+are timed on the store's clock (not the log's, which may be skewed), so the rules can tell an
+incident the restart ended from a new one.
 A rank that reports nothing for a while can be forgotten (:meth:`SnapshotStore.forget_silent`).
 
 Written by the scrape loop, read by the collectors and the API.  A lock keeps readers on other
@@ -63,6 +66,8 @@ class RankState:
 
     sources: dict[str, _SourceView] = field(default_factory=dict)
     incidents: Counter[IncidentKind] = field(default_factory=Counter)
+    incident_at: dict[IncidentKind, float] = field(default_factory=dict)  # last reported, per kind
+    restarted_at: float | None = None  # when its latest new boot was seen (None: no restart seen)
     seen_at: float = 0.0
 
 
@@ -103,11 +108,14 @@ class SnapshotStore:
             rank.seen_at = self._clock()
             view = rank.sources.get(snap.source)
             if view is None or view.latest.boot_id != snap.boot_id:
+                if view is not None:
+                    rank.restarted_at = rank.seen_at
                 view = _SourceView(snap, deque(maxlen=self._history))
                 rank.sources[snap.source] = view
             elif snap.seq <= view.latest.seq and snap.taken_at <= view.latest.taken_at:
                 return False
             rank.incidents.update(i.kind for i in snap.incidents)
+            rank.incident_at.update((i.kind, rank.seen_at) for i in snap.incidents)
             view.latest = snap
             view.history.append(snap)
         findings(snap)  # assessed once, here; the listeners, exporter and API read the memo
@@ -144,6 +152,12 @@ class SnapshotStore:
         with self._lock:
             rank = self._ranks.get(key)
             return Counter() if rank is None else Counter(rank.incidents)
+
+    def incident_times(self, key: str) -> tuple[float | None, dict[IncidentKind, float]]:
+        """When the rank ``key`` last restarted (None: never seen to) and logged each incident kind."""
+        with self._lock:
+            rank = self._ranks.get(key)
+            return (None, {}) if rank is None else (rank.restarted_at, dict(rank.incident_at))
 
     def forget_silent(self, before: float) -> list[str]:
         """Drop the ranks no source has reported since ``before`` (store clock); returns their keys."""

@@ -16,6 +16,7 @@ import httpx
 
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.sources.failures import scrape_failure
+from poolwatch.sources.wire import WireClient
 
 __all__ = ["get_bytes", "get_json", "join_url"]
 
@@ -26,7 +27,10 @@ def join_url(base: str, path: str) -> str:
 
 
 async def get_bytes(client: httpx.AsyncClient, url: str | httpx.URL, max_bytes: int) -> bytes:
-    """The body of a 2xx answer; raises ``ScrapeError`` (timeout, connect, http_status, too_large)."""
+    """The body of a 2xx answer; raises ``ScrapeError`` (timeout, connect, http_status, too_large).
+    A watch lane's plain-HTTP GET skips httpx (see :mod:`poolwatch.sources.wire`)."""
+    if isinstance(client, WireClient) and client.handles(url):
+        return await client.fetch(url, max_bytes)
     try:
         async with client.stream("GET", url) as response:
             if not response.is_success:

@@ -7,7 +7,7 @@ the series, with the target labels a PodMonitor adds, become the input of ``prom
 rules`` over the generated Prometheus rules (the other path).  At each checkpoint Prometheus's
 ``ALERTS`` must equal the sidecar's firing alerts -- same names, same labels -- so Alertmanager
 merges them; in particular a dead worker's double free keeps firing on both paths until the
-restart, and both resolve together after it.
+restart, and both resolve together after it; the restart ends the logged crash on both at once.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ CHECKPOINTS = {  # time -> what both paths must be firing then
     185: {"PoolwatchDoubleFree", "PoolwatchSchedulerCrashed"},
     195: {"PoolwatchDoubleFree", "PoolwatchSchedulerCrashed", "PoolwatchSnapshotStale"},  # 75 s after death
     250: {"PoolwatchDoubleFree", "PoolwatchSchedulerCrashed", "PoolwatchSnapshotStale"},
-    345: {"PoolwatchDoubleFree", "PoolwatchSchedulerCrashed", "PoolwatchSnapshotStale"},  # the holds
-    365: {"PoolwatchSchedulerCrashed"},  # restarted clean, holds over: only the logged crash is news
-    400: {"PoolwatchSchedulerCrashed"},
+    345: {"PoolwatchDoubleFree", "PoolwatchSnapshotStale"},  # the holds; the restart ended the crash
+    365: set(),  # restarted clean, holds over
+    400: set(),
     1080: set(),
 }
 
@@ -117,7 +117,7 @@ def scraped(values: list[float | None]) -> list[str]:
     out = []
     for i, v in enumerate(values):
         if v is not None:
-            out.append(f"{v:g}")
+            out.append(f"{v:.17g}")  # every digit: timestamps are compared
         else:
             out.append("stale" if i and values[i - 1] is not None else "_")
     return out

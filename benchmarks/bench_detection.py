@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import yaml
+from webhook import Webhook  # benchmarks/webhook.py (this script's directory is on sys.path)
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
@@ -162,30 +160,6 @@ def simulate(c: Case, directory: Path) -> Timeline:
             t.paged = now
     cluster.stop()
     return t
-
-
-class Webhook:
-    """Records the wall time of every POSTed firing alert."""
-
-    def __init__(self) -> None:
-        self.firing: list[tuple[float, dict[str, str]]] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                stamp = time.time()
-                hook.firing += [(stamp, a["labels"]) for a in body["alerts"] if a["status"] == "firing"]
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
 
 async def in_real_time(

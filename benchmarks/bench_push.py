@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.probe.fakes import Rank
+from webhook import Webhook  # benchmarks/webhook.py (this script's directory is on sys.path)
 
 from poolwatch.probe import ProbeConfig, attach, detach
 from poolwatch.settings import Settings
@@ -41,34 +39,6 @@ from poolwatch.sidecar.app import create_app
 
 GOALS = {"surplus": 0.2, "deficit": 0.5}
 ALERT = {"surplus": "PoolwatchDoubleFree", "deficit": "PoolwatchSlotLeak"}
-
-
-class Webhook:
-    def __init__(self) -> None:
-        self.firing: list[tuple[float, dict[str, str]]] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                stamp = time.monotonic()
-                hook.firing += [(stamp, a["labels"]) for a in body["alerts"] if a["status"] == "firing"]
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def first(self, alert: str, worker: str) -> float | None:
-        for stamp, labels in self.firing:
-            if labels.get("alertname") == alert and labels.get("worker") == worker:
-                return stamp
-        return None
 
 
 def busy_rank() -> Rank:
@@ -112,7 +82,7 @@ async def one(case: str, i: int, directory: Path, hook: Webhook) -> float | None
 
 
 async def run(reps: int) -> dict[str, list[float | None]]:
-    hook = Webhook()
+    hook = Webhook(time.monotonic)
     out: dict[str, list[float | None]] = {"surplus": [], "deficit": []}
     with tempfile.TemporaryDirectory() as tmp:
         env = {"POOLWATCH_PROBE_DIR": tmp, "POOLWATCH_WEBHOOK_URLS": hook.url, "POOLWATCH_WORKER": "bench"}

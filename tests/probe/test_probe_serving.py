@@ -144,14 +144,20 @@ def test_a_port_base_binds_base_plus_the_local_rank(tmp_path: Path) -> None:
     rank.sched.gpu_id = 3
     import socket
 
-    with socket.socket() as s:  # find a free block of ports
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1] + 10
-    attach(rank.sched, ProbeConfig(directory=str(tmp_path), port_base=base, sglang_version="0.5.9"))
-    try:
-        assert read_discovery_dir(tmp_path)[0].url.endswith(f":{base + 3}")
-    finally:
-        detach(rank.sched)
+    urls = []
+    for _ in range(5):  # another process may take the port between our look and the probe's bind
+        with socket.socket() as s:  # a port that was free a moment ago is base + the local rank
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1] - 3
+        attach(rank.sched, ProbeConfig(directory=str(tmp_path), port_base=base, sglang_version="0.5.9"))
+        try:
+            urls.append((read_discovery_dir(tmp_path)[0].url, base))
+        finally:
+            detach(rank.sched)
+        if urls[-1][0].endswith(f":{base + 3}"):
+            break
+    url, base = urls[-1]
+    assert url.endswith(f":{base + 3}"), urls
 
 
 def entry(**over: Any) -> DiscoveryEntry:

@@ -238,6 +238,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         "targets",
     ),
     _c("poolwatch_target_scrapes_total", "Scrapes attempted.", TARGET_LABELS, "targets"),
+    _g(
+        "poolwatch_discovery_skipped_files",
+        "Files of the probe discovery directory its last scan skipped, by reason (not_regular, too_large, "
+        "unreadable, not_json, schema, not_loopback, too_many_files, directory: the directory itself "
+        "could not be listed).",
+        ("reason",),
+        group="targets",
+    ),
     _c(
         "poolwatch_target_scrape_errors_total",
         "Failed scrapes by reason (timeout, connect, http_status, too_large, decode, schema, version, "

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from poolwatch import fields
 from poolwatch.fields import MAX_ITEMS, MAX_NAME, MAX_TEXT, FieldError
+from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import (
     Exactness,
     Incident,
@@ -42,8 +43,8 @@ __all__ = [
 
 SCHEMA = "poolwatch.snapshot"
 SCHEMA_VERSION = 1
-MAX_QUEUES = 32  # SGLang has a handful (waiting, running, prefill/decode transfer queues)
-MAX_LISTED = 1024  # tripwires, repairs, incidents in one snapshot
+MAX_QUEUES = DEFAULT_LIMITS.max_queues  # POOLWATCH_MAX_QUEUES
+MAX_LISTED = DEFAULT_LIMITS.max_listed  # tripwires, repairs, incidents in one snapshot (POOLWATCH_MAX_LISTED)
 MAX_RANK = 65535
 
 E = TypeVar("E", bound=enum.Enum)
@@ -105,22 +106,22 @@ def _dump_incident(i: Incident) -> dict[str, Any]:
     return {"kind": i.kind.value, "message": i.message, "at": i.at, "pools": pools}
 
 
-def parse_snapshot(raw: object) -> Snapshot:
+def parse_snapshot(raw: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
     """Validate and convert a decoded JSON payload; raises :class:`SnapshotFormatError`.
 
     Every value is bounded and encodable (:mod:`poolwatch.fields`): names without lone
     surrogates and at most 256 characters, integers within 2**53 and figures never negative,
-    finite numbers, at most :data:`MAX_QUEUES` queues and :data:`MAX_LISTED` tripwires, repairs
-    or incidents."""
+    finite numbers, at most ``limits.max_queues`` queues and ``limits.max_listed`` tripwires,
+    repairs or incidents (:mod:`poolwatch.limits`)."""
     try:
-        return _parse(raw)
+        return _parse(raw, limits)
     except SnapshotFormatError:
         raise
     except FieldError as exc:
         raise SnapshotFormatError(str(exc)) from None
 
 
-def _parse(raw: object) -> Snapshot:
+def _parse(raw: object, limits: Limits) -> Snapshot:
     doc = _mapping(raw, "snapshot")
     if doc.get("schema") != SCHEMA:
         raise SnapshotFormatError(f"schema: expected {SCHEMA!r}, got {doc.get('schema')!r}")
@@ -137,13 +138,13 @@ def _parse(raw: object) -> Snapshot:
         phase=_enum(Phase, doc.get("phase", "unknown"), "phase"),
         pools=pools,
         source=_str(doc.get("source", "probe"), "source"),
-        queues=_queues(doc.get("queues", {})),
-        tripwires=_list(doc.get("tripwires", []), "tripwires", _tripwire, MAX_LISTED),
-        incidents=_list(doc.get("incidents", []), "incidents", _incident, MAX_LISTED),
+        queues=_queues(doc.get("queues", {}), limits.max_queues),
+        tripwires=_list(doc.get("tripwires", []), "tripwires", _tripwire, limits.max_listed),
+        incidents=_list(doc.get("incidents", []), "incidents", _incident, limits.max_listed),
         probe=None if doc.get("probe") is None else _probe(doc["probe"], "probe"),
         idle_check_strict=None if strict is None else _bool(strict, "idle_check_strict"),
         boot_id=_str(doc.get("boot_id", ""), "boot_id"),
-        repairs=_list(doc.get("repairs", []), "repairs", _repair, MAX_LISTED),
+        repairs=_list(doc.get("repairs", []), "repairs", _repair, limits.max_listed),
         final=_bool(doc.get("final", False), "final"),
     )
 
@@ -227,8 +228,8 @@ def _probe(raw: object, where: str) -> ProbeHealth:
     )
 
 
-def _queues(raw: object) -> dict[str, int]:
-    d = _mapping(raw, "queues", MAX_QUEUES)
+def _queues(raw: object, limit: int) -> dict[str, int]:
+    d = _mapping(raw, "queues", limit)
     return {_str(k, "queues"): _int(v, f"queues.{k}") for k, v in d.items()}
 
 

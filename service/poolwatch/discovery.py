@@ -13,6 +13,8 @@ half-written or foreign file is skipped and reported in :func:`scan_discovery_di
 from __future__ import annotations
 
 import contextlib
+import enum
+import errno
 import hashlib
 import ipaddress
 import json
@@ -27,9 +29,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from poolwatch.limits import DEFAULT_LIMITS, Limits
+
 __all__ = [
     "DiscoveryEntry",
     "DiscoveryFormatError",
+    "SkipReason",
     "SECRET_FILE",
     "discovery_name",
     "ensure_secret",
@@ -43,6 +48,7 @@ __all__ = [
     "read_secret",
     "remove_discovery",
     "scan_discovery_dir",
+    "skip_reason",
     "write_discovery",
     "write_final",
 ]
@@ -51,12 +57,38 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _SECRET = re.compile(r"[0-9a-f]{32,128}")
 _MAX_NAME_CHARS = 160  # file names stay well under the 255-byte limit with the rank suffix
 SECRET_FILE = "probe-secret"  # in the discovery directory; not *.json, so never read as an entry
-MAX_FILE_BYTES = 64 * 1024  # a discovery file is ~200 bytes; anything bigger is not one
-MAX_FILES = 1024  # per scan; more are reported once as one problem
+MAX_FILE_BYTES = DEFAULT_LIMITS.max_discovery_file_bytes  # a discovery file is ~200 bytes
+MAX_FILES = DEFAULT_LIMITS.max_discovery_files  # per scan; more are reported once as one problem
 
 
 class DiscoveryFormatError(ValueError):
     """A discovery file does not have the expected fields; the message names the first bad one."""
+
+
+class NotLoopbackError(DiscoveryFormatError):
+    """A discovery file whose URL is not this host's loopback (a foreign or forged file)."""
+
+
+class NotRegularFileError(ValueError):
+    """A FIFO, device or socket where a regular file was expected (never read: it could block)."""
+
+
+class FileTooLargeError(ValueError):
+    """A file larger than the reader's limit."""
+
+
+class SkipReason(enum.StrEnum):
+    """Why a discovery file (or the directory) was skipped: the bounded label of
+    ``poolwatch_discovery_skipped_files``.  A problem's message starts with it (``"reason: ..."``)."""
+
+    NOT_REGULAR = "not_regular"  # FIFO, device, socket or symbolic link
+    TOO_LARGE = "too_large"
+    UNREADABLE = "unreadable"  # any other OSError (permissions, vanished)
+    NOT_JSON = "not_json"  # not UTF-8, not JSON, nested too deep
+    SCHEMA = "schema"  # JSON of the wrong shape or range
+    NOT_LOOPBACK = "not_loopback"  # a URL off this host (unless explicitly allowed)
+    TOO_MANY_FILES = "too_many_files"  # the directory holds more files than are read
+    DIRECTORY = "directory"  # the directory itself cannot be listed (missing, permissions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +216,7 @@ def parse_discovery(doc: object, *, allow_remote: bool = False) -> DiscoveryEntr
     if not url.startswith(("http://", "https://")):
         raise DiscoveryFormatError(f"url: expected http(s)://..., got {url!r:.80}")
     if not allow_remote and not loopback_url(url):
-        raise DiscoveryFormatError(f"url: not a loopback address: {url!r:.80}")
+        raise NotLoopbackError(f"url: not a loopback address: {url!r:.80}")
     ranks = doc.get("ranks")
     if not isinstance(ranks, dict):
         raise DiscoveryFormatError(f"ranks: expected an object, got {ranks!r:.80}")
@@ -210,24 +242,26 @@ def read_bounded(path: Path, limit: int) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
+            raise NotRegularFileError("not a regular file")
         if info.st_size > limit:
-            raise ValueError(f"larger than {limit} bytes")
+            raise FileTooLargeError(f"larger than {limit} bytes")
         data = os.read(fd, limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise ValueError(f"larger than {limit} bytes")
+        raise FileTooLargeError(f"larger than {limit} bytes")
     return data
 
 
 def scan_discovery_dir(
-    path: str | Path, *, allow_remote: bool = False
+    path: str | Path, *, allow_remote: bool = False, limits: Limits = DEFAULT_LIMITS
 ) -> tuple[list[DiscoveryEntry], dict[str, str]]:
     """Entries sorted by worker and ranks, plus ``{file name: problem}`` for skipped files.
 
-    Bounded: at most :data:`MAX_FILES` files of at most :data:`MAX_FILE_BYTES`, regular files
-    only (a FIFO never blocks the reader), problems at most 200 characters each."""
+    Bounded: at most ``limits.max_discovery_files`` files of at most
+    ``limits.max_discovery_file_bytes``, regular files only (a FIFO never blocks the reader),
+    problems at most 200 characters each."""
+    max_files = limits.max_discovery_files
     folder = Path(path)
     entries: list[DiscoveryEntry] = []
     problems: dict[str, str] = {}
@@ -235,17 +269,39 @@ def scan_discovery_dir(
         with os.scandir(folder) as listing:
             names = [e.name for e in listing if e.name.endswith(".json") and not e.name.startswith(".")]
     except OSError as exc:
-        return [], {str(folder): f"{type(exc).__name__}: {exc}"[:200]}
-    if len(names) > MAX_FILES:
-        problems[str(folder)] = f"{len(names)} files; only the first {MAX_FILES} are read"
-    for name in sorted(names)[:MAX_FILES]:
+        return [], {str(folder): f"{SkipReason.DIRECTORY}: {type(exc).__name__}: {exc}"[:200]}
+    if len(names) > max_files:
+        problems[str(folder)] = f"{SkipReason.TOO_MANY_FILES}: {len(names)} files; only {max_files} are read"
+    for name in sorted(names)[:max_files]:
         try:
-            doc = json.loads(read_bounded(folder / name, MAX_FILE_BYTES).decode("utf-8"))
+            doc = json.loads(read_bounded(folder / name, limits.max_discovery_file_bytes).decode("utf-8"))
             entries.append(parse_discovery(doc, allow_remote=allow_remote))
         except (OSError, ValueError, RecursionError) as exc:
-            problems[name.encode("utf-8", "backslashreplace").decode()[:120]] = str(exc)[:200]
+            key = name.encode("utf-8", "backslashreplace").decode()[:120]
+            problems[key] = f"{_reason(exc)}: {exc}"[:200]
     entries.sort(key=lambda e: (e.worker, e.dp_rank, e.tp_rank, e.pp_rank))
     return entries, problems
+
+
+def _reason(exc: BaseException) -> SkipReason:
+    """The bounded reason of one file's failure (most specific first)."""
+    if isinstance(exc, NotRegularFileError) or (isinstance(exc, OSError) and exc.errno == errno.ELOOP):
+        return SkipReason.NOT_REGULAR  # O_NOFOLLOW refuses a symbolic link with ELOOP
+    if isinstance(exc, FileTooLargeError):
+        return SkipReason.TOO_LARGE
+    if isinstance(exc, OSError):
+        return SkipReason.UNREADABLE
+    if isinstance(exc, NotLoopbackError):
+        return SkipReason.NOT_LOOPBACK
+    if isinstance(exc, DiscoveryFormatError):
+        return SkipReason.SCHEMA
+    return SkipReason.NOT_JSON  # JSON, UTF-8, nesting or digit-count errors
+
+
+def skip_reason(problem: str) -> SkipReason:
+    """The reason a problem of :func:`scan_discovery_dir` starts with."""
+    head = problem.partition(":")[0]
+    return SkipReason(head) if head in SkipReason.__members__.values() else SkipReason.UNREADABLE
 
 
 def read_discovery_dir(path: str | Path, *, allow_remote: bool = False) -> list[DiscoveryEntry]:

@@ -24,6 +24,7 @@ from poolwatch.detect.config import (
 )
 from poolwatch.errors import ConfigError
 from poolwatch.identity import namespace_name, pod_name, worker_name
+from poolwatch.limits import LimitError, Limits
 from poolwatch.model import Role
 from poolwatch.settings_help import HELP, show_default
 
@@ -107,6 +108,7 @@ class Settings:
     identity: IdentitySettings = field(default_factory=IdentitySettings)
     alerting: AlertSettings = field(default_factory=AlertSettings)
     detection: DetectorConfig = field(default_factory=DetectorConfig)  # thresholds, checked there
+    limits: Limits = field(default_factory=Limits)  # per-target caps, ranges checked there
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -157,6 +159,7 @@ _GROUPS: dict[str, type[Any]] = {
     "identity": IdentitySettings,
     "alerting": AlertSettings,
     "detection": DetectorConfig,
+    "limits": Limits,
 }
 
 
@@ -174,7 +177,10 @@ def _build(group: type[Any], values: Mapping[str, str]) -> Any:
     kwargs = {
         f.name: _convert(f.name, hints[f.name], values[f.name]) for f in fields(group) if f.name in values
     }
-    return group(**kwargs)
+    try:
+        return group(**kwargs)
+    except LimitError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _convert(name: str, kind: Any, raw: str) -> Any:
@@ -224,17 +230,19 @@ _EXPECTED = {
 _MINIMUM = {
     "port": 0,
     "scrape_concurrency": 1,
-    "max_body_bytes": 1024,
+    "max_body_bytes": 1024,  # and at most 1 GiB
     "history": 1,
     "notify_queue": 1,
 }
+
+_MAXIMUM = {"port": 65535, "max_body_bytes": 1 << 30}
 
 
 def _check_range(name: str, value: Any) -> None:
     if name in _MINIMUM and value < _MINIMUM[name]:
         raise ConfigError(f"{_env_name(name)}: must be at least {_MINIMUM[name]}, got {value}")
-    if name == "port" and value > 65535:
-        raise ConfigError(f"{_env_name(name)}: must be at most 65535, got {value}")
+    if name in _MAXIMUM and value > _MAXIMUM[name]:
+        raise ConfigError(f"{_env_name(name)}: must be at most {_MAXIMUM[name]}, got {value}")
     if name == "log_level" and value.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{_env_name(name)}: expected debug, info, warning or error, got {value!r}")
 

@@ -76,6 +76,13 @@ HELP: dict[str, str] = {
     "probe_disabled_for": "seconds the probe's kill switch stays engaged before it fires",
     "restore_grace": "seconds a restored alert waits for its rank to report before it resolves",
     "retention": "seconds a resolved alert stays listed (and is re-sent as resolved)",
+    # limits (poolwatch.limits.Limits): per-target caps; a target past one is refused with a reason
+    "max_queues": "queues one snapshot may name (more: the snapshot is refused, reason schema)",
+    "max_listed": "tripwires, repairs or incidents one snapshot may list (more: reason schema)",
+    "max_page_samples": "wanted samples read from one SGLang /metrics page (more: reason too_large)",
+    "max_page_ranks": "scheduler ranks one SGLang /metrics page may show (more: reason too_large)",
+    "max_discovery_file_bytes": "size of one discovery file in bytes (a larger one is skipped)",
+    "max_discovery_files": "discovery files read per scan (the rest are skipped)",
 }
 
 

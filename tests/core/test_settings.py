@@ -3,10 +3,15 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.cli import build_parser
+from poolwatch.codec import MAX_LISTED, MAX_QUEUES
 from poolwatch.detect.config import DetectorConfig
+from poolwatch.discovery import MAX_FILE_BYTES, MAX_FILES
 from poolwatch.errors import ConfigError
+from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Role
 from poolwatch.settings import Settings, from_args
+from poolwatch.sources.prom_text import MAX_SAMPLES
+from poolwatch.sources.sglang_metrics import MAX_RANKS
 
 
 def test_defaults_need_no_environment() -> None:
@@ -47,6 +52,13 @@ def test_environment_sets_every_group() -> None:
         ({"POOLWATCH_LOG_LEVEL": "loud"}, "POOLWATCH_LOG_LEVEL: expected debug, info"),
         ({"POOLWATCH_RESOLVE_SAMPLES": "0"}, "POOLWATCH_RESOLVE_SAMPLES: must be at least 1"),
         ({"POOLWATCH_LARGE_LEAK_FRACTION": "2"}, "POOLWATCH_LARGE_LEAK_FRACTION: must be in"),
+        ({"POOLWATCH_MAX_BODY_BYTES": str(2 << 30)}, "POOLWATCH_MAX_BODY_BYTES: must be at most 1073741824"),
+        ({"POOLWATCH_MAX_QUEUES": "0"}, r"POOLWATCH_MAX_QUEUES: must be within 1\.\.4096, got 0"),
+        ({"POOLWATCH_MAX_PAGE_RANKS": "1e9"}, "POOLWATCH_MAX_PAGE_RANKS: expected an integer"),
+        ({"POOLWATCH_MAX_DISCOVERY_FILE_BYTES": "512"}, "POOLWATCH_MAX_DISCOVERY_FILE_BYTES: must be within"),
+        ({"POOLWATCH_MAX_DISCOVERY_FILES": "-1"}, "POOLWATCH_MAX_DISCOVERY_FILES: must be within"),
+        ({"POOLWATCH_MAX_PAGE_SAMPLES": str(10**8)}, "POOLWATCH_MAX_PAGE_SAMPLES: must be within"),
+        ({"POOLWATCH_MAX_LISTED": "65537"}, "POOLWATCH_MAX_LISTED: must be within"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_setting(env: dict[str, str], message: str) -> None:
@@ -73,3 +85,12 @@ def test_flags_win_over_the_environment() -> None:
 def test_an_unknown_setting_name_is_refused() -> None:
     with pytest.raises(ConfigError, match="POOLWATCH_PROT: unknown setting"):
         Settings.from_values({"prot": "1"})
+
+
+def test_the_per_target_caps_are_settings_whose_defaults_are_the_parsers_own() -> None:
+    assert Settings().limits == DEFAULT_LIMITS
+    assert (MAX_QUEUES, MAX_LISTED, MAX_RANKS, MAX_SAMPLES) == (32, 1024, 512, 10_000)
+    assert (MAX_FILE_BYTES, MAX_FILES) == (64 * 1024, 1024)
+    args = build_parser().parse_args(["serve", "--max-queues", "8", "--max-discovery-files", "16"])
+    s = from_args(args, {"POOLWATCH_MAX_QUEUES": "4", "POOLWATCH_MAX_PAGE_RANKS": "64"})
+    assert s.limits == Limits(max_queues=8, max_discovery_files=16, max_page_ranks=64)

@@ -188,7 +188,8 @@ def test_a_bad_discovery_file_is_skipped_and_reported(tmp_path: Path) -> None:
     entries, problems = scan_discovery_dir(tmp_path)
     assert entries == [entry()]
     assert set(problems) == {"junk.json", "other.json"}
-    assert problems["other.json"].startswith("dp:")
+    assert problems["other.json"].startswith("schema: dp:")  # the bounded reason, then the field
+    assert problems["junk.json"].startswith("not_json: ")
 
 
 def test_a_missing_discovery_directory_reads_as_empty(tmp_path: Path) -> None:

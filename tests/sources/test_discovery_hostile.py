@@ -9,16 +9,21 @@ import os
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from poolwatch.discovery import (
     DiscoveryEntry,
+    SkipReason,
     discovery_name,
     ensure_secret,
     read_secret,
     scan_discovery_dir,
+    skip_reason,
     write_discovery,
 )
+from poolwatch.limits import Limits
 from poolwatch.settings import Settings
+from poolwatch.sidecar.discovery_collector import DiscoveryCollector
 from poolwatch.sources.targets import TargetSet
 
 GOOD = DiscoveryEntry("http://127.0.0.1:4000", 7, "good", 0, 0, 0, "b", 1.5)
@@ -95,3 +100,71 @@ def test_the_node_secret_is_created_once_private_and_read_back(tmp_path: Path) -
     assert (os.stat(tmp_path / "probe-secret").st_mode & 0o777) == 0o600
     (tmp_path / "probe-secret").write_text("not hex")
     assert read_secret(tmp_path) is None
+
+
+REASONS = {
+    "fifo.json": SkipReason.NOT_REGULAR,
+    "zero.json": SkipReason.NOT_REGULAR,
+    "huge.json": SkipReason.TOO_LARGE,
+    "metadata.json": SkipReason.NOT_LOOPBACK,
+    "remote.json": SkipReason.NOT_LOOPBACK,
+    "surrogate.json": SkipReason.SCHEMA,
+    "bigint.json": SkipReason.SCHEMA,
+    "deep.json": SkipReason.TOO_LARGE,  # 200 KB of brackets
+}
+
+
+def test_each_skipped_file_names_a_bounded_reason_first(tmp_path: Path) -> None:
+    hostile(tmp_path)
+    (tmp_path / "garbage.json").write_text("{not json")
+    (tmp_path / "nested.json").write_text("[" * 5000 + "]" * 5000)
+    (tmp_path / "latin1.json").write_bytes(b'{"url": "\xe9"}')
+    _, problems = scan_discovery_dir(tmp_path)
+    assert {name: skip_reason(why) for name, why in problems.items()} == {
+        **REASONS,
+        "garbage.json": SkipReason.NOT_JSON,
+        "nested.json": SkipReason.NOT_JSON,
+        "latin1.json": SkipReason.NOT_JSON,
+    }
+
+
+def test_a_directory_that_cannot_be_listed_and_one_with_too_many_files_have_their_own_reasons(
+    tmp_path: Path,
+) -> None:
+    _, missing = scan_discovery_dir(tmp_path / "absent")
+    assert [skip_reason(why) for why in missing.values()] == [SkipReason.DIRECTORY]
+    for i in range(3):
+        write_discovery(tmp_path, DiscoveryEntry("http://127.0.0.1:4000", 7, f"w{i}", 0, 0, 0, "b", 1.5))
+    entries, problems = scan_discovery_dir(tmp_path, limits=Limits(max_discovery_files=2))
+    assert len(entries) == 2
+    assert [skip_reason(why) for why in problems.values()] == [SkipReason.TOO_MANY_FILES]
+
+
+def test_the_skipped_files_are_a_self_metric_by_reason_that_follows_the_directory(tmp_path: Path) -> None:
+    hostile(tmp_path)
+    targets = TargetSet(
+        Settings.from_env({"POOLWATCH_WORKER": "t", "POOLWATCH_PROBE_DIR": str(tmp_path)}), lambda: 0.0
+    )
+    registry = CollectorRegistry()
+    registry.register(DiscoveryCollector(targets.skipped_by_reason))
+
+    def skipped(reason: SkipReason) -> float | None:
+        return registry.get_sample_value("poolwatch_discovery_skipped_files", {"reason": reason.value})
+
+    targets.current()
+    expected = {reason: list(REASONS.values()).count(reason) for reason in SkipReason}
+    assert {reason: skipped(reason) for reason in SkipReason} == expected
+    (tmp_path / "fifo.json").unlink()
+    (tmp_path / "remote.json").unlink()
+    targets.current()
+    assert (skipped(SkipReason.NOT_REGULAR), skipped(SkipReason.NOT_LOOPBACK)) == (1, 1)
+
+
+def test_the_self_metric_is_absent_while_discovery_is_off(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{}")
+    settings = Settings.from_env(
+        {"POOLWATCH_WORKER": "t", "POOLWATCH_SNAPSHOT_FILES": str(tmp_path / "a.json")}
+    )
+    registry = CollectorRegistry()
+    registry.register(DiscoveryCollector(TargetSet(settings, lambda: 0.0).skipped_by_reason))
+    assert registry.get_sample_value("poolwatch_discovery_skipped_files", {"reason": "schema"}) is None

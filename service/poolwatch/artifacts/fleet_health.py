@@ -98,6 +98,7 @@ def _sidecar_panels(ns: str) -> list[PanelSpec]:
     crashes = f"sum by (pod, task) (increase(poolwatch_task_crashes_total{{{ns}}}[$__rate_interval]))"
     errors = f"sum by (pod, what) (increase(poolwatch_internal_errors_total{{{ns}}}[$__rate_interval]))"
     age = f"time() - poolwatch_target_last_success_timestamp_seconds{{{ns}}}"
+    skipped = f"poolwatch_discovery_skipped_files{{{ns}}} > 0"
     return [
         series(
             "Sidecar task crashes and internal errors",
@@ -105,10 +106,12 @@ def _sidecar_panels(ns: str) -> list[PanelSpec]:
                 Query(crashes, "crash {{pod}} {{task}}"),
                 Query(f"poolwatch_task_crash_looping{{{ns}}} > 0", "crash-looping {{pod}} {{task}}"),
                 Query(errors, "error {{pod}} {{what}}"),
+                Query(skipped, "skipped discovery files {{pod}} {{reason}}"),
             ),
             "none",
-            "A sidecar task that crashed and was restarted, one that keeps crashing, and errors the "
-            "sidecar caught; all zero when it is healthy.",
+            "A sidecar task that crashed and was restarted, one that keeps crashing, errors the "
+            "sidecar caught, and discovery files it skips (a FIFO, too large, not loopback...); all "
+            "zero when it is healthy.",
             width=8,
         ),
         series(

@@ -22,13 +22,15 @@ from poolwatch import __version__
 from poolwatch.settings import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.api import api_router
+from poolwatch.sidecar.discovery_collector import DiscoveryCollector
 from poolwatch.sidecar.exporter import BuildInfoCollector, PoolCollector, TargetCollector
 from poolwatch.sidecar.exposition import CachedExposition
 from poolwatch.sidecar.lanes import Lanes, shared_limits
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import SupervisorCollector
-from poolwatch.sources import Source, source_provider
+from poolwatch.sources import Source
+from poolwatch.sources.targets import TargetSet
 
 __all__ = ["build_exposition", "build_registry", "create_app"]
 
@@ -66,6 +68,17 @@ def build_exposition(
     return CachedExposition(store, pools, targets, [*extra, BuildInfoCollector(__version__)])
 
 
+def _provider(
+    settings: Settings, sources: Sequence[Source] | None, clock: Callable[[], float]
+) -> tuple[Sequence[Source] | Callable[[], Sequence[Source]], list[Collector]]:
+    """The sources the scraper reads (given, or the targets and discovery directory of the
+    settings) and, for the latter, the collector of the discovery directory's skipped files."""
+    if sources is not None:
+        return list(sources), []
+    target_set = TargetSet(settings, clock)
+    return target_set.current, [DiscoveryCollector(target_set.skipped_by_reason)]
+
+
 def create_app(
     settings: Settings,
     *,
@@ -84,13 +97,13 @@ def create_app(
     if store is None:
         fresh = settings.detection.stale_after
         store = SnapshotStore(history=settings.scrape.history, fresh_within=fresh, clock=clock)
-    provider = list(sources) if sources is not None else source_provider(settings, clock)
+    provider, discovery = _provider(settings, sources, clock)
     scraper = Scraper(store, provider, settings.scrape, clock)
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)
     stale_after = settings.detection.stale_after
-    supervised = SupervisorCollector(alerting.supervisor)
-    registry = build_registry(store, clock, stale_after, [alerting.collector, supervised, *collectors])
-    exposition = build_exposition(store, clock, stale_after, [alerting.collector, supervised, *collectors])
+    own = [alerting.collector, SupervisorCollector(alerting.supervisor), *discovery]
+    registry = build_registry(store, clock, stale_after, [*own, *collectors])
+    exposition = build_exposition(store, clock, stale_after, [*own, *collectors])
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -17,6 +17,7 @@ import httpx
 
 from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.errors import Reason, ScrapeError
+from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
@@ -24,12 +25,12 @@ from poolwatch.sources.failures import scrape_failure
 __all__ = ["FileSource", "parse_snapshot_document"]
 
 
-def parse_snapshot_document(text: str) -> list[Snapshot]:
+def parse_snapshot_document(text: str, limits: Limits = DEFAULT_LIMITS) -> list[Snapshot]:
     """Parse a file's text into snapshots; raises ``PayloadError`` naming what is wrong."""
     try:
         doc = json.loads(text)
         items = doc.get("snapshots") if isinstance(doc, dict) and "snapshots" in doc else doc
-        return [parse_snapshot(item) for item in (items if isinstance(items, list) else [items])]
+        return [parse_snapshot(item, limits) for item in (items if isinstance(items, list) else [items])]
     except (json.JSONDecodeError, RecursionError, SnapshotFormatError) as exc:
         raise scrape_failure(exc, "snapshot document") from None
 
@@ -37,10 +38,17 @@ def parse_snapshot_document(text: str) -> list[Snapshot]:
 class FileSource(Source):
     """Reads a snapshot file on every scrape."""
 
-    def __init__(self, target: Target, clock: Callable[[], float], max_bytes: int = 4 << 20) -> None:
+    def __init__(
+        self,
+        target: Target,
+        clock: Callable[[], float],
+        max_bytes: int = 4 << 20,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
         self._target = target
         self._clock = clock
         self._max_bytes = max_bytes
+        self._limits = limits
 
     @property
     def target(self) -> Target:
@@ -49,7 +57,7 @@ class FileSource(Source):
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         text = await asyncio.to_thread(self._read)
         now = self._clock()
-        return [replace(s, taken_at=now) for s in parse_snapshot_document(text)]
+        return [replace(s, taken_at=now) for s in parse_snapshot_document(text, self._limits)]
 
     def _read(self) -> str:
         path = Path(self._target.location)

@@ -15,6 +15,7 @@ import httpx
 from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.conservation import signature
 from poolwatch.errors import Reason, ScrapeError
+from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
@@ -26,10 +27,10 @@ __all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload"]
 SNAPSHOT_PATH = "/v1/snapshot"
 
 
-def parse_probe_payload(doc: object, target: Target) -> Snapshot:
+def parse_probe_payload(doc: object, target: Target, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
     """A decoded probe payload as a snapshot of ``target``; raises ``PayloadError``."""
     try:
-        snap = parse_snapshot(doc)
+        snap = parse_snapshot(doc, limits)
     except SnapshotFormatError as exc:
         raise scrape_failure(exc, target.location) from None
     return with_target_identity(snap, target)
@@ -44,9 +45,15 @@ class ProbeSource(Source):
     the scrape loop not to sleep between such requests)."""
 
     def __init__(
-        self, target: Target, max_bytes: int = 4 << 20, long_poll_s: float = 0.0, final_path: str = ""
+        self,
+        target: Target,
+        max_bytes: int = 4 << 20,
+        long_poll_s: float = 0.0,
+        final_path: str = "",
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._target = target
+        self._limits = limits
         self._final_path = final_path  # where this rank's probe leaves its final snapshot
         self._final_sent = ""
         self._boot = ""  # the boot id of the last live answer
@@ -71,7 +78,7 @@ class ProbeSource(Source):
             if final is None:
                 raise
             return [final]
-        snap = parse_probe_payload(doc, self._target)
+        snap = parse_probe_payload(doc, self._target, self._limits)
         self._seen, self._boot = signature(snap), snap.boot_id
         return [snap]
 

@@ -14,9 +14,11 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from poolwatch.limits import DEFAULT_LIMITS
+
 __all__ = ["MAX_SAMPLES", "PromTextError", "Sample", "TooManySamples", "parse_samples"]
 
-MAX_SAMPLES = 10_000  # wanted samples per page: SGLang shows a few dozen per rank
+MAX_SAMPLES = DEFAULT_LIMITS.max_page_samples  # wanted samples per page (POOLWATCH_MAX_PAGE_SAMPLES)
 MAX_LABEL_CHARS = 256
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

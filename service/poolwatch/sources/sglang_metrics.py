@@ -19,6 +19,7 @@ import httpx
 
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.identity import url_worker
+from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, SourceKind, WorkerId
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
@@ -40,21 +41,22 @@ __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 SOURCE = SourceKind.SGLANG_METRICS
 IDLE_CONFIRM_SECONDS = 35.0
 INFO_REFRESH_SECONDS = 300.0
-MAX_RANKS = 512  # scheduler ranks one server's page may show (TP x PP x DP)
+MAX_RANKS = DEFAULT_LIMITS.max_page_ranks  # scheduler ranks one server's page may show (TP x PP x DP)
 
 
-def parse_metrics_page(text: str) -> dict[Ranks, RankGauges]:
+def parse_metrics_page(text: str, limits: Limits = DEFAULT_LIMITS) -> dict[Ranks, RankGauges]:
     """The SGLang gauges of a ``/metrics`` page by rank; raises ``PayloadError`` (parse, or
-    too_large past :data:`~poolwatch.sources.prom_text.MAX_SAMPLES` samples or :data:`MAX_RANKS`
-    ranks: one server's page never makes the sidecar hold unbounded series)."""
+    too_large past ``limits.max_page_samples`` samples or ``limits.max_page_ranks`` ranks: one
+    server's page never makes the sidecar hold unbounded series)."""
     try:
-        ranks = group_by_rank(parse_samples(text, wanted))
+        ranks = group_by_rank(parse_samples(text, wanted, limits.max_page_samples))
     except TooManySamples as exc:
         raise PayloadError(Reason.TOO_LARGE, f"/metrics: {exc}") from None
     except PromTextError as exc:
         raise scrape_failure(exc, "/metrics") from None
-    if len(ranks) > MAX_RANKS:
-        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {len(ranks)} ranks, more than {MAX_RANKS}")
+    most = limits.max_page_ranks
+    if len(ranks) > most:
+        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {len(ranks)} ranks, more than {most}")
     return ranks
 
 
@@ -89,8 +91,10 @@ class SglangMetricsSource(Source):
         *,
         max_bytes: int = 4 << 20,
         idle_confirm: float = IDLE_CONFIRM_SECONDS,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._target = target
+        self._limits = limits
         self._clock = clock
         self._max_bytes = max_bytes
         self._idle_confirm = idle_confirm
@@ -105,7 +109,7 @@ class SglangMetricsSource(Source):
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         body = await get_bytes(client, join_url(self._target.location, "/metrics"), self._max_bytes)
-        ranks = parse_metrics_page(body.decode("utf-8", errors="replace"))
+        ranks = parse_metrics_page(body.decode("utf-8", errors="replace"), self._limits)
         if not ranks:
             raise PayloadError(Reason.PARSE, "/metrics: no sglang: scheduler gauges (--enable-metrics off?)")
         await self._refresh_info(client)

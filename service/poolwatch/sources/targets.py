@@ -27,9 +27,17 @@ from typing import Any
 
 import yaml
 
-from poolwatch.discovery import FINAL_SUFFIX, final_name, read_final_dir, scan_discovery_dir
+from poolwatch.discovery import (
+    FINAL_SUFFIX,
+    SkipReason,
+    final_name,
+    read_final_dir,
+    scan_discovery_dir,
+    skip_reason,
+)
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
+from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Role, SourceKind
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
@@ -172,11 +180,13 @@ def discover_probes(directory: str) -> list[tuple[str, str, str]]:
     return [(name, url, worker) for name, url, worker, _ in discover_ranks(directory)]
 
 
-def discover_ranks(directory: str, problems: dict[str, str] | None = None) -> list[tuple[str, str, str, str]]:
+def discover_ranks(
+    directory: str, problems: dict[str, str] | None = None, limits: Limits = DEFAULT_LIMITS
+) -> list[tuple[str, str, str, str]]:
     """:func:`discover_probes` plus the path where each rank's final snapshot would be; files
     that were skipped are put in ``problems`` (``{file name: why}``) when it is given."""
     found = []
-    entries, skipped = scan_discovery_dir(directory)
+    entries, skipped = scan_discovery_dir(directory, limits=limits)
     if problems is not None:
         problems.update(skipped)
     for entry in entries:
@@ -202,17 +212,17 @@ def make_source(
 ) -> Source:
     """The source object that reads ``target`` (a probe's final snapshot is looked for at
     ``final_path`` when the probe stops answering)."""
-    max_bytes = settings.scrape.max_body_bytes
+    max_bytes, limits = settings.scrape.max_body_bytes, settings.limits
     if target.source is SourceKind.PROBE:
         # watch the probe: an answer as soon as its verdict changes, else once per interval
         wait = min(settings.scrape.scrape_interval, settings.scrape.scrape_timeout / 2)
-        return ProbeSource(target, max_bytes, long_poll_s=wait, final_path=final_path)
+        return ProbeSource(target, max_bytes, long_poll_s=wait, final_path=final_path, limits=limits)
     if target.source is SourceKind.SGLANG_METRICS:
-        return SglangMetricsSource(target, clock, max_bytes=max_bytes)
+        return SglangMetricsSource(target, clock, max_bytes=max_bytes, limits=limits)
     if target.source is SourceKind.SGLANG_LOG:
         return SglangLogSource(target, clock)
     if target.source is SourceKind.FILE:
-        return FileSource(target, clock, max_bytes)
+        return FileSource(target, clock, max_bytes, limits)
     raise ConfigError(f"target {target.name}: unknown source {target.source!r}")
 
 
@@ -245,7 +255,7 @@ class TargetSet:
         only = set(self._settings.targets.probe_workers)
         finals: set[str] = set()
         skipped: dict[str, str] = {}
-        ranks = discover_ranks(self._probe_dir, skipped)
+        ranks = discover_ranks(self._probe_dir, skipped, self._settings.limits)
         self._note_skipped(skipped)
         for name, url, worker, final in ranks:
             finals.add(final)
@@ -263,6 +273,15 @@ class TargetSet:
             fresh[name] = old or FinalSnapshotSource(target, self._clock)
         self._discovered = fresh
         return [*self._static, *fresh.values()]
+
+    def skipped_by_reason(self) -> dict[SkipReason, int]:
+        """Files skipped at the last scan by reason, every reason listed (none while discovery is off)."""
+        if not self._probe_dir:
+            return {}
+        counts = dict.fromkeys(SkipReason, 0)
+        for problem in self.skipped.values():
+            counts[skip_reason(problem)] += 1
+        return counts
 
     def _note_skipped(self, skipped: dict[str, str]) -> None:
         """Log each newly skipped discovery file once, with why (a FIFO, too large, not loopback...)."""

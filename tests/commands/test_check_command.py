@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import httpx
@@ -120,3 +123,54 @@ def test_the_command_exits_two_for_an_unreachable_url(capsys: pytest.CaptureFixt
 def test_the_command_rejects_bad_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert check_command.run(parse("http://h", "--window", "-1")) == 2
     assert "must be" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def stalling_server(trickle: bool) -> Iterator[str]:
+    """A loopback server that accepts and never completes an answer: silent, or a status line and
+    then a header line every 50 ms (each read comes well within a per-read timeout, the answer
+    never).  Its thread stops when the test leaves the block."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn, _ = listener.accept()
+                held.append(conn)
+                if trickle:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for conn in held if trickle else ():
+                with contextlib.suppress(OSError):
+                    conn.sendall(b"X-Pad: 1\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+@pytest.mark.parametrize("trickle", [False, True], ids=["silent", "trickling"])
+@pytest.mark.parametrize("source", ["auto", "probe", "sglang"])
+def test_a_target_that_never_answers_ends_the_check_at_its_deadline_with_exit_two(
+    trickle: bool, source: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with stalling_server(trickle) as url:
+        code = check_command.run(parse(url, "--source", source, "--timeout", "0.3"))
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"poolwatch check: {url}: no complete answer within 0.3 s (--timeout) (timeout)\n"
+    )
+
+
+def test_the_deadline_has_a_default_and_includes_the_window() -> None:
+    args = parse("http://h", "--window", "40")
+    assert (args.timeout, args.window) == (check_command.DEFAULT_TIMEOUT_S, 40.0)

@@ -1,4 +1,9 @@
-"""Check one probe endpoint or SGLang server once: exit 0 balanced, 1 imbalance, 2 unreachable."""
+"""Check one probe endpoint or SGLang server once: exit 0 balanced, 1 imbalance, 2 unreachable.
+
+The whole check has one deadline, ``--timeout`` (plus ``--window`` when reading SGLang over a
+window): a target that accepts and never answers, or trickles its answer a byte at a time, ends
+the check with exit 2 and one line naming the deadline, however many requests were under way.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +26,9 @@ from poolwatch.sources.base import Target
 from poolwatch.sources.probe import SNAPSHOT_PATH, ProbeSource
 from poolwatch.sources.sglang_metrics import IDLE_CONFIRM_SECONDS, SglangMetricsSource
 
-__all__ = ["CheckResult", "add_arguments", "check", "run"]
+__all__ = ["DEFAULT_TIMEOUT_S", "CheckResult", "add_arguments", "check", "run"]
+
+DEFAULT_TIMEOUT_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--source", choices=("auto", "probe", "sglang"), default="auto", help="what URL is")
     parser.add_argument("--json", action="store_true", help="print JSON instead of one line per rank")
-    parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="per request")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the whole check must finish within this (plus --window); a silent target is exit 2",
+    )
     parser.add_argument(
         "--window",
         type=float,
@@ -108,15 +121,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> CheckResult:
-    async with httpx.AsyncClient(timeout=args.timeout) as client:
-        return await check(
-            args.url,
-            client,
-            source=args.source,
-            worker=args.worker,
-            window=args.window,
-            interval=args.interval,
-        )
+    """The check within its deadline (a ``ScrapeError`` with reason ``timeout`` past it)."""
+    deadline = args.timeout + args.window
+    try:
+        async with asyncio.timeout(deadline), httpx.AsyncClient(timeout=args.timeout) as client:
+            return await check(
+                args.url,
+                client,
+                source=args.source,
+                worker=args.worker,
+                window=args.window,
+                interval=args.interval,
+            )
+    except TimeoutError:
+        raise ScrapeError(Reason.TIMEOUT, f"no complete answer within {deadline:g} s (--timeout)") from None
 
 
 def as_text(result: CheckResult) -> str:

@@ -33,7 +33,9 @@ from poolwatch.probe.repair import Repairer, census_of
 from poolwatch.probe.report import census_doc
 from poolwatch.probe.shapes import SHAPES, Shape, shape_for_version
 from poolwatch.probe.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
+from poolwatch.probe.totals import LengthCache
 from poolwatch.probe.tripwires import TripwireLog, chunk_tripwires
+from poolwatch.probe.waiting import WaitingHolders
 
 __all__ = ["DISABLE_FILE", "Probe"]
 
@@ -76,6 +78,9 @@ class Probe:
         self.publisher: Any = None  # set by hooks.attach when serving
         self._last_sample = -float("inf")
         self._last_census = self._last_kv = clock()  # busy censuses start one interval in
+        self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
+        self._lengths = LengthCache()  # prefix-tensor lengths, kept from one sample to the next
+        self._last_exact_waiting = -float("inf")
         self._last_switch_check = -float("inf")
         self._sample_cost = self._census_cost = 0.0
         self._census_total = 0
@@ -155,16 +160,34 @@ class Probe:
             self.guard.failed(where, exc)
             self._publish_health()
 
+    def _take(self, reading: Reading, *, idle_check: bool) -> Sample:
+        """One sample; the waiting queue is scanned exactly at SGLang's idle hook and at least
+        once per Mamba census interval (and whenever recalling it leaves a gap, see snapshot)."""
+        now = self.clock()
+        interval = self.config.census_interval_s
+        exact = idle_check or now - min(self._last_exact_waiting, self._last_census) >= interval
+        sample = take_sample(
+            self.scheduler,
+            self.shape,
+            reading,
+            waiting=self.waiting,
+            exact_waiting=exact,
+            lengths=self._lengths,
+        )
+        if sample.live.waiting_exact:
+            self._last_exact_waiting = now
+        return sample
+
     def _sample(self, hook: str, *, idle_check: bool = False) -> None:
         started = time.perf_counter()
         reading = Reading()
-        sample = take_sample(self.scheduler, self.shape, reading)
+        sample = self._take(reading, idle_check=idle_check)
         self._last_sample = self.clock()
         force = self._suspicion.due(sample, idle_check=idle_check, guard=self.repairer is not None)
         found = self._maybe_census(sample, reading, hook, force=force)
         if self.repairer is not None and self._repair(found, sample.pools, sample.phase, hook):
             reading = Reading()  # the repaired figures are the ones to publish (and to judge)
-            sample = take_sample(self.scheduler, self.shape, reading)
+            sample = self._take(reading, idle_check=True)
         for label, message in reading.failures.items():
             self.guard.note(label, message)
         self.guard.succeeded()

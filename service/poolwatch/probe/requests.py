@@ -7,12 +7,12 @@ keeps them, deduplicated by identity.  Waiting requests hold no row and no KV, b
 copy-on-write Mamba slot taken while they were considered for scheduling.
 
 Cost: O(live requests) with ``len()`` and Python ints only; no tensor contents are read.  The
-holders are deduplicated at C speed (``dict(zip(map(id, ...)))``) and summed in one loop
-specialised by release (a failure falls back to the careful per-request path that names it).
-The waiting queue is never walked in Python: on a model without a Mamba pool it holds nothing and
-is not read at all (its length comes from ``len()``); on a Mamba model the few requests holding a
-copy-on-write slot are picked out by a C-level scan of one attribute (``operator.attrgetter``,
-``itertools.compress``), some tens of nanoseconds per waiting request.
+holders are deduplicated at C speed (``dict(zip(map(id, ...)))``) and summed one attribute at a
+time at C speed (:mod:`poolwatch.probe.totals`; a failure falls back to the careful per-request
+path that names it).  The waiting queue is not walked on the cheap path: on a model without a
+Mamba pool it holds nothing and is not read at all (its length comes from ``len()``); on a Mamba
+model the few requests holding a copy-on-write slot are recalled from the last exact scan
+(:mod:`poolwatch.probe.waiting`, which says when the scan runs and why no false gap follows).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from typing import Any
 
 from poolwatch.probe.access import MISSING, Reading
 from poolwatch.probe.shapes import HeldRule, Shape
+from poolwatch.probe.totals import LengthCache, fast_totals, length_of
+from poolwatch.probe.waiting import EXACT_BELOW, WaitingHolders, maybe_holding
 
 __all__ = ["Holdings", "LiveSet", "collect_live", "holdings", "mamba_slot_objects", "role_of"]
 
@@ -35,6 +37,7 @@ class LiveSet:
     waiting: tuple[Any, ...]  # may hold a copy-on-write Mamba slot only
     chunked: Any  # the scheduler's chunked_req (or None)
     chunk_ran: bool = True  # the chunked request is in last_batch (its chunk just ran)
+    waiting_exact: bool = True  # False: ``waiting`` was recalled from the last exact scan
 
 
 def _no_swa() -> int | None:
@@ -82,43 +85,56 @@ def _holder_groups(sched: Any, reading: Reading, role: str) -> Iterator[Iterable
         yield reading.guard("waiting_queue", lambda: list(sched.waiting_queue), [])
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Whether two request lists hold the same requests in the same order (identity, C speed)."""
+    return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 def collect_live(
-    sched: Any, reading: Reading, role: str, *, shape: Shape | None = None, mamba: bool = True
+    sched: Any,
+    reading: Reading,
+    role: str,
+    *,
+    shape: Shape | None = None,
+    mamba: bool = True,
+    tracker: WaitingHolders | None = None,
+    exact_waiting: bool = True,
 ) -> LiveSet:
     """Every request that may hold something, deduplicated by identity, in a stable order.
 
     Waiting requests (not PD decode, where the waiting queue holds rows and KV) hold at most a
     copy-on-write Mamba slot: none on a model without a Mamba pool (``mamba=False``: the queue
-    is not read), and with ``shape`` only those the release marks as holding one are kept."""
+    is not read), and with ``shape`` only those the release marks as holding one are kept.  With
+    a ``tracker`` and ``exact_waiting=False`` a long queue is not walked: its holders are recalled
+    from the tracker's last exact scan (``LiveSet.waiting_exact`` is then False)."""
     chunked = reading.attr(sched, "chunked_req")
     chunked = None if chunked is MISSING else chunked
     tail = [] if chunked is None else [chunked]
     groups: list[Iterable[Any]] = [*_holder_groups(sched, reading, role), tail]
+    last, running = groups[0], groups[1]  # last_batch.reqs, running_batch.reqs (lists)
+    if _same(last, running):  # a decode step: the running batch is the batch that just ran
+        groups[1] = []
     combined = list(itertools.chain.from_iterable(groups))
     unique = dict(zip(map(id, combined), combined, strict=True))  # first occurrence wins, in order
-    last = groups[0]  # last_batch.reqs
-    chunk_ran = chunked is None or any(r is chunked for r in last)
-    waiting: list[Any] = []
+    chunk_ran = chunked is None or any(map(operator.is_, last, itertools.repeat(chunked)))
+    found: list[Any] = []
+    exact = True
     if role != "decode" and mamba:
         queue: Any = reading.guard("waiting_queue", lambda: sched.waiting_queue, [])
-        waiting = [r for r in _maybe_holding(queue, shape) if id(r) not in unique]
-    return LiveSet(tuple(unique.values()), tuple(waiting), chunked, chunk_ran)
+        found, exact = _waiting_holders(queue, shape, tracker, exact_waiting)
+    waiting = tuple(r for r in found if id(r) not in unique)
+    return LiveSet(tuple(unique.values()), waiting, chunked, chunk_ran, exact)
 
 
-def _maybe_holding(queue: Iterable[Any], shape: Shape | None) -> Iterable[Any]:
-    """The waiting requests that may hold a Mamba slot, picked out at C speed; all of them when
-    the release is unknown or a request lacks the attribute (the careful path then names it)."""
-    if shape is None:
-        return list(queue)
-    try:
-        if shape.held_rule is HeldRule.REQ_KV:
-            return list(itertools.compress(queue, map(operator.attrgetter("kv.holds_mamba"), queue)))
-        marks = map(
-            operator.is_not, map(operator.attrgetter("mamba_pool_idx"), queue), itertools.repeat(None)
-        )
-        return list(itertools.compress(queue, marks))
-    except Exception:
-        return list(queue)
+def _waiting_holders(
+    queue: Any, shape: Shape | None, tracker: WaitingHolders | None, exact: bool
+) -> tuple[list[Any], bool]:
+    """``(waiting holders, exact)``: scanned, or recalled from the tracker's last scan."""
+    if tracker is None:
+        return maybe_holding(queue, shape), True
+    if exact or not tracker.scanned or len(queue) < EXACT_BELOW:
+        return tracker.scan(queue, shape), True
+    return tracker.recall(), False
 
 
 def _finished(req: Any) -> bool:
@@ -128,12 +144,6 @@ def _finished(req: Any) -> bool:
 
 def _ceil(n: int, page: int) -> int:
     return -(-n // page) * page if page > 1 else n
-
-
-def _length(seq: Any) -> int:
-    """``len()`` of a list or a tensor (a tensor's shape is on the host: no GPU sync)."""
-    shape = getattr(seq, "shape", None)
-    return int(shape[0]) if shape is not None else len(seq)
 
 
 def _holds_row(req: Any, shape: Shape, live: LiveSet, finished: bool | None = None) -> bool:
@@ -158,12 +168,11 @@ def _full_private(req: Any, shape: Shape, page: int, chunked: Any) -> int:
         # decode-side preallocation covers origin + outputs[:-1]; a chunk covers fill_ids
         outputs = max(len(req.output_ids) - 1, 0)
         allocated = len(req.fill_ids) if req is chunked else len(req.origin_input_ids) + outputs
-        return allocated - _length(req.prefix_indices)
+        return allocated - length_of(req.prefix_indices)
     if req.kv_committed_freed:
         return 0
-    tree_part = (
-        int(req.cache_protected_len) if rule is HeldRule.ALLOCATED_PROTECTED else _length(req.prefix_indices)
-    )
+    protected = rule is HeldRule.ALLOCATED_PROTECTED
+    tree_part = int(req.cache_protected_len) if protected else length_of(req.prefix_indices)
     return _ceil(int(req.kv_allocated_len), page) - tree_part
 
 
@@ -221,40 +230,29 @@ def _one_guarded(req: Any, shape: Shape, page: int, live: LiveSet, reading: Read
 
 
 def _totals(live: LiveSet, shape: Shape, page: int) -> tuple[int, int, int]:
-    """``(rows, private full KV, Mamba slots)`` of every holder in one loop, branches hoisted
-    (the same figures as :func:`_one`, which it falls back to on 0.5.23's ``req.kv``).  Raises
-    on the first request it cannot read."""
-    rule = shape.held_rule
-    if rule is HeldRule.REQ_KV:
-        totals = [_one(req, shape, page, live) for req in live.holders]
-        return sum(t[0] for t in totals), sum(t[1] for t in totals), sum(t[2] for t in totals)
-    rows = full = mamba = 0
-    chunked, chunk_ran = live.chunked, live.chunk_ran
-    cleared, ping = shape.row_pointer_cleared, shape.has_ping_pong
-    for req in live.holders:
-        fn = getattr(req, "finished", None)
-        done = bool(fn()) if callable(fn) else False
-        if req.mamba_pool_idx is not None and not done:
-            buffer = getattr(req, "mamba_ping_pong_track_buffer", None) if ping else None
-            mamba += 1 + (int(buffer.numel()) if buffer is not None else 0)
-        if req.req_pool_idx is None or (not cleared and (done or (req is chunked and not chunk_ran))):
-            continue
-        rows += 1
-        if rule is HeldRule.SEQLEN:
-            outputs = max(len(req.output_ids) - 1, 0)
-            allocated = len(req.fill_ids) if req is chunked else len(req.origin_input_ids) + outputs
-            full += allocated - _length(req.prefix_indices)
-        elif not req.kv_committed_freed:
-            tree = int(req.cache_protected_len) if rule is HeldRule.ALLOCATED_PROTECTED else None
-            tree = _length(req.prefix_indices) if tree is None else tree
-            full += _ceil(int(req.kv_allocated_len), page) - tree
-    return rows, full, mamba
+    """``(rows, private full KV, Mamba slots)`` of every holder with :func:`_one` (0.5.23's
+    ``req.kv``).  Raises on the first request it cannot read."""
+    totals = [_one(req, shape, page, live) for req in live.holders]
+    return sum(t[0] for t in totals), sum(t[1] for t in totals), sum(t[2] for t in totals)
 
 
-def holdings(live: LiveSet, shape: Shape, page: int, reading: Reading, *, full_exact: bool) -> Holdings:
-    """Rows, private full-KV slots and Mamba slots held by live requests (failures are noted)."""
+def holdings(
+    live: LiveSet,
+    shape: Shape,
+    page: int,
+    reading: Reading,
+    *,
+    full_exact: bool,
+    lengths: LengthCache | None = None,
+) -> Holdings:
+    """Rows, private full-KV slots and Mamba slots held by live requests (failures are noted).
+    ``lengths`` remembers prefix-tensor lengths from one sample to the next."""
     try:
-        rows, full, mamba = _totals(live, shape, page)
+        if shape.held_rule is HeldRule.REQ_KV:  # a per-request loop (not vectorised yet)
+            rows, full, mamba = _totals(live, shape, page)
+        else:
+            cache = LengthCache() if lengths is None else lengths
+            rows, full, mamba = fast_totals(live.holders, live.chunked, live.chunk_ran, shape, page, cache)
     except Exception:  # the careful path: each figure of each request on its own, failures named
         rows = full = mamba = 0
         for req in live.holders:
@@ -310,6 +308,6 @@ def full_private_range(req: Any, shape: Shape, page: int, live: LiveSet) -> tupl
     elif rule is HeldRule.ALLOCATED_PROTECTED:
         start = int(req.cache_protected_len)
     else:
-        start = _length(req.prefix_indices)
+        start = length_of(req.prefix_indices)
     row = req.kv.req_pool_idx if rule is HeldRule.REQ_KV else req.req_pool_idx
     return int(row), start, start + _full_private(req, shape, page, live.chunked)

@@ -1,7 +1,9 @@
 """The cheap path: one exact snapshot of a rank, read at a scheduler loop boundary.
 
-O(live requests), Python ints and ``len()`` only (no tensor contents, no GPU synchronisation); the
-waiting queue is never walked in Python (see :func:`~poolwatch.probe.requests.collect_live`).
+O(live requests), Python ints and ``len()`` only (no tensor contents, no GPU synchronisation).
+With a :class:`~poolwatch.probe.waiting.WaitingHolders` tracker and ``exact_waiting=False`` a
+long waiting queue is not walked: its copy-on-write Mamba holders are recalled from the last
+exact scan, and a Mamba gap found that way is checked with an exact scan before it is returned.
 The result is a plain :class:`poolwatch.model.Snapshot`; serialising it is the server thread's
 job, so the scheduler thread only builds it and swaps a reference.
 """
@@ -12,12 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
 from poolwatch.probe.access import MISSING, Reading
 from poolwatch.probe.phase import phase_of, queue_depths
 from poolwatch.probe.readers import pool_kinds, read_pools
 from poolwatch.probe.requests import LiveSet, collect_live, holdings, role_of
 from poolwatch.probe.shapes import HeldRule, Shape
+from poolwatch.probe.totals import LengthCache
+from poolwatch.probe.waiting import WaitingHolders
 
 __all__ = ["Sample", "build_snapshot", "idle_check_strict", "take_sample"]
 
@@ -55,16 +60,33 @@ def _page_size(sched: Any, reading: Reading) -> int:
     return page if isinstance(page, int) and page >= 1 else 1
 
 
-def take_sample(sched: Any, shape: Shape, reading: Reading) -> Sample:
-    """Read every pool, queue and live request of ``sched``; failures land in ``reading``."""
+def take_sample(
+    sched: Any,
+    shape: Shape,
+    reading: Reading,
+    *,
+    waiting: WaitingHolders | None = None,
+    exact_waiting: bool = True,
+    lengths: LengthCache | None = None,
+) -> Sample:
+    """Read every pool, queue and live request of ``sched``; failures land in ``reading``.
+
+    ``waiting``/``exact_waiting=False``: recall the waiting queue's Mamba holders instead of
+    scanning the queue, unless that leaves a Mamba gap (then scan and read again, so a gap is
+    only ever returned from an exact scan).  ``lengths`` carries prefix lengths between samples."""
     role = role_of(sched, reading)
     depths = queue_depths(sched, reading, role)
     phase = phase_of(depths)
     mamba = pool_kinds(sched, shape, reading).ssm  # without a Mamba pool, waiting requests hold nothing
-    live = collect_live(sched, reading, role, shape=shape, mamba=mamba)
+    live = collect_live(
+        sched, reading, role, shape=shape, mamba=mamba, tracker=waiting, exact_waiting=exact_waiting
+    )
     page = _page_size(sched, reading)
-    held = holdings(live, shape, page, reading, full_exact=_full_exact(sched, shape, reading, phase))
+    full_exact = _full_exact(sched, shape, reading, phase)
+    held = holdings(live, shape, page, reading, full_exact=full_exact, lengths=lengths)
     pools = read_pools(sched, shape, reading, held, role)
+    if not live.waiting_exact and Pool.MAMBA in pools and gap(pools[Pool.MAMBA]) not in (0, None):
+        return take_sample(sched, shape, reading, waiting=waiting, exact_waiting=True, lengths=lengths)
     queues = {k: v for k, v in depths.items() if v is not None}
     return Sample(role, phase, pools, queues, live)
 

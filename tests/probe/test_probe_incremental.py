@@ -1,8 +1,9 @@
 """The cheap sample's incremental paths give the figures a from-scratch sample gives.
 
 The waiting queue's copy-on-write Mamba holders are recalled between exact scans instead of
-walking the queue, prefix-tensor lengths are remembered by identity, and the holders are summed
-at C speed; none of it may change a figure.
+walking the queue; what did not change since the last sample (prefix-tensor lengths, who holds a
+row or a slot) is remembered by identity; the holders are summed at C speed.  None of it may
+change a figure.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from tests.probe.fakes import Rank
 
 from poolwatch.conservation import gap
 from poolwatch.model import Pool
-from poolwatch.probe import Probe, ProbeConfig, requests
+from poolwatch.probe import Probe, ProbeConfig, census, requests
 from poolwatch.probe.access import Reading
 from poolwatch.probe.requests import _one, collect_live
 from poolwatch.probe.shapes import SHAPES, HeldRule, shape_for_version
 from poolwatch.probe.snapshot import take_sample
-from poolwatch.probe.totals import LengthCache, fast_totals
+from poolwatch.probe.totals import Memo, fast_totals
 from poolwatch.probe.waiting import WaitingHolders
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster, ClusterConfig
@@ -173,15 +174,13 @@ def test_samples_kept_between_steps_match_from_scratch_samples_as_requests_join_
     monkeypatch.setattr(requests, "EXACT_BELOW", 0)  # recall even a short queue
     shape = shape_for_version(version)
     cluster = busy_cluster(version, **roles)
-    kept = {id(s): (WaitingHolders(), LengthCache()) for s in cluster.schedulers}
+    kept = {id(s): (WaitingHolders(), Memo()) for s in cluster.schedulers}
     recalled_holders = 0
     for _ in range(150):
         cluster.step()
         for sched in cluster.schedulers:
-            tracker, lengths = kept[id(sched)]
-            cheap = take_sample(
-                sched, shape, Reading(), waiting=tracker, exact_waiting=False, lengths=lengths
-            )
+            tracker, memo = kept[id(sched)]
+            cheap = take_sample(sched, shape, Reading(), waiting=tracker, exact_waiting=False, memo=memo)
             fresh = take_sample(sched, shape, Reading())
             assert cheap.pools == fresh.pools
             if not cheap.live.waiting_exact and cheap.live.waiting:
@@ -194,7 +193,7 @@ def test_samples_kept_between_steps_match_from_scratch_samples_as_requests_join_
 def test_the_c_speed_totals_equal_the_per_request_rules_of_every_release_family(emulated: str) -> None:
     shapes = [s for s in SHAPES if s.held_rule is not HeldRule.REQ_KV]
     cluster = busy_cluster(emulated, unified=1, prefill=0, decode=0)
-    lengths = {s.family: LengthCache() for s in shapes}
+    memos = {s.family: Memo() for s in shapes}
     compared = 0
     for _ in range(120):
         cluster.step()
@@ -205,8 +204,33 @@ def test_the_c_speed_totals_equal_the_per_request_rules_of_every_release_family(
                 per_request = [_one(r, shape, page, live) for r in live.holders]
                 expected = tuple(sum(t[i] for t in per_request) for i in range(3))
                 got = fast_totals(
-                    live.holders, live.chunked, live.chunk_ran, shape, page, lengths[shape.family]
+                    live.holders, live.chunked, live.chunk_ran, shape, page, memos[shape.family]
                 )
                 assert got == expected
         compared += len(live.holders) > 1
+    assert compared > 50
+
+
+@pytest.mark.parametrize("emulated", ["0.5.4.post1", "0.5.9", "0.5.12"])
+def test_the_c_speed_mamba_census_names_the_slots_the_per_request_census_names(emulated: str) -> None:
+    shape = shape_for_version(emulated)
+    cluster = busy_cluster(emulated, unified=1, prefill=0, decode=0)
+    compared = 0
+    for step in range(120):
+        cluster.step()
+        sched = cluster.schedulers[0]
+        live = collect_live(sched, Reading(), "null", shape=shape)
+        fast = census._single_slot_owners(live, shape)
+        each = census._live_mamba_each(live, shape)
+        assert fast is not None
+        assert {rid: list(ids) for rid, ids in fast} == dict(each)
+        if step % 10 == 0 and fast:  # as is, and with one slot held by two requests
+            for owners in (fast, [*fast, ("twin", fast[0][1])]):
+                free = [1, 1, 2]
+                got = census.id_census(Pool.MAMBA, 48, 1, free, [], (), check_missing=True, owners=owners)
+                general = [*owners, ("nothing", [])]  # an owner without a slot takes the general path
+                assert got == census.id_census(
+                    Pool.MAMBA, 48, 1, free, [], (), check_missing=True, owners=general
+                )
+        compared += len(fast) > 1
     assert compared > 50

@@ -22,6 +22,8 @@ need them, never on every sample.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +32,8 @@ from typing import Any
 from poolwatch.model import Pool, Tripwire, TripwireKind
 from poolwatch.probe.access import MISSING, Reading
 from poolwatch.probe.requests import LiveSet, mamba_slot_objects
-from poolwatch.probe.shapes import Shape
+from poolwatch.probe.shapes import HeldRule, Shape
+from poolwatch.probe.totals import mamba_holders
 
 __all__ = [
     "MAX_IDS",
@@ -97,11 +100,25 @@ def _cap(ids: Iterable[int]) -> tuple[int, ...]:
 
 
 def _holders(owners: Owners) -> dict[int, tuple[str, ...]]:
+    single = _single_holders(owners)
+    if single is not None:
+        return single
     held: dict[int, list[str]] = {}
     for rid, ids in owners:
         for slot in dict.fromkeys(ids):
             held.setdefault(slot, []).append(rid)
     return {slot: tuple(rids) for slot, rids in held.items()}
+
+
+def _single_holders(owners: Owners) -> dict[int, tuple[str, ...]] | None:
+    """The usual case at C speed: every owner holds one slot and no slot has two owners (else
+    ``None``: the general path)."""
+    slot_lists = list(map(operator.itemgetter(1), owners))
+    if list(map(len, slot_lists)).count(1) != len(slot_lists):
+        return None
+    slots = list(map(operator.itemgetter(0), slot_lists))
+    held = dict(zip(slots, zip(map(operator.itemgetter(0), owners)), strict=True))
+    return held if len(held) == len(slots) else None
 
 
 def id_census(
@@ -134,7 +151,7 @@ def id_census(
         first_id=first,
         free=len(free),
         tree=len(tree),
-        live=len(live) + sum(len(ids) for _, ids in owners),
+        live=len(live) + sum(map(len, map(operator.itemgetter(1), owners))),
         duplicates=_cap(i for i, n in counts.items() if n > 1),
         free_and_live=_cap(free_set & live_set),
         free_and_tree=_cap(free_set & tree_set),
@@ -212,8 +229,38 @@ def rid_of(req: Any) -> str:
     return str(getattr(req, "rid", "") or f"req@{id(req):x}")
 
 
-def _live_mamba(live: LiveSet, shape: Shape) -> list[tuple[str, list[int]]]:
+def _live_mamba(live: LiveSet, shape: Shape) -> Owners:
     """``(request id, Mamba slot ids)`` of every live request, read with one host transfer."""
+    fast = None
+    if shape.held_rule is not HeldRule.REQ_KV:
+        try:
+            fast = _single_slot_owners(live, shape)
+        except Exception:  # an odd request: the per-request path reads (and names) it
+            fast = None
+    return fast if fast is not None else _live_mamba_each(live, shape)
+
+
+def _single_slot_owners(live: LiveSet, shape: Shape) -> Owners | None:
+    """At C speed when every Mamba holder has one working slot (no ping-pong buffer) and its own
+    request id; ``None`` otherwise (then each request is read on its own)."""
+    holders = mamba_holders([*live.holders, *live.waiting])
+    if shape.has_ping_pong:
+        buffers = map(
+            getattr, holders, itertools.repeat("mamba_ping_pong_track_buffer"), itertools.repeat(None)
+        )
+        if any(map(operator.is_not, buffers, itertools.repeat(None))):
+            return None
+    raw = list(map(operator.attrgetter("rid"), holders))
+    rids = list(map(str, raw))
+    if not all(raw) or len(set(rids)) != len(rids):
+        return None
+    ids, lengths = _flat_ids(list(map(operator.attrgetter("mamba_pool_idx"), holders)))
+    if lengths.count(1) != len(lengths):
+        return None
+    return list(zip(rids, zip(ids), strict=True))
+
+
+def _live_mamba_each(live: LiveSet, shape: Shape) -> list[tuple[str, list[int]]]:
     reqs = [(rid_of(r), mamba_slot_objects(r, shape)) for r in (*live.holders, *live.waiting)]
     owners = [(rid, t) for rid, ts in reqs for t in ts if t is not None]
     ids, lengths = _flat_ids([t for _, t in owners])

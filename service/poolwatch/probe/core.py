@@ -33,7 +33,7 @@ from poolwatch.probe.repair import Repairer, census_of
 from poolwatch.probe.report import census_doc
 from poolwatch.probe.shapes import SHAPES, Shape, shape_for_version
 from poolwatch.probe.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
-from poolwatch.probe.totals import LengthCache
+from poolwatch.probe.totals import Memo
 from poolwatch.probe.tripwires import TripwireLog, chunk_tripwires
 from poolwatch.probe.waiting import WaitingHolders
 
@@ -79,7 +79,7 @@ class Probe:
         self._last_sample = -float("inf")
         self._last_census = self._last_kv = clock()  # busy censuses start one interval in
         self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
-        self._lengths = LengthCache()  # prefix-tensor lengths, kept from one sample to the next
+        self._memo = Memo()  # what did not change, kept from one sample to the next
         self._last_exact_waiting = -float("inf")
         self._last_switch_check = -float("inf")
         self._sample_cost = self._census_cost = 0.0
@@ -172,7 +172,7 @@ class Probe:
             reading,
             waiting=self.waiting,
             exact_waiting=exact,
-            lengths=self._lengths,
+            memo=self._memo,
         )
         if sample.live.waiting_exact:
             self._last_exact_waiting = now

@@ -25,7 +25,7 @@ from typing import Any
 
 from poolwatch.probe.access import MISSING, Reading
 from poolwatch.probe.shapes import HeldRule, Shape
-from poolwatch.probe.totals import LengthCache, fast_totals, length_of
+from poolwatch.probe.totals import Memo, fast_totals, length_of
 from poolwatch.probe.waiting import EXACT_BELOW, WaitingHolders, maybe_holding
 
 __all__ = ["Holdings", "LiveSet", "collect_live", "holdings", "mamba_slot_objects", "role_of"]
@@ -243,15 +243,15 @@ def holdings(
     reading: Reading,
     *,
     full_exact: bool,
-    lengths: LengthCache | None = None,
+    memo: Memo | None = None,
 ) -> Holdings:
     """Rows, private full-KV slots and Mamba slots held by live requests (failures are noted).
-    ``lengths`` remembers prefix-tensor lengths from one sample to the next."""
+    ``memo`` keeps what did not change from one sample to the next (:class:`~poolwatch.probe.totals.Memo`)."""
     try:
         if shape.held_rule is HeldRule.REQ_KV:  # a per-request loop (not vectorised yet)
             rows, full, mamba = _totals(live, shape, page)
         else:
-            cache = LengthCache() if lengths is None else lengths
+            cache = Memo() if memo is None else memo
             rows, full, mamba = fast_totals(live.holders, live.chunked, live.chunk_ran, shape, page, cache)
     except Exception:  # the careful path: each figure of each request on its own, failures named
         rows = full = mamba = 0

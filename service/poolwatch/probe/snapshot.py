@@ -21,7 +21,7 @@ from poolwatch.probe.phase import phase_of, queue_depths
 from poolwatch.probe.readers import pool_kinds, read_pools
 from poolwatch.probe.requests import LiveSet, collect_live, holdings, role_of
 from poolwatch.probe.shapes import HeldRule, Shape
-from poolwatch.probe.totals import LengthCache
+from poolwatch.probe.totals import Memo
 from poolwatch.probe.waiting import WaitingHolders
 
 __all__ = ["Sample", "build_snapshot", "idle_check_strict", "take_sample"]
@@ -67,13 +67,13 @@ def take_sample(
     *,
     waiting: WaitingHolders | None = None,
     exact_waiting: bool = True,
-    lengths: LengthCache | None = None,
+    memo: Memo | None = None,
 ) -> Sample:
     """Read every pool, queue and live request of ``sched``; failures land in ``reading``.
 
     ``waiting``/``exact_waiting=False``: recall the waiting queue's Mamba holders instead of
     scanning the queue, unless that leaves a Mamba gap (then scan and read again, so a gap is
-    only ever returned from an exact scan).  ``lengths`` carries prefix lengths between samples."""
+    only ever returned from an exact scan).  ``memo`` carries what did not change between samples."""
     role = role_of(sched, reading)
     depths = queue_depths(sched, reading, role)
     phase = phase_of(depths)
@@ -83,10 +83,10 @@ def take_sample(
     )
     page = _page_size(sched, reading)
     full_exact = _full_exact(sched, shape, reading, phase)
-    held = holdings(live, shape, page, reading, full_exact=full_exact, lengths=lengths)
+    held = holdings(live, shape, page, reading, full_exact=full_exact, memo=memo)
     pools = read_pools(sched, shape, reading, held, role)
     if not live.waiting_exact and Pool.MAMBA in pools and gap(pools[Pool.MAMBA]) not in (0, None):
-        return take_sample(sched, shape, reading, waiting=waiting, exact_waiting=True, lengths=lengths)
+        return take_sample(sched, shape, reading, waiting=waiting, exact_waiting=True, memo=memo)
     queues = {k: v for k, v in depths.items() if v is not None}
     return Sample(role, phase, pools, queues, live)
 

@@ -23,11 +23,12 @@ import functools
 import itertools
 import operator
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from poolwatch.probe.shapes import HeldRule, Shape
 
-__all__ = ["LengthCache", "fast_totals", "length_of"]
+__all__ = ["Memo", "fast_totals", "length_of", "mamba_holders"]
 
 _FINISHED = operator.methodcaller("finished")
 _ROW = operator.attrgetter("req_pool_idx")
@@ -62,12 +63,57 @@ def _plain_finished(cls: type) -> bool:
     )
 
 
-def _finished_flags(holders: Sequence[Any]) -> list[bool]:
-    """``req.finished()`` of each holder; read as an attribute at C speed when the class's method
-    is the plain one (no Python frame per request)."""
+def _finished_sources(holders: Sequence[Any]) -> tuple[list[Any], bool]:
+    """``(finished_reason of each holder, True)`` when every holder's class has the plain
+    ``finished()`` (read at C speed, no Python frame per request), else ``(finished(), False)``."""
     if all(map(_plain_finished, set(map(type, holders)))):
-        return list(map(operator.is_not, map(_REASON, holders), _NONE))
-    return list(map(bool, map(_FINISHED, holders)))
+        return list(map(_REASON, holders)), True
+    return list(map(bool, map(_FINISHED, holders))), False
+
+
+def mamba_holders(reqs: Sequence[Any]) -> list[Any]:
+    """The requests whose ``mamba_pool_idx`` names a slot they hold: set and not finished (a
+    finished request's pointer may be stale, its slot donated to the tree); before 0.5.23."""
+    sources, plain = _finished_sources(reqs)
+    done = list(map(operator.is_not, sources, _NONE)) if plain else sources
+    has_mamba = map(operator.is_not, map(_MAMBA, reqs), _NONE)
+    return list(itertools.compress(reqs, map(operator.gt, has_mamba, done)))
+
+
+def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+@dataclass(frozen=True, slots=True)
+class _Pointers:
+    """Who holds a row and who a Mamba slot, and the objects that decided it."""
+
+    key: tuple[list[Any], ...]  # holders, row and Mamba pointers, finished sources, chunked, chunk_ran
+    rows: list[Any]
+    chunk_in: bool
+    mamba_holders: list[Any]
+
+
+def _pointers(holders: Sequence[Any], chunked: Any, chunk_ran: bool, shape: Shape, memo: Memo) -> _Pointers:
+    """Row and Mamba holders; the last sample's when every object that decides them is the same
+    (identity, C speed: a pointer is reassigned, never changed in place, when a slot moves)."""
+    sources, plain = _finished_sources(holders)
+    row_pointers, mamba_pointers = list(map(_ROW, holders)), list(map(_MAMBA, holders))
+    key = (list(holders), row_pointers, mamba_pointers, sources, [chunked], [chunk_ran])
+    last = memo.pointers
+    if last is not None and all(map(_same, key, last.key)):
+        return last
+    done = list(map(operator.is_not, sources, _NONE)) if plain else sources
+    has_mamba = map(operator.is_not, mamba_pointers, _NONE)
+    mamba_holders = list(itertools.compress(holders, map(operator.gt, has_mamba, done)))
+    has_row = map(operator.is_not, row_pointers, _NONE)
+    cleared = shape.row_pointer_cleared
+    rows = list(itertools.compress(holders, has_row if cleared else map(operator.gt, has_row, done)))
+    chunk_in = chunked is not None and any(map(operator.is_, rows, itertools.repeat(chunked)))
+    if chunk_in and not cleared and not chunk_ran:  # its row was freed at the chunk boundary
+        rows, chunk_in = [r for r in rows if r is not chunked], False
+    memo.pointers = _Pointers(key, rows, chunk_in, mamba_holders)
+    return memo.pointers
 
 
 def length_of(seq: Any) -> int:
@@ -76,8 +122,9 @@ def length_of(seq: Any) -> int:
     return int(shape[0]) if shape is not None else len(seq)
 
 
-class LengthCache:
-    """Lengths of prefix tensors, remembered by identity from one sample to the next.
+class Memo:
+    """What one sample's totals keep for the next: prefix-tensor lengths by identity, and who
+    held a row or a Mamba slot (:func:`_pointers`).
 
     Only objects with a ``shape`` (tensors) are remembered; a list's length can change in place
     and costs a C-level ``len()`` anyway.  Tensors no longer in use are forgotten once the cache
@@ -86,6 +133,7 @@ class LengthCache:
     def __init__(self) -> None:
         self._known: dict[int, tuple[Any, int]] = {}
         self._last: tuple[list[Any], int] = ([], 0)  # the tensors of the last call and their total
+        self.pointers: _Pointers | None = None
 
     def total(self, objs: Iterable[Any]) -> int:
         """The summed lengths of ``objs``: the last call's total when it was given the very same
@@ -131,47 +179,39 @@ def _ping_pong(holders: Sequence[Any]) -> int:
     return sum(map(int, map(_NUMEL, buffers)))
 
 
-def _seqlen_full(rows: list[Any], chunked: Any, chunk_in: bool, lengths: LengthCache) -> int:
+def _seqlen_full(rows: list[Any], chunked: Any, chunk_in: bool, memo: Memo) -> int:
     """0.5.4: ``len(origin) + max(len(outputs) - 1, 0) - len(prefix)``; the chunked request's
     allocation is its ``fill_ids``."""
     plain = [r for r in rows if r is not chunked] if chunk_in else rows
     outputs = list(map(len, map(_OUTPUT, plain)))
     full = sum(map(len, map(_ORIGIN, plain))) + sum(outputs) - (len(outputs) - outputs.count(0))
-    full -= lengths.total(map(_PREFIX, plain))
+    full -= memo.total(map(_PREFIX, plain))
     if chunk_in:
         full += len(chunked.fill_ids) - length_of(chunked.prefix_indices)
     return full
 
 
-def _allocated_full(rows: list[Any], rule: HeldRule, page: int, lengths: LengthCache) -> int:
+def _allocated_full(rows: list[Any], rule: HeldRule, page: int, memo: Memo) -> int:
     """0.5.5.post3+: ``ceil(kv_allocated_len) - tree part`` of the rows not already freed."""
     kept = list(itertools.compress(rows, map(operator.not_, map(_FREED, rows))))
     allocated = sum(_ceil_all(map(int, map(_ALLOCATED, kept)), page))
     if rule is HeldRule.ALLOCATED_PROTECTED:
         return allocated - sum(map(int, map(_PROTECTED, kept)))
-    return allocated - lengths.total(map(_PREFIX, kept))
+    return allocated - memo.total(map(_PREFIX, kept))
 
 
 def fast_totals(
-    holders: Sequence[Any], chunked: Any, chunk_ran: bool, shape: Shape, page: int, lengths: LengthCache
+    holders: Sequence[Any], chunked: Any, chunk_ran: bool, shape: Shape, page: int, memo: Memo
 ) -> tuple[int, int, int]:
     """``(rows, private full KV, Mamba slots)`` of ``holders`` (releases before 0.5.23's
     ``req.kv``).  Raises on anything unexpected; the caller then takes the careful path."""
     rule = shape.held_rule
     if rule is HeldRule.REQ_KV:
         raise TypeError("req.kv releases are summed per request")
-    done = _finished_flags(holders)
-    has_mamba = map(operator.is_not, map(_MAMBA, holders), _NONE)
-    mamba_holders = list(itertools.compress(holders, map(operator.gt, has_mamba, done)))
-    mamba = len(mamba_holders) + (_ping_pong(mamba_holders) if shape.has_ping_pong else 0)
-    has_row = map(operator.is_not, map(_ROW, holders), _NONE)
-    cleared = shape.row_pointer_cleared
-    rows = list(itertools.compress(holders, has_row if cleared else map(operator.gt, has_row, done)))
-    chunk_in = chunked is not None and any(map(operator.is_, rows, itertools.repeat(chunked)))
-    if chunk_in and not cleared and not chunk_ran:  # its row was freed at the chunk boundary
-        rows, chunk_in = [r for r in rows if r is not chunked], False
+    held = _pointers(holders, chunked, chunk_ran, shape, memo)
+    mamba = len(held.mamba_holders) + (_ping_pong(held.mamba_holders) if shape.has_ping_pong else 0)
     if rule is HeldRule.SEQLEN:
-        full = _seqlen_full(rows, chunked, chunk_in, lengths)
+        full = _seqlen_full(held.rows, chunked, held.chunk_in, memo)
     else:
-        full = _allocated_full(rows, rule, page, lengths)
-    return len(rows), full, mamba
+        full = _allocated_full(held.rows, rule, page, memo)
+    return len(held.rows), full, mamba

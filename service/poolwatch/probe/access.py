@@ -38,7 +38,10 @@ class Reading:
         current: Any = obj
         for name in path.split("."):
             try:
-                current = getattr(current, name)
+                # an optional step may be absent: asked with a default, no exception is built
+                current = getattr(current, name, MISSING) if optional else getattr(current, name)
+                if current is MISSING:
+                    return MISSING
             except AttributeError as exc:
                 if not optional:
                     self.fail(path, exc)

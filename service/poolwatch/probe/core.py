@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot
+from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, WorkerId
 from poolwatch.probe.access import Reading
 from poolwatch.probe.census import PoolCensus, mamba_census
 from poolwatch.probe.config import ProbeConfig
@@ -81,6 +81,7 @@ class Probe:
         self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
         self._memo = Memo()  # what did not change, kept from one sample to the next
         self._last_exact_waiting = -float("inf")
+        self._identity: dict[str, WorkerId] = {}  # by role, read once
         self._last_switch_check = -float("inf")
         self._sample_cost = self._census_cost = 0.0
         self._census_total = 0
@@ -254,7 +255,10 @@ class Probe:
         self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
     def _publish(self, sample: Sample, reading: Reading, *, final: bool = False) -> None:
-        worker = worker_identity(self.scheduler, reading, sample.role, self.version, self.environ)
+        worker = self._identity.get(sample.role)
+        if worker is None:  # ranks, model and worker name are fixed for the scheduler's life
+            worker = worker_identity(self.scheduler, reading, sample.role, self.version, self.environ)
+            self._identity[sample.role] = worker
         snap = build_snapshot(
             sample,
             worker=worker,

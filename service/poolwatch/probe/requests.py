@@ -25,7 +25,7 @@ from typing import Any
 
 from poolwatch.probe.access import MISSING, Reading
 from poolwatch.probe.shapes import HeldRule, Shape
-from poolwatch.probe.totals import Memo, fast_totals, length_of
+from poolwatch.probe.totals import Memo, fast_totals, length_of, same_items
 from poolwatch.probe.waiting import EXACT_BELOW, WaitingHolders, maybe_holding
 
 __all__ = ["Holdings", "LiveSet", "collect_live", "holdings", "mamba_slot_objects", "role_of"]
@@ -87,7 +87,7 @@ def _holder_groups(sched: Any, reading: Reading, role: str) -> Iterator[Iterable
 
 def _same(a: Any, b: Any) -> bool:
     """Whether two request lists hold the same requests in the same order (identity, C speed)."""
-    return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(operator.is_, a, b))
+    return isinstance(a, list) and isinstance(b, list) and same_items(a, b)
 
 
 def collect_live(
@@ -99,6 +99,7 @@ def collect_live(
     mamba: bool = True,
     tracker: WaitingHolders | None = None,
     exact_waiting: bool = True,
+    memo: Memo | None = None,
 ) -> LiveSet:
     """Every request that may hold something, deduplicated by identity, in a stable order.
 
@@ -106,7 +107,8 @@ def collect_live(
     copy-on-write Mamba slot: none on a model without a Mamba pool (``mamba=False``: the queue
     is not read), and with ``shape`` only those the release marks as holding one are kept.  With
     a ``tracker`` and ``exact_waiting=False`` a long queue is not walked: its holders are recalled
-    from the tracker's last exact scan (``LiveSet.waiting_exact`` is then False)."""
+    from the tracker's last exact scan (``LiveSet.waiting_exact`` is then False).  ``memo`` keeps
+    the deduplicated holders while every list they came from holds the same requests."""
     chunked = reading.attr(sched, "chunked_req")
     chunked = None if chunked is MISSING else chunked
     tail = [] if chunked is None else [chunked]
@@ -114,8 +116,7 @@ def collect_live(
     last, running = groups[0], groups[1]  # last_batch.reqs, running_batch.reqs (lists)
     if _same(last, running):  # a decode step: the running batch is the batch that just ran
         groups[1] = []
-    combined = list(itertools.chain.from_iterable(groups))
-    unique = dict(zip(map(id, combined), combined, strict=True))  # first occurrence wins, in order
+    unique = _unique(groups, memo)
     chunk_ran = chunked is None or any(map(operator.is_, last, itertools.repeat(chunked)))
     found: list[Any] = []
     exact = True
@@ -124,6 +125,19 @@ def collect_live(
         found, exact = _waiting_holders(queue, shape, tracker, exact_waiting)
     waiting = tuple(r for r in found if id(r) not in unique)
     return LiveSet(tuple(unique.values()), waiting, chunked, chunk_ran, exact)
+
+
+def _unique(groups: list[Any], memo: Memo | None) -> dict[int, Any]:
+    """The requests of ``groups`` by identity, first occurrence first; the last sample's when
+    every group holds the very same requests (identity, C speed)."""
+    last = None if memo is None else memo.groups
+    if last is not None and len(last[0]) == len(groups) and all(map(_same, groups, last[0])):
+        return last[1]
+    combined = list(itertools.chain.from_iterable(groups))
+    unique = dict(zip(map(id, combined), combined, strict=True))
+    if memo is not None:
+        memo.groups = (groups, unique)
+    return unique
 
 
 def _waiting_holders(

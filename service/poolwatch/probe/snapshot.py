@@ -79,7 +79,14 @@ def take_sample(
     phase = phase_of(depths)
     mamba = pool_kinds(sched, shape, reading).ssm  # without a Mamba pool, waiting requests hold nothing
     live = collect_live(
-        sched, reading, role, shape=shape, mamba=mamba, tracker=waiting, exact_waiting=exact_waiting
+        sched,
+        reading,
+        role,
+        shape=shape,
+        mamba=mamba,
+        tracker=waiting,
+        exact_waiting=exact_waiting,
+        memo=memo,
     )
     page = _page_size(sched, reading)
     full_exact = _full_exact(sched, shape, reading, phase)

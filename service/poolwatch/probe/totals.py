@@ -28,7 +28,7 @@ from typing import Any
 
 from poolwatch.probe.shapes import HeldRule, Shape
 
-__all__ = ["Memo", "fast_totals", "length_of", "mamba_holders"]
+__all__ = ["Memo", "fast_totals", "length_of", "mamba_holders", "same_items"]
 
 _FINISHED = operator.methodcaller("finished")
 _ROW = operator.attrgetter("req_pool_idx")
@@ -63,10 +63,13 @@ def _plain_finished(cls: type) -> bool:
     )
 
 
-def _finished_sources(holders: Sequence[Any]) -> tuple[list[Any], bool]:
+def _finished_sources(holders: Sequence[Any], plain: bool | None = None) -> tuple[list[Any], bool]:
     """``(finished_reason of each holder, True)`` when every holder's class has the plain
-    ``finished()`` (read at C speed, no Python frame per request), else ``(finished(), False)``."""
-    if all(map(_plain_finished, set(map(type, holders)))):
+    ``finished()`` (read at C speed, no Python frame per request), else ``(finished(), False)``.
+    ``plain``: already known for these very holders."""
+    if plain is None:
+        plain = all(map(_plain_finished, set(map(type, holders))))
+    if plain:
         return list(map(_REASON, holders)), True
     return list(map(bool, map(_FINISHED, holders))), False
 
@@ -80,7 +83,8 @@ def mamba_holders(reqs: Sequence[Any]) -> list[Any]:
     return list(itertools.compress(reqs, map(operator.gt, has_mamba, done)))
 
 
-def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+def same_items(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """The same objects in the same order (identity, C speed)."""
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
@@ -88,7 +92,9 @@ def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
 class _Pointers:
     """Who holds a row and who a Mamba slot, and the objects that decided it."""
 
-    key: tuple[list[Any], ...]  # holders, row and Mamba pointers, finished sources, chunked, chunk_ran
+    holders: list[Any]
+    key: tuple[list[Any], ...]  # row and Mamba pointers, finished sources, chunked, chunk_ran
+    plain: bool  # the holders' finished() is the plain one
     rows: list[Any]
     chunk_in: bool
     mamba_holders: list[Any]
@@ -97,11 +103,12 @@ class _Pointers:
 def _pointers(holders: Sequence[Any], chunked: Any, chunk_ran: bool, shape: Shape, memo: Memo) -> _Pointers:
     """Row and Mamba holders; the last sample's when every object that decides them is the same
     (identity, C speed: a pointer is reassigned, never changed in place, when a slot moves)."""
-    sources, plain = _finished_sources(holders)
-    row_pointers, mamba_pointers = list(map(_ROW, holders)), list(map(_MAMBA, holders))
-    key = (list(holders), row_pointers, mamba_pointers, sources, [chunked], [chunk_ran])
     last = memo.pointers
-    if last is not None and all(map(_same, key, last.key)):
+    same_holders = last is not None and same_items(holders, last.holders)
+    sources, plain = _finished_sources(holders, last.plain if last is not None and same_holders else None)
+    row_pointers, mamba_pointers = list(map(_ROW, holders)), list(map(_MAMBA, holders))
+    key = (row_pointers, mamba_pointers, sources, [chunked], [chunk_ran])
+    if last is not None and same_holders and all(map(same_items, key, last.key)):
         return last
     done = list(map(operator.is_not, sources, _NONE)) if plain else sources
     has_mamba = map(operator.is_not, mamba_pointers, _NONE)
@@ -112,7 +119,7 @@ def _pointers(holders: Sequence[Any], chunked: Any, chunk_ran: bool, shape: Shap
     chunk_in = chunked is not None and any(map(operator.is_, rows, itertools.repeat(chunked)))
     if chunk_in and not cleared and not chunk_ran:  # its row was freed at the chunk boundary
         rows, chunk_in = [r for r in rows if r is not chunked], False
-    memo.pointers = _Pointers(key, rows, chunk_in, mamba_holders)
+    memo.pointers = _Pointers(list(holders), key, plain, rows, chunk_in, mamba_holders)
     return memo.pointers
 
 
@@ -134,6 +141,7 @@ class Memo:
         self._known: dict[int, tuple[Any, int]] = {}
         self._last: tuple[list[Any], int] = ([], 0)  # the tensors of the last call and their total
         self.pointers: _Pointers | None = None
+        self.groups: tuple[list[Any], dict[int, Any]] | None = None  # see requests.collect_live
 
     def total(self, objs: Iterable[Any]) -> int:
         """The summed lengths of ``objs``: the last call's total when it was given the very same

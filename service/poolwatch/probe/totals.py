@@ -159,14 +159,26 @@ class Memo:
         ids = list(map(id, seqs))
         known = self._known
         entries: list[tuple[Any, int] | None] = list(map(known.get, ids))
-        for i in itertools.compress(range(len(entries)), map(operator.is_, entries, _NONE)):
-            seq = seqs[i]
-            entries[i] = entry = (seq, length_of(seq))
-            if hasattr(seq, "shape"):
-                known[ids[i]] = entry
+        missing = list(itertools.compress(range(len(entries)), map(operator.is_, entries, _NONE)))
+        if missing:
+            self._learn(seqs, ids, entries, missing)
         if len(known) > 2 * len(seqs) + 64:  # forget the tensors no longer in use
             self._known = {k: e for k, e in zip(ids, entries, strict=True) if e and hasattr(e[0], "shape")}
         return sum(map(operator.itemgetter(1), entries))  # type: ignore[arg-type]
+
+    def _learn(
+        self, seqs: list[Any], ids: list[int], entries: list[tuple[Any, int] | None], missing: list[int]
+    ) -> None:
+        """The lengths of the sequences not seen before (tensors at C speed, then remembered)."""
+        fresh = list(map(seqs.__getitem__, missing))
+        shapes: list[Any] = list(map(getattr, fresh, itertools.repeat("shape"), _NONE))
+        if any(map(operator.is_, shapes, _NONE)):  # lists among them: one at a time, not remembered
+            found = [(seq, length_of(seq)) for seq in fresh]
+        else:
+            found = list(zip(fresh, map(int, map(operator.itemgetter(0), shapes)), strict=True))
+            self._known.update(zip(map(ids.__getitem__, missing), found, strict=True))
+        for i, entry in zip(missing, found, strict=True):
+            entries[i] = entry
 
     def __len__(self) -> int:
         return len(self._known)

@@ -17,6 +17,7 @@ import pytest
 from tests.probe.fakes import Rank
 
 from poolwatch.conservation import signature
+from poolwatch.discovery import read_secret
 from poolwatch.probe import ProbeConfig, attach, detach
 from poolwatch.probe import server as probe_server
 from poolwatch.probe.core import Probe
@@ -36,10 +37,12 @@ def served(tmp_path: Path) -> Iterator[tuple[Probe, Rank, int]]:
         detach(rank.sched)
 
 
-def request(port: int, path: str, timeout: float = 10) -> tuple[int, dict[str, object]]:
+def request(
+    port: int, path: str, timeout: float = 10, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, object]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read())
     finally:
@@ -73,7 +76,7 @@ def test_extra_long_polls_get_503_at_once_and_a_publish_wakes_the_waiting_ones(
     probe, _, port = served
     assert probe.latest is not None
     seen = signature(probe.latest)
-    slots = probe_server.WORKERS - 1
+    slots = probe_server.PUBLIC_LONG_POLLS
     answers: list[int] = []
     waiting = [
         threading.Thread(target=lambda: answers.append(request(port, f"/v1/snapshot?sig={seen}&wait=30")[0]))
@@ -96,7 +99,8 @@ def test_connections_past_the_limit_get_503_and_idle_ones_do_not_add_threads(
 ) -> None:
     _, _, port = served
     threads_before = threading.active_count()
-    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(probe_server.MAX_OPEN)]
+    held = probe_server.MAX_OPEN + probe_server.RESERVED_OPEN
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(held)]
     try:
         extra = socket.create_connection(("127.0.0.1", port), timeout=10)
         assert extra.recv(200).startswith(b"HTTP/1.1 503")
@@ -159,3 +163,60 @@ def test_stopping_the_server_ends_every_thread_even_with_a_long_poll_waiting(tmp
     poll.join(timeout=10)
     assert not poll.is_alive()
     assert not [t for t in threading.enumerate() if t.name.startswith("poolwatch-probe")]
+
+
+def hold_long_polls(port: int, seen: str, count: int, answers: list[int]) -> list[threading.Thread]:
+    """``count`` hostile long-polls that wait (up to 30 s) until a publish wakes them."""
+    threads = [
+        threading.Thread(target=lambda: answers.append(request(port, f"/v1/snapshot?sig={seen}&wait=30")[0]))
+        for _ in range(count)
+    ]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_the_sidecar_that_shows_the_secret_gets_its_long_poll_while_hostile_clients_hold_every_public_one(
+    served: tuple[Probe, Rank, int], tmp_path: Path
+) -> None:
+    probe, _, port = served
+    assert probe.latest is not None
+    seen, secret = signature(probe.latest), read_secret(tmp_path)
+    assert secret is not None
+    hostile: list[int] = []
+    waiting = hold_long_polls(port, seen, probe_server.PUBLIC_LONG_POLLS, hostile)
+    while probe.publication.waiting < probe_server.PUBLIC_LONG_POLLS:
+        threading.Event().wait(0.01)
+    assert request(port, f"/v1/snapshot?sig={seen}&wait=30", timeout=5)[0] == 503  # an extra: refused
+    wrong = {"Authorization": "Bearer " + "0" * len(secret)}
+    assert request(port, f"/v1/snapshot?sig={seen}&wait=30", timeout=5, headers=wrong)[0] == 503
+    sidecar = {"Authorization": f"Bearer {secret}"}
+    assert request(port, "/v1/snapshot?sig=other&wait=30", timeout=5, headers=sidecar)[0] == 200  # at once
+    mine: list[int] = []
+    watch = threading.Thread(
+        target=lambda: mine.append(request(port, f"/v1/snapshot?sig={seen}&wait=30", headers=sidecar)[0])
+    )
+    watch.start()
+    while probe.publication.waiting < probe_server.PUBLIC_LONG_POLLS + 1:
+        threading.Event().wait(0.01)
+    assert request(port, "/healthz", timeout=5)[0] == 200  # and one worker is still left for this
+    probe.publication.publish(replace(probe.latest, boot_id="restarted"))
+    for t in [*waiting, watch]:
+        t.join(timeout=10)
+    assert (mine, hostile) == ([200], [200] * probe_server.PUBLIC_LONG_POLLS)
+
+
+def test_past_the_public_connection_limit_only_a_client_that_shows_the_secret_is_served(
+    served: tuple[Probe, Rank, int], tmp_path: Path
+) -> None:
+    _, _, port = served
+    secret = read_secret(tmp_path)
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(probe_server.MAX_OPEN)]
+    try:
+        # accepted in order from the kernel's backlog: this one is past the public limit
+        assert request(port, "/healthz", timeout=5)[0] == 503  # a reserved place, no secret
+        status, doc = request(port, "/v1/snapshot", timeout=5, headers={"Authorization": f"Bearer {secret}"})
+        assert (status, doc["schema"]) == (200, "poolwatch.snapshot")
+    finally:
+        for s in idle:
+            s.close()

@@ -19,6 +19,7 @@ class Conn:
     deadline: float
     buf: bytearray = field(default_factory=bytearray)
     started: bool = False  # a head has begun (its deadline is the head timeout, not the idle one)
+    reserved: bool = False  # taken past the public limit: its first request must show the secret
 
 
 class Pacer:

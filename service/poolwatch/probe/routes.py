@@ -31,6 +31,7 @@ __all__ = [
     "Request",
     "Response",
     "answer",
+    "authorized",
     "long_poll",
     "parse_head",
 ]
@@ -197,13 +198,20 @@ def _snapshot(req: Request, ctx: Context) -> Response:
     )
 
 
+def authorized(req: Request, secret: str | None) -> bool:
+    """Whether a loopback ``req`` shows ``secret`` as ``Authorization: Bearer <secret>``."""
+    if secret is None or not (req.peer.startswith("127.") or req.peer == "::1"):
+        return False
+    shown = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    return hmac.compare_digest(shown.encode("latin-1"), secret.encode("latin-1"))
+
+
 def _mutate(req: Request, ctx: Context) -> Response:
     if not req.peer.startswith("127.") and req.peer != "::1":
         return Response(403, {"error": "only from the loopback"}, close=True)
     if "origin" in req.headers or "sec-fetch-mode" in req.headers:
         return Response(403, {"error": "not from a browser"}, close=True)
-    shown = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if ctx.secret is None or not hmac.compare_digest(shown.encode(), ctx.secret.encode()):
+    if not authorized(req, ctx.secret):
         return Response(403, {"error": "Authorization: Bearer <secret from the discovery directory>"})
     ctx.probe.disable() if req.path == "/v1/disable" else ctx.probe.enable()
     return Response(200, {"disabled": ctx.probe.disabled})

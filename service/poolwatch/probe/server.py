@@ -21,9 +21,15 @@ How it stays out of the scheduler's way (the scheduler thread only calls
   :data:`MAX_OPEN` connections (one more gets a 503 and is closed), and paces itself to
   :data:`RATE` requests a second -- a flood waits in the kernel's backlog instead of taking the
   interpreter lock from the scheduler;
-* :data:`WORKERS` **handler threads** answer complete heads; at most ``WORKERS - 1`` of them wait
-  on a long-poll (a condition the publication notifies, no polling), so ``/healthz`` and the kill
-  switch always find one; a head that arrives while every worker is busy gets a 503 at once;
+* :data:`WORKERS` **handler threads** answer complete heads; at most :data:`PUBLIC_LONG_POLLS`
+  of them wait on a long-poll for anyone (a condition the publication notifies, no polling) and
+  :data:`RESERVED_LONG_POLLS` more only for a client that shows the secret of the discovery
+  directory (``Authorization: Bearer``, as the sidecar does), so local clients that hold every
+  public slot never starve the sidecar; one worker is always left for ``/healthz`` and the kill
+  switch; a head that arrives while every worker is busy gets a 503 at once;
+* past :data:`MAX_OPEN` connections, :data:`RESERVED_OPEN` more are accepted whose first request
+  must show the secret within :data:`RESERVED_HEAD_TIMEOUT_S` (else a 503 and closed), so a
+  sidecar can still (re)connect while idle local clients hold every public connection;
 * connections are HTTP/1.1 keep-alive, so a watching sidecar reuses one TCP connection.
 """
 
@@ -45,15 +51,31 @@ from poolwatch.probe.routes import (
     Response,
     Servable,
     answer,
+    authorized,
     long_poll,
     parse_head,
 )
 
-__all__ = ["HEAD_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_OPEN", "RATE", "WORKERS", "ProbeServer", "Servable"]
+__all__ = [
+    "HEAD_TIMEOUT_S",
+    "IDLE_TIMEOUT_S",
+    "MAX_OPEN",
+    "PUBLIC_LONG_POLLS",
+    "RATE",
+    "RESERVED_LONG_POLLS",
+    "RESERVED_OPEN",
+    "WORKERS",
+    "ProbeServer",
+    "Servable",
+]
 
-WORKERS = 4
+PUBLIC_LONG_POLLS = 3
+RESERVED_LONG_POLLS = 1  # for clients that show the secret (the sidecar)
+WORKERS = PUBLIC_LONG_POLLS + RESERVED_LONG_POLLS + 1  # one always left for short requests
 MAX_OPEN = 32
+RESERVED_OPEN = 4  # connections past MAX_OPEN, for clients that show the secret
 HEAD_TIMEOUT_S = 5.0
+RESERVED_HEAD_TIMEOUT_S = 1.0
 IDLE_TIMEOUT_S = 15.0
 SEND_TIMEOUT_S = 5.0
 RATE = 100.0  # requests (and accepted connections) per second; a burst of RATE / 4
@@ -73,10 +95,13 @@ class ProbeServer:
         self._wake_r.setblocking(False)
         self._conns: dict[socket.socket, Conn] = {}  # waiting for a head (I/O thread only)
         self._open = 0  # registered + with a worker (I/O thread only)
-        self._jobs: queue.SimpleQueue[tuple[Conn, Request, bool] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Conn, Request, threading.Semaphore | None] | None]
+        self._jobs = queue.SimpleQueue()
         self._back: queue.SimpleQueue[tuple[Conn, bool]] = queue.SimpleQueue()
         self._free_workers = threading.Semaphore(WORKERS)
-        self._ctx = Context(probe, probe.publication, self.port, secret, threading.Semaphore(WORKERS - 1))
+        public_polls = threading.Semaphore(PUBLIC_LONG_POLLS)
+        self._ctx = Context(probe, probe.publication, self.port, secret, public_polls)
+        self._reserved_polls = threading.Semaphore(RESERVED_LONG_POLLS)
         self._pacer = Pacer(RATE)
         self._stopping = False
         self._threads = [threading.Thread(target=self._io_loop, name="poolwatch-probe-io", daemon=True)]
@@ -151,12 +176,14 @@ class ProbeServer:
             sock, addr = self._listen.accept()
         except OSError:
             return
-        if self._open >= MAX_OPEN:
+        reserved = self._open >= MAX_OPEN
+        if self._open >= MAX_OPEN + RESERVED_OPEN:
             send_and_close(sock, _FULL)
             return
         sock.setblocking(False)
         self._open += 1
-        self._watch(Conn(sock, str(addr[0]), time.monotonic() + HEAD_TIMEOUT_S, started=True))
+        timeout = RESERVED_HEAD_TIMEOUT_S if reserved else HEAD_TIMEOUT_S
+        self._watch(Conn(sock, str(addr[0]), time.monotonic() + timeout, started=True, reserved=reserved))
 
     def _watch(self, conn: Conn) -> None:
         self._conns[conn.sock] = conn
@@ -194,15 +221,29 @@ class ProbeServer:
             self._refuse(conn, Response(400, {"error": str(exc)}, close=True))
             return
         self._unwatch(conn)
-        slot = long_poll(req)  # decided here: a refused long-poll costs no thread hand-off
-        if slot and not self._ctx.long_polls.acquire(blocking=False):
+        trusted = authorized(req, self._ctx.secret)
+        if conn.reserved and not trusted:
+            self._refuse(conn, Response(503, {"error": "too many connections; retry"}, close=True))
+            return
+        conn.reserved = False  # shown once: the connection is the sidecar's
+        polls = long_poll(req)
+        slot = self._poll_slot(trusted) if polls else None  # decided here: a refusal costs no thread
+        if polls and slot is None:
             self._busy(conn, req, _POLLS_FULL)
         elif self._free_workers.acquire(blocking=False):
             self._jobs.put((conn, req, slot))
         else:
-            if slot:
-                self._ctx.long_polls.release()
+            if slot is not None:
+                slot.release()
             self._busy(conn, req, _BUSY)
+
+    def _poll_slot(self, trusted: bool) -> threading.Semaphore | None:
+        """The long-poll slot taken (None: none is free): a client that showed the secret takes a
+        reserved one first, then a public one; anyone else only a public one."""
+        for pool in (self._reserved_polls, self._ctx.long_polls) if trusted else (self._ctx.long_polls,):
+            if pool.acquire(blocking=False):
+                return pool
+        return None
 
     def _busy(self, conn: Conn, req: Request, answers: tuple[bytes, ...]) -> None:
         """A 503 from the I/O thread itself; a keep-alive client may ask again (paced)."""
@@ -262,7 +303,7 @@ class ProbeServer:
                 keep = False
             finally:
                 self._free_workers.release()
-                if slot:
-                    self._ctx.long_polls.release()
+                if slot is not None:
+                    slot.release()
             self._back.put((conn, keep))
             self._wake()

@@ -74,6 +74,7 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("  one 1 Hz cycle (1,000 observes + evaluation), ms", "detector", "cycle", "-"),
     ("trend: observe with a full window, µs", "trend", "observe", "O(1) amortised"),
     ("probe cheap sample, 256 live, µs", "probe", "sample_256", "<= 150 µs"),
+    ("  same, every request new since the last sample, µs", "probe", "sample_256_new", "-"),
     ("  256 live + 9,000 waiting, µs", "probe", "sample_9000", "same as without"),
     ("probe Mamba census, 256 live, µs", "probe", "census_256", "<= 500 µs"),
 ]

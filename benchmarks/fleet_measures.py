@@ -60,13 +60,13 @@ def free_port() -> int:
         return port
 
 
-def start_fleet() -> tuple[subprocess.Popen[bytes], list[int]]:
+def start_fleet(mode: str = "steady") -> tuple[subprocess.Popen[bytes], list[int]]:
     from bench_sidecar import payload
 
     from poolwatch.codec import dump_snapshot
 
     template = json.dumps(dump_snapshot(payload(0, 0.0))).encode()
-    cmd = [sys.executable, str(HERE / "fake_fleet.py"), str(FLEET_PORTS), "900"]
+    cmd = [sys.executable, str(HERE / "fake_fleet.py"), str(FLEET_PORTS), "900", mode]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None
     assert proc.stdout is not None
@@ -135,8 +135,9 @@ def stop(proc: subprocess.Popen[bytes]) -> float | None:
     return time.monotonic() - started
 
 
-def fleet(n: int, concurrency: int, seconds: float) -> dict[str, Any]:
-    fleet_proc, ports = start_fleet()
+def fleet(n: int, concurrency: int, seconds: float, mode: str = "steady") -> dict[str, Any]:
+    """The sidecar watching ``n`` fake probes (``mode``: see fake_fleet.py), with the load average."""
+    fleet_proc, ports = start_fleet(mode)
     with tempfile.TemporaryDirectory() as tmp:
         sidecar, url = start_sidecar(n, ports, concurrency, Path(tmp))
         try:
@@ -152,6 +153,7 @@ def fleet(n: int, concurrency: int, seconds: float) -> dict[str, Any]:
             fleet_proc.kill()
             fleet_proc.wait()
     result: dict[str, Any] = {"cpu": (cpu1 - cpu0) / (t1 - t0) * 100, "rss": rss, "stop": stopped}
+    result["load"] = os.getloadavg()[0]
     answers = [s for s in (metrics_s, later_s) if s is not None]
     result["metrics_s"] = max(answers) if len(answers) == 2 else None
     if first and last:
@@ -316,6 +318,8 @@ def probe() -> dict[str, Any]:
 
 MEASURES: dict[str, Callable[[float], dict[str, Any]]] = {
     "fleet32": lambda s: fleet(1000, 32, s),
+    "fleet32busy": lambda s: fleet(1000, 32, s, "busy"),
+    "fleet32old": lambda s: fleet(1000, 32, s, "old"),
     "fleet1000": lambda s: fleet(1000, 1000, s),
     "sidecar8": lambda s: fleet(8, 32, s),
     "render": lambda s: render(),

@@ -31,6 +31,7 @@ __all__ = [
     "findings",
     "describe",
     "gap",
+    "share_findings",
     "signature",
     "used",
 ]
@@ -114,6 +115,12 @@ def findings(snap: Snapshot) -> Mapping[Pool, Finding]:
     """Every pool's finding, in pool order, assessed once per snapshot (memoised on it): the
     store, exporter, detector, API, ``check`` and the probe's long-poll signature all read these."""
     return snap.derived("findings", lambda: _assess_pools(snap))
+
+
+def share_findings(old: Snapshot, new: Snapshot) -> None:
+    """``new`` has ``old``'s pools and phase (a later sample of the same figures, see
+    :mod:`poolwatch.renewal`): it takes ``old``'s findings instead of assessing them again."""
+    new.derived("findings", lambda: findings(old))
 
 
 def _assess_pools(snap: Snapshot) -> Mapping[Pool, Finding]:

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from poolwatch.catalog import RANK_LABELS, rank_label_values
 from poolwatch.detect.rules import Severity
-from poolwatch.model import Snapshot, WorkerId
+from poolwatch.model import Role, Snapshot, WorkerId
 
 __all__ = ["Alert", "AlertState", "Labels", "Signal", "Verdict", "merge", "rank_labels", "sampled_subject"]
 
@@ -24,8 +25,14 @@ def sampled_subject(snap: Snapshot) -> str:
 
 def rank_labels(worker: WorkerId, pool: str = "") -> Labels:
     """The identity labels of a rank (and a pool), as the exporter labels its series, sorted by
-    name (an alert's identity)."""
-    pairs = dict(zip(RANK_LABELS, rank_label_values(worker), strict=True))
+    name (an alert's identity).  Built once per rank and pool: every snapshot asks for them a
+    dozen times, and each snapshot decodes a new (equal) ``WorkerId``."""
+    return _labels((worker.worker, worker.role, worker.dp_rank, worker.tp_rank, worker.pp_rank), pool)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _labels(identity: tuple[str, Role, int, int, int], pool: str) -> Labels:
+    pairs = dict(zip(RANK_LABELS, rank_label_values(WorkerId(*identity)), strict=True))
     if pool:
         pairs["pool"] = pool
     return tuple(sorted(pairs.items()))

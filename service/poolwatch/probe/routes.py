@@ -7,6 +7,10 @@ slots, which the server takes before a thread answers (:func:`long_poll`; none f
 once), and the mutating endpoints answer only a loopback client that names the probe's own
 address in ``Host``, sends no ``Origin`` (no browser page), and shows the secret from the
 discovery directory as ``Authorization: Bearer <secret>``.
+
+A snapshot answer carries the ``ETag`` of its content; a client that sends it back
+(``?have=<tag>``) and whose content is still the latest gets a bodiless ``304`` with the new
+clock instead (see :mod:`poolwatch.renewal`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from urllib.parse import parse_qs
 from poolwatch.codec import dump_snapshot
 from poolwatch.model import Snapshot
 from poolwatch.probe.publication import Publication
+from poolwatch.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, clock_header, content_tag
 
 __all__ = [
     "MAX_HEAD_BYTES",
@@ -39,8 +44,8 @@ __all__ = [
 MAX_HEAD_BYTES = 8192
 MAX_HEADERS = 48
 MAX_WAIT_S = 30.0
-_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-            413: "Content Too Large", 503: "Service Unavailable"}  # fmt: skip
+_REASONS = {200: "OK", 304: "Not Modified", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 413: "Content Too Large", 503: "Service Unavailable"}  # fmt: skip
 
 
 class BadRequest(ValueError):
@@ -72,17 +77,22 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
-    doc: Any  # a JSON-ready value, or bytes already encoded
+    doc: Any  # a JSON-ready value, or bytes already encoded (a 304 has none)
     close: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
 
     def encode(self, keep_alive: bool) -> bytes:
         body = self.doc if isinstance(self.doc, bytes) else json.dumps(self.doc).encode()
         connection = "keep-alive" if keep_alive and not self.close else "close"
-        retry = "Retry-After: 1\r\n" if self.status == 503 else ""
+        extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers)
+        if self.status == 503:
+            extra += "Retry-After: 1\r\n"
+        framing = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        if self.status == NOT_MODIFIED:
+            framing, body = "", b""  # no body, and no length of one
         head = (
-            f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Error')}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: {connection}\r\n{retry}Server: poolwatch-probe\r\n\r\n"
+            f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Error')}\r\n{framing}"
+            f"Connection: {connection}\r\n{extra}Server: poolwatch-probe\r\n\r\n"
         )
         return head.encode("ascii") + body
 
@@ -96,15 +106,20 @@ class Context:
     port: int
     secret: str | None
     long_polls: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(3))
-    _encoded: tuple[object, bytes] = (None, b"")
+    _encoded: tuple[object, str, bytes] = (None, "", b"")  # (snapshot, content tag, body)
+
+    def encoded(self, snap: Snapshot) -> tuple[str, bytes]:
+        """``(content tag, JSON body)`` of ``snap``, computed once however many clients ask."""
+        cached, tag, body = self._encoded
+        if cached is not snap:
+            doc = dump_snapshot(snap)
+            tag, body = content_tag(doc), json.dumps(doc).encode()
+            self._encoded = (snap, tag, body)  # one tuple swap: a racing thread at worst encodes twice
+        return tag, body
 
     def snapshot_body(self, snap: Snapshot) -> bytes:
         """The JSON of ``snap``, encoded once however many clients ask for it."""
-        cached, body = self._encoded
-        if cached is not snap:
-            body = json.dumps(dump_snapshot(snap)).encode()
-            self._encoded = (snap, body)  # one tuple swap: a racing thread at worst encodes twice
-        return body
+        return self.encoded(snap)[1]
 
 
 def parse_head(raw: bytes, peer: str = "") -> Request:
@@ -188,14 +203,21 @@ def long_poll(req: Request) -> bool:
 
 
 def _snapshot(req: Request, ctx: Context) -> Response:
-    """The latest snapshot; with ``wait`` > 0 (the caller holds a long-poll slot), once it changes."""
+    """The latest snapshot; with ``wait`` > 0 (the caller holds a long-poll slot), once it changes;
+    only its clock (a bodiless 304) when its content is the one the caller has (``have``)."""
     seen, wait = wait_of(req.query)
     snap = ctx.publication.latest if wait <= 0 else ctx.publication.wait_changed(seen, wait)
-    return (
-        Response(503, {"error": "no snapshot yet"})
-        if snap is None
-        else Response(200, ctx.snapshot_body(snap))
-    )
+    if snap is None:
+        return Response(503, {"error": "no snapshot yet"})
+    tag, body = ctx.encoded(snap)
+    if HAVE in req.query and tag == _have(req.query):
+        return Response(NOT_MODIFIED, b"", headers=((CLOCK_HEADER, clock_header(snap)), ("ETag", f'"{tag}"')))
+    return Response(200, body, headers=(("ETag", f'"{tag}"'),))
+
+
+def _have(query: str) -> str:
+    """The content tag the client holds (``""``: none)."""
+    return parse_qs(query, max_num_fields=8).get(HAVE, [""])[0][:64]
 
 
 def authorized(req: Request, secret: str | None) -> bool:

@@ -8,23 +8,31 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 
 from poolwatch.codec import SnapshotFormatError, parse_snapshot
 from poolwatch.conservation import signature
-from poolwatch.errors import Reason, ScrapeError
+from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
+from poolwatch.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, renew
 from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.final import load_final
-from poolwatch.sources.http import get_json, join_url
+from poolwatch.sources.http import Answer, decode_json, get_answer, join_url
 
-__all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload"]
+__all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload", "watch_wait"]
 
 SNAPSHOT_PATH = "/v1/snapshot"
+WATCH_MARGIN = 0.15  # seconds of each interval left for an answer's trip and the loop's pause
+
+
+def watch_wait(interval: float, timeout: float) -> float:
+    """How long a watch asks the probe to hold an unchanged answer: a little less than the scrape
+    interval (so with the trip and the pause between requests every rank is refreshed within each
+    interval), and at most half the scrape timeout."""
+    return min(interval - min(WATCH_MARGIN, interval / 4), timeout / 2)
 
 
 def parse_probe_payload(doc: object, target: Target, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
@@ -42,7 +50,12 @@ class ProbeSource(Source):
     With ``long_poll_s > 0`` it *watches*: each request tells the probe the signature of the
     last snapshot seen and waits up to ``long_poll_s`` for a different one, so a new imbalance or
     tripwire arrives within one probe sample instead of one scrape interval (``long_poll`` tells
-    the scrape loop not to sleep between such requests)."""
+    the scrape loop not to sleep between such requests).
+
+    It sends back the content tag (``ETag``) of the snapshot it holds; a probe whose latest
+    snapshot has the same content answers with its clock alone (a bodiless 304), and the held
+    snapshot is renewed with it instead of decoding a body (:mod:`poolwatch.renewal`).  A probe
+    that sends no ETag (an older one) is read in full every time, as before."""
 
     def __init__(
         self,
@@ -60,7 +73,8 @@ class ProbeSource(Source):
         self._max_bytes = max_bytes
         self._long_poll_s = long_poll_s
         self._seen = ""
-        self._request: tuple[str, httpx.URL] | None = None  # (seen, its URL): parsed once per change
+        self._held: tuple[str, Snapshot] | None = None  # (content tag, snapshot) of the last answer
+        self._request: tuple[str, str, httpx.URL] | None = None  # (seen, have, URL): parsed once per change
 
     @property
     def target(self) -> Target:
@@ -72,35 +86,57 @@ class ProbeSource(Source):
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         try:
-            doc = await self._fetch(client)
+            answer = await self._fetch(client)
         except ScrapeError:
             final = self._final()
             if final is None:
                 raise
             return [final]
-        snap = parse_probe_payload(doc, self._target, self._limits)
+        snap = self._renewed(answer) if answer[0] == NOT_MODIFIED else self._decoded(answer)
         self._seen, self._boot = signature(snap), snap.boot_id
         return [snap]
 
-    async def _fetch(self, client: httpx.AsyncClient) -> Any:
+    def _decoded(self, answer: Answer) -> Snapshot:
+        snap = parse_probe_payload(decode_json(answer[2], self.url), self._target, self._limits)
+        tag = answer[1].get("etag", "").removeprefix("W/").strip('"')
+        self._held = (tag, snap) if tag else None
+        return snap
+
+    def _renewed(self, answer: Answer) -> Snapshot:
+        """The held snapshot at the probe's new clock (the probe said its content is the same)."""
+        held, self._held = self._held, None
+        if held is None:
+            raise PayloadError(
+                Reason.SCHEMA, f"{self.url}: HTTP 304 for a snapshot this sidecar does not hold"
+            )
+        try:
+            snap = renew(held[1], answer[1].get(CLOCK_HEADER.lower(), ""))
+        except ValueError as exc:
+            raise PayloadError(Reason.SCHEMA, f"{self.url}: {exc}") from None
+        self._held = (held[0], snap)
+        return snap
+
+    async def _fetch(self, client: httpx.AsyncClient) -> Answer:
         """The long-poll's answer; when the probe refuses it (503: its few long-poll slots are
         taken, by a hostile local client say), the latest snapshot by a plain GET, then a pause of
         one wait, so the rank stays watched at the scrape interval and the loop does not spin."""
+        expect = frozenset({NOT_MODIFIED}) if self._held is not None else frozenset()
         try:
-            return await get_json(client, self._request_url(), self._max_bytes)
+            return await get_answer(client, self._request_url(), self._max_bytes, expect)
         except ScrapeError as exc:
             if not (self.long_poll and exc.reason is Reason.HTTP_STATUS and "HTTP 503" in str(exc)):
                 raise
-        doc = await get_json(client, self.url, self._max_bytes)
+        answer = await get_answer(client, self.url, self._max_bytes)
         await asyncio.sleep(self._long_poll_s)
-        return doc
+        return answer
 
     def _request_url(self) -> httpx.URL:
-        """The next request's URL, parsed only when the signature changed (parsing and quoting a
-        URL costs more than the rest of the request)."""
-        if self._request is None or self._request[0] != self._seen:
-            self._request = (self._seen, httpx.URL(self.request_url))
-        return self._request[1]
+        """The next request's URL, parsed only when the signature or the held content changed
+        (parsing and quoting a URL costs more than the rest of the request)."""
+        have = self._held[0] if self._held is not None else ""
+        if self._request is None or self._request[:2] != (self._seen, have):
+            self._request = (self._seen, have, httpx.URL(self.request_url))
+        return self._request[2]
 
     def _final(self) -> Snapshot | None:
         """The gone rank's final snapshot, once (see :mod:`poolwatch.sources.final`)."""
@@ -112,10 +148,10 @@ class ProbeSource(Source):
 
     @property
     def request_url(self) -> str:
-        if not self.long_poll:
-            return self.url
-        query = httpx.QueryParams({"sig": self._seen, "wait": f"{self._long_poll_s:g}"})
-        return f"{self.url}?{query}"
+        params = {"sig": self._seen, "wait": f"{self._long_poll_s:g}"} if self.long_poll else {}
+        if self._held is not None:
+            params[HAVE] = self._held[0]
+        return f"{self.url}?{httpx.QueryParams(params)}" if params else self.url
 
     @property
     def url(self) -> str:

@@ -43,7 +43,7 @@ from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.file import FileSource
 from poolwatch.sources.final import FinalSnapshotSource
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe import ProbeSource, watch_wait
 from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
 
@@ -215,7 +215,7 @@ def make_source(
     max_bytes, limits = settings.scrape.max_body_bytes, settings.limits
     if target.source is SourceKind.PROBE:
         # watch the probe: an answer as soon as its verdict changes, else once per interval
-        wait = min(settings.scrape.scrape_interval, settings.scrape.scrape_timeout / 2)
+        wait = watch_wait(settings.scrape.scrape_interval, settings.scrape.scrape_timeout)
         return ProbeSource(target, max_bytes, long_poll_s=wait, final_path=final_path, limits=limits)
     if target.source is SourceKind.SGLANG_METRICS:
         return SglangMetricsSource(target, clock, max_bytes=max_bytes, limits=limits)

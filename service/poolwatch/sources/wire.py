@@ -11,9 +11,11 @@ watching 8 ranks, half of what it spends.
 and everything else (``https://``) through httpx.  The wire speaks only what it needs: one
 request at a time, ``Content-Length`` or chunked bodies (or a body up to the close), the same
 bounded failures as the httpx path (connect, http_status with ``HTTP <code>`` in the message,
-too_large; the scrape loop's deadline is the timeout).  A kept-alive connection the server
-closed while idle is reopened once; a GET interrupted half-way (a deadline) drops the connection.
-Proxy settings from the environment are not consulted: a lane talks to one probe directly.
+too_large; the scrape loop's deadline is the timeout).  :meth:`WireClient.answer` also hands back
+the status and headers of a 2xx, or of a status the caller expects (a bodiless ``304``).  A
+kept-alive connection the server closed while idle is reopened once; a GET interrupted half-way
+(a deadline) drops the connection.  Proxy settings from the environment are not consulted: a
+lane talks to one probe directly.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import httpx
 
 from poolwatch.errors import Reason, ScrapeError
 
-__all__ = ["WireClient"]
+__all__ = ["Answer", "WireClient"]
 
+Answer = tuple[int, dict[str, str], bytes]  # (status, {lower-case header name: value}, body)
+_BODILESS = frozenset({204, 304})
 _STALE = (ConnectionError, asyncio.IncompleteReadError)  # a reused connection the server closed
 
 
@@ -47,6 +51,13 @@ class WireClient(httpx.AsyncClient):
 
     async def fetch(self, url: str | httpx.URL, max_bytes: int) -> bytes:
         """The body of a 2xx answer to ``GET url``; raises ``ScrapeError`` like the httpx path."""
+        return (await self.answer(url, max_bytes))[2]
+
+    async def answer(
+        self, url: str | httpx.URL, max_bytes: int, expect: frozenset[int] = frozenset()
+    ) -> Answer:
+        """A 2xx answer to ``GET url``, or one whose status is in ``expect``; any other status
+        raises ``ScrapeError`` (http_status), as do the httpx path's other failures."""
         key = str(url)
         if self._request[0] != key:  # built once per URL (a watch's URL changes with its signature)
             self._request = (key, *_request_of(httpx.URL(key)))
@@ -54,12 +65,12 @@ class WireClient(httpx.AsyncClient):
         reused = self._stream is not None and self._origin == origin
         try:
             try:
-                return await self._exchange(origin, request, key, max_bytes)
+                return await self._exchange(origin, request, key, max_bytes, expect)
             except _STALE:
                 if not reused:
                     raise
                 self._drop()  # closed by the server while idle: once more on a new connection
-                return await self._exchange(origin, request, key, max_bytes)
+                return await self._exchange(origin, request, key, max_bytes, expect)
         except ScrapeError:
             raise
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
@@ -69,20 +80,23 @@ class WireClient(httpx.AsyncClient):
             self._drop()
             raise
 
-    async def _exchange(self, origin: tuple[str, int], request: bytes, url: str, max_bytes: int) -> bytes:
+    async def _exchange(
+        self, origin: tuple[str, int], request: bytes, url: str, max_bytes: int, expect: frozenset[int]
+    ) -> Answer:
         if self._stream is None or self._origin != origin:
             self._drop()
             self._stream, self._origin = await asyncio.open_connection(*origin), origin
         reader, writer = self._stream
         writer.write(request)
         status, headers = _head(await reader.readuntil(b"\r\n\r\n"))
-        body = await self._body(reader, headers, url, max_bytes)
-        framed = "content-length" in headers or "chunked" in headers.get("transfer-encoding", "")
+        bodiless = status in _BODILESS
+        body = b"" if bodiless else await self._body(reader, headers, url, max_bytes)
+        framed = bodiless or "content-length" in headers or "chunked" in headers.get("transfer-encoding", "")
         if not framed or headers.get("connection", "").lower() == "close":
             self._drop()
-        if not 200 <= status < 300:
+        if not 200 <= status < 300 and status not in expect:
             raise ScrapeError(Reason.HTTP_STATUS, f"GET {url}: HTTP {status}")
-        return body
+        return status, headers, body
 
     async def _body(
         self, reader: asyncio.StreamReader, headers: dict[str, str], url: str, max_bytes: int

@@ -21,12 +21,14 @@ reason.  A resolved alert stays listed for ``retention`` seconds so that receive
 Cost: alerts are indexed by subject (sampled) and by name, so a snapshot touches only its own
 rank's alerts and the timer only the timed ones -- never every alert of every rank; the
 annotations other than the description depend only on the alert and its labels and are built
-once per alert instance, and an unchanged instance's :class:`Alert` is reused.
+once per alert instance, and an unchanged instance's :class:`Alert` is reused.  The listing's
+order (and whether two sources hold one label set) is kept until an instance comes or goes or
+changes severity, so listing costs one identity check per unchanged alert and one
+:class:`Alert` per changed one.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
@@ -55,7 +57,7 @@ class _Track:
     restored_at: float | None = None  # loaded from the state file and not observed since
     reason: str = ""  # why it resolved, when not because its condition cleared
     static: Mapping[str, str] | None = None  # annotations but the description (fixed per instance)
-    shown: tuple[tuple[object, ...], Alert] | None = None  # the last Alert built, and from what
+    shown: tuple[Signal, tuple[object, ...], Alert] | None = None  # the last Alert built, and from what
 
 
 class Tracker:
@@ -67,7 +69,7 @@ class Tracker:
         self._tracks: dict[Key, _Track] = {}
         self._by_subject: dict[str, dict[Key, _Track]] = {}  # sampled alerts of each subject
         self._by_alert: dict[str, dict[Key, _Track]] = {}  # every instance of each alert
-        self._listed: tuple[list[Alert], list[Alert]] | None = None  # alerts() from what
+        self._order: tuple[list[_Track], bool] | None = None  # listing order, and whether to merge
         self.fired = 0  # how many times an alert went from pending to firing (never decreases)
 
     def sample(
@@ -160,17 +162,13 @@ class Tracker:
 
     def alerts(self) -> list[Alert]:
         """Every pending, firing and recently resolved alert, one per label set."""
-        built = [self._alert(t) for t in self._tracks.values()]
-        last = self._listed
-        if last is not None and len(last[0]) == len(built) and all(map(operator.is_, last[0], built)):
-            return list(last[1])  # nothing changed since the last call
-        identities = {(a.name, a.severity, tuple(sorted(a.labels))) for a in built}
-        if len(identities) == len(built):  # one source per label set: nothing to merge
-            listed = sorted(built, key=lambda a: (a.name, a.labels, a.severity.value))
-        else:
-            listed = merge(built)
-        self._listed = (built, listed)
-        return list(listed)
+        if self._order is None:
+            tracks = sorted(self._tracks.values(), key=_order_key)
+            identities = {(t.signal.alert, t.signal.severity, t.signal.labels) for t in tracks}
+            self._order = (tracks, len(identities) != len(tracks))  # two sources hold one label set
+        tracks, merging = self._order
+        built = [self._alert(t) for t in tracks]
+        return merge(built) if merging else built
 
     def _bad(self, sig: Signal, mode: Mode, sample_id: Hashable, now: float) -> None:
         track = self._tracks.get(sig.key)
@@ -178,6 +176,8 @@ class Tracker:
             track = _Track(sig, mode, AlertState.PENDING, since=now, last_seen=now, last_sample=sample_id)
             self._put(track)
         else:
+            if sig.severity is not track.signal.severity:
+                self._order = None  # its place in the listing moves
             if track.state is AlertState.PENDING and sample_id != track.last_sample:
                 track.samples += 1
             track.signal, track.last_seen, track.last_sample = sig, now, sample_id
@@ -213,6 +213,7 @@ class Tracker:
     def _put(self, track: _Track) -> None:
         key = track.signal.key
         self._drop(key)
+        self._order = None
         self._tracks[key] = track
         self._by_alert.setdefault(track.signal.alert, {})[key] = track
         if track.mode is Mode.SAMPLED:
@@ -222,6 +223,7 @@ class Tracker:
         track = self._tracks.pop(key, None)
         if track is None:
             return
+        self._order = None
         for index, name in ((self._by_alert, track.signal.alert), (self._by_subject, track.signal.subject)):
             group = index.get(name)
             if group is not None and group.pop(key, None) is not None and not group:
@@ -229,9 +231,9 @@ class Tracker:
 
     def _alert(self, t: _Track) -> Alert:
         s = t.signal
-        shown = (s, t.state, t.since, t.fired_at, t.resolved_at, t.last_seen, t.reason)
-        if t.shown is not None and t.shown[0] == shown:
-            return t.shown[1]
+        shown = (t.state, t.since, t.fired_at, t.resolved_at, t.last_seen, t.reason)
+        if t.shown is not None and t.shown[0] is s and t.shown[1] == shown:
+            return t.shown[2]
         if t.static is None:
             t.static = {k: v for k, v in self._annotate(s).items() if k != "description"}
         annotations = {**t.static, "description": s.description}
@@ -250,5 +252,9 @@ class Tracker:
             resolved_at=t.resolved_at,
             last_seen=t.last_seen,
         )
-        t.shown = (shown, alert)
+        t.shown = (s, shown, alert)
         return alert
+
+
+def _order_key(t: _Track) -> tuple[str, Labels, str]:
+    return (t.signal.alert, t.signal.labels, t.signal.severity.value)

@@ -8,6 +8,7 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlencode
 
 import httpx
 
@@ -74,7 +75,7 @@ class ProbeSource(Source):
         self._long_poll_s = long_poll_s
         self._seen = ""
         self._held: tuple[str, Snapshot] | None = None  # (content tag, snapshot) of the last answer
-        self._request: tuple[str, str, httpx.URL] | None = None  # (seen, have, URL): parsed once per change
+        self._request: tuple[str, str, str] = ("", "", "")  # (seen, have, URL): built once per change
 
     @property
     def target(self) -> Target:
@@ -130,12 +131,11 @@ class ProbeSource(Source):
         await asyncio.sleep(self._long_poll_s)
         return answer
 
-    def _request_url(self) -> httpx.URL:
-        """The next request's URL, parsed only when the signature or the held content changed
-        (parsing and quoting a URL costs more than the rest of the request)."""
+    def _request_url(self) -> str:
+        """The next request's URL, built only when the signature or the held content changed."""
         have = self._held[0] if self._held is not None else ""
-        if self._request is None or self._request[:2] != (self._seen, have):
-            self._request = (self._seen, have, httpx.URL(self.request_url))
+        if not self._request[2] or self._request[:2] != (self._seen, have):
+            self._request = (self._seen, have, self.request_url)
         return self._request[2]
 
     def _final(self) -> Snapshot | None:
@@ -151,7 +151,7 @@ class ProbeSource(Source):
         params = {"sig": self._seen, "wait": f"{self._long_poll_s:g}"} if self.long_poll else {}
         if self._held is not None:
             params[HAVE] = self._held[0]
-        return f"{self.url}?{httpx.QueryParams(params)}" if params else self.url
+        return f"{self.url}?{urlencode(params)}" if params else self.url
 
     @property
     def url(self) -> str:

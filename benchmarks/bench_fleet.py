@@ -6,7 +6,9 @@ directory and put first on ``PYTHONPATH``), each in its own interpreter.  A figu
 build cannot produce (it had no cached render) is shown as ``—``.
 
 * fleet rows: a real ``poolwatch serve`` process watching 1,000 probe targets on 127.0.0.1,
-  served by ``fake_fleet.py`` (answers a long-poll after its ``wait``, with a fresh ``taken_at``),
+  served by ``fake_fleet.py`` (answers a long-poll after its ``wait``, with a fresh ``taken_at``;
+  as current probes whose figures do not move -- a bodiless 304 when the sidecar holds the
+  content --, as older probes without ETags, or as busy probes whose figures change every time),
   for ``--seconds``; CPU and RSS are the sidecar process's own (``/proc``), scrapes and staleness
   are read from its ``/metrics`` at both ends of the window, then SIGTERM and the time to exit;
 * render: ``/metrics`` of 64 and 1,000 ranks, every rank's snapshot new since the last render
@@ -43,7 +45,7 @@ from fleet_measures import MEASURES, fleet_plan  # noqa: E402
 ROWS: list[tuple[str, str, str, str]] = [
     # (row, measure name, figure key, goal)
     (
-        "1,000 long-polling targets: scrapes/s",
+        "1,000 long-polling targets (steady figures): scrapes/s",
         "fleet32",
         "rate",
         ">= 1,000/s (each rank once per 1 s interval)",
@@ -53,6 +55,15 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("  sidecar CPU, % of one core", "fleet32", "cpu", "<= 25 %"),
     ("  sidecar RSS, MB", "fleet32", "rss", "<= 300 MB"),
     ("  SIGTERM to exit, s", "fleet32", "stop", "<= 5 s"),
+    ("  load average (1 min) at the end of the window", "fleet32", "load", "-"),
+    ("same, older probes (no ETag: every answer in full): scrapes/s", "fleet32old", "rate", ">= 1,000/s"),
+    ("  ranks refreshed < once per interval", "fleet32old", "late", "0"),
+    ("  sidecar CPU, % of one core", "fleet32old", "cpu", "<= 25 %"),
+    ("  load average (1 min)", "fleet32old", "load", "-"),
+    ("same, busy probes (figures new in every answer): scrapes/s", "fleet32busy", "rate", ">= 1,000/s"),
+    ("  ranks refreshed < once per interval", "fleet32busy", "late", "0"),
+    ("  sidecar CPU, % of one core", "fleet32busy", "cpu", "<= 25 %"),
+    ("  load average (1 min)", "fleet32busy", "load", "-"),
     ("same, --scrape-concurrency 1000: scrapes/s", "fleet1000", "rate", "works"),
     ("  ranks stale (older than 10 s)", "fleet1000", "stale", "0"),
     ("  sidecar CPU, % of one core", "fleet1000", "cpu", "<= 25 %"),

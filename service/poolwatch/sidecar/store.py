@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from poolwatch.conservation import findings
 from poolwatch.errors import Reason
@@ -199,17 +199,20 @@ class SnapshotStore:
     ) -> None:
         with self._lock:
             old = self._targets.get(name) or TargetState(name, source, worker=worker)
-            errors = Counter(old.errors)
+            errors = old.errors  # shared with the old state while nothing is added (never changed in place)
             if reason is not None:
+                errors = Counter(old.errors)
                 errors[reason] += 1
-            self._targets[name] = replace(
-                old,
-                up=up,
-                scrapes=old.scrapes + 1,
-                last_duration=duration,
-                last_success_at=at if up else old.last_success_at,
-                last_error=error,
-                errors=errors,
+            self._targets[name] = TargetState(
+                old.name,
+                old.source,
+                up,
+                old.worker,
+                old.scrapes + 1,
+                duration,
+                at if up else old.last_success_at,
+                error,
+                errors,
             )
 
     def targets(self) -> list[TargetState]:

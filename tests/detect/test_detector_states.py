@@ -257,17 +257,47 @@ def test_two_sources_proving_one_double_free_make_one_alert_that_ends_when_both_
     assert [a.state for a in detector.evaluate()] == [AlertState.RESOLVED]
 
 
-def test_a_restart_seen_by_one_source_resets_only_that_source_s_alerts(clock: FakeClock) -> None:
+def test_a_restart_seen_by_one_source_ends_the_old_boot_s_alerts_of_every_source(clock: FakeClock) -> None:
     detector = Detector(CFG, clock)
     probe = RankStream(clock)
     log = RankStream(clock, boot_id="")
     detector.observe(probe.next(exact(Pool.FULL, -2)))
     detector.observe(replace(log.next(coarse(Pool.MAMBA, -1), phase=Phase.IDLE), source="sglang-log"))
     probe.restart()
-    for _ in range(CFG.resolve_samples + int(CFG.resolve_hold)):
-        detector.observe(probe.next())
+    detector.observe(probe.next())
+    clock.advance(CFG.resolve_hold - 1)
+    assert {a.state for a in detector.evaluate()} == {AlertState.FIRING}  # held like keep_firing_for
+    clock.advance(1)
     states = {dict(a.labels)["pool"]: a.state for a in detector.evaluate()}
-    assert states == {"full": AlertState.RESOLVED, "mamba": AlertState.FIRING}
+    assert states == {"full": AlertState.RESOLVED, "mamba": AlertState.RESOLVED}
+
+
+def test_a_source_that_cannot_judge_the_new_boot_does_not_hold_the_old_boot_s_alert(
+    clock: FakeClock,
+) -> None:
+    """The e2e restart: SGLang's leak report in the log proved a double free; after the restart
+    the log only has busy (coarse) lines, which never count as clean samples."""
+    detector = Detector(CFG, clock)
+    log = RankStream(clock)
+    detector.observe(replace(log.next(coarse(Pool.MAMBA, -1), phase=Phase.IDLE), source="sglang-log"))
+    [fired] = detector.evaluate()
+    log.restart()
+    for _ in range(int(CFG.resolve_hold) + 1):
+        detector.observe(replace(log.next(coarse(Pool.MAMBA, 300), phase=Phase.BUSY), source="sglang-log"))
+    [alert] = detector.evaluate()
+    assert (alert.fingerprint, alert.state) == (fired.fingerprint, AlertState.RESOLVED)
+
+
+def test_a_new_boot_that_shows_the_old_boot_s_double_free_keeps_it_firing_past_the_hold(
+    clock: FakeClock,
+) -> None:
+    detector = Detector(CFG, clock)
+    probe = RankStream(clock)
+    detector.observe(probe.next(gap=-1))
+    probe.restart()
+    for _ in range(int(CFG.resolve_hold) * 2):
+        detector.observe(probe.next(gap=-1))
+    assert [a.state for a in detector.evaluate()] == [AlertState.FIRING]
 
 
 def test_a_forgotten_rank_resolves_its_alerts_with_the_reason_and_leaves_no_state(clock: FakeClock) -> None:

@@ -6,7 +6,8 @@ is evaluated on a timer with the latest snapshot of every rank and the scrape ta
 arrives.  It imports no store, settings, HTTP or metrics library.  Each source of a rank (the probe, SGLang's
 ``/metrics``, its log) judges the pool alerts on its own: a snapshot that cannot tell (coarse
 figures while busy) never counts as clean, and when a source reports a restart (new ``boot_id``)
-its sampled alerts resolve and its trend windows start over; a restart also ends the rank's log
+the rank's sampled alerts (of every source) resolve unless the new boot shows them again, that
+source's trend windows start over, and a restart also ends the rank's log
 incidents (a crash or failed idle check read before the new boot resolves at once, as the
 generated rules do by comparing the incident and restart timestamps).  Alerts with the same labels from
 two sources are merged into one.  The state machine itself is
@@ -171,7 +172,6 @@ class Detector:
         rank = self._ranks.get(subject)
         if rank is None or rank.boot_id != snap.boot_id:
             if rank is not None:
-                self._tracker.reset(subject, now)
                 self._restart(snap.worker.key, now)
             rank = _Rank(snap.boot_id, snap.worker, snap.source)
             self._ranks[subject] = rank
@@ -187,8 +187,12 @@ class Detector:
         return rank
 
     def _restart(self, key: str, now: float) -> None:
-        """Rank ``key`` was seen in a new boot ``now``: the incidents read before are over.  Times
-        are this detector's clock, as the store's (a log's own timestamps may be skewed)."""
+        """Rank ``key`` was seen in a new boot ``now`` (by any of its sources: a boot is the
+        process's): every source's sampled alerts of the old boot hold until the new boot shows
+        them again or ``resolve_hold`` ends, and the incidents read before are over.  Times are this
+        detector's clock, as the store's (a log's own timestamps may be skewed)."""
+        for subject in [s for s in self._ranks if s.partition("@")[0] == key]:
+            self._tracker.reset(subject, now)
         logged = self._incident_at.pop(key, {})
         ended = {alert for alert, when in logged.items() if when < now}
         if ended:

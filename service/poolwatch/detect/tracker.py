@@ -12,9 +12,11 @@ Three ways to judge an alert (:class:`~poolwatch.detect.rules.Mode`):
   continuous trouble and resolves ``resolve_hold`` seconds after the trouble ends.
 
 A restarted rank (a new boot) does not resolve its firing sampled alerts at once: the restart
-counts as their last sighting, and they resolve like any other -- ``resolve_samples`` clean samples
-of the new boot and ``resolve_hold`` seconds -- which is when the Prometheus rules, which saw the
-old boot's figures until the restart, stop firing too (``keep_firing_for`` is the same hold).
+counts as their last sighting, and they resolve ``resolve_hold`` seconds later unless the new boot
+shows them again -- which is when the Prometheus rules, which saw the old boot's figures until the
+restart, stop firing too (``keep_firing_for`` is the same hold).  No clean sample is needed: the
+old boot's pools are gone with its process, and a source that cannot judge the new boot (a log
+while the server is busy) would otherwise hold the old alert forever.
 A rank that is gone for good is forgotten (:meth:`Tracker.forget`): its alerts resolve with a
 reason.  A resolved alert stays listed for ``retention`` seconds so that receivers learn it is over.
 
@@ -55,6 +57,7 @@ class _Track:
     fired_at: float | None = None
     resolved_at: float | None = None
     restored_at: float | None = None  # loaded from the state file and not observed since
+    restarted: bool = False  # its rank restarted, and the new boot has not shown it
     reason: str = ""  # why it resolved, when not because its condition cleared
     static: Mapping[str, str] | None = None  # annotations but the description (fixed per instance)
     shown: tuple[Signal, tuple[object, ...], Alert] | None = None  # the last Alert built, and from what
@@ -114,12 +117,13 @@ class Tracker:
 
     def reset(self, subject: str, now: float) -> None:
         """A restarted rank: pending sampled alerts never happened; firing ones were last seen now
-        and resolve after the usual clean samples and hold (unless the new boot shows them too)."""
+        and resolve after ``resolve_hold`` unless the new boot shows them again."""
         for key, track in list(self._by_subject.get(subject, {}).items()):
             if track.state is AlertState.PENDING:
                 self._drop(key)
             elif track.state is AlertState.FIRING:
                 track.last_seen, track.clean, track.last_sample = now, 0, None
+                track.restarted = True
 
     def forget(self, gone: Callable[[Signal], bool], reason: str, now: float) -> int:
         """Resolve (with ``reason``) or drop every alert whose signal is ``gone``; returns how many."""
@@ -181,7 +185,7 @@ class Tracker:
             if track.state is AlertState.PENDING and sample_id != track.last_sample:
                 track.samples += 1
             track.signal, track.last_seen, track.last_sample = sig, now, sample_id
-            track.clean, track.restored_at = 0, None
+            track.clean, track.restored_at, track.restarted = 0, None, False
         ready = track.samples >= sig.min_samples and now - track.since >= sig.for_seconds
         if track.state is AlertState.PENDING and ready:
             track.state, track.fired_at = AlertState.FIRING, now
@@ -202,7 +206,8 @@ class Tracker:
         elif track.mode is Mode.TIMED:
             done = track.clean > 0 and quiet >= self._cfg.resolve_hold
         else:
-            done = track.clean >= self._cfg.resolve_samples and quiet >= self._cfg.resolve_hold
+            clean = track.restarted or track.clean >= self._cfg.resolve_samples
+            done = clean and quiet >= self._cfg.resolve_hold
         if done:
             self._resolve(track, now)
 

@@ -17,7 +17,7 @@ import httpx
 
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.sources.failures import scrape_failure
-from poolwatch.sources.wire import Answer, WireClient
+from poolwatch.sources.wire import Answer, Headers, WireClient
 
 __all__ = ["Answer", "decode_json", "get_answer", "get_bytes", "get_json", "join_url"]
 
@@ -34,14 +34,19 @@ async def get_bytes(client: httpx.AsyncClient, url: str | httpx.URL, max_bytes: 
 
 
 async def get_answer(
-    client: httpx.AsyncClient, url: str | httpx.URL, max_bytes: int, expect: frozenset[int] = frozenset()
+    client: httpx.AsyncClient,
+    url: str | httpx.URL,
+    max_bytes: int,
+    expect: frozenset[int] = frozenset(),
+    extra: Headers = (),
 ) -> Answer:
     """``(status, headers, body)`` of a 2xx answer, or of one whose status is in ``expect`` (its
-    body not read); fails like :func:`get_bytes`.  Header names are lower-case."""
+    body not read); fails like :func:`get_bytes`.  Header names are lower-case; ``extra`` headers
+    are sent with the request (never named in an error: they may hold a secret)."""
     if isinstance(client, WireClient) and client.handles(url):
-        return await client.answer(url, max_bytes, expect)
+        return await client.answer(url, max_bytes, expect, extra)
     try:
-        async with client.stream("GET", url) as response:
+        async with client.stream("GET", url, headers=dict(extra)) as response:
             status, headers = response.status_code, {k.lower(): v for k, v in response.headers.items()}
             if status in expect and not response.is_success:
                 return status, headers, b""

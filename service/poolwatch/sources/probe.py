@@ -22,6 +22,7 @@ from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.final import load_final
 from poolwatch.sources.http import Answer, decode_json, get_answer, join_url
+from poolwatch.sources.wire import Headers
 
 __all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload", "watch_wait"]
 
@@ -56,7 +57,11 @@ class ProbeSource(Source):
     It sends back the content tag (``ETag``) of the snapshot it holds; a probe whose latest
     snapshot has the same content answers with its clock alone (a bodiless 304), and the held
     snapshot is renewed with it instead of decoding a body (:mod:`poolwatch.renewal`).  A probe
-    that sends no ETag (an older one) is read in full every time, as before."""
+    that sends no ETag (an older one) is read in full every time, as before.
+
+    A probe found in the discovery directory is shown the node's ``secret`` from there
+    (``Authorization: Bearer``), so it keeps a long-poll slot for the sidecar however many local
+    clients hold its public ones (:mod:`poolwatch.probe.server`)."""
 
     def __init__(
         self,
@@ -65,9 +70,11 @@ class ProbeSource(Source):
         long_poll_s: float = 0.0,
         final_path: str = "",
         limits: Limits = DEFAULT_LIMITS,
+        secret: str = "",
     ) -> None:
         self._target = target
         self._limits = limits
+        self._headers: Headers = (("Authorization", f"Bearer {secret}"),) if secret else ()
         self._final_path = final_path  # where this rank's probe leaves its final snapshot
         self._final_sent = ""
         self._boot = ""  # the boot id of the last live answer
@@ -123,11 +130,11 @@ class ProbeSource(Source):
         one wait, so the rank stays watched at the scrape interval and the loop does not spin."""
         expect = frozenset({NOT_MODIFIED}) if self._held is not None else frozenset()
         try:
-            return await get_answer(client, self._request_url(), self._max_bytes, expect)
+            return await get_answer(client, self._request_url(), self._max_bytes, expect, self._headers)
         except ScrapeError as exc:
             if not (self.long_poll and exc.reason is Reason.HTTP_STATUS and "HTTP 503" in str(exc)):
                 raise
-        answer = await get_answer(client, self.url, self._max_bytes)
+        answer = await get_answer(client, self.url, self._max_bytes, extra=self._headers)
         await asyncio.sleep(self._long_poll_s)
         return answer
 

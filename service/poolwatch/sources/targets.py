@@ -32,6 +32,7 @@ from poolwatch.discovery import (
     SkipReason,
     final_name,
     read_final_dir,
+    read_secret,
     scan_discovery_dir,
     skip_reason,
 )
@@ -208,15 +209,15 @@ def _vanished(directory: str, live: set[str]) -> list[tuple[str, str]]:
 
 
 def make_source(
-    target: Target, settings: Settings, clock: Callable[[], float], final_path: str = ""
+    target: Target, settings: Settings, clock: Callable[[], float], final_path: str = "", secret: str = ""
 ) -> Source:
     """The source object that reads ``target`` (a probe's final snapshot is looked for at
-    ``final_path`` when the probe stops answering)."""
+    ``final_path`` when the probe stops answering; a discovered probe is shown ``secret``)."""
     max_bytes, limits = settings.scrape.max_body_bytes, settings.limits
     if target.source is SourceKind.PROBE:
         # watch the probe: an answer as soon as its verdict changes, else once per interval
         wait = watch_wait(settings.scrape.scrape_interval, settings.scrape.scrape_timeout)
-        return ProbeSource(target, max_bytes, long_poll_s=wait, final_path=final_path, limits=limits)
+        return ProbeSource(target, max_bytes, wait, final_path, limits, secret)
     if target.source is SourceKind.SGLANG_METRICS:
         return SglangMetricsSource(target, clock, max_bytes=max_bytes, limits=limits)
     if target.source is SourceKind.SGLANG_LOG:
@@ -242,6 +243,7 @@ class TargetSet:
         self._probe_dir = configured or ("" if static else DEFAULT_PROBE_DIR)
         self._discovered: dict[str, Source] = {}
         self.skipped: dict[str, str] = {}  # discovery files skipped at the last scan, and why
+        self._secret = ""  # the node's probe secret at the last scan (shown to discovered probes)
 
     @property
     def probe_dir(self) -> str:
@@ -257,16 +259,18 @@ class TargetSet:
         skipped: dict[str, str] = {}
         ranks = discover_ranks(self._probe_dir, skipped, self._settings.limits)
         self._note_skipped(skipped)
+        secret, known = read_secret(self._probe_dir) or "", self._secret
+        self._secret = secret
         for name, url, worker, final in ranks:
             finals.add(final)
             if only and worker not in only:
                 continue
             old = self._discovered.get(name)
-            if old is not None and old.target.location == url:
+            if old is not None and old.target.location == url and secret == known:
                 fresh[name] = old
             else:  # the probe's own worker name: several workers may share one directory
                 target = Target(name, SourceKind.PROBE, url, worker, role, labels)
-                fresh[name] = make_source(target, self._settings, self._clock, final)
+                fresh[name] = make_source(target, self._settings, self._clock, final, secret)
         for name, path in _vanished(self._probe_dir, finals):
             old = self._discovered.get(name)
             target = Target(name, SourceKind.PROBE, path, "", role, labels)

@@ -28,9 +28,10 @@ import httpx
 
 from poolwatch.errors import Reason, ScrapeError
 
-__all__ = ["Answer", "WireClient"]
+__all__ = ["Answer", "Headers", "WireClient"]
 
 Answer = tuple[int, dict[str, str], bytes]  # (status, {lower-case header name: value}, body)
+Headers = tuple[tuple[str, str], ...]  # extra request headers, (name, value)
 _BODILESS = frozenset({204, 304})
 _STALE = (ConnectionError, asyncio.IncompleteReadError)  # a reused connection the server closed
 
@@ -54,13 +55,18 @@ class WireClient(httpx.AsyncClient):
         return (await self.answer(url, max_bytes))[2]
 
     async def answer(
-        self, url: str | httpx.URL, max_bytes: int, expect: frozenset[int] = frozenset()
+        self,
+        url: str | httpx.URL,
+        max_bytes: int,
+        expect: frozenset[int] = frozenset(),
+        headers: Headers = (),
     ) -> Answer:
-        """A 2xx answer to ``GET url``, or one whose status is in ``expect``; any other status
-        raises ``ScrapeError`` (http_status), as do the httpx path's other failures."""
+        """A 2xx answer to ``GET url`` (``headers`` sent too), or one whose status is in ``expect``;
+        any other status raises ``ScrapeError`` (http_status), as do the httpx path's other failures."""
         key = str(url)
-        if self._request[0] != key:  # built once per URL (a watch's URL changes with its signature)
-            self._request = (key, *_request_of(httpx.URL(key)))
+        built = f"{key} {headers}" if headers else key  # never in a message: headers may hold a secret
+        if self._request[0] != built:  # built once per URL (a watch's URL changes with its signature)
+            self._request = (built, *_request_of(httpx.URL(key), headers))
         _, origin, request = self._request
         reused = self._stream is not None and self._origin == origin
         try:
@@ -137,10 +143,11 @@ class WireClient(httpx.AsyncClient):
         await super().__aexit__(*exc_info)
 
 
-def _request_of(url: httpx.URL) -> tuple[tuple[str, int], bytes]:
+def _request_of(url: httpx.URL, headers: Headers = ()) -> tuple[tuple[str, int], bytes]:
     host, port = url.host, url.port or 80
     netloc = url.netloc.decode("ascii")
     head = f"GET {url.raw_path.decode('ascii')} HTTP/1.1\r\nHost: {netloc}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers)
     return (host, port), (head + "Accept: application/json\r\nUser-Agent: poolwatch\r\n\r\n").encode("ascii")
 
 

@@ -77,6 +77,22 @@ async def test_gets_go_over_one_kept_alive_connection_with_the_query_as_given(se
     assert server.requests[0].startswith(b"GET /v1/snapshot?sig=a%7Cb&wait=1 HTTP/1.1\r\nHost: 127.0.0.1:")
 
 
+async def test_a_watch_whose_query_changes_sends_each_query_as_given_and_quotes_an_odd_one(serve) -> None:
+    server = await serve(lambda n: ok(b"{}"))
+    base = server.url.partition("?")[0]
+    queries = ["sig=a%7Cb&wait=1&have=0f1e", "sig=a%7Cb&wait=1&have=2d3c", "sig=a b|c"]
+    async with WireClient() as client:
+        for query in queries:
+            await client.fetch(f"{base}?{query}", 1 << 20)
+    lines = [r.split(b"\r\n", 1)[0] for r in server.requests]
+    assert lines == [
+        b"GET /v1/snapshot?sig=a%7Cb&wait=1&have=0f1e HTTP/1.1",
+        b"GET /v1/snapshot?sig=a%7Cb&wait=1&have=2d3c HTTP/1.1",
+        b"GET /v1/snapshot?sig=a%20b|c HTTP/1.1",  # not a plain query: parsed and quoted whole, as httpx does
+    ]
+    assert server.connections == 1
+
+
 async def test_an_error_status_names_its_code_and_the_connection_stays_usable(serve) -> None:
     busy = b"HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\n{}"
     server = await serve(lambda n: busy if n == 1 else ok(b"[1]"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import Any
 
 import httpx
@@ -33,6 +34,7 @@ __all__ = ["Answer", "Headers", "WireClient"]
 Answer = tuple[int, dict[str, str], bytes]  # (status, {lower-case header name: value}, body)
 Headers = tuple[tuple[str, str], ...]  # extra request headers, (name, value)
 _BODILESS = frozenset({204, 304})
+_PLAIN_QUERY = re.compile(r"[A-Za-z0-9%._~&=+-]*")
 _STALE = (ConnectionError, asyncio.IncompleteReadError)  # a reused connection the server closed
 
 
@@ -44,6 +46,7 @@ class WireClient(httpx.AsyncClient):
         self._stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._origin: tuple[str, int] = ("", 0)
         self._request: tuple[str, tuple[str, int], bytes] = ("", ("", 0), b"")  # (url, origin, bytes)
+        self._base: tuple[str, httpx.URL | None] = ("", None)  # the URL before its query, parsed
 
     @staticmethod
     def handles(url: str | httpx.URL) -> bool:
@@ -66,7 +69,7 @@ class WireClient(httpx.AsyncClient):
         key = str(url)
         built = f"{key} {headers}" if headers else key  # never in a message: headers may hold a secret
         if self._request[0] != built:  # built once per URL (a watch's URL changes with its signature)
-            self._request = (built, *_request_of(httpx.URL(key), headers))
+            self._request = (built, *_request_of(*self._parsed(key), headers))
         _, origin, request = self._request
         reused = self._stream is not None and self._origin == origin
         try:
@@ -122,6 +125,20 @@ class WireClient(httpx.AsyncClient):
                 raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body larger than {max_bytes} bytes")
         return bytes(body)
 
+    def _parsed(self, key: str) -> tuple[httpx.URL, str]:
+        """``(URL, query)`` of ``key``: the part before a plain query (letters, digits,
+        ``%``-escapes and ``-._~&=+``, as a watch's signature and tag are sent) parsed once per
+        base, since a watch's query changes with every new signature or held content; any other
+        URL parsed whole (its query in the URL)."""
+        base, _, query = key.partition("?")
+        if not _PLAIN_QUERY.fullmatch(query):
+            return httpx.URL(key), ""
+        parsed = self._base[1]
+        if self._base[0] != base or parsed is None:
+            parsed = httpx.URL(base)
+            self._base = (base, parsed)
+        return parsed, query
+
     def _drop(self) -> None:
         if self._stream is not None:
             self._stream[1].close()
@@ -143,10 +160,11 @@ class WireClient(httpx.AsyncClient):
         await super().__aexit__(*exc_info)
 
 
-def _request_of(url: httpx.URL, headers: Headers = ()) -> tuple[tuple[str, int], bytes]:
+def _request_of(url: httpx.URL, query: str = "", headers: Headers = ()) -> tuple[tuple[str, int], bytes]:
     host, port = url.host, url.port or 80
     netloc = url.netloc.decode("ascii")
-    head = f"GET {url.raw_path.decode('ascii')} HTTP/1.1\r\nHost: {netloc}\r\n"
+    path = url.raw_path.decode("ascii") + (f"?{query}" if query else "")
+    head = f"GET {path} HTTP/1.1\r\nHost: {netloc}\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in headers)
     return (host, port), (head + "Accept: application/json\r\nUser-Agent: poolwatch\r\n\r\n").encode("ascii")
 

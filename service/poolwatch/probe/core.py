@@ -279,13 +279,14 @@ class Probe:
         self.latest = snap
 
     def _health(self) -> ProbeHealth:
-        health = self.guard.health(
+        return self.guard.health(
             sample_cost=self._sample_cost,
             census_cost=self._census_cost,
             census_total=self._census_total,
             disabled=self.runtime_disabled or self.file_disabled,
+            tripwires_dropped=self.tripwires.dropped,
+            guard=self.repairer is not None,
         )
-        return replace(health, tripwires_dropped=self.tripwires.dropped, guard=self.repairer is not None)
 
     def _publish_health(self) -> None:
         if self.latest is not None:

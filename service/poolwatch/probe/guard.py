@@ -65,7 +65,14 @@ class Guard:
             log.warning("poolwatch probe: %s", self.last_error)
 
     def health(
-        self, *, sample_cost: float, census_cost: float, census_total: int, disabled: bool
+        self,
+        *,
+        sample_cost: float,
+        census_cost: float,
+        census_total: int,
+        disabled: bool,
+        tripwires_dropped: int = 0,
+        guard: bool = False,
     ) -> ProbeHealth:
         return ProbeHealth(
             samples_total=self.samples_total,
@@ -75,4 +82,6 @@ class Guard:
             census_cost_seconds=census_cost,
             census_total=census_total,
             disabled=disabled or self.gave_up,
+            tripwires_dropped=tripwires_dropped,
+            guard=guard,
         )

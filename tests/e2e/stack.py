@@ -8,6 +8,7 @@ the test's directory, whose tail is shown when a wait runs out.
 from __future__ import annotations
 
 import json
+import random
 import signal
 import socket
 import subprocess
@@ -26,11 +27,27 @@ T = TypeVar("T")
 
 
 def free_port() -> int:
-    """A port nobody listens on now (the OS picks it; the caller binds it soon after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port nobody listens on now, for a server the caller starts soon after.  It is drawn below
+    the kernel's ephemeral range, so no outgoing connection of another process (a benchmark's
+    thousand clients) can take it in between, as one the OS picks with ``bind(0)`` could."""
+    low = ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below the ephemeral range")
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux; IANA's 49152 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
 
 
 def poll(

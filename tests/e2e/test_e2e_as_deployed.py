@@ -21,6 +21,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,7 +37,16 @@ import pytest
 import yaml
 from tests.e2e import deployed
 from tests.e2e.grafana import load, panel_queries, substitute
-from tests.e2e.stack import LogWatcher, Process, Prometheus, WebhookRecorder, free_port, http_ok, poll
+from tests.e2e.stack import (
+    LogWatcher,
+    Process,
+    Prometheus,
+    WebhookRecorder,
+    ephemeral_low,
+    free_port,
+    http_ok,
+    poll,
+)
 from tests.helpers import REPO, require_tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -60,9 +70,12 @@ Alert = dict[str, Any]
 
 
 def free_block(n: int) -> int:
-    """The first of ``n`` consecutive free loopback ports (the emulator's ``--port-base``)."""
-    for _ in range(50):
-        base = free_port()
+    """The first of ``n`` consecutive free loopback ports (the emulator's ``--port-base``), below
+    the kernel's ephemeral range: the emulator binds them only later (and again at the restart),
+    and a port the OS hands out for outgoing connections could be taken in between."""
+    low = ephemeral_low()
+    for _ in range(200):
+        base = random.randrange(max(1024, low - 12000), low - n)
         with contextlib.ExitStack() as held:
             try:
                 for port in range(base, base + n):
@@ -252,16 +265,50 @@ def dashboard_agrees(stack: Deployed, step: str) -> None:
     """At this step the dashboard counts exactly the pools Alertmanager has conservation alerts
     for (given a few scrapes and evaluations to catch up)."""
 
-    def agree() -> tuple[int, int] | None:
-        expected, shown = len(firing_pools(stack.alerts())), dashboard_count(stack.prometheus)
-        return (expected, shown) if expected == shown else None
+    seen: list[str] = []
 
-    poll(  # Prometheus keeps a cleared alert firing for keep_firing_for (30 s) before it resolves
-        agree,
-        timeout=60,
-        what=f"the dashboard's imbalanced pools to match the alerts ({step})",
-        logs=stack.logs,
-    )
+    def agree() -> tuple[int, int] | None:
+        held = firing_pools(stack.alerts())
+        expected, shown = len(held), dashboard_count(stack.prometheus)
+        if expected == shown:
+            return (expected, shown)
+        seen[:] = [f"Alertmanager holds {sorted(held)}; the dashboard counts {shown}:", *why_counted(stack)]
+        return None
+
+    try:
+        poll(  # Prometheus keeps a cleared alert firing for keep_firing_for (30 s) before it resolves
+            agree,
+            timeout=60,
+            what=f"the dashboard's imbalanced pools to match the alerts ({step})",
+            logs=stack.logs,
+        )
+    except AssertionError as failed:
+        raise AssertionError("\n".join([*seen, str(failed)])) from None
+
+
+def why_counted(stack: Deployed) -> list[str]:
+    """The series behind the "Imbalanced pools" stat, each part of its query on its own."""
+    parts = {
+        "gap": "poolwatch_pool_conservation_gap_slots != 0",
+        "rule alerts": 'ALERTS{alertname=~"PoolwatchDoubleFree|PoolwatchSlotLeak"}',
+        "sidecar alerts": 'poolwatch_alert_active{alertname=~"PoolwatchDoubleFree|PoolwatchSlotLeak"}',
+    }
+    lines = [
+        f"  {name}: {sample['metric']} = {sample['value'][1]}"
+        for name, expr in parts.items()
+        for sample in stack.prometheus.query(expr)
+    ]
+    for pod in stack.pods:
+        held = httpx.get(f"http://127.0.0.1:{pod.port}/api/v1/alerts", timeout=10).json()
+        lines += [f"  {pod.name}'s sidecar holds {a}" for a in held if a.get("name") in CONSERVATION]
+    lines += [
+        f"  page at {t:.1f}: {a['status']} {a['labels'].get('pod')} tp{a['labels'].get('tp_rank')} "
+        f"prometheus={a['labels'].get('prometheus', '')} {a['startsAt']} {a['endsAt']}"
+        for t, body in stack.pages()
+        for a in body["alerts"]
+        if a["labels"]["alertname"] in CONSERVATION
+    ]
+    return lines
 
 
 # --- the notifications ----------------------------------------------------------------------

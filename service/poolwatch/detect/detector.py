@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from poolwatch.conservation import Basis, findings
-from poolwatch.detect.alert import Alert, Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.alert import Alert, Signal, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.forecast import PoolTrend, best_trends, forecast_signals
 from poolwatch.detect.health import (
     incident_signals,
     probe_judged,
@@ -34,24 +35,16 @@ from poolwatch.detect.health import (
     target_signals,
 )
 from poolwatch.detect.repairs import repair_judged, repair_signals
-from poolwatch.detect.rules import AlertName, Severity, by_name, dashboard_link
-from poolwatch.detect.signals import conservation_judged, conservation_signals, where
+from poolwatch.detect.rules import AlertName, by_name, dashboard_link
+from poolwatch.detect.signals import conservation_judged, conservation_signals
 from poolwatch.detect.tracker import Tracker
-from poolwatch.detect.trend import GapSeries, Trend
-from poolwatch.model import Pool, Snapshot, SourceKind, WorkerId
+from poolwatch.detect.trend import GapSeries
+from poolwatch.model import Pool, Snapshot, WorkerId
 from poolwatch.target_health import TargetState
 
 __all__ = ["RESTARTED", "Detector", "PoolTrend"]
 
-FORECAST = AlertName.POOL_EXHAUSTION_FORECAST
 RESTARTED = "the rank restarted (a new boot) after the incident"
-
-
-@dataclass(frozen=True, slots=True)
-class PoolTrend:
-    worker: WorkerId
-    pool: Pool
-    trend: Trend
 
 
 @dataclass(slots=True)
@@ -90,7 +83,7 @@ class Detector:
         subject = sampled_subject(snap)
         with self._lock:
             rank = self._rank(subject, snap, now)
-            forecasts, forecast_judged = self._forecasts(rank, snap)
+            forecasts, forecast_judged = forecast_signals(rank.series, snap, self._cfg)
             signals = conservation_signals(snap, self._cfg) + forecasts
             signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
             signals += repair_signals(snap)
@@ -129,16 +122,7 @@ class Detector:
     def trends(self) -> list[PoolTrend]:
         """The fitted leak rate (and exhaustion ETA) of every pool with enough history."""
         with self._lock:
-            best: dict[tuple[str, Pool], tuple[bool, PoolTrend]] = {}
-            for rank in self._ranks.values():
-                for pool, series in rank.series.items():
-                    trend = series.trend()
-                    key = (rank.worker.key, pool)
-                    probe = rank.source == SourceKind.PROBE  # of two sources of one rank, the exact one wins
-                    if trend is not None and (key not in best or (probe and not best[key][0])):
-                        best[key] = (probe, PoolTrend(rank.worker, pool, trend))
-            order = list(Pool)
-            return [best[k][1] for k in sorted(best, key=lambda k: (k[0], order.index(k[1])))]
+            return best_trends((rank.worker, rank.source, rank.series) for rank in self._ranks.values())
 
     def forget(self, keys: Iterable[str], reason: str, now: float | None = None) -> int:
         """Ranks gone for good (``WorkerId.key``): their alerts resolve with ``reason`` and their
@@ -214,26 +198,6 @@ class Detector:
         while len(errors) > 1 and errors[1][0] <= snap.taken_at - window:
             errors.popleft()
         return errors[0][1]
-
-    def _forecasts(self, rank: _Rank, snap: Snapshot) -> tuple[list[Signal], set[Verdict]]:
-        out: list[Signal] = []
-        judged: set[Verdict] = set()
-        for pool, series in sorted(rank.series.items(), key=lambda kv: list(Pool).index(kv[0])):
-            trend = series.trend()
-            if trend is not None:
-                judged.add((FORECAST, rank_labels(snap.worker, pool.value)))
-            if trend is None or trend.eta is None or trend.eta >= self._cfg.exhaustion_horizon:
-                continue
-            text = (
-                f"The {pool.value} pool of {where(snap)} loses {trend.rate * 3600:.1f} slots per hour; "
-                f"at that rate it has no free slot left in {trend.eta / 3600:.1f} h."
-            )
-            labels = rank_labels(snap.worker, pool.value)
-            wait = (self._cfg.deficit_samples, self._cfg.forecast_for)
-            out.append(
-                Signal(FORECAST, sampled_subject(snap), Severity.WARNING, labels, text, trend.eta, *wait)
-            )
-        return out, judged
 
     def _annotate(self, sig: Signal) -> dict[str, str]:
         definition = by_name(sig.alert)

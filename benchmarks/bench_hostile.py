@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from poolwatch.probe import ProbeConfig, attach, detach
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
 
-STEPS = 4000  # per window (~1-2 s on a quiet core)
+STEPS = 16_000  # per window (~2-4 s here): shorter windows measure the neighbours, not the clients
 ROUNDS = 7
 CLIENTS = 200
 GOAL_PCT = 2.0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from poolwatch.catalog import by_name
 from poolwatch.discovery import (
     DiscoveryEntry,
     SkipReason,
@@ -168,3 +169,8 @@ def test_the_self_metric_is_absent_while_discovery_is_off(tmp_path: Path) -> Non
     registry = CollectorRegistry()
     registry.register(DiscoveryCollector(TargetSet(settings, lambda: 0.0).skipped_by_reason))
     assert registry.get_sample_value("poolwatch_discovery_skipped_files", {"reason": "schema"}) is None
+
+
+def test_the_catalogue_names_every_skip_reason() -> None:
+    text = by_name("poolwatch_discovery_skipped_files").help
+    assert [reason for reason in SkipReason if reason.value not in text] == []

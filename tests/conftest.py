@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import settings
 
 from poolwatch.codec import parse_snapshot
 from poolwatch.model import Snapshot
 from tests.helpers import FIXTURES, FakeClock
+
+# No per-example deadline: timing is the benchmarks' business, and on a shared CI box one slow
+# example would fail a property that holds (hypothesis' default is 200 ms per example).
+settings.register_profile("poolwatch", deadline=None)
+settings.load_profile("poolwatch")
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from tests.probe.fakes import Rank
 
 from poolwatch.model import Pool, TripwireKind
 from poolwatch.probe.access import Reading
-from poolwatch.probe.census import id_census, mamba_census
+from poolwatch.probe.census import mamba_census
 from poolwatch.probe.kv_census import kv_census
+from poolwatch.probe.proofs import id_census
 from poolwatch.probe.requests import collect_live
 from poolwatch.probe.shapes import shape_for_version
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
-from poolwatch.probe.census import id_census
+from poolwatch.probe.proofs import id_census
 from poolwatch.probe.tripwires import TripwireLog
 
 

@@ -20,7 +20,8 @@ from poolwatch.conservation import gap
 from poolwatch.model import Pool
 from poolwatch.probe import Probe, ProbeConfig, census, requests
 from poolwatch.probe.access import Reading
-from poolwatch.probe.requests import _one, collect_live
+from poolwatch.probe.footprint import _one
+from poolwatch.probe.requests import collect_live
 from poolwatch.probe.shapes import SHAPES, HeldRule, shape_for_version
 from poolwatch.probe.snapshot import take_sample
 from poolwatch.probe.totals import Memo, fast_totals

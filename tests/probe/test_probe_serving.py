@@ -22,7 +22,7 @@ from poolwatch.discovery import (
 )
 from poolwatch.model import Pool
 from poolwatch.probe import ProbeConfig, attach, detach, read_discovery_dir
-from poolwatch.probe.core import DISABLE_FILE
+from poolwatch.probe.switch import DISABLE_FILE
 
 
 def get(url: str) -> tuple[int, Any]:
@@ -131,7 +131,7 @@ def test_a_disable_file_in_the_discovery_directory_stops_every_probe_until_it_is
     assert probe.latest is not None
     assert probe.latest.pools == {}
     (tmp_path / DISABLE_FILE).unlink()
-    probe._last_switch_check = -float("inf")  # the file is looked at once a second
+    probe.switch.last_look = -float("inf")  # the file is looked at once a second
     rank.sched.recv_requests()
     assert not probe.disabled
     assert probe.latest is not None

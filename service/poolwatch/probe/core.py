@@ -9,6 +9,9 @@ threads read; the scheduler thread never blocks on I/O except one ``stat`` per s
 a pool-less heartbeat snapshot (``probe.disabled``) once a second, so the kill switch stays
 visible (PoolwatchProbeDegraded can fire) instead of going stale; removing the ``DISABLE`` file
 re-enables it (``POST /v1/disable`` is undone only by ``/v1/enable``).
+
+When a census runs and what becomes of its findings is :mod:`poolwatch.probe.censusing`; the kill
+switch and the heartbeat published while off are :mod:`poolwatch.probe.switch`.
 """
 
 from __future__ import annotations
@@ -20,27 +23,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, WorkerId
+from poolwatch.model import ProbeHealth, Snapshot, WorkerId
 from poolwatch.probe.access import Reading
-from poolwatch.probe.census import PoolCensus, mamba_census
+from poolwatch.probe.censusing import Censuses
 from poolwatch.probe.config import ProbeConfig
 from poolwatch.probe.final import Suspicion, check_fails, write_final_snapshot
 from poolwatch.probe.guard import Guard
 from poolwatch.probe.identity import sglang_version, worker_identity
-from poolwatch.probe.kv_census import kv_census
 from poolwatch.probe.publication import Publication
-from poolwatch.probe.repair import Repairer, census_of
-from poolwatch.probe.report import census_doc
-from poolwatch.probe.shapes import SHAPES, Shape, shape_for_version
+from poolwatch.probe.repair import Repairer
+from poolwatch.probe.shapes import Shape, shape_or_newest
 from poolwatch.probe.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
+from poolwatch.probe.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.totals import Memo
-from poolwatch.probe.tripwires import TripwireLog, chunk_tripwires
+from poolwatch.probe.tripwires import TripwireLog
 from poolwatch.probe.waiting import WaitingHolders
 
-__all__ = ["DISABLE_FILE", "Probe"]
+__all__ = ["Probe"]
 
-DISABLE_FILE = "DISABLE"  # in the discovery directory: every rank on the node stops
-HEARTBEAT_S = 1.0  # while disabled, a pool-less snapshot this often keeps the switch visible
 Clock = Callable[[], float]
 
 
@@ -64,31 +64,26 @@ class Probe:
             self.environ["POOLWATCH_WORKER"] = config.worker
         self.clock, self.wall = clock, wall
         self.version = config.sglang_version or sglang_version()
-        self.shape = shape or _shape_of(self.version)
+        self.shape = shape or shape_or_newest(self.version)
         self.boot_id = uuid.uuid4().hex[:16]
         self.started_at = wall()
         self.guard = Guard(config.max_consecutive_errors)
         self.tripwires = TripwireLog()
         self.seq = 0
         self.publication = Publication()
-        self.census: dict[str, Any] | None = None
-        self.runtime_disabled = False
-        self.file_disabled = False  # the DISABLE file exists (checked once a second)
-        self._last_heartbeat = -float("inf")
+        self.switch = KillSwitch(config.directory)
         self.publisher: Any = None  # set by hooks.attach when serving
         self._last_sample = -float("inf")
-        self._last_census = self._last_kv = clock()  # busy censuses start one interval in
         self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
         self._memo = Memo()  # what did not change, kept from one sample to the next
         self._last_exact_waiting = -float("inf")
         self._identity: dict[str, WorkerId] = {}  # by role, read once
-        self._last_switch_check = -float("inf")
-        self._sample_cost = self._census_cost = 0.0
-        self._census_total = 0
-        self._was_idle = False
-        self._has_mamba = True  # until a sample shows the model has no Mamba pool
+        self._sample_cost = 0.0
         self._strict = idle_check_strict(self.shape, self.environ)
         self.repairer = Repairer(self.shape) if config.guard else None  # opt-in guard mode
+        self.censuses = Censuses(
+            scheduler, self.shape, config, self.tripwires, self.repairer, self.guard, clock=clock, wall=wall
+        )
         self._idle_seq = -1  # the iteration of the last idle hook
         self._suspicion = Suspicion()
         self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
@@ -103,12 +98,17 @@ class Probe:
     def latest(self, snapshot: Snapshot | None) -> None:
         self.publication.publish(snapshot)
 
+    @property
+    def census(self) -> dict[str, Any] | None:
+        """The last census detail (``GET /v1/census``)."""
+        return self.censuses.doc
+
     def on_loop_boundary(self, hook: str) -> None:
         """Start of a scheduler iteration: the previous one is complete."""
         self.seq += 1
         if self._due(self._last_sample, self.config.sample_interval_s):
             self._guarded("sample", lambda: self._sample(hook))
-        elif self.disabled and self.clock() - self._last_heartbeat >= HEARTBEAT_S:
+        elif self.disabled and self.switch.heartbeat_due(self.clock()):
             self._guarded("heartbeat", self._heartbeat)
 
     def on_idle(self, hook: str) -> None:
@@ -132,23 +132,20 @@ class Probe:
         return self.latest
 
     def disable(self) -> None:
-        self.runtime_disabled = True
+        self.switch.runtime = True
         self._publish_health()
 
     def enable(self) -> None:
-        self.runtime_disabled = False
+        self.switch.runtime = False
 
     @property
     def disabled(self) -> bool:
-        return self.runtime_disabled or self.file_disabled or self.guard.gave_up
+        return self.switch.off or self.guard.gave_up
 
     # -- internals ----------------------------------------------------------------------------
 
     def _active(self) -> bool:
-        now = self.clock()
-        if now - self._last_switch_check >= 1.0:
-            self._last_switch_check = now
-            self.file_disabled = os.path.exists(os.path.join(self.config.directory, DISABLE_FILE))
+        self.switch.look(self.clock())
         return not self.disabled
 
     def _due(self, last: float, interval: float) -> bool:
@@ -166,7 +163,7 @@ class Probe:
         once per Mamba census interval (and whenever recalling it leaves a gap, see snapshot)."""
         now = self.clock()
         interval = self.config.census_interval_s
-        exact = idle_check or now - min(self._last_exact_waiting, self._last_census) >= interval
+        exact = idle_check or now - min(self._last_exact_waiting, self.censuses.last_mamba) >= interval
         sample = take_sample(
             self.scheduler,
             self.shape,
@@ -185,8 +182,8 @@ class Probe:
         sample = self._take(reading, idle_check=idle_check)
         self._last_sample = self.clock()
         force = self._suspicion.due(sample, idle_check=idle_check, guard=self.repairer is not None)
-        found = self._maybe_census(sample, reading, hook, force=force)
-        if self.repairer is not None and self._repair(found, sample.pools, sample.phase, hook):
+        found = self.censuses.maybe(sample, reading, hook, self.seq, force=force)
+        if self.censuses.repair(found, sample.pools, sample.phase, hook, self.seq):
             reading = Reading()  # the repaired figures are the ones to publish (and to judge)
             sample = self._take(reading, idle_check=True)
         for label, message in reading.failures.items():
@@ -195,64 +192,9 @@ class Probe:
         self._sample_cost = time.perf_counter() - started
         self._publish(sample, reading, final=idle_check and self._strict and check_fails(sample))
 
-    def _maybe_census(self, sample: Sample, reading: Reading, hook: str, *, force: bool) -> list[PoolCensus]:
-        idle = sample.phase is Phase.IDLE
-        entering_idle, self._was_idle = idle and not self._was_idle, idle
-        now = self.clock()
-        mamba_due = force or entering_idle or now - self._last_census >= self.config.census_interval_s
-        kv_gap = self.config.idle_kv_census_gap_s if idle else self.config.kv_census_interval_s
-        kv_due = force or ((entering_idle or not idle) and now - self._last_kv >= kv_gap)
-        self._has_mamba = Pool.MAMBA in sample.pools  # a model without one has nothing to census
-        mamba_due = mamba_due and self._has_mamba
-        if mamba_due or kv_due:
-            return self._census(sample, reading, hook, mamba=mamba_due, kv=kv_due, idle=idle)
-        return []
-
-    def _repair(
-        self, found: list[PoolCensus], pools: Mapping[Pool, PoolAccount], phase: Phase, hook: str
-    ) -> bool:
-        """Guard mode: act on what the censuses prove (settling those findings); True if a free
-        list changed.  A lost slot is returned only with the pool's exact gap at full idle."""
-        assert self.repairer is not None
-        settled = self.repairer.act_all(self.scheduler, found, pools, phase, hook, self.seq)
-        for kinds, pool, slots in settled:
-            self.tripwires.settle(kinds, pool, slots)
-        return bool(settled)
-
-    def _census(
-        self, sample: Sample, reading: Reading, hook: str, *, mamba: bool, kv: bool, idle: bool
-    ) -> list[PoolCensus]:
-        started = time.perf_counter()
-        found: list[PoolCensus] = []
-        if mamba:
-            self._last_census = self.clock()
-            result = mamba_census(self.scheduler, self.shape, reading, sample.live, idle=idle)
-            found += [result] if result is not None else []
-        if kv:
-            self._last_kv = self.clock()
-            result = kv_census(self.scheduler, self.shape, reading, sample.live, idle=idle)
-            found += [result] if result is not None else []
-        for pool_census in found:
-            self.tripwires.add(pool_census.tripwires(hook, self.seq))
-        self._census_total += 1
-        self._census_cost = time.perf_counter() - started
-        self.census = census_doc(
-            found, seq=self.seq, hook=hook, taken_at=self.wall(), cost=self._census_cost, phase=sample.phase
-        )
-        return found
-
     def _chunk(self, hook: str) -> None:
-        if not self._has_mamba:
-            return
-        reading = Reading()
-        found = chunk_tripwires(self.scheduler, self.shape, reading, self.seq, hook)
-        for label, message in reading.failures.items():
-            self.guard.note(label, message)
-        if not found or not self.tripwires.add(found):
-            return
-        if self.repairer is not None:  # quarantine before the next allocation can hand it out
-            self._repair(census_of(found), {}, Phase.BUSY, hook)
-        self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
+        if self.censuses.chunk(hook, self.seq):
+            self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
     def _publish(self, sample: Sample, reading: Reading, *, final: bool = False) -> None:
         worker = self._identity.get(sample.role)
@@ -281,9 +223,9 @@ class Probe:
     def _health(self) -> ProbeHealth:
         return self.guard.health(
             sample_cost=self._sample_cost,
-            census_cost=self._census_cost,
-            census_total=self._census_total,
-            disabled=self.runtime_disabled or self.file_disabled,
+            census_cost=self.censuses.cost,
+            census_total=self.censuses.total,
+            disabled=self.switch.off,
             tripwires_dropped=self.tripwires.dropped,
             guard=self.repairer is not None,
         )
@@ -294,22 +236,12 @@ class Probe:
 
     def _heartbeat(self) -> None:
         """Disabled: publish who we are and that we are off, with no pool figures (nothing read)."""
-        self._last_heartbeat = self.clock()
-        last = self.latest
-        if last is None:
-            worker = worker_identity(self.scheduler, Reading(), "", self.version, self.environ)
-            last = Snapshot(
-                worker=worker, seq=self.seq, taken_at=0.0, phase=Phase.UNKNOWN, pools={}, source="probe"
-            )
-        self.latest = replace(
-            last, seq=self.seq, taken_at=self.wall(), phase=Phase.UNKNOWN, pools={}, tripwires=(),
-            incidents=(), probe=self._health(), boot_id=self.boot_id,
-        )  # fmt: skip
-
-
-def _shape_of(version: str) -> Shape:
-    """The family of ``version``; the newest known one for an empty or unreadable version."""
-    try:
-        return shape_for_version(version)
-    except ValueError:
-        return SHAPES[-1]
+        self.switch.last_heartbeat = self.clock()
+        self.latest = heartbeat_snapshot(
+            self.latest,
+            lambda: worker_identity(self.scheduler, Reading(), "", self.version, self.environ),
+            seq=self.seq,
+            taken_at=self.wall(),
+            health=self._health(),
+            boot_id=self.boot_id,
+        )

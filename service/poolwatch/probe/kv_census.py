@@ -16,8 +16,10 @@ from typing import Any
 
 from poolwatch.model import Pool
 from poolwatch.probe.access import MISSING, Reading
-from poolwatch.probe.census import MAX_IDS, MAX_RETURN, PoolCensus, tree_values
-from poolwatch.probe.requests import LiveSet, full_private_range
+from poolwatch.probe.census import tree_values
+from poolwatch.probe.footprint import full_private_range
+from poolwatch.probe.proofs import MAX_IDS, MAX_RETURN, PoolCensus
+from poolwatch.probe.requests import LiveSet
 from poolwatch.probe.shapes import Shape
 
 __all__ = ["kv_census"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from poolwatch.model import Exactness, Pool, PoolAccount
 from poolwatch.probe.access import MISSING, Reading
-from poolwatch.probe.requests import Holdings
+from poolwatch.probe.footprint import Holdings
 from poolwatch.probe.shapes import Shape
 
 __all__ = ["PoolKinds", "pool_kinds", "read_pools"]

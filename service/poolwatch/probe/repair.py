@@ -1,6 +1,6 @@
 """Guard mode (opt-in, ``POOLWATCH_PROBE_GUARD=1``): repair a free list on exact proof.
 
-Reads: the census of one pool (:class:`~poolwatch.probe.census.PoolCensus`, taken at this loop
+Reads: the census of one pool (:class:`~poolwatch.probe.proofs.PoolCensus`, taken at this loop
 boundary) and the free list it was taken from.  Writes: that free list only, in the scheduler
 thread, at a hook boundary (never inside an allocation group).  Cost: one tensor filter or one call
 of the pool's own ``free`` per action; nothing when the census found nothing.
@@ -35,7 +35,7 @@ from typing import Any
 
 from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, PoolAccount, Repair, RepairKind, Tripwire, TripwireKind
-from poolwatch.probe.census import MAX_IDS, PoolCensus
+from poolwatch.probe.proofs import MAX_IDS, PoolCensus
 from poolwatch.probe.shapes import Shape
 
 __all__ = ["FULL_ALLOCATORS", "Repairer", "Settled", "census_of"]

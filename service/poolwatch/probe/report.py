@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from poolwatch.model import Phase
-from poolwatch.probe.census import PoolCensus
+from poolwatch.probe.proofs import PoolCensus
 
 __all__ = ["CENSUS_SCHEMA", "census_doc"]
 

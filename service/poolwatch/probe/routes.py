@@ -53,8 +53,10 @@ class BadRequest(ValueError):
 
 
 class Servable(Protocol):
-    census: dict[str, Any] | None
     publication: Publication
+
+    @property
+    def census(self) -> dict[str, Any] | None: ...
 
     @property
     def disabled(self) -> bool: ...

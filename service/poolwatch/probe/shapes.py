@@ -22,7 +22,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-__all__ = ["SHAPES", "HeldRule", "Shape", "parse_version", "shape_for_version"]
+__all__ = ["SHAPES", "HeldRule", "Shape", "parse_version", "shape_for_version", "shape_or_newest"]
 
 
 class HeldRule(enum.StrEnum):
@@ -177,3 +177,11 @@ def shape_for_version(text: str) -> Shape:
         if (*shape.since, 0)[:4] <= version:
             chosen = shape
     return chosen
+
+
+def shape_or_newest(text: str) -> Shape:
+    """The family of ``text``; the newest known one for an empty or unreadable version."""
+    try:
+        return shape_for_version(text)
+    except ValueError:
+        return SHAPES[-1]

@@ -17,9 +17,10 @@ from typing import Any
 from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
 from poolwatch.probe.access import MISSING, Reading
+from poolwatch.probe.footprint import holdings
 from poolwatch.probe.phase import phase_of, queue_depths
 from poolwatch.probe.readers import pool_kinds, read_pools
-from poolwatch.probe.requests import LiveSet, collect_live, holdings, role_of
+from poolwatch.probe.requests import LiveSet, collect_live, role_of
 from poolwatch.probe.shapes import HeldRule, Shape
 from poolwatch.probe.totals import Memo
 from poolwatch.probe.waiting import WaitingHolders

@@ -1,6 +1,6 @@
 """The holders' totals at C speed: rows, private full-KV slots and Mamba slots of every live request.
 
-The same figures as the per-request rules in :mod:`poolwatch.probe.requests` (``_one``), read one
+The same figures as the per-request rules in :mod:`poolwatch.probe.footprint` (``_one``), read one
 attribute at a time over the whole holder list with ``map``/``operator``/``itertools.compress``,
 so no Python frame runs per request except SGLang's own ``Req.finished()`` (a one-line method in
 every release read).  Booleans combine at C speed: ``has_pointer > finished`` is "holds it and is

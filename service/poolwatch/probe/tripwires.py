@@ -24,8 +24,9 @@ from typing import Any
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
 from poolwatch.probe.access import MISSING, Reading
-from poolwatch.probe.census import MAX_IDS, mamba_free_list, rid_of
-from poolwatch.probe.requests import mamba_slot_objects
+from poolwatch.probe.census import mamba_free_list, rid_of
+from poolwatch.probe.footprint import mamba_slot_objects
+from poolwatch.probe.proofs import MAX_IDS
 from poolwatch.probe.shapes import Shape
 
 __all__ = ["MAX_TRIPWIRES", "TripwireLog", "chunk_tripwires"]

@@ -1,13 +1,15 @@
 """Small pieces of the probe endpoint's I/O thread: one connection's state, a token bucket that
-paces the thread, and sends that never block it.  Stdlib only; no scheduler access."""
+paces the thread, the socket pair that wakes it, and sends that never block it.  Stdlib only; no
+scheduler access."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["Conn", "Pacer", "send_and_close", "try_send"]
+__all__ = ["Conn", "Pacer", "Waker", "send_and_close", "try_send"]
 
 
 @dataclass(eq=False)
@@ -38,6 +40,25 @@ class Pacer:
             time.sleep((1.0 - self._tokens) / self._rate)
             self._tokens = 1.0
         self._tokens -= 1.0
+
+
+class Waker:
+    """A socket pair that wakes the I/O thread's ``select`` from another thread."""
+
+    def __init__(self) -> None:
+        self.r, self.w = socket.socketpair()
+        self.r.setblocking(False)
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self.w.send(b"x")
+
+    def drain(self) -> None:
+        try:
+            while self.r.recv(512):
+                pass
+        except OSError:
+            pass
 
 
 def try_send(sock: socket.socket, data: bytes) -> bool:

@@ -21,12 +21,10 @@ How it stays out of the scheduler's way (the scheduler thread only calls
   :data:`MAX_OPEN` connections (one more gets a 503 and is closed), and paces itself to
   :data:`RATE` requests a second -- a flood waits in the kernel's backlog instead of taking the
   interpreter lock from the scheduler;
-* :data:`WORKERS` **handler threads** answer complete heads; at most :data:`PUBLIC_LONG_POLLS`
-  of them wait on a long-poll for anyone (a condition the publication notifies, no polling) and
-  :data:`RESERVED_LONG_POLLS` more only for a client that shows the secret of the discovery
-  directory (``Authorization: Bearer``, as the sidecar does), so local clients that hold every
-  public slot never starve the sidecar; one worker is always left for ``/healthz`` and the kill
-  switch; a head that arrives while every worker is busy gets a 503 at once;
+* a few **handler threads** (:mod:`poolwatch.probe.handlers`) answer complete heads, with
+  :data:`PUBLIC_LONG_POLLS` long-poll slots for anyone and more only for a client that shows the
+  secret of the discovery directory (the sidecar), and one thread always left for ``/healthz`` and
+  the kill switch; a head that arrives while every worker is busy gets a 503 at once;
 * past :data:`MAX_OPEN` connections, :data:`RESERVED_OPEN` more are accepted whose first request
   must show the secret within :data:`RESERVED_HEAD_TIMEOUT_S` (else a 503 and closed), so a
   sidecar can still (re)connect while idle local clients hold every public connection;
@@ -35,14 +33,14 @@ How it stays out of the scheduler's way (the scheduler thread only calls
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import selectors
 import socket
 import threading
 import time
 
-from poolwatch.probe.conn import Conn, Pacer, send_and_close, try_send
+from poolwatch.probe.conn import Conn, Pacer, Waker, send_and_close, try_send
+from poolwatch.probe.handlers import PUBLIC_LONG_POLLS, Handlers
 from poolwatch.probe.routes import (
     MAX_HEAD_BYTES,
     BadRequest,
@@ -50,9 +48,7 @@ from poolwatch.probe.routes import (
     Request,
     Response,
     Servable,
-    answer,
     authorized,
-    long_poll,
     parse_head,
 )
 
@@ -62,26 +58,18 @@ __all__ = [
     "MAX_OPEN",
     "PUBLIC_LONG_POLLS",
     "RATE",
-    "RESERVED_LONG_POLLS",
     "RESERVED_OPEN",
-    "WORKERS",
     "ProbeServer",
     "Servable",
 ]
 
-PUBLIC_LONG_POLLS = 3
-RESERVED_LONG_POLLS = 1  # for clients that show the secret (the sidecar)
-WORKERS = PUBLIC_LONG_POLLS + RESERVED_LONG_POLLS + 1  # one always left for short requests
 MAX_OPEN = 32
 RESERVED_OPEN = 4  # connections past MAX_OPEN, for clients that show the secret
 HEAD_TIMEOUT_S = 5.0
 RESERVED_HEAD_TIMEOUT_S = 1.0
 IDLE_TIMEOUT_S = 15.0
-SEND_TIMEOUT_S = 5.0
 RATE = 100.0  # requests (and accepted connections) per second; a burst of RATE / 4
 _FULL = Response(503, {"error": "too many connections; retry"}, close=True).encode(False)
-_BUSY = tuple(Response(503, {"error": "busy; retry"}).encode(k) for k in (False, True))
-_POLLS_FULL = tuple(Response(503, {"error": "too many long-polls; retry"}).encode(k) for k in (False, True))
 
 
 class ProbeServer:
@@ -91,24 +79,17 @@ class ProbeServer:
         self._listen = socket.create_server((host, port), backlog=64)
         self._listen.setblocking(False)
         self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
+        self._waker = Waker()
         self._conns: dict[socket.socket, Conn] = {}  # waiting for a head (I/O thread only)
         self._open = 0  # registered + with a worker (I/O thread only)
-        self._jobs: queue.SimpleQueue[tuple[Conn, Request, threading.Semaphore | None] | None]
-        self._jobs = queue.SimpleQueue()
         self._back: queue.SimpleQueue[tuple[Conn, bool]] = queue.SimpleQueue()
-        self._free_workers = threading.Semaphore(WORKERS)
         public_polls = threading.Semaphore(PUBLIC_LONG_POLLS)
         self._ctx = Context(probe, probe.publication, self.port, secret, public_polls)
-        self._reserved_polls = threading.Semaphore(RESERVED_LONG_POLLS)
+        self._handlers = Handlers(self._ctx, self._hand_back)
         self._pacer = Pacer(RATE)
         self._stopping = False
-        self._threads = [threading.Thread(target=self._io_loop, name="poolwatch-probe-io", daemon=True)]
-        self._threads += [
-            threading.Thread(target=self._work, name=f"poolwatch-probe-http-{i}", daemon=True)
-            for i in range(WORKERS)
-        ]
+        io = threading.Thread(target=self._io_loop, name="poolwatch-probe-io", daemon=True)
+        self._threads = [io, *self._handlers.threads]
 
     @property
     def port(self) -> int:
@@ -120,7 +101,7 @@ class ProbeServer:
 
     def start(self) -> str:
         self._sel.register(self._listen, selectors.EVENT_READ, "listen")
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._sel.register(self._waker.r, selectors.EVENT_READ, "wake")
         for thread in self._threads:
             thread.start()
         return self.url
@@ -129,13 +110,12 @@ class ProbeServer:
         """Stop accepting, wake every long-poll, and end every thread (within ~1 s)."""
         self._stopping = True
         self._ctx.publication.close()
-        self._wake()
-        for _ in range(WORKERS):
-            self._jobs.put(None)
+        self._waker.wake()
+        self._handlers.stop()
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout=5)
-        for sock in (self._listen, self._wake_r, self._wake_w):
+        for sock in (self._listen, self._waker.r, self._waker.w):
             sock.close()
         while True:  # connections handed back after the I/O thread ended
             try:
@@ -162,7 +142,7 @@ class ProbeServer:
             if key.data == "listen":
                 self._accept()
             elif key.data == "wake":
-                self._drain_wake()
+                self._waker.drain()
             else:
                 self._read(key.data)
         self._take_back()
@@ -226,24 +206,9 @@ class ProbeServer:
             self._refuse(conn, Response(503, {"error": "too many connections; retry"}, close=True))
             return
         conn.reserved = False  # shown once: the connection is the sidecar's
-        polls = long_poll(req)
-        slot = self._poll_slot(trusted) if polls else None  # decided here: a refusal costs no thread
-        if polls and slot is None:
-            self._busy(conn, req, _POLLS_FULL)
-        elif self._free_workers.acquire(blocking=False):
-            self._jobs.put((conn, req, slot))
-        else:
-            if slot is not None:
-                slot.release()
-            self._busy(conn, req, _BUSY)
-
-    def _poll_slot(self, trusted: bool) -> threading.Semaphore | None:
-        """The long-poll slot taken (None: none is free): a client that showed the secret takes a
-        reserved one first, then a public one; anyone else only a public one."""
-        for pool in (self._reserved_polls, self._ctx.long_polls) if trusted else (self._ctx.long_polls,):
-            if pool.acquire(blocking=False):
-                return pool
-        return None
+        refusal = self._handlers.submit(conn, req, trusted=trusted)  # a refusal costs no thread
+        if refusal is not None:
+            self._busy(conn, req, refusal)
 
     def _busy(self, conn: Conn, req: Request, answers: tuple[bytes, ...]) -> None:
         """A 503 from the I/O thread itself; a keep-alive client may ask again (paced)."""
@@ -276,34 +241,7 @@ class ProbeServer:
                 conn.sock.close()
                 self._open -= 1
 
-    def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-
-    def _drain_wake(self) -> None:
-        try:
-            while self._wake_r.recv(512):
-                pass
-        except OSError:
-            pass
-
-    # -- handler threads --------------------------------------------------------------------
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            conn, req, slot = job
-            keep = False
-            try:
-                conn.sock.settimeout(SEND_TIMEOUT_S)
-                response = answer(req, self._ctx)
-                conn.sock.sendall(response.encode(req.keep_alive))
-                keep = req.keep_alive and not response.close
-                conn.sock.setblocking(False)
-            except Exception:  # a client gone mid-answer, or a bug: close this one, keep serving
-                keep = False
-            finally:
-                self._free_workers.release()
-                if slot is not None:
-                    slot.release()
-            self._back.put((conn, keep))
-            self._wake()
+    def _hand_back(self, conn: Conn, keep: bool) -> None:
+        """From a handler thread: an answered connection goes back to the I/O thread."""
+        self._back.put((conn, keep))
+        self._waker.wake()

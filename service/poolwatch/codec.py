@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 
 from poolwatch import fields
+from poolwatch.codec_fast import common_snapshot
 from poolwatch.fields import MAX_ITEMS, MAX_NAME, MAX_TEXT, FieldError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import (
@@ -39,6 +40,7 @@ __all__ = [
     "SnapshotVersionError",
     "dump_snapshot",
     "parse_snapshot",
+    "parse_snapshot_full",
 ]
 
 SCHEMA = "poolwatch.snapshot"
@@ -112,7 +114,16 @@ def parse_snapshot(raw: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
     Every value is bounded and encodable (:mod:`poolwatch.fields`): names without lone
     surrogates and at most 256 characters, integers within 2**53 and figures never negative,
     finite numbers, at most ``limits.max_queues`` queues and ``limits.max_listed`` tripwires,
-    repairs or incidents (:mod:`poolwatch.limits`)."""
+    repairs or incidents (:mod:`poolwatch.limits`).  A payload of the common shape is built in
+    one pass (:mod:`poolwatch.codec_fast`); any other is accepted or refused by
+    :func:`parse_snapshot_full`, which names the first bad field."""
+    snap = common_snapshot(raw, limits, SCHEMA, SCHEMA_VERSION)
+    return snap if snap is not None else parse_snapshot_full(raw, limits)
+
+
+def parse_snapshot_full(raw: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
+    """:func:`parse_snapshot` field by field, whatever the payload's shape: the reference the
+    fast path is pinned against."""
     try:
         return _parse(raw, limits)
     except SnapshotFormatError:

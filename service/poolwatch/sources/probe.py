@@ -8,7 +8,7 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlencode
+from urllib.parse import quote_plus, urlencode
 
 import httpx
 
@@ -83,6 +83,7 @@ class ProbeSource(Source):
         self._seen = ""
         self._held: tuple[str, Snapshot] | None = None  # (content tag, snapshot) of the last answer
         self._request: tuple[str, str, str] = ("", "", "")  # (seen, have, URL): built once per change
+        self._watch: tuple[str, str] = ("", "")  # (seen, URL before ``have``): quoted once per signature
 
     @property
     def target(self) -> Target:
@@ -155,10 +156,18 @@ class ProbeSource(Source):
 
     @property
     def request_url(self) -> str:
-        params = {"sig": self._seen, "wait": f"{self._long_poll_s:g}"} if self.long_poll else {}
-        if self._held is not None:
-            params[HAVE] = self._held[0]
-        return f"{self.url}?{urlencode(params)}" if params else self.url
+        """The URL with ``sig`` and ``wait`` (a watch) and ``have`` (a held snapshot), as ``urlencode``
+        writes them; the part before ``have`` is quoted once per signature, since a busy probe's
+        every answer brings a new tag but the same signature."""
+        if not self._watch[1] or self._watch[0] != self._seen:
+            params = {"sig": self._seen, "wait": f"{self._long_poll_s:g}"} if self.long_poll else {}
+            self._watch = (self._seen, f"{self.url}?{urlencode(params)}" if params else self.url)
+        base = self._watch[1]
+        if self._held is None:
+            return base
+        tag = self._held[0]
+        tag = tag if tag.isascii() and tag.isalnum() else quote_plus(tag)  # a digest needs no quoting
+        return f"{base}{'&' if self.long_poll else '?'}{HAVE}={tag}"
 
     @property
     def url(self) -> str:

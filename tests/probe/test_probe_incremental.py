@@ -235,3 +235,42 @@ def test_the_c_speed_mamba_census_names_the_slots_the_per_request_census_names(e
                 )
         compared += len(fast) > 1
     assert compared > 50
+
+
+def test_the_holders_are_the_last_samples_very_tuple_until_a_list_they_come_from_changes() -> None:
+    shape = shape_for_version("0.5.4.post1")
+    cluster = busy_cluster("0.5.4.post1", **UNIFIED)
+    (sched,) = cluster.schedulers
+    memo, tracker, last, renewed = Memo(), WaitingHolders(), None, 0
+    for _ in range(150):
+        cluster.step()
+        first = take_sample(sched, shape, Reading(), waiting=tracker, exact_waiting=False, memo=memo)
+        again = take_sample(sched, shape, Reading(), waiting=tracker, exact_waiting=False, memo=memo)
+        fresh = take_sample(sched, shape, Reading())
+        assert again.live.holders is first.live.holders  # nothing moved: kept, not rebuilt
+        assert list(first.live.holders) == list(fresh.live.holders)
+        assert first.pools == again.pools == fresh.pools
+        renewed += first.live.holders is not last
+        last = first.live.holders
+    assert renewed > 10  # requests joined, left and moved: each time a new tuple, checked above
+
+
+def test_a_request_finishing_or_losing_its_row_under_kept_holders_is_picked_up() -> None:
+    rank = Rank(kv=64, mamba=8, rows=4)
+    a = rank.running("a", origin=15, outputs=3, prefix=rank.cache(10, locked=True))
+    rank.running("b", origin=9, outputs=2)
+    shape, memo, tracker = shape_for_version("0.5.4.post1"), Memo(), WaitingHolders()
+
+    def both() -> tuple[Any, Any]:
+        cheap = take_sample(rank.sched, shape, Reading(), waiting=tracker, exact_waiting=False, memo=memo)
+        return cheap, take_sample(rank.sched, shape, Reading())
+
+    before, _ = both()
+    a.finished_reason = "length"  # finished in place: the same request objects, the same lists
+    cheap, fresh = both()
+    assert cheap.live.holders is before.live.holders
+    assert cheap.pools == fresh.pools != before.pools
+    a.finished_reason, a.req_pool_idx = None, None  # the row pointer cleared in place
+    cheap, fresh = both()
+    assert cheap.live.holders is before.live.holders
+    assert cheap.pools == fresh.pools != before.pools

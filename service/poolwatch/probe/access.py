@@ -7,6 +7,7 @@ what it could not read and the probe's health can count it.  Nothing here import
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -14,6 +15,12 @@ from typing import Any, TypeVar
 __all__ = ["MISSING", "Reading"]
 
 T = TypeVar("T")
+
+
+@functools.lru_cache(maxsize=512)
+def _steps(path: str) -> tuple[str, ...]:
+    """The names of ``path``'s steps (split once per path, not once per read)."""
+    return tuple(path.split("."))
 
 
 class _Missing:
@@ -36,7 +43,7 @@ class Reading:
     def attr(self, obj: object, path: str, *, optional: bool = False) -> Any:
         """``obj.a.b.c`` or ``MISSING``; a missing step is a failure unless ``optional``."""
         current: Any = obj
-        for name in path.split("."):
+        for name in _steps(path):
             try:
                 # an optional step may be absent: asked with a default, no exception is built
                 current = getattr(current, name, MISSING) if optional else getattr(current, name)

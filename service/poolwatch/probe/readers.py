@@ -45,9 +45,11 @@ def _account(pool: Pool, reading: Reading, thunks: dict[str, Thunk | int | None]
     for name in _FIELDS:
         thunk = thunks.get(name)
         value = thunk() if callable(thunk) else thunk
-        figures[name] = reading.int_of(value, f"{pool.value}.{name}")
-        if figures[name] is None:
-            unreadable.append(name)
+        if type(value) is not int:  # the label is built only when the value needs converting
+            value = reading.int_of(value, f"{pool.value}.{name}")
+            if value is None:
+                unreadable.append(name)
+        figures[name] = value
     return PoolAccount(pool=pool, exactness=Exactness.EXACT, unreadable=tuple(unreadable), **figures)
 
 

@@ -92,7 +92,7 @@ def same_items(a: Sequence[Any], b: Sequence[Any]) -> bool:
 class _Pointers:
     """Who holds a row and who a Mamba slot, and the objects that decided it."""
 
-    holders: list[Any]
+    holders: Sequence[Any]  # a tuple as given (immutable), else a copy
     key: tuple[list[Any], ...]  # row and Mamba pointers, finished sources, chunked, chunk_ran
     plain: bool  # the holders' finished() is the plain one
     rows: list[Any]
@@ -104,7 +104,7 @@ def _pointers(holders: Sequence[Any], chunked: Any, chunk_ran: bool, shape: Shap
     """Row and Mamba holders; the last sample's when every object that decides them is the same
     (identity, C speed: a pointer is reassigned, never changed in place, when a slot moves)."""
     last = memo.pointers
-    same_holders = last is not None and same_items(holders, last.holders)
+    same_holders = last is not None and (holders is last.holders or same_items(holders, last.holders))
     sources, plain = _finished_sources(holders, last.plain if last is not None and same_holders else None)
     row_pointers, mamba_pointers = list(map(_ROW, holders)), list(map(_MAMBA, holders))
     key = (row_pointers, mamba_pointers, sources, [chunked], [chunk_ran])
@@ -119,7 +119,8 @@ def _pointers(holders: Sequence[Any], chunked: Any, chunk_ran: bool, shape: Shap
     chunk_in = chunked is not None and any(map(operator.is_, rows, itertools.repeat(chunked)))
     if chunk_in and not cleared and not chunk_ran:  # its row was freed at the chunk boundary
         rows, chunk_in = [r for r in rows if r is not chunked], False
-    memo.pointers = _Pointers(list(holders), key, plain, rows, chunk_in, mamba_holders)
+    kept = holders if isinstance(holders, tuple) else list(holders)
+    memo.pointers = _Pointers(kept, key, plain, rows, chunk_in, mamba_holders)
     return memo.pointers
 
 
@@ -141,7 +142,7 @@ class Memo:
         self._known: dict[int, tuple[Any, int]] = {}
         self._last: tuple[list[Any], int] = ([], 0)  # the tensors of the last call and their total
         self.pointers: _Pointers | None = None
-        self.groups: tuple[list[Any], dict[int, Any]] | None = None  # see requests.collect_live
+        self.groups: tuple[list[Any], dict[int, Any], tuple[Any, ...]] | None = None  # requests.collect_live
 
     def total(self, objs: Iterable[Any]) -> int:
         """The summed lengths of ``objs``: the last call's total when it was given the very same

@@ -20,13 +20,13 @@ from __future__ import annotations
 import threading
 import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from poolwatch.conservation import Basis, findings
-from poolwatch.detect.alert import Alert, Signal, sampled_subject
+from poolwatch.detect.alert import Alert, Signal, Verdict, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.forecast import PoolTrend, best_trends, forecast_signals
+from poolwatch.detect.forecast import PoolTrend, best_trends, fitted, forecast_signals, forecast_warnings
 from poolwatch.detect.health import (
     incident_signals,
     probe_judged,
@@ -39,6 +39,7 @@ from poolwatch.detect.rules import AlertName, by_name, dashboard_link
 from poolwatch.detect.signals import conservation_judged, conservation_signals
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries
+from poolwatch.detect.verdicts import JudgedMemo, scan
 from poolwatch.model import Pool, Snapshot, WorkerId
 from poolwatch.target_health import TargetState
 
@@ -56,6 +57,7 @@ class _Rank:
     source: str
     series: dict[Pool, GapSeries] = field(default_factory=dict)
     probe_errors: deque[tuple[float, int]] = field(default_factory=deque)
+    judged: JudgedMemo = field(default_factory=JudgedMemo)
 
 
 class Detector:
@@ -65,9 +67,11 @@ class Detector:
         clock: Callable[[], float],
         *,
         extra_labels: Mapping[str, str] | None = None,
+        memo: bool = True,
     ) -> None:
         """``config``: the thresholds, or the whole mixin config (thresholds, runbook and
-        dashboard links) that the generated rules are built from too."""
+        dashboard links) that the generated rules are built from too.  ``memo=False`` judges every
+        snapshot from scratch (the reference the tests compare the memoised verdicts with)."""
         self._mixin = config if isinstance(config, MixinConfig) else MixinConfig(detector=config)
         self._cfg = self._mixin.detector
         self._clock = clock
@@ -76,6 +80,7 @@ class Detector:
         self._incident_at: dict[str, dict[str, float]] = {}  # rank key -> alert -> last read
         self._tracker = Tracker(self._cfg, self._annotate)
         self._lock = threading.Lock()
+        self._memo = memo
 
     def observe(self, snap: Snapshot) -> None:
         """Judge one accepted snapshot (the store's listener)."""
@@ -83,13 +88,10 @@ class Detector:
         subject = sampled_subject(snap)
         with self._lock:
             rank = self._rank(subject, snap, now)
-            forecasts, forecast_judged = forecast_signals(rank.series, snap, self._cfg)
-            signals = conservation_signals(snap, self._cfg) + forecasts
-            signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
-            signals += repair_signals(snap)
-            judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged | repair_judged(snap)
+            signals, judged = self._judge(rank, snap) if self._memo else self._judge_all(rank, snap)
             self._tracker.sample(subject, signals, judged, (snap.boot_id, snap.seq), now)
-            self._incidents(snap, now)
+            if snap.incidents:
+                self._incidents(snap, now)
 
     def evaluate(
         self,
@@ -166,9 +168,32 @@ class Detector:
                 free = None
                 if account.available is not None:
                     free = account.available + (account.evictable or 0)
-                series = rank.series.setdefault(account.pool, GapSeries(self._cfg.trend_window))
+                series = rank.series.get(account.pool)
+                if series is None:
+                    series = rank.series[account.pool] = GapSeries(self._cfg.trend_window)
                 series.add(snap.taken_at, finding.gap, free)
         return rank
+
+    def _judge(self, rank: _Rank, snap: Snapshot) -> tuple[list[Signal], Set[Verdict]]:
+        """``snap``'s signals and verdicts, as :meth:`_judge_all` builds them, but cheap for a
+        healthy rank: no signal is built where nothing is found, and the verdict set is the
+        rank-source's last one while the snapshot's signature stays (:mod:`.verdicts`)."""
+        known, troubled = scan(snap)
+        fits = fitted(rank.series)
+        signals = conservation_signals(snap, self._cfg) if troubled or snap.tripwires else []
+        signals += forecast_warnings(fits, snap, self._cfg)
+        signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
+        if snap.repairs:
+            signals += repair_signals(snap)
+        return signals, rank.judged.judged_by(snap, known, tuple(pool for pool, _ in fits))
+
+    def _judge_all(self, rank: _Rank, snap: Snapshot) -> tuple[list[Signal], Set[Verdict]]:
+        forecasts, forecast_judged = forecast_signals(rank.series, snap, self._cfg)
+        signals = conservation_signals(snap, self._cfg) + forecasts
+        signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
+        signals += repair_signals(snap)
+        judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged | repair_judged(snap)
+        return signals, judged
 
     def _restart(self, key: str, now: float) -> None:
         """Rank ``key`` was seen in a new boot ``now`` (by any of its sources: a boot is the

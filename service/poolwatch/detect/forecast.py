@@ -20,7 +20,7 @@ from poolwatch.detect.signals import where
 from poolwatch.detect.trend import GapSeries, Trend
 from poolwatch.model import Pool, Snapshot, SourceKind, WorkerId
 
-__all__ = ["FORECAST", "PoolTrend", "best_trends", "forecast_signals"]
+__all__ = ["FORECAST", "PoolTrend", "best_trends", "fitted", "forecast_signals", "forecast_warnings"]
 
 FORECAST = AlertName.POOL_EXHAUSTION_FORECAST
 _ORDER = {pool: index for index, pool in enumerate(Pool)}
@@ -33,18 +33,22 @@ class PoolTrend:
     trend: Trend
 
 
-def forecast_signals(
-    series: Mapping[Pool, GapSeries], snap: Snapshot, cfg: DetectorConfig
-) -> tuple[list[Signal], set[Verdict]]:
-    """The forecast signals of one rank-source's pools at ``snap``, and the verdicts they judge."""
-    out: list[Signal] = []
-    judged: set[Verdict] = set()
+def fitted(series: Mapping[Pool, GapSeries]) -> tuple[tuple[Pool, Trend], ...]:
+    """The pools of one rank-source with a fitted trend, in pool order, with their trends."""
+    out = []
     for pool in sorted(series, key=_ORDER.__getitem__):
         trend = series[pool].trend()
-        if trend is None:
-            continue
-        labels = rank_labels(snap.worker, pool.value)
-        judged.add((FORECAST, labels))
+        if trend is not None:
+            out.append((pool, trend))
+    return tuple(out)
+
+
+def forecast_warnings(
+    fits: Iterable[tuple[Pool, Trend]], snap: Snapshot, cfg: DetectorConfig
+) -> list[Signal]:
+    """A warning for every fitted pool (see :func:`fitted`) that runs out within the horizon."""
+    out: list[Signal] = []
+    for pool, trend in fits:
         if trend.eta is None or trend.eta >= cfg.exhaustion_horizon:
             continue
         text = (
@@ -52,8 +56,19 @@ def forecast_signals(
             f"at that rate it has no free slot left in {trend.eta / 3600:.1f} h."
         )
         wait = (cfg.deficit_samples, cfg.forecast_for)
+        labels = rank_labels(snap.worker, pool.value)
         out.append(Signal(FORECAST, sampled_subject(snap), Severity.WARNING, labels, text, trend.eta, *wait))
-    return out, judged
+    return out
+
+
+def forecast_signals(
+    series: Mapping[Pool, GapSeries], snap: Snapshot, cfg: DetectorConfig
+) -> tuple[list[Signal], set[Verdict]]:
+    """The forecast signals of one rank-source's pools at ``snap``, and the verdicts they judge
+    (every fitted pool's: a fitted trend judges its forecast; none yet leaves it be)."""
+    fits = fitted(series)
+    judged: set[Verdict] = {(FORECAST, rank_labels(snap.worker, pool.value)) for pool, _ in fits}
+    return forecast_warnings(fits, snap, cfg), judged
 
 
 def best_trends(ranks: Iterable[tuple[WorkerId, str, Mapping[Pool, GapSeries]]]) -> list[PoolTrend]:

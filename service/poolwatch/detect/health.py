@@ -84,7 +84,7 @@ def probe_signals(snap: Snapshot, errors_before: int | None, cfg: DetectorConfig
     p = snap.probe
     if p is None:
         return []
-    labels, subject = rank_labels(snap.worker), sampled_subject(snap)
+    labels = rank_labels(snap.worker)
     if p.disabled:
         text = f"The poolwatch probe in {where(snap)} is disabled ({p.last_error or 'kill switch engaged'})."
         return [
@@ -102,6 +102,7 @@ def probe_signals(snap: Snapshot, errors_before: int | None, cfg: DetectorConfig
     if new > 0:
         last = f"; last: {_first_line(p.last_error)}" if p.last_error else ""
         text = f"The poolwatch probe in {where(snap)} contained {new} error(s) recently{last}."
+        subject = sampled_subject(snap)
         return [Signal(AlertName.PROBE_DEGRADED, subject, Severity.INFO, labels, text, float(new))]
     return []
 

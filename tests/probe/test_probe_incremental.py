@@ -274,3 +274,23 @@ def test_a_request_finishing_or_losing_its_row_under_kept_holders_is_picked_up()
     cheap, fresh = both()
     assert cheap.live.holders is before.live.holders
     assert cheap.pools == fresh.pools != before.pools
+
+
+def test_a_decode_steps_shared_batch_is_read_once_and_a_request_joining_it_in_place_is_picked_up() -> None:
+    rank = Rank(kv=64, mamba=8, rows=4)
+    rank.running("a", origin=5, outputs=2)
+    rank.running("b", origin=7, outputs=3)
+    assert rank.sched.last_batch is rank.sched.running_batch  # a decode step
+    shape, memo, tracker = shape_for_version("0.5.4.post1"), Memo(), WaitingHolders()
+
+    def cheap() -> Any:
+        return take_sample(rank.sched, shape, Reading(), waiting=tracker, exact_waiting=False, memo=memo)
+
+    before = cheap()
+    assert [r.rid for r in before.live.holders] == ["a", "b"]  # each once
+    rank.running("c", origin=4, outputs=2)  # appended to the very list both batches share
+    after, fresh = cheap(), take_sample(rank.sched, shape, Reading())
+    assert [r.rid for r in after.live.holders] == ["a", "b", "c"]
+    assert after.pools == fresh.pools != before.pools
+    assert after.pools[Pool.REQ].held == 3
+    assert gap(after.pools[Pool.FULL]) == 0

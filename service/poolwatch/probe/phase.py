@@ -10,11 +10,12 @@ requests still hold copy-on-write Mamba slots.  A queue that cannot be read make
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from poolwatch.model import Phase
-from poolwatch.probe.access import MISSING, Reading
+from poolwatch.probe.access import Reading
 
 __all__ = ["phase_of", "queue_depths"]
 
@@ -40,7 +41,7 @@ def _optional_len(sched: Any, path: str) -> int:
     return len(obj)
 
 
-def _probes(role: str) -> dict[str, Callable[[Any], int]]:
+def _probe_table(role: str) -> dict[str, Callable[[Any], int]]:
     probes: dict[str, Callable[[Any], int]] = {
         "running": lambda s: _batch_len(s.running_batch),
         "waiting": lambda s: len(s.waiting_queue),
@@ -62,12 +63,23 @@ def _probes(role: str) -> dict[str, Callable[[Any], int]]:
     return probes
 
 
+@functools.lru_cache(maxsize=8)
+def _probes(role: str) -> tuple[tuple[str, str, Callable[[Any], int]], ...]:
+    """``(queue, failure label, reader)`` of each queue ``role`` has (built once per role)."""
+    return tuple((name, f"queue.{name}", probe) for name, probe in _probe_table(role).items())
+
+
 def queue_depths(sched: Any, reading: Reading, role: str) -> dict[str, int | None]:
     """Depth of each queue this role has; ``None`` for one that could not be read."""
     out: dict[str, int | None] = {}
-    for name, probe in _probes(role).items():
-        value = reading.guard(f"queue.{name}", lambda p=probe: p(sched), MISSING)  # type: ignore[misc]
-        out[name] = None if value is MISSING else int(value)
+    for name, label, probe in _probes(role):
+        try:
+            value = probe(sched)
+        except Exception as exc:  # noted like Reading.guard does
+            reading.fail(label, exc)
+            out[name] = None
+            continue
+        out[name] = int(value)
     return out
 
 

@@ -218,10 +218,10 @@ def _req(sched: Any, shape: Shape, reading: Reading, held: Holdings, role: str) 
 
 
 def read_pools(
-    sched: Any, shape: Shape, reading: Reading, held: Holdings, role: str
+    sched: Any, shape: Shape, reading: Reading, held: Holdings, role: str, kinds: PoolKinds | None = None
 ) -> dict[Pool, PoolAccount]:
-    """One exact account per pool this rank has."""
-    kinds = pool_kinds(sched, shape, reading)
+    """One exact account per pool this rank has (``kinds``: already read in this pass)."""
+    kinds = pool_kinds(sched, shape, reading) if kinds is None else kinds
     stats = _stats(sched, reading)
     pools = {Pool.FULL: _full(sched, kinds, shape, reading, held, stats)}
     if kinds.swa:

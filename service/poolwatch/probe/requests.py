@@ -54,8 +54,13 @@ def _reqs_of(batch: Any) -> list[Any]:
 
 
 def _holder_groups(sched: Any, reading: Reading, role: str) -> Iterator[Iterable[Any]]:
-    yield reading.guard("last_batch.reqs", lambda: _reqs_of(reading.attr(sched, "last_batch")), [])
-    yield reading.guard("running_batch.reqs", lambda: _reqs_of(reading.attr(sched, "running_batch")), [])
+    last_batch = reading.attr(sched, "last_batch")
+    yield reading.guard("last_batch.reqs", lambda: _reqs_of(last_batch), [])
+    running = reading.attr(sched, "running_batch")
+    if running is last_batch and running is not MISSING and running is not None:
+        yield []  # a decode step: the batch that just ran is the running batch, its requests are in
+    else:
+        yield reading.guard("running_batch.reqs", lambda: _reqs_of(running), [])
     queue = reading.attr(sched, "result_queue", optional=True)
     if queue is not MISSING and queue is not None:
         yield reading.guard(

@@ -78,7 +78,8 @@ def take_sample(
     role = role_of(sched, reading)
     depths = queue_depths(sched, reading, role)
     phase = phase_of(depths)
-    mamba = pool_kinds(sched, shape, reading).ssm  # without a Mamba pool, waiting requests hold nothing
+    kinds = pool_kinds(sched, shape, reading)
+    mamba = kinds.ssm  # without a Mamba pool, waiting requests hold nothing
     live = collect_live(
         sched,
         reading,
@@ -92,7 +93,7 @@ def take_sample(
     page = _page_size(sched, reading)
     full_exact = _full_exact(sched, shape, reading, phase)
     held = holdings(live, shape, page, reading, full_exact=full_exact, memo=memo)
-    pools = read_pools(sched, shape, reading, held, role)
+    pools = read_pools(sched, shape, reading, held, role, kinds)
     if not live.waiting_exact and Pool.MAMBA in pools and gap(pools[Pool.MAMBA]) not in (0, None):
         return take_sample(sched, shape, reading, waiting=waiting, exact_waiting=True, memo=memo)
     queues = {k: v for k, v in depths.items() if v is not None}

@@ -20,11 +20,11 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
+from tests.fleet_helpers import scrape_until
 
 from poolwatch.codec import dump_snapshot
 from poolwatch.model import Snapshot
 from poolwatch.settings import ScrapeSettings
-from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
@@ -62,18 +62,8 @@ async def test_a_thousand_long_polling_probes_are_each_refreshed_every_interval_
     store = SnapshotStore(history=4)
     # a generous timeout: on a starved machine a slow answer must not count as an error here
     settings = ScrapeSettings(scrape_interval=WAIT, scrape_timeout=30.0, scrape_concurrency=4)
-    scraper = Scraper(store, sources, settings)
-    async with httpx.AsyncClient(transport=fake_fleet(seed_snapshot)) as client:
-        task = asyncio.create_task(scraper.run(client))
-        try:  # four slots held by waiting long-polls would refresh 8 ranks a second: ~6 min for this
-            for _ in range(600):  # at most 60 s on a starved machine
-                await asyncio.sleep(0.1)
-                if len(store.targets()) == RANKS and min(t.scrapes for t in store.targets()) >= 2:
-                    break
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    # four slots held by waiting long-polls would refresh 8 ranks a second: ~6 min for this
+    await scrape_until(store, sources, settings, fake_fleet(seed_snapshot), scrapes=2)
     targets = store.targets()
     assert len(targets) == RANKS
     assert min(t.scrapes for t in targets) >= 2

@@ -4,20 +4,18 @@ kept fresh by the probes' bodiless "nothing changed" answers (their clock alone)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Any
 
 import httpx
+from tests.fleet_helpers import RouteProbe, scrape_until
 from tests.helpers import FakeClock
 
 from poolwatch.model import ProbeHealth, Snapshot, SourceKind
 from poolwatch.probe.publication import Publication
 from poolwatch.probe.routes import Context, answer, parse_head
 from poolwatch.settings import ScrapeSettings
-from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
@@ -26,18 +24,6 @@ RANKS = 1000
 WAIT = 0.5
 STALE_AFTER = 10.0
 PORT = 41234
-
-
-class _Probe:  # what the snapshot route needs of a probe: its publication
-    census: dict[str, Any] | None = None
-    disabled = False
-
-    def __init__(self, publication: Publication) -> None:
-        self.publication = publication
-
-    def disable(self) -> None: ...
-
-    def enable(self) -> None: ...
 
 
 def steady_fleet(seed: Snapshot, bodies: Counter[int]) -> httpx.MockTransport:
@@ -53,7 +39,7 @@ def steady_fleet(seed: Snapshot, bodies: Counter[int]) -> httpx.MockTransport:
         publication = Publication(clock=clock, wait=no_wait)
         worker = replace(seed.worker, worker="fleet", tp_rank=rank)
         publication.publish(replace(seed, worker=worker, probe=ProbeHealth(samples_total=1)))
-        contexts[rank] = Context(_Probe(publication), publication, PORT, None)
+        contexts[rank] = Context(RouteProbe(publication), publication, PORT, None)
 
     async def handle(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(float(request.url.params.get("wait", "0")))
@@ -81,18 +67,7 @@ async def test_a_thousand_unchanged_probes_stay_fresh_on_their_clock_alone(seed_
     ]
     store = SnapshotStore(history=4)
     settings = ScrapeSettings(scrape_interval=WAIT, scrape_timeout=30.0, scrape_concurrency=4)
-    scraper = Scraper(store, sources, settings)
-    async with httpx.AsyncClient(transport=steady_fleet(seed_snapshot, bodies)) as client:
-        task = asyncio.create_task(scraper.run(client))
-        try:
-            for _ in range(600):  # at most 60 s on a starved machine
-                await asyncio.sleep(0.1)
-                if len(store.targets()) == RANKS and min(t.scrapes for t in store.targets()) >= 4:
-                    break
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    await scrape_until(store, sources, settings, steady_fleet(seed_snapshot, bodies), scrapes=4)
     targets = store.targets()
     assert min(t.scrapes for t in targets) >= 4
     assert sum(sum(t.errors.values()) for t in targets) == 0

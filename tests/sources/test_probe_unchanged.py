@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from tests.fleet_helpers import RouteProbe
 from tests.probe.fakes import Rank
 
 from poolwatch.codec import dump_snapshot, parse_snapshot
@@ -78,22 +78,10 @@ def test_a_clock_header_that_is_not_a_clock_is_refused(seed_snapshot: Snapshot, 
 # -- the probe's route ----------------------------------------------------------------------------
 
 
-class _Probe:  # what the snapshot route needs of a probe: nothing but its publication
-    census: dict[str, Any] | None = None
-    disabled = False
-
-    def __init__(self, publication: Publication) -> None:
-        self.publication = publication
-
-    def disable(self) -> None: ...
-
-    def enable(self) -> None: ...
-
-
 def context(snap: Snapshot) -> Context:
     publication = Publication()
     publication.publish(snap)
-    return Context(_Probe(publication), publication, PORT, None)
+    return Context(RouteProbe(publication), publication, PORT, None)
 
 
 def get(ctx: Context, query: str) -> Response:

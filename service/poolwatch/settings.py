@@ -55,6 +55,7 @@ class ScrapeSettings:
     scrape_concurrency: int = 32
     max_body_bytes: int = 4 << 20
     history: int = 256  # snapshots kept per rank for /api/v1/workers/{key}/history
+    history_budget: int = 16384  # snapshots kept in all ranks' histories together
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,7 @@ _MINIMUM = {
     "scrape_concurrency": 1,
     "max_body_bytes": 1024,  # and at most 1 GiB
     "history": 1,
+    "history_budget": 1,
     "notify_queue": 1,
 }
 

@@ -22,6 +22,8 @@ HELP: dict[str, str] = {
     "scrape_concurrency": "targets read at the same time",
     "max_body_bytes": "largest answer accepted from a target, in bytes",
     "history": "snapshots kept per rank for /api/v1/workers/{key}/history",
+    "history_budget": "snapshots kept in all ranks' histories together: with many ranks each keeps"
+    " this divided by their number (bounds memory at fleet scale)",
     # targets
     "probe_dir": "discovery directory where each scheduler rank's probe announces itself",
     "probe_urls": "probe endpoints to read, comma-separated",

@@ -43,6 +43,37 @@ def test_history_is_bounded(seed_snapshot: Snapshot) -> None:
     assert [s.seq for s in store.history(seed_snapshot.worker.key)] == [7, 8, 9]
 
 
+def _rank(snap: Snapshot, tp: int) -> Snapshot:
+    return replace(snap, worker=replace(snap.worker, tp_rank=tp))
+
+
+def test_many_ranks_share_the_history_budget_and_keep_their_newest(seed_snapshot: Snapshot) -> None:
+    store = SnapshotStore(history=8, history_budget=12)
+    for i in range(10):  # one rank alone keeps its whole history
+        store.put(replace(seed_snapshot, seq=i, taken_at=float(i)))
+    assert [s.seq for s in store.history(seed_snapshot.worker.key)] == list(range(2, 10))
+    for tp in (1, 2, 3):  # four ranks: 12 // 4 = 3 each, the newest three of the first one kept
+        store.put(_rank(seed_snapshot, tp))
+    for i in range(10, 12):
+        store.put(replace(seed_snapshot, seq=i, taken_at=float(i)))
+    assert store.history_depth() == 3
+    assert [s.seq for s in store.history(seed_snapshot.worker.key)] == [9, 10, 11]
+    assert sum(len(store.history(_rank(seed_snapshot, tp).worker.key)) for tp in range(4)) <= 12
+
+
+def test_the_budget_never_drops_the_latest_and_grows_back_when_ranks_go(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(1000.0)
+    store = SnapshotStore(history=4, history_budget=2, clock=clock)
+    for tp in range(5):  # more ranks than the budget: each still keeps its latest
+        store.put(_rank(seed_snapshot, tp))
+    assert store.history_depth() == 1
+    assert len(store.latest()) == 5
+    clock.advance(60)
+    store.put(replace(seed_snapshot, seq=seed_snapshot.seq + 1, taken_at=seed_snapshot.taken_at + 1))
+    assert len(store.forget_silent(before=1030.0)) == 4
+    assert store.history_depth() == 2
+
+
 def test_listeners_see_every_accepted_snapshot(seed_snapshot: Snapshot) -> None:
     seen: list[int] = []
     store = SnapshotStore(on_snapshot=lambda s: seen.append(s.seq))
@@ -79,6 +110,8 @@ def test_target_health_counts_failures_by_reason_and_keeps_the_last_success() ->
 def test_history_must_hold_something() -> None:
     with pytest.raises(ValueError, match="history"):
         SnapshotStore(history=0)
+    with pytest.raises(ValueError, match="history_budget"):
+        SnapshotStore(history_budget=0)
 
 
 def coarse(snap: Snapshot, taken_at: float, source: str = "sglang-metrics") -> Snapshot:

@@ -96,7 +96,10 @@ def create_app(
     (an unreadable token file, a bad receiver URL)."""
     if store is None:
         fresh = settings.detection.stale_after
-        store = SnapshotStore(history=settings.scrape.history, fresh_within=fresh, clock=clock)
+        scrape = settings.scrape
+        store = SnapshotStore(
+            history=scrape.history, fresh_within=fresh, clock=clock, history_budget=scrape.history_budget
+        )
     provider, discovery = _provider(settings, sources, clock)
     scraper = Scraper(store, provider, settings.scrape, clock)
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)

@@ -10,6 +10,10 @@ when each kind was last reported and when the rank last restarted (a source repo
 are timed on the store's clock (not the log's, which may be skewed), so the rules can tell an
 incident the restart ended from a new one.
 A rank that reports nothing for a while can be forgotten (:meth:`SnapshotStore.forget_silent`).
+The histories share one budget (``history_budget`` snapshots in all): each keeps ``history``
+snapshots while the rank-sources are few (a per-pod sidecar) and ``history_budget`` divided by
+their number when they are many (a central sidecar watching 1,000 ranks keeps 16 each by
+default, not 256,000 snapshots), so memory stays bounded whatever the fleet's size.
 
 Written by the scrape loop, read by the collectors and the API.  A lock keeps readers on other
 threads (the ``/metrics`` route runs in a worker thread) consistent; every operation is O(1) or
@@ -29,8 +33,9 @@ from poolwatch.errors import Reason
 from poolwatch.model import IncidentKind, Snapshot, SourceKind
 from poolwatch.target_health import TargetState
 
-__all__ = ["PREFERENCE", "RankState", "SnapshotStore", "TargetState", "best_view"]
+__all__ = ["HISTORY_BUDGET", "PREFERENCE", "RankState", "SnapshotStore", "TargetState", "best_view"]
 
+HISTORY_BUDGET = 16384  # snapshots kept in all the histories together (~3.5 KB each)
 PREFERENCE = (
     SourceKind.PROBE,
     SourceKind.FILE,
@@ -81,10 +86,13 @@ class SnapshotStore:
         *,
         fresh_within: float = 10.0,
         clock: Callable[[], float] = time.time,
+        history_budget: int = HISTORY_BUDGET,
     ) -> None:
-        if history < 1:
-            raise ValueError("history must be at least 1")
+        if history < 1 or history_budget < 1:
+            raise ValueError("history and history_budget must be at least 1")
         self._history = history
+        self._budget = history_budget
+        self._views = 0  # (rank, source) views held: the budget's divisor
         self._fresh_within = fresh_within
         self._clock = clock
         self._ranks: dict[str, RankState] = {}
@@ -110,10 +118,14 @@ class SnapshotStore:
             if view is None or view.latest.boot_id != snap.boot_id:
                 if view is not None:
                     rank.restarted_at = rank.seen_at
-                view = _SourceView(snap, deque(maxlen=self._history))
+                else:
+                    self._views += 1
+                view = _SourceView(snap, deque(maxlen=self.history_depth()))
                 rank.sources[snap.source] = view
             elif snap.seq <= view.latest.seq and snap.taken_at <= view.latest.taken_at:
                 return False
+            elif view.history.maxlen != (depth := self.history_depth()):
+                view.history = deque(view.history, maxlen=depth)  # the newest kept
             rank.incidents.update(i.kind for i in snap.incidents)
             rank.incident_at.update((i.kind, rank.seen_at) for i in snap.incidents)
             view.latest = snap
@@ -122,6 +134,11 @@ class SnapshotStore:
         for listener in self._listeners:
             listener(snap)
         return True
+
+    def history_depth(self) -> int:
+        """How many snapshots each (rank, source) keeps now: ``history``, or its share of the
+        budget when the views are many (at least 1: the latest)."""
+        return max(1, min(self._history, self._budget // max(1, self._views)))
 
     def latest(self) -> list[Snapshot]:
         """The view of every rank (:func:`best_view` of its sources), ordered by rank key."""
@@ -164,7 +181,7 @@ class SnapshotStore:
         with self._lock:
             gone = sorted(k for k, r in self._ranks.items() if r.seen_at < before)
             for key in gone:
-                del self._ranks[key]
+                self._views -= len(self._ranks.pop(key).sources)
         return gone
 
     def __len__(self) -> int:

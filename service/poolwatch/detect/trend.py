@@ -14,12 +14,14 @@ taken from a per-series origin, so the squares stay small) and counts of rises a
 neighbours, updated as a point comes and as one leaves the window -- so adding a point and asking
 for the trend are O(1).  The sums are recomputed from the points (O(window)) after as many
 removals as there are points, so rounding never accumulates and the cost stays O(1) amortised.
+The points are two arrays of doubles (16 bytes a point, not the ~110 of a tuple of two floats):
+1,000 ranks with four pools each hold about a million points over a 900 s window.
 :func:`fit_slope` is the plain batch fit (the reference the tests compare with).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from array import array
 from dataclasses import dataclass
 
 __all__ = ["GapSeries", "Trend", "fit_slope"]
@@ -52,7 +54,8 @@ class GapSeries:
         self._window = window
         self._min_points = min_points
         self._min_rises = min_rises
-        self._points: deque[tuple[float, float]] = deque()  # (t - origin, gap)
+        self._t = array("d")  # t - origin of each point, oldest first
+        self._y = array("d")  # its gap
         self._origin = 0.0
         self._sums = _Sums()
         self._free: int | None = None
@@ -61,31 +64,33 @@ class GapSeries:
     def add(self, t: float, gap: int, free: int | None) -> None:
         if free != self._free:
             self._free, self._cached = free, None
-        if not self._points:
+        ts, ys = self._t, self._y
+        if not ts:
             self._origin = t
         else:
-            last_t, last_gap = self._points[-1]
-            last_t += self._origin
-            if t <= last_t or (gap == last_gap and t - last_t < self._window / 256):
+            last_t = ts[-1] + self._origin
+            if t <= last_t or (gap == ys[-1] and t - last_t < self._window / 256):
                 return  # out of order, or nothing new worth a point
         point = (t - self._origin, float(gap))
-        self._sums.add(point, self._points[-1] if self._points else None)
-        self._points.append(point)
+        self._sums.add(point, (ts[-1], ys[-1]) if ts else None)
+        ts.append(point[0])
+        ys.append(point[1])
         self._cached = None
-        while self._points[0][0] < point[0] - self._window:
-            gone = self._points.popleft()
-            self._sums.remove(gone, self._points[0])
-        if self._sums.removed >= len(self._points):
+        while ts[0] < point[0] - self._window:
+            gone = (ts[0], ys[0])
+            del ts[0], ys[0]
+            self._sums.remove(gone, (ts[0], ys[0]))
+        if self._sums.removed >= len(ts):
             self._rebase()
 
     def _rebase(self) -> None:
         """Times from the oldest point, and the sums afresh (after every len(points) removals)."""
-        shift = self._points[0][0]
+        shift = self._t[0]
         self._origin += shift
-        self._points = deque((t - shift, y) for t, y in self._points)
+        self._t = array("d", (t - shift for t in self._t))
         self._sums = _Sums()
         previous = None
-        for point in self._points:
+        for point in zip(self._t, self._y, strict=True):
             self._sums.add(point, previous)
             previous = point
 
@@ -96,7 +101,7 @@ class GapSeries:
         return self._cached[0]
 
     def _fit(self) -> Trend | None:
-        if len(self._points) < self._min_points:
+        if len(self._t) < self._min_points:
             return None
         rate = self._sums.slope()
         if rate is None:
@@ -105,10 +110,9 @@ class GapSeries:
         return Trend(rate, self._eta(rate))
 
     def _eta(self, rate: float) -> float | None:
-        first, last = self._points[0], self._points[-1]
-        if rate <= 0 or self._free is None or last[1] <= 0:
+        if rate <= 0 or self._free is None or self._y[-1] <= 0:
             return None
-        if self._sums.rises < self._min_rises or last[0] - first[0] < self._window / 4:
+        if self._sums.rises < self._min_rises or self._t[-1] - self._t[0] < self._window / 4:
             return None
         return max(0.0, self._free / rate)
 

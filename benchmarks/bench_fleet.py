@@ -14,6 +14,8 @@ build cannot produce (it had no cached render) is shown as ``—``.
 * render: ``/metrics`` of 64 and 1,000 ranks, every rank's snapshot new since the last render
   (the realistic case at a 1 Hz scrape) and, for the cached render, nothing new;
 * detector: 1,000 ranks with one firing alert each, one snapshot per rank then one evaluation;
+* memory: 1,000 busy ranks' answers fed to a default store and detector until the histories and
+  the 900 s trend windows are full (what a sidecar holds after ~15 min), then one render;
 * trend: one ``GapSeries.add`` + ``trend()`` with a full 900 s window whose gap changes each time;
 * probe: the emulator's probe (bench_probe's rank) at 256 live requests, and with 9,000 waiting.
 
@@ -55,6 +57,8 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("  sidecar CPU, % of one core", "fleet32", "cpu", "<= 25 %"),
     ("  sidecar RSS, MB", "fleet32", "rss", "<= 300 MB"),
     ("  SIGTERM to exit, s", "fleet32", "stop", "<= 5 s"),
+    ("  after ~15 min of busy ranks (histories, trend windows full): RSS, MB", "memory", "rss", "<= 300 MB"),
+    ("    of which the held state, MB", "memory", "state_mb", "-"),
     ("  load average (1 min) at the end of the window", "fleet32", "load", "-"),
     ("same, older probes (no ETag: every answer in full): scrapes/s", "fleet32old", "rate", ">= 1,000/s"),
     ("  ranks refreshed < once per interval", "fleet32old", "late", "0"),

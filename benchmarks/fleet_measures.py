@@ -263,6 +263,45 @@ def detector() -> dict[str, Any]:
             "cycle": (best[0] + best[1]) * 1e3, "alerts": len(alerts)}  # fmt: skip
 
 
+def memory() -> dict[str, Any]:
+    """What a sidecar watching 1,000 busy ranks holds once its histories and trend windows are full
+    (~15 min of serving, which a fleet row's short window never reaches): every rank's answer
+    decoded from JSON as the scrape loop does it (so no object is shared between snapshots), fed
+    to the store and the detector as default-configured by the app, then one ``/metrics`` render
+    (its cached blocks); the process's RSS, and how much of it the state adds."""
+    from bench_sidecar import payload
+
+    from poolwatch.codec import dump_snapshot, parse_snapshot
+    from poolwatch.detect.config import DetectorConfig
+    from poolwatch.detect.detector import Detector
+    from poolwatch.sidecar import app
+    from poolwatch.sidecar.store import SnapshotStore
+
+    n, step, now = 1000, 3.6, [1_761_907_200.0]  # a new trend point each step: ~250 per 900 s window
+    template = json.dumps(dump_snapshot(payload(0, 0.0)))
+    store = SnapshotStore()  # the defaults: history (and budget, where the build has one)
+    det = Detector(DetectorConfig(), lambda: now[0])
+    store.subscribe(det.observe)
+    cached = hasattr(app, "build_exposition")  # the previous build renders uncached
+    exposition = app.build_exposition(store, lambda: now[0], 1e9) if cached else None
+    before = proc_rss_mb(os.getpid())
+    for seq in range(int(900 / step) + 8):
+        now[0] += step
+        for rank in range(n):
+            doc = json.loads(template)
+            doc["worker"]["tp_rank"], doc["seq"], doc["taken_at"] = rank, 48211 + seq, now[0]
+            full = doc["pools"]["full"]
+            full["available"], full["held"] = full["available"] - seq % 7, full["held"] + seq % 7  # busy
+            store.put(parse_snapshot(doc))
+    if exposition is not None:
+        from prometheus_client import generate_latest
+
+        exposition.render(generate_latest, now[0])
+    after = proc_rss_mb(os.getpid())
+    held = sum(len(store.history(s.worker.key)) for s in store.latest())
+    return {"rss": after, "state_mb": after - before, "snapshots": held}
+
+
 def trend() -> dict[str, Any]:
     from poolwatch.detect.trend import GapSeries
 
@@ -325,6 +364,7 @@ MEASURES: dict[str, Callable[[float], dict[str, Any]]] = {
     "render": lambda s: render(),
     "detector": lambda s: detector(),
     "trend": lambda s: trend(),
+    "memory": lambda s: memory(),
     "probe": lambda s: probe(),
 }
 

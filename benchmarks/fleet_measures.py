@@ -105,13 +105,27 @@ def start_sidecar(
     return proc, url
 
 
-def scrape_metrics(url: str, timeout: float) -> tuple[float | None, dict[str, dict[str, float]]]:
-    """(seconds to answer, {metric: {labels: value}}) of the sidecar's /metrics; (None, {}) on no answer."""
+def scrape_metrics(url: str, timeout: float) -> tuple[float | None, str]:
+    """(seconds to answer, page) of the sidecar's /metrics; (None, "") on no answer."""
     started = time.monotonic()
     try:
         text = urllib.request.urlopen(url + "/metrics", timeout=timeout).read().decode()
     except OSError:
-        return None, {}
+        return None, ""
+    return time.monotonic() - started, text
+
+
+def target_scrapes(url: str) -> dict[str, int] | None:
+    """{target: scrapes so far} from the sidecar's JSON API; None on no answer."""
+    try:
+        doc = json.load(urllib.request.urlopen(url + "/api/v1/targets", timeout=30))
+    except OSError:
+        return None
+    return {t["name"]: int(t["scrapes"]) for t in doc}
+
+
+def parse_page(text: str) -> dict[str, dict[str, float]]:
+    """{metric: {labels: value}} of an exposition page."""
     out: dict[str, dict[str, float]] = {}
     for line in text.splitlines():
         if line.startswith("#") or " " not in line:
@@ -119,7 +133,7 @@ def scrape_metrics(url: str, timeout: float) -> tuple[float | None, dict[str, di
         series, value = line.rsplit(" ", 1)
         name, _, labels = series.partition("{")
         out.setdefault(name, {})[labels] = float(value)
-    return time.monotonic() - started, out
+    return out
 
 
 def stop(proc: subprocess.Popen[bytes]) -> float | None:
@@ -142,12 +156,18 @@ def fleet(n: int, concurrency: int, seconds: float, mode: str = "steady") -> dic
         sidecar, url = start_sidecar(n, ports, concurrency, Path(tmp))
         try:
             time.sleep(6.0)  # connections opened, the targets' first jittered scrapes done
-            metrics_s, first = scrape_metrics(url, 30)
+            metrics_s, _ = scrape_metrics(url, 30)
+            # The window: scrape counts read through the JSON API (a few ms) at both ends; a
+            # 1,000-rank /metrics page takes up to a second to render under this load, and its
+            # counters would be read at an unknown point of that.
+            before = target_scrapes(url)
             t0, cpu0 = time.monotonic(), proc_cpu(sidecar.pid)
             time.sleep(seconds)
             t1, cpu1 = time.monotonic(), proc_cpu(sidecar.pid)
-            later_s, last = scrape_metrics(url, 30)
+            after = target_scrapes(url)
+            later_s, last_page = scrape_metrics(url, 30)
             rss = proc_rss_mb(sidecar.pid)
+            last = parse_page(last_page)
         finally:
             stopped = stop(sidecar)
             fleet_proc.kill()
@@ -156,12 +176,11 @@ def fleet(n: int, concurrency: int, seconds: float, mode: str = "steady") -> dic
     result["load"] = os.getloadavg()[0]
     answers = [s for s in (metrics_s, later_s) if s is not None]
     result["metrics_s"] = max(answers) if len(answers) == 2 else None
-    if first and last:
-        before = first.get("poolwatch_target_scrapes_total", {})
-        after = last.get("poolwatch_target_scrapes_total", {})
-        deltas = [after.get(k, 0.0) - before.get(k, 0.0) for k in after] + [0.0] * (n - len(after))
+    if before is not None and after is not None and last:
+        deltas = [after.get(k, 0) - before.get(k, 0) for k in after] + [0] * (n - len(after))
         window = t1 - t0
         result["rate"] = sum(deltas) / window
+        result["per_answer_us"] = result["cpu"] * 1e4 / result["rate"] if result["rate"] else None
         result["late"] = sum(1 for d in deltas if d < int(window / INTERVAL) - 1)
         stale = last.get("poolwatch_snapshot_stale", {})
         result["stale"] = sum(1 for v in stale.values() if v) + max(0, n - len(stale))

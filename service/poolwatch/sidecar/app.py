@@ -79,6 +79,13 @@ def _provider(
     return target_set.current, [DiscoveryCollector(target_set.skipped_by_reason)]
 
 
+def _store(settings: Settings, clock: Callable[[], float]) -> SnapshotStore:
+    scrape, fresh = settings.scrape, settings.detection.stale_after
+    return SnapshotStore(
+        history=scrape.history, fresh_within=fresh, clock=clock, history_budget=scrape.history_budget
+    )
+
+
 def create_app(
     settings: Settings,
     *,
@@ -94,12 +101,7 @@ def create_app(
 
     Raises :class:`~poolwatch.errors.ConfigError` for a setting that only shows up as wrong here
     (an unreadable token file, a bad receiver URL)."""
-    if store is None:
-        fresh = settings.detection.stale_after
-        scrape = settings.scrape
-        store = SnapshotStore(
-            history=scrape.history, fresh_within=fresh, clock=clock, history_budget=scrape.history_budget
-        )
+    store = store if store is not None else _store(settings, clock)
     provider, discovery = _provider(settings, sources, clock)
     scraper = Scraper(store, provider, settings.scrape, clock)
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)

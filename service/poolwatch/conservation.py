@@ -80,10 +80,9 @@ def used(account: PoolAccount) -> int | None:
 def gap(account: PoolAccount) -> int | None:
     """The exact signed gap, or ``None`` unless every term is known."""
     u = used(account)
-    terms = (account.protected, account.held)
-    if u is None or account.available is None or any(t is None for t in terms):
+    protected, held = account.protected, account.held
+    if u is None or account.available is None or protected is None or held is None:
         return None
-    protected, held = (t or 0 for t in terms)
     return u - protected - held - (account.session_held or 0)
 
 
@@ -124,9 +123,8 @@ def share_findings(old: Snapshot, new: Snapshot) -> None:
 
 
 def _assess_pools(snap: Snapshot) -> Mapping[Pool, Finding]:
-    order = list(Pool)
-    pools = sorted(snap.pools.values(), key=lambda a: order.index(a.pool))
-    return MappingProxyType({a.pool: assess(a, snap.phase) for a in pools})
+    accounts = {a.pool: a for a in snap.pools.values()}
+    return MappingProxyType({p: assess(accounts[p], snap.phase) for p in Pool if p in accounts})
 
 
 def assess_snapshot(snap: Snapshot) -> tuple[Finding, ...]:

@@ -1,7 +1,8 @@
 """Custom collectors over the :class:`~poolwatch.sidecar.store.SnapshotStore`.
 
 They build fresh metric families on every scrape from the catalogue, so a rank or target that
-disappears simply stops being exported.  Sample exposition::
+disappears simply stops being exported.  Their samples go through
+:class:`~poolwatch.sidecar.families.Families` (re-exported here).  Sample exposition::
 
     poolwatch_pool_capacity_slots{worker="prefill-0",role="prefill",...,pool="mamba"} 476.0
     poolwatch_pool_slots{...,pool="mamba",state="available"} 473.0
@@ -11,14 +12,15 @@ disappears simply stops being exported.  Sample exposition::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from poolwatch.catalog import Kind, by_name, rank_label_values
+from poolwatch.catalog import rank_label_values
 from poolwatch.conservation import findings, used
 from poolwatch.model import Exactness, Phase, PoolAccount, Snapshot
+from poolwatch.sidecar.families import Families, Sample, metric_family
 from poolwatch.sidecar.store import SnapshotStore, TargetState
 
 __all__ = [
@@ -32,41 +34,6 @@ __all__ = [
 ]
 
 _STATES = ("available", "evictable", "protected", "held", "session_held")
-
-
-Sample = tuple[str, tuple[str, ...], float]  # (catalogue name, label values, value)
-
-
-def metric_family(name: str) -> GaugeMetricFamily | CounterMetricFamily:
-    """An empty family of the catalogue metric ``name``."""
-    spec = by_name(name)
-    if spec.kind is Kind.COUNTER:
-        return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
-    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
-
-
-class Families:
-    """Catalogue-checked samples for one collect() call, emitted in catalogue order.
-
-    The samples are kept as plain tuples (``samples``) and turned into prometheus_client
-    families only when iterated, so the cached exposition (:mod:`.exposition`) can take them
-    without building a family it will not use."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = tuple(names)
-        self._known = frozenset(self.names)
-        self.samples: list[Sample] = []
-
-    def add(self, name: str, labels: Sequence[str], value: float) -> None:
-        if name not in self._known:
-            raise KeyError(name)
-        self.samples.append((name, tuple(labels), value))
-
-    def __iter__(self) -> Iterator[Metric]:
-        families = {name: metric_family(name) for name in self.names}
-        for name, labels, value in self.samples:
-            families[name].add_metric(list(labels), value)
-        return iter(families.values())
 
 
 def rank_labels(snap: Snapshot) -> tuple[str, ...]:

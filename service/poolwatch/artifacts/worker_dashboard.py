@@ -1,6 +1,6 @@
 """The worker drill-down dashboard: one rank's pools stacked by state against capacity (one panel
 per pool, repeated), and every rank of the worker's gap, leak rate, exhaustion forecast, snapshot
-age, queues, incidents and probe health."""
+age, queues, incidents and probe health (those in :mod:`poolwatch.artifacts.worker_panels`)."""
 
 from __future__ import annotations
 
@@ -9,27 +9,22 @@ from dataclasses import replace
 from poolwatch.artifacts.grafana import Json, PanelSpec, Query, alert_annotation, dashboard, query_variable
 from poolwatch.artifacts.panels import (
     SLOTS,
-    SLOTS_PER_SECOND,
     common_variables,
     configure,
     dashboard_links,
     firing,
-    runbook_link,
     series,
     stat,
-    table,
     thresholds,
 )
+from poolwatch.artifacts.worker_panels import ALERTS as _ALERTS
+from poolwatch.artifacts.worker_panels import RANK as _RANK
+from poolwatch.artifacts.worker_panels import W as _W
+from poolwatch.artifacts.worker_panels import health_panels, rank_panels
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.rules import ALERT_NAME_PATTERN
 
 __all__ = ["STATE_COLORS", "worker_dashboard"]
-
-_W = 'namespace=~"$namespace", worker="$worker"'
-_ALERTS = 'namespace=~"$namespace", worker="$worker"'  # the worker's alerts, pod- and rank-wide
-_RANK = f'{_W}, dp_rank="$dp_rank", tp_rank="$tp_rank", pp_rank="$pp_rank"'
-_RANKS = "dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"
-_POOLS = f'{_W}, pool=~"$pool"'
 
 STATE_COLORS = {
     "available": "green",
@@ -147,89 +142,6 @@ def _now_panels() -> list[PanelSpec]:
     ]
 
 
-def _rank_panels() -> list[PanelSpec]:
-    return [
-        PanelSpec("row", "Every rank of $worker"),
-        series(
-            "Conservation gap per rank",
-            (Query(f"poolwatch_pool_conservation_gap_slots{{{_POOLS}}}", f"{_RANKS} {{{{pool}}}}"),),
-            SLOTS,
-            "> 0: slots lost (leak); < 0: slots counted twice (double free).",
-        ),
-        series(
-            "Leak rate per rank",
-            (Query(f"poolwatch_pool_leak_rate_slots_per_second{{{_POOLS}}}", f"{_RANKS} {{{{pool}}}}"),),
-            SLOTS_PER_SECOND,
-            "Fitted trend of the gap over the detector's window.",
-        ),
-        series(
-            "Time to exhaustion",
-            (Query(f"poolwatch_pool_exhaustion_eta_seconds{{{_POOLS}}}", f"{_RANKS} {{{{pool}}}}"),),
-            "s",
-            "When the pool runs out at the fitted leak rate (absent when not leaking).",
-        ),
-        series(
-            "Snapshot age per rank",
-            (Query(f"poolwatch_snapshot_age_seconds{{{_W}}}", _RANKS),),
-            "s",
-            "Seconds since each rank's latest snapshot; stale ranks' pool figures are withheld.",
-        ),
-        series(
-            "Queue depths per rank",
-            (Query(f"poolwatch_queue_requests{{{_W}}}", f"{_RANKS} {{{{queue}}}}"),),
-            "suffix: requests",
-            "Requests in each scheduler queue; a pool is only checked by SGLang when all are empty.",
-        ),
-        series(
-            "Tripwires per rank",
-            (Query(f"poolwatch_pool_tripwire_slots{{{_W}}}", f"{_RANKS} {{{{pool}}}} {{{{kind}}}}"),),
-            SLOTS,
-            "Slot ids proven misplaced, by kind (free_duplicate, free_and_live, ...).",
-        ),
-    ]
-
-
-def _health_panels() -> list[PanelSpec]:
-    incidents = f"sum by (kind) (increase(poolwatch_incidents_total{{{_W}}}[$__rate_interval]))"
-    errors = f"increase(poolwatch_probe_errors_total{{{_W}}}[$__rate_interval])"
-    costs = (
-        Query(f"poolwatch_probe_sample_duration_seconds{{{_W}}}", f"sample {_RANKS}"),
-        Query(f"poolwatch_probe_census_duration_seconds{{{_W}}}", f"census {_RANKS}"),
-    )
-    return [
-        PanelSpec("row", "Incidents and probe health"),
-        series(
-            "Incidents logged",
-            (Query(incidents, "{{kind}}"),),
-            "suffix: incidents",
-            "Accounting incidents the worker logged (leak detected, scheduler exception, ...).",
-            custom={"drawStyle": "bars", "fillOpacity": 80},
-        ),
-        series(
-            "Probe cost in the scheduler thread",
-            costs,
-            "s",
-            "Scheduler-thread time of the probe's last cheap sample and last identity census.",
-        ),
-        series(
-            "Probe errors contained",
-            (Query(errors, _RANKS), Query(f"poolwatch_probe_disabled{{{_W}}} > 0", f"kill switch {_RANKS}")),
-            "suffix: errors",
-            "Exceptions the probe caught instead of raising into the scheduler, and ranks whose probe's "
-            "kill switch is engaged (watched only coarsely).",
-        ),
-        table(
-            "Firing alerts for this worker",
-            firing(_ALERTS),
-            "none",
-            "From the sidecar and from Prometheus' rules, each once; click an alert name for its runbook.",
-            "alertname",
-            runbook_link(),
-            hide=("Value",),
-        ),
-    ]
-
-
 def worker_dashboard(config: MixinConfig | None = None) -> Json:
     config = config or MixinConfig()
     ranks = f"poolwatch_worker_info{{{_W}}}"
@@ -251,7 +163,7 @@ def worker_dashboard(config: MixinConfig | None = None) -> Json:
         title="poolwatch / worker",
         description="One SGLang worker's memory pools, rank by rank: where every slot is and whether "
         "they add up.",
-        panels=[*_now_panels(), *_rank_panels(), *_health_panels()],
+        panels=[*_now_panels(), *rank_panels(), *health_panels()],
         variables=variables,
         annotations=[alert_annotation(ALERT_NAME_PATTERN, 'worker="$worker"')],
         links=dashboard_links(),

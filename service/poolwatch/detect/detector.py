@@ -35,7 +35,8 @@ from poolwatch.detect.health import (
     target_signals,
 )
 from poolwatch.detect.repairs import repair_judged, repair_signals
-from poolwatch.detect.rules import AlertName, by_name, dashboard_link
+from poolwatch.detect.rules import AlertName, by_name
+from poolwatch.detect.schema import dashboard_link
 from poolwatch.detect.signals import conservation_judged, conservation_signals
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries

@@ -1,21 +1,21 @@
 """Every alert poolwatch raises, as data: the one source for the detector, the Prometheus rules,
 the runbooks and the docs (monitoring-mixins style).
 
-Names are CamelCase with the ``Poolwatch`` prefix.  ``severity`` is ``critical`` (pages),
-``warning`` (a ticket) or ``info``.  Each alert has a static ``summary``, a ``description`` with
-the figures, a ``runbook_url`` derived from its name (``docs/runbooks/<Name>.md``) and a
-``dashboard_url``.  The sidecar's detector (:mod:`poolwatch.detect.detector`) and the generated
-Prometheus rules (:mod:`poolwatch.artifacts.rules`) raise the same names with the same labels.
+:func:`alert_definitions` lists every alert with its rules' thresholds and waits taken from a
+config; the alerts poolwatch judges itself are written here, the meta-alerts (Prometheus watching
+poolwatch) in :mod:`poolwatch.detect.meta_alerts`.  What an alert definition is made of (names,
+severities, scopes, modes, :class:`PromRule`, :class:`AlertDef`) lives in
+:mod:`poolwatch.detect.schema` and is re-exported here.  The sidecar's detector
+(:mod:`poolwatch.detect.detector`) and the generated Prometheus rules
+(:mod:`poolwatch.artifacts.rules`) raise the same names with the same labels.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from poolwatch.detect import promql as q
 from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.meta_alerts import meta_alerts
+from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertDef, AlertName, Mode, PromRule, Scope, Severity
 
 __all__ = [
     "ALERTS",
@@ -28,85 +28,7 @@ __all__ = [
     "Severity",
     "alert_definitions",
     "by_name",
-    "dashboard_link",
-    "dashboard_path",
 ]
-
-
-ALERT_NAME_PATTERN = "Poolwatch.*"  # matches every AlertName (dashboards select ALERTS with it)
-
-
-class AlertName(enum.StrEnum):
-    """The name of every alert: the detector, the rules, the runbooks and the tests say these."""
-
-    DOUBLE_FREE = "PoolwatchDoubleFree"
-    SLOT_LEAK = "PoolwatchSlotLeak"
-    POOL_EXHAUSTION_FORECAST = "PoolwatchPoolExhaustionForecast"
-    IDLE_CHECK_FAILED = "PoolwatchIdleCheckFailed"
-    SCHEDULER_CRASHED = "PoolwatchSchedulerCrashed"
-    SNAPSHOT_STALE = "PoolwatchSnapshotStale"
-    TARGET_DOWN = "PoolwatchTargetDown"
-    PROBE_DEGRADED = "PoolwatchProbeDegraded"
-    SIDECAR_DOWN = "PoolwatchSidecarDown"
-    NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
-    TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
-    PROBE_REPAIRED = "PoolwatchProbeRepaired"
-
-
-class Severity(enum.StrEnum):
-    CRITICAL = "critical"  # pages someone now
-    WARNING = "warning"  # a ticket: look at it today
-    INFO = "info"  # context for the other alerts
-
-
-class Scope(enum.StrEnum):
-    """What one alert instance is about (and so which labels identify it)."""
-
-    POOL = "pool"  # worker, role, dp_rank, tp_rank, pp_rank, pool
-    RANK = "rank"  # worker, role, dp_rank, tp_rank, pp_rank
-    TARGET = "target"  # target, source, worker
-    SIDECAR = "sidecar"  # namespace, pod (and receiver): poolwatch itself
-
-
-class Mode(enum.StrEnum):
-    """How the detector decides that the alert fires and that it is over."""
-
-    SAMPLED = "sampled"  # judged on every snapshot: fires after N samples, resolves after M clean ones
-    EVENT = "event"  # a log line: fires at once, resolves after a hold time
-    TIMED = "timed"  # judged on the evaluation timer (staleness, target health)
-    PROMETHEUS = "prometheus"  # only Prometheus can judge it (the sidecar down, its deliveries failing)
-
-
-@dataclass(frozen=True, slots=True)
-class PromRule:
-    """One Prometheus alerting rule of an alert (an alert may have one rule per severity)."""
-
-    severity: Severity
-    expr: str
-    for_: str
-    description: str  # a Go template over $labels and $value
-    keep_firing_for: str = ""  # hysteresis: a flickering condition does not resolve and re-fire
-
-
-@dataclass(frozen=True, slots=True)
-class AlertDef:
-    name: AlertName
-    scope: Scope
-    mode: Mode
-    summary: str
-    meaning: str  # one sentence for the alert index
-    prometheus: tuple[PromRule, ...]
-
-    @property
-    def runbook_path(self) -> str:
-        return f"docs/runbooks/{self.name}.md"
-
-    def runbook_url(self, base: str) -> str:
-        return f"{base.rstrip('/')}/{self.name}.md"
-
-    @property
-    def severities(self) -> tuple[Severity, ...]:
-        return tuple(r.severity for r in self.prometheus)
 
 
 def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]:
@@ -292,100 +214,11 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                 ),
             ),
         ),
-        *_meta_alerts(),
-    )
-
-
-def _meta_alerts() -> tuple[AlertDef, ...]:
-    """Prometheus watching poolwatch: what the sidecar cannot say about itself."""
-    where = "{{ $labels.namespace }}/{{ $labels.pod }}"
-    delivery = 'increase(poolwatch_notifications_total{outcome=~"failed|dropped"}[5m])'
-    sent = 'increase(poolwatch_notifications_total{outcome="sent"}[5m])'
-    return (
-        AlertDef(
-            AlertName.SIDECAR_DOWN,
-            Scope.SIDECAR,
-            Mode.PROMETHEUS,
-            "Prometheus cannot scrape a poolwatch sidecar: its SGLang server's memory pools are not watched.",
-            "Prometheus' scrape of a sidecar (`up`) has failed for 5 minutes (the sidecar cannot say so).",
-            (
-                PromRule(
-                    Severity.WARNING,
-                    'up{container="poolwatch"} == 0',
-                    "5m",
-                    f"Prometheus cannot scrape the poolwatch sidecar of {where}: the memory pools of its "
-                    "SGLang server are not watched, and its own pages may not be sent.",
-                ),
-            ),
-        ),
-        AlertDef(
-            AlertName.NOTIFICATIONS_FAILING,
-            Scope.SIDECAR,
-            Mode.PROMETHEUS,
-            "A poolwatch sidecar cannot deliver its alerts: its fast pages do not arrive.",
-            "Deliveries to a receiver (Alertmanager, a webhook) failed or were dropped for 5 minutes "
-            "with none getting through; only the slower Prometheus path pages meanwhile.",
-            (
-                PromRule(
-                    Severity.WARNING,
-                    f"(sum without (outcome) ({delivery}) > 0)\n"
-                    f"unless on (namespace, pod, receiver) (sum without (outcome) ({sent}) > 0)",
-                    "5m",
-                    f"The poolwatch sidecar of {where} failed or dropped {{{{ $value | humanize }}}} "
-                    "deliveries to {{ $labels.receiver }} in the last 5m and delivered none: its direct "
-                    "pages do not arrive, only the slower Prometheus path's.",
-                ),
-            ),
-        ),
-        AlertDef(
-            AlertName.TASK_CRASH_LOOPING,
-            Scope.SIDECAR,
-            Mode.PROMETHEUS,
-            "A poolwatch sidecar task keeps crashing: part of its watching or paging has stopped.",
-            "A background task of a sidecar (scrape loop, evaluation timer, a deliverer) crashed 3 times "
-            "within 5 minutes; it is restarted with backoff, and its first error is in the log.",
-            (
-                PromRule(
-                    Severity.WARNING,
-                    "poolwatch_task_crash_looping == 1",
-                    "2m",
-                    f"The {{{{ $labels.task }}}} task of the poolwatch sidecar of {where} keeps crashing "
-                    "(3 times within 5 minutes); it is restarted with backoff, but what it does is not "
-                    "being done meanwhile.",
-                ),
-            ),
-        ),
+        *meta_alerts(),
     )
 
 
 ALERTS: tuple[AlertDef, ...] = alert_definitions()
-
-
-_SCOPE_VARS = {
-    Scope.POOL: ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank", "pool"),
-    Scope.RANK: ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank"),
-    Scope.TARGET: ("namespace",),
-    Scope.SIDECAR: ("namespace",),
-}
-
-
-def dashboard_path(uid: str) -> str:
-    """The Grafana path of a generated dashboard (its slug is its uid)."""
-    return f"/d/{uid}/{uid}"
-
-
-def dashboard_link(
-    scope: Scope, value: Callable[[str], str | None], config: MixinConfig | None = None
-) -> str:
-    """The Grafana path of the dashboard for an alert of ``scope``, its variables set from
-    ``value(label)`` (already encoded; ``None`` leaves the variable out)."""
-    config = config or MixinConfig()
-    fleet = scope in (Scope.TARGET, Scope.SIDECAR)
-    uid = config.fleet_dashboard_uid if fleet else config.worker_dashboard_uid
-    path = dashboard_path(uid)
-    pairs = [(n, value(n)) for n in _SCOPE_VARS[scope]]
-    query = "&".join(f"var-{n}={v}" for n, v in pairs if v is not None)
-    return f"{path}?{query}" if query else path
 
 
 def by_name(name: str) -> AlertDef:

@@ -1,0 +1,75 @@
+"""The meta-alerts: Prometheus watching poolwatch itself, for what a sidecar cannot say about itself.
+
+A sidecar that is down, cannot deliver its pages, or has a crash-looping task is judged by
+Prometheus alone (:attr:`~poolwatch.detect.schema.Mode.PROMETHEUS`): the detector never raises
+these, they exist as generated rules, runbooks and docs rows.  They are the tail of
+:func:`poolwatch.detect.rules.alert_definitions`, the one list of every alert.
+"""
+
+from __future__ import annotations
+
+from poolwatch.detect.schema import AlertDef, AlertName, Mode, PromRule, Scope, Severity
+
+__all__ = ["meta_alerts"]
+
+
+def meta_alerts() -> tuple[AlertDef, ...]:
+    """Prometheus watching poolwatch: what the sidecar cannot say about itself."""
+    where = "{{ $labels.namespace }}/{{ $labels.pod }}"
+    delivery = 'increase(poolwatch_notifications_total{outcome=~"failed|dropped"}[5m])'
+    sent = 'increase(poolwatch_notifications_total{outcome="sent"}[5m])'
+    return (
+        AlertDef(
+            AlertName.SIDECAR_DOWN,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "Prometheus cannot scrape a poolwatch sidecar: its SGLang server's memory pools are not watched.",
+            "Prometheus' scrape of a sidecar (`up`) has failed for 5 minutes (the sidecar cannot say so).",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    'up{container="poolwatch"} == 0',
+                    "5m",
+                    f"Prometheus cannot scrape the poolwatch sidecar of {where}: the memory pools of its "
+                    "SGLang server are not watched, and its own pages may not be sent.",
+                ),
+            ),
+        ),
+        AlertDef(
+            AlertName.NOTIFICATIONS_FAILING,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "A poolwatch sidecar cannot deliver its alerts: its fast pages do not arrive.",
+            "Deliveries to a receiver (Alertmanager, a webhook) failed or were dropped for 5 minutes "
+            "with none getting through; only the slower Prometheus path pages meanwhile.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    f"(sum without (outcome) ({delivery}) > 0)\n"
+                    f"unless on (namespace, pod, receiver) (sum without (outcome) ({sent}) > 0)",
+                    "5m",
+                    f"The poolwatch sidecar of {where} failed or dropped {{{{ $value | humanize }}}} "
+                    "deliveries to {{ $labels.receiver }} in the last 5m and delivered none: its direct "
+                    "pages do not arrive, only the slower Prometheus path's.",
+                ),
+            ),
+        ),
+        AlertDef(
+            AlertName.TASK_CRASH_LOOPING,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "A poolwatch sidecar task keeps crashing: part of its watching or paging has stopped.",
+            "A background task of a sidecar (scrape loop, evaluation timer, a deliverer) crashed 3 times "
+            "within 5 minutes; it is restarted with backoff, and its first error is in the log.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    "poolwatch_task_crash_looping == 1",
+                    "2m",
+                    f"The {{{{ $labels.task }}}} task of the poolwatch sidecar of {where} keeps crashing "
+                    "(3 times within 5 minutes); it is restarted with backoff, but what it does is not "
+                    "being done meanwhile.",
+                ),
+            ),
+        ),
+    )

@@ -10,22 +10,17 @@ name comes from :mod:`poolwatch.identity`, so all three merge into one rank per 
 role (``POOLWATCH_ROLE``, when not ``unified``) comes from the sidecar's own environment through
 :class:`~poolwatch.settings.Settings`.
 
-*Central mode* watches several servers: several ``--metrics-urls``, or a YAML file whose targets
-name their worker (a log must: its file name says nothing about who wrote it)::
-
-    targets:
-      - {name: prefill-0, source: sglang-metrics, url: http://prefill-0:30000, role: prefill}
-      - {name: decode-0-log, source: sglang-log, path: /logs/decode-0.log, worker: decode-0}
+*Central mode* watches several servers: several ``--metrics-urls``, or a YAML targets file.  The
+static targets (flags and the targets file) are read by :mod:`poolwatch.sources.target_config`,
+whose public names are re-exported here; this module turns targets into sources
+(:func:`make_source`) and keeps them current (:class:`TargetSet`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from poolwatch.discovery import (
     FINAL_SUFFIX,
@@ -37,9 +32,8 @@ from poolwatch.discovery import (
     skip_reason,
 )
 from poolwatch.errors import ConfigError
-from poolwatch.identity import NoWorkerName, target_worker
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Role, SourceKind
+from poolwatch.model import SourceKind
 from poolwatch.settings import Settings
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.file import FileSource
@@ -47,6 +41,13 @@ from poolwatch.sources.final import FinalSnapshotSource
 from poolwatch.sources.probe import ProbeSource, watch_wait
 from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
+from poolwatch.sources.target_config import (
+    KINDS,
+    identity_labels,
+    load_targets_file,
+    parse_targets_document,
+    static_targets,
+)
 
 __all__ = [
     "DEFAULT_PROBE_DIR",
@@ -61,119 +62,8 @@ __all__ = [
 ]
 
 DEFAULT_PROBE_DIR = "/tmp/poolwatch"
-KINDS = tuple(SourceKind)
-_LOCATION_KEY = {
-    SourceKind.PROBE: "url",
-    SourceKind.SGLANG_METRICS: "url",
-    SourceKind.SGLANG_LOG: "path",
-    SourceKind.FILE: "path",
-}
 
 log = logging.getLogger("poolwatch.sources")
-
-
-def parse_targets_document(doc: Any, where: str) -> list[Target]:
-    """The targets of a parsed YAML document; raises ``ConfigError`` naming the bad entry."""
-    items = doc.get("targets") if isinstance(doc, Mapping) else None
-    if not isinstance(items, list):
-        raise ConfigError(f"{where}: expected a mapping with a 'targets' list")
-    targets = [_target(item, f"{where}: targets[{i}]") for i, item in enumerate(items)]
-    names = [t.name for t in targets]
-    duplicate = next((n for n in names if names.count(n) > 1), None)
-    if duplicate is not None:
-        raise ConfigError(f"{where}: target name {duplicate!r} is used twice")
-    return targets
-
-
-def _target(item: Any, where: str) -> Target:
-    if not isinstance(item, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(item).__name__}")
-    given = item.get("source")
-    if given not in KINDS:
-        raise ConfigError(f"{where}.source: expected one of {', '.join(KINDS)}, got {given!r}")
-    kind = SourceKind(given)
-    key = _LOCATION_KEY[kind]
-    location = _text(item, key, where, required=True)
-    name = _text(item, "name", where) or f"{kind}:{location}"
-    try:
-        role = Role(_text(item, "role", where) or "unified")
-    except ValueError:
-        raise ConfigError(
-            f"{where}.role: expected one of prefill, decode, unified, got {item['role']!r}"
-        ) from None
-    labels = item.get("labels", {})
-    if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
-        raise ConfigError(f"{where}.labels: expected a mapping of strings")
-    try:
-        worker = target_worker(kind, location, given=_text(item, "worker", where))
-    except NoWorkerName:
-        raise ConfigError(f"{where}.worker: a {kind} target needs the worker it describes") from None
-    return Target(name, kind, location, worker, role, {str(k): v for k, v in labels.items()})
-
-
-def _text(item: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str:
-    value = item.get(key, "")
-    if not isinstance(value, str) or (required and not value):
-        raise ConfigError(f"{where}.{key}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def load_targets_file(path: str) -> list[Target]:
-    """Read and check a YAML targets file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        doc = yaml.safe_load(text)
-    except OSError as exc:
-        raise ConfigError(f"POOLWATCH_TARGETS_FILE: cannot read {path}: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"POOLWATCH_TARGETS_FILE: {path} is not valid YAML: {first}") from None
-    return parse_targets_document(doc, path)
-
-
-def _labels(settings: Settings) -> dict[str, str]:
-    ident = settings.identity
-    return {"namespace": ident.namespace} if ident.namespace else {}
-
-
-def static_targets(settings: Settings) -> list[Target]:
-    """Targets named by flags/env and the targets file.
-
-    The flags describe the pod's own SGLang (at most one ``--metrics-urls`` server): its probes,
-    server and logs all carry the pod's worker name.  Several servers are central mode: each is
-    named after its ``host:port``, probes after themselves, and a log cannot be told apart
-    (``ConfigError``: list it in a targets file with its worker).  Snapshot files name themselves.
-    """
-    role, labels = settings.identity.role, _labels(settings)
-    t = settings.targets
-    own = settings.identity.worker if len(t.metrics_urls) <= 1 else ""
-    listed = (
-        [(SourceKind.PROBE, u) for u in t.probe_urls]
-        + [(SourceKind.SGLANG_METRICS, u) for u in t.metrics_urls]
-        + [(SourceKind.SGLANG_LOG, p) for p in t.log_paths]
-        + [(SourceKind.FILE, p) for p in t.snapshot_files]
-    )
-    targets = [
-        Target(_name(kind, loc), kind, loc, _flag_worker(kind, loc, own), role, labels)
-        for kind, loc in listed
-    ]
-    if t.targets_file:
-        targets += load_targets_file(t.targets_file)
-    return targets
-
-
-def _flag_worker(kind: SourceKind, location: str, own: str) -> str:
-    try:
-        return target_worker(kind, location, pod_worker="" if kind is SourceKind.FILE else own)
-    except NoWorkerName:
-        raise ConfigError(
-            "POOLWATCH_LOG_PATHS: with several POOLWATCH_METRICS_URLS servers a log cannot be told "
-            "apart; list each log with its worker in POOLWATCH_TARGETS_FILE"
-        ) from None
-
-
-def _name(kind: SourceKind, location: str) -> str:
-    return f"file:{Path(location).name}" if kind is SourceKind.FILE else f"{kind}:{location}"
 
 
 def discover_probes(directory: str) -> list[tuple[str, str, str]]:
@@ -252,7 +142,7 @@ class TargetSet:
     def current(self) -> Sequence[Source]:
         if not self._probe_dir:
             return self._static
-        role, labels = self._settings.identity.role, _labels(self._settings)
+        role, labels = self._settings.identity.role, identity_labels(self._settings)
         fresh: dict[str, Source] = {}
         only = set(self._settings.targets.probe_workers)
         finals: set[str] = set()

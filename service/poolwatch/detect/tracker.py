@@ -27,40 +27,20 @@ once per alert instance, and an unchanged instance's :class:`Alert` is reused.  
 order (and whether two sources hold one label set) is kept until an instance comes or goes or
 changes severity, so listing costs one identity check per unchanged alert and one
 :class:`Alert` per changed one.
+Each instance's record (its state, its sightings, the Alert it shows) is a
+:class:`~poolwatch.detect.track.Track`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Set
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Hashable, Iterable, Set
 
-from poolwatch.detect.alert import Alert, AlertState, Labels, Signal, Verdict, merge
+from poolwatch.detect.alert import Alert, AlertState, Signal, Verdict, merge
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.rules import Mode, by_name
+from poolwatch.detect.track import Annotate, Key, Track, order_key
 
 __all__ = ["Tracker"]
-
-Annotate = Callable[[Signal], Mapping[str, str]]  # all but the description: fixed per (alert, labels)
-Key = tuple[str, Labels, str]
-
-
-@dataclass(slots=True)
-class _Track:
-    signal: Signal
-    mode: Mode
-    state: AlertState
-    since: float
-    last_seen: float
-    last_sample: Hashable = None
-    samples: int = 1
-    clean: int = 0
-    fired_at: float | None = None
-    resolved_at: float | None = None
-    restored_at: float | None = None  # loaded from the state file and not observed since
-    restarted: bool = False  # its rank restarted, and the new boot has not shown it
-    reason: str = ""  # why it resolved, when not because its condition cleared
-    static: Mapping[str, str] | None = None  # annotations but the description (fixed per instance)
-    shown: tuple[Signal, tuple[object, ...], Alert] | None = None  # the last Alert built, and from what
 
 
 class Tracker:
@@ -69,10 +49,10 @@ class Tracker:
     def __init__(self, config: DetectorConfig, annotate: Annotate) -> None:
         self._cfg = config
         self._annotate = annotate
-        self._tracks: dict[Key, _Track] = {}
-        self._by_subject: dict[str, dict[Key, _Track]] = {}  # sampled alerts of each subject
-        self._by_alert: dict[str, dict[Key, _Track]] = {}  # every instance of each alert
-        self._order: tuple[list[_Track], bool] | None = None  # listing order, and whether to merge
+        self._tracks: dict[Key, Track] = {}
+        self._by_subject: dict[str, dict[Key, Track]] = {}  # sampled alerts of each subject
+        self._by_alert: dict[str, dict[Key, Track]] = {}  # every instance of each alert
+        self._order: tuple[list[Track], bool] | None = None  # listing order, and whether to merge
         self.fired = 0  # how many times an alert went from pending to firing (never decreases)
 
     def sample(
@@ -111,7 +91,7 @@ class Tracker:
                 if now - (track.resolved_at or now) >= self._cfg.retention:
                     self._drop(key)
             elif track.restored_at is not None and now - track.restored_at >= self._cfg.restore_grace:
-                self._resolve(track, now)
+                track.resolve(now)
             elif track.state is AlertState.FIRING:
                 self._maybe_resolve(track, now)
 
@@ -135,7 +115,7 @@ class Tracker:
             if track.state is AlertState.PENDING:
                 self._drop(key)
             else:
-                self._resolve(track, now)
+                track.resolve(now)
                 track.reason = reason
         return count
 
@@ -149,7 +129,7 @@ class Tracker:
             sig = Signal(alert.name, alert.subject, alert.severity, alert.labels, description, alert.value)
             last_seen = alert.last_seen if mode is Mode.EVENT else now
             self._put(
-                _Track(
+                Track(
                     sig,
                     mode,
                     AlertState.FIRING,
@@ -167,17 +147,17 @@ class Tracker:
     def alerts(self) -> list[Alert]:
         """Every pending, firing and recently resolved alert, one per label set."""
         if self._order is None:
-            tracks = sorted(self._tracks.values(), key=_order_key)
+            tracks = sorted(self._tracks.values(), key=order_key)
             identities = {(t.signal.alert, t.signal.severity, t.signal.labels) for t in tracks}
             self._order = (tracks, len(identities) != len(tracks))  # two sources hold one label set
         tracks, merging = self._order
-        built = [self._alert(t) for t in tracks]
+        built = [t.alert(self._annotate) for t in tracks]
         return merge(built) if merging else built
 
     def _bad(self, sig: Signal, mode: Mode, sample_id: Hashable, now: float) -> None:
         track = self._tracks.get(sig.key)
         if track is None or track.state is AlertState.RESOLVED:
-            track = _Track(sig, mode, AlertState.PENDING, since=now, last_seen=now, last_sample=sample_id)
+            track = Track(sig, mode, AlertState.PENDING, since=now, last_seen=now, last_sample=sample_id)
             self._put(track)
         else:
             if sig.severity is not track.signal.severity:
@@ -191,7 +171,7 @@ class Tracker:
             track.state, track.fired_at = AlertState.FIRING, now
             self.fired += 1
 
-    def _clean(self, key: Key, track: _Track, sample_id: Hashable, now: float) -> None:
+    def _clean(self, key: Key, track: Track, sample_id: Hashable, now: float) -> None:
         if track.state is AlertState.PENDING:
             self._drop(key)
         elif track.state is AlertState.FIRING and sample_id != track.last_sample:
@@ -199,23 +179,11 @@ class Tracker:
             track.last_sample, track.restored_at = sample_id, None
             self._maybe_resolve(track, now)
 
-    def _maybe_resolve(self, track: _Track, now: float) -> None:
-        quiet = now - track.last_seen
-        if track.mode is Mode.EVENT:
-            done = quiet >= self._cfg.incident_hold
-        elif track.mode is Mode.TIMED:
-            done = track.clean > 0 and quiet >= self._cfg.resolve_hold
-        else:
-            clean = track.restarted or track.clean >= self._cfg.resolve_samples
-            done = clean and quiet >= self._cfg.resolve_hold
-        if done:
-            self._resolve(track, now)
+    def _maybe_resolve(self, track: Track, now: float) -> None:
+        if track.due(self._cfg, now):
+            track.resolve(now)
 
-    @staticmethod
-    def _resolve(track: _Track, now: float) -> None:
-        track.state, track.resolved_at, track.restored_at = AlertState.RESOLVED, now, None
-
-    def _put(self, track: _Track) -> None:
+    def _put(self, track: Track) -> None:
         key = track.signal.key
         self._drop(key)
         self._order = None
@@ -233,33 +201,3 @@ class Tracker:
             group = index.get(name)
             if group is not None and group.pop(key, None) is not None and not group:
                 del index[name]
-
-    def _alert(self, t: _Track) -> Alert:
-        s = t.signal
-        shown = (t.state, t.since, t.fired_at, t.resolved_at, t.last_seen, t.reason)
-        if t.shown is not None and t.shown[0] is s and t.shown[1] == shown:
-            return t.shown[2]
-        if t.static is None:
-            t.static = {k: v for k, v in self._annotate(s).items() if k != "description"}
-        annotations = {**t.static, "description": s.description}
-        if t.reason:
-            annotations["resolved_reason"] = t.reason
-        alert = Alert(
-            name=s.alert,
-            subject=s.subject,
-            severity=s.severity,
-            state=t.state,
-            labels=s.labels,
-            annotations=annotations,
-            value=s.value,
-            active_since=t.since,
-            fired_at=t.fired_at,
-            resolved_at=t.resolved_at,
-            last_seen=t.last_seen,
-        )
-        t.shown = (s, shown, alert)
-        return alert
-
-
-def _order_key(t: _Track) -> tuple[str, Labels, str]:
-    return (t.signal.alert, t.signal.labels, t.signal.severity.value)

@@ -43,7 +43,7 @@ def _flat_ids(tensors: list[Any]) -> tuple[list[int], list[int]]:
     if not tensors:
         return [], []
     try:
-        joined = torch.cat(tensors)
+        joined = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
         if joined.dim() != 1:
             raise ValueError("not 1-d")
         lengths = [int(t.shape[0]) for t in tensors]
@@ -137,6 +137,13 @@ def _live_mamba_each(live: LiveSet, shape: Shape) -> list[tuple[str, list[int]]]
     return list(out.items())
 
 
+def _free_and_tree(free: Any, tree: list[Any]) -> tuple[list[int], list[int]]:
+    """The free list's ids and the tree's, read in one host transfer (on a GPU each transfer
+    synchronises with the device)."""
+    ids, lengths = _flat_ids([free, *(t for t in tree if t is not None)])
+    return ids[: lengths[0]], ids[lengths[0] :]
+
+
 def mamba_census(
     sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool
 ) -> PoolCensus | None:
@@ -146,14 +153,15 @@ def mamba_census(
     if free is MISSING or size is None:
         return None
     tree_cache = reading.attr(sched, "tree_cache")
-    tree = reading.guard(
-        "census.mamba.tree",
-        lambda: _ids(tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value")),
-        None,
+    values = reading.guard(
+        "census.mamba.tree", lambda: tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value"), None
     )
     queue = reading.guard("census.mamba.live", lambda: _live_mamba(live, shape), None)
-    free_ids = reading.guard("census.mamba.free", lambda: _ids([free]), None)
-    if tree is None or queue is None or free_ids is None:
+    if values is None or queue is None:
         return None
+    sets = reading.guard("census.mamba.free", lambda: _free_and_tree(free, values), None)
+    if sets is None:
+        return None
+    free_ids, tree = sets
     first = shape.mamba_first_id
     return id_census(Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle, owners=queue)

@@ -39,15 +39,36 @@ def _free_ids(alloc: Any) -> Any:
 
 
 def _live_tokens(sched: Any, shape: Shape, page: int, live: LiveSet) -> list[Any]:
+    """The slots live requests own privately: one tensor per request on the CPU, one gathered
+    tensor on an accelerator (where a slice per request is a kernel launch each)."""
     import torch
 
     table = sched.req_to_token_pool.req_to_token
-    out = []
+    spans = []
     for req in live.holders:
         span = full_private_range(req, shape, page, live)
         if span is not None and span[2] > span[1]:
-            out.append(table[span[0], span[1] : span[2]].to(torch.int64))
-    return out
+            spans.append(span)
+    if table.device.type != "cpu" and len(spans) > 1:
+        return [_gather_spans(table, spans)]
+    return [table[row, start:end].to(torch.int64) for row, start, end in spans]
+
+
+def _gather_spans(table: Any, spans: list[tuple[int, int, int]]) -> Any:
+    """``table[row, start:end]`` of every span, concatenated, in a fixed number of launches: one
+    small host-to-device copy of the spans, then index arithmetic (the output sizes are known on
+    the host, so nothing waits for the device)."""
+    import torch
+
+    lengths = [end - start for _, start, end in spans]
+    total = sum(lengths)
+    meta = torch.tensor([[r for r, _, _ in spans], [s for _, s, _ in spans], lengths], dtype=torch.int64)
+    rows, starts, counts = meta.to(table.device)
+    before = torch.cumsum(counts, 0) - counts  # where each span begins in the output
+    row_idx = torch.repeat_interleave(rows, counts, output_size=total)
+    shift = torch.repeat_interleave(before - starts, counts, output_size=total)
+    col_idx = torch.arange(total, device=table.device) - shift
+    return table[row_idx, col_idx].to(torch.int64)
 
 
 def _mark(ids: Any, n: int, device: Any) -> Any:

@@ -31,6 +31,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from poolwatch.commands.quiet_server import QuietServer
 from poolwatch.errors import ConfigError
 from poolwatch.settings import Settings, add_flags, from_args
 from poolwatch.sidecar.app import create_app
@@ -145,5 +146,5 @@ def run(args: argparse.Namespace) -> int:
         return 2
     _raise_fd_limit()
     _tune_gc()
-    uvicorn.Server(server_config(app, settings)).run()
+    QuietServer(server_config(app, settings)).run()
     return 0

@@ -22,12 +22,13 @@ test suite; this script is how the CUDA figures in docs/benchmarks.md were measu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -82,6 +83,7 @@ class Row:
     kv_idle_us: float
     sample_syncs: int = 0
     census_syncs: int = 0
+    chunk_syncs: int = 0
     same_as_cpu: bool = True
 
 
@@ -175,6 +177,35 @@ def measure(rank: Any, probe: Any, where: str, sync: Callable[[], None]) -> Row:
     )
 
 
+@contextlib.contextmanager
+def first_request_chunked(rank: Any) -> Iterator[None]:
+    """The first live request stands in for the chunked one (what ``process_prefill_chunk``
+    leaves in ``chunked_req`` between two chunks)."""
+    before = rank.chunked_req
+    rank.chunked_req = rank.running_batch.reqs[0]
+    try:
+        yield
+    finally:
+        rank.chunked_req = before
+
+
+def chunk_check(rank: Any, probe: Any, sync: Callable[[], None]) -> tuple[float, tuple[Any, ...]]:
+    """The check run after every ``process_prefill_chunk`` (the seed's direct tripwire):
+    (µs, what it found)."""
+    from poolwatch.probe.tripwires import chunk_tripwires
+
+    call = lambda: chunk_tripwires(rank, probe.shape, Reading(), 1, "bench")  # noqa: E731
+    with first_request_chunked(rank):
+        return timed(call, 50, sync), call()
+
+
+def chunk_syncs(rank: Any, probe: Any) -> int:
+    from poolwatch.probe.tripwires import chunk_tripwires
+
+    with first_request_chunked(rank):
+        return syncs_during(lambda: chunk_tripwires(rank, probe.shape, Reading(), 1, "bench"))
+
+
 def parts(rank: Any, probe: Any, sync: Callable[[], None]) -> dict[str, float]:
     """Where a busy census's time goes: each read on its own (µs, lower quartile)."""
     from poolwatch.probe.census import _ids, _live_mamba, mamba_free_list, tree_values
@@ -231,18 +262,33 @@ def pair(case: Case, device: str) -> tuple[Row, Row, dict[str, Any]]:
     try:
         on_cpu = measure(rank, probe, "cpu", lambda: None)
         expected = censuses(rank, probe)
+        chunk_cpu, chunk_expected = chunk_check(rank, probe, lambda: None)
         moved = place_tensors(rank, device)
         cuda = device.startswith("cuda")
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         on_dev = measure(rank, probe, device, sync)
         got = censuses(rank, probe)
-        on_dev.same_as_cpu = got == expected
+        chunk_dev, chunk_got = chunk_check(rank, probe, sync)
+        on_dev.same_as_cpu = got == expected and chunk_got == chunk_expected
         if cuda:
             on_dev.sample_syncs = syncs_during(lambda: probe.sample_now("bench"))
             on_dev.census_syncs = syncs_during(lambda: censuses(rank, probe))
+            on_dev.chunk_syncs = chunk_syncs(rank, probe)
         found = {k: _found(v) for k, v in got.items()}
         split = parts(rank, probe, sync) if case.kind == "mamba" else {}
-        return on_cpu, on_dev, {**asdict(case), "tensors_moved": moved, "found": found, "parts_us": split}
+        return (
+            on_cpu,
+            on_dev,
+            {
+                **asdict(case),
+                "tensors_moved": moved,
+                "found": found,
+                "parts_us": split,
+                "chunk_check_us": {"cpu": chunk_cpu, device: chunk_dev},
+                "chunk_check_found": [[t.kind.value, list(t.slots)] for t in chunk_got],
+                "chunk_syncs": on_dev.chunk_syncs,
+            },
+        )
     finally:
         detach(rank)
 
@@ -325,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         found = {pool: {k: v for k, v in d["found"][f"{pool}_idle"].items() if v} for pool in ("mamba", "kv")}
         where = f"{d['kind']} {d['live']} live, {d['kv_slots']:,} KV slots"
         print(f"  {where}: {d['tensors_moved']} tensors moved; found {found}")
+        if d["chunk_check_found"]:
+            chunk = ", ".join(f"{k} {v:.0f}" for k, v in d["chunk_check_us"].items())
+            print(f"    chunk check (µs): {chunk}; found {d['chunk_check_found']}; syncs {d['chunk_syncs']}")
         if d["parts_us"]:
             print(
                 "    busy census parts on the device (µs):", {k: round(v) for k, v in d["parts_us"].items()}

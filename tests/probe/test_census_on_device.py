@@ -168,3 +168,4 @@ def test_the_device_benchmark_checks_its_censuses_where_it_runs(tmp_path: Path) 
     (detail,) = figures["details"]
     assert detail["found"]["mamba_busy"]["duplicates"]  # the seed's slot, on the free list twice
     assert len(detail["found"]["kv_busy"]["free_and_live"]) == 3
+    assert ["free_and_live", detail["found"]["mamba_busy"]["free_and_live"]] in detail["chunk_check_found"]

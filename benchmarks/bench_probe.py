@@ -46,8 +46,10 @@ class Row:
         return self.sample_us / 1e6 / GPU_STEP_S * 100
 
 
-def rank_with(live: int) -> tuple[Cluster, Scheduler]:
-    shape = ModelShape(
+def rank_with(live: int, shape: ModelShape | None = None) -> tuple[Cluster, Scheduler]:
+    """A unified rank run until it holds ``live`` requests (decode-heavy load); ``shape`` defaults
+    to a Mamba-hybrid model with 1,024 KV slots per live request."""
+    shape = shape or ModelShape(
         full_kv_tokens=live * 1024, mamba_slots=3 * live + 8, max_running_requests=live, context_len=8192
     )
     load = WorkloadConfig(

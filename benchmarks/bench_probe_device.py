@@ -32,23 +32,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from poolwatch.probe import ProbeConfig, attach, detach
+from bench_probe import NO_CENSUS, rank_with
+
+from poolwatch.probe import attach, detach
 from poolwatch.probe.access import Reading
 from poolwatch.probe.census import mamba_census
 from poolwatch.probe.kv_census import kv_census
 from poolwatch.probe.requests import collect_live
-from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
+from poolwatch_emulator import ModelShape
 from poolwatch_emulator.placement import place_tensors
-
-NO_CENSUS = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=1e9,
-    kv_census_interval_s=1e9,
-    idle_kv_census_gap_s=1e9,
-    serve=False,
-    chunk_tripwire=False,
-    sglang_version="0.5.4.post1",
-)
 
 
 @dataclass(frozen=True)
@@ -88,30 +80,15 @@ class Row:
 
 
 def build(case: Case) -> Any:
-    live = case.live
     shape = ModelShape(
         full_kv_tokens=case.kv_slots,
-        mamba_slots=3 * live + 8 if case.kind == "mamba" else None,
+        mamba_slots=3 * case.live + 8 if case.kind == "mamba" else None,
         swa_kv_tokens=case.kv_slots if case.kind == "swa" else None,
         page_size=16 if case.kind == "paged" else 1,
-        max_running_requests=live,
+        max_running_requests=case.live,
         context_len=8192,
     )
-    load = WorkloadConfig(
-        rate=max(live / 4, 4.0),
-        prompt_median=200,
-        output_median=4000,
-        output_sigma=0.2,
-        abort_fraction=0.0,
-        gap_s=0.0,
-        burst_s=1e6,
-    )
-    cluster = Cluster(
-        ClusterConfig(prefill=0, decode=0, unified=1, shape=shape, workload=load, dt=0.05, seed=3)
-    )
-    rank = cluster.schedulers[0]
-    cluster.run_until(lambda: len(rank.running_batch.reqs) >= live, 50_000)
-    return rank
+    return rank_with(case.live, shape)[1]
 
 
 def inject_faults(rank: Any) -> None:

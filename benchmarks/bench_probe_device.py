@@ -185,7 +185,7 @@ def chunk_syncs(rank: Any, probe: Any) -> int:
 
 def parts(rank: Any, probe: Any, sync: Callable[[], None]) -> dict[str, float]:
     """Where a busy census's time goes: each read on its own (µs, lower quartile)."""
-    from poolwatch.probe.census import _ids, _live_mamba, mamba_free_list, tree_values
+    from poolwatch.probe.census import _free_and_tree, _live_mamba, mamba_free_list, tree_values
     from poolwatch.probe.kv_census import _live_tokens
 
     reading = Reading()
@@ -193,9 +193,10 @@ def parts(rank: Any, probe: Any, sync: Callable[[], None]) -> dict[str, float]:
     shape, tree = probe.shape, rank.tree_cache
     free = mamba_free_list(rank, shape, reading)
     reads: dict[str, Callable[[], object]] = {
-        "mamba.tree": lambda: _ids(tree_values(tree, "all_mamba_values_flatten", "mamba_value")),
+        "mamba.free_and_tree": lambda: _free_and_tree(
+            free, tree_values(tree, "all_mamba_values_flatten", "mamba_value")
+        ),
         "mamba.live": lambda: _live_mamba(live, shape),
-        "mamba.free": lambda: _ids([free]),
         "kv.tree": lambda: tree_values(tree, "all_values_flatten", "value"),
         "kv.live": lambda: _live_tokens(rank, shape, 1, live),
         "kv.live.per_slice": lambda: _slices(rank, shape, live),  # the previous approach

@@ -23,10 +23,6 @@ __all__ = ["place_tensors"]
 _EMULATOR = "poolwatch_emulator"
 
 
-def _is_tensor(value: object) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "device") and hasattr(value, "to")
-
-
 def _owned(value: object) -> bool:
     """An emulator object whose attributes are walked (not classes, functions or modules)."""
     kind = type(value)
@@ -42,6 +38,8 @@ def place_tensors(root: object, device: str, *, convert: Callable[[Any], Any] | 
     Objects are visited once, so shared containers and cycles are safe; tuples and sets are
     immutable and left as they are (the emulator keeps no tensors in them).
     """
+    import torch
+
     move = convert or (lambda t: t.to(device))
     seen: set[int] = set()
     stack: list[object] = [root]
@@ -51,21 +49,28 @@ def place_tensors(root: object, device: str, *, convert: Callable[[Any], Any] | 
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if isinstance(obj, MutableMapping):
-            moved += _place_items(obj, list(obj.items()), move, stack)
-        elif isinstance(obj, (MutableSequence, deque)):
-            moved += _place_items(obj, list(enumerate(obj)), move, stack)
-        elif _owned(obj):
-            moved += _place_items(vars(obj), list(vars(obj).items()), move, stack)
+        if isinstance(obj, (MutableSequence, deque)):
+            target: Any = obj
+            items: list[tuple[Any, object]] = list(enumerate(obj))
+        elif isinstance(obj, MutableMapping) or _owned(obj):
+            target = obj if isinstance(obj, MutableMapping) else vars(obj)
+            items = list(target.items())
+        else:
+            continue
+        moved += _place_items(target, items, move, stack, torch.Tensor)
     return moved
 
 
 def _place_items(
-    target: Any, items: list[tuple[Any, object]], move: Callable[[Any], Any], stack: list[object]
+    target: Any,
+    items: list[tuple[Any, object]],
+    move: Callable[[Any], Any],
+    stack: list[object],
+    tensor: type,
 ) -> int:
     moved = 0
     for key, value in items:
-        if _is_tensor(value):
+        if isinstance(value, tensor):
             target[key] = move(value)
             moved += 1
         elif isinstance(value, (MutableMapping, MutableSequence, deque)) or _owned(value):

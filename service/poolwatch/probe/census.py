@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable
 from typing import Any
 
 from poolwatch.model import Pool
@@ -28,10 +27,6 @@ from poolwatch.probe.shapes import HeldRule, Shape
 from poolwatch.probe.totals import mamba_holders
 
 __all__ = ["mamba_census", "mamba_free_list", "rid_of", "tree_is_empty", "tree_values"]
-
-
-def _ids(tensors: Iterable[Any]) -> list[int]:
-    return _flat_ids([t for t in tensors if t is not None])[0]
 
 
 def _flat_ids(tensors: list[Any]) -> tuple[list[int], list[int]]:

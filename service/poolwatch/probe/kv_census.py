@@ -39,8 +39,11 @@ def _free_ids(alloc: Any) -> Any:
 
 
 def _live_tokens(sched: Any, shape: Shape, page: int, live: LiveSet) -> list[Any]:
-    """The slots live requests own privately: one tensor per request on the CPU, one gathered
-    tensor on an accelerator (where a slice per request is a kernel launch each)."""
+    """The slots live requests own privately: one gathered tensor on an accelerator, where a
+    slice per request is a kernel launch each; one slice per request on the CPU, where a slice is
+    a plain copy and long spans make the gather's index arithmetic the dearer one (measured at
+    256 requests: 2.4 ms sliced vs 10.3 ms gathered for 4,000 tokens each, 1.2 vs 0.1 ms for a
+    few tokens each; the census runs every few minutes, and in SGLang the table is on the GPU)."""
     import torch
 
     table = sched.req_to_token_pool.req_to_token

@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-PTH = Path(__file__).parent / "service" / "poolwatch" / "probe" / "poolwatch-probe.pth"
+PTH = Path(__file__).parent / "service" / "poolwatch" / "probe" / "sglang" / "poolwatch-probe.pth"
 
 
 class BuildPyWithPth(build_py):

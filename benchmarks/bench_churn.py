@@ -26,11 +26,12 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from poolwatch.codec import parse_snapshot
+from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model import Snapshot
-from poolwatch.settings import IdentitySettings, Settings
+from poolwatch.settings.groups import IdentitySettings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import build_alerting
-from poolwatch.sidecar.exporter import PoolCollector
+from poolwatch.sidecar.metrics.collectors import PoolCollector
 from poolwatch.sidecar.store import SnapshotStore
 
 SEED = Path(__file__).parent.parent / "tests" / "fixtures" / "seed-snapshot.json"

@@ -32,9 +32,9 @@ from webhook import Webhook  # benchmarks/webhook.py (this script's directory is
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
-from poolwatch.probe import ProbeConfig, attach
-from poolwatch.probe.hooks import detach, probe_of
-from poolwatch.settings import Settings
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, detach, probe_of
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig, parse_fault

@@ -36,14 +36,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_detection import SIGN, Case, cases
 
-from poolwatch.codec import parse_snapshot
+from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.repairs import PROBE_REPAIRED
-from poolwatch.discovery import read_final_dir
-from poolwatch.probe import ProbeConfig, attach
-from poolwatch.probe.hooks import probe_of
-from poolwatch.settings import Settings
+from poolwatch.discovery.final import read_final_dir
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, probe_of
+from poolwatch.settings.sidecar import Settings
 from poolwatch_emulator import Cluster
 from poolwatch_emulator.faults import FAULTS
 

@@ -28,7 +28,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from poolwatch.probe import ProbeConfig, attach, detach
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, detach
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
 
 STEPS = 16_000  # per window (~2-4 s here): shorter windows measure the neighbours, not the clients
@@ -39,7 +40,7 @@ GOAL_PCT = 2.0
 
 def client_loop(port: int, stop: threading.Event, wait: str, tally: Counter[int]) -> None:
     """One hostile client: long-poll (or hammer) until ``stop``, reconnecting after any refusal."""
-    from poolwatch.codec import parse_snapshot
+    from poolwatch.codec.snapshot import parse_snapshot
     from poolwatch.conservation import signature
 
     sig = ""

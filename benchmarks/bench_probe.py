@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from poolwatch.probe import ProbeConfig, attach, detach, install, uninstall
-from poolwatch.probe.access import Reading
-from poolwatch.probe.census import mamba_census
-from poolwatch.probe.kv_census import kv_census
-from poolwatch.probe.requests import collect_live
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, detach, install, uninstall
+from poolwatch.probe.sglang.kv_census import kv_census
+from poolwatch.probe.sglang.mamba_census import mamba_census
+from poolwatch.probe.sglang.requests import collect_live
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
 from poolwatch_emulator.scheduler import Scheduler
 

@@ -34,11 +34,11 @@ from typing import Any
 
 from bench_probe import NO_CENSUS, rank_with
 
-from poolwatch.probe import attach, detach
-from poolwatch.probe.access import Reading
-from poolwatch.probe.census import mamba_census
-from poolwatch.probe.kv_census import kv_census
-from poolwatch.probe.requests import collect_live
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.sglang.kv_census import kv_census
+from poolwatch.probe.sglang.mamba_census import mamba_census
+from poolwatch.probe.sglang.requests import collect_live
 from poolwatch_emulator import ModelShape
 from poolwatch_emulator.placement import place_tensors
 
@@ -169,7 +169,7 @@ def first_request_chunked(rank: Any) -> Iterator[None]:
 def chunk_check(rank: Any, probe: Any, sync: Callable[[], None]) -> tuple[float, tuple[Any, ...]]:
     """The check run after every ``process_prefill_chunk`` (the seed's direct tripwire):
     (µs, what it found)."""
-    from poolwatch.probe.tripwires import chunk_tripwires
+    from poolwatch.probe.sglang.tripwires import chunk_tripwires
 
     call = lambda: chunk_tripwires(rank, probe.shape, Reading(), 1, "bench")  # noqa: E731
     with first_request_chunked(rank):
@@ -177,7 +177,7 @@ def chunk_check(rank: Any, probe: Any, sync: Callable[[], None]) -> tuple[float,
 
 
 def chunk_syncs(rank: Any, probe: Any) -> int:
-    from poolwatch.probe.tripwires import chunk_tripwires
+    from poolwatch.probe.sglang.tripwires import chunk_tripwires
 
     with first_request_chunked(rank):
         return syncs_during(lambda: chunk_tripwires(rank, probe.shape, Reading(), 1, "bench"))
@@ -185,8 +185,8 @@ def chunk_syncs(rank: Any, probe: Any) -> int:
 
 def parts(rank: Any, probe: Any, sync: Callable[[], None]) -> dict[str, float]:
     """Where a busy census's time goes: each read on its own (µs, lower quartile)."""
-    from poolwatch.probe.census import _free_and_tree, _live_mamba, mamba_free_list, tree_values
-    from poolwatch.probe.kv_census import _live_tokens
+    from poolwatch.probe.sglang.kv_census import _live_tokens
+    from poolwatch.probe.sglang.mamba_census import _free_and_tree, _live_mamba, mamba_free_list, tree_values
 
     reading = Reading()
     live = collect_live(rank, reading, "null")
@@ -210,7 +210,7 @@ def _slices(rank: Any, shape: Any, live: Any) -> list[Any]:
     """The previous KV read: one slice (a kernel launch on a GPU) per live request."""
     import torch
 
-    from poolwatch.probe.footprint import full_private_range
+    from poolwatch.probe.sglang.footprint import full_private_range
 
     table = rank.req_to_token_pool.req_to_token
     spans = [full_private_range(req, shape, 1, live) for req in live.holders]

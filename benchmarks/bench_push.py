@@ -1,7 +1,7 @@
 """Wall-clock push path: fault in the scheduler thread -> probe publish -> long-poll wakes -> sidecar
 detector -> delivery wakes -> webhook POST, for a surplus and for a deficit, on a busy rank.
 
-A real probe (``poolwatch.probe.attach``, served on loopback) watches a small SGLang-shaped rank
+A real probe (``poolwatch.probe.sglang.hooks.attach``, served on loopback) watches a small SGLang-shaped rank
 (``tests/probe/fakes.py``); a "scheduler" thread calls the probe's loop hook every 10 ms (busy: a
 running request), the real sidecar app (discovery, long-poll scrape loop, detector, webhook
 notifier) runs in process.  Each repetition is a new rank (a new worker name):
@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.probe.fakes import Rank
 from webhook import Webhook  # benchmarks/webhook.py (this script's directory is on sys.path)
 
-from poolwatch.probe import ProbeConfig, attach, detach
-from poolwatch.settings import Settings
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 
 GOALS = {"surplus": 0.2, "deficit": 0.5}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client import generate_latest
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model import (
     Exactness,
     Phase,
@@ -37,7 +37,7 @@ from poolwatch.model import (
     Snapshot,
     WorkerId,
 )
-from poolwatch.settings import ScrapeSettings
+from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore

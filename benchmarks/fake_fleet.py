@@ -9,7 +9,7 @@ HTTP/1.1 keep-alive.  The snapshot template comes on stdin; the ports go to stdo
 
 * ``steady`` (default): a current probe whose figures do not move -- each answer carries the
   ``ETag`` of its content, and a request that names it (``have``) gets a bodiless 304 with the
-  new clock (:mod:`poolwatch.renewal`);
+  new clock (:mod:`poolwatch.codec.renewal`);
 * ``old``: an older probe -- no ETag, always the whole body;
 * ``busy``: a current probe whose figures move with every sample (a queue depth changes), so
   every answer is a whole body with a new ETag.
@@ -62,7 +62,7 @@ class Fleet:
 
     @staticmethod
     def _tag(body: bytes) -> bytes:
-        from poolwatch.renewal import content_tag
+        from poolwatch.codec.renewal import content_tag
 
         return content_tag(json.loads(body)).encode()
 

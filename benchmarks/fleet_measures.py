@@ -63,7 +63,7 @@ def free_port() -> int:
 def start_fleet(mode: str = "steady") -> tuple[subprocess.Popen[bytes], list[int]]:
     from bench_sidecar import payload
 
-    from poolwatch.codec import dump_snapshot
+    from poolwatch.codec.snapshot import dump_snapshot
 
     template = json.dumps(dump_snapshot(payload(0, 0.0))).encode()
     cmd = [sys.executable, str(HERE / "fake_fleet.py"), str(FLEET_PORTS), "900", mode]
@@ -290,7 +290,7 @@ def memory() -> dict[str, Any]:
     (its cached blocks); the process's RSS, and how much of it the state adds."""
     from bench_sidecar import payload
 
-    from poolwatch.codec import dump_snapshot, parse_snapshot
+    from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
     from poolwatch.detect.config import DetectorConfig
     from poolwatch.detect.detector import Detector
     from poolwatch.sidecar import app
@@ -341,10 +341,10 @@ def trend() -> dict[str, Any]:
 def probe() -> dict[str, Any]:
     from bench_probe import NO_CENSUS, rank_with
 
-    from poolwatch.probe import attach, detach
-    from poolwatch.probe.access import Reading
-    from poolwatch.probe.census import mamba_census
-    from poolwatch.probe.requests import collect_live
+    from poolwatch.probe.core.access import Reading
+    from poolwatch.probe.sglang.hooks import attach, detach
+    from poolwatch.probe.sglang.mamba_census import mamba_census
+    from poolwatch.probe.sglang.requests import collect_live
 
     _, rank = rank_with(256)
     handle = attach(rank, NO_CENSUS, serve=False)

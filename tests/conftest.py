@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import settings
 
-from poolwatch.codec import parse_snapshot
+from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model import Snapshot
 from tests.helpers import FIXTURES, FakeClock
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from poolwatch.probe.publication import Publication
-from poolwatch.settings import ScrapeSettings
+from poolwatch.probe.core.publication import Publication
+from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source

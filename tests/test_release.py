@@ -72,8 +72,12 @@ def test_the_base_wheel_carries_the_sidecar_the_probe_and_its_pth_but_not_the_em
     assert [n for n in names if n.endswith(".pth")] == [PTH]
     with zipfile.ZipFile(wheel) as zf:
         shipped = zf.read(PTH)
-    assert shipped == (REPO / "service" / "poolwatch" / "probe" / PTH).read_bytes()
-    for needed in ("poolwatch/sidecar/app.py", "poolwatch/probe/activate.py", "poolwatch/static/index.html"):
+    assert shipped == (REPO / "service" / "poolwatch" / "probe" / "sglang" / PTH).read_bytes()
+    for needed in (
+        "poolwatch/sidecar/app.py",
+        "poolwatch/probe/sglang/activate.py",
+        "poolwatch/static/index.html",
+    ):
         assert needed in names
     assert "poolwatch/py.typed" in names
     assert not [n for n in names if n.startswith(("poolwatch_emulator", "tests/"))]
@@ -82,7 +86,7 @@ def test_the_base_wheel_carries_the_sidecar_the_probe_and_its_pth_but_not_the_em
     requires = [line for line in metadata if line.startswith("Requires-Dist:")]
     assert not [r for r in requires if "torch" in r and "extra ==" not in r], "torch only with an extra"
     assert any(r.startswith("Requires-Dist: poolwatch-emulator") and "extra == " in r for r in requires)
-    assert "[sglang.srt.plugins]\npoolwatch = poolwatch.probe.activate:sglang_plugin" in entry_points
+    assert "[sglang.srt.plugins]\npoolwatch = poolwatch.probe.sglang.activate:sglang_plugin" in entry_points
     assert "[console_scripts]\npoolwatch = poolwatch.cli:main" in entry_points
 
 

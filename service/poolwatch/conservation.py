@@ -118,7 +118,7 @@ def findings(snap: Snapshot) -> Mapping[Pool, Finding]:
 
 def share_findings(old: Snapshot, new: Snapshot) -> None:
     """``new`` has ``old``'s pools and phase (a later sample of the same figures, see
-    :mod:`poolwatch.renewal`): it takes ``old``'s findings instead of assessing them again."""
+    :mod:`poolwatch.codec.renewal`): it takes ``old``'s findings instead of assessing them again."""
     new.derived("findings", lambda: findings(old))
 
 

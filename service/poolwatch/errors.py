@@ -9,7 +9,7 @@
 
 Errors are caught at task boundaries (one target's scrape, one delivery attempt): a broken
 target never breaks the others or ``/metrics``.  Foreign exceptions (httpx, ``OSError``, JSON,
-``UnicodeDecodeError``, :class:`poolwatch.codec.SnapshotFormatError`, Prometheus text) become a
+``UnicodeDecodeError``, :class:`poolwatch.codec.schema.SnapshotFormatError`, Prometheus text) become a
 ``ScrapeError`` with its reason in one table, :mod:`poolwatch.sources.failures`; an exception no
 entry maps is a bug of ours and gets reason ``internal``.
 """

@@ -5,7 +5,7 @@ A target past a cap is rejected with a bounded reason (``schema`` or ``too_large
 target, or a skipped discovery file), never a larger memory footprint for everyone: with the
 defaults one rank costs at most a few hundred series (its pools are a fixed set, its queues at
 most ``max_queues``, its tripwires at most ``max_listed``), one ``/metrics`` page at most
-``max_page_ranks`` ranks.  :class:`poolwatch.settings.Settings` exposes every field as a
+``max_page_ranks`` ranks.  :class:`poolwatch.settings.sidecar.Settings` exposes every field as a
 ``POOLWATCH_*`` variable and a flag (``limits`` group); the parsers take a :class:`Limits` and
 default to :data:`DEFAULT_LIMITS`.  Stdlib only: the probe's contract modules import it.
 

@@ -2,7 +2,7 @@
 
 Everything here is a frozen, typed value with no I/O, so the probe (inside SGLang's scheduler
 process), the sidecar and the tests all speak the same language.  The JSON form lives in
-:mod:`poolwatch.codec`; the arithmetic in :mod:`poolwatch.conservation`.
+:mod:`poolwatch.codec.snapshot`; the arithmetic in :mod:`poolwatch.conservation`.
 
 A pool's slots are each in exactly one of these states (SGLang's own idle check, §1.2 of the
 reference)::

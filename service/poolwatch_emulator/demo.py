@@ -18,7 +18,7 @@ from typing import TextIO
 import uvicorn
 
 from poolwatch.errors import ConfigError
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch_emulator.demo_story import Story
 

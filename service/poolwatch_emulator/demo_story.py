@@ -152,7 +152,7 @@ class Story:
                 self.say(key + ":lead", "poolwatch had not paged before the crash")
 
     def _repairs(self) -> None:
-        from poolwatch.probe.hooks import probe_of
+        from poolwatch.probe.sglang.hooks import probe_of
 
         for worker in self.cluster.workers:
             for rank in worker.ranks:

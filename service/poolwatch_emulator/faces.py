@@ -6,7 +6,7 @@
 ``pp_rank`` (+ ``moe_ep_rank`` from 0.5.9, + ``dp_rank`` when data-parallel); the values are the
 ranks' last refreshed samples, so they are as stale as SGLang's.  After a crash the server
 stops answering, as the real process would be gone.  The probe face comes from
-:func:`poolwatch.probe.attach` (see :func:`attach_probes`).
+:func:`poolwatch.probe.sglang.hooks.attach` (see :func:`attach_probes`).
 """
 
 from __future__ import annotations
@@ -166,10 +166,11 @@ class WorkerServer:
 
 
 def attach_probes(cluster: Cluster, directory: Path, *, serve: bool = True, guard: bool = False) -> int:
-    """Attach the in-process probe (``poolwatch.probe.attach``) to every rank; the count.  A
+    """Attach the in-process probe (``poolwatch.probe.sglang.hooks.attach``) to every rank; the count.  A
     ``{worker}`` in ``directory`` gives each worker its own discovery directory, as each pod has;
     ``guard`` turns on the probe's guard mode (``POOLWATCH_PROBE_GUARD=1``)."""
-    from poolwatch.probe import ProbeConfig, attach
+    from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.sglang.hooks import attach
 
     for worker in cluster.workers:
         folder = str(directory).replace("{worker}", worker.name)

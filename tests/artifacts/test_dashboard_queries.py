@@ -15,7 +15,7 @@ from tests.helpers import require_tool
 
 from poolwatch.artifacts.dashboards import fleet_dashboard
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
-from poolwatch.catalog import CATALOG, by_name
+from poolwatch.catalog.metrics import CATALOG, by_name
 
 DASHBOARDS = {"fleet": fleet_dashboard(), "worker": worker_dashboard()}
 PROMETHEUS_OWN = {"ALERTS", "up"}

@@ -13,7 +13,7 @@ from tests.helpers import REPO
 from poolwatch.artifacts.dashboards import artifacts, fleet_dashboard
 from poolwatch.artifacts.grafana import DATASOURCE, GRID_WIDTH, PanelSpec, Query, layout
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
-from poolwatch.catalog import by_name
+from poolwatch.catalog.metrics import by_name
 from poolwatch.detect.config import FLEET_DASHBOARD_UID, RUNBOOK_BASE_URL, WORKER_DASHBOARD_UID, MixinConfig
 
 DASHBOARDS = {FLEET_DASHBOARD_UID: fleet_dashboard(), WORKER_DASHBOARD_UID: worker_dashboard()}

@@ -14,7 +14,7 @@ from poolwatch.artifacts.dashboards import fleet_dashboard
 from poolwatch.artifacts.fleet_health import NOT_CHARTED
 from poolwatch.artifacts.panels import DRILLDOWN_LABELS, drilldown_link
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
-from poolwatch.catalog import CATALOG
+from poolwatch.catalog.metrics import CATALOG
 from poolwatch.detect.config import MixinConfig
 
 GAP = "poolwatch_pool_conservation_gap_slots"

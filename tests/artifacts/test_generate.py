@@ -21,7 +21,7 @@ import poolwatch.artifacts
 from poolwatch.artifacts.registry import GENERATORS, drift, render_all
 from poolwatch.commands import generate
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.rules import ALERT_NAME_PATTERN, AlertName
+from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertName
 
 GENERATED = sorted(render_all(REPO))
 

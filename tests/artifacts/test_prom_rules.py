@@ -14,10 +14,10 @@ import yaml
 from tests.helpers import REPO, require_tool
 
 from poolwatch.artifacts import rules as generated
-from poolwatch.catalog import by_name
+from poolwatch.catalog.metrics import by_name
 from poolwatch.detect.config import FLEET_DASHBOARD_UID, RUNBOOK_BASE_URL, WORKER_DASHBOARD_UID, MixinConfig
-from poolwatch.detect.rules import ALERTS, AlertName, Mode, Severity
-from poolwatch.detect.schema import dashboard_path
+from poolwatch.detect.rules import ALERTS
+from poolwatch.detect.schema import AlertName, Mode, Severity, dashboard_path
 
 RULES = REPO / generated.RULES_PATH
 UNIT_TESTS = sorted((REPO / "deploy/prometheus/tests").glob("*.yml"))

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from tests.helpers import FIXTURES, FakeClock
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.commands import check as check_command
 from poolwatch.commands.check import CheckResult, as_json, as_text, check
 from poolwatch.errors import Reason, ScrapeError

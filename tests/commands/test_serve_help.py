@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from poolwatch.cli import build_parser
-from poolwatch.settings import _GROUPS
-from poolwatch.settings_help import HELP, show_default
+from poolwatch.settings.help import HELP, show_default
+from poolwatch.settings.sidecar import _GROUPS
 
 SETTINGS = [f for group in _GROUPS.values() for f in fields(group)]
 

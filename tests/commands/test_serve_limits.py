@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from poolwatch.commands import serve
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolwatch.codec import SnapshotFormatError, SnapshotVersionError, dump_snapshot, parse_snapshot
+from poolwatch.codec.schema import SnapshotFormatError, SnapshotVersionError
+from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.model import (
     Exactness,
     Incident,

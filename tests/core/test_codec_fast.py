@@ -1,6 +1,6 @@
 """The codec's one-pass fast path gives exactly what the field-by-field parser gives.
 
-``parse_snapshot`` tries :func:`poolwatch.codec_fast.common_snapshot` first and falls back on
+``parse_snapshot`` tries :func:`poolwatch.codec.fast.common_snapshot` first and falls back on
 ``parse_snapshot_full``; the fast path may decline a payload (``None``) but must never accept one
 the full parser refuses, nor build a snapshot that differs from the full parser's in any value or
 type (``repr`` tells ``1`` from ``1.0`` and ``True``, which ``==`` does not).  Pinned on snapshots
@@ -21,15 +21,9 @@ from hypothesis import strategies as st
 from tests.core.test_codec import snapshots
 from tests.helpers import FakeClock
 
-from poolwatch.codec import (
-    SCHEMA,
-    SCHEMA_VERSION,
-    SnapshotFormatError,
-    dump_snapshot,
-    parse_snapshot,
-    parse_snapshot_full,
-)
-from poolwatch.codec_fast import common_snapshot
+from poolwatch.codec.fast import common_snapshot
+from poolwatch.codec.schema import SCHEMA, SCHEMA_VERSION, SnapshotFormatError, parse_snapshot_full
+from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
 
@@ -180,7 +174,8 @@ def test_edge_shapes_get_the_same_verdict_on_either_path(
 
 def test_every_sample_an_emulated_busy_rank_takes_gives_the_same_snapshot_on_either_path() -> None:
     pytest.importorskip("poolwatch_emulator")
-    from poolwatch.probe import Probe, ProbeConfig
+    from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.sglang.scheduler_probe import Probe
     from poolwatch_emulator.build import ModelShape
     from poolwatch_emulator.cluster import Cluster, ClusterConfig
     from poolwatch_emulator.workload import WorkloadConfig

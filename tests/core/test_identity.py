@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.identity import NoWorkerName, namespace_name, pod_name, target_worker, worker_name
-from poolwatch.probe.access import Reading
-from poolwatch.probe.identity import worker_identity
-from poolwatch.settings import Settings
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.sglang.identity import worker_identity
+from poolwatch.settings.sidecar import Settings
 
 
 def host() -> str:

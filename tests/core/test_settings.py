@@ -3,13 +3,13 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.cli import build_parser
-from poolwatch.codec import MAX_LISTED, MAX_QUEUES
+from poolwatch.codec.schema import MAX_LISTED, MAX_QUEUES
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.discovery import MAX_FILE_BYTES, MAX_FILES
+from poolwatch.discovery.files import MAX_FILE_BYTES, MAX_FILES
 from poolwatch.errors import ConfigError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Role
-from poolwatch.settings import Settings, from_args
+from poolwatch.settings.sidecar import Settings, from_args
 from poolwatch.sources.prom_text import MAX_SAMPLES
 from poolwatch.sources.sglang_metrics import MAX_RANKS
 

@@ -12,7 +12,7 @@ import pytest
 from tests.deploy.k8s import Doc, container, kustomize, read, repo_path, workloads
 from tests.deploy.test_sidecar_manifests import env_of, pods
 
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 
 BUILDS = ["base", "pd"]
 DEFAULT_URL = "http://alertmanager-operated.monitoring.svc:9093"

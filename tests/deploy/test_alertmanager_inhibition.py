@@ -19,7 +19,7 @@ from tests.e2e.stack import Process, WebhookRecorder, free_port, http_ok, poll
 from tests.helpers import FakeClock, require_tool
 
 from poolwatch.detect.alert import Alert, AlertState, rank_labels
-from poolwatch.detect.rules import Severity
+from poolwatch.detect.schema import Severity
 from poolwatch.model import Role, WorkerId
 from poolwatch.notify.alertmanager import postable_alerts
 

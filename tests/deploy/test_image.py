@@ -20,7 +20,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from tests.helpers import REPO, require_tool
 
 from poolwatch import __version__
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 
 DOCKERFILE = REPO / "Dockerfile"
 BUILD_SCRIPT = REPO / "scripts" / "build_image.sh"

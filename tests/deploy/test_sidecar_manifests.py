@@ -15,8 +15,8 @@ from poolwatch import __version__
 from poolwatch.artifacts.dashboards import artifacts
 from poolwatch.detect.config import MixinConfig
 from poolwatch.model import Role
-from poolwatch.probe.config import ProbeConfig
-from poolwatch.settings import Settings
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.settings.sidecar import Settings
 
 BUILDS = ["base", "pd"]
 

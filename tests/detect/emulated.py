@@ -1,6 +1,6 @@
 """The detector watching an emulated SGLang deployment through the real in-process probe.
 
-Every rank of the emulator gets :func:`poolwatch.probe.attach` (not served: the harness reads
+Every rank of the emulator gets :func:`poolwatch.probe.sglang.hooks.attach` (not served: the harness reads
 ``probe.latest``), reading the simulated clock.  After each cluster step the new snapshots go into
 a :class:`~poolwatch.sidecar.store.SnapshotStore` the detector subscribes to, and the detector's timer runs
 every simulated second, as in the sidecar.
@@ -17,8 +17,8 @@ from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.model import Role
-from poolwatch.probe import ProbeConfig, attach
-from poolwatch.probe.hooks import probe_of
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, probe_of
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.sglang_log.events import interpret
 from poolwatch.sources.sglang_log.records import RecordAssembler

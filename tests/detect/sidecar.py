@@ -13,7 +13,8 @@ from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.model import Snapshot
-from poolwatch.settings import AlertSettings, Settings
+from poolwatch.settings.groups import AlertSettings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.store import SnapshotStore
 
 DETECTION_FIELDS = {f.name for f in fields(DetectorConfig)}

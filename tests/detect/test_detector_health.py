@@ -10,7 +10,7 @@ from tests.helpers import FakeClock
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.rules import Severity
+from poolwatch.detect.schema import Severity
 from poolwatch.errors import Reason
 from poolwatch.model import Incident, IncidentKind, Pool, PoolAccount, ProbeHealth, Snapshot
 from poolwatch.sidecar.store import SnapshotStore

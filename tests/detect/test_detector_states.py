@@ -11,7 +11,7 @@ from tests.helpers import FakeClock
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.rules import Severity
+from poolwatch.detect.schema import Severity
 from poolwatch.model import Phase, Pool, Tripwire, TripwireKind
 
 CFG = DetectorConfig(deficit_samples=3, resolve_samples=3, resolve_hold=5.0, coarse_hold=20.0)

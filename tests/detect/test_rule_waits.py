@@ -18,7 +18,8 @@ from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.rules import AlertName, Mode, Severity, alert_definitions
+from poolwatch.detect.rules import alert_definitions
+from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.model import Incident, IncidentKind, Phase, Pool, ProbeHealth, Repair, RepairKind, Snapshot
 from poolwatch.target_health import TargetState
 

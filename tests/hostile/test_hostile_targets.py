@@ -29,13 +29,13 @@ import httpx
 import pytest
 from tests.helpers import FakeClock
 
-from poolwatch.codec import dump_snapshot
-from poolwatch.discovery import DiscoveryEntry, write_discovery
+from poolwatch.codec.snapshot import dump_snapshot
+from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.model import ProbeHealth, Snapshot
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.webhook import WebhookReceiver
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper

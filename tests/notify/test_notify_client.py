@@ -11,7 +11,7 @@ import pytest
 
 from poolwatch.errors import ConfigError
 from poolwatch.notify.client import build_client, tls_verify
-from poolwatch.settings import AlertSettings
+from poolwatch.settings.groups import AlertSettings
 
 
 async def seen_headers(settings: AlertSettings) -> httpx.Headers:

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.rules import Severity
+from poolwatch.detect.schema import Severity
 from poolwatch.notify.alertmanager import AlertmanagerReceiver, iso
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.webhook import WebhookReceiver

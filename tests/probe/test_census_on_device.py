@@ -21,11 +21,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolwatch.probe import ProbeConfig, attach, detach
-from poolwatch.probe.access import Reading
-from poolwatch.probe.census import mamba_census
-from poolwatch.probe.kv_census import _gather_spans, _live_tokens, kv_census
-from poolwatch.probe.requests import collect_live
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.sglang.kv_census import _gather_spans, _live_tokens, kv_census
+from poolwatch.probe.sglang.mamba_census import mamba_census
+from poolwatch.probe.sglang.requests import collect_live
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
 from poolwatch_emulator.placement import place_tensors
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from poolwatch.probe import activate as act
-from poolwatch.probe.hooks import probe_of, uninstall
+from poolwatch.probe.sglang import activate as act
+from poolwatch.probe.sglang.hooks import probe_of, uninstall
 
 PTH = Path(act.__file__).with_name("poolwatch-probe.pth")
 SCHED_SOURCE = """
@@ -106,7 +106,7 @@ def test_the_pth_line_imports_nothing_without_poolwatch_probe() -> None:
 
 def test_the_pth_line_arms_the_post_import_hook_with_poolwatch_probe_and_imports_no_torch() -> None:
     modules, armed = run_pth({"POOLWATCH_PROBE": "1"}).splitlines()
-    assert "poolwatch.probe.activate" in modules
+    assert "poolwatch.probe.sglang.activate" in modules
     assert "torch" not in modules
     assert armed == "True"
 

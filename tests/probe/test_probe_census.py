@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 from tests.probe.fakes import Rank
 
 from poolwatch.model import Pool, TripwireKind
-from poolwatch.probe.access import Reading
-from poolwatch.probe.census import mamba_census
-from poolwatch.probe.kv_census import kv_census
-from poolwatch.probe.proofs import id_census
-from poolwatch.probe.requests import collect_live
-from poolwatch.probe.shapes import shape_for_version
+from poolwatch.probe.census.proofs import id_census
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.sglang.kv_census import kv_census
+from poolwatch.probe.sglang.mamba_census import mamba_census
+from poolwatch.probe.sglang.requests import collect_live
+from poolwatch.probe.sglang.shapes import shape_for_version
 
 
 @st.composite

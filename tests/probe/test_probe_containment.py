@@ -9,8 +9,9 @@ from tests.helpers import FakeClock
 from tests.probe.fakes import Rank
 
 from poolwatch.model import Phase, Pool
-from poolwatch.probe import Probe, ProbeConfig
-from poolwatch.probe.guard import Guard
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.sglang.scheduler_probe import Probe
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

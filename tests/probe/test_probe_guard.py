@@ -10,12 +10,13 @@ import torch
 from tests.helpers import FakeClock
 from tests.probe.fakes import Rank
 
-from poolwatch.codec import dump_snapshot, parse_snapshot
+from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
-from poolwatch.discovery import read_discovery_dir, read_final_dir
+from poolwatch.discovery.directory import read_discovery_dir
+from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Pool, RepairKind, Snapshot, TripwireKind
-from poolwatch.probe import Probe, ProbeConfig
-from poolwatch.probe.config import ProbeConfigError
+from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
+from poolwatch.probe.sglang.scheduler_probe import Probe
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

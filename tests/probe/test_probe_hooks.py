@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from tests.probe.fakes import Rank, Scheduler
 
-from poolwatch.probe import ProbeConfig, attach, detach, install, uninstall
-from poolwatch.probe.hooks import hook_names, probe_of
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import attach, detach, hook_names, install, probe_of, uninstall
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

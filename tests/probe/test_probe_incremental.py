@@ -18,14 +18,17 @@ from tests.probe.fakes import Rank
 
 from poolwatch.conservation import gap
 from poolwatch.model import Pool
-from poolwatch.probe import Probe, ProbeConfig, census, requests
-from poolwatch.probe.access import Reading
-from poolwatch.probe.footprint import _one
-from poolwatch.probe.requests import collect_live
-from poolwatch.probe.shapes import SHAPES, HeldRule, shape_for_version
-from poolwatch.probe.snapshot import take_sample
-from poolwatch.probe.totals import Memo, fast_totals
-from poolwatch.probe.waiting import WaitingHolders
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang import mamba_census as census
+from poolwatch.probe.sglang import requests
+from poolwatch.probe.sglang.footprint import _one
+from poolwatch.probe.sglang.requests import collect_live
+from poolwatch.probe.sglang.scheduler_probe import Probe
+from poolwatch.probe.sglang.shapes import SHAPES, HeldRule, shape_for_version
+from poolwatch.probe.sglang.snapshot import take_sample
+from poolwatch.probe.sglang.totals import Memo, fast_totals
+from poolwatch.probe.sglang.waiting import WaitingHolders
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster, ClusterConfig
 from poolwatch_emulator.workload import WorkloadConfig

@@ -9,8 +9,8 @@ import pytest
 
 from poolwatch.conservation import gap
 from poolwatch.model import Pool, Snapshot, TripwireKind
-from poolwatch.probe import ProbeConfig, install, uninstall
-from poolwatch.probe.hooks import probe_of
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import install, probe_of, uninstall
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster, ClusterConfig
 from poolwatch_emulator.faults import parse_fault

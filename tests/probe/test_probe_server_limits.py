@@ -17,10 +17,11 @@ import pytest
 from tests.probe.fakes import Rank
 
 from poolwatch.conservation import signature
-from poolwatch.discovery import read_secret
-from poolwatch.probe import ProbeConfig, attach, detach
-from poolwatch.probe import server as probe_server
-from poolwatch.probe.core import Probe
+from poolwatch.discovery.files import read_secret
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.endpoint import server as probe_server
+from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.sglang.scheduler_probe import Probe
 
 
 @pytest.fixture

@@ -11,18 +11,14 @@ from typing import Any
 import pytest
 from tests.probe.fakes import Rank
 
-from poolwatch.codec import parse_snapshot
-from poolwatch.discovery import (
-    DiscoveryEntry,
-    DiscoveryFormatError,
-    parse_discovery,
-    read_secret,
-    scan_discovery_dir,
-    write_discovery,
-)
+from poolwatch.codec.snapshot import parse_snapshot
+from poolwatch.discovery.directory import read_discovery_dir, scan_discovery_dir
+from poolwatch.discovery.entry import DiscoveryEntry, DiscoveryFormatError, parse_discovery, write_discovery
+from poolwatch.discovery.files import read_secret
 from poolwatch.model import Pool
-from poolwatch.probe import ProbeConfig, attach, detach, read_discovery_dir
-from poolwatch.probe.switch import DISABLE_FILE
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.switch import DISABLE_FILE
+from poolwatch.probe.sglang.hooks import attach, detach
 
 
 def get(url: str) -> tuple[int, Any]:

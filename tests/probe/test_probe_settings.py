@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolwatch.probe.config import ProbeConfig, ProbeConfigError
-from poolwatch.probe.shapes import HeldRule, parse_version, shape_for_version
+from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
+from poolwatch.probe.sglang.shapes import HeldRule, parse_version, shape_for_version
 
 
 def test_an_empty_environment_gives_the_documented_defaults() -> None:
@@ -123,7 +125,8 @@ def test_parse_version_reads_release_and_post_numbers(release: list[int], post: 
 
 
 def test_a_probe_on_an_unreadable_version_reads_it_as_the_newest_family() -> None:
-    from poolwatch.probe import Probe, ProbeConfig
+    from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.sglang.scheduler_probe import Probe
 
     probe = Probe(object(), ProbeConfig(serve=False, sglang_version="main-dev"), environ={})
     assert probe.shape.family == "0.5.23"
@@ -135,20 +138,14 @@ def test_an_unreadable_version_is_a_value_error(text: str) -> None:
         parse_version(text)
 
 
-def test_the_public_surface_of_the_probe_package_is_pinned() -> None:
-    import poolwatch.probe
+def test_the_probe_entry_points_are_where_the_docs_say() -> None:
+    from poolwatch.probe.sglang import hooks
 
-    assert sorted(poolwatch.probe.__all__) == [
-        "DiscoveryEntry",
-        "Probe",
-        "ProbeConfig",
-        "ProbeConfigError",
-        "attach",
-        "detach",
-        "install",
-        "read_discovery_dir",
-        "uninstall",
-    ]
+    assert {"install", "attach", "detach", "uninstall"} <= set(hooks.__all__)
+    assert (
+        "poolwatch.probe.sglang.hooks.install"
+        in (Path(__file__).resolve().parents[2] / "docs" / "probe.md").read_text()
+    )
 
 
 def test_an_empty_flag_means_its_default_not_off() -> None:

@@ -10,7 +10,8 @@ from tests.probe.fakes import Rank
 
 from poolwatch.conservation import Balance, assess_snapshot, gap
 from poolwatch.model import Exactness, Phase, Pool, Snapshot, TripwireKind
-from poolwatch.probe import Probe, ProbeConfig
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.scheduler_probe import Probe
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0, census_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir"

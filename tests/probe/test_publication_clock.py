@@ -11,7 +11,7 @@ from tests.helpers import FakeClock
 
 from poolwatch.conservation import signature
 from poolwatch.model import Snapshot
-from poolwatch.probe.publication import Publication
+from poolwatch.probe.core.publication import Publication
 
 
 class FakeWait:

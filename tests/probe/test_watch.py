@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
 from poolwatch.model import Snapshot
-from poolwatch.probe.publication import Publication
-from poolwatch.probe.routes import MAX_WAIT_S, BadRequest, wait_of
+from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.endpoint.routes import MAX_WAIT_S, BadRequest, wait_of
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
 

@@ -27,8 +27,8 @@ os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
 
 from poolwatch.conservation import gap
 from poolwatch.model import Snapshot
-from poolwatch.probe import ProbeConfig
-from poolwatch.probe.hooks import probe_of
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import probe_of
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,
@@ -137,8 +137,8 @@ def check_activation(version: str) -> None:
 
     from sglang.srt.managers.scheduler import Scheduler
 
-    from poolwatch.probe.hooks import hook_names
-    from poolwatch.probe.shapes import shape_for_version
+    from poolwatch.probe.sglang.hooks import hook_names
+    from poolwatch.probe.sglang.shapes import shape_for_version
 
     family = shape_for_version(version).family
     found = set(hook_names(Scheduler))
@@ -175,7 +175,7 @@ def check_activation(version: str) -> None:
 
 
 def driver_for(version: str) -> Driver:
-    from poolwatch.probe.shapes import shape_for_version
+    from poolwatch.probe.sglang.shapes import shape_for_version
 
     family = shape_for_version(version).family
     if family in ("0.5.4",):

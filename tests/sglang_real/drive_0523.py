@@ -30,7 +30,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 from poolwatch.model import Phase, Pool, TripwireKind
-from poolwatch.probe import attach, detach, install
+from poolwatch.probe.sglang.hooks import attach, detach, install
 
 KV, MAMBA, ROWS = 256, 12, 4
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny-qwen3-next")

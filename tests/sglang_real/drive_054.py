@@ -20,7 +20,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 from poolwatch.model import Phase, Pool, TripwireKind
-from poolwatch.probe import install
+from poolwatch.probe.sglang.hooks import install
 
 KV, MAMBA, ROWS = 256, 12, 4
 

@@ -22,7 +22,7 @@ from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from poolwatch.model import Pool, TripwireKind
-from poolwatch.probe import install
+from poolwatch.probe.sglang.hooks import install
 
 KV, ROWS = 256, 4
 

@@ -20,8 +20,7 @@ from typing import Any
 
 from check_release import CONFIG, gaps, report
 
-from poolwatch.probe import attach, detach
-from poolwatch.probe.hooks import probe_of
+from poolwatch.probe.sglang.hooks import attach, detach, probe_of
 
 __all__ = ["guard_checks"]
 

@@ -133,7 +133,7 @@ def scheduler_child(conn: Any, plugin: bool) -> None:
     cls = module.Scheduler
     out["wrapped"] = sorted(cls.__dict__.get("__poolwatch_originals__", {}))
     if out["wrapped"]:
-        from poolwatch.probe.hooks import hook_names
+        from poolwatch.probe.sglang.hooks import hook_names
 
         out["hookable"] = sorted({"__init__", *hook_names(cls)})
     sched = cls(None, None, 0, 0, 0, 0, 0, None)
@@ -249,7 +249,7 @@ def check_plugin(probe_dir: str) -> None:
         "plugin adds nothing heavy",
         plain.get("added_by_plugins") == []
         and plain["at_start"]["poolwatch_modules"] == []
-        and "poolwatch.probe.activate" in plain["at_end"]["poolwatch_modules"]
+        and "poolwatch.probe.sglang.activate" in plain["at_end"]["poolwatch_modules"]
         and plain["discovery_files"] == [],
         plain,
     )
@@ -268,7 +268,7 @@ def check_plugin(probe_dir: str) -> None:
     unnamed = spawn(scheduler_child, {**named, "SGLANG_PLUGINS": None}, plugin=True)
     report(
         "SGLANG_PLUGINS unset: SGLang calls every installed plugin, and poolwatch's does nothing",
-        "poolwatch.probe.activate" in unnamed["at_end"]["poolwatch_modules"]
+        "poolwatch.probe.sglang.activate" in unnamed["at_end"]["poolwatch_modules"]
         and unnamed.get("wrapped") == []
         and unnamed.get("probe") is None
         and unnamed.get("discovery_files") == [],

@@ -14,7 +14,8 @@ from tests.helpers import FakeClock
 
 from poolwatch.errors import ConfigError, Reason
 from poolwatch.model import Snapshot
-from poolwatch.settings import AlertSettings, IdentitySettings, Settings
+from poolwatch.settings.groups import AlertSettings, IdentitySettings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.store import SnapshotStore
 

@@ -11,7 +11,7 @@ from tests.helpers import FIXTURES, FakeClock, asgi_client
 
 from poolwatch.errors import Reason
 from poolwatch.model import Snapshot
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore

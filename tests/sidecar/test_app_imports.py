@@ -11,7 +11,7 @@ from pathlib import Path
 BUILD_APP = """
 import sys
 sys.modules["torch"] = None  # any import of torch fails
-from poolwatch.settings import Settings, TargetSettings
+from poolwatch.settings.sidecar import Settings, TargetSettings
 from poolwatch.sidecar.app import create_app
 create_app(Settings(targets=TargetSettings(probe_dir=sys.argv[1], metrics_urls=("http://127.0.0.1:1",))))
 print(",".join(sorted(m for m in sys.modules if m == "poolwatch.probe" or m.startswith("poolwatch.probe."))))

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from tests.helpers import FakeClock
 
 from poolwatch import conservation
-from poolwatch.catalog import RANK_LABELS, rank_label_values
+from poolwatch.catalog.spec import RANK_LABELS, rank_label_values
 from poolwatch.conservation import Finding, assess_snapshot, describe, findings, signature
 from poolwatch.detect.alert import rank_labels
 from poolwatch.detect.config import DetectorConfig
@@ -21,7 +21,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.model import Phase, PoolAccount, Snapshot
 from poolwatch.sidecar.api import api_router
 from poolwatch.sidecar.app import build_registry
-from poolwatch.sidecar.exporter import rank_labels as exporter_rank_labels
+from poolwatch.sidecar.metrics.collectors import rank_labels as exporter_rank_labels
 from poolwatch.sidecar.store import SnapshotStore
 
 

@@ -11,7 +11,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tests.helpers import FIXTURES, FakeClock, require_tool
 
-from poolwatch.catalog import CATALOG
+from poolwatch.catalog.metrics import CATALOG
 from poolwatch.errors import Reason
 from poolwatch.model import (
     Incident,

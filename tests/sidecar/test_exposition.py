@@ -27,7 +27,7 @@ from poolwatch.model import (
     TripwireKind,
     WorkerId,
 )
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import build_exposition, build_registry, create_app
 from poolwatch.sidecar.store import SnapshotStore
 

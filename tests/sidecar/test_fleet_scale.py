@@ -22,9 +22,9 @@ import httpx
 import pytest
 from tests.fleet_helpers import scrape_until
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model import Snapshot
-from poolwatch.settings import ScrapeSettings
+from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource

@@ -13,9 +13,9 @@ from tests.fleet_helpers import RouteProbe, scrape_until
 from tests.helpers import FakeClock
 
 from poolwatch.model import ProbeHealth, Snapshot, SourceKind
-from poolwatch.probe.publication import Publication
-from poolwatch.probe.routes import Context, answer, parse_head
-from poolwatch.settings import ScrapeSettings
+from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.endpoint.routes import Context, answer, parse_head
+from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource

@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import generate_latest
 from tests.helpers import FakeClock
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.errors import Reason
 from poolwatch.model import Snapshot
-from poolwatch.settings import ScrapeSettings
+from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore

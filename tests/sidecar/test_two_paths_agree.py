@@ -26,7 +26,8 @@ from tests.helpers import FakeClock, require_tool
 from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import AlertState
 from poolwatch.model import Incident, IncidentKind, Pool, Role, WorkerId
-from poolwatch.settings import IdentitySettings, Settings
+from poolwatch.settings.groups import IdentitySettings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore

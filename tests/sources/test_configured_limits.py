@@ -9,11 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from poolwatch.codec import dump_snapshot
-from poolwatch.discovery import DiscoveryEntry, SkipReason, skip_reason, write_discovery
+from poolwatch.codec.snapshot import dump_snapshot
+from poolwatch.discovery.directory import SkipReason, skip_reason
+from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Snapshot, SourceKind
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.targets import TargetSet, make_source
 

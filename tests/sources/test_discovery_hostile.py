@@ -11,20 +11,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from poolwatch.catalog import by_name
-from poolwatch.discovery import (
-    DiscoveryEntry,
-    SkipReason,
-    discovery_name,
-    ensure_secret,
-    read_secret,
-    scan_discovery_dir,
-    skip_reason,
-    write_discovery,
-)
+from poolwatch.catalog.metrics import by_name
+from poolwatch.discovery.directory import SkipReason, scan_discovery_dir, skip_reason
+from poolwatch.discovery.entry import DiscoveryEntry, discovery_name, write_discovery
+from poolwatch.discovery.files import ensure_secret, read_secret
 from poolwatch.limits import Limits
-from poolwatch.settings import Settings
-from poolwatch.sidecar.discovery_collector import DiscoveryCollector
+from poolwatch.settings.sidecar import Settings
+from poolwatch.sidecar.metrics.discovery import DiscoveryCollector
 from poolwatch.sources.targets import TargetSet
 
 GOOD = DiscoveryEntry("http://127.0.0.1:4000", 7, "good", 0, 0, 0, "b", 1.5)

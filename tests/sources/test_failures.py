@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from poolwatch.codec import SnapshotFormatError, SnapshotVersionError
+from poolwatch.codec.schema import SnapshotFormatError, SnapshotVersionError
 from poolwatch.errors import PayloadError, Reason, SchemaVersionError, ScrapeError
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.prom_text import PromTextError

@@ -10,11 +10,12 @@ import httpx
 import pytest
 from tests.helpers import FakeClock
 
-from poolwatch.codec import dump_snapshot
-from poolwatch.discovery import DiscoveryEntry, final_name, write_discovery, write_final
+from poolwatch.codec.snapshot import dump_snapshot
+from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
+from poolwatch.discovery.final import final_name, write_final
 from poolwatch.errors import ScrapeError
 from poolwatch.model import Snapshot
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.final import FinalSnapshotSource
 from poolwatch.sources.probe import ProbeSource

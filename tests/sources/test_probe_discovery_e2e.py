@@ -13,14 +13,14 @@ import pytest
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model import Exactness, Pool, TripwireKind
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources import source_provider
 
 emulator = pytest.importorskip("poolwatch_emulator")
 scenarios = pytest.importorskip("tests.emulator.emu_scenarios")
-probe = pytest.importorskip("poolwatch.probe")
+hooks = pytest.importorskip("poolwatch.probe.sglang.hooks")
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def seed_cluster(tmp_path: Path) -> Iterator[Any]:
     emulator.attach_probes(c, tmp_path)
     yield c
     for rank in c.schedulers:
-        probe.detach(rank)
+        hooks.detach(rank)
     c.stop()
 
 

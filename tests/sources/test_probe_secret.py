@@ -14,14 +14,16 @@ import httpx
 import pytest
 from tests.probe.fakes import Rank
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
-from poolwatch.discovery import DiscoveryEntry, ensure_secret, read_secret, write_discovery
+from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
+from poolwatch.discovery.files import ensure_secret, read_secret
 from poolwatch.model import Snapshot
-from poolwatch.probe import ProbeConfig, attach, detach
-from poolwatch.probe import server as probe_server
-from poolwatch.probe.core import Probe
-from poolwatch.settings import Settings
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.endpoint import server as probe_server
+from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.sglang.scheduler_probe import Probe
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.targets import TargetSet
 from poolwatch.sources.wire import WireClient

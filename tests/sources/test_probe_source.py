@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Pool, Role, Snapshot, Tripwire, TripwireKind

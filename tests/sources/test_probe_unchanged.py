@@ -13,13 +13,15 @@ import pytest
 from tests.fleet_helpers import RouteProbe
 from tests.probe.fakes import Rank
 
-from poolwatch.codec import dump_snapshot, parse_snapshot
+from poolwatch.codec.renewal import CLOCK_HEADER, clock_header, content_tag, renew
+from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
+from poolwatch.discovery.directory import read_discovery_dir
 from poolwatch.errors import PayloadError, Reason
 from poolwatch.model import ProbeHealth, Snapshot, SourceKind
-from poolwatch.probe import ProbeConfig, attach, detach, read_discovery_dir
-from poolwatch.probe.publication import Publication
-from poolwatch.probe.routes import Context, Response, answer, parse_head
-from poolwatch.renewal import CLOCK_HEADER, clock_header, content_tag, renew
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.endpoint.routes import Context, Response, answer, parse_head
+from poolwatch.probe.sglang.hooks import attach, detach
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.wire import WireClient

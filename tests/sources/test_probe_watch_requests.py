@@ -9,9 +9,9 @@ import threading
 import httpx
 from tests.helpers import FakeClock
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model import Snapshot
-from poolwatch.probe.publication import Publication
+from poolwatch.probe.core.publication import Publication
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
 

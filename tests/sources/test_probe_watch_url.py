@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
 from poolwatch.model import Snapshot, SourceKind
 from poolwatch.sources.base import Target

@@ -6,22 +6,16 @@ from pathlib import Path
 import pytest
 from tests.helpers import FakeClock
 
-from poolwatch.discovery import DiscoveryEntry, write_discovery
+from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.errors import ConfigError
 from poolwatch.model import Role
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
-from poolwatch.sources.targets import (
-    DEFAULT_PROBE_DIR,
-    TargetSet,
-    discover_probes,
-    load_targets_file,
-    parse_targets_document,
-    static_targets,
-)
+from poolwatch.sources.target_config import load_targets_file, parse_targets_document, static_targets
+from poolwatch.sources.targets import DEFAULT_PROBE_DIR, TargetSet, discover_probes
 
 
 def settings(**env: str) -> Settings:

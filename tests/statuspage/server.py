@@ -16,10 +16,10 @@ import uvicorn
 from fastapi import APIRouter
 from tests.helpers import FakeClock
 
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import Source
+from poolwatch.sources.base import Source
 
 
 @contextmanager

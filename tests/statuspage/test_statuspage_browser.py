@@ -24,7 +24,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.model import Exactness, Incident, IncidentKind, Phase, Pool, PoolAccount, Snapshot
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import Target
+from poolwatch.sources.base import Target
 from poolwatch.sources.file import FileSource
 
 pytestmark = pytest.mark.browser

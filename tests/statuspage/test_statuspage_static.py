@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 from tests.helpers import FakeClock, asgi_client
 
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.app import STATIC_DIR, create_app
 from poolwatch.sidecar.store import SnapshotStore

@@ -2,7 +2,7 @@
 
 Two dashboards that link to each other: a fleet overview (every worker and pool, firing alerts,
 targets, prefill against decode) and a worker drill-down (:mod:`.worker_dashboard`).  Queries
-name only metrics of :data:`poolwatch.catalog.CATALOG` and Prometheus' own ``ALERTS`` and ``up``
+name only metrics of :data:`poolwatch.catalog.metrics.CATALOG` and Prometheus' own ``ALERTS`` and ``up``
 (tests check), and firing alerts are drawn as annotations on every time panel.
 """
 
@@ -38,7 +38,7 @@ from poolwatch.artifacts.panels import (
 )
 from poolwatch.artifacts.worker_dashboard import worker_dashboard
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.rules import ALERT_NAME_PATTERN
+from poolwatch.detect.schema import ALERT_NAME_PATTERN
 
 __all__ = ["artifacts", "fleet_dashboard"]
 

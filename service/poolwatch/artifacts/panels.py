@@ -15,8 +15,7 @@ from poolwatch.artifacts.grafana import (
 )
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.promql import with_selector
-from poolwatch.detect.rules import ALERT_NAME_PATTERN, AlertName
-from poolwatch.detect.schema import dashboard_path
+from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertName, dashboard_path
 
 __all__ = [
     "ALERT_IDENTITY",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from poolwatch.catalog import markdown_table
+from poolwatch.catalog.metrics import markdown_table
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.rules import ALERTS
 

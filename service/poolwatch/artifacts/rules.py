@@ -16,8 +16,8 @@ import yaml
 
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.promql import as_sidecar_labels, with_selector
-from poolwatch.detect.rules import AlertDef, PromRule, alert_definitions
-from poolwatch.detect.schema import dashboard_link
+from poolwatch.detect.rules import alert_definitions
+from poolwatch.detect.schema import AlertDef, PromRule, dashboard_link
 
 __all__ = ["INDEX_PATH", "K8S_PATH", "RULES_PATH", "artifacts", "rule_groups"]
 

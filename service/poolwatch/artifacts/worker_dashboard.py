@@ -22,7 +22,7 @@ from poolwatch.artifacts.worker_panels import RANK as _RANK
 from poolwatch.artifacts.worker_panels import W as _W
 from poolwatch.artifacts.worker_panels import health_panels, rank_panels
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.rules import ALERT_NAME_PATTERN
+from poolwatch.detect.schema import ALERT_NAME_PATTERN
 
 __all__ = ["STATE_COLORS", "worker_dashboard"]
 

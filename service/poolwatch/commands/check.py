@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Snapshot, SourceKind

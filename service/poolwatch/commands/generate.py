@@ -20,7 +20,8 @@ import yaml
 from poolwatch.artifacts.registry import drift, write_all
 from poolwatch.detect.config import MixinConfig
 from poolwatch.errors import ConfigError
-from poolwatch.settings import ENV_PREFIX, Settings
+from poolwatch.settings.parse import ENV_PREFIX
+from poolwatch.settings.sidecar import Settings
 
 __all__ = ["add_arguments", "load_config", "run"]
 

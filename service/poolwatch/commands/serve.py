@@ -33,7 +33,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from poolwatch.commands.quiet_server import QuietServer
 from poolwatch.errors import ConfigError
-from poolwatch.settings import Settings, add_flags, from_args
+from poolwatch.settings.sidecar import Settings, add_flags, from_args
 from poolwatch.sidecar.app import create_app
 
 __all__ = ["GuardedH11", "add_arguments", "run", "server_config"]

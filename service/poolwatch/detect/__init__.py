@@ -7,20 +7,3 @@ here: the notifiers import this package's values, and the wiring imports the not
 runbooks), ``signals``/``health`` what one snapshot shows, ``trend`` the leak rate, ``tracker``
 the pending -> firing -> resolved state machine, ``detector`` the per-rank bookkeeping around it.
 """
-
-from __future__ import annotations
-
-from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.detector import Detector
-from poolwatch.detect.rules import ALERTS, AlertDef, Severity
-
-__all__ = [
-    "ALERTS",
-    "Alert",
-    "AlertDef",
-    "AlertState",
-    "Detector",
-    "DetectorConfig",
-    "Severity",
-]

@@ -8,8 +8,8 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from poolwatch.catalog import RANK_LABELS, rank_label_values
-from poolwatch.detect.rules import Severity
+from poolwatch.catalog.spec import RANK_LABELS, rank_label_values
+from poolwatch.detect.schema import Severity
 from poolwatch.model import Role, Snapshot, WorkerId
 
 __all__ = ["Alert", "AlertState", "Labels", "Signal", "Verdict", "merge", "rank_labels", "sampled_subject"]

@@ -35,8 +35,8 @@ from poolwatch.detect.health import (
     target_signals,
 )
 from poolwatch.detect.repairs import repair_judged, repair_signals
-from poolwatch.detect.rules import AlertName, by_name
-from poolwatch.detect.schema import dashboard_link
+from poolwatch.detect.rules import by_name
+from poolwatch.detect.schema import AlertName, dashboard_link
 from poolwatch.detect.signals import conservation_judged, conservation_signals
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries
@@ -44,7 +44,7 @@ from poolwatch.detect.verdicts import JudgedMemo, scan
 from poolwatch.model import Pool, Snapshot, WorkerId
 from poolwatch.target_health import TargetState
 
-__all__ = ["RESTARTED", "Detector", "PoolTrend"]
+__all__ = ["RESTARTED", "Detector"]
 
 RESTARTED = "the rank restarted (a new boot) after the incident"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.rules import AlertName, Severity
+from poolwatch.detect.schema import AlertName, Severity
 from poolwatch.detect.signals import where
 from poolwatch.detect.trend import GapSeries, Trend
 from poolwatch.model import Pool, Snapshot, SourceKind, WorkerId

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from poolwatch.conservation import Balance, assess, describe
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.rules import AlertName, Severity
+from poolwatch.detect.schema import AlertName, Severity
 from poolwatch.detect.signals import crash_imminent, where
 from poolwatch.model import Incident, IncidentKind, Phase, Snapshot
 from poolwatch.target_health import TargetState

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.rules import Severity
+from poolwatch.detect.schema import Severity
 from poolwatch.model import Pool, Repair, RepairKind, Snapshot
 
 __all__ = ["PROBE_REPAIRED", "repair_judged", "repair_signals"]

@@ -15,20 +15,9 @@ from __future__ import annotations
 from poolwatch.detect import promql as q
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.meta_alerts import meta_alerts
-from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertDef, AlertName, Mode, PromRule, Scope, Severity
+from poolwatch.detect.schema import AlertDef, AlertName, Mode, PromRule, Scope, Severity
 
-__all__ = [
-    "ALERTS",
-    "ALERT_NAME_PATTERN",
-    "AlertDef",
-    "AlertName",
-    "Mode",
-    "PromRule",
-    "Scope",
-    "Severity",
-    "alert_definitions",
-    "by_name",
-]
+__all__ = ["ALERTS", "alert_definitions", "by_name"]
 
 
 def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from poolwatch.conservation import Balance, Basis, Finding, findings
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.rules import AlertName, Severity
+from poolwatch.detect.schema import AlertName, Severity
 from poolwatch.model import Phase, Pool, Snapshot, Tripwire, TripwireKind
 
 __all__ = [

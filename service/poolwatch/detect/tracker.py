@@ -1,6 +1,6 @@
 """The alert state machine: pending -> firing -> resolved, with hysteresis.  Pure; time is passed in.
 
-Three ways to judge an alert (:class:`~poolwatch.detect.rules.Mode`):
+Three ways to judge an alert (:class:`~poolwatch.detect.schema.Mode`):
 
 * **sampled**, on every snapshot of a rank (each source judges its own): a condition seen in
   ``min_samples`` samples at distinct iterations (and for ``for_seconds``) fires; a pending
@@ -37,7 +37,8 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Set
 
 from poolwatch.detect.alert import Alert, AlertState, Signal, Verdict, merge
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.rules import Mode, by_name
+from poolwatch.detect.rules import by_name
+from poolwatch.detect.schema import Mode
 from poolwatch.detect.track import Annotate, Key, Track, order_key
 
 __all__ = ["Tracker"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from poolwatch.errors import ConfigError
-from poolwatch.settings import AlertSettings
+from poolwatch.settings.groups import AlertSettings
 
 __all__ = ["auth_headers", "build_client", "tls_verify"]
 

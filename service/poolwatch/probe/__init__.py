@@ -1,31 +1,15 @@
-"""The in-process probe: exact pool accounts from inside SGLang's scheduler (see ``docs/probe.md``).
+"""The in-process probe: exact pool accounts from inside the engine's scheduler (``docs/probe.md``).
 
-Public surface::
+Where things are:
 
-    install(Scheduler, config)       wrap a scheduler class; every instance gets a probe
-    attach(scheduler, config)        give one scheduler instance a probe -> Probe
-    detach(scheduler) / uninstall(Scheduler)
-    ProbeConfig.from_env(environ)    settings from POOLWATCH_PROBE_* variables
-    read_discovery_dir(path)         the sidecar's reader of the discovery directory
+* :mod:`poolwatch.probe.core`: engine-neutral machinery (``POOLWATCH_PROBE_*`` settings, reading
+  foreign objects without raising, error containment, the published snapshot, the kill switch);
+* :mod:`poolwatch.probe.endpoint`: the loopback HTTP endpoint;
+* :mod:`poolwatch.probe.census`: the pure ownership proofs and the census report;
+* :mod:`poolwatch.probe.sglang`: everything SGLang-specific (release families, readers, hooks,
+  censuses, guard mode's repairs).  Its entry points are ``install(Scheduler, config)`` /
+  ``attach(scheduler, config)`` / ``detach`` / ``uninstall`` in :mod:`poolwatch.probe.sglang.hooks`.
 
+The neutral packages never import an engine room (``pyproject.toml``'s import contracts).
 Nothing here imports torch at import time.
 """
-
-from __future__ import annotations
-
-from poolwatch.discovery import DiscoveryEntry, read_discovery_dir
-from poolwatch.probe.config import ProbeConfig, ProbeConfigError
-from poolwatch.probe.core import Probe
-from poolwatch.probe.hooks import attach, detach, install, uninstall
-
-__all__ = [
-    "DiscoveryEntry",
-    "Probe",
-    "ProbeConfig",
-    "ProbeConfigError",
-    "attach",
-    "detach",
-    "install",
-    "read_discovery_dir",
-    "uninstall",
-]

@@ -32,9 +32,10 @@ from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.client import auth_headers, build_client, tls_verify
 from poolwatch.notify.delivery import Deliverer, DeliveryStats, Receiver
 from poolwatch.notify.webhook import WebhookReceiver
-from poolwatch.settings import AlertSettings, Settings
-from poolwatch.sidecar.alert_collector import AlertCollector
+from poolwatch.settings.groups import AlertSettings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerts_api import alerts_router
+from poolwatch.sidecar.metrics.alerts import AlertCollector
 from poolwatch.sidecar.persist import load_state, save_alerts
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import Supervisor

@@ -12,10 +12,11 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel
 
-from poolwatch.codec import dump_snapshot
+from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import assess_snapshot
 from poolwatch.model import IncidentKind, Snapshot
-from poolwatch.sidecar.store import SnapshotStore, TargetState
+from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.target_health import TargetState
 
 __all__ = ["api_router"]
 

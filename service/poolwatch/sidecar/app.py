@@ -19,17 +19,17 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from poolwatch import __version__
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.api import api_router
-from poolwatch.sidecar.discovery_collector import DiscoveryCollector
-from poolwatch.sidecar.exporter import BuildInfoCollector, PoolCollector, TargetCollector
-from poolwatch.sidecar.exposition import CachedExposition
 from poolwatch.sidecar.lanes import Lanes, shared_limits
+from poolwatch.sidecar.metrics.collectors import BuildInfoCollector, PoolCollector, TargetCollector
+from poolwatch.sidecar.metrics.discovery import DiscoveryCollector
+from poolwatch.sidecar.metrics.exposition import CachedExposition
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import SupervisorCollector
-from poolwatch.sources import Source
+from poolwatch.sources.base import Source
 from poolwatch.sources.targets import TargetSet
 
 __all__ = ["build_exposition", "build_registry", "create_app"]

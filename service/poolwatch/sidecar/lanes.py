@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from poolwatch.settings import ScrapeSettings
+from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sources.wire import WireClient
 
 __all__ = ["Lanes", "shared_limits"]

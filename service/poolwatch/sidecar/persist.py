@@ -26,7 +26,8 @@ from typing import Any
 
 from poolwatch import fields
 from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.rules import Severity, by_name
+from poolwatch.detect.rules import by_name
+from poolwatch.detect.schema import Severity
 
 __all__ = [
     "STATE_VERSION",

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import httpx
 
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.settings import ScrapeSettings
+from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.lanes import Lanes
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source

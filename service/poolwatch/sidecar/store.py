@@ -33,7 +33,7 @@ from poolwatch.errors import Reason
 from poolwatch.model import IncidentKind, Snapshot, SourceKind
 from poolwatch.target_health import TargetState
 
-__all__ = ["HISTORY_BUDGET", "PREFERENCE", "RankState", "SnapshotStore", "TargetState", "best_view"]
+__all__ = ["HISTORY_BUDGET", "PREFERENCE", "RankState", "SnapshotStore", "best_view"]
 
 HISTORY_BUDGET = 16384  # snapshots kept in all the histories together (~3.5 KB each)
 PREFERENCE = (

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from poolwatch.sidecar.exporter import Families
+from poolwatch.sidecar.metrics.families import Families
 
 __all__ = ["LOOP_CRASHES", "LOOP_WINDOW_S", "Supervisor", "SupervisorCollector"]
 

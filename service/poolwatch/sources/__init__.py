@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from poolwatch.settings import Settings
-from poolwatch.sources.base import Source, Target
+from poolwatch.settings.sidecar import Settings
+from poolwatch.sources.base import Source
 from poolwatch.sources.targets import TargetSet
 
-__all__ = ["Source", "Target", "build_sources", "source_provider"]
+__all__ = ["build_sources", "source_provider"]
 
 
 def source_provider(settings: Settings, clock: Callable[[], float]) -> Callable[[], Sequence[Source]]:

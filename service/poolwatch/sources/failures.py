@@ -15,7 +15,7 @@ import json
 
 import httpx
 
-from poolwatch.codec import SnapshotFormatError, SnapshotVersionError
+from poolwatch.codec.schema import SnapshotFormatError, SnapshotVersionError
 from poolwatch.errors import PayloadError, Reason, SchemaVersionError, ScrapeError
 from poolwatch.sources.prom_text import PromTextError
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from poolwatch.codec import SnapshotFormatError, parse_snapshot
+from poolwatch.codec.schema import SnapshotFormatError
+from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot

@@ -2,7 +2,7 @@
 
 When the probe sees that SGLang's strict idle check is about to raise (a fully idle rank with a
 pool out of balance), it writes the snapshot that proves it -- pool, sign, slot ids, the hook where
-the fault was first seen -- into the discovery directory (:func:`poolwatch.discovery.write_final`)
+the fault was first seen -- into the discovery directory (:func:`poolwatch.discovery.final.write_final`)
 before SGLang raises.  The sidecar reads it in two places:
 
 * the rank's :class:`~poolwatch.sources.probe.ProbeSource`, when its request fails (the process is
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from poolwatch.codec import parse_snapshot
-from poolwatch.discovery import read_final
+from poolwatch.codec.snapshot import parse_snapshot
+from poolwatch.discovery.final import read_final
 from poolwatch.errors import PayloadError, Reason
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target, with_target_identity

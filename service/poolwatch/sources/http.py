@@ -5,7 +5,7 @@ declared length is streamed and the request aborted as soon as it passes ``max_b
 that answers with gigabytes costs us ``max_bytes``, not the gigabytes).  ``url`` may be a parsed
 ``httpx.URL``: a caller that asks the same URL again saves parsing it each time.  The overall deadline is
 the scrape loop's; httpx's own timeouts come from the client.  :func:`get_answer` also hands back
-the status and headers (a probe's ``ETag``, or its bodiless ``304``: see :mod:`poolwatch.renewal`).
+the status and headers (a probe's ``ETag``, or its bodiless ``304``: see :mod:`poolwatch.codec.renewal`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from poolwatch.errors import Reason, ScrapeError
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.wire import Answer, Headers, WireClient
 
-__all__ = ["Answer", "decode_json", "get_answer", "get_bytes", "get_json", "join_url"]
+__all__ = ["decode_json", "get_answer", "get_bytes", "get_json", "join_url"]
 
 
 def join_url(base: str, path: str) -> str:

@@ -1,4 +1,5 @@
-"""The in-process probe's snapshot: ``GET <url>/v1/snapshot`` -> :func:`poolwatch.codec.parse_snapshot`.
+"""The in-process probe's snapshot: ``GET <url>/v1/snapshot`` ->
+:func:`poolwatch.codec.snapshot.parse_snapshot`.
 
 The probe reads every term of the conservation equation at one scheduler loop boundary, so its
 pool accounts are exact (protected, held, tripwires).  The payload names its rank; the target
@@ -12,17 +13,18 @@ from urllib.parse import quote_plus, urlencode
 
 import httpx
 
-from poolwatch.codec import SnapshotFormatError, parse_snapshot
+from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, renew
+from poolwatch.codec.schema import SnapshotFormatError
+from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import signature
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
-from poolwatch.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, renew
 from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.final import load_final
-from poolwatch.sources.http import Answer, decode_json, get_answer, join_url
-from poolwatch.sources.wire import Headers
+from poolwatch.sources.http import decode_json, get_answer, join_url
+from poolwatch.sources.wire import Answer, Headers
 
 __all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload", "watch_wait"]
 
@@ -56,12 +58,12 @@ class ProbeSource(Source):
 
     It sends back the content tag (``ETag``) of the snapshot it holds; a probe whose latest
     snapshot has the same content answers with its clock alone (a bodiless 304), and the held
-    snapshot is renewed with it instead of decoding a body (:mod:`poolwatch.renewal`).  A probe
+    snapshot is renewed with it instead of decoding a body (:mod:`poolwatch.codec.renewal`).  A probe
     that sends no ETag (an older one) is read in full every time, as before.
 
     A probe found in the discovery directory is shown the node's ``secret`` from there
     (``Authorization: Bearer``), so it keeps a long-poll slot for the sidecar however many local
-    clients hold its public ones (:mod:`poolwatch.probe.server`)."""
+    clients hold its public ones (:mod:`poolwatch.probe.endpoint.server`)."""
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ import yaml
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
 from poolwatch.model import Role, SourceKind
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 
 __all__ = ["KINDS", "identity_labels", "load_targets_file", "parse_targets_document", "static_targets"]

@@ -8,7 +8,7 @@ the probes of those workers (several pods sharing one host directory).  The pod'
 ``/metrics`` (``--metrics-urls``) and log (``--log-paths``) describe the same ranks; every worker
 name comes from :mod:`poolwatch.identity`, so all three merge into one rank per scheduler.  The
 role (``POOLWATCH_ROLE``, when not ``unified``) comes from the sidecar's own environment through
-:class:`~poolwatch.settings.Settings`.
+:class:`~poolwatch.settings.sidecar.Settings`.
 
 *Central mode* watches several servers: several ``--metrics-urls``, or a YAML targets file.  The
 static targets (flags and the targets file) are read by :mod:`poolwatch.sources.target_config`,
@@ -22,19 +22,13 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from poolwatch.discovery import (
-    FINAL_SUFFIX,
-    SkipReason,
-    final_name,
-    read_final_dir,
-    read_secret,
-    scan_discovery_dir,
-    skip_reason,
-)
+from poolwatch.discovery.directory import SkipReason, scan_discovery_dir, skip_reason
+from poolwatch.discovery.files import read_secret
+from poolwatch.discovery.final import FINAL_SUFFIX, final_name, read_final_dir
 from poolwatch.errors import ConfigError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import SourceKind
-from poolwatch.settings import Settings
+from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.file import FileSource
 from poolwatch.sources.final import FinalSnapshotSource
@@ -42,24 +36,11 @@ from poolwatch.sources.probe import ProbeSource, watch_wait
 from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
 from poolwatch.sources.target_config import (
-    KINDS,
     identity_labels,
-    load_targets_file,
-    parse_targets_document,
     static_targets,
 )
 
-__all__ = [
-    "DEFAULT_PROBE_DIR",
-    "KINDS",
-    "TargetSet",
-    "discover_probes",
-    "discover_ranks",
-    "load_targets_file",
-    "make_source",
-    "parse_targets_document",
-    "static_targets",
-]
+__all__ = ["DEFAULT_PROBE_DIR", "TargetSet", "discover_probes", "discover_ranks", "make_source"]
 
 DEFAULT_PROBE_DIR = "/tmp/poolwatch"
 

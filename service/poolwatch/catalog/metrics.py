@@ -1,0 +1,284 @@
+"""Every metric poolwatch exports, as data.
+
+This catalogue is the single source for the collectors (which refuse to emit a name that is not
+here), the README's metric table, the dashboards and the Prometheus rules (whose tests fail when
+they name a metric that is not here).  Names follow Prometheus conventions: ``poolwatch_`` prefix,
+base units (``_slots``, ``_seconds``), ``_total`` for counters, no colons.
+
+The entries' shape and label sets are in :mod:`poolwatch.catalog.spec`.  :data:`CATALOG` lists
+the watched ranks' metrics first (one series per rank and pool), then the sidecar's own (targets,
+alerts, process).
+"""
+
+from __future__ import annotations
+
+from poolwatch.catalog.spec import (
+    ALERT_LABELS,
+    POOL_LABELS,
+    RANK_LABELS,
+    TARGET_LABELS,
+    MetricSpec,
+)
+from poolwatch.catalog.spec import counter as _c
+from poolwatch.catalog.spec import gauge as _g
+
+__all__ = ["CATALOG", "by_name", "markdown_table"]
+
+_RANKS: tuple[MetricSpec, ...] = (
+    # the watched ranks: their pools, their state and the probe's health
+    # --- pools (one series per rank and pool) ---
+    _g("poolwatch_pool_capacity_slots", "Slots in the pool (SGLang's size).", POOL_LABELS, "slots"),
+    _g(
+        "poolwatch_pool_slots",
+        "Slots of the pool by state: available (free lists), evictable (prefix tree, unlocked), "
+        "protected (prefix tree, locked), held (live requests), session_held (streaming sessions).",
+        (*POOL_LABELS, "state"),
+        "slots",
+    ),
+    _g(
+        "poolwatch_pool_used_slots",
+        "Slots neither available nor evictable (size - available - evictable), as SGLang counts them.",
+        POOL_LABELS,
+        "slots",
+    ),
+    _g(
+        "poolwatch_pool_conservation_gap_slots",
+        "Signed conservation gap size - available - evictable - protected - held - session_held: "
+        "> 0 slots lost (leak), < 0 slots counted twice (double free). Absent when it cannot be known.",
+        POOL_LABELS,
+        "slots",
+    ),
+    _g(
+        "poolwatch_pool_figures_exact",
+        "1 when every term of the pool's conservation equation is known exactly (in-process probe), "
+        "0 when only coarse figures are (SGLang /metrics or log).",
+        POOL_LABELS,
+    ),
+    _g(
+        "poolwatch_pool_tripwire_slots",
+        "Slot ids the probe's identity census proved misplaced, by kind "
+        "(free_duplicate, free_and_live, free_and_tree, over_size, out_of_range, missing).",
+        (*POOL_LABELS, "kind"),
+        "slots",
+    ),
+    # --- ranks ---
+    _g(
+        "poolwatch_worker_info",
+        "Static facts about a scheduler rank; value is always 1.",
+        (*RANK_LABELS, "model", "sglang_version", "source"),
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_worker_idle",
+        "1 when the rank is fully idle in SGLang's sense.",
+        RANK_LABELS,
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_scheduler_iteration",
+        "The scheduler loop iteration of the latest snapshot.",
+        RANK_LABELS,
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_snapshot_timestamp_seconds",
+        "Unix time at which the latest snapshot was taken.",
+        RANK_LABELS,
+        "seconds",
+        "ranks",
+    ),
+    _g(
+        "poolwatch_snapshot_age_seconds",
+        "Seconds since the latest snapshot was taken.",
+        RANK_LABELS,
+        "seconds",
+        "ranks",
+    ),
+    _g(
+        "poolwatch_snapshot_stale",
+        "1 when the latest snapshot is older than the staleness limit: its slot figures are then withheld, "
+        "its last findings (conservation gap, tripwires) stay until the rank restarts or is forgotten.",
+        RANK_LABELS,
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_queue_requests",
+        "Requests in each scheduler queue (waiting, running, bootstrap, inflight, prealloc, transfer, ...).",
+        (*RANK_LABELS, "queue"),
+        group="ranks",
+    ),
+    _g(
+        "poolwatch_idle_check_strict",
+        "1 when SGLang's idle check crashes the server on an imbalance (the default), 0 when it only warns.",
+        RANK_LABELS,
+        group="ranks",
+    ),
+    _c(
+        "poolwatch_incidents_total",
+        "Accounting incidents a worker logged (leak_detected, scheduler_exception, ...).",
+        (*RANK_LABELS, "kind"),
+        "ranks",
+    ),
+    _g(
+        "poolwatch_incident_last_timestamp_seconds",
+        "Unix time poolwatch last read an incident of each kind in the worker's log (the sidecar's clock).",
+        (*RANK_LABELS, "kind"),
+        "seconds",
+        "ranks",
+    ),
+    _g(
+        "poolwatch_rank_restart_timestamp_seconds",
+        "Unix time poolwatch first saw the rank's latest new boot (absent until it is seen to restart); an "
+        "incident read before it is over.",
+        RANK_LABELS,
+        "seconds",
+        "ranks",
+    ),
+    # --- probe self-health ---
+    _c("poolwatch_probe_samples_total", "Snapshots the in-process probe has taken.", RANK_LABELS, "probe"),
+    _c(
+        "poolwatch_probe_errors_total",
+        "Exceptions the in-process probe contained (never raised into the scheduler).",
+        RANK_LABELS,
+        "probe",
+    ),
+    _g(
+        "poolwatch_probe_sample_duration_seconds",
+        "Scheduler-thread time of the probe's last cheap sample.",
+        RANK_LABELS,
+        "seconds",
+        "probe",
+    ),
+    _g(
+        "poolwatch_probe_census_duration_seconds",
+        "Scheduler-thread time of the probe's last identity census.",
+        RANK_LABELS,
+        "seconds",
+        "probe",
+    ),
+    _g("poolwatch_probe_disabled", "1 when the probe's kill switch is engaged.", RANK_LABELS, group="probe"),
+    _c(
+        "poolwatch_probe_tripwires_dropped_total",
+        "Tripwire findings the probe could not keep (its bounded log was full); counted, never silent.",
+        RANK_LABELS,
+        "probe",
+    ),
+    _c(
+        "poolwatch_probe_repairs_total",
+        "Slots the probe's opt-in guard repaired (POOLWATCH_PROBE_GUARD=1), by pool and kind "
+        "(quarantine, deduplicate, return).",
+        (*RANK_LABELS, "pool", "kind"),
+        "probe",
+    ),
+)
+
+CATALOG: tuple[MetricSpec, ...] = (
+    *_RANKS,
+    # --- targets (the sidecar's own scraping) ---
+    _g(
+        "poolwatch_target_up",
+        "1 when the last scrape of the target succeeded.",
+        TARGET_LABELS,
+        group="targets",
+    ),
+    _g(
+        "poolwatch_target_scrape_duration_seconds",
+        "Duration of the last scrape of the target.",
+        TARGET_LABELS,
+        "seconds",
+        "targets",
+    ),
+    _g(
+        "poolwatch_target_last_success_timestamp_seconds",
+        "Unix time of the last successful scrape of the target.",
+        TARGET_LABELS,
+        "seconds",
+        "targets",
+    ),
+    _c("poolwatch_target_scrapes_total", "Scrapes attempted.", TARGET_LABELS, "targets"),
+    _g(
+        "poolwatch_discovery_skipped_files",
+        "Files of the probe discovery directory its last scan skipped, by reason (not_regular, too_large, "
+        "unreadable, not_json, schema, not_loopback, too_many_files, directory: the directory itself "
+        "could not be listed).",
+        ("reason",),
+        group="targets",
+    ),
+    _c(
+        "poolwatch_target_scrape_errors_total",
+        "Failed scrapes by reason (timeout, connect, http_status, too_large, decode, schema, version, "
+        "parse, io, internal).",
+        (*TARGET_LABELS, "reason"),
+        "targets",
+    ),
+    # --- detection and delivery ---
+    _g(
+        "poolwatch_alert_active",
+        "1 for each alert the sidecar's detector holds pending or firing.",
+        (*ALERT_LABELS, "state"),
+        group="alerts",
+    ),
+    _g(
+        "poolwatch_pool_leak_rate_slots_per_second",
+        "Fitted trend of the conservation gap over the detector's window (> 0: slots being lost).",
+        POOL_LABELS,
+        group="alerts",
+    ),
+    _g(
+        "poolwatch_pool_exhaustion_eta_seconds",
+        "Seconds until the pool runs out at the fitted leak rate (absent when not leaking).",
+        POOL_LABELS,
+        "seconds",
+        "alerts",
+    ),
+    _c(
+        "poolwatch_notifications_total",
+        "Alert notifications sent, by receiver and outcome (sent, failed, dropped).",
+        ("receiver", "outcome"),
+        "alerts",
+    ),
+    _g(
+        "poolwatch_notification_queue_length",
+        "Notifications waiting for delivery.",
+        ("receiver",),
+        group="alerts",
+    ),
+    _g("poolwatch_build_info", "poolwatch's version; value is always 1.", ("version",), group="process"),
+    _c(
+        "poolwatch_task_crashes_total",
+        "Crashes of a sidecar background task (scrape loop, evaluation timer, a deliverer); each is "
+        "logged and the task restarted with backoff.",
+        ("task",),
+        "process",
+    ),
+    _g(
+        "poolwatch_task_crash_looping",
+        "1 while a background task crashed 3 times within 5 minutes (/readyz lists it meanwhile).",
+        ("task",),
+        group="process",
+    ),
+    _c(
+        "poolwatch_internal_errors_total",
+        "Contained failures that stop nothing, by kind: state_file_write (the alert state could not be "
+        "saved), state_file_corrupt (a corrupt state file was set aside at start).",
+        ("what",),
+        "process",
+    ),
+)
+
+
+def by_name(name: str) -> MetricSpec:
+    """The spec of ``name`` (a counter may be named with or without ``_total``)."""
+    for spec in CATALOG:
+        if name in (spec.name, spec.name.removesuffix("_total")):
+            return spec
+    raise KeyError(f"metric {name!r} is not in poolwatch's catalogue")
+
+
+def markdown_table() -> str:
+    """The README's metric table."""
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for s in CATALOG:
+        labels = ", ".join(f"`{lbl}`" for lbl in s.labels)
+        rows.append(f"| `{s.name}` | {s.kind.value} | {labels} | {s.help} |")
+    return "\n".join(rows)

@@ -1,0 +1,142 @@
+"""The census arithmetic: what the id sets of one pool prove (pure; nothing is read here).
+
+Given ``F`` the free list, ``T`` the tree's values and ``Q`` the live requests' slots (each with
+the requests holding it), a duplicate in ``F``, ``F & Q`` (the seed: the chunked request's slot
+is on the free list), ``F & T``, more free ids than the pool has, and ids outside the pool's
+range (``0..size-1`` up to 0.5.6, ``1..size`` from 0.5.9) are proofs at any moment.  So is the
+damage a double free does once the slot is handed out again: one slot held by *two* live
+requests (``LIVE_SHARED``, with both request ids), or by a live request and a tree node
+(``LIVE_AND_TREE``: no known release lets an unfinished request's working Mamba slot be a tree
+value; the tree gets a copy).  Ids in none of the sets (``MISSING``) are only reported at idle,
+when nobody may legitimately hold a slot the probe does not see.
+
+Both censuses (:mod:`poolwatch.probe.sglang.mamba_census`, :mod:`poolwatch.probe.sglang.kv_census`) produce a
+:class:`PoolCensus`; each finding names at most ``MAX_IDS`` slot ids (the counts are complete).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from poolwatch.model import Pool, Tripwire, TripwireKind
+
+__all__ = ["MAX_IDS", "MAX_RETURN", "Owners", "PoolCensus", "id_census"]
+
+MAX_IDS = 64  # slot ids named per finding; the counts are always complete
+MAX_RETURN = 1 << 16  # missing ids kept (unnamed) for the guard to give back at idle
+Owners = Sequence[tuple[str, Sequence[int]]]  # (request id, the slot ids it holds), per live request
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCensus:
+    """The identity census of one pool."""
+
+    pool: Pool
+    size: int
+    first_id: int
+    free: int  # entries on the free list(s), duplicates included
+    tree: int
+    live: int
+    duplicates: tuple[int, ...]
+    free_and_live: tuple[int, ...]
+    free_and_tree: tuple[int, ...]
+    out_of_range: tuple[int, ...]
+    missing: tuple[int, ...] | None  # None: not checked (busy)
+    missing_count: int | None = None
+    live_shared: tuple[int, ...] = ()  # held by two or more live requests
+    live_and_tree: tuple[int, ...] = ()  # held by a live request and owned by a tree node
+    owners: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # flagged slot -> request ids
+    missing_ids: tuple[int, ...] = ()  # every missing id (up to MAX_RETURN), for the guard only
+
+    def requests_of(self, slots: Iterable[int]) -> tuple[str, ...]:
+        """The live requests holding any of ``slots`` (in slot order, each once)."""
+        return tuple(dict.fromkeys(r for s in slots for r in self.owners.get(s, ())))
+
+    def tripwires(self, hook: str, seq: int) -> tuple[Tripwire, ...]:
+        found = [
+            (TripwireKind.FREE_DUPLICATE, self.duplicates),
+            (TripwireKind.FREE_AND_LIVE, self.free_and_live),
+            (TripwireKind.FREE_AND_TREE, self.free_and_tree),
+            (TripwireKind.OUT_OF_RANGE, self.out_of_range),
+            (TripwireKind.MISSING, self.missing or ()),
+            (TripwireKind.LIVE_AND_TREE, self.live_and_tree),
+        ]
+        out = [Tripwire(k, self.pool, ids, hook, seq, self.requests_of(ids)) for k, ids in found if ids]
+        for slot in self.live_shared:  # one finding per shared slot, naming every holder
+            out.append(Tripwire(TripwireKind.LIVE_SHARED, self.pool, (slot,), hook, seq, self.owners[slot]))
+        if self.free > self.size:
+            out.append(Tripwire(TripwireKind.OVER_SIZE, self.pool, self.duplicates, hook, seq))
+        return tuple(out)
+
+
+def _cap(ids: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted(ids)[:MAX_IDS])
+
+
+def _holders(owners: Owners) -> dict[int, tuple[str, ...]]:
+    single = _single_holders(owners)
+    if single is not None:
+        return single
+    held: dict[int, list[str]] = {}
+    for rid, ids in owners:
+        for slot in dict.fromkeys(ids):
+            held.setdefault(slot, []).append(rid)
+    return {slot: tuple(rids) for slot, rids in held.items()}
+
+
+def _single_holders(owners: Owners) -> dict[int, tuple[str, ...]] | None:
+    """The usual case at C speed: every owner holds one slot and no slot has two owners (else
+    ``None``: the general path)."""
+    slot_lists = list(map(operator.itemgetter(1), owners))
+    if list(map(len, slot_lists)).count(1) != len(slot_lists):
+        return None
+    slots = list(map(operator.itemgetter(0), slot_lists))
+    held = dict(zip(slots, zip(map(operator.itemgetter(0), owners)), strict=True))
+    return held if len(held) == len(slots) else None
+
+
+def id_census(
+    pool: Pool,
+    size: int,
+    first: int,
+    free: Sequence[int],
+    tree: Sequence[int],
+    live: Sequence[int],
+    *,
+    check_missing: bool,
+    owners: Owners = (),
+) -> PoolCensus:
+    """The census arithmetic on plain id lists (pure; also used by the tests and the KV census).
+    ``owners`` names the live requests behind ``live`` (then ``live`` may be empty)."""
+    counts = Counter(free)
+    held = _holders(owners)
+    free_set, tree_set, live_set = set(counts), set(tree), set(live) | set(held)
+    expected = range(first, first + size)
+    missing = None
+    if check_missing:
+        seen = free_set | tree_set | live_set
+        missing = tuple(i for i in expected if i not in seen)
+    shared = _cap(s for s, rids in held.items() if len(rids) > 1)
+    live_tree = _cap(set(held) & tree_set)
+    flagged = set(shared) | set(live_tree) | (free_set & set(held))
+    return PoolCensus(
+        pool=pool,
+        size=size,
+        first_id=first,
+        free=len(free),
+        tree=len(tree),
+        live=len(live) + sum(map(len, map(operator.itemgetter(1), owners))),
+        duplicates=_cap(i for i, n in counts.items() if n > 1),
+        free_and_live=_cap(free_set & live_set),
+        free_and_tree=_cap(free_set & tree_set),
+        out_of_range=_cap(i for i in free_set if not first <= i < first + size),
+        missing=None if missing is None else missing[:MAX_IDS],
+        missing_count=None if missing is None else len(missing),
+        live_shared=shared,
+        live_and_tree=live_tree,
+        owners={s: held[s] for s in sorted(flagged)[:MAX_IDS]},
+        missing_ids=() if missing is None else missing[:MAX_RETURN],
+    )

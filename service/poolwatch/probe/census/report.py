@@ -1,0 +1,42 @@
+"""The JSON detail of the last census (``GET /v1/census``); stdlib only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from poolwatch.model import Phase
+from poolwatch.probe.census.proofs import PoolCensus
+
+__all__ = ["CENSUS_SCHEMA", "census_doc"]
+
+CENSUS_SCHEMA = "poolwatch.census"
+
+
+def _pool(c: PoolCensus) -> dict[str, Any]:
+    doc = asdict(c)
+    doc.pop("missing_ids")  # the guard's working set; ``missing`` names the first ids
+    doc["owners"] = {str(slot): list(rids) for slot, rids in c.owners.items()}
+    doc["pool"] = c.pool.value
+    doc["last_id"] = c.first_id + c.size - 1
+    for key in ("duplicates", "free_and_live", "free_and_tree", "out_of_range"):
+        doc[key] = list(doc[key])
+    doc["missing"] = None if c.missing is None else list(c.missing)
+    doc["balanced_ids"] = not any(c.tripwires("", 0))
+    return doc
+
+
+def census_doc(
+    found: Sequence[PoolCensus], *, seq: int, hook: str, taken_at: float, cost: float, phase: Phase
+) -> dict[str, Any]:
+    return {
+        "schema": CENSUS_SCHEMA,
+        "version": 1,
+        "seq": seq,
+        "hook": hook,
+        "phase": phase.value,
+        "taken_at": taken_at,
+        "cost_seconds": cost,
+        "pools": [_pool(c) for c in found],
+    }

@@ -1,0 +1,129 @@
+"""The probe's settings, from ``POOLWATCH_PROBE_*`` environment variables (one frozen object).
+
+=====================================  =========  ==============================================
+variable                               default    meaning
+=====================================  =========  ==============================================
+``POOLWATCH_PROBE``                    unset      ``1`` arms the ``.pth`` activation (SGLang < 0.5.12)
+``POOLWATCH_PROBE_DISABLE``            unset      ``1``: the kill switch; nothing is installed
+``POOLWATCH_PROBE_DIR``                /tmp/poolwatch  discovery files and the ``DISABLE`` file
+``POOLWATCH_PROBE_PORT_BASE``          unset      bind ``base + local rank`` instead of port 0
+``POOLWATCH_PROBE_SERVE``              1          ``0``: take snapshots but serve nothing
+``POOLWATCH_PROBE_SAMPLE_INTERVAL``    0.1        seconds between cheap samples (0.01 to 60)
+``POOLWATCH_PROBE_CENSUS_INTERVAL``    10         seconds between Mamba censuses while busy (1 to 86400)
+``POOLWATCH_PROBE_KV_CENSUS_INTERVAL`` 300        seconds between full-KV censuses while busy (1 to 86400)
+``POOLWATCH_PROBE_CHUNK_TRIPWIRE``     1          ``0``: skip the check after each prefill chunk
+``POOLWATCH_PROBE_MAX_ERRORS``         10         consecutive failed samples before giving up
+``POOLWATCH_PROBE_GUARD``              0          ``1``: repair free lists on exact proof (sglang/repair.py)
+``POOLWATCH_SGLANG_VERSION``           installed  read the scheduler as this release
+``POOLWATCH_WORKER``                   hostname   the worker name (else ``POD_NAME``, else the host name)
+=====================================  =========  ==============================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_DIR", "ProbeConfig", "ProbeConfigError"]
+
+DEFAULT_DIR = "/tmp/poolwatch"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+SAMPLE_RANGE = (0.01, 60.0)  # seconds: below, the probe costs the scheduler; above, it never watches
+CENSUS_RANGE = (1.0, 86_400.0)
+
+
+class ProbeConfigError(ValueError):
+    """A ``POOLWATCH_PROBE_*`` variable has a bad value; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConfig:
+    sample_interval_s: float = 0.1
+    census_interval_s: float = 10.0
+    kv_census_interval_s: float = 300.0
+    idle_kv_census_gap_s: float = 30.0  # at idle the KV census runs at most this often
+    chunk_tripwire: bool = True
+    guard: bool = False  # opt-in: repair free lists on exact proof; off while any kill switch is on
+    directory: str = DEFAULT_DIR
+    port_base: int | None = None
+    serve: bool = True
+    disabled: bool = False
+    max_consecutive_errors: int = 10
+    sglang_version: str = ""  # "" = the installed SGLang's
+    worker: str = ""  # "" = POOLWATCH_WORKER, POD_NAME or the host name (poolwatch.identity)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ProbeConfig:
+        """Settings from the environment; :class:`ProbeConfigError` names the first bad variable."""
+        return cls(
+            sample_interval_s=_seconds(environ, "POOLWATCH_PROBE_SAMPLE_INTERVAL", 0.1, SAMPLE_RANGE),
+            census_interval_s=_seconds(environ, "POOLWATCH_PROBE_CENSUS_INTERVAL", 10.0, CENSUS_RANGE),
+            kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0, CENSUS_RANGE),
+            chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),
+            guard=_flag(environ, "POOLWATCH_PROBE_GUARD", False),
+            directory=environ.get("POOLWATCH_PROBE_DIR") or DEFAULT_DIR,
+            port_base=_port(environ, "POOLWATCH_PROBE_PORT_BASE"),
+            serve=_flag(environ, "POOLWATCH_PROBE_SERVE", True),
+            disabled=_flag(environ, "POOLWATCH_PROBE_DISABLE", False),
+            max_consecutive_errors=_count(environ, "POOLWATCH_PROBE_MAX_ERRORS", 10),
+            sglang_version=environ.get("POOLWATCH_SGLANG_VERSION", ""),
+            worker=_name(environ, "POOLWATCH_WORKER"),
+        )
+
+
+def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``; unset or empty is the default (never a quiet "off")."""
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ProbeConfigError(f"{name}: expected 1 or 0, got {raw!r}")
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float, bounds: tuple[float, float]) -> float:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ProbeConfigError(f"{name}: expected seconds, got {raw[:40]!r}") from None
+    low, high = bounds
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ProbeConfigError(f"{name}: expected {low:g} to {high:g} seconds, got {raw[:40]!r}")
+    return value
+
+
+def _name(environ: Mapping[str, str], name: str) -> str:
+    raw = environ.get(name, "")
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProbeConfigError(f"{name}: not valid UTF-8 text") from None
+    if len(raw) > 256:
+        raise ProbeConfigError(f"{name}: longer than 256 characters")
+    return raw
+
+
+def _count(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if not raw.strip().isdigit() or len(raw.strip()) > 6 or int(raw) < 1:
+        raise ProbeConfigError(f"{name}: expected a whole number 1 to 999999, got {raw[:40]!r}")
+    return int(raw)
+
+
+def _port(environ: Mapping[str, str], name: str) -> int | None:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    if not raw.strip().isdigit() or len(raw.strip()) > 5 or not 1 <= int(raw) <= 65535:
+        raise ProbeConfigError(f"{name}: expected a TCP port 1-65535, got {raw[:40]!r}")
+    return int(raw)

@@ -1,0 +1,241 @@
+"""What the probe's endpoint answers: one parsed request head in, one bounded response out.
+
+No sockets here (:mod:`poolwatch.probe.endpoint.server` owns them).  Every input is bounded before it is
+used: the head is at most :data:`MAX_HEAD_BYTES`, ``wait`` is a finite number clamped to
+``[0, MAX_WAIT_S]`` (``nan``, ``inf`` and words are a 400), a long-poll needs one of a few
+slots, which the server takes before a thread answers (:func:`long_poll`; none free: 503 at
+once), and the mutating endpoints answer only a loopback client that names the probe's own
+address in ``Host``, sends no ``Origin`` (no browser page), and shows the secret from the
+discovery directory as ``Authorization: Bearer <secret>``.
+
+A snapshot answer carries the ``ETag`` of its content; a client that sends it back
+(``?have=<tag>``) and whose content is still the latest gets a bodiless ``304`` with the new
+clock instead (see :mod:`poolwatch.codec.renewal`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, clock_header, content_tag
+from poolwatch.codec.snapshot import dump_snapshot
+from poolwatch.model import Snapshot
+from poolwatch.probe.core.publication import Publication
+
+__all__ = [
+    "MAX_HEAD_BYTES",
+    "MAX_WAIT_S",
+    "BadRequest",
+    "Context",
+    "Request",
+    "Response",
+    "answer",
+    "authorized",
+    "long_poll",
+    "parse_head",
+]
+
+MAX_HEAD_BYTES = 8192
+MAX_HEADERS = 48
+MAX_WAIT_S = 30.0
+_REASONS = {200: "OK", 304: "Not Modified", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 413: "Content Too Large", 503: "Service Unavailable"}  # fmt: skip
+
+
+class BadRequest(ValueError):
+    """A request head that is not a small, well-formed HTTP/1.x head."""
+
+
+class Servable(Protocol):
+    publication: Publication
+
+    @property
+    def census(self) -> dict[str, Any] | None: ...
+
+    @property
+    def disabled(self) -> bool: ...
+
+    def disable(self) -> None: ...
+
+    def enable(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    keep_alive: bool
+    peer: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    doc: Any  # a JSON-ready value, or bytes already encoded (a 304 has none)
+    close: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def encode(self, keep_alive: bool) -> bytes:
+        body = self.doc if isinstance(self.doc, bytes) else json.dumps(self.doc).encode()
+        connection = "keep-alive" if keep_alive and not self.close else "close"
+        extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers)
+        if self.status == 503:
+            extra += "Retry-After: 1\r\n"
+        framing = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        if self.status == NOT_MODIFIED:
+            framing, body = "", b""  # no body, and no length of one
+        head = (
+            f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Error')}\r\n{framing}"
+            f"Connection: {connection}\r\n{extra}Server: poolwatch-probe\r\n\r\n"
+        )
+        return head.encode("ascii") + body
+
+
+@dataclass
+class Context:
+    """What the routes need: the probe, its publication, its own port, the secret, the slots."""
+
+    probe: Servable
+    publication: Publication
+    port: int
+    secret: str | None
+    long_polls: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(3))
+    _encoded: tuple[object, str, bytes] = (None, "", b"")  # (snapshot, content tag, body)
+
+    def encoded(self, snap: Snapshot) -> tuple[str, bytes]:
+        """``(content tag, JSON body)`` of ``snap``, computed once however many clients ask."""
+        cached, tag, body = self._encoded
+        if cached is not snap:
+            doc = dump_snapshot(snap)
+            tag, body = content_tag(doc), json.dumps(doc).encode()
+            self._encoded = (snap, tag, body)  # one tuple swap: a racing thread at worst encodes twice
+        return tag, body
+
+    def snapshot_body(self, snap: Snapshot) -> bytes:
+        """The JSON of ``snap``, encoded once however many clients ask for it."""
+        return self.encoded(snap)[1]
+
+
+def parse_head(raw: bytes, peer: str = "") -> Request:
+    """One request head (without the blank line); raises :class:`BadRequest`."""
+    if len(raw) > MAX_HEAD_BYTES:
+        raise BadRequest("request head too large")
+    lines = raw.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not parts[1].startswith("/"):
+        raise BadRequest("malformed request line")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise BadRequest("too many headers")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise BadRequest("malformed header line")
+        headers[name.lower()] = value.strip()
+    token = headers.get("connection", "").lower()
+    keep_alive = token != "close" if parts[2] == "HTTP/1.1" else token == "keep-alive"
+    path, _, query = parts[1].partition("?")
+    return Request(parts[0], path, query, headers, keep_alive, peer)
+
+
+def wait_of(query: str) -> tuple[str, float]:
+    """``(sig, wait)`` from a snapshot query; ``wait`` finite and clamped to ``[0, MAX_WAIT_S]``."""
+    params = parse_qs(query, max_num_fields=8)
+    raw = params.get("wait", ["0"])[0]
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise BadRequest("wait must be a number of seconds") from None
+    if not math.isfinite(wait):
+        raise BadRequest("wait must be a finite number of seconds")
+    return params.get("sig", [""])[0][:512], min(max(wait, 0.0), MAX_WAIT_S)
+
+
+def answer(req: Request, ctx: Context) -> Response:
+    """The response to one request (never raises for any input it was given)."""
+    if not _host_ok(req, ctx.port):
+        return Response(403, {"error": "unexpected Host header"}, close=True)
+    if "transfer-encoding" in req.headers or req.headers.get("content-length", "0").strip() not in ("", "0"):
+        return Response(413, {"error": "requests carry no body"}, close=True)
+    if req.method == "GET":
+        try:
+            return _get(req, ctx)
+        except BadRequest as exc:
+            return Response(400, {"error": str(exc)})
+    if req.method == "POST" and req.path in ("/v1/disable", "/v1/enable"):
+        return _mutate(req, ctx)
+    return Response(405 if req.path in ("/v1/snapshot", "/v1/census", "/healthz") else 404,
+                    {"error": f"no such endpoint {req.method} {req.path[:100]!r}"})  # fmt: skip
+
+
+def _host_ok(req: Request, port: int) -> bool:
+    host = req.headers.get("host")
+    if host is None:
+        return req.method == "GET"  # HTTP/1.0 tools; never for a change
+    return host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}")
+
+
+def _get(req: Request, ctx: Context) -> Response:
+    if req.path == "/v1/snapshot":
+        return _snapshot(req, ctx)
+    if req.path == "/v1/census":
+        census = ctx.probe.census
+        return Response(200, census) if census is not None else Response(404, {"error": "no census yet"})
+    if req.path == "/healthz":
+        return Response(200, {"ok": True, "disabled": ctx.probe.disabled})
+    return Response(404, {"error": f"no such path {req.path[:100]!r}"})
+
+
+def long_poll(req: Request) -> bool:
+    """Whether ``req`` would wait (the server takes a long-poll slot for it before a thread does)."""
+    if req.method != "GET" or req.path != "/v1/snapshot":
+        return False
+    try:
+        return wait_of(req.query)[1] > 0
+    except BadRequest:
+        return False
+
+
+def _snapshot(req: Request, ctx: Context) -> Response:
+    """The latest snapshot; with ``wait`` > 0 (the caller holds a long-poll slot), once it changes;
+    only its clock (a bodiless 304) when its content is the one the caller has (``have``)."""
+    seen, wait = wait_of(req.query)
+    snap = ctx.publication.latest if wait <= 0 else ctx.publication.wait_changed(seen, wait)
+    if snap is None:
+        return Response(503, {"error": "no snapshot yet"})
+    tag, body = ctx.encoded(snap)
+    if HAVE in req.query and tag == _have(req.query):
+        return Response(NOT_MODIFIED, b"", headers=((CLOCK_HEADER, clock_header(snap)), ("ETag", f'"{tag}"')))
+    return Response(200, body, headers=(("ETag", f'"{tag}"'),))
+
+
+def _have(query: str) -> str:
+    """The content tag the client holds (``""``: none)."""
+    return parse_qs(query, max_num_fields=8).get(HAVE, [""])[0][:64]
+
+
+def authorized(req: Request, secret: str | None) -> bool:
+    """Whether a loopback ``req`` shows ``secret`` as ``Authorization: Bearer <secret>``."""
+    if secret is None or not (req.peer.startswith("127.") or req.peer == "::1"):
+        return False
+    shown = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    return hmac.compare_digest(shown.encode("latin-1"), secret.encode("latin-1"))
+
+
+def _mutate(req: Request, ctx: Context) -> Response:
+    if not req.peer.startswith("127.") and req.peer != "::1":
+        return Response(403, {"error": "only from the loopback"}, close=True)
+    if "origin" in req.headers or "sec-fetch-mode" in req.headers:
+        return Response(403, {"error": "not from a browser"}, close=True)
+    if not authorized(req, ctx.secret):
+        return Response(403, {"error": "Authorization: Bearer <secret from the discovery directory>"})
+    ctx.probe.disable() if req.path == "/v1/disable" else ctx.probe.enable()
+    return Response(200, {"disabled": ctx.probe.disabled})

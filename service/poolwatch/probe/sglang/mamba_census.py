@@ -1,0 +1,162 @@
+"""The identity census of the Mamba pool: which slot ids are free, in the tree and held by live requests.
+
+Counting (``readers``) proves *that* a pool is out of balance; the census names *which* slots.
+For the Mamba pool (hundreds to a few thousand slots) the three id sets are pulled to the host:
+
+* ``F`` the free list (``mamba_pool.free_slots``, 0.5.23 ``mamba_allocator.free_slots``);
+* ``T`` the tree's ``mamba_value``s; ``Q`` the live requests' working and ping-pong slots.
+
+What these sets prove, and when, is the pure arithmetic of :mod:`poolwatch.probe.census.proofs`.  The
+full-KV census (:mod:`poolwatch.probe.sglang.kv_census`) does the same with GPU-side set operations and
+reads the tree with the helpers here.  These reads synchronise with the GPU, so they run at a low
+rate, at idle and after the hooks that need them, never on every sample.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Any
+
+from poolwatch.model import Pool
+from poolwatch.probe.census.proofs import Owners, PoolCensus, id_census
+from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.sglang.footprint import mamba_slot_objects
+from poolwatch.probe.sglang.requests import LiveSet
+from poolwatch.probe.sglang.shapes import HeldRule, Shape
+from poolwatch.probe.sglang.totals import mamba_holders
+
+__all__ = ["mamba_census", "mamba_free_list", "rid_of", "tree_is_empty", "tree_values"]
+
+
+def _flat_ids(tensors: list[Any]) -> tuple[list[int], list[int]]:
+    """Every id of ``tensors`` in one host transfer, and how many each tensor has.  One
+    ``torch.cat`` call when they are all 1-d (the usual case: a per-tensor reshape and cast cost
+    more than the census arithmetic), else each is flattened first."""
+    import torch
+
+    if not tensors:
+        return [], []
+    try:
+        joined = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+        if joined.dim() != 1:
+            raise ValueError("not 1-d")
+        lengths = [int(t.shape[0]) for t in tensors]
+    except (RuntimeError, ValueError, TypeError, IndexError):  # 0-d or n-d tensors
+        flat = [t.reshape(-1) for t in tensors]
+        joined, lengths = torch.cat(flat), [int(t.shape[0]) for t in flat]
+    return [int(i) for i in joined.to(torch.int64).tolist()], lengths
+
+
+def mamba_free_list(sched: Any, shape: Shape, reading: Reading) -> Any:
+    owner = "mamba_allocator" if shape.mamba_allocator else "mamba_pool"
+    return reading.attr(sched, f"req_to_token_pool.{owner}.free_slots")
+
+
+def tree_is_empty(tree_cache: Any) -> bool:
+    """Whether the prefix tree owns nothing (its counters say so; no tensor is read)."""
+    total = 0
+    for name in ("full_evictable_size", "full_protected_size", "evictable_size", "protected_size"):
+        fn = getattr(tree_cache, name, None)
+        try:
+            value = fn() if callable(fn) else 0
+        except Exception:  # e.g. MambaRadixCache.evictable_size() raises NotImplementedError
+            continue
+        total += value if isinstance(value, int) else 0
+    return total == 0
+
+
+def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
+    """The tree's value tensors: SGLang's own flatten helper, or a walk of the nodes (0.5.4's
+    Mamba values).  SGLang's helpers cannot concatenate an empty tree, hence the check."""
+    if tree_is_empty(tree_cache):
+        return []
+    flatten = getattr(tree_cache, flatten_name, None)
+    if callable(flatten):
+        return [flatten()]
+    root = tree_cache.root_node
+    values, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        value = getattr(node, attr, None)
+        if value is not None and node is not root:
+            values.append(value)
+        stack.extend(node.children.values())
+    return values
+
+
+def rid_of(req: Any) -> str:
+    return str(getattr(req, "rid", "") or f"req@{id(req):x}")
+
+
+def _live_mamba(live: LiveSet, shape: Shape) -> Owners:
+    """``(request id, Mamba slot ids)`` of every live request, read with one host transfer."""
+    fast = None
+    if shape.held_rule is not HeldRule.REQ_KV:
+        try:
+            fast = _single_slot_owners(live, shape)
+        except Exception:  # an odd request: the per-request path reads (and names) it
+            fast = None
+    return fast if fast is not None else _live_mamba_each(live, shape)
+
+
+def _single_slot_owners(live: LiveSet, shape: Shape) -> Owners | None:
+    """At C speed when every Mamba holder has one working slot (no ping-pong buffer) and its own
+    request id; ``None`` otherwise (then each request is read on its own)."""
+    holders = mamba_holders([*live.holders, *live.waiting])
+    if shape.has_ping_pong:
+        buffers = map(
+            getattr, holders, itertools.repeat("mamba_ping_pong_track_buffer"), itertools.repeat(None)
+        )
+        if any(map(operator.is_not, buffers, itertools.repeat(None))):
+            return None
+    raw = list(map(operator.attrgetter("rid"), holders))
+    rids = list(map(str, raw))
+    if not all(raw) or len(set(rids)) != len(rids):
+        return None
+    ids, lengths = _flat_ids(list(map(operator.attrgetter("mamba_pool_idx"), holders)))
+    if lengths.count(1) != len(lengths):
+        return None
+    return list(zip(rids, zip(ids), strict=True))
+
+
+def _live_mamba_each(live: LiveSet, shape: Shape) -> list[tuple[str, list[int]]]:
+    reqs = [(rid_of(r), mamba_slot_objects(r, shape)) for r in (*live.holders, *live.waiting)]
+    owners = [(rid, t) for rid, ts in reqs for t in ts if t is not None]
+    ids, lengths = _flat_ids([t for _, t in owners])
+    out: dict[str, list[int]] = {}
+    at = 0
+    for (rid, _), n in zip(owners, lengths, strict=True):
+        out.setdefault(rid, []).extend(ids[at : at + n])
+        at += n
+    return list(out.items())
+
+
+def _free_and_tree(free: Any, tree: list[Any]) -> tuple[list[int], list[int]]:
+    """The free list's ids and the tree's, read in one host transfer (on a GPU each transfer
+    synchronises with the device)."""
+    ids, lengths = _flat_ids([free, *(t for t in tree if t is not None)])
+    return ids[: lengths[0]], ids[lengths[0] :]
+
+
+def mamba_census(
+    sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool
+) -> PoolCensus | None:
+    """The Mamba census, or ``None`` when this rank has no Mamba pool or it cannot be read."""
+    free = mamba_free_list(sched, shape, reading)
+    size = reading.int_of(reading.attr(sched, "req_to_token_pool.mamba_pool.size"), "mamba.size")
+    if free is MISSING or size is None:
+        return None
+    tree_cache = reading.attr(sched, "tree_cache")
+    values = reading.guard(
+        "census.mamba.tree", lambda: tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value"), None
+    )
+    queue = reading.guard("census.mamba.live", lambda: _live_mamba(live, shape), None)
+    if values is None or queue is None:
+        return None
+    sets = reading.guard("census.mamba.free", lambda: _free_and_tree(free, values), None)
+    if sets is None:
+        return None
+    free_ids, tree = sets
+    first = shape.mamba_first_id
+    return id_census(Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle, owners=queue)

@@ -1,0 +1,247 @@
+"""The probe attached to one scheduler: samples, censuses and tripwires at loop boundaries.
+
+Every entry point is called from SGLang's scheduler thread (through :mod:`poolwatch.probe.sglang.hooks`)
+and never raises: failures are contained by :class:`~poolwatch.probe.core.containment.Guard`.  Results are
+published through :class:`~poolwatch.probe.core.publication.Publication` (``publication.publish``
+swaps the ``latest`` reference and wakes long-polls) and one ``census`` reference the HTTP
+threads read; the scheduler thread never blocks on I/O except one ``stat`` per second for the
+``DISABLE`` file.  While disabled, the probe reads nothing from the scheduler but still publishes
+a pool-less heartbeat snapshot (``probe.disabled``) once a second, so the kill switch stays
+visible (PoolwatchProbeDegraded can fire) instead of going stale; removing the ``DISABLE`` file
+re-enables it (``POST /v1/disable`` is undone only by ``/v1/enable``).
+
+When a census runs and what becomes of its findings is :mod:`poolwatch.probe.sglang.census_schedule`; the kill
+switch and the heartbeat published while off are :mod:`poolwatch.probe.core.switch`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from poolwatch.model import ProbeHealth, Snapshot, WorkerId
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
+from poolwatch.probe.sglang.census_schedule import Censuses
+from poolwatch.probe.sglang.final import Suspicion, check_fails, write_final_snapshot
+from poolwatch.probe.sglang.identity import sglang_version, worker_identity
+from poolwatch.probe.sglang.repair import Repairer
+from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
+from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
+from poolwatch.probe.sglang.totals import Memo
+from poolwatch.probe.sglang.tripwires import TripwireLog
+from poolwatch.probe.sglang.waiting import WaitingHolders
+
+__all__ = ["Probe"]
+
+Clock = Callable[[], float]
+
+
+class Probe:
+    """One scheduler rank's probe."""
+
+    def __init__(
+        self,
+        scheduler: object,
+        config: ProbeConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+        shape: Shape | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.config = config
+        self.environ = dict(os.environ if environ is None else environ)
+        if config.worker:
+            self.environ["POOLWATCH_WORKER"] = config.worker
+        self.clock, self.wall = clock, wall
+        self.version = config.sglang_version or sglang_version()
+        self.shape = shape or shape_or_newest(self.version)
+        self.boot_id = uuid.uuid4().hex[:16]
+        self.started_at = wall()
+        self.guard = Guard(config.max_consecutive_errors)
+        self.tripwires = TripwireLog()
+        self.seq = 0
+        self.publication = Publication()
+        self.switch = KillSwitch(config.directory)
+        self.publisher: Any = None  # set by hooks.attach when serving
+        self._last_sample = -float("inf")
+        self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
+        self._memo = Memo()  # what did not change, kept from one sample to the next
+        self._last_exact_waiting = -float("inf")
+        self._identity: dict[str, WorkerId] = {}  # by role, read once
+        self._sample_cost = 0.0
+        self._strict = idle_check_strict(self.shape, self.environ)
+        self.repairer = Repairer(self.shape) if config.guard else None  # opt-in guard mode
+        self.censuses = Censuses(
+            scheduler, self.shape, config, self.tripwires, self.repairer, self.guard, clock=clock, wall=wall
+        )
+        self._idle_seq = -1  # the iteration of the last idle hook
+        self._suspicion = Suspicion()
+        self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
+
+    # -- entry points (scheduler thread) -------------------------------------------------------
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self.publication.latest
+
+    @latest.setter
+    def latest(self, snapshot: Snapshot | None) -> None:
+        self.publication.publish(snapshot)
+
+    @property
+    def census(self) -> dict[str, Any] | None:
+        """The last census detail (``GET /v1/census``)."""
+        return self.censuses.doc
+
+    def on_loop_boundary(self, hook: str) -> None:
+        """Start of a scheduler iteration: the previous one is complete."""
+        self.seq += 1
+        if self._due(self._last_sample, self.config.sample_interval_s):
+            self._guarded("sample", lambda: self._sample(hook))
+        elif self.disabled and self.switch.heartbeat_due(self.clock()):
+            self._guarded("heartbeat", self._heartbeat)
+
+    def on_idle(self, hook: str) -> None:
+        """SGLang is about to run its own idle check: look first -- always at the first idle
+        check after work (the one that crashes a broken rank), else at the sample rate."""
+        fresh = self._idle_seq < self.seq - 1
+        self._idle_seq = self.seq
+        due = self._due(self._last_sample, self.config.sample_interval_s)
+        if due or (fresh and self._active() and self.guard.allow()):
+            self._guarded("idle", lambda: self._sample(hook, idle_check=True))
+
+    def after_prefill_chunk(self, hook: str) -> None:
+        """Right after ``process_prefill_chunk``: the direct #12994 tripwire (one slot vs the free list)."""
+        if self.config.chunk_tripwire and self._active():
+            self._guarded("chunk", lambda: self._chunk(hook))
+
+    def sample_now(self, hook: str = "manual") -> Snapshot | None:
+        """Take a snapshot regardless of the rate (tests, benchmarks, the emulator)."""
+        if self._active():
+            self._guarded("sample", lambda: self._sample(hook))
+        return self.latest
+
+    def disable(self) -> None:
+        self.switch.runtime = True
+        self._publish_health()
+
+    def enable(self) -> None:
+        self.switch.runtime = False
+
+    @property
+    def disabled(self) -> bool:
+        return self.switch.off or self.guard.gave_up
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _active(self) -> bool:
+        self.switch.look(self.clock())
+        return not self.disabled
+
+    def _due(self, last: float, interval: float) -> bool:
+        return self.clock() - last >= interval and self._active() and self.guard.allow()
+
+    def _guarded(self, where: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self.guard.failed(where, exc)
+            self._publish_health()
+
+    def _take(self, reading: Reading, *, idle_check: bool) -> Sample:
+        """One sample; the waiting queue is scanned exactly at SGLang's idle hook and at least
+        once per Mamba census interval (and whenever recalling it leaves a gap, see snapshot)."""
+        now = self.clock()
+        interval = self.config.census_interval_s
+        exact = idle_check or now - min(self._last_exact_waiting, self.censuses.last_mamba) >= interval
+        sample = take_sample(
+            self.scheduler,
+            self.shape,
+            reading,
+            waiting=self.waiting,
+            exact_waiting=exact,
+            memo=self._memo,
+        )
+        if sample.live.waiting_exact:
+            self._last_exact_waiting = now
+        return sample
+
+    def _sample(self, hook: str, *, idle_check: bool = False) -> None:
+        started = time.perf_counter()
+        reading = Reading()
+        sample = self._take(reading, idle_check=idle_check)
+        self._last_sample = self.clock()
+        force = self._suspicion.due(sample, idle_check=idle_check, guard=self.repairer is not None)
+        found = self.censuses.maybe(sample, reading, hook, self.seq, force=force)
+        if self.censuses.repair(found, sample.pools, sample.phase, hook, self.seq):
+            reading = Reading()  # the repaired figures are the ones to publish (and to judge)
+            sample = self._take(reading, idle_check=True)
+        for label, message in reading.failures.items():
+            self.guard.note(label, message)
+        self.guard.succeeded()
+        self._sample_cost = time.perf_counter() - started
+        self._publish(sample, reading, final=idle_check and self._strict and check_fails(sample))
+
+    def _chunk(self, hook: str) -> None:
+        if self.censuses.chunk(hook, self.seq):
+            self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
+
+    def _publish(self, sample: Sample, reading: Reading, *, final: bool = False) -> None:
+        worker = self._identity.get(sample.role)
+        if worker is None:  # ranks, model and worker name are fixed for the scheduler's life
+            worker = worker_identity(self.scheduler, reading, sample.role, self.version, self.environ)
+            self._identity[sample.role] = worker
+        snap = build_snapshot(
+            sample,
+            worker=worker,
+            seq=self.seq,
+            taken_at=self.wall(),
+            tripwires=self.tripwires.all(),
+            health=self._health(),
+            strict=self._strict,
+            boot_id=self.boot_id,
+        )
+        if self.repairer is not None or final:
+            snap = replace(snap, repairs=self.repairer.repairs() if self.repairer else (), final=final)
+        if final:  # SGLang raises next: the file must exist before the process is gone
+            try:
+                self.final_cost = write_final_snapshot(self.config.directory, snap)
+            except OSError as exc:
+                self.guard.note("final", f"{type(exc).__name__}: {exc}")
+        self.latest = snap
+
+    def _health(self) -> ProbeHealth:
+        return self.guard.health(
+            sample_cost=self._sample_cost,
+            census_cost=self.censuses.cost,
+            census_total=self.censuses.total,
+            disabled=self.switch.off,
+            tripwires_dropped=self.tripwires.dropped,
+            guard=self.repairer is not None,
+        )
+
+    def _publish_health(self) -> None:
+        if self.latest is not None:
+            self.latest = replace(self.latest, probe=self._health())
+
+    def _heartbeat(self) -> None:
+        """Disabled: publish who we are and that we are off, with no pool figures (nothing read)."""
+        self.switch.last_heartbeat = self.clock()
+        self.latest = heartbeat_snapshot(
+            self.latest,
+            lambda: worker_identity(self.scheduler, Reading(), "", self.version, self.environ),
+            seq=self.seq,
+            taken_at=self.wall(),
+            health=self._health(),
+            boot_id=self.boot_id,
+        )

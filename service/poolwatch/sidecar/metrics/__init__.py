@@ -1,0 +1,2 @@
+"""The sidecar's ``/metrics``: catalogue-checked families, the collectors and the cached
+exposition."""

@@ -1,0 +1,42 @@
+"""The discovery directory's own health: how many files its last scan skipped, by reason.
+
+A skipped file (a FIFO, a 50 MB file, a URL off the loopback, bad JSON...) is logged once when it
+appears (:meth:`poolwatch.sources.targets.TargetSet.current`); this gauge keeps it visible for as
+long as it stays, with a bounded ``reason`` (:class:`poolwatch.discovery.directory.SkipReason`)::
+
+    poolwatch_discovery_skipped_files{reason="not_regular"} 1.0
+    poolwatch_discovery_skipped_files{reason="not_loopback"} 2.0
+    poolwatch_discovery_skipped_files{reason="too_large"} 0.0
+
+Every reason is listed while discovery is on (``0`` when none), none while it is off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from poolwatch.discovery.directory import SkipReason
+from poolwatch.sidecar.metrics.families import Families
+
+__all__ = ["DiscoveryCollector"]
+
+_NAMES = ("poolwatch_discovery_skipped_files",)
+
+
+class DiscoveryCollector(Collector):
+    """Reads ``counts`` (e.g. :meth:`TargetSet.skipped_by_reason`) on every collect."""
+
+    def __init__(self, counts: Callable[[], Mapping[SkipReason, int]]) -> None:
+        self._counts = counts
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(Families(_NAMES))
+
+    def collect(self) -> Iterator[Metric]:
+        fam = Families(_NAMES)
+        for reason, n in sorted(self._counts().items()):
+            fam.add("poolwatch_discovery_skipped_files", (reason.value,), n)
+        return iter(fam)

@@ -1,0 +1,61 @@
+"""The package layout the README describes: families are packages, every name is imported from the
+module that defines it, and package ``__init__`` files are only signposts."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "service" / "poolwatch"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    dotted = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return dotted.removesuffix(".__init__")
+
+
+def _defined_names(tree: ast.Module) -> set[str]:
+    defined: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined.update(n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined.add(node.target.id)
+    return defined
+
+
+def _exported(tree: ast.Module) -> list[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            assert isinstance(node.value, (ast.List, ast.Tuple))
+            return [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+    return []
+
+
+def test_no_flat_module_families_remain() -> None:
+    flat = [p.name for p in PACKAGE.glob("*.py")]
+    prefixed = [n for n in flat if n.startswith(("codec_", "catalog_", "settings_", "discovery_"))]
+    assert prefixed == []
+    for family in ("codec", "catalog", "settings", "discovery"):
+        assert (PACKAGE / family / "__init__.py").is_file()
+        assert not (PACKAGE / f"{family}.py").exists()
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_module_name)
+def test_a_module_exports_only_what_it_defines(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    defined = _defined_names(tree)
+    reexported = [n for n in _exported(tree) if n not in defined and n != "__version__"]
+    assert reexported == [], f"{_module_name(path)} re-exports {reexported} (import them where defined)"
+    if path.name == "__init__.py" and path.parent != PACKAGE:
+        ours = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("poolwatch")
+        ]
+        assert ours == [] or _exported(tree), "a package __init__ is a signpost, not a re-export"

@@ -104,6 +104,22 @@ def test_the_cached_render_equals_the_uncached_one_after_every_change(
         clock.advance(wait)
 
 
+def test_a_restart_seen_on_a_second_source_renders_the_restart_timestamp(seed_snapshot: Snapshot) -> None:
+    # found by the property test above: the probe's snapshot stays the rank's view while the
+    # sglang-metrics source reports a new boot; the cached block must still gain the restart time
+    clock = FakeClock(1_761_907_200.0)
+    store = SnapshotStore(clock=clock)
+    registry = build_registry(store, clock, 10.0)
+    cached = build_exposition(store, clock, 10.0)
+    probe = replace(seed_snapshot, source="probe", boot_id="a", taken_at=clock.now)
+    coarse = replace(seed_snapshot, source="sglang-metrics", boot_id="a", taken_at=clock.now)
+    for snap in (probe, coarse, replace(coarse, boot_id="b", seq=1)):
+        store.put(snap)
+        clock.advance(1.0)
+        assert cached.render(generate_latest, clock()) == generate_latest(registry)
+    assert b"poolwatch_rank_restart_timestamp_seconds{" in cached.render(generate_latest, clock())
+
+
 def test_a_rank_whose_snapshot_did_not_change_is_not_rendered_again(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:

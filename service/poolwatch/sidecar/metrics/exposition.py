@@ -164,9 +164,12 @@ class CachedExposition:
 
     def _rank(self, fmt: _Format, snap: Snapshot, now: float) -> _Lines:
         rank = fmt.ranks.get((snap.worker.key, snap.source)) or _Lines()
-        state = (
+        restarted_at, incident_at = self._store.incident_times(snap.worker.key)
+        state = (  # everything the block shows that is not in the snapshot (any source may change it)
             self._pools.is_stale(snap, now),
             tuple(sorted(self._store.incident_counts(snap.worker.key).items())),
+            restarted_at,
+            tuple(sorted(incident_at.items())),
         )
         if rank.snap is snap and rank.state == state:
             return rank

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 
 import poolwatch
-from tests.helpers import FIXTURES, REPO, require_tool
+from tests.helpers import FIXTURES, REPO, free_port, require_tool
 
 
 def test_the_top_level_package_is_a_signpost() -> None:
@@ -42,13 +41,6 @@ def test_a_bad_setting_prints_one_line_and_exits_2() -> None:
         result.stderr.strip()
         == "poolwatch: configuration error: POOLWATCH_PORT: expected an integer, got 'http'"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_serve_on_the_seed_fixture_exports_the_mamba_gap_that_promtool_accepts() -> None:

@@ -10,76 +10,17 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from tests.helpers import FakeClock, asgi_client
-from tests.sidecar.test_exporter import GOLDEN, seed_store
+from tests.sidecar.seeded import GOLDEN, seed_store
+from tests.strategies import overlapping_snapshots
 
 from poolwatch.errors import Reason
-from poolwatch.model import (
-    Exactness,
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    PoolAccount,
-    ProbeHealth,
-    Role,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-    WorkerId,
-)
+from poolwatch.model import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import build_exposition, build_registry, create_app
 from poolwatch.sidecar.store import SnapshotStore
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
-count = st.none() | st.integers(min_value=-(2**41), max_value=2**41)
-label = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
-
-accounts = st.builds(
-    PoolAccount,
-    pool=st.sampled_from(Pool),
-    size=count,
-    available=count,
-    evictable=count,
-    protected=count,
-    held=count,
-    session_held=count,
-    used=count,
-    exactness=st.sampled_from(Exactness),
-)
-snapshots = st.builds(
-    Snapshot,
-    worker=st.builds(
-        WorkerId,
-        worker=st.sampled_from(["prefill-0", "decode-1", 'odd"\\name\n']),
-        role=st.sampled_from(Role),
-        dp_rank=st.integers(0, 2),
-        tp_rank=st.integers(0, 2),
-        model=label,
-    ),
-    seq=st.integers(0, 2**40),
-    taken_at=st.floats(min_value=1_761_907_000.0, max_value=1_761_907_300.0),
-    phase=st.sampled_from(Phase),
-    pools=st.lists(accounts, max_size=4).map(lambda xs: {a.pool: a for a in xs}),
-    source=st.sampled_from(["probe", "sglang-metrics", "file"]),
-    queues=st.dictionaries(st.sampled_from(["waiting", "running", "inflight"]), st.integers(0, 9000)),
-    tripwires=st.lists(
-        st.builds(
-            Tripwire,
-            kind=st.sampled_from(TripwireKind),
-            pool=st.sampled_from(Pool),
-            slots=st.lists(st.integers(0, 500), max_size=3).map(tuple),
-        ),
-        max_size=2,
-    ).map(tuple),
-    incidents=st.lists(
-        st.builds(Incident, kind=st.sampled_from(IncidentKind), message=label, at=st.just(0.0)), max_size=1
-    ).map(tuple),
-    probe=st.none() | st.builds(ProbeHealth, samples_total=st.integers(0, 10**9)),
-    idle_check_strict=st.none() | st.booleans(),
-    boot_id=st.sampled_from(["a", "b"]),
-)
-steps = st.lists(st.tuples(snapshots, st.floats(0, 20), st.booleans()), min_size=1, max_size=8)
+steps = st.lists(st.tuples(overlapping_snapshots, st.floats(0, 20), st.booleans()), min_size=1, max_size=8)
 
 
 @settings(max_examples=60, deadline=None)

@@ -96,3 +96,16 @@ def test_no_test_module_imports_another() -> None:
         if name.rpartition(".")[2].startswith("test_")
     ]
     assert offenders == []
+
+
+def test_no_test_monkeypatches_the_product() -> None:
+    # a constant or collaborator a test must change is a keyword parameter or an injected object
+    # (ProbeServer(head_timeout_s=...), QuietServer(tick_s=...), serve.run(serve=...))
+    offenders = sorted(
+        f"{path.relative_to(TESTS.parent)}:{node.lineno}"
+        for path in TESTS.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.arg) and node.arg == "monkeypatch")
+        or (isinstance(node, ast.Attribute) and node.attr == "MonkeyPatch")
+    )
+    assert offenders == []

@@ -1,4 +1,4 @@
-"""The memoised verdicts (detect/verdicts.py) change nothing: a detector judging every snapshot
+"""The memoised verdicts (detect/families.py) change nothing: a detector judging every snapshot
 from scratch (``memo=False``) gives exactly the same alerts at every step of a long mixed stream."""
 
 from __future__ import annotations

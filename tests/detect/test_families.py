@@ -12,7 +12,7 @@ from poolwatch.detect.schema import Mode
 
 
 def test_every_alert_the_detector_judges_has_one_family_of_its_mode() -> None:
-    families = Families.of(DetectorConfig()).every()
+    families = Families(DetectorConfig()).every()
     owners = Counter(alert for family in families for alert in family.alerts)
     assert [a for a, n in owners.items() if n > 1] == []
     judged = {a.name: a.mode for a in ALERTS if a.mode is not Mode.PROMETHEUS}
@@ -22,7 +22,7 @@ def test_every_alert_the_detector_judges_has_one_family_of_its_mode() -> None:
 
 
 def test_the_sampled_families_are_the_sampled_alerts() -> None:
-    sampled = Families.of(DetectorConfig()).sampled
+    sampled = Families(DetectorConfig()).sampled
     assert {a for family in sampled for a in family.alerts} == {
         a.name for a in ALERTS if a.mode is Mode.SAMPLED
     }

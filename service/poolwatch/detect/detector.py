@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from poolwatch.conservation import Basis, findings
 from poolwatch.detect.alert import Alert, Signal, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.families import Families, JudgedMemo, reference_judged
+from poolwatch.detect.families import Families, JudgedMemo
 from poolwatch.detect.family import Seen
 from poolwatch.detect.forecast import PoolTrend, best_trends, fitted
 from poolwatch.detect.rules import by_name
@@ -72,7 +72,7 @@ class Detector:
         self._extra = {k: v for k, v in (extra_labels or {}).items() if v}  # e.g. the namespace
         self._ranks: dict[str, _Rank] = {}
         self._incident_at: dict[str, dict[str, float]] = {}  # rank key -> alert -> last read
-        self._families = Families.of(self._cfg)
+        self._families = Families(self._cfg)
         self._tracker = Tracker(self._cfg, self._annotate)
         self._lock = threading.Lock()
         self._memo = memo
@@ -84,9 +84,9 @@ class Detector:
         with self._lock:
             rank = self._rank(subject, snap, now)
             seen = Seen(snap, findings(snap), fitted(rank.series), self._errors_before(rank, snap))
-            sampled = self._families.sampled
-            judged = rank.judged.judged_by(seen, sampled) if self._memo else reference_judged(seen, sampled)
-            self._tracker.sample(subject, self._families.signals(seen), judged, (snap.boot_id, snap.seq), now)
+            families = self._families
+            judged = rank.judged.judged_by(seen, families) if self._memo else families.judged(seen)
+            self._tracker.sample(subject, families.signals(seen), judged, (snap.boot_id, snap.seq), now)
             if snap.incidents:
                 self._incidents(snap, now)
 

@@ -11,7 +11,7 @@ names them -- depends only on its *signature*: the rank's identity labels and ea
 pools, whether the probe reported, the pools reported, the pools with a trend).  A healthy rank's
 signature is the same snapshot after snapshot, so :class:`JudgedMemo` keeps the last signature and
 its verdict set per rank-source and builds the set (and its ~14 label look-ups) again only when the
-signature changes.  :func:`reference_judged` is the plain construction the memo is compared with.
+signature changes.  :meth:`Families.judged` is the plain construction the memo is compared with.
 """
 
 from __future__ import annotations
@@ -28,34 +28,43 @@ from poolwatch.detect.health import ProbeDegradation, Staleness, TargetHealth
 from poolwatch.detect.incidents import LoggedIncidents
 from poolwatch.detect.repairs import GuardRepairs
 
-__all__ = ["Families", "JudgedMemo", "reference_judged"]
+__all__ = ["Families", "JudgedMemo"]
 
 
-@dataclass(frozen=True, slots=True)
 class Families:
     """The families of one detector, with its thresholds."""
 
-    sampled: tuple[SampledFamily, ...]
-    incidents: LoggedIncidents
-    stale: Staleness
-    targets: TargetHealth
+    __slots__ = ("_signals", "_signatures", "incidents", "sampled", "stale", "targets")
 
-    @classmethod
-    def of(cls, config: DetectorConfig) -> Families:
-        sampled = (PoolBalance(config), ExhaustionForecast(config), ProbeDegradation(config), GuardRepairs())
-        return cls(sampled, LoggedIncidents(config), Staleness(config), TargetHealth(config))
+    def __init__(self, config: DetectorConfig) -> None:
+        self.sampled: tuple[SampledFamily, ...] = (
+            PoolBalance(config),
+            ExhaustionForecast(config),
+            ProbeDegradation(config),
+            GuardRepairs(),
+        )
+        self.incidents = LoggedIncidents(config)
+        self.stale = Staleness(config)
+        self.targets = TargetHealth(config)
+        # bound once: they are called for every snapshot
+        self._signals = tuple(family.signals for family in self.sampled)
+        self._signatures = tuple(family.signature for family in self.sampled)
 
     def every(self) -> tuple[Family, ...]:
         return (*self.sampled, self.incidents, self.stale, self.targets)
 
     def signals(self, seen: Seen) -> list[Signal]:
         """Every sampled family's signals of ``seen``, in the order the families are listed."""
-        return [sig for family in self.sampled for sig in family.signals(seen)]
+        return [sig for signals in self._signals for sig in signals(seen)]
 
+    def signature(self, seen: Seen) -> list[object]:
+        """What ``seen``'s verdict set depends on: the rank's identity and each sampled family's part."""
+        w = seen.snap.worker
+        return [w.worker, w.role, w.dp_rank, w.tp_rank, w.pp_rank, *[part(seen) for part in self._signatures]]
 
-def reference_judged(seen: Seen, sampled: tuple[SampledFamily, ...]) -> set[Verdict]:
-    """Every verdict ``seen`` gives, built from scratch."""
-    return set().union(*(family.judged(seen) for family in sampled))
+    def judged(self, seen: Seen) -> set[Verdict]:
+        """Every verdict ``seen`` gives, built from scratch."""
+        return set().union(*(family.judged(seen) for family in self.sampled))
 
 
 @dataclass(slots=True)
@@ -65,10 +74,9 @@ class JudgedMemo:
     signature: object = None  # compared, never hashed
     judged: frozenset[Verdict] = frozenset()
 
-    def judged_by(self, seen: Seen, sampled: tuple[SampledFamily, ...]) -> Set[Verdict]:
+    def judged_by(self, seen: Seen, families: Families) -> Set[Verdict]:
         """``seen``'s verdict set, rebuilt only on a new signature."""
-        w = seen.snap.worker
-        signature = [w.worker, w.role, w.dp_rank, w.tp_rank, w.pp_rank, *[f.signature(seen) for f in sampled]]
+        signature = families.signature(seen)
         if signature != self.signature:
-            self.signature, self.judged = signature, frozenset(reference_judged(seen, sampled))
+            self.signature, self.judged = signature, frozenset(families.judged(seen))
         return self.judged

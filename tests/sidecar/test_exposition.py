@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from tests.helpers import FakeClock, asgi_client
-from tests.sidecar.seeded import GOLDEN, seed_store
+from tests.sidecar.seeded import GOLDEN, PROCESS_FAMILIES, FrozenProcess, pinned, seed_store
 from tests.strategies import overlapping_snapshots
 
 from poolwatch.errors import Reason
@@ -30,8 +30,9 @@ def test_the_cached_render_equals_the_uncached_one_after_every_change(
 ) -> None:
     clock = FakeClock(1_761_907_200.0)
     store = SnapshotStore()
-    registry = build_registry(store, clock, 10.0)
-    cached = build_exposition(store, clock, 10.0)
+    process = FrozenProcess()
+    registry = build_registry(store, clock, 10.0, process=process)
+    cached = build_exposition(store, clock, 10.0, process=process)
     for snap, wait, scrape_failed in changes:
         store.put(snap)
         name = f"probe:{snap.worker.worker}"
@@ -79,14 +80,16 @@ def test_the_cached_render_of_the_seed_is_the_golden_exposition(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
     cached = build_exposition(seed_store(seed_snapshot, clock), clock, 10.0)
-    assert cached.render(generate_latest, clock()).decode() == GOLDEN.read_text()
+    assert pinned(cached.render(generate_latest, clock()).decode()) == GOLDEN.read_text()
 
 
 def test_the_render_follows_the_encoder_that_choose_encoder_picks(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
     store = seed_store(seed_snapshot, clock)
-    cached, registry = build_exposition(store, clock, 10.0), build_registry(store, clock, 10.0)
+    process = FrozenProcess()
+    cached = build_exposition(store, clock, 10.0, process=process)
+    registry = build_registry(store, clock, 10.0, process=process)
     for accept in ("", OPENMETRICS, "text/plain; version=1.0.0; escaping=underscores"):
         encoder, _ = choose_encoder(accept)
         assert cached.render(encoder, clock()) == encoder(registry)
@@ -104,7 +107,22 @@ async def test_metrics_is_gzipped_when_the_scraper_accepts_gzip_and_plain_otherw
         om = await client.get("/metrics", headers={"Accept-Encoding": "gzip", "Accept": OPENMETRICS})
     assert "content-encoding" not in plain.headers
     assert zipped.headers["content-encoding"] == "gzip"
-    assert zipped.text == plain.text  # httpx inflates it
+    assert pinned(zipped.text) == pinned(plain.text)  # httpx inflates it; the process's figures move
     assert zipped.num_bytes_downloaded < len(plain.content) / 3
     assert om.headers["content-type"].startswith("application/openmetrics-text")
     assert om.text.endswith("# EOF\n")
+
+
+async def test_the_served_metrics_carry_the_sidecar_process_figures(
+    seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    store = SnapshotStore()
+    store.put(replace(seed_snapshot, taken_at=clock.now))
+    app = create_app(Settings.from_env({"POOLWATCH_WORKER": "test"}), store=store, sources=[], clock=clock)
+    async with asgi_client(app) as client:
+        text = (await client.get("/metrics")).text
+        om = (await client.get("/metrics", headers={"Accept": OPENMETRICS})).text
+    typed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE process_")}
+    assert {name.removesuffix("_total") for name in typed} >= PROCESS_FAMILIES - {"process_cpu_seconds"}
+    assert "process_cpu_seconds_total " in text
+    assert "# TYPE process_cpu_seconds counter" in om

@@ -9,7 +9,8 @@ rendered once per label set, so the bytes are identical to an uncached render:
 * a rank's block (its lines of every family) is kept until its snapshot, staleness or incident
   counts change; only the age sample is formatted on every render;
 * target health lines change with every scrape; they reuse the prefixes and format the values;
-* the small remaining collectors (alerts, build info) go through prometheus_client as before.
+* the small remaining collectors (alerts, build info, the process's ``process_*`` families) go
+  through prometheus_client as before.
 
 The text format needs all lines of a family together, so a render is, family by family, the
 header and then each rank's part of that family.  Both exposition formats are kept (OpenMetrics

@@ -75,7 +75,8 @@ def clone(where: Path) -> Path:
 def localise(line: str, cpu_index: str, repo_clone: Path) -> str:
     """A command as a user runs it, its two remote places replaced by their local stand-ins."""
     line = line.replace(f"--index-url {TORCH_CPU_INDEX}", f"--index-url {cpu_index}")
-    return line.replace(REPO_GIT, f"git+{repo_clone.as_uri()}@main")
+    # PEP 508's "name @ url" wants a host in the URL: file://localhost/..., which git reads too
+    return line.replace(REPO_GIT, f"git+file://localhost{repo_clone.as_posix()}@main")
 
 
 def venv_report(venv: Path) -> tuple[str, list[str], int]:

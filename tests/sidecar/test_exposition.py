@@ -51,8 +51,9 @@ def test_a_restart_seen_on_a_second_source_renders_the_restart_timestamp(seed_sn
     # sglang-metrics source reports a new boot; the cached block must still gain the restart time
     clock = FakeClock(1_761_907_200.0)
     store = SnapshotStore(clock=clock)
-    registry = build_registry(store, clock, 10.0)
-    cached = build_exposition(store, clock, 10.0)
+    process = FrozenProcess()
+    registry = build_registry(store, clock, 10.0, process=process)
+    cached = build_exposition(store, clock, 10.0, process=process)
     probe = replace(seed_snapshot, source="probe", boot_id="a", taken_at=clock.now)
     coarse = replace(seed_snapshot, source="sglang-metrics", boot_id="a", taken_at=clock.now)
     for snap in (probe, coarse, replace(coarse, boot_id="b", seq=1)):

@@ -115,7 +115,8 @@ def test_the_emulator_wheel_pins_this_poolwatch_and_registers_its_commands(dist:
 def test_the_sdist_builds_the_same_wheel_files(dist: Path) -> None:
     with tarfile.open(dist / f"poolwatch-{__version__}.tar.gz") as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
-    for needed in ("setup.py", "pyproject.toml", "LICENSE", "CHANGELOG.md", f"service/poolwatch/probe/{PTH}"):
+    pth = f"service/poolwatch/probe/sglang/{PTH}"
+    for needed in ("setup.py", "pyproject.toml", "LICENSE", "CHANGELOG.md", pth):
         assert needed in names
 
 

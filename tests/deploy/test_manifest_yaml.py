@@ -22,8 +22,8 @@ COMMITTED = sorted(
 
 
 def ruamel_docs(text: str) -> list[Any] | None:
-    """The documents as ruamel.yaml reads them, or None where ruamel is not installed (not a
-    dependency: only PyYAML is)."""
+    """The documents as ruamel.yaml reads them (its safe loader refuses a bare ``=`` as well), or
+    None in a venv set up before ruamel joined the dev extras (not a dependency of the product)."""
     if importlib.util.find_spec("ruamel") is None or importlib.util.find_spec("ruamel.yaml") is None:
         return None
     ruamel = importlib.import_module("ruamel.yaml")

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from poolwatch.conservation import Balance, assess, describe
@@ -23,6 +24,7 @@ from poolwatch.target_health import TargetState
 
 __all__ = [
     "incident_signals",
+    "raised",
     "probe_judged",
     "probe_signals",
     "stale_signals",
@@ -40,6 +42,27 @@ _CRASH = {
 def _first_line(message: str, limit: int = 300) -> str:
     line = message.strip().splitlines()[0] if message.strip() else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::[ \t]?(.*))?$")
+
+
+def raised(message: str, limit: int = 200) -> str:
+    """The exception a traceback ends with (``ValueError: token_to_kv_pool ...``), or "" when the
+    message names none: the last unindented ``<Name>Error: ...`` line (the one that was raised)."""
+    found = ""
+    for line in message.splitlines():
+        m = _RAISED.match(line.rstrip())
+        if m:
+            found = f"{m[1]}: {m[2]}" if m[2] else m[1]
+    return found if len(found) <= limit else found[: limit - 3] + "..."
+
+
+def _crash_text(snap: Snapshot, incident: Incident) -> str:
+    exception = raised(incident.message)
+    cause = f"{exception}; " if exception else ""
+    said = _first_line(incident.message)
+    return f"A scheduler of {where(snap)} died: {cause}{_CRASH[incident.kind]} ({said})."
 
 
 def _leak_signal(snap: Snapshot, incident: Incident) -> Signal:
@@ -65,10 +88,7 @@ def incident_signals(snap: Snapshot, cfg: DetectorConfig, now: float) -> list[Si
         if incident.kind is IncidentKind.LEAK_DETECTED:
             out[AlertName.IDLE_CHECK_FAILED] = _leak_signal(snap, incident)
         else:
-            text = (
-                f"A scheduler of {where(snap)} died: {_CRASH[incident.kind]} "
-                f"({_first_line(incident.message)})."
-            )
+            text = _crash_text(snap, incident)
             crashed, labels = AlertName.SCHEDULER_CRASHED, rank_labels(snap.worker)
             out[crashed] = Signal(crashed, snap.worker.key, Severity.CRITICAL, labels, text, 1.0)
     return [out[k] for k in sorted(out)]

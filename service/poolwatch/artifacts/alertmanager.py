@@ -2,8 +2,8 @@
 the plain configuration (``deploy/alertmanager/alertmanager.yaml``, checked by ``amtool``) and the
 namespaced ``AlertmanagerConfig`` of the PD example (prometheus-operator).
 
-* **Routes**: critical poolwatch alerts leave Alertmanager at once (``group_wait: 0s``: a double
-  free corrupts outputs now and the rank dies at its next idle moment); warnings are batched.
+* **Routes**: critical poolwatch alerts leave Alertmanager within a second (``group_wait: 1s``: a
+  double free corrupts outputs now and the rank dies at its next idle moment); warnings are batched.
 * **Inhibit rules**: the sidecar's copy of an alert silences Prometheus' rule copy of the same alert
   (:mod:`poolwatch.notify.paths`: one incident, one notification, the sidecar's text); a crashed
   scheduler silences its worker's stale/target/probe alerts; critical silences warning.
@@ -67,7 +67,9 @@ def route(config: MixinConfig) -> dict[str, Any]:
             {
                 "matchers": [Matcher("severity", "=", "critical")],
                 "receiver": PAGE,
-                "group_wait": "0s",  # at once: the rank may crash at its next idle moment
+                # within a second (the rank may crash at its next idle moment), yet long enough for
+                # its TP peers' copies of the same fault to go out in the same notification
+                "group_wait": "1s",
                 "group_interval": "1m",
                 "repeat_interval": "1h",
             },

@@ -410,7 +410,7 @@ def check_what_the_chat_said(stack: Deployed, story: Story) -> None:
             "rank dp 0",
             "Cause:",
             "a double free",
-            "Runbook: http",
+            "*Runbook:* http",
         ):
             assert part in text, (part, text)
         assert "WILL CRASH AT ITS NEXT IDLE MOMENT" in text, text  # 0.5.4's idle check is strict

@@ -11,6 +11,8 @@ from typing import Any
 import yaml
 from tests.helpers import REPO, require_tool
 
+from poolwatch.settings.sidecar import Settings
+
 KUSTOMIZATIONS = {"base": "deploy/kubernetes/base", "pd": "deploy/kubernetes/examples/pd"}
 Doc = dict[str, Any]
 
@@ -81,3 +83,7 @@ def read(path: str) -> str:
 
 def repo_path(path: str) -> Path:
     return REPO / path
+
+
+def sidecar_settings(docs: list[Doc]) -> list[Settings]:
+    return [Settings.from_env(env_of(container(spec, "poolwatch", init=True), md)) for md, spec in pods(docs)]

@@ -9,7 +9,17 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.deploy.k8s import Doc, container, env_of, kustomize, pods, read, repo_path, workloads
+from tests.deploy.k8s import (
+    Doc,
+    container,
+    env_of,
+    kustomize,
+    pods,
+    read,
+    repo_path,
+    sidecar_settings,
+    workloads,
+)
 
 from poolwatch.settings.sidecar import Settings
 
@@ -30,10 +40,6 @@ def overlay(tmp_path: Path, name: str) -> list[Doc]:
     head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
     (tmp_path / "kustomization.yaml").write_text(f"{head}  - {base}\n{documented_patch(name)}")
     return kustomize(str(tmp_path))
-
-
-def sidecar_settings(docs: list[Doc]) -> list[Settings]:
-    return [Settings.from_env(env_of(container(spec, "poolwatch", init=True), md)) for md, spec in pods(docs)]
 
 
 @pytest.mark.parametrize("build", BUILDS)

@@ -117,13 +117,25 @@ def sidecar_port(sidecar: Doc) -> int:
     return value
 
 
-def alertmanager_config(recorder_url: str) -> str:
-    """The route example with its receivers' URLs pointed at the recorder (``<url>/<receiver>``)
-    and :data:`SCALED`'s ``group_interval``; routes, grouping, waits and inhibit rules unchanged."""
+def alertmanager_config(recorder_url: str, smtp: str = "") -> str:
+    """The route example with every integration pointed at loopback recorders: webhooks at
+    ``<url>/<receiver>``, Slack at ``<url>/slack/<receiver>``, PagerDuty at
+    ``<url>/pagerduty/<receiver>``, email at the SMTP recorder ``smtp`` (host:port; without one the
+    email integration is left out), and :data:`SCALED`'s ``group_interval``; routes, grouping,
+    waits, inhibit rules and every template unchanged."""
     doc = yaml.safe_load(ROUTES.read_text())
     for receiver in doc["receivers"]:
+        name = receiver["name"]
         for hook in receiver.get("webhook_configs", []):
-            hook["url"] = f"{recorder_url}/{receiver['name']}"
+            hook["url"] = f"{recorder_url}/{name}"
+        for slack in receiver.get("slack_configs", []):
+            slack["api_url"] = f"{recorder_url}/slack/{name}"
+        for pd in receiver.get("pagerduty_configs", []):
+            pd["url"] = f"{recorder_url}/pagerduty/{name}"
+        if "email_configs" in receiver and not smtp:
+            del receiver["email_configs"]
+        for mail in receiver.get("email_configs", []):
+            mail["smarthost"], mail["require_tls"] = smtp, False
     stack = [doc["route"]]
     while stack:
         route = stack.pop()

@@ -5,9 +5,10 @@ PrometheusRule, and the Alertmanager route example, run against an emulated PD c
 The story of one incident, checked at every step against Alertmanager, the webhook receivers
 and the fleet dashboard's "Imbalanced pools" query:
 
-1. the seed double free strikes a busy prefill pod: exactly one page per incident (the sidecar's
-   direct alert and Prometheus' rule alert carry the same name and labels, so Alertmanager merges
-   them), naming the pod and the rank, before SGLang's idle check crashes the pod;
+1. the seed double free strikes a busy prefill pod: exactly one page per incident, the sidecar's
+   exact copy (Prometheus' rule copy of the same alert is there too, inhibited by it; Slack and
+   PagerDuty get the shipped templates' text),
+   naming the pod and the rank, before SGLang's idle check crashes the pod;
 2. the crash: PoolwatchSchedulerCrashed pages; the crashed pod's stale-snapshot alerts fire and
    are inhibited (no notification), its double free stays firing on both paths;
 3. the restart (a new emulator process, no fault): every alert resolves, nothing pages again.
@@ -48,6 +49,8 @@ from tests.e2e.stack import (
     poll,
 )
 from tests.helpers import REPO, require_tool
+
+from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -130,7 +133,15 @@ class Deployed:
         return [a for a in body if a["labels"]["alertname"].startswith("Poolwatch")]
 
     def pages(self) -> list[tuple[float, dict[str, Any]]]:
-        return [(p.received_at, p.body) for p in self.hooks.posts]
+        """What the receivers' webhooks got (the Slack and PagerDuty bodies are :meth:`chat`)."""
+        return [(p.received_at, p.body) for p in self.hooks.posts if "alerts" in p.body]
+
+    def chat(self, kind: str) -> list[tuple[float, str, dict[str, Any]]]:
+        """(arrival, receiver, body) of every Slack or PagerDuty message the recorder got."""
+        marker = f"/{kind}/"
+        return [
+            (p.received_at, p.path.partition(marker)[2], p.body) for p in self.hooks.posts if marker in p.path
+        ]
 
 
 def start(cleanup: contextlib.ExitStack, process: Process) -> Process:
@@ -331,7 +342,8 @@ def started_at(alert: Alert) -> float:
 
 
 def identity(alert: Alert) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(alert["labels"].items()))
+    """An alert's labels less the path label (the sidecar's and the rule's copy of one alert)."""
+    return tuple(sorted((k, v) for k, v in alert["labels"].items() if k != PATH_LABEL))
 
 
 @dataclass
@@ -365,10 +377,53 @@ def check_the_pages_before_the_crash(stack: Deployed, story: Story) -> None:
         assert labels["namespace"] == stack.pods[0].namespace
         assert (labels["pool"], labels["dp_rank"], labels["pp_rank"]) == ("mamba", "0", "0")
         assert (labels["severity"], labels["tp_rank"] in ("0", "1")) == ("critical", True)
-        assert not {"job", "instance", "container", "endpoint"} & set(labels), f"an unmerged copy: {labels}"
+        assert not {"job", "instance", "container", "endpoint"} & set(labels), f"a scrape label: {labels}"
+        assert labels[PATH_LABEL] == DIRECT, f"the rule copy paged, not the sidecar's exact one: {labels}"
     story.incidents = {identity(a) for _, a, _ in pages}
-    assert len(pages) == len(story.incidents), "an incident paged twice"
+    # an incident pages once: every notification listing it belongs to one Alertmanager group (one
+    # PagerDuty incident: its dedup_key is the group key); a TP peer joining the group re-lists it
+    assert_paged_once(stack, "PoolwatchDoubleFree")
     check_paged_before_crashing(stack, story)
+    check_what_the_chat_said(stack, story)
+
+
+def check_what_the_chat_said(stack: Deployed, story: Story) -> None:
+    """The Slack message and the PagerDuty event of each page carry the place, the cause, the crash
+    warning and the links, rendered by Alertmanager from the shipped templates."""
+    paged = {dict(i)["pod"] for i in story.incidents}
+    slack = [
+        body["attachments"][0] for _, receiver, body in stack.chat("slack") if receiver == "poolwatch-page"
+    ]
+    events = [body for _, receiver, body in stack.chat("pagerduty") if receiver == "poolwatch-page"]
+    for pod in paged:
+        texts = [a["text"] for a in slack if f"pod {pod}," in a["text"]]
+        assert texts, f"no Slack page names {pod}: {slack}"
+        text = texts[0]
+        for part in (
+            "PoolwatchDoubleFree",
+            "pool mamba",
+            "rank dp 0",
+            "Cause:",
+            "a double free",
+            "*Runbook:* http",
+        ):
+            assert part in text, (part, text)
+        assert "WILL CRASH AT ITS NEXT IDLE MOMENT" in text, text  # 0.5.4's idle check is strict
+        summaries = [e["payload"]["summary"] for e in events if f"/{pod} " in e["payload"]["summary"]]
+        assert summaries, f"no PagerDuty event names {pod}: {events}"
+        assert summaries[0].startswith("WILL CRASH AT NEXT IDLE: PoolwatchDoubleFree"), summaries[0]
+
+
+def assert_paged_once(stack: Deployed, alertname: str) -> None:
+    """Each incident of ``alertname`` paged once: every notification listing it belongs to one
+    Alertmanager group (one PagerDuty incident: its dedup_key is the group key); a TP peer joining
+    the group later re-lists it in the group's next notification, which is not a second page."""
+    groups: dict[tuple[tuple[str, str], ...], set[str]] = {}
+    for _, body in stack.pages():
+        for a in body["alerts"]:
+            if a["labels"]["alertname"] == alertname and a["status"] == "firing":
+                groups.setdefault(identity(a), set()).add(body["groupKey"])
+    assert all(len(keys) == 1 for keys in groups.values()), f"an incident paged twice: {groups}"
 
 
 def check_paged_before_crashing(stack: Deployed, story: Story) -> None:
@@ -384,7 +439,11 @@ def check_both_paths_hold_the_same_alerts(stack: Deployed, story: Story) -> None
 
     def rule_alerts() -> set[tuple[tuple[str, str], ...]] | None:
         found = {
-            tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("__name__", "alertstate")))
+            tuple(
+                sorted(
+                    (k, v) for k, v in r["metric"].items() if k not in ("__name__", "alertstate", PATH_LABEL)
+                )
+            )
             for r in stack.prometheus.query(query)
         }
         return found if found >= story.incidents else None
@@ -394,7 +453,14 @@ def check_both_paths_hold_the_same_alerts(stack: Deployed, story: Story) -> None
         == story.incidents
     )
     held = [a for a in stack.alerts() if a["labels"]["alertname"] == "PoolwatchDoubleFree"]
-    assert sorted(identity(a) for a in held) == sorted(story.incidents)
+    direct = [a for a in held if a["labels"][PATH_LABEL] == DIRECT]
+    assert sorted(identity(a) for a in direct) == sorted(story.incidents)
+    assert all(a["status"]["state"] == "active" for a in direct), direct
+    # the rule copies are there too, each silenced by the sidecar's copy of the same alert
+    for a in held:
+        if a["labels"][PATH_LABEL] == RULES:
+            assert a["status"]["state"] == "suppressed", a
+            assert a["status"]["inhibitedBy"], a
 
 
 def check_the_crash_inhibits_the_stale_alerts(stack: Deployed, story: Story) -> None:
@@ -423,12 +489,16 @@ def check_the_crash_inhibits_the_stale_alerts(stack: Deployed, story: Story) -> 
         assert not [a for _, a, _ in notified(stack, name) if a["labels"]["pod"] in story.crashes.seen], name
     crash_pages = notified(stack, "PoolwatchSchedulerCrashed")
     assert {a["labels"]["pod"] for _, a, _ in crash_pages} == set(story.crashes.seen)
-    assert len(crash_pages) == len({identity(a) for _, a, _ in crash_pages}), "a crash paged twice"
+    assert_paged_once(stack, "PoolwatchSchedulerCrashed")
     check_paged_before_crashing(stack, story)
     assert {a["labels"]["pod"] for _, a, _ in notified(stack, "PoolwatchDoubleFree")} == set(
         story.crashes.seen
     )
-    still = [a for a in stack.alerts() if a["labels"]["alertname"] == "PoolwatchDoubleFree"]
+    still = [
+        a
+        for a in stack.alerts()
+        if a["labels"]["alertname"] == "PoolwatchDoubleFree" and a["labels"][PATH_LABEL] == DIRECT
+    ]
     assert sorted(identity(a) for a in still) == sorted(story.incidents), "a dead pod's double free resolved"
     dashboard_agrees(stack, "crashed")
 

@@ -1,22 +1,25 @@
 """A plain webhook does not deduplicate: it gets one firing message per alert (and one resolved),
-never a periodic re-send, nothing again after an outage or a sidecar restart.  Alertmanager, which
+never a periodic re-send, nothing again after an outage or a sidecar restart that it acknowledged
+(2xx) before; what it never acknowledged is sent after the restart.  Alertmanager, which
 deduplicates, still gets its re-sends."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 from tests.detect.sidecar import seeded, settings
 from tests.helpers import FakeClock
-from tests.notify.fakes import FakeAlertmanager, alert, deliverer
+from tests.notify.fakes import LABELS, FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.model import Snapshot
+from poolwatch.notify.paths import DIRECT, PATH_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.sidecar.alerting import build_alerting
-from poolwatch.sidecar.persist import encode_alerts
+from poolwatch.sidecar.persist import encode_alerts, load_state
 
 HOOK = "https://hooks.example/poolwatch"
 
@@ -52,16 +55,18 @@ async def test_a_webhook_outage_delays_the_message_but_never_repeats_one_already
     assert after == [second.fingerprint]
 
 
-async def test_after_a_restart_a_webhook_is_not_told_again_but_alertmanager_is(
-    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
-) -> None:
+async def restarted(tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot, told: list[str]) -> Fakes:
+    """A sidecar restarted with one firing alert in its state file, which says ``told`` (receiver
+    names) acknowledged it; returns what the webhook and Alertmanager then got."""
     am, hook = FakeAlertmanager(), FakeAlertmanager()
 
     def route(request: httpx.Request) -> httpx.Response:
         return (hook if request.url.host == "hooks.example" else am)(request)
 
-    before = alert(clock)
-    (tmp_path / "alerts.json").write_text(json.dumps(encode_alerts([before])))
+    before = alert(clock, labels=tuple(sorted((*LABELS, (PATH_LABEL, DIRECT)))))  # as the sidecar saves it
+    (tmp_path / "alerts.json").write_text(
+        json.dumps(encode_alerts([before], {before.fingerprint: frozenset(told)}))
+    )
     store, _ = seeded(clock, seed_snapshot)
     config = settings(tmp_path, webhook_urls=(HOOK,))
     alerting = build_alerting(config, store, clock, transport=httpx.MockTransport(route))
@@ -71,5 +76,53 @@ async def test_after_a_restart_a_webhook_is_not_told_again_but_alertmanager_is(
             await d.deliver_once()
     finally:
         await alerting.stop()
-    assert hook.bodies == []
-    assert [a["labels"]["alertname"] for b in am.bodies for a in b] == ["PoolwatchDoubleFree"]
+    return Fakes(am, hook)
+
+
+@dataclass
+class Fakes:
+    am: FakeAlertmanager
+    hook: FakeAlertmanager
+
+
+async def test_after_a_restart_a_webhook_is_not_told_again_what_it_got_but_alertmanager_is(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    got = await restarted(tmp_path, clock, seed_snapshot, told=[WebhookReceiver(HOOK).name])
+    assert got.hook.bodies == []
+    assert [a["labels"]["alertname"] for b in got.am.bodies for a in b] == ["PoolwatchDoubleFree"]
+
+
+async def test_after_a_restart_a_webhook_is_told_a_firing_alert_it_never_got(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    got = await restarted(tmp_path, clock, seed_snapshot, told=[])
+    assert [a["labels"]["alertname"] for b in got.hook.bodies for a in b["alerts"]] == ["PoolwatchDoubleFree"]
+
+
+async def test_the_state_file_says_which_webhook_acknowledged_an_alert_and_only_after_a_2xx(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    hook = FakeAlertmanager()
+    hook.status = 503
+    store, _ = seeded(clock, seed_snapshot)
+    config = settings(tmp_path, webhook_urls=(HOOK,), alertmanager_urls=())
+    alerting = build_alerting(config, store, clock, transport=httpx.MockTransport(hook))
+    await alerting.start()
+    try:
+        (d,) = alerting._deliverers
+        store.put(replace(seed_snapshot, taken_at=clock.now))
+        alerting.evaluate()
+        await d.deliver_once()
+        alerting.evaluate()
+        saved = load_state(tmp_path / "alerts.json")
+        assert saved.alerts
+        assert saved.told == {}  # the webhook answered 503: not delivered
+        hook.status = 200
+        clock.advance(120)
+        await d.deliver_once()
+        alerting.evaluate()
+        saved = load_state(tmp_path / "alerts.json")
+        assert saved.told == {a.fingerprint: frozenset({d.receiver.name}) for a in saved.alerts}
+    finally:
+        await alerting.stop()

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from poolwatch.probe.core.config import ProbeConfig
+
 
 class DisaggregationMode:
     def __init__(self, value: str) -> None:
@@ -226,3 +228,22 @@ class Rank:
         private = self.alloc.take(allocated - prefix)
         row = torch.cat((req.prefix_indices, private)).to(torch.int32)
         self.rows.req_to_token[req.req_pool_idx, : len(row)] = row
+
+
+# a probe reading a 0.5.4.post1 rank by hand (no sampling schedule, not served)
+GUARD_CONFIG = ProbeConfig(
+    sample_interval_s=0.0,
+    census_interval_s=0.0,
+    serve=False,
+    directory="/nonexistent-poolwatch-test-dir",
+    sglang_version="0.5.4.post1",
+)
+
+
+def seed_rank() -> tuple[Rank, int]:
+    """0.5.4.post1 PD prefill right after process_prefill_chunk freed the chunked request's slot."""
+    rank = Rank(kv=64, mamba=8, rows=4)
+    req = rank.chunked("long", origin=40, chunk=16)
+    assert req.mamba_pool_idx is not None
+    rank.mamba.free(req.mamba_pool_idx.reshape(1))
+    return rank, int(req.mamba_pool_idx)

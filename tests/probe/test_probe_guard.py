@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 from tests.helpers import FakeClock
-from tests.probe.fakes import Rank
+from tests.probe.fakes import GUARD_CONFIG as CONFIG
+from tests.probe.fakes import Rank, seed_rank
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
@@ -18,28 +19,11 @@ from poolwatch.model import Pool, RepairKind, Snapshot, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.sglang.scheduler_probe import Probe
 
-CONFIG = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=0.0,
-    serve=False,
-    directory="/nonexistent-poolwatch-test-dir",
-    sglang_version="0.5.4.post1",
-)
-
 
 def probe_for(rank: Rank, *, guard: bool, directory: str = CONFIG.directory) -> Probe:
     clock = FakeClock()
     config = replace(CONFIG, guard=guard, directory=directory)
     return Probe(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
-
-
-def seed_rank() -> tuple[Rank, int]:
-    """0.5.4.post1 PD prefill right after process_prefill_chunk freed the chunked request's slot."""
-    rank = Rank(kv=64, mamba=8, rows=4)
-    req = rank.chunked("long", origin=40, chunk=16)
-    assert req.mamba_pool_idx is not None
-    rank.mamba.free(req.mamba_pool_idx.reshape(1))
-    return rank, int(req.mamba_pool_idx)
 
 
 def free_mamba(rank: Rank) -> list[int]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -19,8 +22,12 @@ from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
+from poolwatch.codec.snapshot import parse_snapshot
+from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Phase, Pool, TripwireKind
-from poolwatch.probe.sglang.hooks import install
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.final import residual
+from poolwatch.probe.sglang.hooks import install, uninstall
 
 KV, MAMBA, ROWS = 256, 12, 4
 
@@ -316,10 +323,59 @@ class Driver054(Driver):
         leak = self.idle_agrees("seed at idle")
         report("seed: SGLang's own idle check finds the leak the probe reported while busy", leak)
 
+    def scenario_seed_final(self) -> None:
+        """The seed flow as 0.5.4's PD prefill loop ends it, at the production sampling rates: the
+        last chunk's batch is transferred and released within one iteration, so SGLang's idle
+        check runs while ``last_batch`` still holds it (the loop clears it only after the check)
+        and the probe's own phase says busy.  The final snapshot must be on disk, naming the Mamba
+        surplus, before SGLang's check_memory raises."""
+        directory = tempfile.mkdtemp(prefix="poolwatch-final-")
+        production = replace(
+            ProbeConfig.from_env({}), serve=False, directory=directory, sglang_version=self.version
+        )
+        uninstall(Holder)
+        install(Holder, production)
+        try:
+            self.sched = s = Holder("prefill", self.mamba_size)
+            c = self.arrive("c", list(range(200, 230)))
+            self.prefill([c], chunk=8)
+            s.recv_requests()
+            s.enable_overlap = True
+            s.process_prefill_chunk()  # the seed: the chunked request's Mamba slot goes back
+            self.prefill([c], chunk=8)
+            s.recv_requests()
+            s.process_prefill_chunk()
+            s.enable_overlap = False
+            last = self.prefill([c], chunk=64)  # the last chunk: last_batch holds it
+            s.recv_requests()
+            s.tree_cache.cache_unfinished_req(c)
+            c.finished_reason = FINISH_LENGTH(0)
+            s.tree_cache.cache_finished_req(c)  # transferred and released in this iteration
+            report("seed final: last_batch still holds the batch at SGLang's check", s.last_batch is last)
+            s.self_check_during_idle()  # the idle hook: the probe looks first
+            finals = read_final_dir(directory)
+            try:
+                s.check_memory()
+                raised = False
+            except ValueError:
+                raised = True
+            snap = parse_snapshot(finals[0][1]) if finals else None
+            mamba = residual(Pool.MAMBA, snap.pools[Pool.MAMBA]) if snap is not None else None
+            report(
+                "seed final, production rates: the final snapshot names the Mamba surplus before "
+                "SGLang's check raises",
+                raised and snap is not None and snap.final and mamba is not None and mamba < 0,
+                {"raised": raised, "finals": [n for n, _ in finals], "mamba_residual": mamba},
+            )
+        finally:
+            uninstall(Holder)
+            shutil.rmtree(directory, ignore_errors=True)
+
     def scenarios(self) -> list[tuple[str, Any]]:
         return [
             ("busy then idle", self.scenario_busy_then_idle),
             ("chunked prefill", self.scenario_chunked),
             ("seed double free", self.scenario_seed),
+            ("seed final snapshot", self.scenario_seed_final),
             ("guard mode", self.scenario_guard),
         ]

@@ -26,6 +26,7 @@ from tests.helpers import FakeClock, require_tool
 from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import AlertState
 from poolwatch.model import Incident, IncidentKind, Pool, Role, WorkerId
+from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 from poolwatch.settings.groups import IdentitySettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import build_alerting
@@ -136,7 +137,7 @@ def promtool_test(series: Series, firing: dict[int, set[tuple[tuple[str, str], .
             "exp_samples": [
                 {
                     "labels": "ALERTS{"
-                    + ",".join(f'{k}="{v}"' for k, v in (*labels, ("alertstate", "firing")))
+                    + ",".join(f'{k}="{v}"' for k, v in (*as_rule_copy(labels), ("alertstate", "firing")))
                     + "}",
                     "value": 1,
                 }
@@ -157,6 +158,13 @@ def promtool_test(series: Series, firing: dict[int, set[tuple[tuple[str, str], .
         check=False,
     )
     return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+def as_rule_copy(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The sidecar's labels as the rule copy carries them: the same but for the path label, which
+    tells the copies apart (the shipped inhibit rule silences the rule copy)."""
+    assert (PATH_LABEL, DIRECT) in labels
+    return tuple(sorted({**dict(labels), PATH_LABEL: RULES}.items()))
 
 
 def test_the_sidecar_fires_what_the_story_says_at_every_checkpoint() -> None:

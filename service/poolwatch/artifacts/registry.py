@@ -5,7 +5,8 @@ A generator is a module-level function named ``artifacts(root, config)`` in a mo
 them as imported functions, not names, so a renamed module fails at import; a test walks the
 package and fails when a module defines a generator that is not listed here.  ``poolwatch
 generate`` writes what they return and ``poolwatch generate --check`` fails on any difference:
-the README tables, the rules file, the PrometheusRule, the runbook index and the dashboards.
+the README tables, the rules file, the PrometheusRule, the runbook index, the dashboards and the
+Alertmanager configuration (plain and as an ``AlertmanagerConfig``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from poolwatch.artifacts import dashboards, readme, rules
+from poolwatch.artifacts import alertmanager, dashboards, readme, rules
 from poolwatch.detect.config import MixinConfig
 
 __all__ = ["GENERATORS", "Generator", "drift", "render_all", "write_all"]
 
 Generator = Callable[[Path, MixinConfig], Mapping[str, str]]
 
-GENERATORS: tuple[Generator, ...] = (readme.artifacts, rules.artifacts, dashboards.artifacts)
+GENERATORS: tuple[Generator, ...] = (
+    readme.artifacts,
+    rules.artifacts,
+    dashboards.artifacts,
+    alertmanager.artifacts,
+)
 
 
 def render_all(root: Path, config: MixinConfig | None = None) -> dict[str, str]:

@@ -18,6 +18,7 @@ from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.promql import as_sidecar_labels, with_selector
 from poolwatch.detect.rules import alert_definitions
 from poolwatch.detect.schema import AlertDef, PromRule, dashboard_link
+from poolwatch.notify.paths import PATH_LABEL, RULES
 
 __all__ = ["INDEX_PATH", "K8S_PATH", "RULES_PATH", "artifacts", "rule_groups"]
 
@@ -52,7 +53,7 @@ def _rule(alert: AlertDef, rule: PromRule, config: MixinConfig) -> dict[str, Any
         out["for"] = rule.for_
     if rule.keep_firing_for:
         out["keep_firing_for"] = rule.keep_firing_for
-    out["labels"] = {"severity": rule.severity.value}
+    out["labels"] = {"severity": rule.severity.value, PATH_LABEL: RULES}
     out["annotations"] = {
         "summary": alert.summary,
         "description": rule.description,
@@ -117,10 +118,12 @@ _DELIVERY = (
     "- **The Prometheus rules** raise the same alerts from the exported metrics (`for:` stands in",
     "  for the sample counts), later: a scrape, an evaluation and the `for:` after the sidecar.",
     "",
-    "The deployment runs both. An alert has the same name and labels on both paths (the rules drop",
-    "`job`, `instance`, `container`, `endpoint` and `service`; the sidecar sets `namespace` and `pod`",
-    "as Prometheus does), so Alertmanager holds one alert per incident and notifies once",
-    '(docs/deploy.md, "Two alert paths, one notification"). PoolwatchSidecarDown and',
+    "The deployment runs both. An alert has the same name and identity labels on both paths (the",
+    "rules drop `job`, `instance`, `container`, `endpoint` and `service`; the sidecar sets `namespace`",
+    'and `pod` as Prometheus does) and one label that tells the copies apart: `poolwatch_path="sidecar"`',
+    'or `poolwatch_path="rules"`. The shipped Alertmanager configuration inhibits the rule copy while',
+    "the sidecar's copy fires, so an incident notifies once, with the sidecar's exact text",
+    "([docs/alerting.md](../alerting.md)). PoolwatchSidecarDown and",
     "PoolwatchNotificationsFailing come from Prometheus only: they watch the sidecar itself.",
 )
 

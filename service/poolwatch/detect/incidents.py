@@ -10,6 +10,7 @@ is old news.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from poolwatch.conservation import Balance, assess, describe
@@ -19,7 +20,7 @@ from poolwatch.detect.family import crash_imminent, first_line, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.model import Incident, IncidentKind, Phase, Snapshot
 
-__all__ = ["LoggedIncidents"]
+__all__ = ["LoggedIncidents", "raised"]
 
 
 _CRASH = {
@@ -46,13 +47,32 @@ class LoggedIncidents:
             if incident.kind is IncidentKind.LEAK_DETECTED:
                 out[AlertName.IDLE_CHECK_FAILED] = _leak_signal(snap, incident)
             else:
-                text = (
-                    f"A scheduler of {where(snap)} died: {_CRASH[incident.kind]} "
-                    f"({first_line(incident.message)})."
-                )
+                text = _crash_text(snap, incident)
                 crashed, labels = AlertName.SCHEDULER_CRASHED, rank_labels(snap.worker)
                 out[crashed] = Signal(crashed, snap.worker.key, Severity.CRITICAL, labels, text, 1.0)
         return [out[k] for k in sorted(out)]
+
+
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::[ \t]?(.*))?$")
+
+
+def raised(message: str, limit: int = 200) -> str:
+    """The exception a traceback ends with (``ValueError: token_to_kv_pool ...``), or "" when the
+    message names none: the last unindented ``<Name>Error: ...`` line (the one that was raised)."""
+    found = ""
+    for line in message.splitlines():
+        m = _RAISED.match(line.rstrip())
+        if m:
+            found = f"{m[1]}: {m[2]}" if m[2] else m[1]
+    return found if len(found) <= limit else found[: limit - 3] + "..."
+
+
+def _crash_text(snap: Snapshot, incident: Incident) -> str:
+    exception = raised(incident.message)
+    cause = f"{exception}; " if exception else ""
+    return (
+        f"A scheduler of {where(snap)} died: {cause}{_CRASH[incident.kind]} ({first_line(incident.message)})."
+    )
 
 
 def _leak_signal(snap: Snapshot, incident: Incident) -> Signal:

@@ -24,14 +24,32 @@ def meta_alerts() -> tuple[AlertDef, ...]:
             Scope.SIDECAR,
             Mode.PROMETHEUS,
             "Prometheus cannot scrape a poolwatch sidecar: its SGLang server's memory pools are not watched.",
-            "Prometheus' scrape of a sidecar (`up`) has failed for 5 minutes (the sidecar cannot say so).",
+            "Prometheus' scrape of a sidecar (`up`) has failed for 1 minute (the sidecar cannot say so).",
             (
                 PromRule(
                     Severity.WARNING,
                     'up{container="poolwatch"} == 0',
-                    "5m",
+                    "1m",
                     f"Prometheus cannot scrape the poolwatch sidecar of {where}: the memory pools of its "
                     "SGLang server are not watched, and its own pages may not be sent.",
+                ),
+            ),
+        ),
+        AlertDef(
+            AlertName.NOT_SCRAPED,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "Prometheus scrapes no poolwatch sidecar at all: nothing is watched, and nothing else says so.",
+            "The rules are loaded but no `up` series of a poolwatch container exists for 10 minutes (the "
+            "PodMonitor selects nothing, or every sidecar is gone): every other poolwatch alert is silent.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    'absent(up{container="poolwatch"})',
+                    "10m",
+                    "Prometheus has scraped no poolwatch sidecar "
+                    '(no up{container="poolwatch"} series) for 10 '
+                    "minutes: no SGLang memory pool is watched, and no other poolwatch alert can fire.",
                 ),
             ),
         ),

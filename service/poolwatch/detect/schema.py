@@ -45,6 +45,7 @@ class AlertName(enum.StrEnum):
     TARGET_DOWN = "PoolwatchTargetDown"
     PROBE_DEGRADED = "PoolwatchProbeDegraded"
     SIDECAR_DOWN = "PoolwatchSidecarDown"
+    NOT_SCRAPED = "PoolwatchNotScraped"
     NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
     TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
     PROBE_REPAIRED = "PoolwatchProbeRepaired"

@@ -6,8 +6,11 @@ its state, or came back after an outage, learns it again), an alert that vanishe
 firing is sent resolved.  A failed attempt keeps everything due, marks every firing alert to be
 told again (the receiver may have restarted and forgotten it) and backs off exponentially.
 Re-sending is only for a receiver that deduplicates (Alertmanager, ``resends``): a plain webhook
-(``resend=False``) gets each state of an alert once, and :meth:`Outbox.told` marks alerts restored
-after a sidecar restart as already delivered to it.  The
+(``resend=False``) gets each state of an alert once, plus an update whenever a firing alert's
+cause changes (:func:`~poolwatch.notify.cause.cause`: it gained its slot ids, its hook, an exact
+basis); every receiver gets such an update at its next tick.  An alert counts as delivered only
+after a 2xx.  :meth:`Outbox.told` marks alerts restored after a sidecar restart as delivered to
+the receivers the state file says got them (:meth:`Outbox.delivered_firing` is what is saved).  The
 queue is bounded: when more than ``capacity`` resolutions wait (a long outage), the oldest are
 dropped and counted; firing alerts are never dropped (the detector bounds their number).
 
@@ -29,6 +32,7 @@ import httpx
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.errors import DeliveryError
+from poolwatch.notify.cause import cause
 
 __all__ = ["DeliveryStats", "Deliverer", "Outbox", "Receiver"]
 
@@ -56,6 +60,7 @@ class _Entry:
     alert: Alert
     sent_at: float | None = None  # last successful delivery of the current state
     dirty: bool = True  # the current state has not been delivered yet
+    cause: str = ""  # what the receiver was (or is about to be) told the cause is
 
 
 @dataclass(slots=True)
@@ -77,15 +82,24 @@ class Outbox:
             entry = self._entries.get(fp)
             if entry is None:
                 if alert.state is AlertState.FIRING:
-                    self._entries[fp] = _Entry(alert)
+                    self._entries[fp] = _Entry(alert, cause=cause(alert))
             elif entry.alert.state is not alert.state:
-                self._entries[fp] = _Entry(alert)
+                self._entries[fp] = _Entry(alert, cause=cause(alert))
             else:
                 entry.alert = alert  # fresher figures go out with the next re-send
+                self._updated(entry)
         for fp, entry in list(self._entries.items()):
             if fp not in current:
                 self._vanished(fp, entry, now)
         self._bound()
+
+    @staticmethod
+    def _updated(entry: _Entry) -> None:
+        """A firing alert whose cause changed is told again at once (every receiver)."""
+        if entry.alert.state is AlertState.FIRING:
+            now_cause = cause(entry.alert)
+            if now_cause != entry.cause:
+                entry.cause, entry.dirty = now_cause, True
 
     def _vanished(self, fp: str, entry: _Entry, now: float) -> None:
         if entry.alert.state is AlertState.RESOLVED:
@@ -124,14 +138,24 @@ class Outbox:
         """Count ``alerts`` (firing, restored from the state file) as delivered already."""
         for alert in alerts:
             if alert.state is AlertState.FIRING:
-                self._entries[alert.fingerprint] = _Entry(alert, sent_at=now, dirty=False)
+                self._entries[alert.fingerprint] = _Entry(alert, sent_at=now, dirty=False, cause=cause(alert))
+
+    def delivered_firing(self) -> frozenset[str]:
+        """The fingerprints of the firing alerts this receiver acknowledged (2xx), as they stand."""
+        return frozenset(
+            fp
+            for fp, e in self._entries.items()
+            if e.alert.state is AlertState.FIRING and e.sent_at is not None and not e.dirty
+        )
 
     def delivered(self, alerts: Sequence[Alert], now: float) -> None:
         self._backoff, self._retry_at = 0.0, 0.0
         for alert in alerts:
             entry = self._entries.get(alert.fingerprint)
             if entry is not None and entry.alert.state is alert.state:
-                entry.sent_at, entry.dirty = now, False
+                entry.sent_at = now
+                # a cause that changed while this batch was on its way is still to be told
+                entry.dirty = alert.state is AlertState.FIRING and cause(alert) != entry.cause
 
     def failed(self, now: float) -> float:
         """Back off; returns the delay before the next attempt.  The receiver may have lost its

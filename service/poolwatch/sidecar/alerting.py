@@ -31,13 +31,14 @@ from poolwatch.errors import ConfigError
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.client import build_client
 from poolwatch.notify.delivery import Deliverer, DeliveryStats, Receiver
+from poolwatch.notify.paths import DIRECT, PATH_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.settings.access import ReceiverAccess, receiver_access
 from poolwatch.settings.groups import AlertSettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.metrics.alerts import AlertCollector
-from poolwatch.sidecar.persist import load_state, save_alerts
+from poolwatch.sidecar.persist import Told, load_state, save_alerts
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import Supervisor
 
@@ -82,14 +83,15 @@ class AlertWiring:
         self._sleep = sleep
         self._receivers = _receivers(settings)
         self._state_file = Path(settings.state_file) if settings.state_file else None
-        self._saved: frozenset[str] | None = None
+        self._saved: tuple[frozenset[str], frozenset[tuple[str, frozenset[str]]]] | None = None
         self._deliverers: list[Deliverer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fired = 0  # the detector's count of alerts that started firing, when last told
         self._client: httpx.AsyncClient | None = None
         self._save_error = ""
-        self._restored: list[Alert] = []  # told before the restart: a plain webhook is not told again
+        self._restored: list[Alert] = []  # firing before the restart
+        self._told: Told = {}  # which receivers acknowledged each of them (not told again)
         self.supervisor = Supervisor()
         self.collector = AlertCollector(detector, self.delivery_stats)
         self.router: APIRouter = alerts_router(detector.alerts)
@@ -102,8 +104,9 @@ class AlertWiring:
         if loaded.set_aside is not None:
             self.supervisor.error("state_file_corrupt")
         alerts = self._restored = loaded.alerts
+        self._told = loaded.told or {}
         self.detector.restore(alerts)
-        self._saved = frozenset(a.fingerprint for a in alerts)
+        self._saved = (frozenset(a.fingerprint for a in alerts), frozenset(self._told.items()))
         return len(alerts)
 
     def evaluate(self, now: float | None = None) -> list[Alert]:
@@ -155,8 +158,10 @@ class AlertWiring:
             for r in self._receivers
         ]
         for deliverer in self._deliverers:
-            if not deliverer.outbox.resend:
-                deliverer.outbox.told(self._restored, self._clock())
+            if not deliverer.outbox.resend:  # a webhook is told what it never got, and only that
+                name = deliverer.receiver.name
+                got = [a for a in self._restored if name in self._told.get(a.fingerprint, ())]
+                deliverer.outbox.told(got, self._clock())
         self._tasks = [self.supervisor.start("poolwatch-alert-timer", self._timer)]
         self._tasks += [
             self.supervisor.start(f"poolwatch-notify-{d.receiver.name}", d.run) for d in self._deliverers
@@ -175,14 +180,27 @@ class AlertWiring:
             self.evaluate()
             await self._sleep(self._settings.evaluate_interval)
 
+    def _told_now(self, firing: list[Alert]) -> dict[str, frozenset[str]]:
+        """Which plain webhooks acknowledged each firing alert (before the deliverers start: what
+        the state file said)."""
+        if not self._deliverers:
+            return {a.fingerprint: self._told[a.fingerprint] for a in firing if a.fingerprint in self._told}
+        told: dict[str, set[str]] = {}
+        for d in self._deliverers:
+            if not d.outbox.resend:
+                for fp in d.outbox.delivered_firing():
+                    told.setdefault(fp, set()).add(d.receiver.name)
+        return {a.fingerprint: frozenset(told[a.fingerprint]) for a in firing if a.fingerprint in told}
+
     def _persist(self, alerts: list[Alert]) -> None:
         if self._state_file is None:
             return
         firing = [a for a in alerts if a.state is AlertState.FIRING]
-        key = frozenset(a.fingerprint for a in firing)
+        told = self._told_now(firing)
+        key = (frozenset(a.fingerprint for a in firing), frozenset(told.items()))
         if key != self._saved:
             try:
-                save_alerts(self._state_file, firing)
+                save_alerts(self._state_file, firing, told)
             except OSError as exc:  # a read-only volume: keep evaluating, say so once per change
                 self.supervisor.error("state_file_write")
                 error = f"{type(exc).__name__}: {exc}"
@@ -220,6 +238,7 @@ def build_alerting(
     access = receiver_access(a)  # unreadable secrets or CA files fail now, not at the first page
     ident = settings.identity
     labels = {**alert_labels(a.alert_labels), "namespace": ident.namespace, "pod": ident.pod}
+    labels[PATH_LABEL] = DIRECT  # the shipped inhibit rule silences the rule copy while this one fires
     detector = Detector(settings.mixin(), clock, extra_labels=labels)
     forget = ident.forget_after
     alerting = AlertWiring(

@@ -7,6 +7,9 @@ the saved alerts back as firing (their original start time kept) and the notifie
 an alert the fresh data no longer confirms resolves through the usual hysteresis, or after
 ``restore_grace`` if its rank never reports again.
 
+Each alert also lists the receivers that acknowledged it (``told``): after a restart a plain
+webhook is not told again what it got, and is told what it never got.
+
 A corrupt state file (not JSON, wrong shape, NaN times, deep nesting, over 4 MiB) never stops the
 sidecar: :func:`load_state` renames it aside (``<name>.corrupt-<unix time>``), logs it once, and
 says so (``LoadResult.set_aside``, counted by the caller); the sidecar starts with no alerts.
@@ -19,7 +22,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,9 @@ from poolwatch.detect.schema import Severity
 __all__ = [
     "STATE_VERSION",
     "LoadResult",
+    "Told",
     "decode_alerts",
+    "decode_told",
     "encode_alerts",
     "load_alerts",
     "load_state",
@@ -45,8 +50,12 @@ MAX_ALERTS = 10_000
 log = logging.getLogger("poolwatch.detect")
 
 
-def encode_alerts(alerts: Sequence[Alert]) -> dict[str, Any]:
+Told = Mapping[str, frozenset[str]]  # alert fingerprint -> the receivers that acknowledged it
+
+
+def encode_alerts(alerts: Sequence[Alert], told: Told | None = None) -> dict[str, Any]:
     """The JSON document of the firing ``alerts`` (others are not worth keeping)."""
+    told = told or {}
     return {
         "version": STATE_VERSION,
         "alerts": [
@@ -60,6 +69,7 @@ def encode_alerts(alerts: Sequence[Alert]) -> dict[str, Any]:
                 "active_since": a.active_since,
                 "fired_at": a.fired_at,
                 "last_seen": a.last_seen,
+                "told": sorted(told.get(a.fingerprint, ())),
             }
             for a in alerts
             if a.state is AlertState.FIRING
@@ -94,6 +104,18 @@ def _decode_one(raw: Any, where: str) -> Alert:
     )
 
 
+def decode_told(doc: Any) -> dict[str, frozenset[str]]:
+    """The receivers each alert of a (valid) state document was delivered to; none when unsaid."""
+    out = {}
+    for alert, raw in zip(decode_alerts(doc), doc.get("alerts", []), strict=True):
+        names = raw.get("told", [])
+        if not isinstance(names, list) or len(names) > 64:
+            raise ValueError(f"alert {alert.name}: 'told' must be a list of receiver names")
+        if names:
+            out[alert.fingerprint] = frozenset(fields.text(n, f"{alert.name}.told") for n in names)
+    return out
+
+
 def decode_alerts(doc: Any) -> list[Alert]:
     """Alerts from a state document; raises ``ValueError`` naming what is wrong."""
     if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:
@@ -101,13 +123,13 @@ def decode_alerts(doc: Any) -> list[Alert]:
     return list(fields.items(doc.get("alerts", []), "alerts", _decode_one, MAX_ALERTS))
 
 
-def save_alerts(path: Path, alerts: Sequence[Alert]) -> None:
+def save_alerts(path: Path, alerts: Sequence[Alert], told: Told | None = None) -> None:
     """Write atomically: a temporary file in the same directory, then a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(encode_alerts(alerts), out, indent=1, sort_keys=True)
+            json.dump(encode_alerts(alerts, told), out, indent=1, sort_keys=True)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -121,6 +143,7 @@ class LoadResult:
     alerts: list[Alert]
     set_aside: Path | None = None  # where a corrupt file went (None: nothing was wrong)
     error: str = ""
+    told: Told | None = None  # alert fingerprint -> receivers that acknowledged it
 
 
 def load_state(path: Path, now: float | None = None) -> LoadResult:
@@ -136,7 +159,8 @@ def load_state(path: Path, now: float | None = None) -> LoadResult:
     try:
         if len(data) > MAX_STATE_BYTES:
             raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
-        return LoadResult(decode_alerts(json.loads(data.decode("utf-8"))))
+        doc = json.loads(data.decode("utf-8"))
+        return LoadResult(decode_alerts(doc), told=decode_told(doc))
     except (ValueError, RecursionError) as exc:
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
     aside = path.with_name(f"{path.name}.corrupt-{int(time.time() if now is None else now)}")

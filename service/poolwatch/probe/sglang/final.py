@@ -2,9 +2,10 @@
 
 Reads: the sample the probe just took at SGLang's idle hook.  Writes: one file in the discovery
 directory (:func:`poolwatch.discovery.final.write_final`), synchronously, in the scheduler thread, only
-when the crash is certain: the rank is fully idle, SGLang's idle check is strict, and an exactly
-read pool is out of balance -- SGLang compares *used* with *protected*, and at full idle nothing
-else may hold a slot, so any nonzero conservation gap is what it is about to raise on.  Cost: one
+when the crash is certain: SGLang's idle check is strict, runs at this idle hook, and finds a pool
+out of balance -- both decided the way the release family's check decides them
+(:func:`sglang_checks`, :func:`residual`: used against protected, whatever the probe's own phase
+says), not by the probe's conservation gap.  Cost: one
 JSON encoding of the snapshot and one small atomic file write (``benchmarks/bench_probe.py``
 measures it; the goal is about 100 us).  The sidecar reads the file once the rank has vanished
 (:mod:`poolwatch.sources.probe`) and pages with the exact pool, sign, slot ids and hook.
@@ -14,22 +15,64 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from poolwatch.codec.snapshot import dump_snapshot
-from poolwatch.conservation import gap
+from poolwatch.conservation import gap, used
 from poolwatch.discovery.final import final_name, write_final
-from poolwatch.model import Phase, Snapshot
+from poolwatch.model import Phase, Pool, PoolAccount, Snapshot
+from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.snapshot import Sample
 
-__all__ = ["Suspicion", "check_fails", "write_final_snapshot"]
+__all__ = ["Suspicion", "check_fails", "residual", "sglang_checks", "write_final_snapshot"]
 
 
-def check_fails(sample: Sample) -> bool:
-    """Whether SGLang's own idle check raises at this boundary (strictness aside)."""
-    if sample.phase is not Phase.IDLE:
+_PD_GATES = {  # 0.5.9 / 0.5.10: self_check_during_idle returns early while these hold requests
+    "prefill": ("prefill_inflight",),
+    "decode": ("waiting", "decode_transfer", "decode_prealloc", "decode_offload"),
+}
+
+
+def sglang_checks(shape: Shape, role: str, phase: Phase, queues: Mapping[str, int | None]) -> bool:
+    """Whether SGLang's idle check runs at its idle hook now, as the release family decides
+    (reference §1.1), not as the probe's phase says: before 0.5.9 the event loops gate the call
+    themselves (no batch formed; in 0.5.4's PD prefill ``last_batch`` is cleared only after the
+    check, so the probe's phase still says busy), 0.5.9/0.5.10 return early on PD queues only, and
+    from 0.5.12 ``on_idle`` checks only when fully idle (the probe's ``idle``)."""
+    if shape.idle_hook == "on_idle":
+        return phase is Phase.IDLE
+    if shape.since < (0, 5, 9):
+        return True
+    gates = _PD_GATES.get(role, ())
+    if any(queues.get(q) is None for q in gates):
+        return phase is Phase.IDLE  # a gate that could not be read: the probe's own judgement
+    return not any(queues[q] for q in gates)
+
+
+def residual(pool: Pool, account: PoolAccount, *, swa_used_only: bool = False) -> int | None:
+    """What SGLang's formula finds in ``pool``: used slots less protected (and session-held) ones;
+    SGLang ignores the requests' own holdings (none at a true idle).  ``swa_used_only``: before
+    0.5.12 the SWA-hybrid check wants *no* used full/SWA slot, protected or not."""
+    u = used(account)
+    if u is None:
+        return None
+    if swa_used_only and pool in (Pool.FULL, Pool.SWA):
+        return u
+    if account.protected is None:
+        return None
+    return u - account.protected - (account.session_held or 0)
+
+
+def check_fails(sample: Sample, shape: Shape) -> bool:
+    """Whether SGLang's own idle check, at this idle hook, raises (strictness aside)."""
+    if not sglang_checks(shape, sample.role, sample.phase, sample.queues):
         return False
-    return any(gap(account) not in (0, None) for account in sample.pools.values())
+    legacy_swa = shape.idle_hook != "on_idle" and Pool.SWA in sample.pools
+    return any(
+        residual(pool, account, swa_used_only=legacy_swa) not in (0, None)
+        for pool, account in sample.pools.items()
+    )
 
 
 class Suspicion:
@@ -40,10 +83,10 @@ class Suspicion:
     def __init__(self) -> None:
         self._seen: tuple[int | None, ...] = ()
 
-    def due(self, sample: Sample, *, idle_check: bool, guard: bool) -> bool:
+    def due(self, sample: Sample, shape: Shape, *, idle_check: bool, guard: bool) -> bool:
         gaps = tuple(gap(a) for a in sample.pools.values())
         surplus = guard and any(g is not None and g < 0 for g in gaps)
-        if not ((idle_check and check_fails(sample)) or surplus) or gaps == self._seen:
+        if not ((idle_check and check_fails(sample, shape)) or surplus) or gaps == self._seen:
             return False
         self._seen = gaps
         return True

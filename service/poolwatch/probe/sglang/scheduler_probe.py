@@ -30,9 +30,11 @@ from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.sglang.census_schedule import Censuses
-from poolwatch.probe.sglang.final import Suspicion, check_fails, write_final_snapshot
+from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
+from poolwatch.probe.sglang.phase import phase_of, queue_depths
 from poolwatch.probe.sglang.repair import Repairer
+from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
 from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
@@ -112,13 +114,30 @@ class Probe:
             self._guarded("heartbeat", self._heartbeat)
 
     def on_idle(self, hook: str) -> None:
-        """SGLang is about to run its own idle check: look first -- always at the first idle
-        check after work (the one that crashes a broken rank), else at the sample rate."""
+        """SGLang's idle hook: look first -- always at the first hook after work at which SGLang's
+        check really runs (the one that crashes a broken rank; decided as the release decides,
+        :func:`~poolwatch.probe.sglang.final.sglang_checks`), else at the sample rate."""
+        if not self._sglang_checks_now():
+            return self._idle_gated(hook)
         fresh = self._idle_seq < self.seq - 1
         self._idle_seq = self.seq
         due = self._due(self._last_sample, self.config.sample_interval_s)
         if due or (fresh and self._active() and self.guard.allow()):
             self._guarded("idle", lambda: self._sample(hook, idle_check=True))
+
+    def _idle_gated(self, hook: str) -> None:
+        """An idle hook at which SGLang's check does not run: only the sample rate applies."""
+        if self._due(self._last_sample, self.config.sample_interval_s):
+            self._guarded("idle", lambda: self._sample(hook, idle_check=True))
+
+    def _sglang_checks_now(self) -> bool:
+        """A cheap look at the queues that gate SGLang's check (none before 0.5.9: the loop's own)."""
+        if self.shape.idle_hook != "on_idle" and self.shape.since < (0, 5, 9):
+            return True
+        reading = Reading()
+        role = role_of(self.scheduler, reading)
+        depths = queue_depths(self.scheduler, reading, role)
+        return sglang_checks(self.shape, role, phase_of(depths), depths)
 
     def after_prefill_chunk(self, hook: str) -> None:
         """Right after ``process_prefill_chunk``: the direct #12994 tripwire (one slot vs the free list)."""
@@ -181,7 +200,8 @@ class Probe:
         reading = Reading()
         sample = self._take(reading, idle_check=idle_check)
         self._last_sample = self.clock()
-        force = self._suspicion.due(sample, idle_check=idle_check, guard=self.repairer is not None)
+        guard = self.repairer is not None
+        force = self._suspicion.due(sample, self.shape, idle_check=idle_check, guard=guard)
         found = self.censuses.maybe(sample, reading, hook, self.seq, force=force)
         if self.censuses.repair(found, sample.pools, sample.phase, hook, self.seq):
             reading = Reading()  # the repaired figures are the ones to publish (and to judge)
@@ -190,7 +210,7 @@ class Probe:
             self.guard.note(label, message)
         self.guard.succeeded()
         self._sample_cost = time.perf_counter() - started
-        self._publish(sample, reading, final=idle_check and self._strict and check_fails(sample))
+        self._publish(sample, reading, final=idle_check and self._strict and check_fails(sample, self.shape))
 
     def _chunk(self, hook: str) -> None:
         if self.censuses.chunk(hook, self.seq):

@@ -1,0 +1,96 @@
+"""What a person is paged with: the Go templates of the shipped receivers (Slack, PagerDuty
+Events v2, email), inlined in each receiver's fields so the plain Alertmanager configuration and
+the ``AlertmanagerConfig`` object (which cannot load template files) carry the very same text.
+
+Each alert renders its place (cluster when labelled, namespace, pod, role, rank, pool), a bold
+"will crash at its next idle moment" line when its description says so, the cause (the sidecar's
+description names the gap, the slot ids, the hook and the requests; a rule copy's gives counts and
+says it stands in), and the runbook and dashboard links.  Rendered by a real Alertmanager in
+``tests/e2e/test_notification_templates.py``.
+"""
+
+from __future__ import annotations
+
+from poolwatch.notify.paths import PATH_LABEL, RULES
+
+__all__ = ["CRASH_PATTERN", "email_subject", "email_html", "pagerduty", "slack_text", "slack_title", "text"]
+
+# the sidecar says "will crash at its next idle moment", the rule copy "crashes at its next idle moment"
+CRASH_PATTERN = "crash(es)? at its next idle moment"
+
+
+def _place(cluster_label: str, bold: tuple[str, str]) -> str:
+    b0, b1 = bold
+    # the configured cluster label, else a "cluster" label (external labels often add one)
+    label = cluster_label or "cluster"
+    cluster = f"{{{{ with .Labels.{label} }}}}cluster {{{{ . }}}}, {{{{ end }}}}"
+    return (
+        f"{b0}Where:{b1} {cluster}namespace {{{{ .Labels.namespace }}}}, pod {{{{ .Labels.pod }}}}"
+        "{{ with .Labels.role }}, {{ . }}{{ end }}"
+        "{{ if .Labels.dp_rank }}, rank dp {{ .Labels.dp_rank }} tp {{ .Labels.tp_rank }} "
+        "pp {{ .Labels.pp_rank }}{{ end }}"
+        "{{ with .Labels.pool }}, pool {{ . }}{{ end }}"
+        "{{ with .Labels.target }}, target {{ . }}{{ end }}"
+    )
+
+
+def _alert(cluster_label: str, bold: tuple[str, str], newline: str) -> str:
+    """One alert's block (inside ``range .Alerts``)."""
+    b0, b1 = bold
+    n = newline
+    return (
+        f'{{{{ if and (eq .Status "firing") (match "{CRASH_PATTERN}" .Annotations.description) }}}}'
+        f"{b0}WILL CRASH AT ITS NEXT IDLE MOMENT{b1} (SGLang's strict idle check){n}{{{{ end }}}}"
+        f"{b0}{{{{ .Labels.alertname }}}}{b1} ({{{{ .Labels.severity }}}}, {{{{ .Status }}}}): "
+        f"{{{{ .Annotations.summary }}}}{n}"
+        f"{_place(cluster_label, bold)}{n}"
+        f"{b0}Cause:{b1} {{{{ .Annotations.description }}}}{n}"
+        f"{{{{ if eq .Labels.{PATH_LABEL} \"{RULES}\" }}}}(Prometheus' rule copy: the sidecar's exact "
+        f"copy did not reach Alertmanager){n}{{{{ end }}}}"
+        f"{b0}Runbook:{b1} {{{{ .Annotations.runbook_url }}}}{n}"
+        f"{b0}Dashboard:{b1} {{{{ .Annotations.dashboard_url }}}}{n}"
+    )
+
+
+def text(cluster_label: str = "", bold: tuple[str, str] = ("", ""), newline: str = "\n") -> str:
+    """Every alert of the notification, one block each."""
+    return f"{{{{ range .Alerts }}}}{_alert(cluster_label, bold, newline)}{newline}{{{{ end }}}}"
+
+
+def slack_title() -> str:
+    return (
+        '[{{ .Status | toUpper }}{{ if eq .Status "firing" }}:{{ .Alerts.Firing | len }}{{ end }}] '
+        "{{ .GroupLabels.alertname }} on {{ .CommonLabels.namespace }}/{{ .GroupLabels.worker }}"
+        "{{ with .GroupLabels.pool }} ({{ . }} pool){{ end }}"
+    )
+
+
+def slack_text(cluster_label: str = "") -> str:
+    return text(cluster_label, ("*", "*"))
+
+
+def email_subject() -> str:
+    return slack_title()
+
+
+def email_html(cluster_label: str = "") -> str:
+    body = text(cluster_label, ("<b>", "</b>"), "<br>\n")
+    return f"<html><body><h3>{slack_title()}</h3>\n{body}</body></html>"
+
+
+def pagerduty(cluster_label: str = "") -> dict[str, str]:
+    """Events v2 fields: a one-line summary (the first alert's place and cause), full details."""
+    first = "(index .Alerts 0)"
+    summary = (
+        f'{{{{ with {first} }}}}{{{{ if match "{CRASH_PATTERN}" .Annotations.description }}}}'
+        "WILL CRASH AT NEXT IDLE: {{ end }}{{ .Labels.alertname }} {{ .Labels.namespace }}/{{ .Labels.pod }}"
+        "{{ with .Labels.pool }} {{ . }} pool{{ end }}: {{ .Annotations.description }}{{ end }}"
+    )
+    return {
+        "description": summary,
+        "severity": '{{ if eq .CommonLabels.severity "critical" }}critical{{ else }}warning{{ end }}',
+        "client": "poolwatch",
+        "client_url": f"{{{{ with {first} }}}}{{{{ .Annotations.dashboard_url }}}}{{{{ end }}}}",
+        "runbook": f"{{{{ with {first} }}}}{{{{ .Annotations.runbook_url }}}}{{{{ end }}}}",
+        "alerts": text(cluster_label),
+    }

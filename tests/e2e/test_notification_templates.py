@@ -1,0 +1,185 @@
+"""What the on-call engineer receives, rendered by a real Alertmanager from the shipped
+configuration (deploy/alertmanager/alertmanager.yaml: routes, inhibit rules, templates) and
+recorded by loopback receivers: Slack and PagerDuty Events v2 bodies by an HTTP recorder, email by
+a tiny SMTP recorder.  Only the integrations' addresses and ``group_interval`` are changed
+(tests/e2e/deployed.py).
+
+* The sidecar's copy of a double free and Prometheus' rule copy both reach Alertmanager: the rule
+  copy is inhibited, the page carries the sidecar's text (slot ids, hook, requests, the crash
+  warning), the place (cluster, namespace, pod, role, rank, pool) and the links.
+* A rule copy with no sidecar copy (the direct path is down) pages by itself and says so.
+* A warning opens a ticket: Slack and email, with the same text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email
+import email.policy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.e2e.deployed import alertmanager_config
+from tests.e2e.stack import Process, SmtpRecorder, WebhookRecorder, free_port, http_ok, poll
+from tests.helpers import require_tool
+
+from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NS, POD = "qwen3-next-pd", "prefill-0"
+RANK = {"worker": POD, "role": "prefill", "dp_rank": "0", "tp_rank": "1", "pp_rank": "0"}
+SIDECAR_TEXT = (
+    "The mamba pool of prefill-0 (prefill, dp 0 tp 1 pp 0) counts 1 slot twice (gap -1): a double free "
+    "[exact figures from the in-process probe, iteration 412]. Tripwire free_duplicate: 1 slot [452] "
+    "first seen after process_prefill_chunk at iteration 411, requests [req-7f3a, req-91c2]. "
+    "SGLang's idle check is strict on this rank: the server will crash at its next idle moment."
+)
+RULE_TEXT = "1 slot(s) of the mamba pool on prefill-0 (prefill, dp 0 tp 1 pp 0) are counted twice"
+RUNBOOK = "https://github.com/poolwatch/poolwatch/blob/main/docs/runbooks/PoolwatchDoubleFree.md"
+DASHBOARD = "http://grafana.example/d/poolwatch-worker/poolwatch-worker?var-namespace=qwen3-next-pd"
+
+
+@dataclass
+class Stack:
+    url: str
+    hooks: WebhookRecorder
+    smtp: SmtpRecorder
+    log: Path
+
+    def post(self, *alerts: dict[str, Any]) -> None:
+        response = httpx.post(f"{self.url}/api/v2/alerts", json=list(alerts), timeout=10)
+        assert response.is_success, response.text
+
+    def chat(self, kind: str, receiver: str) -> list[dict[str, Any]]:
+        marker = f"/{kind}/{receiver}"
+        return [p.body for p in list(self.hooks.posts) if p.path.endswith(marker)]
+
+    def held(self) -> list[dict[str, Any]]:
+        body: list[dict[str, Any]] = httpx.get(f"{self.url}/api/v2/alerts", timeout=10).json()
+        return body
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    with contextlib.ExitStack() as cleanup:
+        hooks, smtp = WebhookRecorder(), SmtpRecorder()
+        cleanup.callback(hooks.stop)
+        cleanup.callback(smtp.stop)
+        port = free_port()
+        (tmp_path / "am.yml").write_text(alertmanager_config(hooks.url, smtp.address))
+        argv = [
+            require_tool("prometheus-alertmanager"),
+            f"--config.file={tmp_path / 'am.yml'}",
+            f"--storage.path={tmp_path / 'am'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ]
+        process = Process("alertmanager", argv, tmp_path / "am.log")
+        cleanup.callback(process.stop)
+        process.start()
+        url = f"http://127.0.0.1:{port}"
+        poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager", logs=[process.log])
+        yield Stack(url, hooks, smtp, process.log)
+
+
+def copy(path: str, description: str, severity: str = "critical", **labels: str) -> dict[str, Any]:
+    """One path's copy of the double free on prefill-0's mamba pool, as it is posted."""
+    return {
+        "labels": {
+            "alertname": "PoolwatchDoubleFree",
+            "severity": severity,
+            "cluster": "us-east-1a",
+            "namespace": NS,
+            "pod": POD,
+            **RANK,
+            "pool": "mamba",
+            PATH_LABEL: path,
+            **labels,
+        },
+        "annotations": {
+            "summary": "A memory-pool slot was freed twice.",
+            "description": description,
+            "runbook_url": RUNBOOK,
+            "dashboard_url": DASHBOARD,
+        },
+    }
+
+
+def test_the_page_carries_the_sidecars_exact_text_and_the_rule_copy_is_inhibited(stack: Stack) -> None:
+    stack.post(copy(DIRECT, SIDECAR_TEXT))
+    stack.post(copy(RULES, RULE_TEXT))
+    slack = poll(lambda: stack.chat("slack", "poolwatch-page") or None, timeout=60, what="the Slack page")
+    text = slack[0]["attachments"][0]["text"]
+    for part in (
+        "WILL CRASH AT ITS NEXT IDLE MOMENT",
+        "cluster us-east-1a, namespace qwen3-next-pd, pod prefill-0, prefill, rank dp 0 tp 1 pp 0, "
+        "pool mamba",
+        "Tripwire free_duplicate: 1 slot [452] first seen after process_prefill_chunk",
+        "requests [req-7f3a, req-91c2]",
+        f"*Runbook:* {RUNBOOK}",
+        f"*Dashboard:* {DASHBOARD}",
+    ):
+        assert part in text, (part, text)
+    assert slack[0]["attachments"][0]["title"].startswith(
+        "[FIRING:1] PoolwatchDoubleFree on qwen3-next-pd/prefill-0"
+    )
+
+    event = poll(lambda: stack.chat("pagerduty", "poolwatch-page") or None, timeout=60, what="the PD event")[
+        0
+    ]
+    assert event["event_action"] == "trigger"
+    assert event["payload"]["severity"] == "critical"
+    summary = event["payload"]["summary"]
+    assert summary.startswith(
+        "WILL CRASH AT NEXT IDLE: PoolwatchDoubleFree qwen3-next-pd/prefill-0 mamba pool:"
+    )
+    assert "[452]" in summary
+    assert "[452]" in event["payload"]["custom_details"]["alerts"]
+    assert {link["href"] for link in event["links"]} == {RUNBOOK, DASHBOARD}
+
+    def rule_copy_inhibited() -> bool | None:
+        rules = [a for a in stack.held() if a["labels"][PATH_LABEL] == RULES]
+        return True if rules and rules[0]["status"]["state"] == "suppressed" else None
+
+    poll(rule_copy_inhibited, timeout=30, what="the rule copy inhibited", logs=[stack.log])
+    every = [m["attachments"][0]["text"] for m in stack.chat("slack", "poolwatch-page")]
+    assert not [t for t in every if "counted twice" in t], every  # the rule copy's text never went out
+
+
+def test_a_rule_copy_alone_pages_and_says_the_sidecars_copy_is_missing(stack: Stack) -> None:
+    stack.post(copy(RULES, RULE_TEXT + ". Drain and restart the worker."))
+    slack = poll(lambda: stack.chat("slack", "poolwatch-page") or None, timeout=60, what="the Slack page")
+    text = slack[0]["attachments"][0]["text"]
+    assert RULE_TEXT in text
+    assert "Prometheus' rule copy: the sidecar's exact copy did not reach Alertmanager" in text
+    assert "WILL CRASH" not in text  # the rule copy of a double free does not claim it
+
+
+def test_a_warning_opens_a_ticket_by_slack_and_email_with_the_same_text(stack: Stack) -> None:
+    leak = (
+        "The kv pool of prefill-0 (prefill, dp 0 tp 1 pp 0) has lost 12 slots (gap +12): a leak "
+        "[exact figures from the in-process probe, iteration 90]. SGLang's idle check only warns here: "
+        "capacity shrinks until the worker restarts."
+    )
+    warning = copy(DIRECT, leak, severity="warning", alertname="PoolwatchSlotLeak", pool="kv")
+    stack.post(warning)
+    mails = poll(lambda: stack.smtp.mails or None, timeout=90, what="the ticket email", logs=[stack.log])
+    message = email.message_from_string(mails[0].data, policy=email.policy.default)
+    assert message["Subject"].startswith("[FIRING:1] PoolwatchSlotLeak on qwen3-next-pd/prefill-0 (kv pool)")
+    assert mails[0].recipients == ("llm-serving-oncall@example.com",)
+    html = message.get_body(("html",))
+    plain = message.get_body(("plain",))
+    assert html is not None
+    assert plain is not None
+    for body in (unescape(html.get_content()), plain.get_content()):  # html/template escapes the "+"
+        assert "has lost 12 slots (gap +12)" in body
+        assert "pod prefill-0, prefill, rank dp 0 tp 1 pp 0, pool kv" in body
+        assert "WILL CRASH" not in body
+    slack = poll(lambda: stack.chat("slack", "poolwatch-ticket") or None, timeout=30, what="the Slack ticket")
+    assert "has lost 12 slots (gap +12)" in slack[0]["attachments"][0]["text"]

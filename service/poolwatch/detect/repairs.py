@@ -22,6 +22,7 @@ _DID = {
     RepairKind.QUARANTINE: "took {n} off the free list (a live request or the tree owns it)",
     RepairKind.DEDUPLICATE: "removed {n} duplicate free-list entr{ies}",
     RepairKind.RETURN: "gave back {n} lost at idle (in no free list, tree or request)",
+    RepairKind.REFUSE: "refused to free {n} still owned (the chunked request's or a tree node's)",
 }
 
 

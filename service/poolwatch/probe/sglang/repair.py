@@ -194,15 +194,26 @@ class Repairer:
     def _record(
         self, kind: RepairKind, census: PoolCensus, slots: tuple[int, ...], hook: str, seq: int
     ) -> None:
-        key = (kind, census.pool)
+        self.record(kind, census.pool, slots, census.requests_of(slots), hook, seq)
+
+    def record(
+        self,
+        kind: RepairKind,
+        pool: Pool,
+        slots: tuple[int, ...],
+        requests: tuple[str, ...],
+        hook: str,
+        seq: int,
+    ) -> None:
+        """Count ``slots`` under ``kind`` and ``pool``, keep the last action's detail, log it."""
+        key = (kind, pool)
         before = self._done.get(key)
-        requests = census.requests_of(slots)
         count = (before.count if before else 0) + len(slots)
-        self._done[key] = Repair(kind, census.pool, count, slots[:MAX_IDS], hook, seq, requests)
+        self._done[key] = Repair(kind, pool, count, slots[:MAX_IDS], hook, seq, requests)
         log.warning(
             "poolwatch guard: %s %s slot(s) %s after %s at iteration %d (requests: %s)",
             kind.value,
-            census.pool.value,
+            pool.value,
             list(slots),
             hook,
             seq,

@@ -6,13 +6,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from tests.detect.emulated import Watched, scenario
 from tests.helpers import FakeClock
 from tests.probe.fakes import MambaPool, Rank
 
 from poolwatch.detect.repairs import repair_signals
 from poolwatch.model import Pool, RepairKind
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.sglang.hooks import attach, detach, probe_of
 from poolwatch.probe.sglang.scheduler_probe import Probe
 
 CONFIG = ProbeConfig(
@@ -134,3 +135,18 @@ def test_detach_gives_the_pool_its_own_free_back() -> None:
     detach(rank.sched)
     assert "free" not in rank.mamba.__dict__
     assert rank.mamba.free.__func__ is MambaPool.free  # type: ignore[attr-defined]
+
+
+def test_the_emulated_seed_fault_is_refused_on_every_strike_and_nothing_needs_repair(tmp_path: Path) -> None:
+    fault = "pd-chunked-mamba-double-free"
+    w = Watched(scenario(fault, "@step=40"), tmp_path, guard=True)
+    w.run_until(lambda: fault in w.struck, 6000)
+    step = w.cluster.steps
+    w.run_until(lambda: w.cluster.steps >= step + 400, 400)
+    assert fault in w.struck
+    assert not w.cluster.crashed  # SGLang's idle check never saw a surplus
+    probes = [p for rank in w.cluster.schedulers if (p := probe_of(rank)) is not None]
+    refused = sum(p.refuser.refused for p in probes if p.refuser is not None)
+    kinds = {r.kind for p in probes if p.latest is not None for r in p.latest.repairs}
+    assert refused > 0
+    assert kinds == {RepairKind.REFUSE}  # no quarantine, no duplicate: the wrong free never ran

@@ -177,7 +177,9 @@ class Tripwire:
 @dataclass(frozen=True, slots=True)
 class Repair:
     """What the guard did to one pool, of one kind, since the probe started: ``count`` slots in
-    all; the last action's slot ids, hook, iteration and affected requests."""
+    all (the unit of the pool's gap); the last action's ids, hook, iteration and affected requests.
+    With ``page_size > 1`` the ids are *page* ids of a paged free list, each standing for
+    ``page_size`` slots (so one page id and a count of 16 slots agree)."""
 
     kind: RepairKind
     pool: Pool
@@ -186,6 +188,7 @@ class Repair:
     hook: str
     seq: int
     requests: tuple[str, ...] = ()
+    page_size: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from tests.detect.emulated import Watched, scenario
 from tests.helpers import FakeClock
 from tests.probe.fakes import MambaPool, Rank
 
+from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.repairs import repair_signals
 from poolwatch.model import Pool, RepairKind
 from poolwatch.probe.core.config import ProbeConfig
@@ -150,3 +151,27 @@ def test_the_emulated_seed_fault_is_refused_on_every_strike_and_nothing_needs_re
     kinds = {r.kind for p in probes if p.latest is not None for r in p.latest.repairs}
     assert refused > 0
     assert kinds == {RepairKind.REFUSE}  # no quarantine, no duplicate: the wrong free never ran
+
+
+def test_a_paged_swa_repair_counts_slots_and_names_page_ids(tmp_path: Path) -> None:
+    """One duplicated SWA page of 16 slots: the repair counts 16 slots (the gap's unit) and its
+    id is reported as a page id, in the snapshot, its JSON and the alert's sentence."""
+    fault = "swa-page-overcount"
+    w = Watched(scenario(fault, "@step=40"), tmp_path, guard=True)
+    w.run_until(lambda: fault in w.struck, 6000)
+    step = w.cluster.steps
+    w.run_until(lambda: w.cluster.steps >= step + 50, 50)
+    repairs = [
+        (p.latest, r)
+        for rank in w.cluster.schedulers
+        if (p := probe_of(rank)) is not None and p.latest is not None
+        for r in p.latest.repairs
+    ]
+    ((snap, repair),) = repairs
+    assert (repair.kind, repair.pool, repair.page_size) == (RepairKind.DEDUPLICATE, Pool.SWA, 16)
+    assert repair.count == 16 * len(repair.slots)
+    assert parse_snapshot(dump_snapshot(snap)).repairs == snap.repairs
+    (signal,) = [s for s in repair_signals(snap) if dict(s.labels).get("pool") == "swa"]
+    assert f"removed duplicate free-list entries worth {repair.count} slots" in signal.description
+    assert f"page(s) of 16 slots [{repair.slots[0]}]" in signal.description
+    assert signal.value == 16.0

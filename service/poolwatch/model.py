@@ -68,13 +68,16 @@ class Pool(enum.StrEnum):
     """The pools poolwatch accounts for.
 
     ``full``: full-attention token KV slots; ``swa``: sliding-window KV slots; ``mamba``: Mamba /
-    GDN recurrent-state slots; ``req``: request rows of ``req_to_token_pool``.
+    GDN recurrent-state slots (the active pool); ``req``: request rows of ``req_to_token_pool``;
+    ``mamba_ckpt``: the int8 checkpoint slots holding the tree's Mamba states
+    (``--enable-int8-mamba-checkpoint``, 0.5.23+; then the tree owns no active ``mamba`` slot).
     """
 
     FULL = "full"
     SWA = "swa"
     MAMBA = "mamba"
     REQ = "req"
+    MAMBA_CKPT = "mamba_ckpt"
 
 
 class Phase(enum.StrEnum):

@@ -15,6 +15,7 @@ from poolwatch.detect.repairs import repair_signals
 from poolwatch.model import Pool, RepairKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.hooks import attach, detach, probe_of
+from poolwatch.probe.sglang.refuse import FreeRefuser
 from poolwatch.probe.sglang.scheduler_probe import Probe
 
 CONFIG = ProbeConfig(
@@ -175,3 +176,20 @@ def test_a_paged_swa_repair_counts_slots_and_names_page_ids(tmp_path: Path) -> N
     assert f"removed duplicate free-list entries worth {repair.count} slots" in signal.description
     assert f"page(s) of 16 slots [{repair.slots[0]}]" in signal.description
     assert signal.value == 16.0
+
+
+def test_a_refusal_stands_when_recording_it_fails() -> None:
+    rank = Rank(kv=64, mamba=8, rows=4)
+    req = rank.chunked("long", origin=40, chunk=16)
+
+    def broken(slots: tuple[int, ...], requests: tuple[str, ...]) -> None:
+        raise RuntimeError("no log")
+
+    refuser = FreeRefuser(rank.sched, broken)
+    assert refuser.install()
+    assert req.mamba_pool_idx is not None
+    rank.mamba.free(req.mamba_pool_idx.reshape(1))
+    assert int(req.mamba_pool_idx) not in free_ids(rank)
+    assert refuser.refused == 1
+    refuser.uninstall()
+    assert "free" not in rank.mamba.__dict__

@@ -162,11 +162,16 @@ class FreeRefuser:
             return None
         import torch
 
-        kept = [i for i in ids if i not in refused]
+        kept = torch.tensor(
+            [i for i in ids if i not in refused], dtype=free_index.dtype, device=free_index.device
+        )
         self.refused += len(refused)
         self.fresh = True
-        self.on_refuse(tuple(refused), tuple(dict.fromkeys(owners)))
-        return torch.tensor(kept, dtype=free_index.dtype, device=free_index.device)
+        try:  # the refusal stands even if recording it fails
+            self.on_refuse(tuple(refused), tuple(dict.fromkeys(owners)))
+        except Exception:
+            log.warning("poolwatch guard: a refusal could not be recorded", exc_info=True)
+        return kept
 
     def _tree_owns(self, slot: int, free_index: Any) -> bool:
         node, value = self.tree[slot]

@@ -142,9 +142,7 @@ def test_the_image_build_and_the_dockerfile_take_the_version_from_the_package() 
 
 
 def test_the_probe_pth_line_imports_nothing_without_its_variable() -> None:
-    line = (REPO / "service" / "poolwatch" / "probe" / "sglang" / "poolwatch-probe.pth").read_text(
-        encoding="utf-8"
-    )
+    line = (REPO / "service" / "poolwatch" / "probe" / "sglang" / "poolwatch-probe.pth").read_text(encoding="utf-8")
     assert line.startswith("import "), "site runs a .pth line only if it starts so"
     assert line.count("\n") == 1
     code = f"import sys; exec({line!r}); print(sorted(m for m in sys.modules if m.startswith('poolwatch')))"

@@ -46,7 +46,7 @@ from bench_detection import SIGN, Case, cases
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.repairs import PROBE_REPAIRED
+from poolwatch.detect.schema import AlertName
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import RepairKind
 from poolwatch.probe.core.config import ProbeConfig
@@ -102,7 +102,7 @@ def exact_page(detector: Detector, fault: str, worker: str) -> tuple[bool, bool]
         labels = dict(a.labels)
         if a.state is not AlertState.FIRING or labels.get("worker") != worker:
             continue
-        if a.name in (SIGN[info.sign], PROBE_REPAIRED) and labels.get("pool") == info.pool:
+        if a.name in (SIGN[info.sign], AlertName.PROBE_REPAIRED) and labels.get("pool") == info.pool:
             return True, bool(_IDS.search(a.annotations.get("description", "")))
     return False, False
 

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import require_tool
-from tests.statuspage.test_statuspage_browser import CHROMIUM_ARGS
-from tests.test_packaging import free_port
+from tests.helpers import CHROMIUM_ARGS, free_port, require_tool
 
 pytestmark = pytest.mark.slow
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,28 @@ def workloads(docs: list[Doc]) -> Iterator[Doc]:
             "poolwatch.io/sidecar"
         ):
             yield doc
+
+
+def pods(docs: list[Doc]) -> list[tuple[Doc, Doc]]:
+    """(pod template metadata, pod spec) of every workload with the sidecar."""
+    found = [(w["spec"]["template"]["metadata"], w["spec"]["template"]["spec"]) for w in workloads(docs)]
+    assert found, "no workload carries the sidecar"
+    return found
+
+
+def env_of(c: Doc, metadata: Doc) -> dict[str, str]:
+    """The container's environment as the kubelet would set it (downward API resolved)."""
+    fields = {"metadata.name": "sglang-7d9f-abcde", "metadata.namespace": "inference"}
+    out = {}
+    for var in c.get("env", []):
+        ref = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if ref is None:
+            out[var["name"]] = var["value"]
+        elif (label := re.fullmatch(r"metadata\.labels\['(.+)'\]", ref)) is not None:
+            out[var["name"]] = metadata["labels"].get(label[1], "")
+        else:
+            out[var["name"]] = fields[ref]
+    return out
 
 
 def container(pod: Doc, name: str, *, init: bool) -> Doc:

@@ -11,8 +11,11 @@ from tests.helpers import FakeClock
 from tests.probe.fakes import MambaPool, Rank
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
-from poolwatch.detect.repairs import repair_signals
-from poolwatch.model import Pool, RepairKind
+from poolwatch.conservation import findings
+from poolwatch.detect.alert import Signal
+from poolwatch.detect.family import Seen
+from poolwatch.detect.repairs import GuardRepairs
+from poolwatch.model import Pool, RepairKind, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.hooks import attach, detach, probe_of
 from poolwatch.probe.sglang.refuse import FreeRefuser
@@ -31,6 +34,11 @@ def probe_for(rank: Rank, *, guard: bool, version: str = "0.5.4.post1", director
     clock = FakeClock()
     config = replace(CONFIG, guard=guard, sglang_version=version, directory=directory or CONFIG.directory)
     return Probe(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+
+
+def repair_signals(snap: Snapshot) -> list[Signal]:
+    """PoolwatchProbeRepaired's signals for ``snap``, as the detector's family raises them."""
+    return GuardRepairs().signals(Seen(snap, findings(snap)))
 
 
 def free_ids(rank: Rank) -> list[int]:

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from tests.helpers import FIXTURES, FakeClock, require_tool
+from tests.helpers import FakeClock, require_tool
+from tests.sidecar.seeded import GOLDEN, seed_store
 
 from poolwatch.catalog.metrics import CATALOG
-from poolwatch.errors import Reason
 from poolwatch.model import (
     Incident,
     IncidentKind,
@@ -25,17 +25,6 @@ from poolwatch.model import (
 )
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
-
-GOLDEN = FIXTURES / "golden" / "seed-metrics.txt"
-
-
-def seed_store(seed: Snapshot, clock: FakeClock) -> SnapshotStore:
-    store = SnapshotStore()
-    store.put(replace(seed, taken_at=clock.now - 0.5))
-    store.record_success("file:seed-snapshot.json", "file", 0.002, at=clock.now - 0.5)
-    store.record_failure("probe:gone", "probe", 2.0, Reason.TIMEOUT, "no answer")
-    return store
-
 
 RANK = {"worker": "qwen3-next-prefill-0", "role": "prefill", "dp_rank": "0", "tp_rank": "0", "pp_rank": "0"}
 MAMBA, FULL = {**RANK, "pool": "mamba"}, {**RANK, "pool": "full"}

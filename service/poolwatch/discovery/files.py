@@ -8,7 +8,7 @@ default bounds of one scan (:data:`poolwatch.limits.DEFAULT_LIMITS`).
 
 The secret (:data:`SECRET_FILE`, mode 0600, created once by whichever rank comes first) is what
 the probe's mutating endpoints ask for (``Authorization: Bearer ...``).  Stdlib only: the
-in-process probe imports it.  :mod:`poolwatch.discovery.directory` re-exports these names.
+in-process probe imports it.
 """
 
 from __future__ import annotations

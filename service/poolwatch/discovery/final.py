@@ -6,7 +6,7 @@ A rank about to fail SGLang's strict idle check (fully idle, a pool out of balan
 entry), atomically and synchronously (:func:`write_final`).  The sidecar reads them with
 :func:`read_final` and :func:`read_final_dir` (bounded: regular files of at most
 :data:`MAX_FINAL_BYTES`, at most :data:`~poolwatch.discovery.files.MAX_FILES` a directory).  Stdlib
-only: the in-process probe imports it.  :mod:`poolwatch.discovery.directory` re-exports these names.
+only: the in-process probe imports it.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ async def stop_within(task: asyncio.Task[None], seconds: float) -> None:
 def build_registry(
     store: SnapshotStore, clock: Callable[[], float], stale_after: float, extra: Sequence[Collector] = ()
 ) -> CollectorRegistry:
-    """A fresh registry holding poolwatch's collectors (no process/platform defaults)."""
+    """A fresh registry holding poolwatch's collectors (no process/platform defaults): what
+    :func:`build_exposition` renders, collector by collector (the tests' uncached reference)."""
     registry = CollectorRegistry()
     for collector in (PoolCollector(store, clock, stale_after), TargetCollector(store), *extra):
         registry.register(collector)
@@ -107,7 +108,6 @@ def create_app(
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)
     stale_after = settings.detection.stale_after
     own = [alerting.collector, SupervisorCollector(alerting.supervisor), *discovery]
-    registry = build_registry(store, clock, stale_after, [*own, *collectors])
     exposition = build_exposition(store, clock, stale_after, [*own, *collectors])
 
     @contextlib.asynccontextmanager
@@ -125,7 +125,6 @@ def create_app(
 
     app = FastAPI(title="poolwatch", version=__version__, lifespan=lifespan)
     app.state.store = store
-    app.state.registry = registry
     app.state.alerting = alerting
 
     @app.get("/metrics", include_in_schema=False)

@@ -15,8 +15,15 @@ detector also reads.  Per run it records, from the fault on (simulated seconds):
   fault's pool -- and its latency.  ``named`` counts pages whose description names slot ids.
 
 Wall-clock delivery (HTTP long-poll, webhook) is measured by ``bench_detection.py --push``.
+**refused** counts the slots guard v2 refused to free (a subset of repairs; 0 on healthy runs).
 
-Run: ``python benchmarks/bench_guard.py [--seeds 20] [--horizon 60]``.  Figures, never asserts.
+``--free-path`` instead times one Mamba ``free`` (an ``alloc(1)`` + ``free`` pair, less the same
+pair on the bare pool) with guard v2's wrapper (:mod:`poolwatch.probe.sglang.refuse`) installed:
+nothing indexed, a live chunked request, and a tree index of 64 / 1,024 nodes; guard off installs
+nothing, so its cost is the bare pool's.
+
+Run: ``python benchmarks/bench_guard.py [--seeds 20] [--horizon 60] [--free-path]``.  Figures,
+never asserts.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import AlertName
 from poolwatch.discovery.final import read_final_dir
+from poolwatch.model import RepairKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.hooks import attach, probe_of
 from poolwatch.settings.sidecar import Settings
@@ -56,6 +64,7 @@ class Run:
     crashed: bool = False
     shared: int = 0
     repairs: int = 0
+    refused: int = 0
     paged: float | None = None  # simulated seconds from the fault
     named: bool = False
     struck: bool = False
@@ -123,9 +132,15 @@ def struck_worker(cluster: Cluster, fault: str) -> str:
     return next((w.name for w in cluster.workers if any(r.faults.fired[fault] for r in w.ranks)), "")
 
 
-def repairs(cluster: Cluster) -> int:
+def repairs(cluster: Cluster, kinds: tuple[RepairKind, ...] = tuple(RepairKind)) -> int:
     probes = [probe_of(rank) for rank in cluster.schedulers]
-    return sum(r.count for p in probes if p is not None and p.latest is not None for r in p.latest.repairs)
+    return sum(
+        r.count
+        for p in probes
+        if p is not None and p.latest is not None
+        for r in p.latest.repairs
+        if r.kind in kinds
+    )
 
 
 def run_once(c: Case, *, guard: bool, load: float, seed: int, horizon: float, work: Path) -> Run:
@@ -150,6 +165,7 @@ def run_once(c: Case, *, guard: bool, load: float, seed: int, horizon: float, wo
             if ok:
                 out.paged, out.named = cluster.clock.now - struck_at, named
     out.repairs = repairs(cluster)
+    out.refused = repairs(cluster, (RepairKind.REFUSE,))
     cluster.stop()
     return out
 
@@ -171,12 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--horizon", type=float, default=60.0, help="simulated seconds after the fault")
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
+    parser.add_argument("--free-path", action="store_true", help="time guard v2's free wrapper instead")
     args = parser.parse_args(argv)
+    if args.free_path:
+        from bench_guard_free import free_path_table
+
+        print(free_path_table())
+        return 0
     print(
         "| fault (case) | load | guard | runs | crashes | shared-slot sightings | repairs (slots) "
-        "| exact-cause page | with slot ids | page latency median / p99 / max, sim s |"
+        "| refused | exact-cause page | with slot ids | page latency median / p99 / max, sim s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for n, c in enumerate(c for c in cases() if args.only in c.name):
@@ -193,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"| {c.name} | {load:g}x | {'on' if guard else 'off'} | {len(struck)}/{len(runs)} "
                         f"| {sum(r.crashed for r in struck)} | {sum(r.shared for r in struck)} "
-                        f"| {sum(r.repairs for r in struck)} | {pct([r.paged is not None for r in struck])} "
+                        f"| {sum(r.repairs for r in struck)} | {sum(r.refused for r in struck)} "
+                        f"| {pct([r.paged is not None for r in struck])} "
                         f"| {pct([r.named for r in struck])} | {latency(struck)} |",
                         flush=True,
                     )

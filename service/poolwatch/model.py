@@ -68,13 +68,16 @@ class Pool(enum.StrEnum):
     """The pools poolwatch accounts for.
 
     ``full``: full-attention token KV slots; ``swa``: sliding-window KV slots; ``mamba``: Mamba /
-    GDN recurrent-state slots; ``req``: request rows of ``req_to_token_pool``.
+    GDN recurrent-state slots (the active pool); ``req``: request rows of ``req_to_token_pool``;
+    ``mamba_ckpt``: the int8 checkpoint slots holding the tree's Mamba states
+    (``--enable-int8-mamba-checkpoint``, 0.5.23+; then the tree owns no active ``mamba`` slot).
     """
 
     FULL = "full"
     SWA = "swa"
     MAMBA = "mamba"
     REQ = "req"
+    MAMBA_CKPT = "mamba_ckpt"
 
 
 class Phase(enum.StrEnum):
@@ -115,6 +118,7 @@ class RepairKind(enum.StrEnum):
     QUARANTINE = "quarantine"  # took a slot a live request or the tree owns off the free list
     DEDUPLICATE = "deduplicate"  # removed a second entry of one slot from the free list
     RETURN = "return"  # at idle, gave back a slot proven to be in no set (a leak)
+    REFUSE = "refuse"  # refused a free of a slot still owned, before the pool's free ran (guard v2)
 
 
 class IncidentKind(enum.StrEnum):
@@ -176,7 +180,9 @@ class Tripwire:
 @dataclass(frozen=True, slots=True)
 class Repair:
     """What the guard did to one pool, of one kind, since the probe started: ``count`` slots in
-    all; the last action's slot ids, hook, iteration and affected requests."""
+    all (the unit of the pool's gap); the last action's ids, hook, iteration and affected requests.
+    With ``page_size > 1`` the ids are *page* ids of a paged free list, each standing for
+    ``page_size`` slots (so one page id and a count of 16 slots agree)."""
 
     kind: RepairKind
     pool: Pool
@@ -185,6 +191,7 @@ class Repair:
     hook: str
     seq: int
     requests: tuple[str, ...] = ()
+    page_size: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,8 @@ class Story:
             f"  scenario     healthy traffic, then `{self.fault}` (the seed incident); Ctrl-C to stop",
             "  guard        "
             + (
-                "on (POOLWATCH_PROBE_GUARD=1): the probe repairs a free list on exact proof"
+                "on (POOLWATCH_PROBE_GUARD=1): the probe refuses a free of a slot still owned, "
+                "and repairs a free list on exact proof"
                 if self.guard
                 else "off: SGLang's own idle check will crash the worker (try --guard)"
             ),
@@ -173,11 +174,13 @@ class Story:
                 snap = probe.latest if probe is not None else None
                 for r in snap.repairs if snap is not None else ():
                     where = f"{worker.name} dp{rank.dp_rank}-tp{rank.tp_rank}"
+                    refused = r.kind.value == "refuse"  # guard v2: the wrong free never ran
+                    what = "refused to free" if refused else f"{r.kind.value} of"
                     self.say(
                         f"repair:{where}:{r.kind}:{r.pool}:{r.count}",
-                        f"GUARD {where}: {r.kind.value} of {r.pool.value} slot(s) {list(r.slots)} after "
-                        f"{r.hook} (iteration {r.seq}, request {', '.join(r.requests) or '-'}); "
-                        f"{r.count} so far -- the worker keeps serving",
+                        f"GUARD {where}: {what} {r.pool.value} slot(s) {list(r.slots)} "
+                        f"{'in' if refused else 'after'} {r.hook} (iteration {r.seq}, request "
+                        f"{', '.join(r.requests) or '-'}); {r.count} so far -- the worker keeps serving",
                     )
 
     def finish(self) -> None:

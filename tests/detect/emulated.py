@@ -206,6 +206,8 @@ class SoakResult:
     retractions: int
     crashed: tuple[str, ...]
     repairs: int = 0  # slots the probes' guard repaired (guard mode only)
+    refusing: int = 0  # ranks whose Mamba free guard v2 wraps (guard mode, 0.5.4 and 0.5.9 families)
+    refused: int = 0  # slots guard v2 refused to free (also counted in ``repairs``)
 
 
 def soak(version: str, seed: int, hours: float, directory: str, guard: bool = False) -> SoakResult:
@@ -224,5 +226,10 @@ def soak(version: str, seed: int, hours: float, directory: str, guard: bool = Fa
         if (p := probe_of(rank)) is not None and p.latest is not None
         for r in p.latest.repairs
     )
+    probes = [p for rank in w.cluster.schedulers if (p := probe_of(rank)) is not None]
+    refusing = sum(1 for p in probes if p.refuser is not None)
+    refused = sum(p.refuser.refused for p in probes if p.refuser is not None)
     hours_run = w.cluster.clock.now / 3600.0
-    return SoakResult(version, seed, hours_run, fired, w.counts, w.retractions(), crashed, repairs)
+    return SoakResult(
+        version, seed, hours_run, fired, w.counts, w.retractions(), crashed, repairs, refusing, refused
+    )

@@ -17,6 +17,7 @@ def test_three_minutes_of_healthy_pd_load_with_the_guard_on_repair_nothing(tmp_p
     result = soak("0.5.4.post1", 5, 3 / 60, str(tmp_path), guard=True)
     assert (result.repairs, result.alerts, result.crashed) == (0, (), ())
     assert result.counts.chunk_steps > 0
+    assert (result.refusing, result.refused) == (2, 0)  # guard v2 wraps both ranks, refuses nothing
 
 
 @pytest.mark.slow
@@ -30,3 +31,4 @@ def test_a_day_of_healthy_pd_load_with_the_guard_on_repairs_nothing_and_pages_no
         assert result.hours >= hours
         assert (result.repairs, result.alerts, result.crashed) == (0, (), ()), result
         assert result.counts.chunk_steps > 0
+        assert result.refused == 0

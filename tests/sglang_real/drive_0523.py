@@ -60,6 +60,7 @@ class Holder:
             state_size=4,
             conv_kernel=4,
         )
+        params = Mamba2CacheParams(shape=shape, layers=[0])
         self.req_to_token_pool = HybridReqToTokenPool(
             size=ROWS,
             mamba_size=MAMBA,
@@ -67,11 +68,12 @@ class Holder:
             max_context_len=128,
             device="cpu",
             enable_memory_saver=False,
-            cache_params=Mamba2CacheParams(shape=shape, layers=[0]),
+            cache_params=params,
             mamba_layer_ids=[0],
             enable_mamba_extra_buffer=False,
             enable_overlap_schedule=False,
         )
+        self.req_to_token_pool.cache_params_for_test = params  # type: ignore[attr-defined]
         self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(
             KV, torch.float16, "cpu", None, need_sort=False
         )
@@ -258,9 +260,85 @@ class Driver0523(Driver):
             "0.5.23 guard: SGLang's invariant checker finds nothing at idle", not self.idle_agrees("guarded")
         )
 
+    def with_checkpoints(self) -> Any:
+        """A fresh holder whose request pool has SGLang's own int8 Mamba checkpoint pool (what
+        ``--enable-int8-mamba-checkpoint`` builds; set directly: no global server-args context)."""
+        from sglang.srt.mem_cache.mamba_checkpoint_pool import MambaCheckpointPool
+
+        s = self.new()
+        params = s.req_to_token_pool.cache_params_for_test
+        heads, d_v, d_k = params.shape.temporal
+        s.req_to_token_pool.mamba_ckpt_pool = MambaCheckpointPool(
+            num_layers=1,
+            num_slots=2 * MAMBA,
+            num_heads=heads,
+            head_v_dim=d_v,
+            head_k_dim=d_k,
+            conv_shapes=list(params.shape.conv),
+            conv_dtype=params.dtype.conv,
+            device="cpu",
+            temporal_dtype=params.dtype.temporal,
+        )
+        return s
+
+    def finish_into_tree(self, req: Req) -> None:
+        """SGLang's own release with a checkpoint: the tree keeps the state in the int8 pool."""
+        import array
+
+        from sglang.srt.mem_cache.common import release_kv_cache
+
+        self.sched.running_batch.reqs.remove(req)
+        req.origin_input_ids = array.array(req.output_ids.typecode, req.origin_input_ids)
+        req.finished_reason = FINISH_LENGTH(1)
+        release_kv_cache(req, self.sched.tree_cache, checkpoint=True)
+
+    def scenario_int8_checkpoints(self) -> None:
+        s = self.with_checkpoints()
+        ckpt = s.req_to_token_pool.mamba_ckpt_pool
+        a = self.admit("a", 10)
+        self.admit("b", 6)
+        self.agrees_while_busy("int8 checkpoints, two running requests")
+        self.finish_into_tree(a)
+        snap = self.boundary()
+        tree = s.tree_cache.mamba_evictable_size() + s.tree_cache.mamba_protected_size()
+        active, checkpoints = snap.pools[Pool.MAMBA], snap.pools.get(Pool.MAMBA_CKPT)
+        usual = active.available + tree + active.held - active.size  # the tree's states read as active
+        report(
+            "int8 checkpoints: a finished request's state is cached in the checkpoint pool; the probe "
+            "reads the active pool with evictable 0 and the checkpoint pool as SGLang's mamba-int8 check",
+            tree == 1
+            and checkpoints is not None
+            and (checkpoints.size, checkpoints.available, checkpoints.evictable)
+            == (ckpt.num_slots, ckpt.available_size(), 1)
+            and active.evictable == 0
+            and gaps(snap)["mamba"] == 0
+            and gaps(snap)["mamba_ckpt"] == 0
+            and usual == tree
+            and not snap.tripwires,
+            {
+                "gaps": gaps(snap),
+                "usual_reading_surplus": usual,
+                "tripwires": [str(t) for t in snap.tripwires],
+            },
+        )
+        for req in list(s.running_batch.reqs):
+            self.release(req)
+        s.last_batch = None
+        leak = self.idle_agrees("int8 checkpoints at idle, the tree holding one checkpoint")
+        report("int8 checkpoints: SGLang's two Mamba checks pass at idle, as the probe says", not leak)
+        lost = ckpt.alloc(1)  # a checkpoint slot nobody owns: the fault class the int8 check exists for
+        leak = self.idle_agrees("int8 checkpoints: a lost checkpoint slot")
+        snap = self.sched._poolwatch_probe.latest
+        report(
+            "int8 checkpoints: a lost checkpoint slot is a deficit of 1 on mamba_ckpt only, as SGLang says",
+            leak and gaps(snap)["mamba_ckpt"] == 1 and gaps(snap)["mamba"] == 0,
+            {"gaps": gaps(snap), "slot": int(lost[0])},
+        )
+
     def scenarios(self) -> list[tuple[str, Any]]:
         return [
             ("busy then idle", self.scenario_busy_then_idle),
             ("seed double free", self.scenario_seed),
             ("guard mode", self.scenario_guard),
+            ("int8 Mamba checkpoints", self.scenario_int8_checkpoints),
         ]

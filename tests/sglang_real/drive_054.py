@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from dataclasses import replace
@@ -110,6 +111,15 @@ class Driver054(Driver):
         self.sched.process_prefill_chunk()
         self.sched.enable_overlap = False
 
+    def fixed_step(self) -> None:
+        """The chunk step as PR #12994 fixed it: the row is freed, the Mamba slot kept."""
+        pool = self.sched.req_to_token_pool
+        pool.free = functools.partial(type(pool).free, pool, free_mamba_cache=False)
+        try:
+            self.chunk_step()
+        finally:
+            del pool.free
+
     def strict_check(self) -> None:
         """SGLang's own check_memory: raises ValueError on a leak, as the server does."""
         self.sched.check_memory()
@@ -117,7 +127,13 @@ class Driver054(Driver):
     def scenario_guard(self) -> None:
         self.mamba_size = 32
         try:
-            guard_checks(self, buggy=True, strict_check=self.strict_check, chunk_step=self.chunk_step)
+            guard_checks(
+                self,
+                buggy=True,
+                strict_check=self.strict_check,
+                chunk_step=self.chunk_step,
+                fixed_step=self.fixed_step,
+            )
         finally:
             self.mamba_size = MAMBA
 

@@ -150,6 +150,7 @@ def _repair(raw: object, where: str) -> Repair:
         hook=_str(d.get("hook", ""), f"{where}.hook"),
         seq=_int(d.get("seq", 0), f"{where}.seq"),
         requests=_list(d.get("requests", []), f"{where}.requests", _str),
+        page_size=max(1, _int(d.get("page_size", 1), f"{where}.page_size")),
     )
 
 

@@ -22,17 +22,21 @@ __all__ = ["GuardRepairs"]
 
 _DID = {
     RepairKind.QUARANTINE: "took {n} off the free list (a live request or the tree owns it)",
-    RepairKind.DEDUPLICATE: "removed {n} duplicate free-list entr{ies}",
+    RepairKind.DEDUPLICATE: "removed duplicate free-list entries worth {n}",
     RepairKind.RETURN: "gave back {n} lost at idle (in no free list, tree or request)",
+    RepairKind.REFUSE: "refused to free {n} still owned (the chunked request's or a tree node's)",
 }
 
 
 def _sentence(r: Repair) -> str:
+    """Counts are slots (the unit of the pool's gap); ids are slot ids, or page ids of
+    ``page_size`` slots each on a paged free list, and the sentence says which."""
     n = f"{r.count} slot" + ("" if r.count == 1 else "s")
-    did = _DID[r.kind].format(n=n, ies="y" if r.count == 1 else "ies")
+    did = _DID[r.kind].format(n=n)
     shown = ", ".join(str(s) for s in r.slots[:16]) + (" ..." if len(r.slots) > 16 else "")
+    ids = "slot(s)" if r.page_size <= 1 else f"page(s) of {r.page_size} slots"
     who = f"; request(s) {', '.join(r.requests[:4])} may have a wrong state" if r.requests else ""
-    return f"The guard {did}; last: slot(s) [{shown}] after {r.hook} at iteration {r.seq}{who}."
+    return f"The guard {did}; last: {ids} [{shown}] after {r.hook} at iteration {r.seq}{who}."
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,11 @@ CASES = [
         "(tree_sanity_failed): Sanity check FAILED (2 violations across 911 nodes):",
     ),
     ("cut-mid-number.log", 1, "(leak_detected): token_to_kv_pool_allocator memory leak detected!"),
+    (
+        "v0.5.4-orphaned-leak-traceback.log",
+        1,
+        "(no time) unattributed (leak_detected): mamba: surplus of 1 slot (double free); full: balanced",
+    ),
     ("no-sglang-lines.txt", 3, "recognised nothing: no line in a known SGLang format"),
 ]
 

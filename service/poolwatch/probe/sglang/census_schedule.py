@@ -60,6 +60,7 @@ class Censuses:
         self.has_mamba = True  # until a sample shows the model has no Mamba pool
         self.cost = 0.0  # seconds the last census took
         self.total = 0
+        self.mamba_runs = 0  # Mamba censuses taken (guard v2 re-indexes the tree after each)
         self.doc: dict[str, Any] | None = None  # the last census detail (``GET /v1/census``)
 
     def maybe(
@@ -85,6 +86,7 @@ class Censuses:
         found: list[PoolCensus] = []
         if mamba:
             self.last_mamba = self.clock()
+            self.mamba_runs += 1
             result = mamba_census(self.scheduler, self.shape, reading, sample.live, idle=idle)
             found += [result] if result is not None else []
         if kv:

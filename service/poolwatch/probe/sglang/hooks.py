@@ -163,6 +163,7 @@ def detach(scheduler: object) -> None:
     publisher = getattr(probe, "publisher", None)
     if publisher is not None:
         publisher.stop()
+    probe.close()  # guard v2: the pool's own free back
     for name in hook_names(scheduler):
         if name in getattr(scheduler, "__dict__", {}):
             delattr(scheduler, name)

@@ -22,6 +22,7 @@ from poolwatch.model import Pool
 from poolwatch.probe.census.proofs import Owners, PoolCensus, id_census
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
+from poolwatch.probe.sglang.readers import checkpoint_pool
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 from poolwatch.probe.sglang.totals import mamba_holders
@@ -148,9 +149,14 @@ def mamba_census(
     if free is MISSING or size is None:
         return None
     tree_cache = reading.attr(sched, "tree_cache")
-    values = reading.guard(
-        "census.mamba.tree", lambda: tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value"), None
-    )
+    if checkpoint_pool(sched, reading) is not None:  # the tree's values are checkpoint slots, not these
+        values: list[Any] | None = []
+    else:
+        values = reading.guard(
+            "census.mamba.tree",
+            lambda: tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value"),
+            None,
+        )
     queue = reading.guard("census.mamba.live", lambda: _live_mamba(live, shape), None)
     if values is None or queue is None:
         return None

@@ -16,7 +16,7 @@ from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import Holdings
 from poolwatch.probe.sglang.shapes import Shape
 
-__all__ = ["PoolKinds", "pool_kinds", "read_pools"]
+__all__ = ["PoolKinds", "checkpoint_pool", "pool_kinds", "read_pools"]
 
 _FIELDS = ("size", "available", "evictable", "protected", "held", "session_held")
 Thunk = Callable[[], Any]
@@ -163,16 +163,29 @@ def _tree_or_zero(sched: Any, reading: Reading, path: str) -> Any:
     return reading.call(sched, path)
 
 
-def _mamba(sched: Any, shape: Shape, reading: Reading, held: Holdings) -> PoolAccount:
+def checkpoint_pool(sched: Any, reading: Reading) -> Any:
+    """``req_to_token_pool.mamba_ckpt_pool`` (int8 Mamba checkpoints, 0.5.23+), or ``None``."""
+    ckpt = reading.attr(sched, "req_to_token_pool.mamba_ckpt_pool", optional=True)
+    return None if ckpt is MISSING else ckpt
+
+
+def _mamba(sched: Any, shape: Shape, reading: Reading, held: Holdings, ckpt: Any = None) -> PoolAccount:
+    """The active Mamba pool.  With int8 checkpoints the tree's states live in the checkpoint pool,
+    so (as SGLang's ``mamba-active`` check) the tree owns none of these slots."""
     owner = "req_to_token_pool.mamba_allocator" if shape.mamba_allocator else "req_to_token_pool.mamba_pool"
+    tree = ckpt is None
     return _account(
         Pool.MAMBA,
         reading,
         {
             "size": lambda: reading.attr(sched, "req_to_token_pool.mamba_pool.size"),
             "available": lambda: reading.call(sched, f"{owner}.available_size"),
-            "evictable": lambda: _tree_or_zero(sched, reading, "tree_cache.mamba_evictable_size"),
-            "protected": lambda: _tree_or_zero(sched, reading, "tree_cache.mamba_protected_size"),
+            "evictable": (lambda: _tree_or_zero(sched, reading, "tree_cache.mamba_evictable_size"))
+            if tree
+            else 0,
+            "protected": (lambda: _tree_or_zero(sched, reading, "tree_cache.mamba_protected_size"))
+            if tree
+            else 0,
             "held": held.mamba,
             "session_held": _session(
                 sched,
@@ -180,6 +193,23 @@ def _mamba(sched: Any, shape: Shape, reading: Reading, held: Holdings) -> PoolAc
                 shape,
                 ("pool_stats_observer.session_held_mamba_slots", "_session_held_mamba_slots"),
             ),
+        },
+    )
+
+
+def _mamba_checkpoints(sched: Any, reading: Reading, ckpt: Any) -> PoolAccount:
+    """The int8 checkpoint pool as SGLang's ``mamba-int8`` check reads it: its free count, and the
+    tree's Mamba evictable and protected counts, against ``num_slots``; no request holds one."""
+    return _account(
+        Pool.MAMBA_CKPT,
+        reading,
+        {
+            "size": lambda: reading.attr(ckpt, "num_slots"),
+            "available": lambda: reading.call(ckpt, "available_size"),
+            "evictable": lambda: _tree_or_zero(sched, reading, "tree_cache.mamba_evictable_size"),
+            "protected": lambda: _tree_or_zero(sched, reading, "tree_cache.mamba_protected_size"),
+            "held": 0,
+            "session_held": 0,
         },
     )
 
@@ -227,6 +257,9 @@ def read_pools(
     if kinds.swa:
         pools[Pool.SWA] = _swa(sched, shape, reading, held, stats)
     if kinds.ssm:
-        pools[Pool.MAMBA] = _mamba(sched, shape, reading, held)
+        ckpt = checkpoint_pool(sched, reading)
+        pools[Pool.MAMBA] = _mamba(sched, shape, reading, held, ckpt)
+        if ckpt is not None:
+            pools[Pool.MAMBA_CKPT] = _mamba_checkpoints(sched, reading, ckpt)
     pools[Pool.REQ] = _req(sched, shape, reading, held, role)
     return pools

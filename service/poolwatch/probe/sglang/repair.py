@@ -111,6 +111,13 @@ class _FreeList:
                 at += n
         return removed
 
+    def page_size(self, pool: Pool) -> int:
+        """Slots per id on this free list: the allocator's page size (full KV, SWA), else 1."""
+        if pool is Pool.MAMBA:
+            return 1
+        page = getattr(self.owner, "page_size", 1)
+        return page if isinstance(page, int) and page > 1 else 1
+
     def quarantine(self, slots: Sequence[int]) -> int:
         import torch
 
@@ -138,18 +145,19 @@ class Repairer:
         if free is None:
             return []
         settled: list[Settled] = []
+        page = free.page_size(census.pool)
         quarantine = tuple(sorted(set(census.free_and_live) | set(census.free_and_tree)))
         if quarantine and free.quarantine(quarantine):
-            self._record(RepairKind.QUARANTINE, census, quarantine, hook, seq)
+            self._record(RepairKind.QUARANTINE, census, quarantine, hook, seq, page)
             settled.append((_QUARANTINED, census.pool, quarantine))
         dups = tuple(s for s in census.duplicates if s not in quarantine)
         if dups and free.deduplicate(dups):
-            self._record(RepairKind.DEDUPLICATE, census, dups, hook, seq)
+            self._record(RepairKind.DEDUPLICATE, census, dups, hook, seq, page)
             settled.append((_DEDUPED, census.pool, dups))
-        lost = census.missing_ids
-        if lost and gap is not None and census.missing_count == gap == len(lost):
+        lost, missing = census.missing_ids, census.missing_count
+        if lost and gap is not None and missing is not None and missing * page == gap == len(lost) * page:
             self._give_back(sched, free, census.pool, lost)
-            self._record(RepairKind.RETURN, census, lost, hook, seq)
+            self._record(RepairKind.RETURN, census, lost, hook, seq, page)
             settled.append(((TripwireKind.MISSING,), census.pool, lost))
         return settled
 
@@ -192,17 +200,32 @@ class Repairer:
         free.owner.free(ids.to(first.device))
 
     def _record(
-        self, kind: RepairKind, census: PoolCensus, slots: tuple[int, ...], hook: str, seq: int
+        self, kind: RepairKind, census: PoolCensus, slots: tuple[int, ...], hook: str, seq: int, page: int = 1
     ) -> None:
-        key = (kind, census.pool)
+        self.record(kind, census.pool, slots, census.requests_of(slots), hook, seq, page=page)
+
+    def record(
+        self,
+        kind: RepairKind,
+        pool: Pool,
+        slots: tuple[int, ...],
+        requests: tuple[str, ...],
+        hook: str,
+        seq: int,
+        *,
+        page: int = 1,
+    ) -> None:
+        """Count ``slots`` (ids; page ids when ``page > 1``, each ``page`` slots) under ``kind`` and
+        ``pool`` in slots, keep the last action's detail, log it."""
+        key = (kind, pool)
         before = self._done.get(key)
-        requests = census.requests_of(slots)
-        count = (before.count if before else 0) + len(slots)
-        self._done[key] = Repair(kind, census.pool, count, slots[:MAX_IDS], hook, seq, requests)
+        count = (before.count if before else 0) + len(slots) * page
+        self._done[key] = Repair(kind, pool, count, slots[:MAX_IDS], hook, seq, requests, page)
         log.warning(
-            "poolwatch guard: %s %s slot(s) %s after %s at iteration %d (requests: %s)",
+            "poolwatch guard: %s %s %s %s after %s at iteration %d (requests: %s)",
             kind.value,
-            census.pool.value,
+            pool.value,
+            "slot(s)" if page == 1 else f"page(s) of {page} slots",
             list(slots),
             hook,
             seq,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import ProbeHealth, Snapshot, WorkerId
+from poolwatch.model import Pool, ProbeHealth, RepairKind, Snapshot, WorkerId
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
@@ -33,6 +33,7 @@ from poolwatch.probe.sglang.census_schedule import Censuses
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
 from poolwatch.probe.sglang.phase import phase_of, queue_depths
+from poolwatch.probe.sglang.refuse import REFUSING_FAMILIES, FreeRefuser
 from poolwatch.probe.sglang.repair import Repairer
 from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
@@ -86,6 +87,7 @@ class Probe:
         self.censuses = Censuses(
             scheduler, self.shape, config, self.tripwires, self.repairer, self.guard, clock=clock, wall=wall
         )
+        self.refuser = self._refuser() if self.repairer is not None else None  # guard v2
         self._idle_seq = -1  # the iteration of the last idle hook
         self._suspicion = Suspicion()
         self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
@@ -108,7 +110,7 @@ class Probe:
     def on_loop_boundary(self, hook: str) -> None:
         """Start of a scheduler iteration: the previous one is complete."""
         self.seq += 1
-        if self._due(self._last_sample, self.config.sample_interval_s):
+        if self._due(self._last_sample, self.config.sample_interval_s) or self._refused_fresh():
             self._guarded("sample", lambda: self._sample(hook))
         elif self.disabled and self.switch.heartbeat_due(self.clock()):
             self._guarded("heartbeat", self._heartbeat)
@@ -202,7 +204,10 @@ class Probe:
         self._last_sample = self.clock()
         guard = self.repairer is not None
         force = self._suspicion.due(sample, self.shape, idle_check=idle_check, guard=guard)
+        censused = self.censuses.mamba_runs
         found = self.censuses.maybe(sample, reading, hook, self.seq, force=force)
+        if self.refuser is not None and self.censuses.mamba_runs != censused:
+            self.refuser.refresh()  # the tree proof's index, taken where the Mamba census looked
         if self.censuses.repair(found, sample.pools, sample.phase, hook, self.seq):
             reading = Reading()  # the repaired figures are the ones to publish (and to judge)
             sample = self._take(reading, idle_check=True)
@@ -213,8 +218,33 @@ class Probe:
         self._publish(sample, reading, final=idle_check and self._strict and check_fails(sample, self.shape))
 
     def _chunk(self, hook: str) -> None:
-        if self.censuses.chunk(hook, self.seq):
+        if self.censuses.chunk(hook, self.seq) or self._refused_fresh():
             self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
+
+    def _refuser(self) -> FreeRefuser | None:
+        """Guard v2 on the release families whose free paths were read (``refuse``'s table)."""
+        if self.shape.family not in REFUSING_FAMILIES:
+            return None
+        refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled)
+        return refuser if refuser.install() else None
+
+    def _refused(self, slots: tuple[int, ...], requests: tuple[str, ...]) -> None:
+        """Called from inside the wrapped ``free`` (scheduler thread): count and log at once."""
+        if self.repairer is not None:
+            self.repairer.record(RepairKind.REFUSE, Pool.MAMBA, slots, requests, "mamba_pool.free", self.seq)
+
+    def _refused_fresh(self) -> bool:
+        """A refusal not yet published (then the next hook publishes at once)."""
+        if self.refuser is None or not self.refuser.fresh or not self._active():
+            return False
+        self.refuser.fresh = False
+        return True
+
+    def close(self) -> None:
+        """Give the pool its own ``free`` back (detach)."""
+        if self.refuser is not None:
+            self.refuser.uninstall()
+            self.refuser = None
 
     def _publish(self, sample: Sample, reading: Reading, *, final: bool = False) -> None:
         worker = self._identity.get(sample.role)

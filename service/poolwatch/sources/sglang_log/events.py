@@ -31,7 +31,15 @@ from poolwatch.sources.sglang_log.leak_message import find_incidents
 from poolwatch.sources.sglang_log.lines import Ranks
 from poolwatch.sources.sglang_log.records import LogRecord
 
-__all__ = ["BatchStats", "Capacity", "LogEvent", "RankIncident", "interpret", "parse_batch_line"]
+__all__ = [
+    "BatchStats",
+    "Capacity",
+    "LogEvent",
+    "RankIncident",
+    "UnattributedIncident",
+    "interpret",
+    "parse_batch_line",
+]
 
 _CAPACITY = (
     (
@@ -100,11 +108,22 @@ class RankIncident:
     incident: Incident
 
 
-LogEvent = BatchStats | Capacity | RankIncident
+@dataclass(frozen=True, slots=True)
+class UnattributedIncident:
+    """An incident in an orphan block (its rank header lay before the excerpt): no rank is proven,
+    so it is held apart instead of being folded into rank 0's snapshots."""
+
+    incident: Incident
+
+
+LogEvent = BatchStats | Capacity | RankIncident | UnattributedIncident
 
 
 def interpret(record: LogRecord) -> list[LogEvent]:
     """The events of one record (most records are none of these and give ``[]``)."""
+    if not record.attributed:
+        found = find_incidents(record.lines, record.at)
+        return [UnattributedIncident(i) for i in found]
     events: list[LogEvent] = []
     if record.headless:  # 0.1.x wrote no prefix at all: any line may be a batch or startup line
         events += [e for line in record.lines if (e := _line_event(line, record.at, record.ranks))]

@@ -17,12 +17,18 @@ from dataclasses import dataclass, field
 
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe, used
 from poolwatch.model import IncidentKind, Pool, Snapshot
-from poolwatch.sources.sglang_log.events import BatchStats, LogEvent, RankIncident, interpret
+from poolwatch.sources.sglang_log.events import (
+    BatchStats,
+    LogEvent,
+    RankIncident,
+    UnattributedIncident,
+    interpret,
+)
 from poolwatch.sources.sglang_log.lines import Ranks
 from poolwatch.sources.sglang_log.records import RecordAssembler
 from poolwatch.sources.sglang_log.state import LogFold
 
-__all__ = ["Problem", "ReplayReport", "Row", "Replayer"]
+__all__ = ["UNATTRIBUTED", "Problem", "ReplayReport", "Replayer", "Row"]
 
 ACCOUNTING = (IncidentKind.LEAK_DETECTED, IncidentKind.BUSY_CHECK_FAILED, IncidentKind.TREE_SANITY_FAILED)
 POOLS = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)
@@ -53,6 +59,9 @@ class Problem:
     message: str
 
 
+UNATTRIBUTED = "unattributed"  # the rank shown for an orphan block's incident
+
+
 @dataclass(slots=True)
 class ReplayReport:
     lines: int = 0
@@ -62,6 +71,7 @@ class ReplayReport:
     cut_tail: int = 0  # bytes of an unterminated last line, never parsed
     ranks: set[str] = field(default_factory=set)
     incidents: dict[str, int] = field(default_factory=dict)
+    unattributed: int = 0  # incidents in orphan blocks (rank header before the excerpt): no rank
     first_problem: Problem | None = None
 
     @property
@@ -106,6 +116,10 @@ class Replayer:
                     self._fold.note_role(event.role)
                 self._batch(event, "")  # a busy batch proves nothing else: skip the snapshot
                 continue
+            if isinstance(event, UnattributedIncident):
+                self._fold.apply(event)
+                self._unattributed(event, self._fold.detached(event))
+                continue
             snap = self._fold.apply(event)
             if snap is None:
                 continue
@@ -122,6 +136,22 @@ class Replayer:
         kind = event.incident.kind
         self.report.incidents[kind.value] = self.report.incidents.get(kind.value, 0) + 1
         row = Row(event.incident.at, rank, kind.value, figures=_account_figures(snap), verdict=verdict)
+        self._incidents.append(row)
+        if self._every <= 0:
+            self._close_window()
+        if kind in ACCOUNTING or verdict:
+            self._first(row, event.incident.message)
+
+    def _unattributed(self, event: UnattributedIncident, detached: Snapshot) -> None:
+        """A row under rank ``unattributed``: its figures and verdict are shown, no rank gets them."""
+        self.report.unattributed += 1
+        self._advance(event.incident.at)
+        kind = event.incident.kind
+        self.report.incidents[kind.value] = self.report.incidents.get(kind.value, 0) + 1
+        verdict = _verdict(assess_snapshot(detached))
+        row = Row(
+            event.incident.at, UNATTRIBUTED, kind.value, figures=_account_figures(detached), verdict=verdict
+        )
         self._incidents.append(row)
         if self._every <= 0:
             self._close_window()

@@ -8,6 +8,9 @@ prefixed line shows it is complete, or until a scrape finds the log quiet.  Line
 and interpreted exactly as by ``poolwatch replay`` (prefixes, ANSI, CRLF, interleaved ranks,
 every release's formats); a line is parsed only once its newline has been written.
 
+A leak report in an orphan block (the log or excerpt starts inside it: its rank header is gone) is
+never folded into rank 0: it is held on the fold (``LogFold.unattributed``) and logged once.
+
 A snapshot is stamped with its line's time (not the scrape's), so lines read from a backlog
 are shown as old, never as current; a stamp in the future (a zone mismatch) is clamped to now.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
@@ -29,6 +33,8 @@ from poolwatch.sources.sglang_log.state import LogFold
 from poolwatch.sources.sglang_log.tail import LogTail
 
 __all__ = ["SglangLogSource", "keep_notable"]
+
+log = logging.getLogger("poolwatch.sources")
 
 
 class SglangLogSource(Source):
@@ -54,7 +60,7 @@ class SglangLogSource(Source):
         for line in read.lines:
             records += self._assembler.feed(line)
         if not read.lines and not read.more:
-            records += self._assembler.flush()  # the log is quiet: the pending record is whole
+            records += self._assembler.flush(final=False)  # the log is quiet: the pending record is whole
         return self._snapshots(records)
 
     def close(self) -> None:
@@ -63,11 +69,19 @@ class SglangLogSource(Source):
     def _snapshots(self, records: Iterable[LogRecord]) -> list[Snapshot]:
         now = self._clock()
         snaps: list[Snapshot] = []
+        held = self._fold.unattributed_total
         for record in records:
             for event in interpret(record):
                 snap = self._fold.apply(event)
                 if snap is not None:
                     snaps.append(snap if snap.taken_at <= now else replace(snap, taken_at=now))
+        if self._fold.unattributed_total > held:
+            log.warning(
+                "%s: %d incident(s) in a block whose rank header is not in the log; held unattributed: %s",
+                self._target.location,
+                self._fold.unattributed_total - held,
+                self._fold.unattributed[-1].message[:200],
+            )
         return keep_notable(snaps)
 
 

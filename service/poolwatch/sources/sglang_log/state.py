@@ -24,7 +24,13 @@ from poolwatch.model import (
     SourceKind,
     WorkerId,
 )
-from poolwatch.sources.sglang_log.events import BatchStats, Capacity, LogEvent, RankIncident
+from poolwatch.sources.sglang_log.events import (
+    BatchStats,
+    Capacity,
+    LogEvent,
+    RankIncident,
+    UnattributedIncident,
+)
 from poolwatch.sources.sglang_log.lines import Ranks
 
 __all__ = ["LogFold", "SOURCE"]
@@ -59,11 +65,17 @@ class LogFold:
         self._boot_at: float | None = None
         self._ranks: dict[Ranks, _RankLog] = {}
         self._sizes: dict[Pool, int] = {}  # latest size of any rank: TP ranks share bookkeeping
+        self.unattributed: list[Incident] = []  # orphan blocks' incidents, no rank proven (last 16)
+        self.unattributed_total = 0
 
     def apply(self, event: LogEvent) -> Snapshot | None:
         """The snapshot this event makes of its rank (``None`` for a startup line)."""
         if isinstance(event, Capacity):
             self._capacity(event)
+            return None
+        if isinstance(event, UnattributedIncident):  # held apart: never rank 0's by default
+            self.unattributed = [*self.unattributed[-15:], event.incident]
+            self.unattributed_total += 1
             return None
         state = self._rank(event.ranks)
         state.seq += 1
@@ -72,6 +84,11 @@ class LogFold:
             pools = self._batch_pools(state, event)
             return self._snapshot(state, event.ranks, event.at, Phase.BUSY, pools, event.queues, ())
         return self._incident_snapshot(state, event)
+
+    def detached(self, event: UnattributedIncident) -> Snapshot:
+        """What an orphan block's figures say, for a verdict only (``poolwatch replay``): rank 0
+        stands in for the unknown rank, so this snapshot is never folded, stored or published."""
+        return self._incident_snapshot(_RankLog(), RankIncident(Ranks(), event.incident))
 
     def note_role(self, role: Role) -> None:
         """A PD role revealed by a line that is not folded into a snapshot (replay skips those)."""

@@ -33,6 +33,8 @@ __all__ = [
 ]
 
 
+# tripwires that prove slots lost (SlotLeak); every other kind proves a slot counted twice (DoubleFree)
+_LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})
 _BASIS = {
     Basis.EXACT: "exact figures from the in-process probe",
     Basis.NEGATIVE_USED: "SGLang's own used count is negative",
@@ -99,7 +101,7 @@ def conservation_signals(snap: Snapshot, cfg: DetectorConfig) -> list[Signal]:
             slots[key] = max(slots[key], f.slots)
             waits[key] = _wait(f, snap.phase, cfg)
     for t in snap.tripwires:
-        key = (AlertName.SLOT_LEAK if t.kind is TripwireKind.MISSING else AlertName.DOUBLE_FREE, t.pool)
+        key = (AlertName.SLOT_LEAK if t.kind in _LEAK_KINDS else AlertName.DOUBLE_FREE, t.pool)
         parts[key].append(_tripwire_sentence(t))
         slots[key] = max(slots[key], len(t.slots))
         waits[key] = (1, 0.0)  # an identity census is proof: no need to wait

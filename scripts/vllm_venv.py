@@ -35,6 +35,8 @@ MODULES = (
     "vllm.v1.core.kv_cache_coordinator",
     "vllm.v1.core.sched.scheduler",
     "vllm.config",
+    # ModelConfig inspects the architecture by importing its module in a subprocess
+    "vllm.model_executor.models.llama",
 )
 PIP_NAMES = {
     "zmq": "pyzmq",

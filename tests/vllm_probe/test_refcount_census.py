@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from poolwatch.model import Pool, TripwireKind
-from poolwatch.probe.census.refcount import refcount_census
+from poolwatch.probe.census.refcount import RefCensus, refcount_census
 
 
-def census(free: list[int], refs: list[int], owners: dict[int, list[str]], **kw: object):  # type: ignore[no-untyped-def]
+def census(
+    free: list[int],
+    refs: list[int],
+    owners: dict[int, list[str]],
+    *,
+    stale: dict[int, list[str]] | None = None,
+    **kw: Any,
+) -> RefCensus:
+    """The census with owners given by name (counted here, named back on request, as the probe does)."""
+    every = {i: [*owners.get(i, ()), *(stale or {}).get(i, ())] for i in {*owners, *(stale or {})}}
     return refcount_census(
         Pool.FULL,
-        free=free,
-        free_counter=len(free),
+        free=kw.pop("free_back_first", free),
+        free_counter=kw.pop("free_counter", len(free)),
         ref_cnt=refs,
-        owners=owners,
-        **kw,  # type: ignore[arg-type]
+        owned={i: len(who) for i, who in owners.items()},
+        names=lambda wanted: {i: every[i] for i in wanted if i in every},
+        **kw,
     )
 
 
@@ -37,9 +49,7 @@ def test_a_premature_free_is_free_and_held_below_its_owners() -> None:
 
 def test_a_double_free_is_negative_and_queued_twice() -> None:
     # block 2 freed twice: ref -1, appended a second time (seen twice walking back from the tail)
-    c = refcount_census(
-        Pool.FULL, free=[1, 2], free_back=[2, 3, 2], free_counter=4, ref_cnt=[0, 0, -1, 0], owners={}
-    )
+    c = census([1, 2], [0, 0, -1, 0], {}, free_back=[2, 3, 2], free_counter=4)
     assert c.negative == (2,)
     assert c.duplicates == (2,)
     assert not c.orphaned  # block 3 is on the queue (reached from the tail)
@@ -78,3 +88,16 @@ def test_counts_are_complete_and_ids_capped() -> None:
     c = census([], [0] + [1] * (n - 1), {})
     assert c.counts["missing"] == n - 1
     assert len(c.orphaned) == 64
+
+
+def test_only_named_blocks_are_looked_up() -> None:
+    asked: list[set[int]] = []
+    refcount_census(
+        Pool.FULL,
+        free=[2],
+        free_counter=1,
+        ref_cnt=[0, 1, 0],
+        owned={1: 1},
+        names=lambda wanted: asked.append(wanted) or {},
+    )
+    assert asked == []  # a sound pool asks for no names

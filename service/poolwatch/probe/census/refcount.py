@@ -10,7 +10,8 @@ and never counted) must satisfy, block by block::
                                                    the deferred frees; more than that is a pin)
 
 Given the free-queue walk ``free`` (ids in queue order), each block's ``ref_cnt`` and each block's
-owners, :func:`refcount_census` names every block that breaks one of these lines.  A block whose
+owner count, :func:`refcount_census` names every block that breaks one of these lines (and asks
+for the owners' names of those blocks only).  A block whose
 count exceeds its owners is *pinned* when something outside the lists may legitimately hold it
 (``pins_possible``: a KV connector or offloader), else a leak: with no owner at all it is
 ``orphaned`` (:attr:`~poolwatch.model.TripwireKind.MISSING`), with fewer owners than its count
@@ -20,8 +21,10 @@ Each finding names at most :data:`~poolwatch.probe.census.proofs.MAX_IDS` ids; c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import not_
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
 from poolwatch.probe.census.proofs import MAX_IDS
@@ -118,6 +121,26 @@ def _walk_findings(walks: Sequence[Sequence[int]], n: int, null_id: int, found: 
     return queued
 
 
+def _suspects(ref_cnt: Sequence[int], owned: Mapping[int, int], queued: set[int], null_id: int) -> list[int]:
+    """The blocks that may break a line, found with C-level passes (a sound pool yields none):
+    ``ref_cnt`` differing from the owner count, queued blocks with a count or an owner, and blocks
+    with neither count, owner nor place on the queue."""
+    n = len(ref_cnt)
+    expected = [0] * n
+    for block, count in owned.items():
+        if 0 <= block < n:
+            expected[block] = count
+    out: set[int] = set()
+    if list(ref_cnt) != expected:
+        out.update(i for i, (r, e) in enumerate(zip(ref_cnt, expected, strict=True)) if r != e)
+    zeros = set(compress(range(n), map(not_, ref_cnt)))
+    out |= queued - zeros
+    out |= queued.intersection(owned)
+    out |= zeros - queued - owned.keys()
+    out.discard(null_id)
+    return sorted(i for i in out if 0 <= i < n)
+
+
 def refcount_census(
     pool: Pool,
     *,
@@ -125,17 +148,19 @@ def refcount_census(
     free_back: Sequence[int] = (),
     free_counter: int,
     ref_cnt: Sequence[int],
-    owners: Mapping[int, Sequence[str]],
+    owned: Mapping[int, int],
+    names: Callable[[set[int]], Mapping[int, Sequence[str]]] | None = None,
     null_id: int = 0,
     null_marked: Sequence[int] = (0,),
     pins_possible: bool = False,
-    stale: Mapping[int, Sequence[str]] | None = None,
 ) -> RefCensus:
-    """The census of one pool: ``ref_cnt[i]`` of block ``i``, ``owners[i]`` the owners listing it.
+    """The census of one pool: ``ref_cnt[i]`` of block ``i``, ``owned[i]`` how many owners list it.
 
     ``free``/``free_back``: the queue walked from its head and from its tail (a block queued twice
-    shows in the second); ``null_marked``: the ids whose ``is_null`` flag is set (exactly the null
-    block when sound); ``stale``: lists of requests nobody knows any more (named, never owners)."""
+    shows in the second); ``names(ids)``: the owners of the named blocks, asked only when there are
+    some (request ids; stale requests too, which are never owners); ``null_marked``: the ids whose
+    ``is_null`` flag is set (exactly the null block when sound).  O(n) in C-level passes, and
+    Python work per suspect block only."""
     n = len(ref_cnt)
     found = _Found()
     on_queue = _walk_findings((free, free_back), n, null_id, found)
@@ -143,11 +168,9 @@ def refcount_census(
         if block != null_id:
             found.add("null_block", block)
     pinned = 0
-    for block in range(n):
-        if block == null_id:
-            continue  # its count is not kept; it may be listed by any number of requests
+    for block in _suspects(ref_cnt, owned, on_queue, null_id):
         ref = ref_cnt[block]
-        listed = len(owners.get(block, ()))
+        listed = owned.get(block, 0)
         queued = block in on_queue
         if ref < 0:
             found.add("negative_ref", block)
@@ -165,7 +188,7 @@ def refcount_census(
         elif ref == 0 and not listed and not queued:
             found.add("missing", block)
     named = {i for ids in found.ids.values() for i in ids}
-    labels = {i: (*owners.get(i, ()), *(stale or {}).get(i, ())) for i in sorted(named)}
+    labels = names(named) if names is not None and named else {}
     return RefCensus(
         pool=pool,
         blocks=n,
@@ -181,5 +204,5 @@ def refcount_census(
         orphaned=found.get("missing"),
         pinned=pinned,
         counts=dict(found.counts),
-        owners={i: tuple(who)[:8] for i, who in labels.items() if who},
+        owners={i: tuple(who)[:8] for i, who in sorted(labels.items()) if who},
     )

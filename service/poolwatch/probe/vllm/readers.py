@@ -78,6 +78,14 @@ def _deferred(sched: Any, shape: VllmShape, reading: Reading) -> Iterator[tuple[
         yield f"deferred@{fence}", list(blocks)
 
 
+def _finished(request: Any, reading: Reading) -> bool:
+    try:
+        return request.is_finished() is True
+    except Exception as exc:
+        reading.fail("request.is_finished()", exc)
+        return False
+
+
 def owner_lists(
     sched: Any, shape: VllmShape, pool: Any, reading: Reading
 ) -> Iterator[tuple[str, str, list[Any]]]:
@@ -90,8 +98,7 @@ def owner_lists(
         if request is None:
             yield "stale", rid, blocks
         else:
-            finished = reading.call(request, "is_finished", optional=True)
-            yield ("transfer" if finished is True else "live"), rid, blocks
+            yield ("transfer" if _finished(request, reading) else "live"), rid, blocks
     for owner, blocks in _deferred(sched, shape, reading):
         yield "deferred", owner, blocks
     for owner, blocks in _cow(pool, mgrs, reading):
@@ -130,9 +137,9 @@ def queue_depths(sched: Any, shape: VllmShape, reading: Reading) -> dict[str, in
     return out
 
 
-def walk_free(pool: Any, limit: int, *, backward: bool = False) -> list[int]:
-    """The ids on the free queue from its head (or tail), at most ``limit`` steps (a corrupt queue
-    can loop).  A block appended while already queued keeps its old predecessor's link, so the
+def walk_free(pool: Any, limit: int, *, backward: bool = False) -> list[Any]:
+    """The blocks on the free queue from its head (or tail), at most ``limit`` steps (a corrupt
+    queue can loop).  A block appended while already queued keeps its old predecessor's link, so the
     forward walk skips part of the queue and the backward walk meets the block twice."""
     queue = pool.free_block_queue
     start, end = (
@@ -140,10 +147,20 @@ def walk_free(pool: Any, limit: int, *, backward: bool = False) -> list[int]:
         if backward
         else (queue.fake_free_list_head, queue.fake_free_list_tail)
     )
-    step = "prev_free_block" if backward else "next_free_block"
-    ids: list[int] = []
-    node = getattr(start, step)
-    while node is not None and node is not end and len(ids) < limit:
-        ids.append(node.block_id)
-        node = getattr(node, step)
-    return ids
+    nodes: list[Any] = []
+    append = nodes.append
+    if backward:
+        node = start.prev_free_block
+        for _ in range(limit):
+            if node is None or node is end:
+                break
+            append(node)
+            node = node.prev_free_block
+        return nodes
+    node = start.next_free_block
+    for _ in range(limit):
+        if node is None or node is end:
+            break
+        append(node)
+        node = node.next_free_block
+    return nodes

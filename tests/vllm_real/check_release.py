@@ -89,20 +89,24 @@ def named(snap: Snapshot | None, kind: TripwireKind) -> set[int]:
     return {s for t in (snap.tripwires if snap else ()) if t.kind is kind for s in t.slots}
 
 
-def check_clean(hybrid: bool) -> None:
+def check_clean(hybrid: bool, blocks: int = 400) -> None:
+    """A long clean run; ``blocks`` small enough forces preemptions (their blocks are freed and
+    re-allocated on resume) on top of prefix hits, aborts and chunked prefills."""
     rng = random.Random(1)
-    sched, probe = started(hybrid)
+    sched, probe = started(hybrid, blocks)
     gaps: set[int | None] = set()
     samples = 0
+    preempted: set[str] = set()
     feed(sched, rng, 24)
     aborted = 0
-    for i in range(600):
+    for i in range(1500):
         if i % 7 == 0:
             feed(sched, rng, 3, prefix=f"s{i}-")
         if i % 23 == 0 and sched.running:
             abort(sched, [sched.running[-1].request_id])
             aborted += 1
         step(sched)
+        preempted.update(r.request_id for r in sched.waiting if r.status.name == "PREEMPTED")
         snap = probe.latest
         if snap is not None and Pool.FULL in snap.pools:
             gaps.add(gap(snap.pools[Pool.FULL]))
@@ -114,8 +118,9 @@ def check_clean(hybrid: bool) -> None:
     snap = probe.sample_now("final", census=True)
     ok = snap is not None and snap.tripwires == () and gaps == {0} and gap(snap.pools[Pool.FULL]) == 0
     emit(
-        "clean_run" + ("_hybrid" if hybrid else ""),
+        "clean_run" + ("_hybrid" if hybrid else "") + ("_preempting" if blocks < 100 else ""),
         ok,
+        preempted=len(preempted),
         steps=i + 1,
         samples=samples,
         censuses=probe._census_total,
@@ -266,6 +271,7 @@ def main() -> int:
     checks: list[tuple[str, Callable[[], None]]] = [
         ("clean_run", lambda: check_clean(False)),
         ("clean_run_hybrid", lambda: check_clean(True)),
+        ("clean_run_preempting", lambda: check_clean(False, blocks=40)),
         ("double_free", check_double_free),
         ("duplicate_in_one_free_42571", check_duplicate_in_one_free),
         ("leak_on_abort", check_leak_on_abort),

@@ -1,8 +1,9 @@
 """The vLLM probe against real vLLM V1 releases, on CPU, in cached per-release venvs.
 
 Each case runs ``check_release.py`` with the release venv's Python (this checkout's ``service/`` and
-root first on ``PYTHONPATH``) and requires every check it prints to pass: a long clean run with
-prefix caching and aborts (plain and hybrid full + Mamba), and four injected faults -- a double free,
+root first on ``PYTHONPATH``) and requires every check it prints to pass: long clean runs with
+prefix caching, chunked prefill and aborts (plain, hybrid full + Mamba, and a pool small enough
+to preempt), and four injected faults -- a double free,
 the duplicate release in one free (vLLM #42571), a leak on abort, a premature free -- each named by
 exact block ids before vLLM's own assert.  Build the venvs first::
 
@@ -24,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ("0.11.0", "0.33.0")
 CHECKS = {
     "clean_run",
+    "clean_run_hybrid",
+    "clean_run_preempting",
     "double_free",
     "duplicate_in_one_free_42571",
     "leak_on_abort",

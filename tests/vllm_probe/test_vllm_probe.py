@@ -188,12 +188,15 @@ def test_the_snapshot_round_trips_with_its_engine() -> None:
     assert parse_snapshot({**dump_snapshot(s), "worker": {"worker": "w"}}).worker.engine == "sglang"
 
 
-@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.11.2", "0.33.0", "0.33.1+cpu"])
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.33.0", "0.33.0+cpu"])
 def test_known_releases_have_a_shape(version: str) -> None:
     assert shape_for(version).family in ("v0.10", "v0.33")
 
 
-@pytest.mark.parametrize("version", ["0.9.2", "0.12.0", "0.32.0", "0.34.0", "", "nightly"])
+UNKNOWN = ["0.9.2", "0.10.1.1", "0.12.0", "0.32.0", "0.33.1", "0.34.0", "", "nightly"]
+
+
+@pytest.mark.parametrize("version", UNKNOWN)
 def test_an_unknown_release_is_refused_clearly(version: str) -> None:
     with pytest.raises(UnknownVllmRelease, match="not a release poolwatch has read"):
         shape_for(version)

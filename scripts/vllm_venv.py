@@ -78,6 +78,13 @@ BASE = (
     "tqdm",
     "sentencepiece",
     "PyYAML",
+    # asked for one at a time by 0.11.0 and 0.33.0 (each round re-imports vLLM: ~40 s); named here
+    "openai-harmony",
+    "uvloop",
+    "llguidance",
+    "setproctitle",
+    "diskcache",
+    "gguf",
 )
 # installed with --no-deps: their declared dependencies pull in triton or torch builds we do not want
 NO_DEPS = ("xgrammar",)

@@ -260,3 +260,21 @@ def test_activation_installs_on_a_known_release() -> None:
         assert "__poolwatch_originals__" in vars(Scheduler)
     finally:
         uninstall(Scheduler)
+
+
+def test_an_idle_snapshot_is_restamped_not_left_to_go_stale() -> None:
+    sched = Scheduler(16)
+    wall = iter(float(t) for t in range(100, 200))
+    probe = Probe(sched, CONFIG, shape_for("0.33.0"), "0.33.0", clock=Clock(), wall=lambda: next(wall))
+    assert not probe.refresh_idle()  # nothing published yet
+    first = snap(probe)
+    assert first.phase is Phase.IDLE
+    assert probe.refresh_idle()
+    assert probe.latest is not None
+    assert probe.latest.taken_at > first.taken_at
+    assert probe.latest.seq == first.seq
+    sched.add("a", 2)
+    busy = snap(probe)
+    assert busy.phase is Phase.BUSY
+    assert not probe.refresh_idle()  # a busy snapshot is never re-stamped
+    assert probe.latest is busy

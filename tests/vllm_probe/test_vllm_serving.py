@@ -51,3 +51,13 @@ def test_a_served_vllm_probe_is_read_like_any_rank(tmp_path: Path) -> None:
     finally:
         detach(sched)
     assert read_discovery_dir(tmp_path) == []
+
+
+def test_the_keepalive_thread_stops_with_the_publisher(tmp_path: Path) -> None:
+    sched = Scheduler(8)
+    probe = attach(sched, ProbeConfig(directory=str(tmp_path), worker="w"), version="0.33.0")
+    thread = probe.publisher._thread
+    assert thread is not None
+    assert thread.is_alive()
+    detach(sched)
+    assert not thread.is_alive()

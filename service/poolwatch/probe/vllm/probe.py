@@ -13,32 +13,34 @@ never raises: failures are contained by :class:`~poolwatch.probe.core.containmen
 * :meth:`Probe.on_idle`, after ``update_from_output``/``finish_requests`` leave no request: a sample
   and, at most every ``idle_kv_census_gap_s``, the full walk (the first idle after work always).
 
+While idle, EngineCore calls no hook at all; :meth:`Probe.refresh_idle` (the endpoint's keepalive
+thread, :mod:`~poolwatch.probe.vllm.publish`) re-stamps the idle snapshot so it does not go stale.
+
 Read-only: nothing here writes to vLLM's objects (no guard in this release of the probe).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot, Tripwire, TripwireKind, WorkerId
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
-from poolwatch.probe.vllm.census import Walk, census_doc, walk_pool
 from poolwatch.probe.vllm.free_check import free_findings
 from poolwatch.probe.vllm.identity import worker_identity
-from poolwatch.probe.vllm.readers import block_pool
 from poolwatch.probe.vllm.sample import VllmSample, take_sample
 from poolwatch.probe.vllm.shapes import VllmShape
 from poolwatch.probe.vllm.tripwires import Sightings
+from poolwatch.probe.vllm.walks import Walks
 
 __all__ = ["Probe"]
 
@@ -73,24 +75,51 @@ class Probe:
         self.switch = KillSwitch(config.directory)
         self.publisher: Any = None
         self.seq = 0
-        self.census: dict[str, Any] | None = None  # the last walk's detail (GET /v1/census)
-        self.last_walk: Walk | None = None
+        # through the probe: a test or benchmark that swaps the probe's clock swaps the walks' too
+        self.walks = Walks(scheduler, shape, config, self.tripwires, clock=self._now, wall=self._wall_now)
         self._last_sample = -float("inf")
-        self._last_census = clock()  # the busy walk starts one interval in
-        self._walked_gap: int | None = 0  # the gap the last walk saw (a new gap forces a walk)
-        self._busy_since_walk = True
-        self._sample_cost = self._census_cost = self._last_walk_cost = 0.0
-        self._census_total = 0
+        self._sample_cost = 0.0
         self._identity: WorkerId | None = None
+        self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
+        self._last_hook = clock()
 
     @property
     def latest(self) -> Snapshot | None:
         return self.publication.latest
 
+    def _now(self) -> float:
+        return self.clock()
+
+    def _wall_now(self) -> float:
+        return self.wall()
+
+    @property
+    def census(self) -> dict[str, Any] | None:
+        """The last walk's detail (``GET /v1/census``)."""
+        return self.walks.doc
+
+    def _swap(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self.publication.publish(snapshot)
+
+    def refresh_idle(self, quiet_s: float = 1.0) -> bool:
+        """From the endpoint's keepalive thread: vLLM's EngineCore blocks on its input queue when idle
+        and calls no hook, so the idle snapshot is re-stamped (nothing read from vLLM: with no hook
+        for ``quiet_s`` nothing touched the pool) instead of going stale at the sidecar.  Only an
+        idle snapshot still current is re-stamped; True when it was."""
+        with self._lock:
+            snap = self.publication.latest
+            quiet = self.clock() - self._last_hook >= quiet_s
+            if snap is None or snap.phase is not Phase.IDLE or not quiet or self.disabled:
+                return False
+            self.publication.publish(replace(snap, taken_at=self.wall(), probe=self._health()))
+            return True
+
     # -- entry points (EngineCore thread) -----------------------------------------------------
 
     def on_step(self, hook: str) -> None:
         self.seq += 1
+        self._last_hook = self.clock()
         if self._due(self._last_sample, self.config.sample_interval_s):
             self._guarded("sample", lambda: self._sample(hook, idle=False))
         elif self.disabled and self.switch.heartbeat_due(self.clock()):
@@ -102,6 +131,7 @@ class Probe:
 
     def after_update(self, hook: str) -> None:
         """After ``update_from_output``/``finish_requests``: idle once no request is left."""
+        self._last_hook = self.clock()
         requests = getattr(self.scheduler, "requests", None)
         if requests is not None and not requests:
             self.on_idle(hook)
@@ -119,7 +149,7 @@ class Probe:
                 Tripwire(_FREE_KINDS[kind], Pool.FULL, ids, hook, self.seq) for kind, ids in found.items()
             )
             if new and self.latest is not None:  # mid-step: publish the proof, read no figures
-                self.publication.publish(replace(self.latest, tripwires=self.tripwires.all()))
+                self._swap(replace(self.latest, tripwires=self.tripwires.all()))
         except Exception as exc:
             self.guard.failed("free", exc)
 
@@ -156,58 +186,22 @@ class Probe:
             self.guard.failed(where, exc)
             self._publish_health()
 
-    def _walk_due(self, sample: VllmSample, idle: bool) -> bool:
-        account = sample.pools.get(Pool.FULL)
-        now_gap = gap(account) if account is not None else None
-        if now_gap not in (0, None) and now_gap != self._walked_gap:
-            return True  # a new imbalance: name the blocks now
-        if idle or sample.phase is Phase.IDLE:
-            since = self.clock() - self._last_census
-            return self._busy_since_walk or since >= self.config.idle_kv_census_gap_s
-        return self.clock() - self._last_census >= self.config.kv_census_interval_s
-
     def _sample(self, hook: str, *, idle: bool, walk: bool = False) -> None:
         started = time.perf_counter()
         reading = Reading()
-        evictable = self.last_walk.evictable if self.last_walk is not None else 0
-        sample = take_sample(self.scheduler, self.shape, reading, evictable=evictable)
+        sample = take_sample(self.scheduler, self.shape, reading, evictable=self.walks.evictable)
         self._last_sample = self.clock()
-        if walk or self._walk_due(sample, idle):
-            self._walk(sample, hook)
-            reading = Reading()
-            sample = take_sample(self.scheduler, self.shape, reading, evictable=self.last_walk_evictable)
+        if walk or self.walks.due(sample, idle):
+            self.walks.run(sample, hook, self.seq, reading)
+            sample = take_sample(self.scheduler, self.shape, reading, evictable=self.walks.evictable)
         elif sample.phase is Phase.BUSY:
-            self._busy_since_walk = True
+            self.walks.busy()
         for label, message in reading.failures.items():
             self.guard.note(label, message)
         self.guard.succeeded()
-        self._sample_cost = time.perf_counter() - started - self._last_walk_cost
-        self._last_walk_cost = 0.0
+        self._sample_cost = time.perf_counter() - started - self.walks.unclaimed
+        self.walks.unclaimed = 0.0
         self._publish(sample, reading)
-
-    @property
-    def last_walk_evictable(self) -> int:
-        return self.last_walk.evictable if self.last_walk is not None else 0
-
-    def _walk(self, sample: VllmSample, hook: str) -> None:
-        started = time.perf_counter()
-        reading = Reading()
-        pool = block_pool(self.scheduler, reading)
-        if pool is MISSING:
-            return
-        walk = walk_pool(self.scheduler, self.shape, pool, reading)
-        cost = time.perf_counter() - started
-        self.last_walk = walk
-        self._last_census = self.clock()
-        account = sample.pools.get(Pool.FULL)
-        self._walked_gap = gap(account) if account is not None else None
-        self._busy_since_walk = sample.phase is not Phase.IDLE
-        self._census_total += 1
-        self._census_cost = self._last_walk_cost = cost
-        self.tripwires.add(walk.census.tripwires(hook, self.seq))
-        self.census = census_doc(
-            walk, seq=self.seq, hook=hook, taken_at=self.wall(), cost=cost, phase=sample.phase
-        )
 
     def _worker(self, reading: Reading) -> WorkerId:
         if self._identity is None:
@@ -215,7 +209,7 @@ class Probe:
         return self._identity
 
     def _publish(self, sample: VllmSample, reading: Reading) -> None:
-        self.publication.publish(
+        self._swap(
             Snapshot(
                 worker=self._worker(reading),
                 seq=self.seq,
@@ -234,19 +228,19 @@ class Probe:
     def _health(self) -> ProbeHealth:
         return self.guard.health(
             sample_cost=self._sample_cost,
-            census_cost=self._census_cost,
-            census_total=self._census_total,
+            census_cost=self.walks.cost,
+            census_total=self.walks.total,
             disabled=self.switch.off,
             tripwires_dropped=self.tripwires.dropped,
         )
 
     def _publish_health(self) -> None:
         if self.latest is not None:
-            self.publication.publish(replace(self.latest, probe=self._health()))
+            self._swap(replace(self.latest, probe=self._health()))
 
     def _heartbeat(self) -> None:
         self.switch.last_heartbeat = self.clock()
-        self.publication.publish(
+        self._swap(
             heartbeat_snapshot(
                 self.latest,
                 lambda: self._worker(Reading()),

@@ -2,13 +2,15 @@
 
 The same endpoint and discovery entry as SGLang's probe (the sidecar cannot tell the engines apart
 except by the snapshot's ``worker.engine``); a port base whose ``base + local index`` is taken
-still serves, on any free port, and notes why.
+still serves, on any free port, and notes why.  One more thread re-stamps the idle snapshot once a
+second (:meth:`~poolwatch.probe.vllm.probe.Probe.refresh_idle`): an idle EngineCore calls no hook.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import threading
 from pathlib import Path
 
 from poolwatch.discovery.entry import DiscoveryEntry, remove_discovery, write_discovery
@@ -18,7 +20,9 @@ from poolwatch.probe.endpoint.server import ProbeServer
 from poolwatch.probe.vllm.identity import local_index, worker_identity
 from poolwatch.probe.vllm.probe import Probe
 
-__all__ = ["Publisher"]
+__all__ = ["KEEPALIVE_S", "Publisher"]
+
+KEEPALIVE_S = 1.0
 
 
 class Publisher:
@@ -28,6 +32,8 @@ class Publisher:
         self.probe = probe
         self.server: ProbeServer | None = None
         self.path: Path | None = None
+        self._keepalive = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def start(self) -> str:
         reading = Reading()
@@ -49,8 +55,19 @@ class Publisher:
             self.path = write_discovery(probe.config.directory, entry)
         except OSError as exc:
             probe.guard.note("discovery", f"{type(exc).__name__}: {exc}")
+        self._keepalive.clear()
+        self._thread = threading.Thread(target=self._idle_keepalive, name="poolwatch-idle", daemon=True)
+        self._thread.start()
         atexit.register(self.stop)
         return url
+
+    def _idle_keepalive(self) -> None:
+        """Re-stamp the idle snapshot once a second (EngineCore calls no hook while idle)."""
+        while not self._keepalive.wait(KEEPALIVE_S):
+            try:
+                self.probe.refresh_idle()
+            except Exception as exc:  # never let the thread die silently
+                self.probe.guard.note("keepalive", f"{type(exc).__name__}: {exc}")
 
     def _secret(self) -> str | None:
         try:
@@ -72,6 +89,10 @@ class Publisher:
             return ProbeServer(self.probe, secret=secret)
 
     def stop(self) -> None:
+        self._keepalive.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
         if self.path is not None:
             remove_discovery(self.path)
             self.path = None

@@ -110,6 +110,11 @@ class TripwireKind(enum.StrEnum):
     MISSING = "missing"  # an id in no list at all (lost)
     LIVE_SHARED = "live_shared"  # two live requests hold the same slot (both are corrupt)
     LIVE_AND_TREE = "live_and_tree"  # a live request privately holds a slot a tree node owns
+    # ref-counted block pools (vLLM V1): the per-block reference census
+    NEGATIVE_REF = "negative_ref"  # a block's ref_cnt is below zero (freed more often than taken)
+    REF_BELOW_OWNERS = "ref_below_owners"  # fewer references than requests listing it (a double free)
+    REF_ABOVE_OWNERS = "ref_above_owners"  # more references than owners, nothing may pin it (a leak)
+    NULL_BLOCK = "null_block"  # the null block on the free queue, or another block marked null
 
 
 class RepairKind(enum.StrEnum):
@@ -140,8 +145,9 @@ class WorkerId:
     tp_rank: int = 0
     pp_rank: int = 0
     model: str = ""
-    sglang_version: str = ""
+    sglang_version: str = ""  # the engine's release (vLLM's for ``engine == "vllm"``)
     instance: str = ""
+    engine: str = "sglang"  # the serving engine: ``sglang`` or ``vllm``
 
     @property
     def key(self) -> str:

@@ -58,15 +58,17 @@ _RANKS: tuple[MetricSpec, ...] = (
     _g(
         "poolwatch_pool_tripwire_slots",
         "Slot ids the probe's identity census proved misplaced, by kind "
-        "(free_duplicate, free_and_live, free_and_tree, over_size, out_of_range, missing).",
+        "(free_duplicate, free_and_live, free_and_tree, over_size, out_of_range, missing; vLLM's block "
+        "pools also negative_ref, ref_below_owners, ref_above_owners, null_block).",
         (*POOL_LABELS, "kind"),
         "slots",
     ),
     # --- ranks ---
     _g(
         "poolwatch_worker_info",
-        "Static facts about a scheduler rank; value is always 1.",
-        (*RANK_LABELS, "model", "sglang_version", "source"),
+        "Static facts about a scheduler rank; value is always 1. engine: sglang or vllm "
+        "(sglang_version then carries that engine's release).",
+        (*RANK_LABELS, "model", "sglang_version", "source", "engine"),
         group="ranks",
     ),
     _g(

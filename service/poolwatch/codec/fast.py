@@ -118,16 +118,17 @@ def _worker(raw: object) -> WorkerId | None:
     g = raw.get
     name: Any = g("worker")
     model, release, instance = g("model", ""), g("sglang_version", ""), g("instance", "")
+    engine = g("engine", "sglang")
     ranks = (g("dp_rank", 0), g("tp_rank", 0), g("pp_rank", 0))
     role = g("role", "unified")
     role_ = _ROLES.get(role) if type(role) is str else None
     if (
         role_ is None
         or not _counts(ranks, MAX_RANK)
-        or not _texts((name, model, release, instance), MAX_NAME)
+        or not _texts((name, model, release, instance, engine), MAX_NAME)
     ):
         return None
-    return WorkerId(name, role_, ranks[0], ranks[1], ranks[2], model, release, instance)
+    return WorkerId(name, role_, ranks[0], ranks[1], ranks[2], model, release, instance, engine)
 
 
 def _pools(raw: object) -> dict[Pool, PoolAccount] | None:

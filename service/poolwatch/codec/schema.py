@@ -110,6 +110,7 @@ def _worker(raw: object, where: str) -> WorkerId:
         model=_str(d.get("model", ""), f"{where}.model"),
         sglang_version=_str(d.get("sglang_version", ""), f"{where}.sglang_version"),
         instance=_str(d.get("instance", ""), f"{where}.instance"),
+        engine=_str(d.get("engine", "sglang"), f"{where}.engine"),
     )
 
 

@@ -66,6 +66,8 @@ class PoolBalance:
         return {(alert, rank_labels(worker, p.value)) for p in {*known, *tripped} for alert in self.alerts}
 
 
+# tripwires that prove slots lost (SlotLeak); every other kind proves a slot counted twice (DoubleFree)
+_LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})
 _BASIS = {
     Basis.EXACT: "exact figures from the in-process probe",
     Basis.NEGATIVE_USED: "SGLang's own used count is negative",
@@ -123,7 +125,7 @@ def _signals(snap: Snapshot, found: Mapping[Pool, Finding], cfg: DetectorConfig)
             slots[key] = max(slots[key], f.slots)
             waits[key] = _wait(f, snap.phase, cfg)
     for t in snap.tripwires:
-        key = (AlertName.SLOT_LEAK if t.kind is TripwireKind.MISSING else AlertName.DOUBLE_FREE, t.pool)
+        key = (AlertName.SLOT_LEAK if t.kind in _LEAK_KINDS else AlertName.DOUBLE_FREE, t.pool)
         parts[key].append(_tripwire_sentence(t))
         slots[key] = max(slots[key], len(t.slots))
         waits[key] = (1, 0.0)  # an identity census is proof: no need to wait

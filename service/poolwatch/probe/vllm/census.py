@@ -1,0 +1,113 @@
+"""The full walk of a vLLM block pool: every block's ``ref_cnt`` against its owners (EngineCore thread).
+
+O(blocks): the free queue walked from its head (and from its tail when the walk falls short of the
+counter), one ``ref_cnt`` read per block, one counting pass over the owners' lists; Python work per
+block only for the suspects, and the owners' names looked up only for findings.  Milliseconds per
+10k blocks (docs/vllm.md), so it runs at idle and at a low rate while busy
+(``POOLWATCH_PROBE_KV_CENSUS_INTERVAL``), never every step.  The proof itself is pure
+(:func:`~poolwatch.probe.census.refcount.refcount_census`); this module reads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
+from typing import Any
+
+from poolwatch.model import Phase, Pool
+from poolwatch.probe.census.refcount import RefCensus, refcount_census
+from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.vllm.readers import owner_lists, walk_free
+from poolwatch.probe.vllm.shapes import VllmShape
+
+__all__ = ["CENSUS_SCHEMA", "Walk", "census_doc", "walk_pool"]
+
+CENSUS_SCHEMA = "poolwatch.census"
+_REF = attrgetter("ref_cnt")
+_ID = attrgetter("block_id")
+_NULL = attrgetter("is_null")
+_HASH = attrgetter("block_hash")
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    census: RefCensus
+    evictable: int  # free blocks that carry a hash (prefix-cache eviction candidates)
+
+
+def _connector(sched: Any, reading: Reading) -> bool:
+    """Whether something outside the owners' lists may hold references (a KV connector/offloader)."""
+    return reading.attr(sched, "connector", optional=True) not in (None, MISSING)
+
+
+def _names(sched: Any, shape: VllmShape, pool: Any, wanted: set[int]) -> dict[int, list[str]]:
+    """The owners (and stale requests) listing each wanted block: a second pass, only on findings."""
+    out: dict[int, list[str]] = {}
+    for _kind, owner, listed in owner_lists(sched, shape, pool, Reading()):
+        if not wanted.isdisjoint(map(_ID, listed)):
+            for block in listed:
+                if block.block_id in wanted:
+                    out.setdefault(block.block_id, []).append(owner)
+    return out
+
+
+def walk_pool(sched: Any, shape: VllmShape, pool: Any, reading: Reading) -> Walk:
+    blocks = pool.blocks
+    n = len(blocks)
+    counter = pool.free_block_queue.num_free_blocks
+    forward = walk_free(pool, n + 2)
+    ids = list(map(_ID, forward))
+    # a block queued twice cuts the forward walk short; only then is the tail's walk needed
+    backward = walk_free(pool, n + 2, backward=True) if len(ids) != counter else []
+    owned: Counter[int] = Counter()
+    for kind, _owner, listed in owner_lists(sched, shape, pool, reading):
+        if kind != "stale":
+            owned.update(map(_ID, listed))
+    census = refcount_census(
+        Pool.FULL,
+        free=ids,
+        free_back=list(map(_ID, backward)),
+        free_counter=counter,
+        ref_cnt=list(map(_REF, blocks)),
+        owned=owned,
+        names=lambda wanted: _names(sched, shape, pool, wanted),
+        null_id=pool.null_block.block_id,
+        null_marked=list(compress(range(n), map(_NULL, blocks))),
+        pins_possible=_connector(sched, reading),
+    )
+    queued = {id(b): b for b in (*forward, *backward)}.values() if backward else forward
+    hashes = list(map(_HASH, queued))
+    return Walk(census, len(hashes) - hashes.count(None))
+
+
+def census_doc(
+    walk: Walk, *, seq: int, hook: str, taken_at: float, cost: float, phase: Phase
+) -> dict[str, Any]:
+    """The ``GET /v1/census`` detail (the same envelope as SGLang's, a ``refcount`` pool body)."""
+    c = walk.census
+    pool: dict[str, Any] = {
+        "pool": c.pool.value,
+        "engine": "vllm",
+        "blocks": c.blocks,
+        "null_id": c.null_id,
+        "free_counter": c.free_counter,
+        "free_walked": c.free_walked,
+        "evictable": walk.evictable,
+        "pinned": c.pinned,
+        "counts": dict(c.counts),
+        **{name: list(ids) for name, ids in c.findings().items()},
+        "owners": {str(block): list(who) for block, who in c.owners.items()},
+        "balanced_ids": c.clean(),
+    }
+    return {
+        "schema": CENSUS_SCHEMA,
+        "version": 1,
+        "seq": seq,
+        "hook": hook,
+        "phase": phase.value,
+        "taken_at": taken_at,
+        "cost_seconds": cost,
+        "pools": [pool],
+    }

@@ -1,0 +1,74 @@
+"""The vLLM probe against real vLLM V1 releases, on CPU, in cached per-release venvs.
+
+Each case runs ``check_release.py`` with the release venv's Python (this checkout's ``service/`` and
+root first on ``PYTHONPATH``) and requires every check it prints to pass: long clean runs with
+prefix caching, chunked prefill and aborts (plain, hybrid full + Mamba, and a pool small enough
+to preempt), and four injected faults -- a double free,
+the duplicate release in one free (vLLM #42571), a leak on abort, a premature free -- each named by
+exact block ids before vLLM's own assert.  Build the venvs first::
+
+    scripts/vllm_venv.py 0.33.0 && scripts/vllm_venv.py 0.11.0
+
+A missing venv skips its case with that command as the reason (fails under POOLWATCH_REQUIRE_TOOLS=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASES = ("0.11.0", "0.33.0")
+CHECKS = {
+    "clean_run",
+    "clean_run_hybrid",
+    "clean_run_preempting",
+    "double_free",
+    "duplicate_in_one_free_42571",
+    "leak_on_abort",
+    "premature_free",
+    "plugin_activation",
+}
+
+
+def venv_for(version: str) -> Path:
+    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
+    return cache / "vllm-venvs" / version
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_probe_names_every_injected_fault_in_real_vllm(version: str) -> None:
+    venv = venv_for(version)
+    if not (venv / ".complete").exists():
+        reason = f"no vLLM {version} venv at {venv}: run scripts/vllm_venv.py {version}"
+        if os.environ.get("POOLWATCH_REQUIRE_TOOLS") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}",
+        "PYTHONWARNINGS": "ignore",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_PLUGINS": "",
+        "POOLWATCH_PROBE": "",
+    }
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), str(ROOT / "tests" / "vllm_real" / "check_release.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        check=False,
+    )
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    failed = [r for r in results if not r["ok"]]
+    assert failed == [], json.dumps(failed, indent=1)[:6000]
+    assert {r["check"] for r in results} >= CHECKS, out.stderr[-4000:]
+    assert out.returncode == 0

@@ -13,6 +13,7 @@ from tests.probe.fakes import Rank
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
 from poolwatch.discovery.directory import read_discovery_dir
+from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Pool, RepairKind, Snapshot, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
@@ -136,7 +137,7 @@ def test_a_certain_crash_leaves_a_final_snapshot_naming_the_slot_and_hook(tmp_pa
     rank.sched.last_batch = None
     probe.on_loop_boundary("recv_requests")
     probe.on_idle("self_check_during_idle")
-    ((name, doc),) = read_final_dir(tmp_path)
+    ((name, doc),) = read_final_dir(tmp_path, read_secret(tmp_path) or "")
     final = parse_snapshot(doc)
     assert name == "w0-dp0-tp0-pp0.final"
     assert final.final
@@ -153,7 +154,7 @@ def test_no_final_snapshot_where_sglangs_idle_check_only_warns(tmp_path: Path) -
     environ = {"POOLWATCH_WORKER": "w0", "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "0"}
     probe = Probe(rank.sched, config, environ=environ, clock=clock, wall=clock)
     probe.on_idle("self_check_during_idle")
-    assert read_final_dir(tmp_path) == []
+    assert read_final_dir(tmp_path, read_secret(tmp_path) or "") == []
 
 
 def test_repairs_and_request_ids_survive_the_json_round_trip() -> None:

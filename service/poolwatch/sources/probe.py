@@ -160,9 +160,12 @@ class ProbeSource(Source):
 
     def _final(self) -> Snapshot | None:
         """The gone rank's final snapshot, once (see :mod:`poolwatch.sources.final`)."""
-        snap = load_final(self._final_path) if self._final_path else None
-        if snap is None or snap.boot_id != self._boot or snap.boot_id == self._final_sent:
-            return None  # none, an earlier life's, or already delivered
+        if not (self._final_path and self._boot):
+            return None
+        # no age limit: the boot is the one this process just saw answer live
+        snap = load_final(self._final_path, self._secret, time.time(), self._boot, float("inf"))
+        if snap is None or snap.boot_id == self._final_sent:
+            return None  # none, forged, an earlier life's, or already delivered
         self._final_sent = snap.boot_id
         return with_target_identity(snap, self._target)
 

@@ -215,7 +215,8 @@ class Probe:
             snap = replace(snap, repairs=self.repairer.repairs() if self.repairer else (), final=final)
         if final:  # SGLang raises next: the file must exist before the process is gone
             try:
-                self.final_cost = write_final_snapshot(self.config.directory, snap)
+                secret = getattr(self.publisher, "secret", None)
+                self.final_cost = write_final_snapshot(self.config.directory, snap, secret)
             except OSError as exc:
                 self.guard.note("final", f"{type(exc).__name__}: {exc}")
         self.latest = snap

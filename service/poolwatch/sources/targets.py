@@ -84,7 +84,7 @@ def make_source(
     if target.source is SourceKind.SGLANG_METRICS:
         return SglangMetricsSource(target, clock, max_bytes=max_bytes, limits=limits)
     if target.source is SourceKind.SGLANG_LOG:
-        return SglangLogSource(target, clock)
+        return SglangLogSource(target, clock, max_ranks=limits.max_log_ranks)
     if target.source is SourceKind.FILE:
         return FileSource(target, clock, max_bytes, limits)
     raise ConfigError(f"target {target.name}: unknown source {target.source!r}")

@@ -10,17 +10,21 @@ every release's formats); a line is parsed only once its newline has been writte
 
 A snapshot is stamped with its line's time (not the scrape's), so lines read from a backlog
 are shown as old, never as current; a stamp in the future (a zone mismatch) is clamped to now.
+One log names at most ``max_log_ranks`` ranks (:class:`~poolwatch.sources.sglang_log.state.LogFold`);
+past it, further ranks are dropped and the first drop is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import httpx
 
+from poolwatch.limits import DEFAULT_LIMITS
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.sglang_log.events import interpret
@@ -30,19 +34,28 @@ from poolwatch.sources.sglang_log.tail import LogTail
 
 __all__ = ["SglangLogSource", "keep_notable"]
 
+log = logging.getLogger("poolwatch.sources")
+
 
 class SglangLogSource(Source):
     """Follows one SGLang log file (all the ranks that write to it)."""
 
     def __init__(
-        self, target: Target, clock: Callable[[], float], *, backfill: int = 1 << 20, max_read: int = 4 << 20
+        self,
+        target: Target,
+        clock: Callable[[], float],
+        *,
+        backfill: int = 1 << 20,
+        max_read: int = 4 << 20,
+        max_ranks: int = DEFAULT_LIMITS.max_log_ranks,
     ) -> None:
         self._target = target
         self._clock = clock
         self._tail = LogTail(target.location, backfill=backfill, max_read=max_read)
         now = clock()  # dates 0.2.x time-of-day stamps and stamps lines read before any stamped one
         self._assembler = RecordAssembler(day=dt.date.fromtimestamp(now), at=now)
-        self._fold = LogFold(target.worker, target.role, instance=target.location)
+        self._fold = LogFold(target.worker, target.role, instance=target.location, max_ranks=max_ranks)
+        self._warned = False
 
     @property
     def target(self) -> Target:
@@ -68,6 +81,13 @@ class SglangLogSource(Source):
                 snap = self._fold.apply(event)
                 if snap is not None:
                     snaps.append(snap if snap.taken_at <= now else replace(snap, taken_at=now))
+        if self._fold.dropped and not self._warned:
+            self._warned = True
+            log.warning(
+                "event=log_ranks_capped path=%s max_log_ranks=%d: lines of further ranks are dropped",
+                self._target.location,
+                self._fold.max_ranks,
+            )
         return keep_notable(snaps)
 
 

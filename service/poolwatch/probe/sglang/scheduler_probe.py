@@ -32,7 +32,7 @@ from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.sglang.census_schedule import Censuses
 from poolwatch.probe.sglang.final import Suspicion, check_fails, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
-from poolwatch.probe.sglang.repair import Repairer
+from poolwatch.probe.sglang.repair import repairer_for
 from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
 from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
@@ -80,7 +80,7 @@ class Probe:
         self._identity: dict[str, WorkerId] = {}  # by role, read once
         self._sample_cost = 0.0
         self._strict = idle_check_strict(self.shape, self.environ)
-        self.repairer = Repairer(self.shape) if config.guard else None  # opt-in guard mode
+        self.repairer = repairer_for(self.shape, self.version) if config.guard else None  # opt-in guard
         self.censuses = Censuses(
             scheduler, self.shape, config, self.tripwires, self.repairer, self.guard, clock=clock, wall=wall
         )
@@ -229,6 +229,7 @@ class Probe:
             disabled=self.switch.off,
             tripwires_dropped=self.tripwires.dropped,
             guard=self.repairer is not None,
+            guard_return=self.repairer is not None and self.repairer.allow_return,
         )
 
     def _publish_health(self) -> None:

@@ -104,7 +104,9 @@ def test_sglang_activates_the_probe_and_shares_its_directory_and_log_with_the_si
         assert ProbeConfig.from_env(sglang_env).directory == probe_dir
         shared = mounts(sglang)["poolwatch-probe"]["mountPath"]
         assert mounts(sidecar)["poolwatch-probe"]["mountPath"] == shared
-        assert probe_dir.startswith(shared + "/")  # a directory the probe makes, not the world-writable volume
+        assert probe_dir.startswith(
+            shared + "/"
+        )  # a directory the probe makes, not the world-writable volume
         (log_path,) = settings.targets.log_paths
         log_dir = mounts(sidecar)["sglang-logs"]["mountPath"]
         assert mounts(sglang)["sglang-logs"]["mountPath"] == log_dir

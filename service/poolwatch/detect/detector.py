@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from poolwatch.conservation import Basis, findings
-from poolwatch.detect.alert import Alert, Signal, Verdict, sampled_subject
+from poolwatch.detect.alert import Alert, Signal, Verdict, forget_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.forecast import PoolTrend, best_trends, fitted, forecast_signals, forecast_warnings
 from poolwatch.detect.health import (
@@ -142,6 +142,8 @@ class Detector:
                 del self._ranks[subject]
             for key in gone:
                 self._incident_at.pop(key, None)
+            if gone:
+                forget_labels()  # the gone ranks' label sets go too (memory returned, issue 24)
             return self._tracker.forget(of_gone_rank, reason, now)
 
     def sizes(self) -> dict[str, int]:

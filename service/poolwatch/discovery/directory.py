@@ -9,11 +9,13 @@ Each rank writes ``<dir>/<worker>-dp<D>-tp<T>-pp<P>.json`` (atomically: a tempor
 :func:`read_discovery_dir` is the reader the sidecar reuses: it never raises for a bad file (a
 half-written or foreign file is skipped and reported in :func:`scan_discovery_dir`).
 
-This module is the contract's public face: it scans the directory and re-exports the rest, which
-lives in :mod:`poolwatch.discovery.entry` (one rank's file: name, content, validation, writing),
-:mod:`poolwatch.discovery.files` (bounded reads, the node's probe secret) and
-:mod:`poolwatch.discovery.final` (final snapshots).  All four import only the standard library and
-:mod:`poolwatch.limits`: the in-process probe imports them.
+This module is the contract's public face: it scans the directory; the rest lives in
+:mod:`poolwatch.discovery.entry` (one rank's file: name, content, validation, writing),
+:mod:`poolwatch.discovery.files` (bounded reads, the node's probe secret),
+:mod:`poolwatch.discovery.final` (signed final snapshots), :mod:`poolwatch.discovery.safety` (who
+may have written the directory: owner and mode checks, the default directory) and
+:mod:`poolwatch.discovery.auth` (request signatures: the secret proven, never sent).  All of them
+import only the standard library and :mod:`poolwatch.limits`: the in-process probe imports them.
 """
 
 from __future__ import annotations

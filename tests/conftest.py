@@ -11,9 +11,15 @@ from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model import Snapshot
 from tests.helpers import FIXTURES, FakeClock
 
-# No per-example deadline: timing is the benchmarks' business, and on a shared CI box one slow
-# example would fail a property that holds (hypothesis' default is 200 ms per example).
-settings.register_profile("poolwatch", deadline=None)
+# Property tests are deterministic: every run draws the same examples for a test (derandomize, which
+# also means no example database), so a property that fails, fails on every run and on every machine;
+# a case one found is pinned as an explicit example.  `pytest --hypothesis-profile=explore` draws
+# fresh random examples (500 where a test sets no max_examples) to look for new cases, and prints
+# the seed and blob to replay one.  No per-example deadline: timing is the benchmarks' business,
+# and on a shared CI box one slow example would fail a property that holds (hypothesis' default is
+# 200 ms per example).
+settings.register_profile("poolwatch", deadline=None, derandomize=True)
+settings.register_profile("explore", deadline=None, database=None, max_examples=500, print_blob=True)
 settings.load_profile("poolwatch")
 
 

@@ -1,4 +1,4 @@
-"""Helpers for tests: ``from tests.helpers import FakeClock, asgi_client, require_tool``.
+"""Helpers for tests: ``from tests.helpers import FakeClock, asgi_client, free_port, require_tool``.
 
 Use ``asgi_client(app)`` rather than starlette's TestClient (deprecated with httpx)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +17,16 @@ from fastapi import FastAPI
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
+# Headless Chromium in a container (root, no GPU, no network): the status page and demo screenshots.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 class FakeClock:
@@ -40,6 +51,13 @@ def require_tool(name: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def free_port() -> int:
+    """A loopback port the OS has just handed out, for a server the caller starts soon after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

@@ -59,3 +59,53 @@ def test_a_module_exports_only_what_it_defines(path: Path) -> None:
             if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("poolwatch")
         ]
         assert ours == [] or _exported(tree), "a package __init__ is a signpost, not a re-export"
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _imported_modules(tree: ast.Module) -> list[str]:
+    """Every dotted module an import statement (or ``importorskip``/``import_module`` of a literal)
+    names, ``from a import b`` counting as both ``a`` and ``a.b`` (``b`` may be a module)."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("importorskip", "import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append(node.args[0].value)
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    # shared fakes and strategies live in helper modules (tests/helpers.py, tests/strategies.py,
+    # tests/<area>/fakes.py ...): importing a test module runs its tests' setup twice and ties
+    # two test files' fates together
+    offenders = [
+        f"{path.relative_to(TESTS.parent)} imports {name}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for name in _imported_modules(ast.parse(path.read_text()))
+        if name.rpartition(".")[2].startswith("test_")
+    ]
+    assert offenders == []
+
+
+def test_no_test_monkeypatches_the_product() -> None:
+    # a constant or collaborator a test must change is a keyword parameter or an injected object
+    # (ProbeServer(head_timeout_s=...), QuietServer(tick_s=...), serve.run(serve=...))
+    offenders = sorted(
+        f"{path.relative_to(TESTS.parent)}:{node.lineno}"
+        for path in TESTS.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.arg) and node.arg == "monkeypatch")
+        or (isinstance(node, ast.Attribute) and node.attr == "MonkeyPatch")
+    )
+    assert offenders == []

@@ -1,9 +1,10 @@
 """The release path: ``python -m build`` makes clean sdists and wheels of both distributions (what
-``scripts/release`` ships), and the README's install block works line by line in a fresh venv."""
+``scripts/release`` ships); the README's install block works line by line from a fresh clone with
+torch's CPU build (no CUDA), and so does what ``poolwatch demo`` says to run with only the
+``poolwatch`` wheel installed (:mod:`tests.release_env`: a new user's pip)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -14,9 +15,12 @@ from pathlib import Path
 import pytest
 
 from poolwatch import __version__
+from poolwatch.cli import TORCH_CPU_INSTALL
 from tests.helpers import REPO
+from tests.release_env import clone, cpu_torch_index, localise, user_env, venv_report
 
 PTH = "poolwatch-probe.pth"
+VENV_BOUND = 2 << 30  # bytes: torch's CPU build and the rest (with CUDA's: 5.5 GB)
 
 
 def run(
@@ -25,6 +29,12 @@ def run(
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, cwd=cwd, env=env)
     assert result.returncode == 0, f"{cmd}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
+
+
+@pytest.fixture(scope="module")
+def cpu_index(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """PyTorch's CPU index, or its local stand-in (tests/release_env.py)."""
+    return cpu_torch_index(tmp_path_factory.mktemp("cpu-index"))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +115,8 @@ def test_the_emulator_wheel_pins_this_poolwatch_and_registers_its_commands(dist:
 def test_the_sdist_builds_the_same_wheel_files(dist: Path) -> None:
     with tarfile.open(dist / f"poolwatch-{__version__}.tar.gz") as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
-    for needed in ("setup.py", "pyproject.toml", "LICENSE", "CHANGELOG.md", f"service/poolwatch/probe/{PTH}"):
+    pth = f"service/poolwatch/probe/sglang/{PTH}"
+    for needed in ("setup.py", "pyproject.toml", "LICENSE", "CHANGELOG.md", pth):
         assert needed in names
 
 
@@ -126,25 +137,81 @@ def test_the_readme_install_block_starts_from_a_clone_and_installs_the_built_whe
     assert not [line for line in lines if "pip install -e" in line]
 
 
-@pytest.mark.slow
-def test_the_readme_install_block_works_line_by_line_in_a_fresh_venv(tmp_path: Path) -> None:
-    """Cold: ~2 min (deps and the CPU torch wheel from the package index)."""
-    venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", str(venv)])
+def test_the_readme_makes_and_activates_a_venv_before_the_first_install() -> None:
     lines = install_block()
-    clone = f"git clone --quiet {REPO} poolwatch && cd poolwatch"  # the clone, of this checkout
-    script = "\n".join(["set -euxo pipefail", clone, *lines[1:]])
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"
+    first_install = next(i for i, line in enumerate(lines) if line.startswith("pip install"))
+    assert "python3 -m venv .venv && . .venv/bin/activate" in lines[:first_install]
+
+
+def test_the_readme_the_demo_hint_and_bootstrap_install_torch_cpu_build_before_the_emulator() -> None:
+    lines = install_block()
+    emulator = lines.index(f"pip install dist/poolwatch_emulator-{__version__}-py3-none-any.whl")
+    assert [line for line in lines if "torch" in line] == [TORCH_CPU_INSTALL]
+    assert lines.index(TORCH_CPU_INSTALL) < emulator
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert readme.count(TORCH_CPU_INSTALL) >= 2  # once published, too
+    bootstrap = (REPO / "scripts" / "bootstrap").read_text(encoding="utf-8")
+    index = TORCH_CPU_INSTALL.split("--index-url ")[1]
+    torch_step = bootstrap.index('-c scripts/constraints.txt "${torch_index[@]}" torch')
+    assert f'--index-url "${{POOLWATCH_TORCH_INDEX:-{index}}}"' in bootstrap[:torch_step]
+    assert torch_step < bootstrap.index("-e service/poolwatch_emulator")
+
+
+@pytest.mark.slow
+def test_the_readme_install_block_works_line_by_line_in_a_fresh_clone_with_cpu_torch(
+    tmp_path: Path, cpu_index: str
+) -> None:
+    """Cold: a few minutes (the wheels' builds, deps from the index, torch's CPU build)."""
+    repo = clone(tmp_path)  # the README's clone, of this checkout
+    lines = [localise(line, cpu_index, repo) for line in install_block()[1:]]
+    script = "\n".join(["set -euxo pipefail", f"cd {repo}", *lines])
+    env = user_env()
     out = run(["bash", "-c", script], cwd=tmp_path, env=env)
     assert f"poolwatch {__version__}" in out.stdout
+    venv = repo / ".venv"
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / PTH).is_file()
     assert (site / "poolwatch" / "sidecar" / "app.py").is_file(), "installed, not linked to the clone"
     demo = run([str(venv / "bin" / "poolwatch"), "demo", "--help"], env=env)
-    assert "usage" in demo.stdout.lower()
+    assert "--guard" in demo.stdout  # the emulator's own command
+    torch, listed, size = venv_report(venv)
+    print(f"\nREADME install, torch {torch}: venv {size / 2**30:.2f} GiB, {len(listed)} distributions")
+    assert torch.endswith("+cpu")
+    assert not [d for d in listed if d.lower().startswith("nvidia")]
+    assert size < VENV_BOUND
     # the git route builds the same wheel, .pth included
     (site / PTH).unlink()
-    url = f"git+file://{tmp_path / 'poolwatch'}@main"  # (PEP 508's "name @ url" wants a host in the URL)
+    url = f"git+{repo.as_uri()}@main"  # (PEP 508's "name @ url" wants a host in the URL)
     run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--force-reinstall", url], env=env)
     assert (site / PTH).is_file()
+
+
+@pytest.mark.slow
+def test_with_only_the_poolwatch_wheel_the_demo_hint_installs_the_emulator_with_cpu_torch(
+    dist: Path, tmp_path: Path, cpu_index: str
+) -> None:
+    repo = clone(tmp_path)  # what the hint's git URL names
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)])
+    bindir = venv / "bin"
+    env = user_env(bindir)  # the venv is active
+    run(
+        [str(bindir / "pip"), "install", "-q", str(dist / f"poolwatch-{__version__}-py3-none-any.whl")],
+        env=env,
+    )
+    poolwatch = str(bindir / "poolwatch")
+    missing = subprocess.run(
+        [poolwatch, "demo"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert missing.returncode == 2, missing.stderr
+    commands = [line.strip() for line in missing.stderr.splitlines() if line.startswith("  pip install")]
+    assert len(commands) == 2, missing.stderr
+    for command in commands:
+        run(["bash", "-c", localise(command, cpu_index, repo)], cwd=tmp_path, env=env)
+    demo = run([poolwatch, "demo", "--help"], env=env)
+    assert "--guard" in demo.stdout
+    torch, listed, size = venv_report(venv)
+    print(f"\nwheel + the demo's hint, torch {torch}: venv {size / 2**30:.2f} GiB")
+    assert torch.endswith("+cpu")
+    assert not [d for d in listed if d.lower().startswith("nvidia")]
+    assert f"poolwatch-emulator=={__version__}" in listed

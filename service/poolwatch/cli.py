@@ -3,7 +3,7 @@
 The product's own commands are modules of :mod:`poolwatch.commands`.  A separately installed
 distribution adds commands through the ``poolwatch.commands`` entry-point group (the emulator's
 ``demo`` and ``emulate``).  A known optional command whose distribution is missing still parses,
-and prints one line saying what to install.
+and prints how to install it from where the user stands (:func:`missing_hint`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,21 @@ from types import ModuleType
 
 from poolwatch import __version__
 
-__all__ = ["COMMANDS", "OPTIONAL", "main"]
+__all__ = ["COMMANDS", "EMULATOR_INSTALL", "OPTIONAL", "TORCH_CPU_INSTALL", "main", "missing_hint"]
 
 COMMANDS: tuple[str, ...] = ("serve", "generate", "check", "replay")
-# optional commands -> what provides them (an entry point of group ``poolwatch.commands``)
+# optional commands -> the distribution that provides them (an entry point of group ``poolwatch.commands``)
 OPTIONAL: dict[str, str] = {
-    "demo": "poolwatch[emulator]",
-    "emulate": "poolwatch[emulator]",
+    "demo": "poolwatch-emulator",
+    "emulate": "poolwatch-emulator",
 }
+REPO_URL = "https://github.com/poolwatch/poolwatch"
+# torch's CPU build: the emulator runs on CPU, and PyPI's Linux torch brings CUDA (~5 GB)
+TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+# poolwatch-emulator is not on PyPI yet: pip builds it from the repository's service/poolwatch_emulator
+EMULATOR_INSTALL = (
+    f'pip install "poolwatch-emulator @ git+{REPO_URL}@main#subdirectory=service/poolwatch_emulator"'
+)
 ENTRY_POINT_GROUP = "poolwatch.commands"
 Plugins = Callable[[], Iterable[EntryPoint]]
 
@@ -44,12 +51,21 @@ def _modules(plugins: Plugins) -> dict[str, ModuleType | None]:
     return found
 
 
+def missing_hint(name: str) -> str:
+    """What ``poolwatch NAME`` prints when the distribution providing it is not installed: commands
+    that work with only the ``poolwatch`` wheel at hand (no package index carries the emulator)."""
+    return (
+        f"poolwatch {name}: not installed here; it comes with {OPTIONAL[name]}, which is not on PyPI yet.\n"
+        "Install it into this environment, torch's CPU build first (PyPI's torch brings CUDA, ~5 GB):\n"
+        f"  {TORCH_CPU_INSTALL}\n"
+        f"  {EMULATOR_INSTALL}\n"
+        f"(in a clone of {REPO_URL}, the second line can be: pip install ./service/poolwatch_emulator)\n"
+    )
+
+
 def _missing(name: str) -> Callable[[argparse.Namespace], int]:
     def run(_: argparse.Namespace) -> int:
-        print(
-            f"poolwatch {name}: not installed here; install it with: pip install '{OPTIONAL[name]}'",
-            file=sys.stderr,
-        )
+        print(missing_hint(name), file=sys.stderr, end="")
         return 2
 
     return run

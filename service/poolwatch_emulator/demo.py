@@ -17,6 +17,7 @@ from typing import TextIO
 
 import uvicorn
 
+from poolwatch.cli import TORCH_CPU_INSTALL
 from poolwatch.errors import ConfigError
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         import torch  # noqa: F401  (the emulator's free lists are torch tensors)
     except ModuleNotFoundError:
-        print("poolwatch demo: needs torch (pip install 'poolwatch[torch]')", file=sys.stderr)
+        print(f"poolwatch demo: needs torch; its CPU build: {TORCH_CPU_INSTALL}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
     with tempfile.TemporaryDirectory(prefix="poolwatch-demo-") as tmp:

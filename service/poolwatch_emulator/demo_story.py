@@ -3,7 +3,7 @@
 The emulator runs on its own thread at a time scale; :meth:`Story.tick` (called by the demo's
 event loop a few times a second) prints each new event once: healthy heartbeats, the fault, every
 alert the sidecar fires, and the moment SGLang's idle check crashes a worker, with how much earlier
-poolwatch paged.
+poolwatch paged; at the end, where to look next (:mod:`poolwatch_emulator.demo_next`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from poolwatch.detect.alert import AlertState
+from poolwatch_emulator.demo_next import where_next
 
 if TYPE_CHECKING:
     from poolwatch.sidecar.alerting import AlertWiring
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Story"]
 
 HEARTBEAT_S = 20.0  # simulated seconds between "still healthy" lines
+SETTLE_S = 2.0  # wall seconds after the first alert before the hint (alerts that fire together first)
 
 
 @dataclass
@@ -39,6 +41,8 @@ class Story:
     guard: bool = False
     alerting: AlertWiring | None = None
     first_alert: float | None = None  # unix time the sidecar fired its first alert
+    url: str = ""  # the sidecar's
+    fired: dict[str, str] = field(default_factory=dict)  # alert name -> its runbook_url
     _said: set[str] = field(default_factory=set)
     _next_heartbeat: float = HEARTBEAT_S / 4
 
@@ -70,7 +74,7 @@ class Story:
             print(f"[t={self.cluster.clock.now:6.0f}s] {text}", file=self.out, flush=True)
 
     def begin(self, url: str, alerting: AlertWiring) -> None:
-        self.alerting = alerting
+        self.alerting, self.url = alerting, url
         c = self.cluster
         shape = c.config.shape
         faces = ", ".join(f"{w.name} {s.url}/metrics" for w, s in zip(c.workers, self.servers, strict=True))
@@ -101,6 +105,7 @@ class Story:
         self._repairs()
         self._alerts()  # before crashes: an alert and a crash seen in one tick are told in order
         self._crashes()
+        self._hint()
 
     def _heartbeat(self) -> None:
         now = self.cluster.clock.now
@@ -131,6 +136,7 @@ class Story:
             )
             if self.first_alert is None:
                 self.first_alert = alert.fired_at or time.time()
+            self.fired.setdefault(alert.name, alert.annotations.get("runbook_url", ""))
             text = f"ALERT {alert.name} ({alert.severity}) {where} {labels.get('pool', '')}: "
             self.say(f"alert:{alert.fingerprint}", text + alert.annotations.get("description", ""))
 
@@ -150,6 +156,13 @@ class Story:
                 )
             else:
                 self.say(key + ":lead", "poolwatch had not paged before the crash")
+
+    def _hint(self) -> None:
+        if self.first_alert is not None and time.time() - self.first_alert >= SETTLE_S:
+            self.say(
+                "hint",
+                f"the status page {self.url}/ shows it now; Ctrl-C ends the demo and says where to look next",
+            )
 
     def _repairs(self) -> None:
         from poolwatch.probe.sglang.hooks import probe_of
@@ -173,6 +186,7 @@ class Story:
         done = sum(r.emu_finished_total for r in self.cluster.schedulers)
         alive = f"; {done} requests finished" if not self.cluster.crashed else ""
         print(f"demo over: {lead}; crashed workers: {crashed}{alive}", file=self.out, flush=True)
+        print(where_next(self.url, self.fired, Path.cwd()), file=self.out, flush=True)
 
     def close(self) -> None:
         self.cluster.stop()

@@ -4,38 +4,18 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import promql_parser
 import pytest
 import yaml
+from tests.artifacts.dashboard_docs import DASHBOARDS, expressions
 from tests.helpers import require_tool
 
-from poolwatch.artifacts.dashboards import fleet_dashboard
-from poolwatch.artifacts.worker_dashboard import worker_dashboard
 from poolwatch.catalog.metrics import CATALOG, by_name
 
-DASHBOARDS = {"fleet": fleet_dashboard(), "worker": worker_dashboard()}
 PROMETHEUS_OWN = {"ALERTS", "up"}
 GRAFANA_GLOBALS = {"__rate_interval", "__interval", "__range"}
-_LABEL_VALUES = re.compile(r"^label_values\((?P<expr>.*),\s*(?P<label>\w+)\)$")
-
-
-def expressions(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(where, expr) for every panel target, annotation and query variable of a dashboard."""
-    for panel in doc["panels"]:
-        for target in panel.get("targets", []):
-            yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
-    for note in doc["annotations"]["list"]:
-        if "expr" in note:
-            yield f"annotation {note['name']!r}", note["expr"]
-    for var in doc["templating"]["list"]:
-        if var["type"] == "query":
-            match = _LABEL_VALUES.match(var["definition"])
-            assert match, f"variable {var['name']}: not label_values(expr, label): {var['definition']}"
-            yield f"variable {var['name']}", match["expr"]
 
 
 def all_expressions() -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 import pytest
-from tests.artifacts.test_dashboard_queries import DASHBOARDS, expressions
+from tests.artifacts.dashboard_docs import DASHBOARDS, expressions
 
 from poolwatch.artifacts.dashboards import fleet_dashboard
 from poolwatch.artifacts.fleet_health import NOT_CHARTED

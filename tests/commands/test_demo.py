@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import require_tool
-from tests.statuspage.test_statuspage_browser import CHROMIUM_ARGS
-from tests.test_packaging import free_port
+from tests.helpers import CHROMIUM_ARGS, REPO, free_port, require_tool
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +29,9 @@ class Demo:
         cmd = [sys.executable, "-m", "poolwatch.cli", "demo", "--port", str(port), "--healthy", "10",
                "--time-scale", "2", "--duration", str(duration), *extra]  # fmt: skip
         self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # from the repository root, as scripts/demo runs it
+        out, err = subprocess.PIPE, subprocess.STDOUT
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=REPO)
         self.lines: list[str] = []
         self._queue: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -96,8 +96,13 @@ def test_with_the_guard_the_seed_fault_is_repaired_and_the_worker_keeps_serving(
         assert "quarantine of mamba slot(s)" in repair
         assert "after process_prefill_chunk" in repair
         assert "PoolwatchProbeRepaired (warning)" in guarded.wait_for("ALERT PoolwatchProbeRepaired")
+        assert "Ctrl-C ends the demo" in guarded.wait_for("shows it now")
         assert "crashed workers: none" in guarded.wait_for("demo over")
         assert not any("idle check crashed" in line for line in guarded.lines)
+        # the end: where to look next, the runbook of what fired as a path of the clone
+        guarded.wait_for("where to look next")
+        guarded.wait_for("PoolwatchProbeRepaired: docs/runbooks/PoolwatchProbeRepaired.md")
+        guarded.wait_for("dashboards/poolwatch-fleet.json")
     finally:
         guarded.stop()
 

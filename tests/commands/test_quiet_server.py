@@ -6,16 +6,32 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from poolwatch.commands import quiet_server
 from poolwatch.commands.quiet_server import QuietServer
 
 
+def config() -> uvicorn.Config:
+    return uvicorn.Config(FastAPI(), host="127.0.0.1", port=0, log_level="warning")
+
+
 def server() -> QuietServer:
-    return QuietServer(uvicorn.Config(FastAPI(), host="127.0.0.1", port=0, log_level="warning"))
+    return QuietServer(config())
+
+
+class CountingServer(QuietServer):
+    """Records the counter of every tick and asks to exit on the fourth."""
+
+    def __init__(self, tick_s: float) -> None:
+        super().__init__(config(), tick_s=tick_s)
+        self.seen: list[int] = []
+
+    async def on_tick(self, counter: int) -> bool:
+        self.seen.append(counter)
+        if len(self.seen) == 4:
+            self.handle_exit(signal.SIGTERM, None)
+        return await super().on_tick(counter)
 
 
 def date_of(s: uvicorn.Server) -> list[bytes]:
@@ -33,23 +49,10 @@ def test_the_installed_uvicorn_refreshes_the_header_on_every_tenth_tick_only() -
         assert callable(getattr(uvicorn.Server, name))
 
 
-def test_every_wake_up_refreshes_the_header_and_an_exit_ends_the_loop(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(quiet_server, "TICK_S", 0.001)
-    s = server()
-    seen: list[int] = []
-    real = s.on_tick
-
-    async def on_tick(counter: int) -> bool:
-        seen.append(counter)
-        if len(seen) == 4:
-            s.handle_exit(signal.SIGTERM, None)
-        return await real(counter)
-
-    monkeypatch.setattr(s, "on_tick", on_tick)
+def test_every_wake_up_refreshes_the_header_and_an_exit_ends_the_loop() -> None:
+    s = CountingServer(tick_s=0.001)
     asyncio.run(asyncio.wait_for(s.main_loop(), timeout=30))
-    assert seen == [0, 10, 20, 30]
+    assert s.seen == [0, 10, 20, 30]
     assert len(date_of(s)) == 1
 
 
@@ -58,15 +61,12 @@ def test_a_signal_cuts_the_wait_short() -> None:
     ``wait_for`` bound only stops a broken build from hanging the suite)."""
 
     async def scenario() -> None:
-        s = server()
-        quiet_server.TICK_S, before = 3600.0, quiet_server.TICK_S
-        try:
-            loop = asyncio.get_running_loop()
-            loop.call_later(0.05, s.handle_exit, signal.SIGTERM, None)
-            await asyncio.wait_for(s.main_loop(), timeout=30)
-        finally:
-            quiet_server.TICK_S = before
+        s = CountingServer(tick_s=3600.0)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, s.handle_exit, signal.SIGTERM, None)
+        await asyncio.wait_for(s.main_loop(), timeout=30)
         assert s.should_exit
+        assert s.seen == [0, 10]  # the first tick, and the one the exit woke
 
     asyncio.run(scenario())
 

@@ -17,26 +17,26 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from tests.helpers import free_port
 
 from poolwatch.commands import serve
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class SmallLimits(serve.GuardedH11):
+    """The sidecar's protocol with a cap and head deadline a test reaches in well under a second."""
+
+    max_connections = 20
+    head_timeout_s = 0.5
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 20)
-    monkeypatch.setattr(serve, "HEAD_TIMEOUT_S", 0.5)
+def server() -> Iterator[int]:
     base = Settings.from_env({"POOLWATCH_WORKER": "test"})
     port = free_port()
     settings = replace(base, server=replace(base.server, host="127.0.0.1", port=port, log_level="warning"))
-    config = serve.server_config(create_app(settings, sources=[]), settings)
+    config = serve.server_config(create_app(settings, sources=[]), settings, http=SmallLimits)
     assert config.access_log is False
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)

@@ -7,89 +7,14 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.strategies import wire_snapshots
 
 from poolwatch.codec.schema import SnapshotFormatError, SnapshotVersionError
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
-from poolwatch.model import (
-    Exactness,
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    PoolAccount,
-    ProbeHealth,
-    Role,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-    WorkerId,
-)
-
-small = st.integers(min_value=0, max_value=2**40)  # figures, counters and ids are never negative
-maybe = st.none() | small
-rank = st.integers(min_value=0, max_value=65535)
-text = st.text(max_size=20)
-
-accounts = st.builds(
-    PoolAccount,
-    pool=st.sampled_from(Pool),
-    size=maybe,
-    available=maybe,
-    evictable=maybe,
-    protected=maybe,
-    held=maybe,
-    session_held=maybe,
-    used=maybe,
-    exactness=st.sampled_from(Exactness),
-    unreadable=st.lists(text, max_size=3).map(tuple),
-)
-snapshots = st.builds(
-    Snapshot,
-    worker=st.builds(
-        WorkerId, worker=text, role=st.sampled_from(Role), dp_rank=rank, tp_rank=rank, pp_rank=rank
-    ),
-    seq=small,
-    taken_at=st.floats(min_value=0, max_value=2e9),
-    phase=st.sampled_from(Phase),
-    pools=st.lists(accounts, max_size=4).map(lambda xs: {a.pool: a for a in xs}),
-    source=text,
-    queues=st.dictionaries(text, small, max_size=4),
-    tripwires=st.lists(
-        st.builds(
-            Tripwire,
-            kind=st.sampled_from(TripwireKind),
-            pool=st.sampled_from(Pool),
-            slots=st.lists(small, max_size=4).map(tuple),
-            first_seen_hook=text,
-            seq=small,
-        ),
-        max_size=2,
-    ).map(tuple),
-    incidents=st.lists(
-        st.builds(
-            Incident,
-            kind=st.sampled_from(IncidentKind),
-            message=text,
-            at=st.floats(0, 2e9),
-            pools=st.lists(accounts, max_size=2).map(tuple),
-        ),
-        max_size=2,
-    ).map(tuple),
-    probe=st.none()
-    | st.builds(
-        ProbeHealth,
-        samples_total=small,
-        errors_total=small,
-        last_error=text,
-        sample_cost_seconds=st.floats(0, 10),
-        census_cost_seconds=st.floats(0, 10),
-    ),
-    idle_check_strict=st.none() | st.booleans(),
-    boot_id=text,
-)
+from poolwatch.model import Snapshot
 
 
-@given(snapshots)
+@given(wire_snapshots)
 def test_a_snapshot_survives_a_json_round_trip(snap: Snapshot) -> None:
     assert parse_snapshot(json.loads(json.dumps(dump_snapshot(snap)))) == snap
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.core.test_codec import snapshots
 from tests.helpers import FakeClock
+from tests.strategies import wire_snapshots
 
 from poolwatch.codec.fast import common_snapshot
 from poolwatch.codec.schema import SCHEMA, SCHEMA_VERSION, SnapshotFormatError, parse_snapshot_full
@@ -66,7 +66,7 @@ def test_the_seed_snapshot_takes_the_fast_path_and_gives_the_full_parsers_snapsh
     assert assert_same_verdict(wire(seed_snapshot)) is not None
 
 
-@given(snapshots)
+@given(wire_snapshots)
 def test_a_generated_snapshot_gives_the_same_snapshot_on_either_path(snap: Snapshot) -> None:
     doc = wire(snap)
     quick = assert_same_verdict(doc)
@@ -97,7 +97,7 @@ hostile = st.one_of(
 )
 
 
-@given(snapshots, st.data())
+@given(wire_snapshots, st.data())
 def test_one_hostile_field_gets_the_same_verdict_and_reason_on_either_path(
     snap: Snapshot, data: st.DataObject
 ) -> None:

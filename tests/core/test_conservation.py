@@ -3,11 +3,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.strategies import slot_counts
 
 from poolwatch.conservation import Balance, Basis, assess, assess_snapshot, describe, gap, used
 from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
-
-counts = st.integers(min_value=0, max_value=10**7)
 
 
 def exact(
@@ -30,7 +29,14 @@ def test_the_seed_reads_the_same_from_coarse_idle_figures() -> None:
     assert (finding.balance, finding.gap, finding.basis) == (Balance.SURPLUS, -1, Basis.NEGATIVE_USED)
 
 
-@given(size=counts, avail=counts, evict=counts, prot=counts, held=counts, sess=counts)
+@given(
+    size=slot_counts,
+    avail=slot_counts,
+    evict=slot_counts,
+    prot=slot_counts,
+    held=slot_counts,
+    sess=slot_counts,
+)
 def test_the_gap_is_size_minus_every_state(
     size: int, avail: int, evict: int, prot: int, held: int, sess: int
 ) -> None:
@@ -38,7 +44,7 @@ def test_the_gap_is_size_minus_every_state(
     assert gap(account) == size - avail - evict - prot - held - sess
 
 
-@given(states=st.lists(counts, min_size=5, max_size=5), delta=st.integers(-1000, 1000))
+@given(states=st.lists(slot_counts, min_size=5, max_size=5), delta=st.integers(-1000, 1000))
 def test_the_sign_of_the_gap_decides_the_balance(states: list[int], delta: int) -> None:
     size = sum(states) + delta
     finding = assess(exact(Pool.MAMBA, size, *states), Phase.BUSY)
@@ -48,7 +54,7 @@ def test_the_sign_of_the_gap_decides_the_balance(states: list[int], delta: int) 
     assert finding.basis is Basis.EXACT
 
 
-@given(size=counts, avail=counts, evict=counts)
+@given(size=slot_counts, avail=slot_counts, evict=slot_counts)
 def test_negative_used_always_proves_a_surplus_whatever_the_phase(size: int, avail: int, evict: int) -> None:
     account = PoolAccount(Pool.MAMBA, size, avail, evict)
     for phase in Phase:

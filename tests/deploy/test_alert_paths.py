@@ -9,8 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.deploy.k8s import Doc, container, kustomize, read, repo_path, workloads
-from tests.deploy.test_sidecar_manifests import env_of, pods
+from tests.deploy.k8s import Doc, container, env_of, kustomize, pods, read, repo_path, workloads
 
 from poolwatch.settings.sidecar import Settings
 

@@ -4,12 +4,11 @@ to SGLang through shared volumes and environment, and configured with settings p
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.deploy.k8s import Doc, container, load_all, of_kind, read, workloads
+from tests.deploy.k8s import Doc, container, env_of, load_all, of_kind, pods, read, workloads
 
 from poolwatch import __version__
 from poolwatch.artifacts.dashboards import artifacts
@@ -19,28 +18,6 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.settings.sidecar import Settings
 
 BUILDS = ["base", "pd"]
-
-
-def pods(docs: list[Doc]) -> list[tuple[Doc, Doc]]:
-    """(pod template metadata, pod spec) of every workload with the sidecar."""
-    found = [(w["spec"]["template"]["metadata"], w["spec"]["template"]["spec"]) for w in workloads(docs)]
-    assert found, "no workload carries the sidecar"
-    return found
-
-
-def env_of(c: Doc, metadata: Doc) -> dict[str, str]:
-    """The container's environment as the kubelet would set it (downward API resolved)."""
-    fields = {"metadata.name": "sglang-7d9f-abcde", "metadata.namespace": "inference"}
-    out = {}
-    for var in c.get("env", []):
-        ref = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
-        if ref is None:
-            out[var["name"]] = var["value"]
-        elif (label := re.fullmatch(r"metadata\.labels\['(.+)'\]", ref)) is not None:
-            out[var["name"]] = metadata["labels"].get(label[1], "")
-        else:
-            out[var["name"]] = fields[ref]
-    return out
 
 
 def mounts(c: Doc) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The memoised verdicts (detect/verdicts.py) change nothing: a detector judging every snapshot
+"""The memoised verdicts (detect/families.py) change nothing: a detector judging every snapshot
 from scratch (``memo=False``) gives exactly the same alerts at every step of a long mixed stream."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import pytest
 from tests.detect.streams import WORKER, RankStream, coarse, exact
 from tests.helpers import FakeClock
 
@@ -77,9 +78,15 @@ def _stream(steps: int, seed: int) -> list[Snapshot]:
     return out
 
 
-def test_a_memoised_detector_gives_the_same_alerts_as_one_judging_every_snapshot_from_scratch() -> None:
-    for seed in range(4):
-        snaps = _stream(1500, seed)
+@pytest.mark.parametrize(
+    ("seeds", "length"),
+    [pytest.param(1, 400, id="short"), pytest.param(4, 1500, id="long", marks=pytest.mark.slow)],
+)
+def test_a_memoised_detector_gives_the_same_alerts_as_one_judging_every_snapshot_from_scratch(
+    seeds: int, length: int
+) -> None:
+    for seed in range(seeds):
+        snaps = _stream(length, seed)
         clock = FakeClock(snaps[0].taken_at)
         fast, reference = Detector(CONFIG, clock), Detector(CONFIG, clock, memo=False)
         latest: dict[str, Snapshot] = {}

@@ -1,4 +1,5 @@
-"""The notifiers' HTTP client: auth from secret files, TLS verification on by default."""
+"""The notifiers' HTTP client: auth from secret files (read by the settings layer, which names its
+``POOLWATCH_*`` settings in errors), TLS verification on by default; the client takes plain values."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from poolwatch.errors import ConfigError
 from poolwatch.notify.client import build_client, tls_verify
+from poolwatch.settings.access import receiver_access
 from poolwatch.settings.groups import AlertSettings
 
 
@@ -21,7 +23,9 @@ async def seen_headers(settings: AlertSettings) -> httpx.Headers:
         seen.append(request.headers)
         return httpx.Response(200)
 
-    async with build_client(settings, httpx.MockTransport(handler)) as client:
+    x = receiver_access(settings)
+    client = build_client(token=x.token, basic_auth=x.basic_auth, transport=httpx.MockTransport(handler))
+    async with client:
         await client.post("http://am.example/api/v2/alerts", json=[])
     return seen[0]
 
@@ -57,18 +61,32 @@ async def test_no_auth_sends_no_authorization_header() -> None:
 )
 def test_an_unreadable_secret_or_ca_is_one_clear_config_error(settings: AlertSettings, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        build_client(settings)
+        receiver_access(settings)
+
+
+def test_a_bearer_token_and_basic_auth_together_are_refused() -> None:
+    both = AlertSettings(bearer_token_file="/nonexistent/token", basic_auth_user="u")
+    with pytest.raises(ConfigError, match="POOLWATCH_BEARER_TOKEN_FILE: set either a bearer token or basic"):
+        receiver_access(both)
+    with pytest.raises(ValueError, match="not both"):
+        build_client(token="t", basic_auth=("u", "p"))
+
+
+def test_the_client_names_an_unloadable_ca_bundle_by_its_path_not_a_setting() -> None:
+    with pytest.raises(ConfigError, match=r"^cannot load /nonexistent/ca\.pem: "):
+        build_client(ca_file="/nonexistent/ca.pem")
 
 
 def test_tls_is_verified_unless_turned_off() -> None:
-    assert tls_verify(AlertSettings()) is True
-    assert tls_verify(AlertSettings(tls_verify=False)) is False
+    assert tls_verify() is True
+    assert tls_verify(verify=False) is False
+    assert tls_verify(verify=False, ca_file="/nonexistent/ca.pem") is False
 
 
 def test_a_custom_ca_bundle_becomes_the_trust_store() -> None:
     bundle = ssl.get_default_verify_paths().cafile
     if bundle is None:
         pytest.skip("no system CA bundle to load")
-    context = tls_verify(AlertSettings(ca_file=bundle))
+    context = tls_verify(ca_file=bundle)
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode is ssl.CERT_REQUIRED

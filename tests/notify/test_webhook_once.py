@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from tests.detect.sidecar import seeded, settings
 from tests.helpers import FakeClock
-from tests.notify.test_notify_delivery import FakeAlertmanager, alert, deliverer
+from tests.notify.fakes import FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.model import Snapshot

@@ -17,6 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,6 +75,7 @@ def censuses(rank: Any) -> tuple[Any, ...]:
         detach(rank)
 
 
+@pytest.mark.slow  # not core: the inner loop skips it, CI runs it
 def test_placement_moves_every_tensor_the_rank_can_reach() -> None:
     rank = busy_rank()
     before = len(reachable_tensors(rank))
@@ -85,6 +87,7 @@ def test_placement_moves_every_tensor_the_rank_can_reach() -> None:
     assert before >= moved
 
 
+@pytest.mark.slow  # not core: the inner loop skips it, CI runs it
 def test_a_placed_rank_gives_the_same_censuses_with_faults_found() -> None:
     rank = busy_rank()
     req = rank.running_batch.reqs[0]
@@ -133,6 +136,7 @@ def test_the_gathered_read_equals_one_slice_per_request(
     assert got.dtype == torch.int64
 
 
+@pytest.mark.slow  # not core: the inner loop skips it, CI runs it
 def test_an_accelerator_table_is_read_with_one_gather_and_a_cpu_table_per_request() -> None:
     rank = busy_rank(8)
     probe = attach(rank, CONFIG, serve=False)
@@ -151,6 +155,7 @@ def test_an_accelerator_table_is_read_with_one_gather_and_a_cpu_table_per_reques
     assert on_meta[0].shape[0] == sum(int(t.shape[0]) for t in on_cpu)
 
 
+@pytest.mark.slow  # not core: the inner loop skips it, CI runs it
 def test_the_device_benchmark_checks_its_censuses_where_it_runs(tmp_path: Path) -> None:
     """``bench_probe_device.py --device cpu`` runs the CUDA benchmark's whole path (build, fault,
     place, census, compare) on the CPU: the benchmark itself stays working without a GPU."""

@@ -21,7 +21,6 @@ from poolwatch.model import Pool
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang import mamba_census as census
-from poolwatch.probe.sglang import requests
 from poolwatch.probe.sglang.footprint import _one
 from poolwatch.probe.sglang.requests import collect_live
 from poolwatch.probe.sglang.scheduler_probe import Probe
@@ -173,12 +172,12 @@ UNIFIED = {"unified": 1, "prefill": 0, "decode": 0}
     ],
 )
 def test_samples_kept_between_steps_match_from_scratch_samples_as_requests_join_leave_and_move(
-    version: str, roles: dict[str, int], monkeypatch: pytest.MonkeyPatch
+    version: str, roles: dict[str, int]
 ) -> None:
-    monkeypatch.setattr(requests, "EXACT_BELOW", 0)  # recall even a short queue
     shape = shape_for_version(version)
     cluster = busy_cluster(version, **roles)
-    kept = {id(s): (WaitingHolders(), Memo()) for s in cluster.schedulers}
+    # exact_below=0: recall even a short queue between exact scans
+    kept = {id(s): (WaitingHolders(exact_below=0), Memo()) for s in cluster.schedulers}
     recalled_holders = 0
     for _ in range(150):
         cluster.step()

@@ -20,6 +20,7 @@ from poolwatch.conservation import signature
 from poolwatch.discovery.files import read_secret
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.endpoint import server as probe_server
+from poolwatch.probe.endpoint.server import ProbeServer
 from poolwatch.probe.sglang.hooks import attach, detach
 from poolwatch.probe.sglang.scheduler_probe import Probe
 
@@ -119,14 +120,16 @@ def test_connections_past_the_limit_get_503_and_idle_ones_do_not_add_threads(
     assert statuses[-1] == 200
 
 
-def test_a_silent_connection_is_closed_after_the_head_timeout(
-    served: tuple[Probe, Rank, int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(probe_server, "HEAD_TIMEOUT_S", 0.2)
-    sock = socket.create_connection(("127.0.0.1", served[2]), timeout=10)
-    sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # a head that never ends
-    assert sock.recv(100) == b""  # closed by the probe, well before the 10 s socket timeout
-    sock.close()
+def test_a_silent_connection_is_closed_after_the_head_timeout(served: tuple[Probe, Rank, int]) -> None:
+    server = ProbeServer(served[0], head_timeout_s=0.2)
+    server.start()
+    try:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # a head that never ends
+        assert sock.recv(100) == b""  # closed by the probe, well before the 10 s socket timeout
+        sock.close()
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize(

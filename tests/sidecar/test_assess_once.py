@@ -4,15 +4,15 @@ exporter, the API, ``check``'s verdict and the long-poll signature all read that
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import TypeVar
 
 import httpx
-import pytest
 from fastapi import FastAPI
 from prometheus_client import generate_latest
 from tests.helpers import FakeClock
 
-from poolwatch import conservation
 from poolwatch.catalog.spec import RANK_LABELS, rank_label_values
 from poolwatch.conservation import Finding, assess_snapshot, describe, findings, signature
 from poolwatch.detect.alert import rank_labels
@@ -24,30 +24,37 @@ from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.metrics.collectors import rank_labels as exporter_rank_labels
 from poolwatch.sidecar.store import SnapshotStore
 
+T = TypeVar("T")
 
-@pytest.fixture
-def assessed(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
-    """How many times each snapshot's pools were assessed, by snapshot id."""
-    calls: Counter[int] = Counter()
-    real = conservation._assess_pools
 
-    def counting(snap: Snapshot) -> object:
-        calls[id(snap)] += 1
-        return real(snap)
+def counted(snap: Snapshot, computed: Counter[str]) -> Snapshot:
+    """``snap`` as a snapshot that counts in ``computed`` every value derived from it (the pools'
+    findings are memoised through :meth:`Snapshot.derived`); a ``replace()`` of it counts anew."""
 
-    monkeypatch.setattr(conservation, "_assess_pools", counting)
-    return calls
+    class Counted(Snapshot):
+        __slots__ = ()
+
+        def derived(self, key: str, compute: Callable[[], T]) -> T:
+            def counting() -> T:
+                computed[key] += 1
+                return compute()
+
+            return super().derived(key, counting)
+
+    return Counted(**{f.name: getattr(snap, f.name) for f in fields(snap) if f.init})
 
 
 async def test_every_consumer_of_a_stored_snapshot_reads_one_assessment(
-    assessed: Counter[int], seed_snapshot: Snapshot, clock: FakeClock
+    seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
+    computed: Counter[str] = Counter()
     store = SnapshotStore()
     detector = Detector(DetectorConfig(), clock)
     store.subscribe(detector.observe)
-    snap = replace(seed_snapshot, taken_at=clock.now)
+    snap = counted(replace(seed_snapshot, taken_at=clock.now), computed)
+    assert computed == {}
     store.put(snap)
-    assert assessed == {id(snap): 1}  # at store.put, before any reader
+    assert computed == {"findings": 1}  # at store.put, before any reader
 
     detector.evaluate(latest=store.latest(), targets=store.targets())
     generate_latest(build_registry(store, clock, 10.0))
@@ -57,7 +64,7 @@ async def test_every_consumer_of_a_stored_snapshot_reads_one_assessment(
         workers = (await client.get("/api/v1/workers")).json()
     verdict, sig = describe(assess_snapshot(snap)), signature(snap)
 
-    assert assessed == {id(snap): 1}
+    assert computed == {"findings": 1}
     assert "mamba: surplus of 1 slot (double free)" in verdict
     assert sig
     assert workers

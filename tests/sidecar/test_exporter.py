@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from tests.helpers import FIXTURES, FakeClock, require_tool
+from tests.helpers import FakeClock, require_tool
+from tests.sidecar.seeded import GOLDEN, PROCESS_FAMILIES, pinned, seed_store
 
 from poolwatch.catalog.metrics import CATALOG
-from poolwatch.errors import Reason
 from poolwatch.model import (
     Incident,
     IncidentKind,
@@ -25,17 +26,6 @@ from poolwatch.model import (
 )
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
-
-GOLDEN = FIXTURES / "golden" / "seed-metrics.txt"
-
-
-def seed_store(seed: Snapshot, clock: FakeClock) -> SnapshotStore:
-    store = SnapshotStore()
-    store.put(replace(seed, taken_at=clock.now - 0.5))
-    store.record_success("file:seed-snapshot.json", "file", 0.002, at=clock.now - 0.5)
-    store.record_failure("probe:gone", "probe", 2.0, Reason.TIMEOUT, "no answer")
-    return store
-
 
 RANK = {"worker": "qwen3-next-prefill-0", "role": "prefill", "dp_rank": "0", "tp_rank": "0", "pp_rank": "0"}
 MAMBA, FULL = {**RANK, "pool": "mamba"}, {**RANK, "pool": "full"}
@@ -62,7 +52,7 @@ def test_the_seed_exports_a_mamba_gap_of_minus_one(seed_snapshot: Snapshot, cloc
 
 
 def test_the_exposition_matches_the_golden_file(seed_snapshot: Snapshot, clock: FakeClock) -> None:
-    text = render(seed_store(seed_snapshot, clock), clock)
+    text = pinned(render(seed_store(seed_snapshot, clock), clock))
     if os.environ.get("POOLWATCH_UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(text)
@@ -125,9 +115,28 @@ def test_every_exported_family_is_in_the_catalogue(seed_snapshot: Snapshot, cloc
     assert {n if n in catalogued else f"{n}_total" for n in exported} <= catalogued
 
 
+def test_the_sidecar_exports_its_process_figures_like_every_exporter(
+    seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    registry = build_registry(seed_store(seed_snapshot, clock), clock, 10.0)
+    assert {family.name for family in registry.collect()} >= PROCESS_FAMILIES
+    rss = registry.get_sample_value("process_resident_memory_bytes")
+    assert rss is not None
+    assert rss > 1 << 20
+    open_fds = registry.get_sample_value("process_open_fds")
+    max_fds = registry.get_sample_value("process_max_fds")
+    assert open_fds is not None
+    assert max_fds is not None
+    assert 3 <= open_fds <= max_fds
+    started = registry.get_sample_value("process_start_time_seconds")
+    assert started is not None
+    assert started <= time.time()
+    assert (registry.get_sample_value("process_cpu_seconds_total") or 0) > 0
+
+
 def test_catalogue_names_follow_prometheus_conventions() -> None:
     for spec in CATALOG:
-        assert spec.name.startswith("poolwatch_")
+        assert spec.name.startswith("process_" if spec.standard else "poolwatch_"), spec.name
         assert ":" not in spec.name
         assert spec.name.endswith("_total") == (spec.kind.value == "counter"), spec.name
         if spec.unit:

@@ -53,6 +53,7 @@ def fake_fleet(seed: Snapshot) -> httpx.MockTransport:
     return httpx.MockTransport(handle)
 
 
+@pytest.mark.slow  # not core: the inner loop skips it, CI runs it
 async def test_a_thousand_long_polling_probes_are_each_refreshed_every_interval_with_four_scrape_slots(
     seed_snapshot: Snapshot,
 ) -> None:

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 import httpx
+import pytest
 from tests.fleet_helpers import RouteProbe, scrape_until
 from tests.helpers import FakeClock
 
@@ -59,6 +60,7 @@ def steady_fleet(seed: Snapshot, bodies: Counter[int]) -> httpx.MockTransport:
     return httpx.MockTransport(handle)
 
 
+@pytest.mark.slow  # not core: the inner loop skips it, CI runs it
 async def test_a_thousand_unchanged_probes_stay_fresh_on_their_clock_alone(seed_snapshot: Snapshot) -> None:
     bodies: Counter[int] = Counter()
     sources = [

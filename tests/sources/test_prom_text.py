@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from tests.strategies import encodable_text
 
 from poolwatch.sources.prom_text import PromTextError, Sample, parse_samples
 
@@ -50,7 +51,7 @@ def test_a_malformed_wanted_line_is_an_error_naming_it(line: str) -> None:
         list(parse_samples(line + "\n", everything))
 
 
-label_values = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=20)
+label_values = encodable_text(20)
 values = st.floats(allow_nan=False, allow_infinity=True, width=64)
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.helpers import FIXTURES, FakeClock
+from tests.strategies import slot_counts
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.errors import PayloadError, Reason, ScrapeError
@@ -212,8 +213,8 @@ async def test_a_bad_metrics_answer_fails_with_its_reason(response: httpx.Respon
 
 
 @given(
-    st.integers(0, 10**7),
-    st.integers(0, 10**7),
+    slot_counts,
+    slot_counts,
     st.integers(-(10**4), 10**7),
     st.integers(0, 3),
     st.integers(0, 7),

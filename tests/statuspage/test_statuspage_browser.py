@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import FIXTURES, FakeClock, require_tool
+from tests.helpers import CHROMIUM_ARGS, FIXTURES, FakeClock, require_tool
 from tests.statuspage.server import serve
 
 from poolwatch.detect.config import DetectorConfig
@@ -29,15 +29,6 @@ from poolwatch.sources.file import FileSource
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 RED, AMBER = "rgb(207, 34, 46)", "rgb(191, 135, 0)"
 TIMEOUT_MS = 10_000
 

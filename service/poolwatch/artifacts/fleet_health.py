@@ -24,6 +24,18 @@ NOT_CHARTED: dict[str, str] = {
     "poolwatch_rank_restart_timestamp_seconds": "a time, read by the incident rules",
     "poolwatch_probe_samples_total": "a count with no meaning on its own; the probe's cost is charted",
     "poolwatch_target_scrapes_total": "attempts; failures by reason and target health are charted",
+    **dict.fromkeys(
+        (
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ),
+        "a standard family every exporter in the pod exports under the same name (SGLang's own "
+        "/metrics too); a generic exporter dashboard reads it per scrape job",
+    ),
 }
 
 

@@ -7,7 +7,7 @@ base units (``_slots``, ``_seconds``), ``_total`` for counters, no colons.
 
 The entries' shape and label sets are in :mod:`poolwatch.catalog.spec`.  :data:`CATALOG` lists
 the watched ranks' metrics first (one series per rank and pool), then the sidecar's own (targets,
-alerts, process).
+alerts, process), then the standard ``process_*`` families of client_python's process collector.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from poolwatch.catalog.spec import (
     POOL_LABELS,
     RANK_LABELS,
     TARGET_LABELS,
+    Kind,
     MetricSpec,
 )
 from poolwatch.catalog.spec import counter as _c
@@ -172,6 +173,32 @@ _RANKS: tuple[MetricSpec, ...] = (
     ),
 )
 
+
+def _standard(name: str, kind: Kind, help_: str, unit: str = "") -> MetricSpec:
+    return MetricSpec(name, kind, help_, (), unit, "process", standard=True)
+
+
+# client_python's process collector (Linux /proc), on the sidecar's /metrics like any exporter's
+_PROCESS: tuple[MetricSpec, ...] = (
+    _standard(
+        "process_cpu_seconds_total", Kind.COUNTER, "CPU time (user + system) the sidecar process used."
+    ),
+    _standard(
+        "process_resident_memory_bytes", Kind.GAUGE, "Resident memory (RSS) of the sidecar process.", "bytes"
+    ),
+    _standard(
+        "process_virtual_memory_bytes", Kind.GAUGE, "Virtual memory size of the sidecar process.", "bytes"
+    ),
+    _standard("process_open_fds", Kind.GAUGE, "File descriptors the sidecar process holds open."),
+    _standard("process_max_fds", Kind.GAUGE, "The sidecar process's limit of open file descriptors."),
+    _standard(
+        "process_start_time_seconds",
+        Kind.GAUGE,
+        "Unix time at which the sidecar process started.",
+        "seconds",
+    ),
+)
+
 CATALOG: tuple[MetricSpec, ...] = (
     *_RANKS,
     # --- targets (the sidecar's own scraping) ---
@@ -266,6 +293,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         ("what",),
         "process",
     ),
+    *_PROCESS,
 )
 
 

@@ -61,6 +61,9 @@ class MetricSpec:
     labels: tuple[str, ...]
     unit: str = ""
     group: str = "pools"  # section of the README table
+    # a family every Prometheus client library exports under its standard name (client_python's
+    # process collector: ``process_*``), not poolwatch's own ``poolwatch_*``
+    standard: bool = False
 
 
 def gauge(name: str, help_: str, labels: tuple[str, ...], unit: str = "", group: str = "pools") -> MetricSpec:

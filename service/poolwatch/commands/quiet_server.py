@@ -28,10 +28,11 @@ _COUNTER_WRAP = 864_000  # uvicorn's own wrap of the tick counter
 
 
 class QuietServer(uvicorn.Server):
-    """A ``uvicorn.Server`` whose main loop wakes once a second or when asked to exit."""
+    """A ``uvicorn.Server`` whose main loop wakes once a second (``tick_s``) or when asked to exit."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, *, tick_s: float = TICK_S) -> None:
         super().__init__(config)
+        self._tick_s = tick_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nap: asyncio.Future[None] | None = None
 
@@ -41,7 +42,7 @@ class QuietServer(uvicorn.Server):
         should_exit = await self.on_tick(counter)
         while not should_exit:
             counter = (counter + _TICKS_PER_HEADER) % _COUNTER_WRAP  # every tick refreshes the header
-            await self._doze(TICK_S)
+            await self._doze(self._tick_s)
             should_exit = await self.on_tick(counter)
 
     async def _doze(self, seconds: float) -> None:

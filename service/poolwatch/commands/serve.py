@@ -25,7 +25,8 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import ClassVar
 
 import uvicorn
 from fastapi import FastAPI
@@ -47,13 +48,17 @@ GC_YOUNG_OBJECTS = 50_000  # new container objects between two young collections
 
 
 class GuardedH11(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with a request-head deadline and a cap on open connections."""
+    """uvicorn's HTTP/1.1 protocol with a request-head deadline and a cap on open connections
+    (a subclass may set other limits: ``server_config(..., http=...)``)."""
+
+    head_timeout_s: ClassVar[float] = HEAD_TIMEOUT_S
+    max_connections: ClassVar[int] = MAX_CONNECTIONS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.opened_at = time.monotonic()
-        self.head_deadline = self.loop.call_later(HEAD_TIMEOUT_S, self._no_head)
-        if len(self.connections) > MAX_CONNECTIONS:
+        self.head_deadline = self.loop.call_later(self.head_timeout_s, self._no_head)
+        if len(self.connections) > self.max_connections:
             _close_oldest_idle(self.connections, self)
 
     def handle_events(self) -> None:
@@ -95,14 +100,14 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def server_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
+def server_config(app: FastAPI, settings: Settings, *, http: type[GuardedH11] = GuardedH11) -> uvicorn.Config:
     """uvicorn's settings for the sidecar (see the module docstring)."""
     return uvicorn.Config(
         app,
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
-        http=GuardedH11,
+        http=http,
         access_log=False,
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_S,
@@ -138,7 +143,13 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_OBJECTS, 20, 20)
 
 
-def run(args: argparse.Namespace) -> int:
+def _serve_quietly(config: uvicorn.Config) -> None:
+    QuietServer(config).run()
+
+
+def run(args: argparse.Namespace, *, serve: Callable[[uvicorn.Config], None] = _serve_quietly) -> int:
+    """Build the app, tune the process (file descriptors, collector), then ``serve`` until told
+    to stop."""
     try:
         settings, app = _build(args)
     except ConfigError as exc:
@@ -146,5 +157,5 @@ def run(args: argparse.Namespace) -> int:
         return 2
     _raise_fd_limit()
     _tune_gc()
-    QuietServer(server_config(app, settings)).run()
+    serve(server_config(app, settings))
     return 0

@@ -10,7 +10,8 @@ the rank's sampled alerts (of every source) resolve unless the new boot shows th
 source's trend windows start over, and a restart also ends the rank's log
 incidents (a crash or failed idle check read before the new boot resolves at once, as the
 generated rules do by comparing the incident and restart timestamps).  Alerts with the same labels from
-two sources are merged into one.  The state machine itself is
+two sources are merged into one.  What each snapshot, log line and timer turn shows is judged by
+the alert families (:class:`~poolwatch.detect.families.Families`); the state machine itself is
 :class:`~poolwatch.detect.tracker.Tracker`; a lock makes the detector safe to read from the
 ``/metrics`` thread.
 """
@@ -20,27 +21,19 @@ from __future__ import annotations
 import threading
 import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from poolwatch.conservation import Basis, findings
-from poolwatch.detect.alert import Alert, Signal, Verdict, forget_labels, sampled_subject
+from poolwatch.detect.alert import Alert, Signal, forget_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.forecast import PoolTrend, best_trends, fitted, forecast_signals, forecast_warnings
-from poolwatch.detect.health import (
-    incident_signals,
-    probe_judged,
-    probe_signals,
-    stale_signals,
-    target_signals,
-)
-from poolwatch.detect.repairs import repair_judged, repair_signals
+from poolwatch.detect.families import Families, JudgedMemo
+from poolwatch.detect.family import Seen
+from poolwatch.detect.forecast import PoolTrend, best_trends, fitted
 from poolwatch.detect.rules import by_name
-from poolwatch.detect.schema import AlertName, dashboard_link
-from poolwatch.detect.signals import conservation_judged, conservation_signals
+from poolwatch.detect.schema import dashboard_link
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries
-from poolwatch.detect.verdicts import JudgedMemo, scan
 from poolwatch.model import Pool, Snapshot, WorkerId
 from poolwatch.target_health import TargetState
 
@@ -71,14 +64,15 @@ class Detector:
         memo: bool = True,
     ) -> None:
         """``config``: the thresholds, or the whole mixin config (thresholds, runbook and
-        dashboard links) that the generated rules are built from too.  ``memo=False`` judges every
-        snapshot from scratch (the reference the tests compare the memoised verdicts with)."""
+        dashboard links) that the generated rules are built from too.  ``memo=False`` builds every
+        snapshot's verdict set from scratch (the reference the tests compare the memoised one with)."""
         self._mixin = config if isinstance(config, MixinConfig) else MixinConfig(detector=config)
         self._cfg = self._mixin.detector
         self._clock = clock
         self._extra = {k: v for k, v in (extra_labels or {}).items() if v}  # e.g. the namespace
         self._ranks: dict[str, _Rank] = {}
         self._incident_at: dict[str, dict[str, float]] = {}  # rank key -> alert -> last read
+        self._families = Families(self._cfg)
         self._tracker = Tracker(self._cfg, self._annotate)
         self._lock = threading.Lock()
         self._memo = memo
@@ -89,8 +83,10 @@ class Detector:
         subject = sampled_subject(snap)
         with self._lock:
             rank = self._rank(subject, snap, now)
-            signals, judged = self._judge(rank, snap) if self._memo else self._judge_all(rank, snap)
-            self._tracker.sample(subject, signals, judged, (snap.boot_id, snap.seq), now)
+            seen = Seen(snap, findings(snap), fitted(rank.series), self._errors_before(rank, snap))
+            families = self._families
+            judged = rank.judged.judged_by(seen, families) if self._memo else families.judged(seen)
+            self._tracker.sample(subject, families.signals(seen), judged, (snap.boot_id, snap.seq), now)
             if snap.incidents:
                 self._incidents(snap, now)
 
@@ -106,10 +102,11 @@ class Detector:
         every alert."""
         now = self._clock() if now is None else now
         with self._lock:
+            stale, down = self._families.stale, self._families.targets
             if latest is not None:
-                self._tracker.timed({AlertName.SNAPSHOT_STALE}, stale_signals(latest, self._cfg, now), now)
+                self._tracker.timed(stale.alerts, stale.signals(latest, now), now)
             if targets is not None:
-                self._tracker.timed({AlertName.TARGET_DOWN}, target_signals(targets, self._cfg, now), now)
+                self._tracker.timed(down.alerts, down.signals(targets, now), now)
             self._tracker.tick(now)
             return self._labelled(self._tracker.alerts())
 
@@ -177,27 +174,6 @@ class Detector:
                 series.add(snap.taken_at, finding.gap, free)
         return rank
 
-    def _judge(self, rank: _Rank, snap: Snapshot) -> tuple[list[Signal], Set[Verdict]]:
-        """``snap``'s signals and verdicts, as :meth:`_judge_all` builds them, but cheap for a
-        healthy rank: no signal is built where nothing is found, and the verdict set is the
-        rank-source's last one while the snapshot's signature stays (:mod:`.verdicts`)."""
-        known, troubled = scan(snap)
-        fits = fitted(rank.series)
-        signals = conservation_signals(snap, self._cfg) if troubled or snap.tripwires else []
-        signals += forecast_warnings(fits, snap, self._cfg)
-        signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
-        if snap.repairs:
-            signals += repair_signals(snap)
-        return signals, rank.judged.judged_by(snap, known, tuple(pool for pool, _ in fits))
-
-    def _judge_all(self, rank: _Rank, snap: Snapshot) -> tuple[list[Signal], Set[Verdict]]:
-        forecasts, forecast_judged = forecast_signals(rank.series, snap, self._cfg)
-        signals = conservation_signals(snap, self._cfg) + forecasts
-        signals += probe_signals(snap, self._errors_before(rank, snap), self._cfg)
-        signals += repair_signals(snap)
-        judged = conservation_judged(snap) | probe_judged(snap) | forecast_judged | repair_judged(snap)
-        return signals, judged
-
     def _restart(self, key: str, now: float) -> None:
         """Rank ``key`` was seen in a new boot ``now`` (by any of its sources: a boot is the
         process's): every source's sampled alerts of the old boot hold until the new boot shows
@@ -211,7 +187,7 @@ class Detector:
             self._tracker.forget(lambda sig: sig.subject == key and sig.alert in ended, RESTARTED, now)
 
     def _incidents(self, snap: Snapshot, now: float) -> None:
-        signals = incident_signals(snap, self._cfg, now)
+        signals = self._families.incidents.signals(snap, now)
         if signals:
             self._incident_at.setdefault(snap.worker.key, {}).update((s.alert, now) for s in signals)
             self._tracker.events(signals, now)

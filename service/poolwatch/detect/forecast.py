@@ -1,9 +1,10 @@
-"""Pool exhaustion forecasts: each pool's fitted leak rate as PoolwatchPoolExhaustionForecast.  Pure.
+"""The forecast family: each pool's fitted leak rate as PoolwatchPoolExhaustionForecast.  Pure.
 
 The detector keeps one :class:`~poolwatch.detect.trend.GapSeries` per pool of each rank as one
-source sees it (fed from the pool's exact or idle-residual gap); here each series' trend becomes a
-verdict on the forecast alert of its pool (a fitted trend judges it; none yet leaves it be) and,
-when the pool would run out of free slots within ``exhaustion_horizon``, a warning signal.
+source sees it (fed from the pool's exact or idle-residual gap) and hands each snapshot the fitted
+ones (:func:`fitted`); :class:`ExhaustionForecast` makes each fitted trend a verdict on the forecast
+alert of its pool (a fitted trend judges it; none yet leaves it be) and, when the pool would run out
+of free slots within ``exhaustion_horizon``, a warning signal.
 :func:`best_trends` lists every pool's trend for the API, the probe's where a rank has two sources.
 Pools are taken in :class:`~poolwatch.model.Pool` order, looked up in a table built once.
 """
@@ -15,14 +16,13 @@ from dataclasses import dataclass
 
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.schema import AlertName, Severity
-from poolwatch.detect.signals import where
+from poolwatch.detect.family import Seen, where
+from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.detect.trend import GapSeries, Trend
-from poolwatch.model import Pool, Snapshot, SourceKind, WorkerId
+from poolwatch.model import Pool, SourceKind, WorkerId
 
-__all__ = ["FORECAST", "PoolTrend", "best_trends", "fitted", "forecast_signals", "forecast_warnings"]
+__all__ = ["ExhaustionForecast", "PoolTrend", "best_trends", "fitted"]
 
-FORECAST = AlertName.POOL_EXHAUSTION_FORECAST
 _ORDER = {pool: index for index, pool in enumerate(Pool)}
 
 
@@ -43,32 +43,42 @@ def fitted(series: Mapping[Pool, GapSeries]) -> tuple[tuple[Pool, Trend], ...]:
     return tuple(out)
 
 
-def forecast_warnings(
-    fits: Iterable[tuple[Pool, Trend]], snap: Snapshot, cfg: DetectorConfig
-) -> list[Signal]:
-    """A warning for every fitted pool (see :func:`fitted`) that runs out within the horizon."""
-    out: list[Signal] = []
-    for pool, trend in fits:
-        if trend.eta is None or trend.eta >= cfg.exhaustion_horizon:
-            continue
-        text = (
-            f"The {pool.value} pool of {where(snap)} loses {trend.rate * 3600:.1f} slots per hour; "
-            f"at that rate it has no free slot left in {trend.eta / 3600:.1f} h."
-        )
-        wait = (cfg.deficit_samples, cfg.forecast_for)
-        labels = rank_labels(snap.worker, pool.value)
-        out.append(Signal(FORECAST, sampled_subject(snap), Severity.WARNING, labels, text, trend.eta, *wait))
-    return out
+@dataclass(frozen=True, slots=True)
+class ExhaustionForecast:
+    """PoolwatchPoolExhaustionForecast, per pool, judged on every snapshot from its fitted trends."""
 
+    config: DetectorConfig
+    alerts = (AlertName.POOL_EXHAUSTION_FORECAST,)
+    mode = Mode.SAMPLED
 
-def forecast_signals(
-    series: Mapping[Pool, GapSeries], snap: Snapshot, cfg: DetectorConfig
-) -> tuple[list[Signal], set[Verdict]]:
-    """The forecast signals of one rank-source's pools at ``snap``, and the verdicts they judge
-    (every fitted pool's: a fitted trend judges its forecast; none yet leaves it be)."""
-    fits = fitted(series)
-    judged: set[Verdict] = {(FORECAST, rank_labels(snap.worker, pool.value)) for pool, _ in fits}
-    return forecast_warnings(fits, snap, cfg), judged
+    def signals(self, seen: Seen) -> list[Signal]:
+        """A warning for every fitted pool that runs out within the horizon."""
+        cfg, snap = self.config, seen.snap
+        out: list[Signal] = []
+        for pool, trend in seen.fits:
+            if trend.eta is None or trend.eta >= cfg.exhaustion_horizon:
+                continue
+            text = (
+                f"The {pool.value} pool of {where(snap)} loses {trend.rate * 3600:.1f} slots per hour; "
+                f"at that rate it has no free slot left in {trend.eta / 3600:.1f} h."
+            )
+            wait = (cfg.deficit_samples, cfg.forecast_for)
+            labels = rank_labels(snap.worker, pool.value)
+            forecast = AlertName.POOL_EXHAUSTION_FORECAST
+            out.append(
+                Signal(forecast, sampled_subject(snap), Severity.WARNING, labels, text, trend.eta, *wait)
+            )
+        return out
+
+    def signature(self, seen: Seen) -> tuple[Pool, ...]:
+        """The pools with a fitted trend."""
+        return tuple([pool for pool, _ in seen.fits])
+
+    def judged(self, seen: Seen) -> set[Verdict]:
+        worker = seen.snap.worker
+        return {
+            (AlertName.POOL_EXHAUSTION_FORECAST, rank_labels(worker, pool.value)) for pool, _ in seen.fits
+        }
 
 
 def best_trends(ranks: Iterable[tuple[WorkerId, str, Mapping[Pool, GapSeries]]]) -> list[PoolTrend]:

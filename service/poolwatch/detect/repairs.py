@@ -1,23 +1,25 @@
-"""What the probe's opt-in guard repaired, as PoolwatchProbeRepaired signals.  Pure functions.
+"""The repair family: what the probe's opt-in guard repaired, as PoolwatchProbeRepaired.  Pure.
 
 A snapshot from a probe with ``POOLWATCH_PROBE_GUARD=1`` carries one
 :class:`~poolwatch.model.Repair` per pool and kind (a running count plus the last action's slot
 ids, hook, iteration and requests).  Any repair is a warning, per pool, for as long as the probe's
 boot lasts: the worker kept serving, but a fault happened, the state of the requests named may be
 wrong, and the worker should be restarted at a quiet moment (runbook PoolwatchProbeRepaired).
+A probe snapshot is a verdict on the repair alert of every pool it reports.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.schema import Severity
-from poolwatch.model import Pool, Repair, RepairKind, Snapshot
+from poolwatch.detect.family import Seen
+from poolwatch.detect.schema import AlertName, Mode, Severity
+from poolwatch.model import Pool, Repair, RepairKind
 
-__all__ = ["PROBE_REPAIRED", "repair_judged", "repair_signals"]
+__all__ = ["GuardRepairs"]
 
-PROBE_REPAIRED = "PoolwatchProbeRepaired"
 _DID = {
     RepairKind.QUARANTINE: "took {n} off the free list (a live request or the tree owns it)",
     RepairKind.DEDUPLICATE: "removed {n} duplicate free-list entr{ies}",
@@ -33,23 +35,38 @@ def _sentence(r: Repair) -> str:
     return f"The guard {did}; last: slot(s) [{shown}] after {r.hook} at iteration {r.seq}{who}."
 
 
-def repair_signals(snap: Snapshot) -> list[Signal]:
-    """One warning per pool the guard repaired on this rank (this boot)."""
-    by_pool: dict[Pool, list[Repair]] = defaultdict(list)
-    for repair in snap.repairs:
-        by_pool[repair.pool].append(repair)
-    out = []
-    for pool, repairs in sorted(by_pool.items(), key=lambda kv: list(Pool).index(kv[0])):
-        text = " ".join(_sentence(r) for r in repairs)
-        text += " SGLang kept serving; restart the worker at a quiet moment and report the fault upstream."
-        value = float(sum(r.count for r in repairs))
-        labels = rank_labels(snap.worker, pool.value)
-        out.append(Signal(PROBE_REPAIRED, sampled_subject(snap), Severity.WARNING, labels, text, value))
-    return out
+@dataclass(frozen=True, slots=True)
+class GuardRepairs:
+    """PoolwatchProbeRepaired, per pool, judged on every snapshot."""
 
+    alerts = (AlertName.PROBE_REPAIRED,)
+    mode = Mode.SAMPLED
 
-def repair_judged(snap: Snapshot) -> set[Verdict]:
-    """A probe snapshot judges the repair alert of every pool it reports."""
-    if snap.probe is None:
-        return set()
-    return {(PROBE_REPAIRED, rank_labels(snap.worker, p.value)) for p in snap.pools}
+    def signals(self, seen: Seen) -> list[Signal]:
+        """One warning per pool the guard repaired on this rank (this boot)."""
+        snap = seen.snap
+        if not snap.repairs:
+            return []
+        by_pool: dict[Pool, list[Repair]] = defaultdict(list)
+        for repair in snap.repairs:
+            by_pool[repair.pool].append(repair)
+        out = []
+        for pool, repairs in sorted(by_pool.items(), key=lambda kv: list(Pool).index(kv[0])):
+            text = " ".join(_sentence(r) for r in repairs)
+            text += (
+                " SGLang kept serving; restart the worker at a quiet moment and report the fault upstream."
+            )
+            value = float(sum(r.count for r in repairs))
+            labels = rank_labels(snap.worker, pool.value)
+            repaired = AlertName.PROBE_REPAIRED
+            out.append(Signal(repaired, sampled_subject(snap), Severity.WARNING, labels, text, value))
+        return out
+
+    def signature(self, seen: Seen) -> tuple[Pool, ...]:
+        """The pools a probe snapshot reports (none without the probe)."""
+        snap = seen.snap
+        return tuple(snap.pools) if snap.probe is not None else ()
+
+    def judged(self, seen: Seen) -> set[Verdict]:
+        worker = seen.snap.worker
+        return {(AlertName.PROBE_REPAIRED, rank_labels(worker, p.value)) for p in self.signature(seen)}

@@ -5,7 +5,7 @@ the runbooks and the docs (monitoring-mixins style).
 config; the alerts poolwatch judges itself are written here, the meta-alerts (Prometheus watching
 poolwatch) in :mod:`poolwatch.detect.meta_alerts`.  What an alert definition is made of (names,
 severities, scopes, modes, :class:`PromRule`, :class:`AlertDef`) lives in
-:mod:`poolwatch.detect.schema` and is re-exported here.  The sidecar's detector
+:mod:`poolwatch.detect.schema` (import it from there).  The sidecar's detector
 (:mod:`poolwatch.detect.detector`) and the generated Prometheus rules
 (:mod:`poolwatch.artifacts.rules`) raise the same names with the same labels.
 """

@@ -5,7 +5,8 @@ Names are CamelCase with the ``Poolwatch`` prefix (:class:`AlertName`).  ``sever
 ``description`` with the figures, a ``runbook_url`` derived from its name
 (``docs/runbooks/<Name>.md``) and a ``dashboard_url`` (:func:`dashboard_link`, the dashboard for
 its :class:`Scope` with that scope's variables set).  The alerts themselves are the data in
-:mod:`poolwatch.detect.rules`, which re-exports this vocabulary.
+:mod:`poolwatch.detect.rules`; the detector judges each one in a family
+(:mod:`poolwatch.detect.families`).
 """
 
 from __future__ import annotations

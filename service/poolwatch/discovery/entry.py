@@ -5,7 +5,7 @@ written atomically (a temporary file then ``os.replace``) and removed at exit; t
 :meth:`DiscoveryEntry.to_json`.  :func:`parse_discovery` is the pure check the sidecar applies to
 each decoded file: a URL off this host's loopback is refused (:class:`NotLoopbackError`), any
 other bad field raises :class:`DiscoveryFormatError` naming it.  Stdlib only: the in-process probe
-imports it.  :mod:`poolwatch.discovery.directory` is the contract's public face and re-exports these names.
+imports it.
 """
 
 from __future__ import annotations

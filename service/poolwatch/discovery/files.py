@@ -10,8 +10,8 @@ Every file read so, and the directory itself, must be this user's or root's and 
 one else (:mod:`poolwatch.discovery.safety`; :class:`~poolwatch.discovery.safety.UnsafePathError`
 otherwise).  The secret (:data:`SECRET_FILE`, mode 0600, created once by whichever rank comes
 first) is the key of the probe's mutating endpoints and of the final snapshots' signatures; it is
-proven, never sent (:mod:`poolwatch.discovery.auth`).  Stdlib only: the
-in-process probe imports it.  :mod:`poolwatch.discovery.directory` re-exports these names.
+proven, never sent (:mod:`poolwatch.discovery.auth`).  Stdlib only: the in-process probe
+imports it.
 """
 
 from __future__ import annotations

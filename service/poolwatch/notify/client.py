@@ -1,62 +1,54 @@
 """The HTTP client the notifiers share: optional bearer token or basic auth, TLS verified by
-default (optionally against a custom CA bundle).  Secrets are read from files, never from flags."""
+default (optionally against a custom CA bundle).
+
+It takes plain values: the secrets themselves (the sidecar reads them from files and names its
+settings in errors, :mod:`poolwatch.settings.secrets`), the CA bundle's path and the verify flag."""
 
 from __future__ import annotations
 
 import ssl
-from pathlib import Path
 
 import httpx
 
 from poolwatch.errors import ConfigError
-from poolwatch.settings.groups import AlertSettings
 
-__all__ = ["auth_headers", "build_client", "tls_verify"]
-
-
-def _read_secret(setting: str, path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"POOLWATCH_{setting.upper()}: cannot read {path}: {exc.strerror}") from None
+__all__ = ["build_client", "tls_verify"]
 
 
-def auth_headers(settings: AlertSettings) -> dict[str, str]:
-    if settings.bearer_token_file and settings.basic_auth_user:
-        raise ConfigError("POOLWATCH_BEARER_TOKEN_FILE: set either a bearer token or basic auth, not both")
-    if settings.bearer_token_file:
-        return {"Authorization": "Bearer " + _read_secret("bearer_token_file", settings.bearer_token_file)}
-    return {}
-
-
-def _basic_auth(settings: AlertSettings) -> httpx.BasicAuth | None:
-    if not settings.basic_auth_user:
-        return None
-    password = ""
-    if settings.basic_auth_password_file:
-        password = _read_secret("basic_auth_password_file", settings.basic_auth_password_file)
-    return httpx.BasicAuth(settings.basic_auth_user, password)
-
-
-def tls_verify(settings: AlertSettings) -> ssl.SSLContext | bool:
-    if not settings.tls_verify:
+def tls_verify(verify: bool = True, ca_file: str = "") -> ssl.SSLContext | bool:
+    """What httpx verifies the receivers with: nothing (``verify`` off), the system's trust store,
+    or ``ca_file``'s.  A bundle that cannot be loaded is a :class:`ConfigError` naming the file."""
+    if not verify:
         return False
-    if not settings.ca_file:
+    if not ca_file:
         return True
     try:
-        return ssl.create_default_context(cafile=settings.ca_file)
+        return ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"POOLWATCH_CA_FILE: cannot load {settings.ca_file}: {exc}") from None
+        raise ConfigError(f"cannot load {ca_file}: {exc}") from None
 
 
 def build_client(
-    settings: AlertSettings, transport: httpx.AsyncBaseTransport | None = None, timeout: float = 10.0
+    *,
+    token: str = "",
+    basic_auth: tuple[str, str] | None = None,
+    verify: bool = True,
+    ca_file: str = "",
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float = 10.0,
 ) -> httpx.AsyncClient:
-    """Raises :class:`ConfigError` (one line) for an unreadable secret or CA file."""
+    """A client sending ``token`` as a bearer token or ``basic_auth`` (user, password) -- not
+    both -- and verifying TLS as :func:`tls_verify` says.  Raises :class:`ConfigError` (one line)
+    for a CA bundle that cannot be loaded."""
+    if token and basic_auth is not None:
+        raise ValueError("give a bearer token or basic auth, not both")
+    headers = {"User-Agent": "poolwatch"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
     return httpx.AsyncClient(
         transport=transport,
         timeout=timeout,
-        verify=tls_verify(settings),
-        auth=_basic_auth(settings),
-        headers={"User-Agent": "poolwatch", **auth_headers(settings)},
+        verify=tls_verify(verify, ca_file),
+        auth=httpx.BasicAuth(*basic_auth) if basic_auth is not None else None,
+        headers=headers,
     )

@@ -29,9 +29,10 @@ from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.errors import ConfigError
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
-from poolwatch.notify.client import auth_headers, build_client, tls_verify
+from poolwatch.notify.client import build_client
 from poolwatch.notify.delivery import Deliverer, DeliveryStats, Receiver
 from poolwatch.notify.webhook import WebhookReceiver
+from poolwatch.settings.access import ReceiverAccess, receiver_access
 from poolwatch.settings.groups import AlertSettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerts_api import alerts_router
@@ -66,6 +67,7 @@ class AlertWiring:
         settings: AlertSettings,
         clock: Callable[[], float],
         *,
+        access: ReceiverAccess | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = asyncio.sleep,
         forget_after: float = 3600.0,
@@ -74,6 +76,7 @@ class AlertWiring:
         self._store = store
         self._forget_after = forget_after
         self._settings = settings
+        self._access = access or receiver_access(settings)
         self._clock = clock
         self._transport = transport
         self._sleep = sleep
@@ -135,7 +138,10 @@ class AlertWiring:
         if self._tasks:
             return
         self._loop = asyncio.get_running_loop()
-        self._client = build_client(self._settings, self._transport)
+        x, transport = self._access, self._transport
+        self._client = build_client(
+            token=x.token, basic_auth=x.basic_auth, verify=x.verify, ca_file=x.ca_file, transport=transport
+        )
         self._deliverers = [
             Deliverer(
                 r,
@@ -211,13 +217,14 @@ def build_alerting(
 ) -> AlertWiring:
     """Detector + notifiers for the sidecar; a bad setting raises :class:`ConfigError` here."""
     a = settings.alerting
-    auth_headers(a)
-    tls_verify(a)  # unreadable secrets or CA files fail now, not at the first page
+    access = receiver_access(a)  # unreadable secrets or CA files fail now, not at the first page
     ident = settings.identity
     labels = {**alert_labels(a.alert_labels), "namespace": ident.namespace, "pod": ident.pod}
     detector = Detector(settings.mixin(), clock, extra_labels=labels)
     forget = ident.forget_after
-    alerting = AlertWiring(detector, store, a, clock, transport=transport, sleep=sleep, forget_after=forget)
+    alerting = AlertWiring(
+        detector, store, a, clock, access=access, transport=transport, sleep=sleep, forget_after=forget
+    )
     alerting.restore()
     store.subscribe(detector.observe)
     store.subscribe(alerting.wake_on_firing)

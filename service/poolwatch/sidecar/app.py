@@ -14,7 +14,7 @@ import httpx
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
@@ -32,7 +32,7 @@ from poolwatch.sidecar.supervise import SupervisorCollector
 from poolwatch.sources.base import Source
 from poolwatch.sources.targets import TargetSet
 
-__all__ = ["build_exposition", "build_registry", "create_app"]
+__all__ = ["build_exposition", "build_registry", "create_app", "process_collector"]
 
 STATIC_DIR = Path(__file__).parent.parent / "static"
 GZIP_LEVEL = 1  # /metrics compresses ~10x at level 1; higher levels cost more CPU than they save
@@ -49,23 +49,42 @@ async def stop_within(task: asyncio.Task[None], seconds: float) -> None:
         logging.getLogger("poolwatch.sidecar").error("event=scraper_failed error=%r", task.exception())
 
 
+def process_collector() -> Collector:
+    """client_python's ``process_*`` families of this process, read from ``/proc`` on each scrape:
+    CPU seconds, resident and virtual memory, open and maximum file descriptors, start time (none
+    where there is no ``/proc``).  Registered nowhere by itself: the exposition takes it."""
+    return ProcessCollector(registry=None)
+
+
 def build_registry(
-    store: SnapshotStore, clock: Callable[[], float], stale_after: float, extra: Sequence[Collector] = ()
+    store: SnapshotStore,
+    clock: Callable[[], float],
+    stale_after: float,
+    extra: Sequence[Collector] = (),
+    process: Collector | None = None,
 ) -> CollectorRegistry:
-    """A fresh registry holding poolwatch's collectors (no process/platform defaults)."""
+    """A fresh registry holding poolwatch's collectors, build info and ``process`` (by default
+    :func:`process_collector`; no platform or GC defaults): what :func:`build_exposition` renders,
+    collector by collector (the tests' uncached reference)."""
     registry = CollectorRegistry()
     for collector in (PoolCollector(store, clock, stale_after), TargetCollector(store), *extra):
         registry.register(collector)
     registry.register(BuildInfoCollector(__version__))
+    registry.register(process or process_collector())
     return registry
 
 
 def build_exposition(
-    store: SnapshotStore, clock: Callable[[], float], stale_after: float, extra: Sequence[Collector] = ()
+    store: SnapshotStore,
+    clock: Callable[[], float],
+    stale_after: float,
+    extra: Sequence[Collector] = (),
+    process: Collector | None = None,
 ) -> CachedExposition:
     """What :func:`build_registry` exposes, rendered from per-rank blocks cached per snapshot."""
     pools, targets = PoolCollector(store, clock, stale_after), TargetCollector(store)
-    return CachedExposition(store, pools, targets, [*extra, BuildInfoCollector(__version__)])
+    rest = [*extra, BuildInfoCollector(__version__), process or process_collector()]
+    return CachedExposition(store, pools, targets, rest)
 
 
 def _provider(
@@ -107,7 +126,6 @@ def create_app(
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)
     stale_after = settings.detection.stale_after
     own = [alerting.collector, SupervisorCollector(alerting.supervisor), *discovery]
-    registry = build_registry(store, clock, stale_after, [*own, *collectors])
     exposition = build_exposition(store, clock, stale_after, [*own, *collectors])
 
     @contextlib.asynccontextmanager
@@ -135,7 +153,6 @@ def create_app(
         openapi_url=None,
     )
     app.state.store = store
-    app.state.registry = registry
     app.state.alerting = alerting
 
     @app.get("/metrics", include_in_schema=False)

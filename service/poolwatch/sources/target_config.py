@@ -11,7 +11,7 @@ log must: its file name says nothing about who wrote it)::
       - {name: decode-0-log, source: sglang-log, path: /logs/decode-0.log, worker: decode-0}
 
 A bad entry raises ``ConfigError`` naming it.  Discovered probes and the sources themselves are
-:mod:`poolwatch.sources.targets`' concern, which re-exports these names.
+:mod:`poolwatch.sources.targets`' concern.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ role (``POOLWATCH_ROLE``, when not ``unified``) comes from the sidecar's own env
 
 *Central mode* watches several servers: several ``--metrics-urls``, or a YAML targets file.  The
 static targets (flags and the targets file) are read by :mod:`poolwatch.sources.target_config`,
-whose public names are re-exported here; this module turns targets into sources
+and this module turns targets into sources
 (:func:`make_source`) and keeps them current (:class:`TargetSet`).
 """
 

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.helpers import seed_issue
+from tests.strategies import slot_counts
 
 from poolwatch.conservation import assess, describe
 from poolwatch.model import Exactness, IncidentKind, Phase, Pool, PoolAccount
@@ -159,10 +160,7 @@ def test_a_message_without_a_size_gives_no_account() -> None:
     assert parse_leak_figures(["pool memory leak detected! [full] available=3, evictable=1"]) == ()
 
 
-counts = st.integers(min_value=0, max_value=10**7)
-
-
-@given(counts, counts, counts, counts, counts, counts, counts)
+@given(slot_counts, slot_counts, slot_counts, slot_counts, slot_counts, slot_counts, slot_counts)
 def test_any_0_5_4_mamba_message_round_trips(
     fa: int, fe: int, fs: int, fp: int, ma: int, me: int, ms: int
 ) -> None:
@@ -177,7 +175,15 @@ def test_any_0_5_4_mamba_message_round_trips(
     assert incident.pools == (exact(Pool.FULL, fs, fa, fe, fp), exact(Pool.MAMBA, ms, ma, me))
 
 
-@given(st.sampled_from(["full", "swa", "mamba"]), counts, counts, counts, counts, counts, counts)
+@given(
+    st.sampled_from(["full", "swa", "mamba"]),
+    slot_counts,
+    slot_counts,
+    slot_counts,
+    slot_counts,
+    slot_counts,
+    slot_counts,
+)
 def test_any_0_5_12_pool_line_round_trips(
     tag: str, total: int, available: int, evictable: int, protected: int, session: int, uncached: int
 ) -> None:

@@ -67,7 +67,16 @@ _FULL = Response(503, {"error": "too many connections; retry"}, close=True).enco
 class ProbeServer:
     """Serve ``probe`` (and its ``publication``) on ``host:port`` (0 = any free port)."""
 
-    def __init__(self, probe: Servable, port: int = 0, host: str = "127.0.0.1", *, secret: str | None = None):
+    def __init__(
+        self,
+        probe: Servable,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        secret: str | None = None,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+    ):
+        self._head_timeout_s = head_timeout_s
         self._listen = socket.create_server((host, port), backlog=64)
         self._listen.setblocking(False)
         self._sel = selectors.DefaultSelector()
@@ -155,7 +164,7 @@ class ProbeServer:
             return
         sock.setblocking(False)
         self._open += 1
-        timeout = RESERVED_HEAD_TIMEOUT_S if reserved else HEAD_TIMEOUT_S
+        timeout = RESERVED_HEAD_TIMEOUT_S if reserved else self._head_timeout_s
         self._watch(Conn(sock, str(addr[0]), time.monotonic() + timeout, started=True, reserved=reserved))
 
     def _watch(self, conn: Conn) -> None:
@@ -175,7 +184,7 @@ class ProbeServer:
             self._close(conn)
             return
         if not conn.started:
-            conn.started, conn.deadline = True, time.monotonic() + HEAD_TIMEOUT_S
+            conn.started, conn.deadline = True, time.monotonic() + self._head_timeout_s
         conn.buf += data
         self._dispatch(conn)
 

@@ -26,7 +26,7 @@ from typing import Any
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.totals import Memo, same_items
-from poolwatch.probe.sglang.waiting import EXACT_BELOW, WaitingHolders, maybe_holding
+from poolwatch.probe.sglang.waiting import WaitingHolders, maybe_holding
 
 __all__ = ["LiveSet", "collect_live", "role_of"]
 
@@ -140,6 +140,6 @@ def _waiting_holders(
     """``(waiting holders, exact)``: scanned, or recalled from the tracker's last scan."""
     if tracker is None:
         return maybe_holding(queue, shape), True
-    if exact or not tracker.scanned or len(queue) < EXACT_BELOW:
+    if exact or not tracker.scanned or len(queue) < tracker.exact_below:
         return tracker.scan(queue, shape), True
     return tracker.recall(), False

@@ -64,9 +64,11 @@ def _ref(req: Any) -> Callable[[], Any]:
 
 
 class WaitingHolders:
-    """The waiting Mamba holders found by the last exact scan, for the cheap samples between scans."""
+    """The waiting Mamba holders found by the last exact scan, for the cheap samples between scans;
+    a queue shorter than ``exact_below`` is always scanned."""
 
-    def __init__(self) -> None:
+    def __init__(self, exact_below: int = EXACT_BELOW) -> None:
+        self.exact_below = exact_below
         self._refs: list[Callable[[], Any]] = []
         self.scanned = False  # no recall before the first exact scan
         self.scans = 0

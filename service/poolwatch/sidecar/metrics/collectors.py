@@ -2,7 +2,7 @@
 
 They build fresh metric families on every scrape from the catalogue, so a rank or target that
 disappears simply stops being exported.  Their samples go through
-:class:`~poolwatch.sidecar.metrics.families.Families` (re-exported here).  Sample exposition::
+:class:`~poolwatch.sidecar.metrics.families.Families`.  Sample exposition::
 
     poolwatch_pool_capacity_slots{worker="prefill-0",role="prefill",...,pool="mamba"} 476.0
     poolwatch_pool_slots{...,pool="mamba",state="available"} 473.0

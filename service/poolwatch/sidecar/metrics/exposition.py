@@ -9,7 +9,8 @@ rendered once per label set, so the bytes are identical to an uncached render:
 * a rank's block (its lines of every family) is kept until its snapshot, staleness or incident
   counts change; only the age sample is formatted on every render;
 * target health lines change with every scrape; they reuse the prefixes and format the values;
-* the small remaining collectors (alerts, build info) go through prometheus_client as before.
+* the small remaining collectors (alerts, build info, the process's ``process_*`` families) go
+  through prometheus_client as before.
 
 The text format needs all lines of a family together, so a render is, family by family, the
 header and then each rank's part of that family.  Both exposition formats are kept (OpenMetrics
@@ -87,13 +88,20 @@ class _Format:
         return _encode(self.encoder, [family]).removeprefix(self.header(name)).removesuffix(ZERO)
 
 
+# stale, incident counts, restart time, each incident kind's last time: what a rank's block shows
+# beyond its snapshot
+_RankState = tuple[
+    bool, tuple[tuple[IncidentKind, int], ...], float | None, tuple[tuple[IncidentKind, float], ...]
+]
+
+
 @dataclass(slots=True)
 class _Lines:
     """Prefix memo of one rank or target, and (for a rank) its cached block."""
 
     prefixes: dict[tuple[str, tuple[str, ...]], bytes] = field(default_factory=dict)
     snap: Snapshot | None = None
-    state: tuple[bool, tuple[tuple[IncidentKind, int], ...]] | None = None
+    state: _RankState | None = None
     block: dict[str, list[bytes]] = field(default_factory=dict)
     age: bytes = b""  # the age sample's prefix
 
@@ -164,9 +172,12 @@ class CachedExposition:
 
     def _rank(self, fmt: _Format, snap: Snapshot, now: float) -> _Lines:
         rank = fmt.ranks.get((snap.worker.key, snap.source)) or _Lines()
-        state = (
+        restarted_at, incident_at = self._store.incident_times(snap.worker.key)
+        state: _RankState = (  # what the block shows beyond the snapshot (any source may change it)
             self._pools.is_stale(snap, now),
             tuple(sorted(self._store.incident_counts(snap.worker.key).items())),
+            restarted_at,
+            tuple(sorted(incident_at.items())),
         )
         if rank.snap is snap and rank.state == state:
             return rank

@@ -2,7 +2,7 @@
 
 Every collector of the sidecar adds its samples to a :class:`Families`, which refuses a name not
 given to it (the names come from :mod:`poolwatch.catalog.metrics`), so a collector cannot emit a metric
-that is not in the catalogue.  :mod:`poolwatch.sidecar.metrics.collectors` re-exports these names.
+that is not in the catalogue.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What one snapshot shows, as :class:`~poolwatch.detect.alert.Signal` values.  Pure functions.
+"""The pool-balance family: what one snapshot shows about its pools' conservation, as
+PoolwatchDoubleFree and PoolwatchSlotLeak signals and verdicts.  Pure.
 
 The arithmetic is :func:`poolwatch.conservation.assess`, read through the snapshot's memoised
 :func:`~poolwatch.conservation.findings`; this module only decides which alert a finding
@@ -12,25 +13,57 @@ raises, how soon, how severe, and says so in a sentence with the figures:
   once, since that is what SGLang's own idle check is about to see); critical when SGLang's idle
   check is strict (``True`` or unknown, the default: the server dies at its next idle moment) or
   the deficit is at least ``large_leak_fraction`` of the pool, else warning.
+
+A snapshot is a verdict on both alerts of every pool whose balance it can tell (a known gap, or a
+tripwire naming it); pools it cannot tell (coarse figures while busy) leave their alerts be.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from poolwatch.conservation import Balance, Basis, Finding, findings
+from poolwatch.conservation import Balance, Basis, Finding
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.schema import AlertName, Severity
+from poolwatch.detect.family import Seen, crash_imminent, where
+from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.model import Phase, Pool, Snapshot, Tripwire, TripwireKind
 
-__all__ = [
-    "conservation_judged",
-    "conservation_signals",
-    "crash_imminent",
-    "where",
-]
+__all__ = ["PoolBalance"]
+
+_TROUBLE = (Balance.SURPLUS, Balance.DEFICIT)
+_UNKNOWN = Balance.UNKNOWN  # looked up once: an enum member is a descriptor lookup on Python 3.11
+
+
+@dataclass(frozen=True, slots=True)
+class PoolBalance:
+    """PoolwatchDoubleFree and PoolwatchSlotLeak, per pool, judged on every snapshot."""
+
+    config: DetectorConfig
+    alerts = (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK)
+    mode = Mode.SAMPLED
+
+    def signals(self, seen: Seen) -> list[Signal]:
+        """One signal per alert and pool in trouble (none is built for a balanced snapshot)."""
+        snap, found = seen.snap, seen.findings
+        if snap.tripwires:
+            return _signals(snap, found, self.config)
+        for finding in found.values():
+            if finding.balance in _TROUBLE:
+                return _signals(snap, found, self.config)
+        return []
+
+    def signature(self, seen: Seen) -> tuple[tuple[Pool, ...], tuple[Pool, ...]]:
+        """The pools whose balance ``seen`` can tell, and the pools its tripwires name."""
+        known = tuple([pool for pool, f in seen.findings.items() if f.balance is not _UNKNOWN])
+        return known, tuple([t.pool for t in seen.snap.tripwires])
+
+    def judged(self, seen: Seen) -> set[Verdict]:
+        known, tripped = self.signature(seen)
+        worker = seen.snap.worker
+        return {(alert, rank_labels(worker, p.value)) for p in {*known, *tripped} for alert in self.alerts}
 
 
 _BASIS = {
@@ -38,16 +71,6 @@ _BASIS = {
     Basis.NEGATIVE_USED: "SGLang's own used count is negative",
     Basis.IDLE_RESIDUAL: "residual while fully idle, from coarse figures",
 }
-
-
-def where(snap: Snapshot) -> str:
-    w = snap.worker
-    return f"{w.worker} ({w.role.value}, dp {w.dp_rank} tp {w.tp_rank} pp {w.pp_rank})"
-
-
-def crash_imminent(snap: Snapshot) -> bool:
-    """SGLang's idle check raises on an imbalance unless it was relaxed (unknown = the default)."""
-    return snap.idle_check_strict is not False
 
 
 def _plural(n: int, word: str = "slot") -> str:
@@ -87,12 +110,12 @@ def _severity(alert: str, snap: Snapshot, slots: int, size: int | None, cfg: Det
     return Severity.WARNING
 
 
-def conservation_signals(snap: Snapshot, cfg: DetectorConfig) -> list[Signal]:
+def _signals(snap: Snapshot, found: Mapping[Pool, Finding], cfg: DetectorConfig) -> list[Signal]:
     """DoubleFree / SlotLeak signals of every pool of ``snap`` (one per alert and pool)."""
     parts: dict[tuple[str, Pool], list[str]] = defaultdict(list)
     slots: dict[tuple[str, Pool], int] = defaultdict(int)
     waits: dict[tuple[str, Pool], tuple[int, float]] = {}
-    for f in findings(snap).values():
+    for f in found.values():
         if f.balance in (Balance.SURPLUS, Balance.DEFICIT):
             key = (AlertName.DOUBLE_FREE if f.balance is Balance.SURPLUS else AlertName.SLOT_LEAK, f.pool)
             parts[key].append(_finding_sentence(f, snap))
@@ -107,15 +130,6 @@ def conservation_signals(snap: Snapshot, cfg: DetectorConfig) -> list[Signal]:
         _signal(snap, alert, pool, parts[alert, pool], slots[alert, pool], waits[alert, pool], cfg)
         for alert, pool in sorted(parts)
     ]
-
-
-def conservation_judged(snap: Snapshot) -> set[Verdict]:
-    """The pools whose balance ``snap`` can tell (known gap, or a tripwire): for those, no signal
-    is a clean sample; pools it cannot tell (coarse figures while busy) leave their alerts be."""
-    pools = {pool for pool, f in findings(snap).items() if f.balance is not Balance.UNKNOWN}
-    pools |= {t.pool for t in snap.tripwires}
-    alerts = (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK)
-    return {(alert, rank_labels(snap.worker, p.value)) for p in pools for alert in alerts}
 
 
 def _wait(f: Finding, phase: Phase, cfg: DetectorConfig) -> tuple[int, float]:

@@ -47,6 +47,7 @@ from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import AlertName
+from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import RepairKind
 from poolwatch.probe.core.config import ProbeConfig
@@ -158,7 +159,7 @@ def run_once(c: Case, *, guard: bool, load: float, seed: int, horizon: float, wo
         out.shared += shared_slots(cluster)
         if cluster.crashed:
             out.crashed = True
-            for _, doc in read_final_dir(work):  # the vanished rank's last word
+            for _, doc in read_final_dir(work, read_secret(work) or ""):  # the vanished rank's last word
                 detector.observe(parse_snapshot(doc))
         if struck_at is not None and out.paged is None:
             ok, named = exact_page(detector, c.fault, worker)

@@ -18,6 +18,7 @@ max_page_samples           10,000     wanted samples read from one SGLang page  
 max_page_ranks             512        scheduler ranks one SGLang page may show         1-65,536
 max_discovery_file_bytes   65,536     size of one discovery file                      1,024-16 MiB
 max_discovery_files        1,024      discovery files read per scan                   1-100,000
+max_log_ranks              1,024      scheduler ranks one SGLang log may name         1-65,536
 =========================  =========  ==============================================  ============
 """
 
@@ -39,6 +40,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "max_page_ranks": (1, 65536),
     "max_discovery_file_bytes": (1024, 16 << 20),
     "max_discovery_files": (1, 100_000),
+    "max_log_ranks": (1, 65536),
 }
 
 
@@ -52,6 +54,7 @@ class Limits:
     max_page_ranks: int = 512  # TP x PP x DP of one server
     max_discovery_file_bytes: int = 64 * 1024  # a discovery file is ~200 bytes
     max_discovery_files: int = 1024
+    max_log_ranks: int = 1024  # TP x PP x DP of one server writing one log; more are dropped
 
     def __post_init__(self) -> None:
         for f in fields(self):

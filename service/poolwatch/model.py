@@ -223,6 +223,7 @@ class ProbeHealth:
     disabled: bool = False  # kill switch engaged, or the probe gave up
     tripwires_dropped: int = 0  # findings not kept because the tripwire log was full
     guard: bool = False  # the opt-in guard may repair free lists (POOLWATCH_PROBE_GUARD=1)
+    guard_return: bool = False  # ... including "return" (off on releases newer than the newest known)
 
 
 @dataclass(frozen=True, slots=True)

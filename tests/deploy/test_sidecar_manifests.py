@@ -79,8 +79,11 @@ def test_sglang_activates_the_probe_and_shares_its_directory_and_log_with_the_si
         probe_dir = sglang_env["POOLWATCH_PROBE_DIR"]
         assert settings.targets.probe_dir == probe_dir
         assert ProbeConfig.from_env(sglang_env).directory == probe_dir
-        assert mounts(sglang)["poolwatch-probe"]["mountPath"] == probe_dir
-        assert mounts(sidecar)["poolwatch-probe"]["mountPath"] == probe_dir
+        shared = mounts(sglang)["poolwatch-probe"]["mountPath"]
+        assert mounts(sidecar)["poolwatch-probe"]["mountPath"] == shared
+        assert probe_dir.startswith(
+            shared + "/"
+        )  # a directory the probe makes, not the world-writable volume
         (log_path,) = settings.targets.log_paths
         log_dir = mounts(sidecar)["sglang-logs"]["mountPath"]
         assert mounts(sglang)["sglang-logs"]["mountPath"] == log_dir
@@ -154,3 +157,17 @@ def test_the_base_deploys_the_image_of_this_version(builds: dict[str, list[Doc]]
     for _, spec in pods(builds["base"]):
         image = container(spec, "poolwatch", init=True)["image"]
         assert image.endswith(f":{__version__}")
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_shared_volumes_are_bounded_and_the_sidecar_reads_the_secret_by_group(
+    builds: dict[str, list[Doc]], build: str
+) -> None:
+    """Issue 24 items 2 and 9: the log volume has a size limit; the pod's fsGroup is the sidecar's group."""
+    for _, spec in pods(builds[build]):
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["sglang-logs"]["emptyDir"]["sizeLimit"]
+        assert volumes["poolwatch-probe"]["emptyDir"]["sizeLimit"]
+        sidecar = container(spec, "poolwatch", init=True)
+        assert spec["securityContext"]["fsGroup"] == sidecar["securityContext"]["runAsGroup"]
+        assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"

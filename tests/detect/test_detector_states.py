@@ -8,7 +8,7 @@ import pytest
 from tests.detect.streams import WORKER, RankStream, coarse, exact
 from tests.helpers import FakeClock
 
-from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.detect.alert import Alert, AlertState, _labels
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import Severity
@@ -316,3 +316,15 @@ def test_a_forgotten_rank_resolves_its_alerts_with_the_reason_and_leaves_no_stat
     clock.advance(61)
     detector.evaluate()
     assert detector.sizes() == {"rank_sources": 1, "alerts": 1}
+
+
+def test_forgetting_ranks_drops_the_memo_of_their_label_sets(clock: FakeClock) -> None:
+    """Issue 24 item 7: under churn of new worker names the memo kept 16,384 gone ranks' labels."""
+    detector = Detector(CFG, clock)
+    streams = [RankStream(clock, worker=replace(WORKER, worker=f"churn-{n}")) for n in range(50)]
+    for stream in streams:
+        detector.observe(stream.next(gap=-1))
+    detector.evaluate()
+    assert _labels.cache_info().currsize >= 50
+    detector.forget([s.worker.key for s in streams], "gone for good")
+    assert _labels.cache_info().currsize == 0

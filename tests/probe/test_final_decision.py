@@ -12,6 +12,7 @@ from tests.helpers import FakeClock
 from tests.probe.fakes import GUARD_CONFIG as CONFIG
 from tests.probe.fakes import seed_rank
 
+from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Phase, Pool, PoolAccount
 from poolwatch.probe.sglang.final import residual, sglang_checks
@@ -33,7 +34,8 @@ def test_0_5_4s_check_runs_at_its_hook_while_last_batch_still_holds_the_finished
     probe.on_idle("self_check_during_idle")
     assert probe.latest is not None
     assert probe.latest.phase is not Phase.IDLE  # the probe's own phase: busy
-    ((_, _),) = read_final_dir(tmp_path)  # but SGLang's check runs, and raises: the last word landed
+    # but SGLang's check runs, and raises: the last word landed
+    ((_, _),) = read_final_dir(tmp_path, read_secret(tmp_path) or "")
 
 
 @pytest.mark.parametrize(

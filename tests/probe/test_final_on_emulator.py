@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from poolwatch.codec.snapshot import parse_snapshot
+from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Pool, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
@@ -78,7 +79,7 @@ def test_sglangs_idle_check_never_raises_before_the_final_snapshot_is_written(
     (worker,) = cluster.crashed
     assert worker.role == "prefill"
     assert "memory leak detected" in worker.crash_message, worker.crash_message
-    ((name, doc),) = read_final_dir(tmp_path)
+    ((name, doc),) = read_final_dir(tmp_path, read_secret(tmp_path) or "")
     final: Snapshot = parse_snapshot(doc)
     assert name.endswith("-dp0-tp0-pp0.final")
     assert final.final

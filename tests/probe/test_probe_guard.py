@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,10 +15,12 @@ from tests.probe.fakes import Rank, seed_rank
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
 from poolwatch.discovery.directory import read_discovery_dir
+from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Pool, RepairKind, Snapshot, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.sglang.scheduler_probe import Probe
+from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, known_release, shape_for_version
 
 
 def probe_for(rank: Rank, *, guard: bool, directory: str = CONFIG.directory) -> Probe:
@@ -120,7 +123,7 @@ def test_a_certain_crash_leaves_a_final_snapshot_naming_the_slot_and_hook(tmp_pa
     rank.sched.last_batch = None
     probe.on_loop_boundary("recv_requests")
     probe.on_idle("self_check_during_idle")
-    ((name, doc),) = read_final_dir(tmp_path)
+    ((name, doc),) = read_final_dir(tmp_path, read_secret(tmp_path) or "")
     final = parse_snapshot(doc)
     assert name == "w0-dp0-tp0-pp0.final"
     assert final.final
@@ -137,7 +140,7 @@ def test_no_final_snapshot_where_sglangs_idle_check_only_warns(tmp_path: Path) -
     environ = {"POOLWATCH_WORKER": "w0", "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "0"}
     probe = Probe(rank.sched, config, environ=environ, clock=clock, wall=clock)
     probe.on_idle("self_check_during_idle")
-    assert read_final_dir(tmp_path) == []
+    assert read_final_dir(tmp_path, read_secret(tmp_path) or "") == []
 
 
 def test_repairs_and_request_ids_survive_the_json_round_trip() -> None:
@@ -147,3 +150,46 @@ def test_repairs_and_request_ids_survive_the_json_round_trip() -> None:
     snap = probe.latest
     assert snap is not None
     assert parse_snapshot(dump_snapshot(snap)) == snap
+
+
+def test_on_a_release_newer_than_the_newest_known_guard_never_returns_but_still_quarantines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 24 item 8: 'return' could free slots a newer SGLang holds where the census never looks."""
+    rank = Rank(kv=64, mamba=8, rows=4)
+    lost = int(rank.mamba.take())  # no set holds it, the count gap is one: proof enough on 0.5.4
+    config = replace(CONFIG, guard=True, sglang_version="0.6.0")
+    clock = FakeClock()
+    with caplog.at_level(logging.WARNING, logger="poolwatch.probe"):
+        probe = Probe(
+            rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock,
+            shape=shape_for_version("0.5.4.post1"),
+        )  # fmt: skip
+    assert [r for r in caplog.records if "newer than the newest release" in r.message]
+    probe.on_idle("self_check_during_idle")
+    assert lost not in free_mamba(rank)
+    snap = probe.latest
+    assert snap is not None
+    assert snap.repairs == ()
+    assert snap.probe is not None
+    assert (snap.probe.guard, snap.probe.guard_return) == (True, False)
+    seeded, slot = seed_rank()  # quarantine still runs there
+    guarded = Probe(
+        seeded.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock,
+        shape=shape_for_version("0.5.4.post1"),
+    )  # fmt: skip
+    guarded.after_prefill_chunk("process_prefill_chunk")
+    assert slot not in free_mamba(seeded)
+
+
+def test_the_newest_known_release_keeps_return_and_says_so() -> None:
+    assert known_release(".".join(str(n) for n in NEWEST_RELEASE[:3]))
+    assert known_release("0.5.4.post1")
+    assert not known_release("0.5.24")
+    assert not known_release("1.0.0")
+    assert not known_release("nightly")
+    probe = probe_for(Rank(kv=64, mamba=8, rows=4), guard=True)
+    probe.on_idle("self_check_during_idle")
+    assert probe.latest is not None
+    assert probe.latest.probe is not None
+    assert probe.latest.probe.guard_return

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from poolwatch.discovery.safety import default_directory
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.sglang.shapes import HeldRule, parse_version, shape_for_version
 
@@ -16,7 +17,7 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     config = ProbeConfig.from_env({})
     assert config == ProbeConfig()
     assert (config.directory, config.port_base, config.serve, config.disabled) == (
-        "/tmp/poolwatch",
+        default_directory({}),
         None,
         True,
         False,

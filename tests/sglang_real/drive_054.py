@@ -24,6 +24,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 from poolwatch.codec.snapshot import parse_snapshot
+from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Phase, Pool, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
@@ -369,7 +370,7 @@ class Driver054(Driver):
             s.tree_cache.cache_finished_req(c)  # transferred and released in this iteration
             report("seed final: last_batch still holds the batch at SGLang's check", s.last_batch is last)
             s.self_check_during_idle()  # the idle hook: the probe looks first
-            finals = read_final_dir(directory)
+            finals = read_final_dir(directory, read_secret(directory) or "")
             try:
                 s.check_memory()
                 raised = False

@@ -84,10 +84,13 @@ async def test_the_workers_api_gives_findings_and_history(seed_snapshot: Snapsho
     assert missing.status_code == 404
 
 
-async def test_the_api_is_described_in_openapi(clock: FakeClock) -> None:
-    async with client_for(SnapshotStore(), clock) as client:
-        paths = (await client.get("/openapi.json")).json()["paths"]
+async def test_the_api_is_described_in_openapi_but_no_docs_page_is_served(clock: FakeClock) -> None:
+    app = create_app(SETTINGS, store=SnapshotStore(), sources=[], clock=clock)
+    paths = app.openapi()["paths"]
     assert {"/api/v1/workers", "/api/v1/workers/{key}/history", "/api/v1/targets", "/readyz"} <= set(paths)
+    async with client_for(SnapshotStore(), clock) as client:  # issue 24 item 9: no CDN scripts
+        served = [(await client.get(path)).status_code for path in ("/docs", "/redoc", "/openapi.json")]
+    assert served == [404, 404, 404]
 
 
 def scrape(source: FileSource, store: SnapshotStore, clock: FakeClock) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,6 @@ CORRUPT = {
     "a lone surrogate in a label": json.dumps(
         {"version": 1, "alerts": [{**GOOD_ALERT, "labels": {"w": "\ud800"}}]}
     ),
-    "an unknown alert": json.dumps({"version": 1, "alerts": [{**GOOD_ALERT, "name": "Nope"}]}),
     "labels that are a list": json.dumps({"version": 1, "alerts": [{**GOOD_ALERT, "labels": []}]}),
 }
 
@@ -65,3 +66,24 @@ def test_a_good_state_file_is_restored_and_left_in_place(tmp_path: Path) -> None
 def test_a_missing_state_file_is_a_clean_start(tmp_path: Path) -> None:
     result = load_state(tmp_path / "absent.json")
     assert (result.alerts, result.set_aside, result.error) == ([], None, "")
+
+
+def test_an_unknown_alert_is_skipped_with_a_warning_and_the_rest_restored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "alerts.json"  # a rollback: a newer version saved an alert this one lacks
+    path.write_text(json.dumps({"version": 1, "alerts": [{**GOOD_ALERT, "name": "Nope"}, GOOD_ALERT]}))
+    with caplog.at_level(logging.WARNING, logger="poolwatch.detect"):
+        result = load_state(path)
+    assert [a.name for a in result.alerts] == ["PoolwatchDoubleFree"]
+    assert result.set_aside is None
+    assert [r.message for r in caplog.records if "event=state_alert_unknown" in r.message]
+
+
+def test_a_fifo_at_the_state_file_path_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    path = tmp_path / "alerts.json"
+    os.mkfifo(path)  # no writer: a blocking open would hang the sidecar's start for ever
+    result = load_state(path)
+    assert (result.alerts, result.set_aside) == ([], None)
+    assert "not a regular file" in result.error
+    assert stat.S_ISFIFO(os.lstat(path).st_mode)  # left where it is

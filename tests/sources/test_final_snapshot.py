@@ -12,6 +12,7 @@ from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
+from poolwatch.discovery.files import ensure_secret
 from poolwatch.discovery.final import final_name, write_final
 from poolwatch.errors import ScrapeError
 from poolwatch.model import Snapshot
@@ -31,7 +32,14 @@ def final_of(snap: Snapshot, boot: str = "boot-a") -> Snapshot:
 def leave_final(directory: Path, snap: Snapshot) -> Path:
     w = snap.worker
     name = final_name(w.worker, w.dp_rank, w.tp_rank, w.pp_rank)
-    return write_final(directory, name, json.dumps(dump_snapshot(snap)).encode())
+    return write_final(directory, name, json.dumps(dump_snapshot(snap)).encode(), ensure_secret(directory))
+
+
+def announce(directory: Path, snap: Snapshot, boot: str = "boot-a") -> Path:
+    w = snap.worker
+    return write_discovery(
+        directory, DiscoveryEntry("http://127.0.0.1:41234", 1, w.worker, 0, 0, 0, boot, NOW)
+    )
 
 
 async def test_a_probe_that_stops_answering_hands_over_its_final_snapshot_once(
@@ -46,7 +54,8 @@ async def test_a_probe_that_stops_answering_hands_over_its_final_snapshot_once(
             return answers.pop()
         raise httpx.ConnectError("connection refused", request=request)
 
-    source = ProbeSource(Target("probe:p", "probe", "http://127.0.0.1:1"), final_path=str(path))
+    target = Target("probe:p", "probe", "http://127.0.0.1:1")
+    source = ProbeSource(target, final_path=str(path), secret=ensure_secret(tmp_path))
     async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
         assert (await source.scrape(client))[0].final is False
         (last,) = await source.scrape(client)
@@ -79,6 +88,9 @@ async def test_a_vanished_ranks_final_file_becomes_a_source_that_delivers_it_onc
 ) -> None:
     leave_final(tmp_path, final_of(seed_snapshot))
     targets = TargetSet(Settings.from_env({"POOLWATCH_PROBE_DIR": str(tmp_path)}), FakeClock(NOW))
+    alive = announce(tmp_path, seed_snapshot)
+    assert [type(s) for s in targets.current()] == [ProbeSource]
+    alive.unlink()  # seen alive, then gone (the process removed its discovery file)
     (source,) = targets.current()
     assert isinstance(source, FinalSnapshotSource)
     async with httpx.AsyncClient() as client:
@@ -100,6 +112,7 @@ def test_a_rank_that_still_announces_itself_is_read_through_its_probe(
 
 async def test_an_old_final_snapshot_is_old_news(tmp_path: Path, seed_snapshot: Snapshot) -> None:
     path = leave_final(tmp_path, final_of(seed_snapshot))
-    source = FinalSnapshotSource(Target("final:x", "probe", str(path)), FakeClock(NOW + 3600))
+    target = Target("final:x", "probe", str(path))
+    source = FinalSnapshotSource(target, FakeClock(NOW + 3600), ensure_secret(tmp_path), "boot-a")
     async with httpx.AsyncClient() as client:
         assert await source.scrape(client) == []

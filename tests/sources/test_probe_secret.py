@@ -1,11 +1,13 @@
-"""The sidecar shows the node's probe secret to the probes it discovers, so a probe keeps a long-poll
-slot for it however many local clients hold the public ones (issue 16 item 4)."""
+"""The sidecar proves the node's probe secret to the probes it discovers, so a probe keeps a long-poll
+slot for it however many local clients hold the public ones (issue 16 item 4); it never sends the
+secret itself (issue 24 item 1: a forged discovery file must not steal it)."""
 
 from __future__ import annotations
 
 import asyncio
 import http.client
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +18,7 @@ from tests.probe.fakes import Rank
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
+from poolwatch.discovery.auth import Verifier
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.discovery.files import ensure_secret, read_secret
 from poolwatch.model import Snapshot
@@ -33,7 +36,7 @@ def settings(probe_dir: Path, **env: str) -> Settings:
     return Settings.from_env({"POOLWATCH_WORKER": "w", "POOLWATCH_PROBE_DIR": str(probe_dir), **env})
 
 
-async def test_a_discovered_probe_is_shown_the_secret_and_a_listed_one_is_not(
+async def test_a_discovered_probe_gets_a_signature_never_the_secret_and_a_listed_one_nothing(
     tmp_path: Path, seed_snapshot: Snapshot
 ) -> None:
     secret = ensure_secret(tmp_path)
@@ -49,7 +52,15 @@ async def test_a_discovered_probe_is_shown_the_secret_and_a_listed_one_is_not(
     async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
         for source in sources:
             await source.scrape(client)
-    assert seen == {"4000": f"Bearer {secret}", "4001": None}
+    shown = seen.pop("4000")
+    assert seen == {"4001": None}
+    assert shown is not None
+    assert shown.startswith("Poolwatch-HMAC ts=")
+    assert secret not in shown
+    verifier = Verifier(secret, "127.0.0.1:4000")
+    assert verifier.verify(shown, "GET", "/v1/snapshot", time.time())
+    assert not verifier.verify(shown, "GET", "/v1/snapshot", time.time())  # one use
+    assert not Verifier(secret, "127.0.0.1:4001").verify(shown, "GET", "/v1/snapshot", time.time())
 
 
 def test_a_new_secret_renews_the_discovered_sources(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 from tests.helpers import FakeClock
 
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
+from poolwatch.discovery.safety import default_directory
 from poolwatch.errors import ConfigError
 from poolwatch.model import Role
 from poolwatch.settings.sidecar import Settings
@@ -15,7 +17,7 @@ from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
 from poolwatch.sources.target_config import load_targets_file, parse_targets_document, static_targets
-from poolwatch.sources.targets import DEFAULT_PROBE_DIR, TargetSet, discover_probes
+from poolwatch.sources.targets import TargetSet, discover_probes
 
 
 def settings(**env: str) -> Settings:
@@ -170,7 +172,7 @@ def test_the_discovery_directory_is_reread_every_cycle(tmp_path: Path) -> None:
 
 
 def test_with_nothing_configured_the_sidecar_watches_the_default_discovery_directory() -> None:
-    assert TargetSet(settings(worker="w"), FakeClock()).probe_dir == DEFAULT_PROBE_DIR
+    assert TargetSet(settings(worker="w"), FakeClock()).probe_dir == default_directory(os.environ)
     assert TargetSet(settings(worker="w", metrics_urls="http://m:1"), FakeClock()).probe_dir == ""
 
 

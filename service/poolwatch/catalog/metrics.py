@@ -229,7 +229,9 @@ CATALOG: tuple[MetricSpec, ...] = (
         "poolwatch_discovery_skipped_files",
         "Files of the probe discovery directory its last scan skipped, by reason (not_regular, too_large, "
         "unreadable, not_json, schema, not_loopback, too_many_files, directory: the directory itself "
-        "could not be listed).",
+        "could not be listed; unsafe: the directory, the secret or a file is another user's or writable "
+        "by others, so nothing in it is trusted; forged: a final snapshot whose signature does not hold "
+        "or that is dated in the future).",
         ("reason",),
         group="targets",
     ),

@@ -178,7 +178,10 @@ def _probe(raw: object) -> ProbeHealth | None:
     counts = tuple(g(f, 0) for f in _PROBE_COUNTS)
     sample, census = _number(g("sample_cost_seconds", 0.0)), _number(g("census_cost_seconds", 0.0))
     last_error, disabled, guard = g("last_error", ""), g("disabled", False), g("guard", False)
+    guard_return = g("guard_return", False)
     if sample is None or census is None or type(disabled) is not bool or type(guard) is not bool:
+        return None
+    if type(guard_return) is not bool:
         return None
     if not _counts(counts, MAX_INT) or not _texts((last_error,), MAX_TEXT):
         return None
@@ -192,4 +195,5 @@ def _probe(raw: object) -> ProbeHealth | None:
         disabled=disabled,
         tripwires_dropped=counts[3],
         guard=guard,
+        guard_return=guard_return,
     )

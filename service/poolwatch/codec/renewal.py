@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import replace
 from typing import Any
 
+from poolwatch import fields
 from poolwatch.conservation import share_findings
 from poolwatch.model import Snapshot
 
@@ -80,10 +80,14 @@ def renew(snap: Snapshot, header: str) -> Snapshot:
 
 
 def _number(name: str, text: str) -> Any:
+    """One clock field, through the very checks a snapshot's field passes (:mod:`poolwatch.fields`:
+    a count within ``0..2**53``, a time or cost within ``0..1e15``); raises ``ValueError`` with a
+    bounded message, never an ``OverflowError`` (``seq=10**400``) or a huge echo."""
     try:
-        value = int(text) if name in _INTS else float(text)
+        raw: object = int(text) if name in _INTS else float(text)
     except ValueError:
-        value = -1
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{CLOCK_HEADER} {name}={text[:40]!r} is not a finite number >= 0")
-    return value
+        raw = text[:40]
+    where = f"{CLOCK_HEADER} {name}"
+    if name in _INTS:
+        return fields.count(raw, where)
+    return fields.number(raw, where, 0.0, fields.MAX_NUMBER)

@@ -177,6 +177,7 @@ def _probe(raw: object, where: str) -> ProbeHealth:
         disabled=_bool(d.get("disabled", False), f"{where}.disabled"),
         tripwires_dropped=_int(d.get("tripwires_dropped", 0), f"{where}.tripwires_dropped"),
         guard=_bool(d.get("guard", False), f"{where}.guard"),
+        guard_return=_bool(d.get("guard_return", False), f"{where}.guard_return"),
     )
 
 

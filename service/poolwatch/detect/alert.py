@@ -12,7 +12,17 @@ from poolwatch.catalog.spec import RANK_LABELS, rank_label_values
 from poolwatch.detect.schema import Severity
 from poolwatch.model import Role, Snapshot, WorkerId
 
-__all__ = ["Alert", "AlertState", "Labels", "Signal", "Verdict", "merge", "rank_labels", "sampled_subject"]
+__all__ = [
+    "Alert",
+    "AlertState",
+    "Labels",
+    "Signal",
+    "Verdict",
+    "forget_labels",
+    "merge",
+    "rank_labels",
+    "sampled_subject",
+]
 
 Labels = tuple[tuple[str, str], ...]  # identity labels, sorted by name; no alertname, no severity
 Verdict = tuple[str, Labels]  # an alert name and the identity labels of one instance
@@ -36,6 +46,13 @@ def _labels(identity: tuple[str, Role, int, int, int], pool: str) -> Labels:
     if pool:
         pairs["pool"] = pool
     return tuple(sorted(pairs.items()))
+
+
+def forget_labels() -> None:
+    """Drop the memo of :func:`rank_labels` (called when ranks are forgotten): under churn of new
+    worker names it would otherwise keep up to 16,384 label sets of ranks long gone (~1 KB each);
+    the live ranks' sets are rebuilt at their next snapshot."""
+    _labels.cache_clear()
 
 
 class AlertState(enum.StrEnum):

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from poolwatch.conservation import Basis, findings
-from poolwatch.detect.alert import Alert, Signal, sampled_subject
+from poolwatch.detect.alert import Alert, Signal, forget_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.families import Families, JudgedMemo
 from poolwatch.detect.family import Seen
@@ -139,6 +139,8 @@ class Detector:
                 del self._ranks[subject]
             for key in gone:
                 self._incident_at.pop(key, None)
+            if gone:
+                forget_labels()  # the gone ranks' label sets go too (memory returned, issue 24)
             return self._tracker.forget(of_gone_rank, reason, now)
 
     def sizes(self) -> dict[str, int]:

@@ -9,11 +9,13 @@ Each rank writes ``<dir>/<worker>-dp<D>-tp<T>-pp<P>.json`` (atomically: a tempor
 :func:`read_discovery_dir` is the reader the sidecar reuses: it never raises for a bad file (a
 half-written or foreign file is skipped and reported in :func:`scan_discovery_dir`).
 
-This module is the contract's public face: it scans the directory; the rest of the contract lives
-in :mod:`poolwatch.discovery.entry` (one rank's file: name, content, validation, writing),
-:mod:`poolwatch.discovery.files` (bounded reads, the node's probe secret) and
-:mod:`poolwatch.discovery.final` (final snapshots).  All four import only the standard library and
-:mod:`poolwatch.limits`: the in-process probe imports them.
+This module is the contract's public face: it scans the directory; the rest lives in
+:mod:`poolwatch.discovery.entry` (one rank's file: name, content, validation, writing),
+:mod:`poolwatch.discovery.files` (bounded reads, the node's probe secret),
+:mod:`poolwatch.discovery.final` (signed final snapshots), :mod:`poolwatch.discovery.safety` (who
+may have written the directory: owner and mode checks, the default directory) and
+:mod:`poolwatch.discovery.auth` (request signatures: the secret proven, never sent).  All of them
+import only the standard library and :mod:`poolwatch.limits`: the in-process probe imports them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from poolwatch.discovery.files import (
     NotRegularFileError,
     read_bounded,
 )
+from poolwatch.discovery.safety import UnsafePathError, check_directory
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 
 __all__ = ["SkipReason", "read_discovery_dir", "scan_discovery_dir", "skip_reason"]
@@ -52,6 +55,8 @@ class SkipReason(enum.StrEnum):
     NOT_LOOPBACK = "not_loopback"  # a URL off this host (unless explicitly allowed)
     TOO_MANY_FILES = "too_many_files"  # the directory holds more files than are read
     DIRECTORY = "directory"  # the directory itself cannot be listed (missing, permissions)
+    UNSAFE = "unsafe"  # the directory or a file is another user's or writable by others: never read
+    FORGED = "forged"  # a final snapshot whose signature, boot or age does not hold (never delivered)
 
 
 def scan_discovery_dir(
@@ -61,11 +66,18 @@ def scan_discovery_dir(
 
     Bounded: at most ``limits.max_discovery_files`` files of at most
     ``limits.max_discovery_file_bytes``, regular files only (a FIFO never blocks the reader),
-    problems at most 200 characters each."""
+    problems at most 200 characters each.  A directory another user owns, or others may write, is
+    refused whole (:mod:`poolwatch.discovery.safety`): one ``unsafe`` problem, no entry."""
     max_files = limits.max_discovery_files
     folder = Path(path)
     entries: list[DiscoveryEntry] = []
     problems: dict[str, str] = {}
+    try:
+        check_directory(folder)
+    except UnsafePathError as exc:
+        return [], {str(folder): f"{SkipReason.UNSAFE}: {exc}"[:200]}
+    except OSError:
+        pass  # missing: reported below as the directory's problem
     try:
         with os.scandir(folder) as listing:
             names = [e.name for e in listing if e.name.endswith(".json") and not e.name.startswith(".")]
@@ -84,12 +96,20 @@ def scan_discovery_dir(
     return entries, problems
 
 
+_BY_KIND: tuple[tuple[type[BaseException], SkipReason], ...] = (
+    (NotRegularFileError, SkipReason.NOT_REGULAR),
+    (UnsafePathError, SkipReason.UNSAFE),
+    (FileTooLargeError, SkipReason.TOO_LARGE),
+)
+
+
 def _reason(exc: BaseException) -> SkipReason:
     """The bounded reason of one file's failure (most specific first)."""
-    if isinstance(exc, NotRegularFileError) or (isinstance(exc, OSError) and exc.errno == errno.ELOOP):
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
         return SkipReason.NOT_REGULAR  # O_NOFOLLOW refuses a symbolic link with ELOOP
-    if isinstance(exc, FileTooLargeError):
-        return SkipReason.TOO_LARGE
+    for kind, reason in _BY_KIND:
+        if isinstance(exc, kind):
+            return reason
     if isinstance(exc, OSError):
         return SkipReason.UNREADABLE
     if isinstance(exc, NotLoopbackError):

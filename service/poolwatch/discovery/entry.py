@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from poolwatch.discovery.safety import make_directory
+
 __all__ = [
     "DiscoveryEntry",
     "DiscoveryFormatError",
@@ -78,12 +80,14 @@ def discovery_name(worker: str, dp_rank: int, tp_rank: int, pp_rank: int) -> str
 
 
 def write_discovery(directory: str | Path, entry: DiscoveryEntry) -> Path:
-    """Write the entry's file atomically; returns its path."""
+    """Write the entry's file atomically; returns its path.  Raises
+    :class:`~poolwatch.discovery.safety.UnsafePathError` for a directory someone else could write."""
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_directory(folder)  # refuses a directory someone else could write (never adopted)
     target = folder / discovery_name(entry.worker, entry.dp_rank, entry.tp_rank, entry.pp_rank)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".poolwatch-", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # where to connect is no secret: a sidecar of another user reads it
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(entry.to_json(), out)
         os.replace(tmp, target)

@@ -6,9 +6,12 @@ without blocking (a FIFO or device is refused, :class:`NotRegularFileError`), an
 a given size (:class:`FileTooLargeError`).  :data:`MAX_FILE_BYTES` and :data:`MAX_FILES` are the
 default bounds of one scan (:data:`poolwatch.limits.DEFAULT_LIMITS`).
 
-The secret (:data:`SECRET_FILE`, mode 0600, created once by whichever rank comes first) is what
-the probe's mutating endpoints ask for (``Authorization: Bearer ...``).  Stdlib only: the
-in-process probe imports it.
+Every file read so, and the directory itself, must be this user's or root's and writable by no
+one else (:mod:`poolwatch.discovery.safety`; :class:`~poolwatch.discovery.safety.UnsafePathError`
+otherwise).  The secret (:data:`SECRET_FILE`, mode 0600, created once by whichever rank comes
+first) is the key of the probe's mutating endpoints and of the final snapshots' signatures; it is
+proven, never sent (:mod:`poolwatch.discovery.auth`).  Stdlib only: the in-process probe
+imports it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ import stat
 import tempfile
 from pathlib import Path
 
+from poolwatch.discovery.safety import (
+    UnsafePathError,
+    check_directory,
+    check_file,
+    make_directory,
+    secret_mode,
+)
 from poolwatch.limits import DEFAULT_LIMITS
 
 __all__ = [
@@ -30,6 +40,7 @@ __all__ = [
     "FileTooLargeError",
     "NotRegularFileError",
     "ensure_secret",
+    "load_secret",
     "read_bounded",
     "read_secret",
 ]
@@ -48,14 +59,16 @@ class FileTooLargeError(ValueError):
     """A file larger than the reader's limit."""
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
+def read_bounded(path: Path, limit: int, *, private: bool = False) -> bytes:
     """A regular file's bytes, at most ``limit``; a FIFO, device, socket or symlink is refused
-    without blocking (``ValueError``), and so is a bigger file."""
+    without blocking (``ValueError``), and so is a bigger file, and one someone else could have
+    written (:class:`~poolwatch.discovery.safety.UnsafePathError`; ``private``: or read)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotRegularFileError("not a regular file")
+        check_file(info, private=private, group=private and _setgid(path.parent))
         if info.st_size > limit:
             raise FileTooLargeError(f"larger than {limit} bytes")
         data = os.read(fd, limit + 1)
@@ -66,31 +79,56 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
+def _setgid(folder: Path) -> bool:
+    try:
+        return bool(os.stat(folder).st_mode & stat.S_ISGID)
+    except OSError:
+        return False
+
+
 def ensure_secret(directory: str | Path) -> str:
-    """The node's probe secret (created once, mode 0600, by whichever rank comes first)."""
+    """The node's probe secret (created once, mode 0600, by whichever rank comes first), in a
+    directory that passes :func:`~poolwatch.discovery.safety.check_directory`; a directory or a
+    secret someone else could have planted raises
+    :class:`~poolwatch.discovery.safety.UnsafePathError` (never adopted)."""
     folder = Path(directory)
-    found = read_secret(folder)
+    make_directory(folder)
+    found = load_secret(folder)
     if found is not None:
         return found
-    folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".poolwatch-", suffix=".tmp")
     try:
+        os.fchmod(fd, secret_mode(folder))
         with os.fdopen(fd, "w", encoding="ascii") as out:
             out.write(secrets.token_hex(32))
         with contextlib.suppress(FileExistsError):  # another rank won the race: use its secret
             os.link(tmp, folder / SECRET_FILE)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    found = read_secret(folder)
+    found = load_secret(folder)
     if found is None:
         raise OSError(f"{folder / SECRET_FILE}: not a readable secret")
     return found
 
 
-def read_secret(directory: str | Path) -> str | None:
-    """The secret the mutating probe endpoints ask for (``Authorization: Bearer ...``), if any."""
+def load_secret(directory: str | Path) -> str | None:
+    """The node's secret; ``None`` when there is none (absent, unreadable, not a secret's shape);
+    :class:`~poolwatch.discovery.safety.UnsafePathError` when the directory or the file could have
+    been written (or the file read) by someone else."""
+    folder = Path(directory)
     try:
-        text = read_bounded(Path(directory) / SECRET_FILE, 256).decode("ascii").strip()
+        check_directory(folder)
+        text = read_bounded(folder / SECRET_FILE, 256, private=True).decode("ascii").strip()
+    except UnsafePathError:
+        raise
     except (OSError, ValueError):
         return None
     return text if _SECRET.fullmatch(text) else None
+
+
+def read_secret(directory: str | Path) -> str | None:
+    """:func:`load_secret`, with an unsafe directory or file as none."""
+    try:
+        return load_secret(directory)
+    except UnsafePathError:
+        return None

@@ -85,6 +85,7 @@ HELP: dict[str, str] = {
     "max_page_ranks": "scheduler ranks one SGLang /metrics page may show (more: reason too_large)",
     "max_discovery_file_bytes": "size of one discovery file in bytes (a larger one is skipped)",
     "max_discovery_files": "discovery files read per scan (the rest are skipped)",
+    "max_log_ranks": "scheduler ranks one SGLang log may name (a new one past it is dropped, logged once)",
 }
 
 

@@ -141,7 +141,17 @@ def create_app(
                 await stop_within(task, STOP_SCRAPER_S)
                 await alerting.stop()
 
-    app = FastAPI(title="poolwatch", version=__version__, lifespan=lifespan)
+    # No /docs, /redoc or /openapi.json: FastAPI's pages load Swagger UI and ReDoc from a CDN, and a
+    # monitoring sidecar pulls no third-party script into an operator's browser (issue 24 item 9).
+    # The API is documented in README.md; ``app.openapi()`` still builds the schema for tools.
+    app = FastAPI(
+        title="poolwatch",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.store = store
     app.state.alerting = alerting
 

@@ -13,6 +13,9 @@ webhook is not told again what it got, and is told what it never got.
 A corrupt state file (not JSON, wrong shape, NaN times, deep nesting, over 4 MiB) never stops the
 sidecar: :func:`load_state` renames it aside (``<name>.corrupt-<unix time>``), logs it once, and
 says so (``LoadResult.set_aside``, counted by the caller); the sidecar starts with no alerts.
+The file is opened without blocking and read only if it is a regular file (a FIFO or device at
+its path is logged and left alone, never waited on), and an alert this version does not know (a
+rollback) is skipped with a warning while every other alert is restored.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -82,13 +86,17 @@ def _strings(raw: object, where: str) -> dict[str, str]:
     return {fields.text(k, where): fields.text(v, f"{where}.{k}", fields.MAX_TEXT) for k, v in d.items()}
 
 
+class UnknownAlertError(fields.FieldError):
+    """A saved alert this version does not know (written by another version): skipped alone."""
+
+
 def _decode_one(raw: Any, where: str) -> Alert:
     item = fields.mapping(raw, where, 32)
     name = fields.text(item.get("name"), f"{where}.name")
     try:
-        by_name(name)  # an alert this version no longer knows is an error
+        by_name(name)
     except KeyError:
-        raise fields.FieldError(f"{where}.name: no alert named {name!r}") from None
+        raise UnknownAlertError(f"{where}.name: no alert named {fields.shown(name)}") from None
     fired = item.get("fired_at")
     return Alert(
         name=name,
@@ -107,7 +115,12 @@ def _decode_one(raw: Any, where: str) -> Alert:
 def decode_told(doc: Any) -> dict[str, frozenset[str]]:
     """The receivers each alert of a (valid) state document was delivered to; none when unsaid."""
     out = {}
-    for alert, raw in zip(decode_alerts(doc), doc.get("alerts", []), strict=True):
+    _check_version(doc)
+    for i, raw in enumerate(doc.get("alerts", [])[:MAX_ALERTS]):
+        try:
+            alert = _decode_one(raw, f"alerts[{i}]")
+        except UnknownAlertError:  # skipped (decode_alerts warned once)
+            continue
         names = raw.get("told", [])
         if not isinstance(names, list) or len(names) > 64:
             raise ValueError(f"alert {alert.name}: 'told' must be a list of receiver names")
@@ -118,9 +131,23 @@ def decode_told(doc: Any) -> dict[str, frozenset[str]]:
 
 def decode_alerts(doc: Any) -> list[Alert]:
     """Alerts from a state document; raises ``ValueError`` naming what is wrong."""
+    _check_version(doc)
+    decoded = fields.items(doc.get("alerts", []), "alerts", _known, MAX_ALERTS)
+    return [alert for alert in decoded if alert is not None]
+
+
+def _check_version(doc: Any) -> None:
     if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:
         raise ValueError(f"not a poolwatch alert state of version {STATE_VERSION}")
-    return list(fields.items(doc.get("alerts", []), "alerts", _decode_one, MAX_ALERTS))
+
+
+def _known(raw: Any, where: str) -> Alert | None:
+    """One saved alert; ``None`` (and a warning) for one this version does not know."""
+    try:
+        return _decode_one(raw, where)
+    except UnknownAlertError as exc:
+        log.warning("event=state_alert_unknown error=%s", exc)
+        return None
 
 
 def save_alerts(path: Path, alerts: Sequence[Alert], told: Told | None = None) -> None:
@@ -149,8 +176,7 @@ class LoadResult:
 def load_state(path: Path, now: float | None = None) -> LoadResult:
     """The saved alerts; a corrupt file is renamed aside and logged, and none are restored."""
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_STATE_BYTES + 1)
+        data = _read_regular(path)
     except FileNotFoundError:
         return LoadResult([])
     except OSError as exc:  # unreadable (permissions): leave it where it is
@@ -171,6 +197,22 @@ def load_state(path: Path, now: float | None = None) -> LoadResult:
         return LoadResult([], None, error)
     log.error("event=state_file_corrupt path=%s set_aside=%s error=%s", path, aside, error)
     return LoadResult([], aside, error)
+
+
+def _read_regular(path: Path) -> bytes:
+    """At most ``MAX_STATE_BYTES + 1`` bytes of a regular file, opened without blocking (a FIFO at
+    the path would otherwise hang the sidecar's start); anything else is an ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        chunks, left = [], MAX_STATE_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load_alerts(path: Path) -> list[Alert]:

@@ -9,7 +9,8 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import quote_plus, urlencode
+import time
+from urllib.parse import quote_plus, urlencode, urlsplit
 
 import httpx
 
@@ -17,6 +18,7 @@ from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, renew
 from poolwatch.codec.schema import SnapshotFormatError
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import signature
+from poolwatch.discovery.auth import sign_request
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
@@ -61,9 +63,10 @@ class ProbeSource(Source):
     snapshot is renewed with it instead of decoding a body (:mod:`poolwatch.codec.renewal`).  A probe
     that sends no ETag (an older one) is read in full every time, as before.
 
-    A probe found in the discovery directory is shown the node's ``secret`` from there
-    (``Authorization: Bearer``), so it keeps a long-poll slot for the sidecar however many local
-    clients hold its public ones (:mod:`poolwatch.probe.endpoint.server`)."""
+    A probe found in the discovery directory is sent a proof of the node's ``secret`` from there
+    (a fresh signature of each request, :mod:`poolwatch.discovery.auth`; never the secret itself,
+    which a forged discovery file would otherwise steal), so it keeps a long-poll slot for the
+    sidecar however many local clients hold its public ones (:mod:`poolwatch.probe.endpoint.server`)."""
 
     def __init__(
         self,
@@ -76,7 +79,7 @@ class ProbeSource(Source):
     ) -> None:
         self._target = target
         self._limits = limits
-        self._headers: Headers = (("Authorization", f"Bearer {secret}"),) if secret else ()
+        self._secret = secret
         self._final_path = final_path  # where this rank's probe leaves its final snapshot
         self._final_sent = ""
         self._boot = ""  # the boot id of the last live answer
@@ -133,13 +136,20 @@ class ProbeSource(Source):
         one wait, so the rank stays watched at the scrape interval and the loop does not spin."""
         expect = frozenset({NOT_MODIFIED}) if self._held is not None else frozenset()
         try:
-            return await get_answer(client, self._request_url(), self._max_bytes, expect, self._headers)
+            return await get_answer(client, self._request_url(), self._max_bytes, expect, self._signed())
         except ScrapeError as exc:
             if not (self.long_poll and exc.reason is Reason.HTTP_STATUS and "HTTP 503" in str(exc)):
                 raise
-        answer = await get_answer(client, self.url, self._max_bytes, extra=self._headers)
+        answer = await get_answer(client, self.url, self._max_bytes, extra=self._signed())
         await asyncio.sleep(self._long_poll_s)
         return answer
+
+    def _signed(self) -> Headers:
+        """A fresh signature of this request (none without a secret): one use, this URL's address."""
+        if not self._secret:
+            return ()
+        parts = urlsplit(self.url)
+        return (("Authorization", sign_request(self._secret, "GET", parts.netloc, parts.path, time.time())),)
 
     def _request_url(self) -> str:
         """The next request's URL, built only when the signature or the held content changed."""
@@ -150,9 +160,12 @@ class ProbeSource(Source):
 
     def _final(self) -> Snapshot | None:
         """The gone rank's final snapshot, once (see :mod:`poolwatch.sources.final`)."""
-        snap = load_final(self._final_path) if self._final_path else None
-        if snap is None or snap.boot_id != self._boot or snap.boot_id == self._final_sent:
-            return None  # none, an earlier life's, or already delivered
+        if not (self._final_path and self._boot):
+            return None
+        # no age limit: the boot is the one this process just saw answer live
+        snap = load_final(self._final_path, self._secret, time.time(), self._boot, float("inf"))
+        if snap is None or snap.boot_id == self._final_sent:
+            return None  # none, forged, an earlier life's, or already delivered
         self._final_sent = snap.boot_id
         return with_target_identity(snap, self._target)
 

@@ -19,19 +19,21 @@ and this module turns targets into sources
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from poolwatch.discovery.directory import SkipReason, scan_discovery_dir, skip_reason
-from poolwatch.discovery.files import read_secret
-from poolwatch.discovery.final import FINAL_SUFFIX, final_name, read_final_dir
+from poolwatch.discovery.files import SECRET_FILE, load_secret
+from poolwatch.discovery.final import FINAL_SUFFIX, ForgedFinalError, final_name, final_names
+from poolwatch.discovery.safety import UnsafePathError, default_directory
 from poolwatch.errors import ConfigError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.file import FileSource
-from poolwatch.sources.final import FinalSnapshotSource
+from poolwatch.sources.final import FinalSnapshotSource, check_final
 from poolwatch.sources.probe import ProbeSource, watch_wait
 from poolwatch.sources.sglang_log.source import SglangLogSource
 from poolwatch.sources.sglang_metrics import SglangMetricsSource
@@ -40,23 +42,24 @@ from poolwatch.sources.target_config import (
     static_targets,
 )
 
-__all__ = ["DEFAULT_PROBE_DIR", "TargetSet", "discover_probes", "discover_ranks", "make_source"]
+__all__ = ["TargetSet", "discover_probes", "discover_ranks", "make_source"]
 
-DEFAULT_PROBE_DIR = "/tmp/poolwatch"
+MAX_BOOTS = 4096  # announced boots remembered for the final snapshots of vanished ranks
 
 log = logging.getLogger("poolwatch.sources")
 
 
 def discover_probes(directory: str) -> list[tuple[str, str, str]]:
     """``(target name, url, worker)`` of every probe announced in ``directory`` (bad files skipped)."""
-    return [(name, url, worker) for name, url, worker, _ in discover_ranks(directory)]
+    return [(name, url, worker) for name, url, worker, _, _ in discover_ranks(directory)]
 
 
 def discover_ranks(
     directory: str, problems: dict[str, str] | None = None, limits: Limits = DEFAULT_LIMITS
-) -> list[tuple[str, str, str, str]]:
-    """:func:`discover_probes` plus the path where each rank's final snapshot would be; files
-    that were skipped are put in ``problems`` (``{file name: why}``) when it is given."""
+) -> list[tuple[str, str, str, str, str]]:
+    """:func:`discover_probes` plus the path where each rank's final snapshot would be and the boot
+    it announces; files that were skipped are put in ``problems`` (``{file name: why}``) when it is
+    given."""
     found = []
     entries, skipped = scan_discovery_dir(directory, limits=limits)
     if problems is not None:
@@ -64,19 +67,8 @@ def discover_ranks(
     for entry in entries:
         rank = f"dp{entry.dp_rank}-tp{entry.tp_rank}-pp{entry.pp_rank}"
         final = str(Path(directory) / final_name(entry.worker, entry.dp_rank, entry.tp_rank, entry.pp_rank))
-        found.append((f"probe:{entry.worker}/{rank}", entry.url, entry.worker, final))
+        found.append((f"probe:{entry.worker}/{rank}", entry.url, entry.worker, final, entry.boot_id))
     return found
-
-
-def _vanished(directory: str, live: set[str]) -> list[tuple[str, str]]:
-    """``(target name, path)`` of final snapshots whose rank no longer announces itself
-    (``live``: the final-snapshot paths of the ranks that still do)."""
-    out = []
-    for name, _doc in read_final_dir(directory):
-        path = str(Path(directory) / name)
-        if path not in live:
-            out.append((f"final:{name.removesuffix(FINAL_SUFFIX)}", path))
-    return out
 
 
 def make_source(
@@ -92,7 +84,7 @@ def make_source(
     if target.source is SourceKind.SGLANG_METRICS:
         return SglangMetricsSource(target, clock, max_bytes=max_bytes, limits=limits)
     if target.source is SourceKind.SGLANG_LOG:
-        return SglangLogSource(target, clock)
+        return SglangLogSource(target, clock, max_ranks=limits.max_log_ranks)
     if target.source is SourceKind.FILE:
         return FileSource(target, clock, max_bytes, limits)
     raise ConfigError(f"target {target.name}: unknown source {target.source!r}")
@@ -111,10 +103,12 @@ class TargetSet:
         static = static_targets(settings)
         self._static = [make_source(t, settings, clock) for t in static]
         configured = settings.targets.probe_dir
-        self._probe_dir = configured or ("" if static else DEFAULT_PROBE_DIR)
+        self._probe_dir = configured or ("" if static else default_directory(os.environ))
         self._discovered: dict[str, Source] = {}
         self.skipped: dict[str, str] = {}  # discovery files skipped at the last scan, and why
-        self._secret = ""  # the node's probe secret at the last scan (shown to discovered probes)
+        self._secret = ""  # the node's probe secret at the last scan (proven to discovered probes)
+        self._boots: dict[str, str] = {}  # final-snapshot path -> the boot its rank last announced
+        self._verdicts: dict[str, tuple[tuple[int, ...], str]] = {}  # final path -> (stat, problem)
 
     @property
     def probe_dir(self) -> str:
@@ -129,11 +123,11 @@ class TargetSet:
         finals: set[str] = set()
         skipped: dict[str, str] = {}
         ranks = discover_ranks(self._probe_dir, skipped, self._settings.limits)
-        self._note_skipped(skipped)
-        secret, known = read_secret(self._probe_dir) or "", self._secret
+        secret, known = self._load_secret(skipped), self._secret
         self._secret = secret
-        for name, url, worker, final in ranks:
+        for name, url, worker, final, boot in ranks:
             finals.add(final)
+            self._remember(final, boot)
             if only and worker not in only:
                 continue
             old = self._discovered.get(name)
@@ -142,12 +136,68 @@ class TargetSet:
             else:  # the probe's own worker name: several workers may share one directory
                 target = Target(name, SourceKind.PROBE, url, worker, role, labels)
                 fresh[name] = make_source(target, self._settings, self._clock, final, secret)
-        for name, path in _vanished(self._probe_dir, finals):
+        for name, path in self._vanished(finals, skipped):
             old = self._discovered.get(name)
             target = Target(name, SourceKind.PROBE, path, "", role, labels)
-            fresh[name] = old or FinalSnapshotSource(target, self._clock)
+            fresh[name] = old or FinalSnapshotSource(target, self._clock, secret, self._boots[path])
+        self._note_skipped(skipped)
         self._discovered = fresh
         return [*self._static, *fresh.values()]
+
+    def _load_secret(self, skipped: dict[str, str]) -> str:
+        """The node's secret; one the sidecar must not trust is reported (``unsafe``), not used."""
+        try:
+            return load_secret(self._probe_dir) or ""
+        except UnsafePathError as exc:
+            if self._probe_dir not in skipped:  # an unsafe directory is already reported as such
+                skipped[SECRET_FILE] = f"{SkipReason.UNSAFE}: {exc}"[:200]
+            return ""
+
+    def _remember(self, final: str, boot: str) -> None:
+        self._boots.pop(final, None)
+        self._boots[final] = boot  # the newest last: the oldest go first past MAX_BOOTS
+        while len(self._boots) > MAX_BOOTS:
+            self._boots.pop(next(iter(self._boots)))
+
+    def _vanished(self, live: set[str], skipped: dict[str, str]) -> list[tuple[str, str]]:
+        """``(target name, path)`` of the final snapshots whose rank no longer announces itself
+        (``live``: the final-snapshot paths of the ranks that still do) and that hold for the boot
+        this sidecar saw it announce; a forged, future-dated or other boot's one is put in
+        ``skipped`` (``forged``).  A final of a boot never seen announced (one from before this
+        sidecar started) is left alone: nothing is replayed after a restart."""
+        out, folder, verdicts = [], Path(self._probe_dir), {}
+        for name in final_names(folder):
+            path = str(folder / name)
+            if path in live or path not in self._boots:
+                continue
+            verdict = self._verdict(path, self._boots[path])
+            verdicts[path] = verdict
+            if verdict[1]:
+                skipped[name] = verdict[1]
+            else:
+                out.append((f"final:{name.removesuffix(FINAL_SUFFIX)}", path))
+        self._verdicts = verdicts  # only the files still there: forgotten when they go
+        return out
+
+    def _verdict(self, path: str, boot: str) -> tuple[tuple[int, ...], str]:
+        """``(the file's identity, problem)``: checked again only when the file changes."""
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return (), ""
+        key = (info.st_ino, info.st_size, info.st_mtime_ns)
+        cached = self._verdicts.get(path)
+        if cached is not None and cached[0] == key:
+            return cached
+        try:
+            check_final(path, self._secret, self._clock(), boot, float("inf"))
+        except ForgedFinalError as exc:
+            return key, f"{SkipReason.FORGED}: {exc}"[:200]
+        except UnsafePathError as exc:
+            return key, f"{SkipReason.UNSAFE}: {exc}"[:200]
+        except (OSError, ValueError, RecursionError):
+            pass  # not a snapshot, vanished: the source says so when it reads it
+        return key, ""
 
     def skipped_by_reason(self) -> dict[SkipReason, int]:
         """Files skipped at the last scan by reason, every reason listed (none while discovery is off)."""

@@ -244,3 +244,45 @@ async def test_a_rotated_files_unterminated_last_line_is_never_read(
     path.write_text(f"[2026-01-01 00:00:03 TP0] {decode.format(n=3)}\n")
     snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
     assert [s.pools[Pool.FULL].used for s in snaps] == [5, 3]
+
+
+def decode_line(tp: int, second: int = 10) -> str:
+    return (
+        f"[2026-03-02 14:05:{second:02d} TP{tp}] Decode batch [1290], #running-req: 12, #full token: 20480, "
+        "full token usage: 0.02, #queue-req: 0\n"
+    )
+
+
+async def test_one_log_names_at_most_max_log_ranks_and_the_first_drop_is_logged(
+    tmp_path: Path, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = tmp_path / "sglang.log"  # issue 24 item 7: 20,000 TP tags once cost 653 MB
+    log.write_text("".join(decode_line(tp) for tp in range(3000)))
+    source = SglangLogSource(
+        Target("log", "sglang-log", str(log), "w0"), FakeClock(FAR_FUTURE), max_ranks=100
+    )
+    try:
+        snaps = await drain(source, client)
+    finally:
+        source.close()
+    assert len({s.worker.key for s in snaps}) == 100
+    assert [r for r in caplog.records if "event=log_ranks_capped" in r.message]
+
+
+def test_a_rank_silent_long_enough_gives_its_place_and_a_new_boot_forgets_all() -> None:
+    from poolwatch.sources.sglang_log.events import BatchStats, Capacity
+    from poolwatch.sources.sglang_log.lines import Ranks
+    from poolwatch.sources.sglang_log.state import RANK_IDLE_S, LogFold
+
+    fold = LogFold("w0", max_ranks=2)
+    batch = lambda tp, at: BatchStats(at, Ranks(0, tp, 0), "decode")  # noqa: E731
+    assert fold.apply(batch(0, 0.0)) is not None
+    assert fold.apply(batch(1, 1.0)) is not None
+    assert fold.apply(batch(2, 2.0)) is None  # both others spoke lately: dropped
+    assert fold.dropped == 1
+    assert fold.apply(batch(2, RANK_IDLE_S + 1)) is not None  # TP0 was silent long enough
+    assert fold.apply(batch(0, RANK_IDLE_S + 2)).seq == 1  # a new TP0 in TP1's place: counted afresh
+    assert fold.apply(batch(1, RANK_IDLE_S + 3)) is None  # TP2 and TP0 spoke lately
+    fold.apply(Capacity(RANK_IDLE_S + 4, Ranks(0, 5, 0), Pool.FULL, 1000))  # a new start
+    assert fold.apply(batch(6, RANK_IDLE_S + 5)) is not None  # TP5 and TP6: the old ones forgotten
+    assert fold.dropped == 2

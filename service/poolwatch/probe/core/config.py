@@ -5,7 +5,7 @@ variable                               default    meaning
 =====================================  =========  ==============================================
 ``POOLWATCH_PROBE``                    unset      ``1`` arms the ``.pth`` activation (SGLang < 0.5.12)
 ``POOLWATCH_PROBE_DISABLE``            unset      ``1``: the kill switch; nothing is installed
-``POOLWATCH_PROBE_DIR``                /tmp/poolwatch  discovery files and the ``DISABLE`` file
+``POOLWATCH_PROBE_DIR``                see below  discovery files, the secret and the ``DISABLE`` file
 ``POOLWATCH_PROBE_PORT_BASE``          unset      bind ``base + local rank`` instead of port 0
 ``POOLWATCH_PROBE_SERVE``              1          ``0``: take snapshots but serve nothing
 ``POOLWATCH_PROBE_SAMPLE_INTERVAL``    0.1        seconds between cheap samples (0.01 to 60)
@@ -17,17 +17,24 @@ variable                               default    meaning
 ``POOLWATCH_SGLANG_VERSION``           installed  read the scheduler as this release
 ``POOLWATCH_WORKER``                   hostname   the worker name (else ``POD_NAME``, else the host name)
 =====================================  =========  ==============================================
+
+The directory defaults to ``/run/poolwatch`` when this user may write there, else
+``$XDG_RUNTIME_DIR/poolwatch``, else ``/tmp/poolwatch``
+(:func:`poolwatch.discovery.safety.default_directory`); whichever it is, it is adopted only when
+this user or root owns it and no one else may write it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from poolwatch.discovery.safety import default_directory
 
 __all__ = ["DEFAULT_DIR", "ProbeConfig", "ProbeConfigError"]
 
-DEFAULT_DIR = "/tmp/poolwatch"
+DEFAULT_DIR = "/tmp/poolwatch"  # the last resort of default_directory (no /run, no XDG_RUNTIME_DIR)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 SAMPLE_RANGE = (0.01, 60.0)  # seconds: below, the probe costs the scheduler; above, it never watches
@@ -46,7 +53,7 @@ class ProbeConfig:
     idle_kv_census_gap_s: float = 30.0  # at idle the KV census runs at most this often
     chunk_tripwire: bool = True
     guard: bool = False  # opt-in: repair free lists on exact proof; off while any kill switch is on
-    directory: str = DEFAULT_DIR
+    directory: str = field(default_factory=lambda: default_directory({}))
     port_base: int | None = None
     serve: bool = True
     disabled: bool = False
@@ -63,7 +70,7 @@ class ProbeConfig:
             kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0, CENSUS_RANGE),
             chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),
             guard=_flag(environ, "POOLWATCH_PROBE_GUARD", False),
-            directory=environ.get("POOLWATCH_PROBE_DIR") or DEFAULT_DIR,
+            directory=environ.get("POOLWATCH_PROBE_DIR") or default_directory(environ),
             port_base=_port(environ, "POOLWATCH_PROBE_PORT_BASE"),
             serve=_flag(environ, "POOLWATCH_PROBE_SERVE", True),
             disabled=_flag(environ, "POOLWATCH_PROBE_DISABLE", False),

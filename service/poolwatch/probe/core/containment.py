@@ -73,6 +73,7 @@ class Guard:
         disabled: bool,
         tripwires_dropped: int = 0,
         guard: bool = False,
+        guard_return: bool = False,
     ) -> ProbeHealth:
         return ProbeHealth(
             samples_total=self.samples_total,
@@ -84,4 +85,5 @@ class Guard:
             disabled=disabled or self.gave_up,
             tripwires_dropped=tripwires_dropped,
             guard=guard,
+            guard_return=guard_return,
         )

@@ -6,7 +6,8 @@ them), or once its guard gave up.  While off it reads nothing from the scheduler
 publishes a pool-less heartbeat snapshot once a second, so the kill switch stays visible
 (PoolwatchProbeDegraded can fire) instead of going stale.
 
-Cost: one ``stat`` of the ``DISABLE`` file a second, the scheduler thread's only I/O.
+Only a ``DISABLE`` file of this user or root counts (:mod:`poolwatch.discovery.safety`).  Cost: one
+``lstat`` of the ``DISABLE`` file a second, the scheduler thread's only I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
+from poolwatch.discovery.safety import trusted_owners
 from poolwatch.model import Phase, ProbeHealth, Snapshot, WorkerId
 
 __all__ = ["DISABLE_FILE", "HEARTBEAT_S", "KillSwitch", "heartbeat_snapshot"]
@@ -42,10 +44,19 @@ class KillSwitch:
         """Look for the ``DISABLE`` file, at most once every :data:`LOOK_EVERY_S`."""
         if now - self.last_look >= LOOK_EVERY_S:
             self.last_look = now
-            self.file = os.path.exists(os.path.join(self.directory, DISABLE_FILE))
+            self.file = _trusted_file(os.path.join(self.directory, DISABLE_FILE))
 
     def heartbeat_due(self, now: float) -> bool:
         return now - self.last_heartbeat >= HEARTBEAT_S
+
+
+def _trusted_file(path: str) -> bool:
+    """Whether ``path`` exists and is this user's or root's: a ``DISABLE`` file another local user
+    planted (in a directory it made first, say) does not switch the probe off."""
+    try:
+        return os.lstat(path).st_uid in trusted_owners()
+    except OSError:
+        return False
 
 
 def heartbeat_snapshot(

@@ -6,7 +6,9 @@ used: the head is at most :data:`MAX_HEAD_BYTES`, ``wait`` is a finite number cl
 slots, which the server takes before a thread answers (:func:`long_poll`; none free: 503 at
 once), and the mutating endpoints answer only a loopback client that names the probe's own
 address in ``Host``, sends no ``Origin`` (no browser page), and shows the secret from the
-discovery directory as ``Authorization: Bearer <secret>``.
+discovery directory: signed (``Authorization: Poolwatch-HMAC ...``, :mod:`poolwatch.discovery.auth`,
+what the sidecar sends: the secret itself never goes over the wire) or shown as
+``Authorization: Bearer <secret>`` (an operator's ``curl``).
 
 A snapshot answer carries the ``ETag`` of its content; a client that sends it back
 (``?have=<tag>``) and whose content is still the latest gets a bodiless ``304`` with the new
@@ -19,12 +21,14 @@ import hmac
 import json
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, clock_header, content_tag
 from poolwatch.codec.snapshot import dump_snapshot
+from poolwatch.discovery.auth import Verifier
 from poolwatch.model import Snapshot
 from poolwatch.probe.core.publication import Publication
 
@@ -74,6 +78,7 @@ class Request:
     headers: dict[str, str]
     keep_alive: bool
     peer: str = ""
+    trusted: bool = False  # the I/O thread verified its signature (a nonce is good for one check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +113,14 @@ class Context:
     port: int
     secret: str | None
     long_polls: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(3))
+    authority: str = ""  # "127.0.0.1:<port>": what a signature must name (default: from ``port``)
+    verifier: Verifier | None = None
     _encoded: tuple[object, str, bytes] = (None, "", b"")  # (snapshot, content tag, body)
+
+    def __post_init__(self) -> None:
+        self.authority = self.authority or f"127.0.0.1:{self.port}"
+        if self.secret is not None and self.verifier is None:
+            self.verifier = Verifier(self.secret, self.authority)
 
     def encoded(self, snap: Snapshot) -> tuple[str, bytes]:
         """``(content tag, JSON body)`` of ``snap``, computed once however many clients ask."""
@@ -222,12 +234,16 @@ def _have(query: str) -> str:
     return parse_qs(query, max_num_fields=8).get(HAVE, [""])[0][:64]
 
 
-def authorized(req: Request, secret: str | None) -> bool:
-    """Whether a loopback ``req`` shows ``secret`` as ``Authorization: Bearer <secret>``."""
-    if secret is None or not (req.peer.startswith("127.") or req.peer == "::1"):
+def authorized(req: Request, ctx: Context) -> bool:
+    """Whether a loopback ``req`` proves the node's secret: a fresh :mod:`~poolwatch.discovery.auth`
+    signature of this request for this endpoint, or the secret itself (``Authorization: Bearer``)."""
+    if ctx.secret is None or not (req.peer.startswith("127.") or req.peer == "::1"):
         return False
-    shown = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    return hmac.compare_digest(shown.encode("latin-1"), secret.encode("latin-1"))
+    shown = req.headers.get("authorization", "")
+    if shown.startswith("Poolwatch-HMAC ") and ctx.verifier is not None:
+        return ctx.verifier.verify(shown, req.method, req.path, time.time())
+    bearer = shown.removeprefix("Bearer ").strip()
+    return hmac.compare_digest(bearer.encode("latin-1"), ctx.secret.encode("latin-1"))
 
 
 def _mutate(req: Request, ctx: Context) -> Response:
@@ -235,7 +251,7 @@ def _mutate(req: Request, ctx: Context) -> Response:
         return Response(403, {"error": "only from the loopback"}, close=True)
     if "origin" in req.headers or "sec-fetch-mode" in req.headers:
         return Response(403, {"error": "not from a browser"}, close=True)
-    if not authorized(req, ctx.secret):
-        return Response(403, {"error": "Authorization: Bearer <secret from the discovery directory>"})
+    if not (req.trusted or authorized(req, ctx)):
+        return Response(403, {"error": "Authorization: a Poolwatch-HMAC signature, or Bearer <secret>"})
     ctx.probe.disable() if req.path == "/v1/disable" else ctx.probe.enable()
     return Response(200, {"disabled": ctx.probe.disabled})

@@ -9,7 +9,7 @@
 ``GET /v1/census``     the last census detail (``poolwatch.census`` JSON); 404 before the first
 ``GET /healthz``       ``{"ok": true, "disabled": ...}``
 ``POST /v1/disable``   the runtime kill switch (``/v1/enable`` undoes); loopback, own ``Host``, no
-                       ``Origin``, ``Authorization: Bearer <secret>`` (``discovery.read_secret``)
+                       ``Origin``, the node's secret proven (``discovery.auth``) or shown
 =====================  ========================================================================
 
 How it stays out of the scheduler's way (the scheduler thread only calls
@@ -38,6 +38,7 @@ import selectors
 import socket
 import threading
 import time
+from dataclasses import replace
 
 from poolwatch.probe.endpoint.conn import Conn, Pacer, Waker, send_and_close, try_send
 from poolwatch.probe.endpoint.handlers import PUBLIC_LONG_POLLS, Handlers
@@ -84,7 +85,8 @@ class ProbeServer:
         self._open = 0  # registered + with a worker (I/O thread only)
         self._back: queue.SimpleQueue[tuple[Conn, bool]] = queue.SimpleQueue()
         public_polls = threading.Semaphore(PUBLIC_LONG_POLLS)
-        self._ctx = Context(probe, probe.publication, self.port, secret, public_polls)
+        authority = self.url.removeprefix("http://")  # what a signed request must name
+        self._ctx = Context(probe, probe.publication, self.port, secret, public_polls, authority)
         self._handlers = Handlers(self._ctx, self._hand_back)
         self._pacer = Pacer(RATE)
         self._stopping = False
@@ -201,7 +203,8 @@ class ProbeServer:
             self._refuse(conn, Response(400, {"error": str(exc)}, close=True))
             return
         self._unwatch(conn)
-        trusted = authorized(req, self._ctx.secret)
+        trusted = authorized(req, self._ctx)
+        req = replace(req, trusted=trusted) if trusted else req
         if conn.reserved and not trusted:
             self._refuse(conn, Response(503, {"error": "too many connections; retry"}, close=True))
             return

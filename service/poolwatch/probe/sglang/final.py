@@ -1,6 +1,6 @@
 """The final snapshot: the proof leaves the process before SGLang's idle check kills it.
 
-Reads: the sample the probe just took at SGLang's idle hook.  Writes: one file in the discovery
+Reads: the sample the probe just took at SGLang's idle hook.  Writes: one signed file in the discovery
 directory (:func:`poolwatch.discovery.final.write_final`), synchronously, in the scheduler thread, only
 when the crash is certain: SGLang's idle check is strict, runs at this idle hook, and finds a pool
 out of balance -- both decided the way the release family's check decides them
@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import gap, used
+from poolwatch.discovery.files import ensure_secret
 from poolwatch.discovery.final import final_name, write_final
 from poolwatch.model import Phase, Pool, PoolAccount, Snapshot
 from poolwatch.probe.sglang.shapes import Shape
@@ -92,15 +92,13 @@ class Suspicion:
         return True
 
 
-def write_final_snapshot(directory: str, snap: Snapshot) -> float:
-    """Write ``snap`` as its rank's final snapshot; returns the seconds it took (raises OSError)."""
+def write_final_snapshot(directory: str, snap: Snapshot, secret: str | None = None) -> float:
+    """Write ``snap`` as its rank's final snapshot, signed with the node's ``secret`` (the one the
+    endpoint holds; when it serves none, the directory's, created if need be); returns the
+    seconds it took.  Raises ``OSError`` (an unsafe directory included: nothing is written)."""
     started = time.perf_counter()
     w = snap.worker
     payload = json.dumps(dump_snapshot(snap), separators=(",", ":")).encode("utf-8")
     name = final_name(w.worker, w.dp_rank, w.tp_rank, w.pp_rank)
-    try:
-        write_final(directory, name, payload)
-    except FileNotFoundError:  # the probe was not serving, so nobody made the directory yet
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        write_final(directory, name, payload)
+    write_final(directory, name, payload, secret or ensure_secret(directory))
     return time.perf_counter() - started

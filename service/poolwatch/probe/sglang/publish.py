@@ -1,9 +1,11 @@
 """Start serving a probe and announce it: the HTTP endpoint plus the discovery file.
 
 The endpoint's mutating routes ask for the node's secret (:func:`~poolwatch.discovery.files.ensure_secret`,
-a mode-0600 file beside the discovery files); a directory where it cannot be written leaves them
-refused (the ``DISABLE`` file still works).  A port base whose ``base + local rank`` is not a
-port, or is taken, still serves, on any free port, and notes why.
+a mode-0600 file beside the discovery files); a directory where it cannot be written, or that
+someone else could have written (:mod:`poolwatch.discovery.safety`), leaves them refused and the
+rank unannounced, noted in the probe's health (the ``DISABLE`` file still works).  A port base
+whose ``base + local rank`` is not a port, or is taken, still serves, on any free port, and notes
+why.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Publisher:
         self.probe = probe
         self.server: ProbeServer | None = None
         self.path: Path | None = None
+        self.secret: str | None = None  # the node's, once adopted: it also signs the final snapshot
 
     def start(self) -> str:
         reading = Reading()
@@ -58,8 +61,9 @@ class Publisher:
 
     def _secret(self) -> str | None:
         try:
-            return ensure_secret(self.probe.config.directory)
-        except OSError as exc:
+            self.secret = ensure_secret(self.probe.config.directory)
+            return self.secret
+        except OSError as exc:  # an unsafe directory too (UnsafePathError): nothing adopted
             self.probe.guard.note("secret", f"{type(exc).__name__}: {exc}")
             return None
 

@@ -16,6 +16,12 @@ return          at full idle, a slot in no set (``missing``) the pool's own ``fr
                 *and* the count gap equals the missing count back (SGLang's zeroing included)
 ==============  ===========================================  =================================
 
+"return" runs only on a release no newer than the newest one read
+(:data:`~poolwatch.probe.sglang.shapes.NEWEST_RELEASE`): on a newer one SGLang may hold slots where
+neither the census nor the counters look, and a "missing" slot could be one it still holds; there
+quarantine and deduplicate (which only take entries off a free list) still run, the probe's health
+says so (``guard_return: false``) and the reason is logged once.
+
 Only layouts read from the released wheels are touched (``docs/probe.md`` has the table): the
 Mamba free list (an int64 tensor ``free_slots`` on ``req_to_token_pool.mamba_pool``, or on
 ``mamba_allocator`` from 0.5.23; taken from the front, freed onto the end) in every known family,
@@ -36,9 +42,9 @@ from typing import Any
 from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, PoolAccount, Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.probe.census.proofs import MAX_IDS, PoolCensus
-from poolwatch.probe.sglang.shapes import Shape
+from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, Shape, known_release
 
-__all__ = ["FULL_ALLOCATORS", "Repairer", "Settled", "census_of"]
+__all__ = ["FULL_ALLOCATORS", "Repairer", "Settled", "census_of", "repairer_for"]
 
 log = logging.getLogger("poolwatch.probe")
 FULL_ALLOCATORS = frozenset({"TokenToKVPoolAllocator", "PagedTokenToKVPoolAllocator"})
@@ -131,8 +137,9 @@ class _FreeList:
 class Repairer:
     """The guard of one probe: acts on censuses, keeps one :class:`Repair` per pool and kind."""
 
-    def __init__(self, shape: Shape) -> None:
+    def __init__(self, shape: Shape, *, allow_return: bool = True) -> None:
         self.shape = shape
+        self.allow_return = allow_return  # off on releases newer than the newest read
         self._done: dict[tuple[RepairKind, Pool], Repair] = {}
 
     def repairs(self) -> tuple[Repair, ...]:
@@ -155,7 +162,13 @@ class Repairer:
             self._record(RepairKind.DEDUPLICATE, census, dups, hook, seq, page)
             settled.append((_DEDUPED, census.pool, dups))
         lost, missing = census.missing_ids, census.missing_count
-        if lost and gap is not None and missing is not None and missing * page == gap == len(lost) * page:
+        if (
+            self.allow_return
+            and lost
+            and gap is not None
+            and missing is not None
+            and missing * page == gap == len(lost) * page
+        ):
             self._give_back(sched, free, census.pool, lost)
             self._record(RepairKind.RETURN, census, lost, hook, seq, page)
             settled.append(((TripwireKind.MISSING,), census.pool, lost))
@@ -231,3 +244,17 @@ class Repairer:
             seq,
             ", ".join(requests) or "none",
         )
+
+
+def repairer_for(shape: Shape, version: str) -> Repairer:
+    """Guard's repairer for SGLang ``version``: "return" off (and said once) on a release newer
+    than the newest whose wheels were read."""
+    known = known_release(version)
+    if not known:
+        log.warning(
+            "poolwatch guard: SGLang %r is newer than the newest release the probe knows (%s): "
+            "'return' stays off; quarantine and deduplicate run",
+            version[:40],
+            ".".join(str(n) for n in NEWEST_RELEASE[:3]),
+        )
+    return Repairer(shape, allow_return=known)

@@ -34,7 +34,7 @@ from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks, 
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
 from poolwatch.probe.sglang.phase import phase_of, queue_depths
 from poolwatch.probe.sglang.refuse import REFUSING_FAMILIES, FreeRefuser
-from poolwatch.probe.sglang.repair import Repairer
+from poolwatch.probe.sglang.repair import repairer_for
 from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
 from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
@@ -83,7 +83,7 @@ class Probe:
         self._identity: dict[str, WorkerId] = {}  # by role, read once
         self._sample_cost = 0.0
         self._strict = idle_check_strict(self.shape, self.environ)
-        self.repairer = Repairer(self.shape) if config.guard else None  # opt-in guard mode
+        self.repairer = repairer_for(self.shape, self.version) if config.guard else None  # opt-in guard
         self.censuses = Censuses(
             scheduler, self.shape, config, self.tripwires, self.repairer, self.guard, clock=clock, wall=wall
         )
@@ -265,7 +265,8 @@ class Probe:
             snap = replace(snap, repairs=self.repairer.repairs() if self.repairer else (), final=final)
         if final:  # SGLang raises next: the file must exist before the process is gone
             try:
-                self.final_cost = write_final_snapshot(self.config.directory, snap)
+                secret = getattr(self.publisher, "secret", None)
+                self.final_cost = write_final_snapshot(self.config.directory, snap, secret)
             except OSError as exc:
                 self.guard.note("final", f"{type(exc).__name__}: {exc}")
         self.latest = snap
@@ -278,6 +279,7 @@ class Probe:
             disabled=self.switch.off,
             tripwires_dropped=self.tripwires.dropped,
             guard=self.repairer is not None,
+            guard_return=self.repairer is not None and self.repairer.allow_return,
         )
 
     def _publish_health(self) -> None:

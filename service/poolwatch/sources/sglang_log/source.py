@@ -13,6 +13,8 @@ never folded into rank 0: it is held on the fold (``LogFold.unattributed``) and 
 
 A snapshot is stamped with its line's time (not the scrape's), so lines read from a backlog
 are shown as old, never as current; a stamp in the future (a zone mismatch) is clamped to now.
+One log names at most ``max_log_ranks`` ranks (:class:`~poolwatch.sources.sglang_log.state.LogFold`);
+past it, further ranks are dropped and the first drop is logged.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import replace
 
 import httpx
 
+from poolwatch.limits import DEFAULT_LIMITS
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.sglang_log.events import interpret
@@ -41,14 +44,21 @@ class SglangLogSource(Source):
     """Follows one SGLang log file (all the ranks that write to it)."""
 
     def __init__(
-        self, target: Target, clock: Callable[[], float], *, backfill: int = 1 << 20, max_read: int = 4 << 20
+        self,
+        target: Target,
+        clock: Callable[[], float],
+        *,
+        backfill: int = 1 << 20,
+        max_read: int = 4 << 20,
+        max_ranks: int = DEFAULT_LIMITS.max_log_ranks,
     ) -> None:
         self._target = target
         self._clock = clock
         self._tail = LogTail(target.location, backfill=backfill, max_read=max_read)
         now = clock()  # dates 0.2.x time-of-day stamps and stamps lines read before any stamped one
         self._assembler = RecordAssembler(day=dt.date.fromtimestamp(now), at=now)
-        self._fold = LogFold(target.worker, target.role, instance=target.location)
+        self._fold = LogFold(target.worker, target.role, instance=target.location, max_ranks=max_ranks)
+        self._warned = False
 
     @property
     def target(self) -> Target:
@@ -81,6 +91,13 @@ class SglangLogSource(Source):
                 self._target.location,
                 self._fold.unattributed_total - held,
                 self._fold.unattributed[-1].message[:200],
+            )
+        if self._fold.dropped and not self._warned:
+            self._warned = True
+            log.warning(
+                "event=log_ranks_capped path=%s max_log_ranks=%d: lines of further ranks are dropped",
+                self._target.location,
+                self._fold.max_ranks,
             )
         return keep_notable(snaps)
 

@@ -6,10 +6,16 @@ exception is SGLang's own leak report, whose figures were read by its idle check
 boundary: that snapshot is exact and idle (except the request-slot figures of a PD decode
 worker, which leave out its pre-allocated rows).  Pool sizes come from the startup lines; the
 ``max_total_num_tokens=`` line also marks a scheduler (re)start, i.e. a new ``boot_id``.
+
+Bounded: one log names at most ``max_ranks`` ranks at a time (``TP<n>`` tags are text anyone who
+can write the log controls).  A new rank past the cap takes the place of the one silent longest
+if that one has been silent for :data:`RANK_IDLE_S` of log time, else its lines are dropped and
+counted (:attr:`LogFold.dropped`); a new boot forgets every rank of the previous one.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +45,7 @@ SOURCE = SourceKind.SGLANG_LOG
 
 
 BOOT_WINDOW = 120.0  # startup lines this close together belong to one start of the server
+RANK_IDLE_S = 600.0  # at the cap, a rank silent this long (log time) gives its place to a new one
 
 
 @dataclass(slots=True)
@@ -46,6 +53,7 @@ class _RankLog:
     seq: int = 0
     boot_id: str = ""
     sizes: dict[Pool, int] = field(default_factory=dict)
+    last_at: float = 0.0
 
 
 class LogFold:
@@ -56,14 +64,18 @@ class LogFold:
     numbers restart with it).
     """
 
-    def __init__(self, worker: str, role: Role = Role.UNIFIED, instance: str = "") -> None:
+    def __init__(
+        self, worker: str, role: Role = Role.UNIFIED, instance: str = "", max_ranks: int = 1024
+    ) -> None:
         self._worker = worker
+        self.max_ranks = max_ranks
+        self.dropped = 0  # events of ranks past the cap (never folded)
         self._role = role
         self._instance = instance
         self._seen_role: Role | None = None
         self._boot_id = ""
         self._boot_at: float | None = None
-        self._ranks: dict[Ranks, _RankLog] = {}
+        self._ranks: OrderedDict[Ranks, _RankLog] = OrderedDict()  # least recently heard first
         self._sizes: dict[Pool, int] = {}  # latest size of any rank: TP ranks share bookkeeping
         self.unattributed: list[Incident] = []  # orphan blocks' incidents, no rank proven (last 16)
         self.unattributed_total = 0
@@ -77,7 +89,10 @@ class LogFold:
             self.unattributed = [*self.unattributed[-15:], event.incident]
             self.unattributed_total += 1
             return None
-        state = self._rank(event.ranks)
+        at = event.at if isinstance(event, BatchStats) else event.incident.at
+        state = self._rank(event.ranks, at)
+        if state is None:
+            return None
         state.seq += 1
         if isinstance(event, BatchStats):
             self._seen_role = event.role or self._seen_role
@@ -94,8 +109,19 @@ class LogFold:
         """A PD role revealed by a line that is not folded into a snapshot (replay skips those)."""
         self._seen_role = role
 
-    def _rank(self, ranks: Ranks) -> _RankLog:
-        state = self._ranks.setdefault(ranks, _RankLog())
+    def _rank(self, ranks: Ranks, at: float) -> _RankLog | None:
+        """The rank's state (``None``: a new rank past the cap, its event dropped)."""
+        state = self._ranks.get(ranks)
+        if state is None:
+            if len(self._ranks) >= self.max_ranks:
+                oldest = next(iter(self._ranks.values()))
+                if at - oldest.last_at < RANK_IDLE_S:
+                    self.dropped += 1
+                    return None
+                self._ranks.popitem(last=False)
+            state = self._ranks[ranks] = _RankLog()
+        self._ranks.move_to_end(ranks)
+        state.last_at = max(state.last_at, at)
         if state.boot_id != self._boot_id:
             state.boot_id, state.seq = self._boot_id, 0
         return state
@@ -103,7 +129,10 @@ class LogFold:
     def _capacity(self, event: Capacity) -> None:
         if event.pool is Pool.FULL and (self._boot_at is None or event.at - self._boot_at > BOOT_WINDOW):
             self._boot_id, self._boot_at = f"log@{event.at:.0f}", event.at
-        self._rank(event.ranks).sizes[event.pool] = event.size
+            self._ranks = OrderedDict()  # a new start: the previous one's ranks are gone
+        state = self._rank(event.ranks, event.at)
+        if state is not None:
+            state.sizes[event.pool] = event.size
         self._sizes[event.pool] = event.size
 
     def _size(self, state: _RankLog, pool: Pool) -> int | None:

@@ -213,9 +213,11 @@ def test_the_seed_double_free_pages_through_the_sidecar_and_prometheus_before_sg
     rule_at, rule = poll(first_of(stack, True, worker), timeout=150, what="Prometheus' alert", logs=logs)
     poll(lambda: stack.crashes.seen or None, timeout=240, what="the emulated idle-check crash", logs=logs)
 
-    assert direct["labels"] == {**expected_labels(worker), "tp_rank": direct["labels"]["tp_rank"]}
+    tp_rank = direct["labels"]["tp_rank"]
+    assert direct["labels"] == {**expected_labels(worker), "tp_rank": tp_rank, "poolwatch_path": "sidecar"}
     assert direct["labels"]["tp_rank"] in ("0", "1")
     assert expected_labels(worker).items() <= rule["labels"].items()
+    assert rule["labels"]["poolwatch_path"] == "rules"  # which path sent it (docs/alerting.md)
     assert rule["labels"]["prometheus"] == "e2e"
     assert not {"job", "instance", "container"} & set(rule["labels"]), (
         "the rules keep only what the sidecar says"

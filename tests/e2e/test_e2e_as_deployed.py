@@ -110,7 +110,7 @@ class Deployed:
             *EMULATOR,
             *(FAULT if fault else ()),
             *("--port-base", str(self.port_base)),
-            *("--probe-dir", str(self.directory / "pods" / "{worker}" / "poolwatch-probe")),
+            *("--probe-dir", self.probe_dir()),
             *("--log-dir", str(self.directory / "sglang-logs")),
         ]
         log = self.directory / f"emulator-{run}.log"
@@ -126,6 +126,13 @@ class Deployed:
         for i, pod in enumerate(p.name for p in self.pods):
             assert urls[pod].startswith(f"http://127.0.0.1:{self.port_base + i}/"), (pod, urls[pod])
         return started
+
+    def probe_dir(self) -> str:
+        """The probes' directory as the manifests give it to the sidecar (``POOLWATCH_PROBE_DIR``,
+        moved under each pod's volumes), with the pod's name as the emulator's ``{worker}``."""
+        templates = {p.env["POOLWATCH_PROBE_DIR"].replace(p.name, "{worker}") for p in self.pods}
+        (template,) = templates
+        return template
 
     def alerts(self) -> list[Alert]:
         """Every Poolwatch alert Alertmanager holds now (active, inhibited or silenced)."""

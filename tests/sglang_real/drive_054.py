@@ -388,11 +388,16 @@ class Driver054(Driver):
             uninstall(Holder)
             shutil.rmtree(directory, ignore_errors=True)
 
+    # the seed-final scenario drives 0.5.4's own scheduler order (its check runs while last_batch
+    # still holds the finished batch) with 0.5.4's Holder; later families' drivers leave it out
+    checks_with_last_batch_set = True
+
     def scenarios(self) -> list[tuple[str, Any]]:
+        final = [("seed final snapshot", self.scenario_seed_final)] if self.checks_with_last_batch_set else []
         return [
             ("busy then idle", self.scenario_busy_then_idle),
             ("chunked prefill", self.scenario_chunked),
             ("seed double free", self.scenario_seed),
-            ("seed final snapshot", self.scenario_seed_final),
+            *final,
             ("guard mode", self.scenario_guard),
         ]

@@ -110,7 +110,8 @@ class Deployed:
             *EMULATOR,
             *(FAULT if fault else ()),
             *("--port-base", str(self.port_base)),
-            *("--probe-dir", str(self.directory / "pods" / "{worker}" / "poolwatch-probe")),
+            # the SGLang container's POOLWATCH_PROBE_DIR (/var/run/poolwatch/probe) on the pod's volume
+            *("--probe-dir", str(self.directory / "pods" / "{worker}" / "poolwatch-probe" / "probe")),
             *("--log-dir", str(self.directory / "sglang-logs")),
         ]
         log = self.directory / f"emulator-{run}.log"

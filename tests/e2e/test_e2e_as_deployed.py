@@ -27,7 +27,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -157,10 +157,12 @@ def start(cleanup: contextlib.ExitStack, process: Process) -> Process:
 
 
 def pods_from_manifests(
-    tmp: Path, rendered: deployed.Rendered, am_port: int, port_base: int
+    tmp: Path, rendered: deployed.Rendered, am_port: int, port_base: int, pods: Mapping[str, str] = PODS
 ) -> list[deployed.Pod]:
+    """One pod per ``pods`` entry (name -> the role whose rendered workload it copies), the i-th
+    pod's SGLang at ``port_base + i``."""
     out = []
-    for i, (name, role) in enumerate(PODS.items()):
+    for i, (name, role) in enumerate(pods.items()):
         metadata, sidecar, namespace = rendered.sidecar(role)
         root = tmp / "pods" / name
         for mount in sidecar["volumeMounts"]:

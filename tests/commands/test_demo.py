@@ -66,7 +66,9 @@ class Demo:
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[Demo]:
-    running = Demo(free_port())
+    # long enough to outlive every test of the module (the status page test runs after the guard
+    # demo's half minute); the fixture ends it
+    running = Demo(free_port(), duration=600)
     try:
         yield running
     finally:

@@ -79,7 +79,7 @@ def _setup(nodes: int, chunked: bool) -> tuple[MambaPool, FreeRefuser]:
     sched.tree_cache = _tree(pool, nodes)
     if chunked:
         sched.chunked_req = _Req(pool.alloc(1))
-    refuser = FreeRefuser(sched, lambda slots, requests: None)
+    refuser = FreeRefuser(sched, lambda slots, requests, where: None)
     refuser.install()
     refuser.refresh()
     return pool, refuser

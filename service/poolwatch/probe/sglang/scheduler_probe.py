@@ -33,7 +33,7 @@ from poolwatch.probe.sglang.census_schedule import Censuses
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
 from poolwatch.probe.sglang.phase import phase_of, queue_depths
-from poolwatch.probe.sglang.refuse import REFUSING_FAMILIES, FreeRefuser
+from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
 from poolwatch.probe.sglang.repair import repairer_for
 from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
@@ -223,15 +223,14 @@ class Probe:
 
     def _refuser(self) -> FreeRefuser | None:
         """Guard v2 on the release families whose free paths were read (``refuse``'s table)."""
-        if self.shape.family not in REFUSING_FAMILIES:
-            return None
-        refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled)
-        return refuser if refuser.install() else None
+        paths = FREE_PATHS.get(self.shape.family)
+        refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled, paths) if paths else None
+        return refuser if refuser is not None and refuser.install() else None
 
-    def _refused(self, slots: tuple[int, ...], requests: tuple[str, ...]) -> None:
+    def _refused(self, slots: tuple[int, ...], requests: tuple[str, ...], where: str) -> None:
         """Called from inside the wrapped ``free`` (scheduler thread): count and log at once."""
         if self.repairer is not None:
-            self.repairer.record(RepairKind.REFUSE, Pool.MAMBA, slots, requests, "mamba_pool.free", self.seq)
+            self.repairer.record(RepairKind.REFUSE, Pool.MAMBA, slots, requests, where, self.seq)
 
     def _refused_fresh(self) -> bool:
         """A refusal not yet published (then the next hook publishes at once)."""

@@ -21,9 +21,8 @@ Two paths, as the family has them (:data:`FREE_PATHS`):
   slot, the old one leaked).  A call for the live chunked request is refused whole: nothing freed,
   nothing cleared (its ping-pong track slots stay with it too).
 
-A refused id is not zeroed and not pushed.  Each refusal is a :class:`~poolwatch.model.Repair` of
-kind ``refuse`` (counted, logged, published and alerted on like a repair).  Ping-pong track slots
-are never refused on their own: SGLang rotates them on live requests.
+Each refusal is a :class:`~poolwatch.model.Repair` of kind ``refuse`` (counted, logged, published,
+alerted on).  Ping-pong track slots are never refused on their own (SGLang rotates them).
 
 ===========  ===========================  ===========  ==========================================
 family       wrapped                      proofs       why (read in the released wheel)
@@ -39,8 +38,8 @@ family       wrapped                      proofs       why (read in the released
                                                        node's own tensor: no tree proof
 ===========  ===========================  ===========  ==========================================
 
-KV and SWA frees are not refused: the request's row, the one proof of what a request owns there,
-is the very thing a wrong row free gives back (guard v1 deduplicates and quarantines them).
+KV and SWA frees are not refused: the row, the one proof of what a request owns there, is what a
+wrong row free gives back (guard v1 deduplicates and quarantines them).
 
 Cost per free (guard on): two attribute reads and one ``finished()`` when nothing is indexed; else
 the freed ids are read to the host (``tolist``: on a GPU one small device-to-host read) and looked
@@ -202,14 +201,21 @@ class FreeRefuser:
         """``free_mamba_cache(req, ...)``: refused whole for the live chunked request."""
         assert self.original_request is not None
         try:
-            live, chunked = (None, None) if self.paused() else self._live_slot()
+            refuse = self._refuse_request(req)
         except Exception:
             log.debug("poolwatch guard: free_mamba_cache check failed", exc_info=True)
-            live, chunked = None, None
+            refuse = False
+        return None if refuse else self.original_request(req, *args, **kwargs)
+
+    def _refuse_request(self, req: Any) -> bool:
+        """Whether ``req`` is the live chunked request (then the refusal is recorded)."""
+        if self.paused():
+            return False
+        live, chunked = self._live_slot()
         if live is None or req is not chunked:
-            return self.original_request(req, *args, **kwargs)
+            return False
         self._record([live], [_rid(req)], "free_mamba_cache")
-        return None
+        return True
 
     def _keep(self, free_index: Any) -> Any:
         """``None`` to free the call as it is, else the ids to free (refusals recorded)."""

@@ -136,6 +136,9 @@ def test_every_family_with_a_mamba_pool_free_is_wrapped_and_one_without_it_is_no
         probe = probe_for(rank, guard=True, version=version)
         assert probe.refuser is not None, version
         assert "free" in rank.mamba.__dict__
+    rank = Rank(kv=64, mamba=8, rows=4)  # newer than the newest release read: off, as "return" is
+    assert probe_for(rank, guard=True, version="0.6.0").refuser is None
+    assert "free" not in rank.mamba.__dict__
     rank = Rank(kv=64, mamba=8, rows=4)  # 0.5.23 frees through mamba_allocator, which this rank lacks
     probe = probe_for(rank, guard=True, version="0.5.23")
     assert probe.refuser is None

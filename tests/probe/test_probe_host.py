@@ -1,0 +1,153 @@
+"""The HiCache host pool (``--enable-hierarchical-cache``): the probe's ``host`` account on the
+emulator's HiCache worker and on SGLang-shaped trees (free + tree host values + in flight == size)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from poolwatch.conservation import gap
+from poolwatch.model import Pool, Snapshot
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.hooks import install, probe_of, uninstall
+from poolwatch.probe.sglang.host_census import host_account, walk_host_values
+from poolwatch_emulator.build import ModelShape
+from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.faults import parse_fault
+from poolwatch_emulator.hicache import HostKVCache
+from poolwatch_emulator.scheduler import Scheduler
+from poolwatch_emulator.workload import WorkloadConfig
+
+CONFIG = ProbeConfig(sample_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir")
+SHAPE = ModelShape(
+    full_kv_tokens=8192, mamba_slots=None, host_kv_tokens=16_384, max_running_requests=16, context_len=2048
+)
+WORKLOAD = WorkloadConfig(
+    rate=12.0, prompt_median=300, output_median=12, prefix_median=120, burst_s=2.0, gap_s=3.0
+)
+
+
+@pytest.fixture
+def probed() -> Iterator[None]:
+    yield
+    uninstall(Scheduler)
+
+
+def host_gaps(version: str, steps: int, fault: str = "") -> tuple[list[int | None], Snapshot]:
+    config = ClusterConfig(
+        version=version,
+        shape=SHAPE,
+        workload=WORKLOAD,
+        prefill=0,
+        decode=0,
+        unified=1,
+        chunked_prefill_size=128,
+        faults=(parse_fault(fault),) if fault else (),
+        idle_check_strict=False,
+    )
+    uninstall(Scheduler)
+    install(Scheduler, replace(CONFIG, sglang_version=version))
+    cluster = Cluster(config)
+    gaps: list[int | None] = []
+    for _ in range(steps):
+        cluster.step()
+        probe = probe_of(cluster.schedulers[0])
+        assert probe is not None
+        assert probe.latest is not None
+        gaps.append(gap(probe.latest.pools[Pool.HOST]))
+    assert probe.latest is not None
+    return gaps, probe.latest
+
+
+@pytest.mark.parametrize("version", ["0.5.4.post1", "0.5.9", "0.5.12"])
+def test_a_healthy_hicache_worker_balances_its_host_pool_at_every_sample(probed: None, version: str) -> None:
+    gaps, last = host_gaps(version, 300)
+    assert set(gaps) == {0}
+    host = last.pools[Pool.HOST]
+    assert host.size == 16_384
+    assert host.held == 0
+    assert host.unreadable == ()
+    assert host.evictable is not None
+    assert host.evictable > 0
+
+
+@pytest.mark.parametrize(("fault", "sign"), [("hicache-host-leak", 1), ("hicache-host-double-free", -1)])
+def test_a_host_slot_leak_or_double_free_shows_as_the_host_pools_gap(
+    probed: None, fault: str, sign: int
+) -> None:
+    gaps, last = host_gaps("0.5.9", 200, f"{fault}@step=60")
+    assert set(gaps[:55]) == {0}
+    struck = gaps[-1]
+    assert struck is not None
+    assert struck * sign > 0
+    assert all(gap(a) == 0 for p, a in last.pools.items() if p is not Pool.HOST)  # device pools untouched
+
+
+def test_a_worker_without_hicache_has_no_host_pool(probed: None) -> None:
+    config = ClusterConfig(
+        version="0.5.9", shape=replace(SHAPE, host_kv_tokens=None), unified=1, prefill=0, decode=0
+    )
+    install(Scheduler, replace(CONFIG, sglang_version="0.5.9"))
+    cluster = Cluster(config)
+    cluster.step()
+    probe = probe_of(cluster.schedulers[0])
+    assert probe is not None
+    assert probe.latest is not None
+    assert Pool.HOST not in probe.latest.pools
+
+
+# --- SGLang-shaped trees: what counts as cached, locked and in flight -------------------------
+
+
+def node(host: Any, children: tuple[Any, ...] = (), ref: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(host_value=host, host_ref_counter=ref, children=dict(enumerate(children)))
+
+
+def hicache(free: int, size: int, root: Any, **tree: Any) -> SimpleNamespace:
+    pool = HostKVCache(size, 1)
+    pool.free_slots = torch.arange(free, dtype=torch.int64)
+    return SimpleNamespace(tree_cache=SimpleNamespace(token_to_kv_pool_host=pool, root_node=root, **tree))
+
+
+def test_host_copies_split_by_the_host_lock_and_the_roots_empty_list_counts_nothing() -> None:
+    root = node(
+        [], (node(torch.arange(4), (node(torch.arange(2), ref=1),)), node(None, (node(torch.arange(3)),)))
+    )
+    walked = walk_host_values(root)
+    assert (walked.evictable, walked.protected, walked.nodes) == (7, 2, 3)
+    account = host_account(hicache(7, 16, root), Reading())
+    assert account is not None
+    assert (account.available, account.evictable, account.protected, account.held, gap(account)) == (
+        7,
+        7,
+        2,
+        0,
+        0,
+    )
+
+
+def test_a_write_in_flight_is_on_its_node_already_so_it_is_not_counted_twice() -> None:
+    backed = node(torch.arange(4))
+    sched = hicache(12, 16, node([], (backed,)), ongoing_write_through={7: backed}, ongoing_load_back={})
+    account = host_account(sched, Reading())
+    assert account is not None
+    assert gap(account) == 0
+
+
+def test_with_a_storage_backend_only_size_and_free_are_reported_and_the_gap_is_unknown() -> None:
+    sched = hicache(12, 16, node([], (node(torch.arange(4)),)), enable_storage=True, ongoing_prefetch={})
+    account = host_account(sched, Reading())
+    assert account is not None
+    assert (account.size, account.available) == (16, 12)
+    assert account.unreadable == ("held", "evictable", "protected")
+    assert gap(account) is None
+
+
+def test_a_tree_without_a_host_pool_reports_none() -> None:
+    assert host_account(SimpleNamespace(tree_cache=SimpleNamespace(root_node=node([]))), Reading()) is None

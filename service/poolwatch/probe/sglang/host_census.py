@@ -34,17 +34,25 @@ What is in flight, release by release (read in 0.5.4.post1 and 0.5.9's ``hiradix
 reports no ``host`` pool (``docs/probe.md``, "HiCache host pool").
 
 Cost: ``len()`` of the free list plus one walk of the tree (one attribute read per node, no
-tensor contents, no GPU synchronisation: host indices live in host memory).
+tensor contents, no GPU synchronisation: host indices live in host memory), about a microsecond a
+node (``benchmarks/bench_host_walk.py``).  That is too much for every sample of a large tree, so
+:class:`HostReader` spends at most ``budget`` (1 %) of the scheduler thread on it: after a walk
+that took ``t`` seconds the next one waits ``t / budget`` seconds, and the samples in between carry
+the last account (exact at the loop boundary it was read at; the host pool's gap does not depend
+on the device pools').  A 1,000-node tree is read at every 0.1 s sample, a 100,000-node one about
+every 10 s.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from poolwatch.model import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.access import MISSING, Reading
 
-__all__ = ["HostTree", "host_account", "host_pool_of", "walk_host_values"]
+__all__ = ["HostReader", "HostTree", "host_account", "host_pool_of", "walk_host_values"]
 
 
 class HostTree:
@@ -128,3 +136,23 @@ def host_account(sched: Any, reading: Reading) -> PoolAccount | None:
         exactness=Exactness.EXACT,
         unreadable=tuple(unreadable),
     )
+
+
+class HostReader:
+    """:func:`host_account`, walked again only when its last walk's cost fits the budget."""
+
+    __slots__ = ("_budget", "_clock", "_due", "_last")
+
+    def __init__(self, budget: float = 0.01, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._budget, self._clock = budget, clock
+        self._last: PoolAccount | None = None
+        self._due = 0.0
+
+    def read(self, sched: Any, reading: Reading) -> PoolAccount | None:
+        """The host account: read now, or the last one while its walk's budget lasts."""
+        now = self._clock()
+        if self._last is not None and now < self._due:
+            return self._last
+        account = host_account(sched, reading)
+        self._last, self._due = account, now + (self._clock() - now) / self._budget
+        return account

@@ -14,7 +14,6 @@ from typing import Any
 from poolwatch.model import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import Holdings
-from poolwatch.probe.sglang.host_census import host_account
 from poolwatch.probe.sglang.shapes import Shape
 
 __all__ = ["PoolKinds", "checkpoint_pool", "pool_kinds", "read_pools"]
@@ -263,7 +262,4 @@ def read_pools(
         if ckpt is not None:
             pools[Pool.MAMBA_CKPT] = _mamba_checkpoints(sched, reading, ckpt)
     pools[Pool.REQ] = _req(sched, shape, reading, held, role)
-    host = host_account(sched, reading)  # HiCache's host tier, when the tree has one
-    if host is not None:
-        pools[Pool.HOST] = host
     return pools

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from poolwatch.conservation import gap
 from poolwatch.model import Pool, Snapshot
@@ -153,6 +155,11 @@ def test_a_tree_without_a_host_pool_reports_none() -> None:
     assert host_account(SimpleNamespace(tree_cache=SimpleNamespace(root_node=node([]))), Reading()) is None
 
 
+def test_the_unified_tree_of_0_5_23_is_not_read() -> None:
+    sched = hicache(12, 16, node([], (node(torch.arange(4)),)), host_pool_group=None)
+    assert host_account(sched, Reading()) is None
+
+
 class Ticks:
     """A clock that advances ``step`` seconds at every reading."""
 
@@ -175,3 +182,36 @@ def test_the_host_walk_is_repeated_only_when_its_cost_fits_the_budget() -> None:
     assert all(k is first for k in kept)
     later = [reader.read(sched, Reading()) for _ in range(20)]  # past 0.1 s
     assert gap(later[-1]) == -1  # read again once the budget allowed it
+
+
+def reference_walk(root: Any) -> tuple[int, int, int]:
+    """The plain per-node walk: (evictable, protected, nodes with a host copy)."""
+    ev = pr = n = 0
+    stack = [root]
+    while stack:
+        x = stack.pop()
+        stack.extend(x.children.values())
+        if x.host_value is not None and len(x.host_value):
+            n += 1
+            if x.host_ref_counter > 0:
+                pr += len(x.host_value)
+            else:
+                ev += len(x.host_value)
+    return ev, pr, n
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1_000), st.one_of(st.none(), st.integers(0, 9)), st.integers(0, 2)),
+        max_size=60,
+    )
+)
+def test_the_level_walk_agrees_with_the_per_node_walk(spec: list[tuple[int, int | None, int]]) -> None:
+    nodes = [node([])]
+    for parent, size, ref in spec:
+        child = node(None if size is None else torch.arange(size), ref=ref)
+        owner = nodes[parent % len(nodes)]
+        owner.children[len(owner.children)] = child
+        nodes.append(child)
+    walked = walk_host_values(nodes[0])
+    assert (walked.evictable, walked.protected, walked.nodes) == reference_walk(nodes[0])

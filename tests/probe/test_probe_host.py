@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool, Snapshot
+from poolwatch.model import Exactness, Pool, Snapshot
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.hooks import install, probe_of, uninstall
@@ -148,6 +148,7 @@ def test_with_a_storage_backend_only_size_and_free_are_reported_and_the_gap_is_u
     assert account is not None
     assert (account.size, account.available) == (16, 12)
     assert account.unreadable == ("held", "evictable", "protected")
+    assert account.exactness is Exactness.COARSE  # exported as poolwatch_pool_figures_exact 0
     assert gap(account) is None
 
 

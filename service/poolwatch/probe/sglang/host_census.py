@@ -25,9 +25,10 @@ What is in flight, release by release (read in 0.5.4.post1 and 0.5.9's ``hiradix
   tree has them (``ongoing_prefetch``), and the controller's storage threads shrink the operation's
   slots and queue the rest on ``host_mem_release_queue`` *outside* the scheduler thread; a slot can
   be in neither place for a moment.  No count of what is in flight is exact then, so only
-  ``size`` and ``available`` are reported and the cached and in-flight terms are ``None`` (named in
-  ``unreadable``): the gap is unknown, and no idle residual can be inferred from them either (host
-  locks and prefetches outlive SGLang's idle moments on releases before 0.5.12).
+  ``size`` and ``available`` are reported (a coarse account) and the cached and in-flight terms
+  are ``None`` (named in ``unreadable``): the gap is unknown, and no idle residual can be
+  inferred from them either (host locks and prefetches outlive SGLang's idle moments on releases
+  before 0.5.12).
 
 0.5.23 replaced ``HiRadixCache`` with ``UnifiedRadixCache`` (per-component host pools behind a
 ``HybridCacheController``, optionally a Rust tree core); it is not read, and a rank that has it
@@ -154,7 +155,7 @@ def host_account(sched: Any, reading: Reading) -> PoolAccount | None:
         protected=walked.protected if walked is not None else None,
         held=held,
         session_held=0,
-        exactness=Exactness.EXACT,
+        exactness=Exactness.COARSE if storage else Exactness.EXACT,  # poolwatch_pool_figures_exact
         unreadable=tuple(unreadable),
     )
 

@@ -13,7 +13,7 @@ counts it as one more pool, ``host``, with the same equation as the device pools
 ``held``       host slots *in flight*: owned by the cache controller's operations and on no node.
 
 What is in flight, release by release (read in 0.5.4.post1 and 0.5.9's ``hiradix_cache.py`` and
-``managers/cache_controller.py``; releases between 0.5.9 and 0.5.23 are read alike, unverified):
+``managers/cache_controller.py``; 0.5.15's ``write_backup`` still sets ``host_value`` when queued):
 
 * a **write-through** allocates host slots and puts them on ``node.host_value`` at once, before the
   copy runs (``ongoing_write_through`` only keeps the node locked on the device until the ack), so

@@ -48,6 +48,7 @@ class Engine:
     pip_names: Mapping[str, str]  # import name -> distribution name
     layers: tuple[str, ...] = (TORCH,)
     no_deps: tuple[str, ...] = ()  # installed with --no-deps
+    if_pinned: tuple[str, ...] = ()  # installed with the known needs when the release pins them
     stubbed: tuple[str, ...] = ()  # never installed (a stand-in serves them)
     prepare: Callable[[Path], None] = field(default=lambda site: None)
 
@@ -152,7 +153,11 @@ def build(engine: Engine, version: str, dest: Path, python: str) -> None:
     pinned = pins(wheel)
     with step(f"{version}: install the release and its known needs"):
         pip(tmp, "--no-deps", str(wheel))
-        pip(tmp, *(requirement(n, pinned) for n in engine.base))
+        pip(
+            tmp,
+            *(requirement(n, pinned) for n in engine.base),
+            *(pinned[norm(n)] for n in engine.if_pinned if norm(n) in pinned),
+        )
         if engine.no_deps:
             pip(tmp, "--no-deps", *(requirement(n, pinned) for n in engine.no_deps))
     engine.prepare(site)

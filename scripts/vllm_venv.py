@@ -85,8 +85,12 @@ BASE = (
 )
 # installed with --no-deps: their declared dependencies pull in triton or torch builds we do not want
 NO_DEPS = ("xgrammar",)
+# asked for by a release that pins it (0.33.0: apache-tvm-ffi==0.1.11, for xgrammar's `import tvm_ffi`)
+IF_PINNED = ("apache-tvm-ffi",)
 
-VLLM = Engine(name="vllm", modules=MODULES, base=BASE, pip_names=PIP_NAMES, no_deps=NO_DEPS)
+VLLM = Engine(
+    name="vllm", modules=MODULES, base=BASE, pip_names=PIP_NAMES, no_deps=NO_DEPS, if_pinned=IF_PINNED
+)
 
 
 if __name__ == "__main__":

@@ -231,15 +231,22 @@ smoke() {
 }
 
 start=$(seconds)
+if [ "$BASES_ONLY" = 1 ]; then  # each architecture's base at once (downloads overlap emulation)
+  pids=()
+  for arch in $(printf '%s\n' "$NATIVE" "${ARCHES[@]}" | sort -u); do
+    ensure_emulation "$arch"
+    ensure_base "$arch" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  log "the bases are ready in $(( $(seconds) - start )) s"
+  exit 0
+fi
 ensure_base "$NATIVE"
 for arch in "${ARCHES[@]}"; do
   ensure_emulation "$arch"
   ensure_base "$arch"
 done
-if [ "$BASES_ONLY" = 1 ]; then
-  log "the bases are ready in $(( $(seconds) - start )) s"
-  exit 0
-fi
 if [ ! -f "$WHEEL" ]; then
   log "building $WHEEL"
   "$PY" -m build --wheel --outdir dist . >/dev/null

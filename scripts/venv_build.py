@@ -115,13 +115,20 @@ def step(label: str) -> Iterator[None]:
     print(f"  {label}: {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Held by one builder at a time (the others wait): ``path`` is the lock file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def layer(requirement: str, python: str) -> Path:
     """The directory holding ``requirement`` and its dependencies, installed once (under a lock)."""
     root = cache_root() / "layers"
-    root.mkdir(parents=True, exist_ok=True)
     dest = root / re.sub(r"[^A-Za-z0-9.+-]+", "-", requirement)
-    with (root / f"{dest.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(root / f"{dest.name}.lock"):
         if (dest / ".complete").exists():
             return dest
         tmp = dest.with_name(dest.name + ".building")
@@ -163,7 +170,8 @@ def build(engine: Engine, version: str, dest: Path, python: str) -> None:
     engine.prepare(site)
     with step(f"{version}: import the check modules until they import"):
         install_missing(engine, version, tmp, pinned)
-    with step(f"{version}: install poolwatch from this checkout"):
+    # setuptools builds in the checkout (build/, *.egg-info): one builder at a time
+    with step(f"{version}: install poolwatch from this checkout"), locked(cache_root() / "poolwatch.lock"):
         pip(tmp, "--no-deps", str(ROOT))
     (tmp / ".complete").write_text(version + "\n")
     shutil.rmtree(dest, ignore_errors=True)

@@ -18,39 +18,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
+from churn_rig import EPOCH, churn_rig, rss_mib  # benchmarks/churn_rig.py (on sys.path)
 from prometheus_client import CollectorRegistry, generate_latest
 
-from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model import Snapshot
-from poolwatch.settings.groups import IdentitySettings
-from poolwatch.settings.sidecar import Settings
-from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.metrics.collectors import PoolCollector
-from poolwatch.sidecar.store import SnapshotStore
-
-SEED = Path(__file__).parent.parent / "tests" / "fixtures" / "seed-snapshot.json"
-EPOCH = 1_767_225_600.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = EPOCH
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def rank_snapshot(seed: Snapshot, n: int, seq: int, now: float) -> Snapshot:
@@ -60,12 +36,8 @@ def rank_snapshot(seed: Snapshot, n: int, seq: int, now: float) -> Snapshot:
 
 def run(args: argparse.Namespace) -> Iterator[dict[str, float]]:
     """One row of figures every ``--report`` simulated seconds, as the simulation goes."""
-    seed = parse_snapshot(json.loads(SEED.read_text()))
-    clock = Clock()
-    forget = args.forget_after if args.forget_after > 0 else 1e12
-    settings = Settings(identity=IdentitySettings(worker="bench", forget_after=forget))
-    store = SnapshotStore(history=settings.scrape.history, clock=clock)
-    alerting = build_alerting(settings, store, clock)
+    rig = churn_rig(args.forget_after if args.forget_after > 0 else 1e12)
+    seed, clock, settings, store, alerting = rig.seed, rig.clock, rig.settings, rig.store, rig.alerting
     registry = CollectorRegistry()
     registry.register(PoolCollector(store, clock, settings.detection.stale_after))
     registry.register(alerting.collector)

@@ -19,58 +19,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
-import json
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
+from churn_rig import EPOCH, Clock, churn_rig, rss_mib, settled_rss  # benchmarks/churn_rig.py (on sys.path)
 from prometheus_client.exposition import choose_encoder
 
-from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model import Snapshot
 from poolwatch.settings.groups import IdentitySettings
 from poolwatch.settings.sidecar import Settings
-from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.app import build_exposition
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.sglang_log.source import SglangLogSource
 
-SEED = Path(__file__).parent.parent / "tests" / "fixtures" / "seed-snapshot.json"
-EPOCH = 1_767_225_600.0
 FORGET_AFTER = 60.0
 ENCODER = choose_encoder("")[0]  # the plain text format, as Prometheus gets it by default
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = EPOCH
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def settled_rss() -> float:
-    gc.collect()
-    return rss_mib()
-
-
 def churn(args: argparse.Namespace) -> None:
-    seed = parse_snapshot(json.loads(SEED.read_text()))
-    clock = Clock()
-    settings = Settings(identity=IdentitySettings(worker="bench", forget_after=FORGET_AFTER))
-    store = SnapshotStore(history=settings.scrape.history, clock=clock)
-    alerting = build_alerting(settings, store, clock)
+    rig = churn_rig(FORGET_AFTER)
+    seed, clock, settings, store, alerting = rig.seed, rig.clock, rig.settings, rig.store, rig.alerting
     exposition = build_exposition(store, clock, settings.detection.stale_after, [alerting.collector])
     quiet = int(FORGET_AFTER + settings.detection.retention + 30)  # forgotten, resolved and retired
     print(f"churn: {args.per_second} new ranks a second for {args.seconds} s, each gone a second "

@@ -4,6 +4,7 @@
 # prove each architecture serves /metrics (arm64 under qemu emulation).
 #
 #   scripts/build_image.sh [--platforms linux/amd64,linux/arm64] [--out DIR] [--no-run]
+#   scripts/build_image.sh --bases-only   # step 1 alone (CI makes the bases beside its other set-up)
 #
 # Input: dist/poolwatch-<version>-py3-none-any.whl (built first with `python -m build` when missing).
 # Output in DIR (default dist/):
@@ -30,12 +31,14 @@ cd "$(dirname "$0")/.."
 PLATFORMS=linux/amd64,linux/arm64
 OUT=dist
 RUN=1
+BASES_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --platforms) PLATFORMS=$2; shift ;;
     --out) OUT=$2; shift ;;
     --no-run) RUN=0 ;;
-    *) echo "usage: $0 [--platforms linux/amd64,linux/arm64] [--out DIR] [--no-run]" >&2; exit 2 ;;
+    --bases-only) BASES_ONLY=1 ;;
+    *) echo "usage: $0 [--platforms linux/amd64,linux/arm64] [--out DIR] [--no-run] [--bases-only]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -228,15 +231,26 @@ smoke() {
 }
 
 start=$(seconds)
-if [ ! -f "$WHEEL" ]; then
-  log "building $WHEEL"
-  "$PY" -m build --wheel --outdir dist . >/dev/null
+if [ "$BASES_ONLY" = 1 ]; then  # each architecture's base at once (downloads overlap emulation)
+  pids=()
+  for arch in $(printf '%s\n' "$NATIVE" "${ARCHES[@]}" | sort -u); do
+    ensure_emulation "$arch"
+    ensure_base "$arch" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  log "the bases are ready in $(( $(seconds) - start )) s"
+  exit 0
 fi
 ensure_base "$NATIVE"
 for arch in "${ARCHES[@]}"; do
   ensure_emulation "$arch"
   ensure_base "$arch"
 done
+if [ ! -f "$WHEEL" ]; then
+  log "building $WHEEL"
+  "$PY" -m build --wheel --outdir dist . >/dev/null
+fi
 for arch in "${ARCHES[@]}"; do
   build "$arch"
   "${B[@]}" inspect --type image --format \

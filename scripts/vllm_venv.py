@@ -10,24 +10,21 @@ its own torch pin and the CUDA packages stay out; ``vllm._C`` then fails to load
 nothing on the block pool, KV cache manager or Scheduler paths calls it), the pure-Python packages
 the imports of ``vllm.v1.core`` and the Scheduler ask for (found one missing module at a time, pinned
 as the release pins them when it does), and poolwatch itself (``--no-deps``, from this checkout, so
-its ``vllm.general_plugins`` entry point is installed).  Only stdlib here; the shared pip helpers
-come from ``sglang_venv.py`` beside this file.
+its ``vllm.general_plugins`` entry point is installed).  The torch build is a layer shared with the
+other release venvs; ``venv_build.py`` beside this file does the building.  Only stdlib here.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import re
-import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sglang_venv import ROOT, TORCH, norm, pins, pip, run
+# ROOT, TORCH, norm, pins, pip and run are the shared helpers; other venv scripts may take them from here
+from venv_build import ROOT, TORCH, Engine, main, norm, pins, pip, run
+
+__all__ = ["ROOT", "TORCH", "VLLM", "norm", "pins", "pip", "run"]
 
 MODULES = (
     "vllm.v1.core.block_pool",
@@ -88,69 +85,13 @@ BASE = (
 )
 # installed with --no-deps: their declared dependencies pull in triton or torch builds we do not want
 NO_DEPS = ("xgrammar",)
+# asked for by a release that pins it (0.33.0: apache-tvm-ffi==0.1.11, for xgrammar's `import tvm_ffi`)
+IF_PINNED = ("apache-tvm-ffi",)
 
-
-def missing_module(venv: Path) -> tuple[str | None, str]:
-    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
-    out = run([str(venv / "bin" / "python"), "-c", code, *MODULES])
-    if out.returncode == 0:
-        return None, ""
-    found = re.findall(r"No module named '([^'.]+)", out.stderr)
-    return (found[-1] if found else None), out.stderr[-2500:]
-
-
-def download(venv: Path, version: str) -> Path:
-    wheel_dir = Path(tempfile.mkdtemp(prefix="vllm-wheel-"))
-    py = str(venv / "bin" / "python")
-    dl = run([py, "-m", "pip", "download", "-q", "--no-deps", f"vllm=={version}", "-d", str(wheel_dir)])
-    if dl.returncode != 0:
-        raise SystemExit(f"cannot download vllm=={version}:\n{dl.stderr[-2000:]}")
-    return next(wheel_dir.glob("vllm-*.whl"))
-
-
-def build(version: str, dest: Path, python: str) -> None:
-    tmp = dest.with_name(dest.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    run([python, "-m", "venv", str(tmp)])
-    (tmp / "constraints.txt").write_text(TORCH + "\n")
-    pip(tmp, TORCH)
-    wheel = download(tmp, version)
-    pinned = pins(wheel)
-    pip(tmp, "--no-deps", str(wheel))
-    pip(tmp, *(pinned.get(norm(n), n) for n in BASE))
-    pip(tmp, "--no-deps", *(pinned.get(norm(n), n) for n in NO_DEPS))
-    for _ in range(60):
-        module, err = missing_module(tmp)
-        if module is None and not err:
-            break
-        if module is None:
-            raise SystemExit(f"vllm=={version}: the check modules do not import:\n{err}")
-        req = pinned.get(norm(PIP_NAMES.get(module, module)), PIP_NAMES.get(module, module))
-        print(f"  {version}: installing {req} (for `import {module}`)", file=sys.stderr)
-        pip(tmp, req)
-    pip(tmp, "--no-deps", str(ROOT))
-    (tmp / ".complete").write_text(version + "\n")
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-    shutil.rmtree(wheel.parent, ignore_errors=True)
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("version")
-    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
-    parser.add_argument("--python", default=sys.executable, help="the Python 3.11 to base the venv on")
-    args = parser.parse_args(argv)
-    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    dest = cache / "vllm-venvs" / args.version
-    if args.force or not (dest / ".complete").exists():
-        print(f"building {dest} ...", file=sys.stderr)
-        started = time.monotonic()
-        build(args.version, dest, args.python)
-        print(f"built {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    print(dest)
-    return 0
+VLLM = Engine(
+    name="vllm", modules=MODULES, base=BASE, pip_names=PIP_NAMES, no_deps=NO_DEPS, if_pinned=IF_PINNED
+)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(VLLM, __doc__ or "", sys.argv[1:]))

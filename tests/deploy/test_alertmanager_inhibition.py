@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 from tests.e2e.deployed import alertmanager_config
-from tests.e2e.stack import Process, WebhookRecorder, free_port, http_ok, poll
-from tests.helpers import FakeClock, require_tool
+from tests.e2e.stack import WebhookRecorder, poll, run_alertmanager
+from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState, rank_labels
 from poolwatch.detect.schema import Severity
@@ -31,20 +31,7 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
     with contextlib.ExitStack() as cleanup:
         hooks = WebhookRecorder()
         cleanup.callback(hooks.stop)
-        port = free_port()
-        (tmp_path / "am.yml").write_text(alertmanager_config(hooks.url))
-        argv = [
-            require_tool("prometheus-alertmanager"),
-            f"--config.file={tmp_path / 'am.yml'}",
-            f"--storage.path={tmp_path / 'am'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ]
-        process = Process("alertmanager", argv, tmp_path / "am.log")
-        cleanup.callback(process.stop)
-        process.start()
-        url = f"http://127.0.0.1:{port}"
-        poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager", logs=[process.log])
+        url, _ = run_alertmanager(cleanup, tmp_path, alertmanager_config(hooks.url))
         yield url
 
 

@@ -7,6 +7,7 @@ the test's directory, whose tail is shown when a wait runs out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 import httpx
 import yaml
+from tests.helpers import require_tool
 
 T = TypeVar("T")
 
@@ -110,6 +112,26 @@ class Process:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait(timeout=15)
+
+
+def run_alertmanager(cleanup: contextlib.ExitStack, directory: Path, config: str) -> tuple[str, Process]:
+    """A real Alertmanager with ``config`` on a loopback port (its files in ``directory``), stopped by
+    ``cleanup``: its URL once ready, and its process."""
+    port = free_port()
+    (directory / "am.yml").write_text(config)
+    argv = [
+        require_tool("prometheus-alertmanager"),
+        f"--config.file={directory / 'am.yml'}",
+        f"--storage.path={directory / 'am'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",  # else its gossip binds 0.0.0.0:9094
+    ]
+    process = Process("alertmanager", argv, directory / "am.log")
+    cleanup.callback(process.stop)
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+    poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager", logs=[process.log])
+    return url, process
 
 
 @dataclass(frozen=True)

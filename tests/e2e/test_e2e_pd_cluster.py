@@ -37,6 +37,7 @@ from tests.e2e.stack import (
     http_ok,
     poll,
     prometheus_config,
+    run_alertmanager,
 )
 from tests.helpers import REPO, require_tool
 
@@ -95,22 +96,6 @@ def serve_args(worker: str, role: str, port: int, probe_dir: Path, alertmanager:
     ]
 
 
-def start_alertmanager(cleanup: contextlib.ExitStack, directory: Path, webhook: WebhookRecorder) -> str:
-    port = free_port()
-    (directory / "alertmanager.yml").write_text(alertmanager_config(webhook.url))
-    argv = [
-        require_tool("prometheus-alertmanager"),
-        f"--config.file={directory / 'alertmanager.yml'}",
-        f"--storage.path={directory / 'alertmanager'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",  # else its gossip binds 0.0.0.0:9094
-    ]
-    am = start(cleanup, Process("alertmanager", argv, directory / "alertmanager.log"))
-    url = f"http://127.0.0.1:{port}"
-    poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager to be ready", logs=[am.log])
-    return url
-
-
 def start_prometheus(
     cleanup: contextlib.ExitStack, directory: Path, sidecars: list[Scraped], alertmanager: str
 ) -> Prometheus:
@@ -142,7 +127,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     with contextlib.ExitStack() as cleanup:
         webhook = WebhookRecorder()
         cleanup.callback(webhook.stop)
-        alertmanager = start_alertmanager(cleanup, tmp_path, webhook)
+        alertmanager, _ = run_alertmanager(cleanup, tmp_path, alertmanager_config(webhook.url))
         sidecars = []
         for worker, role in WORKERS.items():
             port = free_port()

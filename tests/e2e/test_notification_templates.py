@@ -25,8 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.e2e.deployed import alertmanager_config
-from tests.e2e.stack import Process, SmtpRecorder, WebhookRecorder, free_port, http_ok, poll
-from tests.helpers import require_tool
+from tests.e2e.stack import SmtpRecorder, WebhookRecorder, poll, run_alertmanager
 
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 
@@ -71,20 +70,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         hooks, smtp = WebhookRecorder(), SmtpRecorder()
         cleanup.callback(hooks.stop)
         cleanup.callback(smtp.stop)
-        port = free_port()
-        (tmp_path / "am.yml").write_text(alertmanager_config(hooks.url, smtp.address))
-        argv = [
-            require_tool("prometheus-alertmanager"),
-            f"--config.file={tmp_path / 'am.yml'}",
-            f"--storage.path={tmp_path / 'am'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ]
-        process = Process("alertmanager", argv, tmp_path / "am.log")
-        cleanup.callback(process.stop)
-        process.start()
-        url = f"http://127.0.0.1:{port}"
-        poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager", logs=[process.log])
+        url, process = run_alertmanager(cleanup, tmp_path, alertmanager_config(hooks.url, smtp.address))
         yield Stack(url, hooks, smtp, process.log)
 
 

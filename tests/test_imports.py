@@ -18,7 +18,7 @@ from poolwatch.sidecar.app import create_app
 create_app(Settings(targets=TargetSettings(probe_dir=sys.argv[1], metrics_urls=("http://127.0.0.1:1",))))
 print(",".join(sorted(m for m in sys.modules if m.startswith("poolwatch.probe"))))
 del sys.modules["torch"]
-import poolwatch.probe.sglang.activate, poolwatch.probe.sglang.hooks, poolwatch.probe.sglang.publish
+import poolwatch.probe.sglang.activate, poolwatch.probe.sglang.hooks, poolwatch.probe.core.serving
 print("torch" in sys.modules)
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
 from poolwatch.probe.census.proofs import id_census
-from poolwatch.probe.sglang.tripwires import TripwireLog
+from poolwatch.probe.core.tripwires import TripwireLog
 
 
 def wire(kind: TripwireKind, *slots: int, seq: int = 1) -> Tripwire:

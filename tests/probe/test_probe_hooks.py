@@ -59,10 +59,11 @@ def test_an_installed_class_gives_every_new_instance_a_probe_that_counts_iterati
 def test_installing_twice_wraps_once_and_uninstall_restores_the_originals() -> None:
     original = Scheduler.recv_requests
     assert install(Scheduler, CONFIG) is True
+    assert Scheduler.__dict__["__poolwatch_setup__"] is CONFIG
     assert install(Scheduler, CONFIG) is False
     uninstall(Scheduler)
     assert Scheduler.recv_requests is original
-    assert "__poolwatch_config__" not in Scheduler.__dict__
+    assert "__poolwatch_setup__" not in Scheduler.__dict__
 
 
 def test_attach_wraps_one_instance_and_detach_unwraps_it() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from poolwatch.artifacts.engines import ENGINE
 from poolwatch.artifacts.fleet_health import health_panels
 from poolwatch.artifacts.grafana import (
     Json,
@@ -208,9 +209,11 @@ def fleet_dashboard(config: MixinConfig | None = None) -> Json:
     config = config or MixinConfig()
     variables = [
         *common_variables(config),
-        query_variable("role", "Role", f"label_values(poolwatch_worker_info{{{_NS}}}, role)"),
+        query_variable("role", "Role", f"label_values(poolwatch_worker_info{{{_NS}, {ENGINE}}}, role)"),
         query_variable(
-            "worker", "Worker", f'label_values(poolwatch_worker_info{{{_NS}, role=~"$role"}}, worker)'
+            "worker",
+            "Worker",
+            f'label_values(poolwatch_worker_info{{{_NS}, {ENGINE}, role=~"$role"}}, worker)',
         ),
         query_variable("pool", "Pool", f"label_values(poolwatch_pool_capacity_slots{{{_NS}}}, pool)"),
     ]
@@ -219,7 +222,8 @@ def fleet_dashboard(config: MixinConfig | None = None) -> Json:
     doc = dashboard(
         uid=config.fleet_dashboard_uid,
         title="poolwatch / fleet",
-        description="Conservation of SGLang's memory pools across every worker poolwatch watches.",
+        description="Conservation of the engines' memory pools (SGLang's pools, vLLM's block pools) "
+        "across every worker poolwatch watches; $engine picks the engines.",
         panels=panels,
         variables=variables,
         annotations=[alert_annotation(ALERT_NAME_PATTERN)],

@@ -220,7 +220,7 @@ def dashboard(
         "uid": uid,
         "title": title,
         "description": description,
-        "tags": ["poolwatch", "sglang"],
+        "tags": ["poolwatch", "sglang", "vllm"],
         "editable": True,
         "graphTooltip": 1,  # shared crosshair
         "refresh": "30s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from poolwatch.artifacts.engines import ENGINE, engine_filtered, engine_variable
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -102,12 +103,16 @@ def dashboard_links() -> list[Json]:
 
 
 def common_variables(config: MixinConfig) -> list[Json]:
-    """Data source, namespace, pod and the runbook base URL (the config's ``runbook_base_url``); a
-    cluster variable comes with the config's ``cluster_label`` (:func:`configure`)."""
+    """Data source, namespace, engine, pod and the runbook base URL (the config's
+    ``runbook_base_url``); a cluster variable comes with the config's ``cluster_label``
+    (:func:`configure`)."""
     return [
         datasource_variable(),
         query_variable("namespace", "Namespace", "label_values(poolwatch_worker_info, namespace)"),
-        query_variable("pod", "Pod", 'label_values(poolwatch_worker_info{namespace=~"$namespace"}, pod)'),
+        engine_variable(),
+        query_variable(
+            "pod", "Pod", f'label_values(poolwatch_worker_info{{namespace=~"$namespace", {ENGINE}}}, pod)'
+        ),
         textbox_variable("runbooks", "Runbooks", config.runbook_base_url),
     ]
 
@@ -127,8 +132,10 @@ def _select(node: Any, matchers: str) -> Any:
 
 
 def configure(doc: Json, config: MixinConfig) -> Json:
-    """``doc`` with the config's selector on every ``poolwatch_*`` query and, when the config
-    names a cluster label, a variable for it that every such query matches."""
+    """``doc`` with every panel query filtered by ``$engine`` (:mod:`poolwatch.artifacts.engines`),
+    the config's selector on every ``poolwatch_*`` query and, when the config names a cluster
+    label, a variable for it that every such query matches."""
+    doc = engine_filtered(doc, config.cluster_label)
     matchers = ", ".join(m for m in (config.selector, _cluster_matcher(config)) if m)
     out: Json = _select(doc, matchers) if matchers else doc
     if config.cluster_label:

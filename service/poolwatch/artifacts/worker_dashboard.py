@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from poolwatch.artifacts.engines import ENGINE
 from poolwatch.artifacts.grafana import Json, PanelSpec, Query, alert_annotation, dashboard, query_variable
 from poolwatch.artifacts.panels import (
     SLOTS,
@@ -104,14 +105,15 @@ def _now_panels() -> list[PanelSpec]:
             "Phase",
             f"poolwatch_worker_idle{{{_RANK}}}",
             "none",
-            "Idle in SGLang's fully-idle sense, or busy.",
+            "Idle in the engine's fully-idle sense (no request queued, running or transferring), or busy.",
             phase,
         ),
         stat(
-            "SGLang idle check",
+            "Engine idle check",
             f"poolwatch_idle_check_strict{{{_RANK}}}",
             "none",
-            "Whether SGLang's own idle check kills the server on an imbalance.",
+            "Whether the engine's own idle check kills the server on an imbalance (SGLang's may; vLLM "
+            "has none, so it only warns).",
             strict,
         ),
         stat(
@@ -150,7 +152,7 @@ def worker_dashboard(config: MixinConfig | None = None) -> Json:
         query_variable(
             "worker",
             "Worker",
-            'label_values(poolwatch_worker_info{namespace=~"$namespace"}, worker)',
+            f'label_values(poolwatch_worker_info{{namespace=~"$namespace", {ENGINE}}}, worker)',
             multi=False,
         ),
         query_variable("dp_rank", "DP rank", f"label_values({ranks}, dp_rank)", multi=False),
@@ -161,8 +163,8 @@ def worker_dashboard(config: MixinConfig | None = None) -> Json:
     doc = dashboard(
         uid=config.worker_dashboard_uid,
         title="poolwatch / worker",
-        description="One SGLang worker's memory pools, rank by rank: where every slot is and whether "
-        "they add up.",
+        description="One worker's memory pools (SGLang's pools or vLLM's block pools), rank by rank: "
+        "where every slot is and whether they add up.",
         panels=[*_now_panels(), *rank_panels(), *health_panels()],
         variables=variables,
         annotations=[alert_annotation(ALERT_NAME_PATTERN, 'worker="$worker"')],

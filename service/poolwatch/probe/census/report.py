@@ -9,7 +9,7 @@ from typing import Any
 from poolwatch.model import Phase
 from poolwatch.probe.census.proofs import PoolCensus
 
-__all__ = ["CENSUS_SCHEMA", "census_doc"]
+__all__ = ["CENSUS_SCHEMA", "census_doc", "census_envelope"]
 
 CENSUS_SCHEMA = "poolwatch.census"
 
@@ -30,6 +30,15 @@ def _pool(c: PoolCensus) -> dict[str, Any]:
 def census_doc(
     found: Sequence[PoolCensus], *, seq: int, hook: str, taken_at: float, cost: float, phase: Phase
 ) -> dict[str, Any]:
+    """The detail of an identity census (SGLang's pools)."""
+    pools = [_pool(c) for c in found]
+    return census_envelope(pools, seq=seq, hook=hook, taken_at=taken_at, cost=cost, phase=phase)
+
+
+def census_envelope(
+    pools: list[dict[str, Any]], *, seq: int, hook: str, taken_at: float, cost: float, phase: Phase
+) -> dict[str, Any]:
+    """The document every engine's census detail is served in; ``pools``: one body per pool."""
     return {
         "schema": CENSUS_SCHEMA,
         "version": 1,
@@ -38,5 +47,5 @@ def census_doc(
         "phase": phase.value,
         "taken_at": taken_at,
         "cost_seconds": cost,
-        "pools": [_pool(c) for c in found],
+        "pools": pools,
     }

@@ -26,13 +26,14 @@ this user or root owns it and no one else may write it.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from poolwatch.discovery.safety import default_directory
 
-__all__ = ["DEFAULT_DIR", "ProbeConfig", "ProbeConfigError"]
+__all__ = ["DEFAULT_DIR", "ProbeConfig", "ProbeConfigError", "armed_config"]
 
 DEFAULT_DIR = "/tmp/poolwatch"  # the last resort of default_directory (no /run, no XDG_RUNTIME_DIR)
 _TRUE = {"1", "true", "yes", "on"}
@@ -78,6 +79,17 @@ class ProbeConfig:
             sglang_version=environ.get("POOLWATCH_SGLANG_VERSION", ""),
             worker=_name(environ, "POOLWATCH_WORKER"),
         )
+
+
+def armed_config(environ: Mapping[str, str]) -> ProbeConfig | None:
+    """The settings an engine's activation installs the probe with; None (nothing installed) when
+    the kill switch is set or a variable is bad (logged once, naming it)."""
+    try:
+        config = ProbeConfig.from_env(environ)
+    except ProbeConfigError as exc:
+        logging.getLogger("poolwatch.probe").error("poolwatch probe not installed: %s", exc)
+        return None
+    return None if config.disabled else config
 
 
 def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:

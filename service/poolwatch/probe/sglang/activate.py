@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
+from poolwatch.probe.core.config import armed_config
 
 __all__ = ["SCHEDULER_MODULE", "activate", "activate_from_pth", "on_import", "sglang_plugin"]
 
@@ -95,12 +95,8 @@ def on_import(name: str, callback: Callback) -> None:
 
 def activate(environ: Mapping[str, str], *, module: str = SCHEDULER_MODULE) -> bool:
     """Arm the probe for the scheduler class in ``module``; False when disabled or misconfigured."""
-    try:
-        config = ProbeConfig.from_env(environ)
-    except ProbeConfigError as exc:
-        log.error("poolwatch probe not installed: %s", exc)
-        return False
-    if config.disabled:
+    config = armed_config(environ)
+    if config is None:
         return False
 
     def install_scheduler(mod: types.ModuleType) -> None:

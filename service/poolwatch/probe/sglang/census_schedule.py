@@ -5,7 +5,7 @@ The identity censuses (:mod:`poolwatch.probe.sglang.mamba_census` for the Mamba 
 the Mamba census once per ``census_interval_s`` and on entering idle (never on a model without a
 Mamba pool); the full-KV census once per ``kv_census_interval_s`` while busy, and on entering idle
 when ``idle_kv_census_gap_s`` have passed since the last; both at once when a sample looks wrong
-(``force``).  The findings become tripwires (:class:`~poolwatch.probe.sglang.tripwires.TripwireLog`), the
+(``force``).  The findings become tripwires (:class:`~poolwatch.probe.core.tripwires.TripwireLog`), the
 census detail served at ``/v1/census`` (:func:`~poolwatch.probe.census.report.census_doc`) and, in guard
 mode, the repairs of :class:`~poolwatch.probe.sglang.repair.Repairer`.
 
@@ -25,12 +25,13 @@ from poolwatch.probe.census.report import census_doc
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.tripwires import TripwireLog
 from poolwatch.probe.sglang.kv_census import kv_census
 from poolwatch.probe.sglang.mamba_census import mamba_census
 from poolwatch.probe.sglang.repair import Repairer, census_of
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.snapshot import Sample
-from poolwatch.probe.sglang.tripwires import TripwireLog, chunk_tripwires
+from poolwatch.probe.sglang.tripwires import chunk_tripwires
 
 __all__ = ["Censuses"]
 

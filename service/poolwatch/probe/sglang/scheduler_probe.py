@@ -10,25 +10,22 @@ a pool-less heartbeat snapshot (``probe.disabled``) once a second, so the kill s
 visible (PoolwatchProbeDegraded can fire) instead of going stale; removing the ``DISABLE`` file
 re-enables it (``POST /v1/disable`` is undone only by ``/v1/enable``).
 
-When a census runs and what becomes of its findings is :mod:`poolwatch.probe.sglang.census_schedule`; the kill
-switch and the heartbeat published while off are :mod:`poolwatch.probe.core.switch`.
+When a census runs and what becomes of its findings is :mod:`poolwatch.probe.sglang.census_schedule`; the
+sample cadence, kill switch, containment and the heartbeat published while off are
+:class:`~poolwatch.probe.core.cadence.Cadence`'s.
 """
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from poolwatch.model import Pool, ProbeHealth, RepairKind, Snapshot, WorkerId
 from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.cadence import Cadence, Clock
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.core.containment import Guard
-from poolwatch.probe.core.publication import Publication
-from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.sglang.census_schedule import Censuses
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
@@ -39,15 +36,12 @@ from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape, known_release, shape_or_newest
 from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
-from poolwatch.probe.sglang.tripwires import TripwireLog
 from poolwatch.probe.sglang.waiting import WaitingHolders
 
 __all__ = ["Probe"]
 
-Clock = Callable[[], float]
 
-
-class Probe:
+class Probe(Cadence):
     """One scheduler rank's probe."""
 
     def __init__(
@@ -60,28 +54,13 @@ class Probe:
         wall: Clock = time.time,
         shape: Shape | None = None,
     ) -> None:
-        self.scheduler = scheduler
-        self.config = config
-        self.environ = dict(os.environ if environ is None else environ)
-        if config.worker:
-            self.environ["POOLWATCH_WORKER"] = config.worker
-        self.clock, self.wall = clock, wall
+        super().__init__(scheduler, config, environ=environ, clock=clock, wall=wall)
         self.version = config.sglang_version or sglang_version()
         self.shape = shape or shape_or_newest(self.version)
-        self.boot_id = uuid.uuid4().hex[:16]
-        self.started_at = wall()
-        self.guard = Guard(config.max_consecutive_errors)
-        self.tripwires = TripwireLog()
-        self.seq = 0
-        self.publication = Publication()
-        self.switch = KillSwitch(config.directory)
-        self.publisher: Any = None  # set by hooks.attach when serving
-        self._last_sample = -float("inf")
         self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
         self._memo = Memo()  # what did not change, kept from one sample to the next
         self._last_exact_waiting = -float("inf")
         self._identity: dict[str, WorkerId] = {}  # by role, read once
-        self._sample_cost = 0.0
         self._strict = idle_check_strict(self.shape, self.environ)
         self.repairer = repairer_for(self.shape, self.version) if config.guard else None  # opt-in guard
         self.censuses = Censuses(
@@ -95,25 +74,13 @@ class Probe:
     # -- entry points (scheduler thread) -------------------------------------------------------
 
     @property
-    def latest(self) -> Snapshot | None:
-        return self.publication.latest
-
-    @latest.setter
-    def latest(self, snapshot: Snapshot | None) -> None:
-        self.publication.publish(snapshot)
-
-    @property
     def census(self) -> dict[str, Any] | None:
         """The last census detail (``GET /v1/census``)."""
         return self.censuses.doc
 
     def on_loop_boundary(self, hook: str) -> None:
-        """Start of a scheduler iteration: the previous one is complete."""
-        self.seq += 1
-        if self._due(self._last_sample, self.config.sample_interval_s) or self._refused_fresh():
-            self._guarded("sample", lambda: self._sample(hook))
-        elif self.disabled and self.switch.heartbeat_due(self.clock()):
-            self._guarded("heartbeat", self._heartbeat)
+        """Start of a scheduler iteration: the previous one is complete (a fresh refusal samples at once)."""
+        self.step(lambda: self._sample(hook), self._refused_fresh)
 
     def on_idle(self, hook: str) -> None:
         """SGLang's idle hook: look first -- always at the first hook after work at which SGLang's
@@ -152,32 +119,7 @@ class Probe:
             self._guarded("sample", lambda: self._sample(hook))
         return self.latest
 
-    def disable(self) -> None:
-        self.switch.runtime = True
-        self._publish_health()
-
-    def enable(self) -> None:
-        self.switch.runtime = False
-
-    @property
-    def disabled(self) -> bool:
-        return self.switch.off or self.guard.gave_up
-
     # -- internals ----------------------------------------------------------------------------
-
-    def _active(self) -> bool:
-        self.switch.look(self.clock())
-        return not self.disabled
-
-    def _due(self, last: float, interval: float) -> bool:
-        return self.clock() - last >= interval and self._active() and self.guard.allow()
-
-    def _guarded(self, where: str, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception as exc:
-            self.guard.failed(where, exc)
-            self._publish_health()
 
     def _take(self, reading: Reading, *, idle_check: bool) -> Sample:
         """One sample; the waiting queue is scanned exactly at SGLang's idle hook and at least
@@ -282,18 +224,5 @@ class Probe:
             guard_return=self.repairer is not None and self.repairer.allow_return,
         )
 
-    def _publish_health(self) -> None:
-        if self.latest is not None:
-            self.latest = replace(self.latest, probe=self._health())
-
-    def _heartbeat(self) -> None:
-        """Disabled: publish who we are and that we are off, with no pool figures (nothing read)."""
-        self.switch.last_heartbeat = self.clock()
-        self.latest = heartbeat_snapshot(
-            self.latest,
-            lambda: worker_identity(self.scheduler, Reading(), "", self.version, self.environ),
-            seq=self.seq,
-            taken_at=self.wall(),
-            health=self._health(),
-            boot_id=self.boot_id,
-        )
+    def _whoami(self) -> WorkerId:
+        return worker_identity(self.scheduler, Reading(), "", self.version, self.environ)

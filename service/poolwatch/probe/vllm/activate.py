@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
-from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
+from poolwatch.probe.core.config import armed_config
 
 __all__ = ["SCHEDULER_MODULE", "activate", "vllm_plugin"]
 
@@ -29,12 +29,8 @@ SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"
 
 def activate(environ: Mapping[str, str], *, module: str = SCHEDULER_MODULE) -> bool:
     """Wrap the Scheduler class in ``module``; False when disabled, misconfigured or refused."""
-    try:
-        config = ProbeConfig.from_env(environ)
-    except ProbeConfigError as exc:
-        log.error("poolwatch probe not installed: %s", exc)
-        return False
-    if config.disabled:
+    config = armed_config(environ)
+    if config is None:
         return False
     from poolwatch.probe.vllm.hooks import install
     from poolwatch.probe.vllm.shapes import UnknownVllmRelease

@@ -16,15 +16,14 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.model import Phase, Pool
+from poolwatch.model import Pool
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.vllm.readers import owner_lists, walk_free
 from poolwatch.probe.vllm.shapes import VllmShape
 
-__all__ = ["CENSUS_SCHEMA", "Walk", "census_doc", "walk_pool"]
+__all__ = ["Walk", "pool_doc", "walk_pool"]
 
-CENSUS_SCHEMA = "poolwatch.census"
 _REF = attrgetter("ref_cnt")
 _ID = attrgetter("block_id")
 _NULL = attrgetter("is_null")
@@ -82,12 +81,11 @@ def walk_pool(sched: Any, shape: VllmShape, pool: Any, reading: Reading) -> Walk
     return Walk(census, len(hashes) - hashes.count(None))
 
 
-def census_doc(
-    walk: Walk, *, seq: int, hook: str, taken_at: float, cost: float, phase: Phase
-) -> dict[str, Any]:
-    """The ``GET /v1/census`` detail (the same envelope as SGLang's, a ``refcount`` pool body)."""
+def pool_doc(walk: Walk) -> dict[str, Any]:
+    """The walked pool's body in ``GET /v1/census`` (in the same envelope as SGLang's:
+    :func:`~poolwatch.probe.census.report.census_envelope`)."""
     c = walk.census
-    pool: dict[str, Any] = {
+    return {
         "pool": c.pool.value,
         "engine": "vllm",
         "blocks": c.blocks,
@@ -100,14 +98,4 @@ def census_doc(
         **{name: list(ids) for name, ids in c.findings().items()},
         "owners": {str(block): list(who) for block, who in c.owners.items()},
         "balanced_ids": c.clean(),
-    }
-    return {
-        "schema": CENSUS_SCHEMA,
-        "version": 1,
-        "seq": seq,
-        "hook": hook,
-        "phase": phase.value,
-        "taken_at": taken_at,
-        "cost_seconds": cost,
-        "pools": [pool],
     }

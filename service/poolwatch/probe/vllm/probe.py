@@ -14,41 +14,36 @@ never raises: failures are contained by :class:`~poolwatch.probe.core.containmen
   and, at most every ``idle_kv_census_gap_s``, the full walk (the first idle after work always).
 
 While idle, EngineCore calls no hook at all; :meth:`Probe.refresh_idle` (the endpoint's keepalive
-thread, :mod:`~poolwatch.probe.vllm.publish`) re-stamps the idle snapshot so it does not go stale.
+thread, :mod:`~poolwatch.probe.core.serving`) re-stamps the idle snapshot so it does not go stale.
 
-Read-only: nothing here writes to vLLM's objects (no guard in this release of the probe).
+Read-only: nothing here writes to vLLM's objects (no guard in this release of the probe).  The sample
+cadence, kill switch, containment and heartbeat are :class:`~poolwatch.probe.core.cadence.Cadence`'s.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from poolwatch.model import Phase, Pool, ProbeHealth, Snapshot, Tripwire, TripwireKind, WorkerId
 from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.cadence import Cadence, Clock
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.core.containment import Guard
-from poolwatch.probe.core.publication import Publication
-from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.vllm.free_check import free_findings
 from poolwatch.probe.vllm.identity import worker_identity
 from poolwatch.probe.vllm.sample import VllmSample, take_sample
 from poolwatch.probe.vllm.shapes import VllmShape
-from poolwatch.probe.vllm.tripwires import Sightings
 from poolwatch.probe.vllm.walks import Walks
 
 __all__ = ["Probe"]
 
-Clock = Callable[[], float]
 _FREE_KINDS = {"negative_ref": TripwireKind.NEGATIVE_REF, "ref_below_owners": TripwireKind.REF_BELOW_OWNERS}
 
 
-class Probe:
+class Probe(Cadence):
     """One vLLM scheduler's probe (``shape``: the release family, decided before attaching)."""
 
     def __init__(
@@ -62,30 +57,13 @@ class Probe:
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
-        self.scheduler, self.config, self.shape, self.version = scheduler, config, shape, version
-        self.environ = dict(os.environ if environ is None else environ)
-        if config.worker:
-            self.environ["POOLWATCH_WORKER"] = config.worker
-        self.clock, self.wall = clock, wall
-        self.boot_id = uuid.uuid4().hex[:16]
-        self.started_at = wall()
-        self.guard = Guard(config.max_consecutive_errors)
-        self.tripwires = Sightings()
-        self.publication = Publication()
-        self.switch = KillSwitch(config.directory)
-        self.publisher: Any = None
-        self.seq = 0
+        self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
+        super().__init__(scheduler, config, environ=environ, clock=clock, wall=wall)
+        self.shape, self.version = shape, version
         # through the probe: a test or benchmark that swaps the probe's clock swaps the walks' too
         self.walks = Walks(scheduler, shape, config, self.tripwires, clock=self._now, wall=self._wall_now)
-        self._last_sample = -float("inf")
-        self._sample_cost = 0.0
         self._identity: WorkerId | None = None
-        self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
         self._last_hook = clock()
-
-    @property
-    def latest(self) -> Snapshot | None:
-        return self.publication.latest
 
     def _now(self) -> float:
         return self.clock()
@@ -98,7 +76,7 @@ class Probe:
         """The last walk's detail (``GET /v1/census``)."""
         return self.walks.doc
 
-    def _swap(self, snapshot: Snapshot) -> None:
+    def _swap(self, snapshot: Snapshot | None) -> None:
         with self._lock:
             self.publication.publish(snapshot)
 
@@ -118,12 +96,8 @@ class Probe:
     # -- entry points (EngineCore thread) -----------------------------------------------------
 
     def on_step(self, hook: str) -> None:
-        self.seq += 1
         self._last_hook = self.clock()
-        if self._due(self._last_sample, self.config.sample_interval_s):
-            self._guarded("sample", lambda: self._sample(hook, idle=False))
-        elif self.disabled and self.switch.heartbeat_due(self.clock()):
-            self._guarded("heartbeat", self._heartbeat)
+        self.step(lambda: self._sample(hook, idle=False))
 
     def on_idle(self, hook: str) -> None:
         if self._active() and self.guard.allow():
@@ -159,32 +133,7 @@ class Probe:
             self._guarded("sample", lambda: self._sample(hook, idle=False, walk=census))
         return self.latest
 
-    def disable(self) -> None:
-        self.switch.runtime = True
-        self._publish_health()
-
-    def enable(self) -> None:
-        self.switch.runtime = False
-
-    @property
-    def disabled(self) -> bool:
-        return self.switch.off or self.guard.gave_up
-
     # -- internals ----------------------------------------------------------------------------
-
-    def _active(self) -> bool:
-        self.switch.look(self.clock())
-        return not self.disabled
-
-    def _due(self, last: float, interval: float) -> bool:
-        return self.clock() - last >= interval and self._active() and self.guard.allow()
-
-    def _guarded(self, where: str, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception as exc:
-            self.guard.failed(where, exc)
-            self._publish_health()
 
     def _sample(self, hook: str, *, idle: bool, walk: bool = False) -> None:
         started = time.perf_counter()
@@ -234,19 +183,5 @@ class Probe:
             tripwires_dropped=self.tripwires.dropped,
         )
 
-    def _publish_health(self) -> None:
-        if self.latest is not None:
-            self._swap(replace(self.latest, probe=self._health()))
-
-    def _heartbeat(self) -> None:
-        self.switch.last_heartbeat = self.clock()
-        self._swap(
-            heartbeat_snapshot(
-                self.latest,
-                lambda: self._worker(Reading()),
-                seq=self.seq,
-                taken_at=self.wall(),
-                health=self._health(),
-                boot_id=self.boot_id,
-            )
-        )
+    def _whoami(self) -> WorkerId:
+        return self._worker(Reading())

@@ -4,7 +4,7 @@ The walk (:mod:`~poolwatch.probe.vllm.census`) is O(blocks), so it runs off the 
 first idle after work and then at most every ``idle_kv_census_gap_s`` while idle, every
 ``kv_census_interval_s`` while busy, and at once when a sample shows a gap the last walk did not
 (so a premature free is named by block id at the next step boundary).  Its findings go to the
-probe's :class:`~poolwatch.probe.vllm.tripwires.Sightings`; its detail is ``GET /v1/census``.
+probe's :class:`~poolwatch.probe.core.tripwires.TripwireLog`; its detail is ``GET /v1/census``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import Any
 
 from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool
+from poolwatch.probe.census.report import census_envelope
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.vllm.census import Walk, census_doc, walk_pool
+from poolwatch.probe.core.tripwires import TripwireLog
+from poolwatch.probe.vllm.census import Walk, pool_doc, walk_pool
 from poolwatch.probe.vllm.readers import block_pool
 from poolwatch.probe.vllm.sample import VllmSample
 from poolwatch.probe.vllm.shapes import VllmShape
-from poolwatch.probe.vllm.tripwires import Sightings
 
 __all__ = ["Walks"]
 
@@ -34,7 +35,7 @@ class Walks:
         scheduler: object,
         shape: VllmShape,
         config: ProbeConfig,
-        tripwires: Sightings,
+        tripwires: TripwireLog,
         *,
         clock: Clock,
         wall: Clock,
@@ -84,4 +85,6 @@ class Walks:
         self.total += 1
         self.cost = self.unclaimed = cost
         self.tripwires.add(walk.census.tripwires(hook, seq))
-        self.doc = census_doc(walk, seq=seq, hook=hook, taken_at=self.wall(), cost=cost, phase=sample.phase)
+        pools = [pool_doc(walk)]
+        now = self.wall()
+        self.doc = census_envelope(pools, seq=seq, hook=hook, taken_at=now, cost=cost, phase=sample.phase)

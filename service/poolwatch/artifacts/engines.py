@@ -1,0 +1,94 @@
+"""The engine selector of both dashboards: one ``$engine`` variable that every panel query obeys.
+
+Only ``poolwatch_worker_info`` carries the ``engine`` label (``sglang`` or ``vllm``; a static fact of
+the rank, like its model), so a query filters by engine through that info series, per series,
+before any aggregation: each selector ``s`` becomes ::
+
+    (s unless on (namespace, pod, worker, dp_rank, tp_rank, pp_rank) poolwatch_worker_info{engine!~"$engine"})
+
+joined on the rank labels ``s`` has (a sidecar-wide series -- targets, notifications -- on its pod;
+a range selector is filtered after its ``rate``/``increase``).  ``unless`` of the *other* engines
+rather than ``and`` of the chosen one: with All selected (``.*``) the right side is empty and every
+query is exactly what it was, a rank whose engine is not known yet (no info series) stays visible,
+and a pod's sidecar-wide series go only when the pod runs another engine.  The variables
+(namespace aside) list only the chosen engines' pods, roles and workers.
+
+:func:`engine_filtered` rewrites every panel and annotation query of a dashboard (``expr`` keys; a
+variable's ``label_values`` takes a series selector, not an expression); a test proves every
+selector of every query is filtered.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from poolwatch.artifacts.grafana import Json, query_variable
+from poolwatch.catalog.metrics import by_name
+from poolwatch.catalog.spec import ALERT_LABELS
+
+__all__ = ["ENGINE", "ENGINE_INFO", "engine_filtered", "engine_variable", "filter_expr", "other_engines"]
+
+ENGINE = 'engine=~"$engine"'  # the matcher of the variables that list ranks
+ENGINE_INFO = 'poolwatch_worker_info{engine!~"$engine"}'  # the ranks of the engines not chosen
+_RANK_JOIN = ("worker", "dp_rank", "tp_rank", "pp_rank")
+_SEL = r"(?:poolwatch_[a-z0-9_]+|ALERTS|up)(?:\{[^}]*\})?"
+# a range selector inside its function call, or an instant selector (not followed by ``{``, ``[``
+# or more of a name, so a shortened name or a brace-less prefix never matches)
+_SELECTOR = re.compile(
+    rf"(?<![\w:\"])(?:(?P<call>[a-z_]+\((?P<range>{_SEL})\[[^\]]+\]\))|(?P<instant>{_SEL})(?![\[{{\w(]))"
+)
+
+
+def engine_variable() -> Json:
+    """``$engine``: the engines the namespaces' ranks run (All: every one, and ranks not yet known)."""
+    return query_variable(
+        "engine", "Engine", 'label_values(poolwatch_worker_info{namespace=~"$namespace"}, engine)'
+    )
+
+
+def _join_labels(selector: str, cluster_label: str) -> tuple[str, ...]:
+    name = selector.split("{", 1)[0]
+    if name == "ALERTS":
+        labels: tuple[str, ...] = ALERT_LABELS
+    elif name == "up":
+        labels = ()
+    else:
+        labels = by_name(name).labels
+    cluster = (cluster_label,) if cluster_label else ()
+    return (*cluster, "namespace", "pod", *(lbl for lbl in _RANK_JOIN if lbl in labels))
+
+
+def other_engines(selector: str, cluster_label: str = "") -> str:
+    """``unless ...``: drops the series of ``selector`` whose rank (or pod) runs an engine not chosen."""
+    return f"unless on ({', '.join(_join_labels(selector, cluster_label))}) {ENGINE_INFO}"
+
+
+def filter_expr(expr: str, cluster_label: str = "") -> str:
+    """``expr`` with every selector filtered by ``$engine`` (see the module docstring)."""
+
+    def wrap(m: re.Match[str]) -> str:
+        whole = m.group(0)
+        selector = m.group("range") or m.group("instant")
+        return f"({whole} {other_engines(selector, cluster_label)})"
+
+    return _SELECTOR.sub(wrap, expr)
+
+
+def _walk(node: Any, cluster_label: str) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: filter_expr(v, cluster_label)
+            if k == "expr" and isinstance(v, str)
+            else _walk(v, cluster_label)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_walk(v, cluster_label) for v in node]
+    return node
+
+
+def engine_filtered(doc: Json, cluster_label: str = "") -> Json:
+    """``doc`` with every panel and annotation query filtered by ``$engine``."""
+    out: Json = _walk(doc, cluster_label)
+    return out

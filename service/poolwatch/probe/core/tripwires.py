@@ -1,0 +1,72 @@
+"""The tripwires a rank has tripped: kept from the first sighting on, one finding per slot, bounded.
+
+A proven identity fault (a slot or block freed twice, a free one still in use) does not heal: the
+pool is corrupt until the server restarts.  So a tripwire stays in every later snapshot with the
+hook and iteration where it was *first* seen.  The same slot seen again (by the next census, or by
+a direct check and then the census) is the same finding: a later tripwire keeps only the slots not
+yet reported under its kind and pool, and adds nothing when none are new; a finding that names no
+slot is kept once per kind and pool.  At most ``limit`` findings are kept; what does not fit is
+counted in :attr:`TripwireLog.dropped` (published in the probe's health) instead of growing the
+snapshot.
+
+The one way out is a repair by an opt-in guard (SGLang's ``repair``): :meth:`TripwireLog.settle`
+takes the repaired slots out of the log (they are reported as repairs instead) and forgets them,
+so the same fault striking that slot again is a new finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from poolwatch.model import Pool, Tripwire, TripwireKind
+
+__all__ = ["MAX_TRIPWIRES", "TripwireLog"]
+
+MAX_TRIPWIRES = 32
+
+
+class TripwireLog:
+    def __init__(self, limit: int = MAX_TRIPWIRES) -> None:
+        self.limit = limit
+        self._found: list[Tripwire] = []
+        self._seen: set[tuple[TripwireKind, Pool, int]] = set()
+        self.dropped = 0
+
+    def add(self, found: Iterable[Tripwire]) -> bool:
+        """Record new findings; True if any slot was new."""
+        new = False
+        for tripwire in found:
+            fresh = tuple(s for s in tripwire.slots if (tripwire.kind, tripwire.pool, s) not in self._seen)
+            if tripwire.slots and not fresh:
+                continue
+            if not tripwire.slots and self._has(tripwire.kind, tripwire.pool):
+                continue
+            if len(self._found) >= self.limit:
+                self.dropped += 1
+                continue
+            self._seen.update((tripwire.kind, tripwire.pool, s) for s in fresh)
+            self._found.append(replace(tripwire, slots=fresh))
+            new = True
+        return new
+
+    def settle(self, kinds: Iterable[TripwireKind], pool: Pool, slots: Iterable[int]) -> None:
+        """The guard repaired ``slots`` of ``pool``: findings of ``kinds`` about them are over."""
+        gone = set(slots)
+        wanted = set(kinds)
+        kept: list[Tripwire] = []
+        for t in self._found:
+            if t.pool is not pool or t.kind not in wanted:
+                kept.append(t)
+                continue
+            self._seen -= {(t.kind, pool, s) for s in gone}
+            rest = tuple(s for s in t.slots if s not in gone)
+            if rest or not t.slots:
+                kept.append(replace(t, slots=rest))
+        self._found = kept
+
+    def _has(self, kind: TripwireKind, pool: Pool) -> bool:
+        return any(t.kind is kind and t.pool is pool for t in self._found)
+
+    def all(self) -> tuple[Tripwire, ...]:
+        return tuple(self._found)

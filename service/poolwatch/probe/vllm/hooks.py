@@ -3,7 +3,7 @@
 ======================  ======  ===================================================================
 method                  when    probe call
 ======================  ======  ===================================================================
-``__init__``            after   :func:`attach` (the probe is born with the scheduler)
+``__init__``            after   :func:`attach` (the probe is born with the scheduler; one idle sample)
 ``schedule``            before  ``Probe.on_step``: the last step is complete
 ``update_from_output``  after   ``Probe.after_update``: idle when no request is left
 ``finish_requests``     after   the same (an abort can empty the scheduler between steps)
@@ -91,6 +91,9 @@ def attach(
     probe = Probe(scheduler, config, shape or shape_for(version), version)
     core.adopt(scheduler, probe, HOOKS, Probe)
     _wrap_free(scheduler, probe)
+    # a freshly built scheduler is idle: sample it now, so the endpoint serves a snapshot before the
+    # first request (vLLM calls no hook until then, and "no snapshot yet" would read as target down)
+    probe.on_idle("attach")
     if config.serve if serve is None else serve:
         from poolwatch.probe.core.serving import Publisher
 

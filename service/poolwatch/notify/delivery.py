@@ -18,6 +18,14 @@ The :class:`Deliverer` runs the outbox against the receiver on a tick, and at on
 :meth:`Deliverer.wake` is called (the sidecar calls it the moment a new alert fires, so a page
 does not wait for the tick); its clock and sleep are injected, and tests drive
 :meth:`Deliverer.deliver_once` directly.
+
+*One incident, one POST* (``gather``): alerts that start firing within ``gather`` seconds of the
+first of them go out together, ``gather`` after it started firing.  The TP ranks of a worker see
+one fault within milliseconds of each other, each through its own probe; posted one by one, the
+first would open its Alertmanager group alone and, with the shipped ``group_wait: 0s``, page
+alone, its peers following a ``group_interval`` later as a second notification
+(docs/alerting.md).  Only alerts never told to the receiver wait; re-sends, updates and
+resolutions go out at once.
 """
 
 from __future__ import annotations
@@ -34,9 +42,13 @@ from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.errors import DeliveryError
 from poolwatch.notify.cause import cause
 
-__all__ = ["DeliveryStats", "Deliverer", "Outbox", "Receiver"]
+__all__ = ["INCIDENT_GATHER_S", "DeliveryStats", "Deliverer", "Outbox", "Receiver"]
 
 log = logging.getLogger("poolwatch.notify")
+
+# how long the sidecar holds a newly firing alert for the rest of its incident (a worker's TP
+# ranks see one fault within milliseconds, each through its own probe's long-poll)
+INCIDENT_GATHER_S = 0.2
 
 
 class Receiver(Protocol):
@@ -70,6 +82,8 @@ class Outbox:
     backoff_min: float = 1.0
     backoff_max: float = 60.0
     resend: bool = True
+    gather: float = 0.0  # seconds newly firing alerts wait for the rest of their incident
+    since: float = 0.0  # when the outbox was made: alerts that fired before it never wait
     dropped: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _retry_at: float = 0.0
@@ -120,17 +134,37 @@ class Outbox:
             del self._entries[entry.alert.fingerprint]
             self.dropped += 1
 
+    def _fresh(self) -> list[_Entry]:
+        """The firing alerts the receiver was never told."""
+        return [
+            e
+            for e in self._entries.values()
+            if e.dirty and e.sent_at is None and e.alert.state is AlertState.FIRING
+        ]
+
+    def ready_at(self) -> float:
+        """When the newly firing alerts go out together: ``gather`` after the first of them
+        started firing (0.0 when none waits).  Only alerts that started firing after the outbox
+        was made wait: one restored after a restart comes with its incident's other alerts."""
+        fired = [_fired_at(e.alert) for e in self._fresh()]
+        fired = [t for t in fired if t > self.since]
+        return min(fired) + self.gather if fired and self.gather > 0 else 0.0
+
     def due(self, now: float) -> list[Alert]:
         if now < self._retry_at:
             return []
+        held = {id(e) for e in self._fresh()} if now < self.ready_at() else set()
         return [
             e.alert
             for _, e in sorted(self._entries.items())
-            if e.dirty
-            or (
-                self.resend
-                and e.alert.state is AlertState.FIRING
-                and now - (e.sent_at or 0.0) >= self.resend_interval
+            if id(e) not in held
+            and (
+                e.dirty
+                or (
+                    self.resend
+                    and e.alert.state is AlertState.FIRING
+                    and now - (e.sent_at or 0.0) >= self.resend_interval
+                )
             )
         ]
 
@@ -178,6 +212,10 @@ class Outbox:
         return sum(1 for e in self._entries.values() if e.dirty)
 
 
+def _fired_at(alert: Alert) -> float:
+    return alert.fired_at if alert.fired_at is not None else alert.active_since
+
+
 class Deliverer:
     """One receiver's delivery loop."""
 
@@ -191,6 +229,7 @@ class Deliverer:
         resend_interval: float = 60.0,
         capacity: int = 1000,
         tick: float = 1.0,
+        gather: float = 0.0,
         backoff: tuple[float, float] = (1.0, 60.0),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -202,7 +241,13 @@ class Deliverer:
         self._sleep = sleep
         resend = getattr(receiver, "resends", True)
         self.outbox = Outbox(
-            resend_interval, capacity, backoff_min=backoff[0], backoff_max=backoff[1], resend=resend
+            resend_interval,
+            capacity,
+            backoff_min=backoff[0],
+            backoff_max=backoff[1],
+            resend=resend,
+            gather=gather,
+            since=clock(),
         )
         self._counts = {"sent": 0, "failed": 0, "dropped": 0}
         self._up = True
@@ -244,10 +289,14 @@ class Deliverer:
             await self._pause()
 
     async def _pause(self) -> None:
-        """The tick, cut short by :meth:`wake` (a back-off still holds: ``due`` is empty then)."""
+        """The tick (shorter while newly firing alerts gather), cut short by :meth:`wake` (a
+        back-off still holds: ``due`` is empty then)."""
         if self._woken.is_set():
             return
-        sleeper = asyncio.ensure_future(self._sleep(self._tick))
+        pause, ready = self._tick, self.outbox.ready_at()
+        if ready:
+            pause = min(pause, max(0.0, ready - self._clock()))
+        sleeper = asyncio.ensure_future(self._sleep(pause))
         waiter = asyncio.ensure_future(self._woken.wait())
         try:
             done, _ = await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)

@@ -68,9 +68,10 @@ def check_legacy(version: str, report: Report) -> None:
                 ran = s.check_memory.called
                 gates = gate_readings(s, Reading(), role)
                 ours = sglang_checks(shape, role, Phase.BUSY, depths, gates)
+                did = "checked" if ran else "skipped"
                 report(
                     f"{version} {role}, PD queue {busy}, HiSparse staging {staging}: the probe's final "
-                    f"decision says what SGLang's self_check_during_idle did ({'checked' if ran else 'skipped'})",
+                    f"decision says what SGLang's self_check_during_idle did ({did})",
                     ours == ran,
                     {"sglang": ran, "probe": ours, "gates": gates},
                 )

@@ -27,10 +27,13 @@ def rank(clock: FakeClock, tp: int) -> Alert:
     return alert(clock, subject=f"prefill-0/dp0-tp{tp}-pp0", labels=labels)
 
 
-def gathering(am: FakeAlertmanager, clock: FakeClock, alerts: list[Alert]) -> Deliverer:
+def gathering(
+    am: FakeAlertmanager, clock: FakeClock, alerts: list[Alert], peers: int | None = None
+) -> Deliverer:
     client = httpx.AsyncClient(transport=httpx.MockTransport(am))
     recv = AlertmanagerReceiver("http://am.example:9093", resend_interval=60.0)
-    return Deliverer(recv, client, lambda: alerts, clock, resend_interval=60.0, gather=GATHER)
+    count = None if peers is None else (lambda _: peers)
+    return Deliverer(recv, client, lambda: alerts, clock, resend_interval=60.0, gather=GATHER, peers=count)
 
 
 def tp_ranks(body: list[dict[str, dict[str, str]]]) -> list[str]:
@@ -114,3 +117,25 @@ async def test_an_alert_that_fired_before_the_deliverer_started_does_not_wait(cl
     alerts = [rank(clock, 0), rank(clock, 1)]
     d = gathering(am, clock, alerts)
     assert await d.deliver_once() == 2
+
+
+async def test_the_post_goes_as_soon_as_every_tp_peer_has_fired(clock: FakeClock) -> None:
+    """The sidecar knows the worker's TP ranks (its store): with both copies in, nothing waits."""
+    am = FakeAlertmanager()
+    alerts: list[Alert] = []
+    d = gathering(am, clock, alerts, peers=2)
+    alerts.append(rank(clock, 0))
+    assert await d.deliver_once() == 0  # rank 1 has not fired yet
+    alerts.append(rank(clock, 1))
+    assert await d.deliver_once() == 2  # both in: at once, not GATHER after the first
+    assert [tp_ranks(b) for b in am.bodies] == [["0", "1"]]
+
+
+async def test_a_peer_that_never_fires_holds_the_post_for_the_window_only(clock: FakeClock) -> None:
+    am = FakeAlertmanager()
+    alerts: list[Alert] = []
+    d = gathering(am, clock, alerts, peers=2)
+    alerts.append(rank(clock, 0))
+    assert await d.deliver_once() == 0
+    clock.advance(GATHER)
+    assert await d.deliver_once() == 1

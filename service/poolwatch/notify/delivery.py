@@ -19,8 +19,10 @@ The :class:`Deliverer` runs the outbox against the receiver on a tick, and at on
 does not wait for the tick); its clock and sleep are injected, and tests drive
 :meth:`Deliverer.deliver_once` directly.
 
-*One incident, one POST* (``gather``): alerts that start firing within ``gather`` seconds of the
-first of them go out together, ``gather`` after it started firing.  The TP ranks of a worker see
+*One incident, one POST* (``gather``, ``peers``): alerts that start firing within ``gather``
+seconds of the first of them go out together: as soon as every incident among them has all its
+copies (``peers``: a worker's TP ranks, as the sidecar's store knows them), else ``gather`` after
+the first started firing.  The TP ranks of a worker see
 one fault within milliseconds of each other, each through its own probe; posted one by one, the
 first would open its Alertmanager group alone and, with the shipped ``group_wait: 0s``, page
 alone, its peers following a ``group_interval`` later as a second notification
@@ -46,8 +48,9 @@ __all__ = ["INCIDENT_GATHER_S", "DeliveryStats", "Deliverer", "Outbox", "Receive
 
 log = logging.getLogger("poolwatch.notify")
 
-# how long the sidecar holds a newly firing alert for the rest of its incident (a worker's TP
-# ranks see one fault within milliseconds, each through its own probe's long-poll)
+# at most how long the sidecar holds a newly firing alert for the rest of its incident (a worker's
+# TP ranks see one fault within milliseconds, each through its own probe's long-poll); it posts as
+# soon as every copy is in
 INCIDENT_GATHER_S = 0.2
 
 
@@ -82,8 +85,9 @@ class Outbox:
     backoff_min: float = 1.0
     backoff_max: float = 60.0
     resend: bool = True
-    gather: float = 0.0  # seconds newly firing alerts wait for the rest of their incident
+    gather: float = 0.0  # at most this long newly firing alerts wait for the rest of their incident
     since: float = 0.0  # when the outbox was made: alerts that fired before it never wait
+    peers: Callable[[Alert], int] | None = None  # how many copies an alert's incident has (TP peers)
     dropped: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _retry_at: float = 0.0
@@ -146,9 +150,21 @@ class Outbox:
         """When the newly firing alerts go out together: ``gather`` after the first of them
         started firing (0.0 when none waits).  Only alerts that started firing after the outbox
         was made wait: one restored after a restart comes with its incident's other alerts."""
-        fired = [_fired_at(e.alert) for e in self._fresh()]
-        fired = [t for t in fired if t > self.since]
-        return min(fired) + self.gather if fired and self.gather > 0 else 0.0
+        fresh = [e.alert for e in self._fresh() if _fired_at(e.alert) > self.since]
+        if not fresh or self.gather <= 0 or self._complete(fresh):
+            return 0.0
+        return min(_fired_at(a) for a in fresh) + self.gather
+
+    def _complete(self, fresh: Sequence[Alert]) -> bool:
+        """Every incident among ``fresh`` has all its copies (``peers``): they go at once.  An
+        incident is one alert name, severity and identity but the TP rank."""
+        if self.peers is None:
+            return False
+        incidents: dict[tuple[tuple[str, str], ...], list[Alert]] = {}
+        for a in fresh:
+            key = tuple(sorted((k, v) for k, v in a.all_labels.items() if k != "tp_rank"))
+            incidents.setdefault(key, []).append(a)
+        return all(len(copies) >= self.peers(copies[0]) for copies in incidents.values())
 
     def due(self, now: float) -> list[Alert]:
         if now < self._retry_at:
@@ -230,6 +246,7 @@ class Deliverer:
         capacity: int = 1000,
         tick: float = 1.0,
         gather: float = 0.0,
+        peers: Callable[[Alert], int] | None = None,
         backoff: tuple[float, float] = (1.0, 60.0),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -248,6 +265,7 @@ class Deliverer:
             resend=resend,
             gather=gather,
             since=clock(),
+            peers=peers,
         )
         self._counts = {"sent": 0, "failed": 0, "dropped": 0}
         self._up = True

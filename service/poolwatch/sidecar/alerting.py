@@ -154,6 +154,7 @@ class AlertWiring:
                 resend_interval=self._settings.resend_interval,
                 capacity=self._settings.notify_queue,
                 gather=INCIDENT_GATHER_S,  # one incident, one POST (a 0s group_wait pages at once)
+                peers=lambda a: self._store.tp_peers(dict(a.labels)),
                 sleep=self._sleep,
             )
             for r in self._receivers

@@ -220,8 +220,8 @@ def finished(run: Run, now: float, limit: float, started: float) -> bool:
         return now > started + STARTUP
     if now > run.struck + limit:
         return True
-    if run.paged is not None and run.ids is not None:
-        return True
+    if run.paged is not None and run.ids is not None:  # and the crash seen, or 3 s without one
+        return run.crashed is not None or now > run.paged + 3.0
     return run.crashed is not None and now > run.crashed + 8.0  # the window after a crash
 
 

@@ -17,13 +17,15 @@ detector also reads.  Per run it records, from the fault on (simulated seconds):
 Wall-clock delivery (HTTP long-poll, webhook) is measured by ``bench_detection.py --push``.
 **refused** counts the slots guard v2 refused to free (a subset of repairs; 0 on healthy runs).
 
-``--free-path`` instead times one Mamba ``free`` (an ``alloc(1)`` + ``free`` pair, less the same
-pair on the bare pool) with guard v2's wrapper (:mod:`poolwatch.probe.sglang.refuse`) installed:
-nothing indexed, a live chunked request, and a tree index of 64 / 1,024 nodes; guard off installs
-nothing, so its cost is the bare pool's.
+``--free-path`` instead times one Mamba free (an ``alloc(1)`` + free pair) with guard v2's wrapper
+(:mod:`poolwatch.probe.sglang.refuse`) on and off, for each release family's shape (the wrapped
+``mamba_pool.free`` / ``mamba_allocator.free`` and ``free_mamba_cache``): nothing indexed, a live
+chunked request, a tree index of 1,024 nodes; guard off installs nothing, so its cost is the bare
+pool's.  It then runs a healthy emulated soak per emulated release with guard on
+(``--soak-minutes``, 0 to skip) and reports the ranks wrapped and the slots refused.
 
-Run: ``python benchmarks/bench_guard.py [--seeds 20] [--horizon 60] [--free-path]``.  Figures,
-never asserts.
+Run: ``python benchmarks/bench_guard.py [--seeds 20] [--horizon 60]`` or ``... --free-path
+[--soak-minutes 30]``.  Figures, never asserts.
 """
 
 from __future__ import annotations
@@ -189,11 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--horizon", type=float, default=60.0, help="simulated seconds after the fault")
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
     parser.add_argument("--free-path", action="store_true", help="time guard v2's free wrapper instead")
+    parser.add_argument("--soak-minutes", type=float, default=30.0, help="--free-path: healthy soak length")
     args = parser.parse_args(argv)
     if args.free_path:
-        from bench_guard_free import free_path_table
+        from bench_guard_free import free_path_table, soak_table
 
-        print(free_path_table())
+        print(free_path_table(), flush=True)
+        if args.soak_minutes > 0:
+            print("\n" + soak_table(args.soak_minutes))
         return 0
     print(
         "| fault (case) | load | guard | runs | crashes | shared-slot sightings | repairs (slots) "

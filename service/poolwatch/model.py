@@ -70,7 +70,10 @@ class Pool(enum.StrEnum):
     ``full``: full-attention token KV slots; ``swa``: sliding-window KV slots; ``mamba``: Mamba /
     GDN recurrent-state slots (the active pool); ``req``: request rows of ``req_to_token_pool``;
     ``mamba_ckpt``: the int8 checkpoint slots holding the tree's Mamba states
-    (``--enable-int8-mamba-checkpoint``, 0.5.23+; then the tree owns no active ``mamba`` slot).
+    (``--enable-int8-mamba-checkpoint``, 0.5.23+; then the tree owns no active ``mamba`` slot);
+    ``host``: HiCache's host-memory KV slots (``--enable-hierarchical-cache``): ``evictable`` /
+    ``protected`` are the tree's host copies without / with a host lock, ``held`` the slots in
+    flight in the cache controller's operations (:mod:`poolwatch.probe.sglang.host_census`).
     """
 
     FULL = "full"
@@ -78,6 +81,7 @@ class Pool(enum.StrEnum):
     MAMBA = "mamba"
     REQ = "req"
     MAMBA_CKPT = "mamba_ckpt"
+    HOST = "host"
 
 
 class Phase(enum.StrEnum):

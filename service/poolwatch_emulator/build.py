@@ -10,6 +10,7 @@ from poolwatch_emulator.allocator import SWATokenToKVPoolAllocator, TokenToKVPoo
 from poolwatch_emulator.caches import MambaRadixCache, RadixCache
 from poolwatch_emulator.chunk_cache import ChunkCache
 from poolwatch_emulator.faults import FaultPlan
+from poolwatch_emulator.hicache import HiRadixCache
 from poolwatch_emulator.req_pool import HybridReqToTokenPool, ReqToTokenPool
 from poolwatch_emulator.swa_cache import SWARadixCache
 from poolwatch_emulator.versions import Release
@@ -30,6 +31,7 @@ class ModelShape:
     full_kv_tokens: int = 131_072
     mamba_slots: int | None = 1024  # hybrid GDN/SSM (Qwen3-Next-like); None = no Mamba pool
     swa_kv_tokens: int | None = None  # hybrid SWA; exclusive with mamba_slots
+    host_kv_tokens: int | None = None  # HiCache host pool (plain full-attention KV only)
     page_size: int = 1
     max_running_requests: int = 256
     context_len: int = 16_384
@@ -49,6 +51,12 @@ class ModelShape:
             raise ValueError("shape: mamba_slots must be at least 3 x max_running_requests (SGLang's cap)")
         if self.swa_kv_tokens is not None and self.swa_kv_tokens < self.full_kv_tokens:
             raise ValueError("shape: swa_kv_tokens must be at least full_kv_tokens (no window eviction here)")
+        if self.host_kv_tokens is not None and (self.mamba_slots, self.swa_kv_tokens) != (None, None):
+            raise ValueError(
+                "shape: host_kv_tokens (HiCache) needs a plain model (no mamba_slots, swa_kv_tokens)"
+            )
+        if self.host_kv_tokens is not None and self.host_kv_tokens < self.full_kv_tokens:
+            raise ValueError("shape: host_kv_tokens must be at least full_kv_tokens (SGLang's HiCache rule)")
         if self.max_running_requests < 1 or self.context_len < 64:
             raise ValueError("shape: max_running_requests >= 1 and context_len >= 64 are required")
 
@@ -144,6 +152,8 @@ def build_pools(rs: RankSettings, faults: FaultPlan) -> tuple[Any, ReqToTokenPoo
         cache = ChunkCache(pool, allocator, s.page_size)
     elif s.mamba_slots is not None:
         cache = MambaRadixCache(pool, allocator, s.page_size, faults)
+    elif s.host_kv_tokens is not None:
+        cache = HiRadixCache(pool, allocator, s.page_size, faults, s.host_kv_tokens)
     elif s.swa_kv_tokens is not None:
         cache = SWARadixCache(pool, allocator, s.page_size, faults)
     else:

@@ -58,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--full-kv-tokens", type=int, default=131_072)
     a("--mamba-slots", type=int, default=1024, help="Mamba pool size per rank (0 = no Mamba pool)")
     a("--swa-kv-tokens", type=int, default=0, help="sliding-window pool size (SWA-hybrid model)")
+    a(
+        "--hicache-host-tokens",
+        type=int,
+        default=0,
+        help="HiCache host pool size (--enable-hierarchical-cache; needs --mamba-slots 0)",
+    )
     a("--page-size", type=int, default=1)
     a("--max-running", type=int, default=256)
     a("--chunked-prefill-size", type=int, default=4096)
@@ -71,6 +77,7 @@ def config_from_args(args: argparse.Namespace) -> ClusterConfig:
         full_kv_tokens=args.full_kv_tokens,
         mamba_slots=args.mamba_slots or None,
         swa_kv_tokens=args.swa_kv_tokens or None,
+        host_kv_tokens=args.hicache_host_tokens or None,
         page_size=args.page_size,
         max_running_requests=args.max_running,
     )

@@ -81,6 +81,8 @@ def _check_fault(spec: FaultSpec, version: str, roles: set[str], shape: ModelSha
         raise ValueError(f"fault {spec.name} needs a Mamba-hybrid model (shape.mamba_slots)")
     if info.needs == "swa" and shape.swa_kv_tokens is None:
         raise ValueError(f"fault {spec.name} needs a SWA-hybrid model (shape.swa_kv_tokens)")
+    if info.needs == "hicache" and shape.host_kv_tokens is None:
+        raise ValueError(f"fault {spec.name} needs a HiCache worker (shape.host_kv_tokens)")
 
 
 class Cluster:

@@ -19,6 +19,7 @@ from poolwatch_emulator.demo_next import where_next
 
 if TYPE_CHECKING:
     from poolwatch.sidecar.alerting import AlertWiring
+    from poolwatch_emulator.build import ModelShape
     from poolwatch_emulator.cluster import Cluster
     from poolwatch_emulator.faces import WorkerServer
     from poolwatch_emulator.faults import FaultSpec
@@ -27,6 +28,12 @@ __all__ = ["Story"]
 
 HEARTBEAT_S = 20.0  # simulated seconds between "still healthy" lines
 SETTLE_S = 2.0  # wall seconds after the first alert before the hint (alerts that fire together first)
+
+
+def _second_pool(shape: ModelShape) -> str:
+    if shape.host_kv_tokens is not None:
+        return f"HiCache host {shape.host_kv_tokens} tokens"
+    return f"Mamba {shape.mamba_slots} slots"
 
 
 @dataclass
@@ -49,18 +56,22 @@ class Story:
     @classmethod
     def build(cls, args: argparse.Namespace, work: Path, out: TextIO) -> Story:
         """Build the cluster with the fault scheduled, its HTTP faces and its probes."""
+        from poolwatch_emulator.build import ModelShape
         from poolwatch_emulator.cluster import Cluster, ClusterConfig
         from poolwatch_emulator.faces import WorkerServer, attach_probes
-        from poolwatch_emulator.faults import parse_fault
+        from poolwatch_emulator.faults import FAULTS, parse_fault
 
         if args.time_scale <= 0 or args.healthy < 0:
             raise ValueError("--time-scale must be > 0 and --healthy >= 0")
         fault = parse_fault(f"{args.fault}@{args.healthy:g}s")
         log_dir, probe_dir = work / "logs", work / "probes"
         log_dir.mkdir(parents=True, exist_ok=True)
+        shape = ModelShape()
+        if FAULTS[fault.name].needs == "hicache":  # a plain model with HiCache's host tier
+            shape = ModelShape(mamba_slots=None, host_kv_tokens=2 * shape.full_kv_tokens)
         config = ClusterConfig(
             prefill=args.prefill, decode=args.decode, tp=args.tp, version=args.version,
-            faults=(fault,), seed=args.seed, log_dir=log_dir,
+            faults=(fault,), seed=args.seed, log_dir=log_dir, shape=shape,
         )  # fmt: skip
         cluster = Cluster(config)
         servers = [WorkerServer(w).start() for w in cluster.workers]
@@ -85,14 +96,18 @@ class Story:
             f"  alerts       {url}/api/v1/alerts",
             f"  workers      {faces}",
             f"  logs         {self.log_dir}",
-            f"  pools/rank   full KV {shape.full_kv_tokens} tokens, Mamba {shape.mamba_slots} slots; "
+            f"  pools/rank   full KV {shape.full_kv_tokens} tokens, {_second_pool(shape)}; "
             f"TP {c.config.tp}; time runs {self.time_scale:g}x",
-            f"  scenario     healthy traffic, then `{self.fault}` (the seed incident); Ctrl-C to stop",
+            f"  scenario     healthy traffic, then `{self.fault}`"
+            + (" (the seed incident)" if self.fault.name == "pd-chunked-mamba-double-free" else "")
+            + "; Ctrl-C to stop",
             "  guard        "
             + (
                 "on (POOLWATCH_PROBE_GUARD=1): the probe refuses a free of a slot still owned, "
                 "and repairs a free list on exact proof"
                 if self.guard
+                else "off: SGLang checks no HiCache host conservation, the worker keeps serving"
+                if shape.host_kv_tokens is not None
                 else "off: SGLang's own idle check will crash the worker (try --guard)"
             ),
             "",

@@ -9,6 +9,8 @@ mamba-cow-leak-on-abort        mamba  deficit   <= 0.5.4.post3;       PR #12693;
 full-kv-leak-on-retract        full   deficit   0.5.3.post3           #11970 -> PR #12224
 pd-decode-abort-kv-leak        full   deficit   before PR #9817       PR #9817
 swa-page-overcount             swa    surplus   0.5.12 (spec, paged)  #27789
+hicache-host-leak              host   deficit   (fault class)         none filed (SGLang checks no host
+hicache-host-double-free       host   surplus   (fault class)         conservation; 0.5.23 guards frees)
 =============================  =====  ========  ====================  ===================================
 
 * ``pd-chunked-mamba-double-free``: at a PD prefill chunk boundary ``process_prefill_chunk``
@@ -23,6 +25,9 @@ swa-page-overcount             swa    surplus   0.5.12 (spec, paged)  #27789
   its KV (the row and Mamba slot are freed): all its preallocated slots are lost.
 * ``swa-page-overcount``: a finishing request's last sliding-window page is freed twice: a
   surplus of one page on the SWA pool.
+* ``hicache-host-leak``: a HiCache write-through allocates host slots and puts them on no node.
+* ``hicache-host-double-free``: a HiCache write-through's host slots go back on the host free list
+  while the node keeps them (a later backup can be given the same host slots).
 
 A spec is ``NAME`` (the first chance), ``NAME@30s`` (the first chance at or after 30 simulated
 seconds; ``ms``/``m``/``h`` also work), ``NAME@step=500`` (at or after scheduler iteration 500)
@@ -84,6 +89,16 @@ FAULTS: dict[str, FaultInfo] = {
             "swa-page-overcount", "swa", "surplus", "0.5.12 (speculative decoding, page_size > 1)",
             "sglang#27789", ("prefill", "unified"), "swa", _ALL,
             "a finishing request's last sliding-window page is freed twice",
+        ),
+        FaultInfo(
+            "hicache-host-leak", "host", "deficit", "no release known (SGLang checks no host conservation)",
+            "fault class, no issue filed", ("prefill", "unified"), "hicache", _ALL,
+            "a HiCache write-through's host slots are allocated and put on no tree node",
+        ),
+        FaultInfo(
+            "hicache-host-double-free", "host", "surplus", "no release known (0.5.23 asserts on it)",
+            "fault class, no issue filed", ("prefill", "unified"), "hicache", _ALL,
+            "a HiCache write-through's host slots are freed while the tree node keeps them",
         ),
     )
 }  # fmt: skip

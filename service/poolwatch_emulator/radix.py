@@ -34,6 +34,8 @@ class TreeNode:
         self.full_lock_ref = 0
         self.mamba_lock_ref = 0
         self.last_access_time = 0
+        self.host_value: torch.Tensor | None = None  # HiCache: host-memory slots of a backed-up node
+        self.host_ref_counter = 0
 
     @property
     def lock_ref(self) -> int:
@@ -97,6 +99,8 @@ class RadixTree:
         new.last_access_time = child.last_access_time
         child.parent.children[self._child_key(new.key)] = new
         child.key, child.value = child.key[split_len:], child.value[split_len:]
+        if child.host_value is not None:
+            new.host_value, child.host_value = child.host_value[:split_len], child.host_value[split_len:]
         child.parent = new
         new.children[self._child_key(child.key)] = child
         return new
@@ -144,6 +148,7 @@ class RadixTree:
             leaf.key, leaf.value, leaf.mamba_value = list(key), value.clone(), mamba_value
             node.children[self._child_key(key)] = leaf
             self._touch(leaf)
+            self._backup(leaf)
             self.full_evictable_size_ += len(key)
             if mamba_value is not None:
                 self.mamba_evictable_size_ += 1
@@ -154,6 +159,12 @@ class RadixTree:
         if mamba_value is not None and node.mamba_lock_ref == 0:
             self.mamba_evictable_size_ += 1
         return done, mamba_value is None
+
+    def _backup(self, leaf: TreeNode) -> None:
+        """A new leaf was inserted (HiCache backs it up to host memory; a plain tree does nothing)."""
+
+    def _release_host(self, node: TreeNode) -> None:
+        """``node`` leaves the tree (HiCache frees its host copy; a plain tree does nothing)."""
 
     def inc_lock_ref(self, node: TreeNode | None) -> None:
         if node is None or node is self.root_node:
@@ -199,6 +210,7 @@ class RadixTree:
         assert node.parent is not None
         assert node.value is not None
         del node.parent.children[self._child_key(node.key)]
+        self._release_host(node)
         self.allocator.free(node.value)
         self.full_evictable_size_ -= len(node.key)
         if node.mamba_value is not None:

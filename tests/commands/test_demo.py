@@ -109,6 +109,19 @@ def test_with_the_guard_the_seed_fault_is_repaired_and_the_worker_keeps_serving(
         guarded.stop()
 
 
+def test_a_hicache_host_double_free_pages_the_host_alert_and_no_worker_crashes() -> None:
+    hicache = Demo(free_port(), "--fault", "hicache-host-double-free", "--version", "0.5.9", duration=30)
+    try:
+        assert "HiCache host" in hicache.wait_for("pools/rank")
+        alert = hicache.wait_for("ALERT PoolwatchHostPoolGap (critical) prefill-0")
+        assert "The host pool of prefill-0" in alert
+        assert "will not crash" in alert
+        assert "crashed workers: none" in hicache.wait_for("demo over")
+        assert not any("PoolwatchDoubleFree" in line for line in hicache.lines)
+    finally:
+        hicache.stop()
+
+
 @pytest.mark.browser
 def test_the_status_page_during_the_demo_shows_the_mamba_surplus(demo: Demo, tmp_path: Path) -> None:
     chromium = require_tool("chromium")

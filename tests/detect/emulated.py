@@ -206,7 +206,7 @@ class SoakResult:
     retractions: int
     crashed: tuple[str, ...]
     repairs: int = 0  # slots the probes' guard repaired (guard mode only)
-    refusing: int = 0  # ranks whose Mamba free guard v2 wraps (guard mode, 0.5.4 and 0.5.9 families)
+    refusing: int = 0  # ranks whose Mamba free guard v2 wraps (guard mode, every release family)
     refused: int = 0  # slots guard v2 refused to free (also counted in ``repairs``)
 
 

@@ -21,7 +21,7 @@ from poolwatch.model import (
 )
 
 WORKER = WorkerId("prefill-0", Role.PREFILL, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next")
-SIZES = {Pool.FULL: 10_000, Pool.MAMBA: 476}
+SIZES = {Pool.FULL: 10_000, Pool.MAMBA: 476, Pool.HOST: 20_000}
 
 
 def exact(pool: Pool, gap: int, *, available: int | None = None, held: int = 10) -> PoolAccount:

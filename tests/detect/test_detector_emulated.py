@@ -15,9 +15,10 @@ from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.faults import FAULTS
 from poolwatch_emulator.workload import WorkloadConfig
 
-CONSERVATION = ("PoolwatchDoubleFree", "PoolwatchSlotLeak")
+CONSERVATION = ("PoolwatchDoubleFree", "PoolwatchSlotLeak", "PoolwatchHostPoolGap")
 SIGN = {"surplus": "PoolwatchDoubleFree", "deficit": "PoolwatchSlotLeak"}
 PRESSURE = ModelShape(full_kv_tokens=16_384, context_len=32_768)  # small KV: queues, retractions
+HICACHE = ModelShape(full_kv_tokens=16_384, mamba_slots=None, host_kv_tokens=32_768, context_len=32_768)
 
 # fault -> scenario overrides: traffic that gives the fault its chance within seconds
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -37,6 +38,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     # the probe counts SWA holdings while busy from each request's window frontier
     "swa-page-overcount": {"workload": WorkloadConfig(burst_s=5, gap_s=60)},
+    # HiCache: the host pool has its own alert, and SGLang's idle check never sees it
+    "hicache-host-leak": {"shape": HICACHE},
+    "hicache-host-double-free": {"shape": HICACHE},
 }
 
 
@@ -95,7 +99,8 @@ def test_every_fault_class_raises_the_right_alert_before_the_idle_check_crashes(
     assert fault in w.struck, f"{fault} never had its chance"
     step, worker, _ = w.struck[fault]
     alerts = conservation_alerts(w)
-    assert [a[:3] for a in alerts] == [(SIGN[info.sign], worker, info.pool)]
+    expected = "PoolwatchHostPoolGap" if info.pool == "host" else SIGN[info.sign]
+    assert [a[:3] for a in alerts] == [(expected, worker, info.pool)]
     fired_at = alerts[0][3]
     assert fired_at >= step
     crash = w.crashed_at.get(worker)

@@ -64,6 +64,14 @@ def surplus(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, lambda: s.next(exact(Pool.MAMBA, -1)))
 
 
+def host_surplus(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    return observing(d, lambda: s.next(exact(Pool.HOST, -3, held=0)))
+
+
+def host_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    return observing(d, lambda: s.next(exact(Pool.HOST, 3, held=0), phase=Phase.IDLE))
+
+
 def coarse_idle_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, lambda: s.next(coarse(Pool.FULL, 5), phase=Phase.IDLE))
 
@@ -133,6 +141,8 @@ CASES: list[tuple[AlertName, Severity, Case, bool]] = [
     (AlertName.PROBE_DEGRADED, Severity.WARNING, probe_disabled, STRICT),
     (AlertName.PROBE_DEGRADED, Severity.INFO, probe_errors, STRICT),
     (AlertName.PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
+    (AlertName.HOST_POOL_GAP, Severity.CRITICAL, host_surplus, STRICT),
+    (AlertName.HOST_POOL_GAP, Severity.WARNING, host_deficit, STRICT),
 ]
 
 

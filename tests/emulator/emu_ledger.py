@@ -68,6 +68,10 @@ def accounts(rank: Any) -> dict[Pool, PoolAccount]:
         out[Pool.MAMBA] = _acc(Pool.MAMBA, mp.size, mp.available_size(), m_ev, m_pr, h[Pool.MAMBA])
     size = pool.size + pool.pre_alloc_size
     out[Pool.REQ] = _acc(Pool.REQ, size, len(pool.free_slots), 0, 0, h[Pool.REQ])
+    host = getattr(tree, "token_to_kv_pool_host", None)
+    if host is not None:  # HiCache: every host slot is free or a tree node's copy (nothing in flight)
+        cached = sum(len(n.host_value) for n in tree.tree.nodes() if n.host_value is not None)
+        out[Pool.HOST] = _acc(Pool.HOST, host.size, len(host.free_slots), cached, 0, 0)
     return out
 
 

@@ -10,6 +10,7 @@ from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfi
 MAMBA = ModelShape(full_kv_tokens=16_384, mamba_slots=192, max_running_requests=48, context_len=4096)
 PLAIN = ModelShape(full_kv_tokens=16_384, mamba_slots=None, max_running_requests=48, context_len=4096)
 PAGED = replace(PLAIN, page_size=16)
+HICACHE = replace(PLAIN, host_kv_tokens=32_768)
 SWA = ModelShape(
     full_kv_tokens=16_384,
     mamba_slots=None,

@@ -130,12 +130,19 @@ def test_a_kill_switch_lets_every_free_through(tmp_path: Path) -> None:
     assert int(req.mamba_pool_idx) in free_ids(rank)
 
 
-def test_families_whose_free_paths_were_not_read_keep_guard_v1_only() -> None:
-    for version in ("0.5.6", "0.5.12", "0.5.23"):
+def test_every_family_with_a_mamba_pool_free_is_wrapped_and_one_without_it_is_not() -> None:
+    for version in ("0.5.5.post3", "0.5.6", "0.5.10", "0.5.12"):
         rank = Rank(kv=64, mamba=8, rows=4)
         probe = probe_for(rank, guard=True, version=version)
-        assert probe.refuser is None
-        assert "free" not in rank.mamba.__dict__
+        assert probe.refuser is not None, version
+        assert "free" in rank.mamba.__dict__
+    rank = Rank(kv=64, mamba=8, rows=4)  # newer than the newest release read: off, as "return" is
+    assert probe_for(rank, guard=True, version="0.6.0").refuser is None
+    assert "free" not in rank.mamba.__dict__
+    rank = Rank(kv=64, mamba=8, rows=4)  # 0.5.23 frees through mamba_allocator, which this rank lacks
+    probe = probe_for(rank, guard=True, version="0.5.23")
+    assert probe.refuser is None
+    assert "free" not in rank.mamba.__dict__
 
 
 def test_detach_gives_the_pool_its_own_free_back() -> None:
@@ -190,7 +197,7 @@ def test_a_refusal_stands_when_recording_it_fails() -> None:
     rank = Rank(kv=64, mamba=8, rows=4)
     req = rank.chunked("long", origin=40, chunk=16)
 
-    def broken(slots: tuple[int, ...], requests: tuple[str, ...]) -> None:
+    def broken(slots: tuple[int, ...], requests: tuple[str, ...], where: str) -> None:
         raise RuntimeError("no log")
 
     refuser = FreeRefuser(rank.sched, broken)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from check_release import CONFIG, Batch, Driver, gaps, report
+from guard_0523 import guard_checks_0523
 from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
 from sglang.srt.disaggregation.utils import DisaggregationMode
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req
@@ -340,5 +341,6 @@ class Driver0523(Driver):
             ("busy then idle", self.scenario_busy_then_idle),
             ("seed double free", self.scenario_seed),
             ("guard mode", self.scenario_guard),
+            ("guard v2", lambda: guard_checks_0523(self)),
             ("int8 Mamba checkpoints", self.scenario_int8_checkpoints),
         ]

@@ -4,6 +4,7 @@ injected through the real API instead)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from poolwatch.model import Pool, TripwireKind
-from poolwatch.probe.sglang.hooks import install
+from poolwatch.probe.sglang.hooks import attach, detach, install
 
 KV, ROWS = 256, 4
 
@@ -113,6 +114,49 @@ class Driver059(Driver054):
             guard_checks(self, buggy=False, strict_check=self.strict_check, chunk_step=self.chunk_step)
         finally:
             self.mamba_size = MAMBA
+
+    def scenarios(self) -> list[tuple[str, Any]]:
+        return [*super().scenarios(), ("guard v2 on free_mamba_cache", self.scenario_refuse_request_free)]
+
+    def scenario_refuse_request_free(self) -> None:
+        """The split free API (0.5.9 - 0.5.12): ``free_mamba_cache(chunked_req)`` frees the slot and
+        clears the request's pointer; guard v2 refuses the call whole, so the request keeps both."""
+        for guard in (False, True):
+            s = self.new("prefill")
+            detach(s)
+            attach(s, replace(CONFIG, guard=guard), serve=False)
+            c = self.arrive("c", list(range(200, 230)))
+            self.prefill([c], chunk=8)
+            self.chunk_boundary()
+            held = c.mamba_pool_idx
+            s.req_to_token_pool.free_mamba_cache(c)  # the fault
+            free = [int(i) for i in s.req_to_token_pool.mamba_pool.free_slots.tolist()]
+            snap = self.boundary()
+            detail = {"slot": int(held), "pointer": c.mamba_pool_idx, "gaps": gaps(snap)}
+            if not guard:
+                report(
+                    "free_mamba_cache of the live chunked request, guard off: the slot goes back and the "
+                    "request's pointer is cleared (its state is lost; the books balance)",
+                    c.mamba_pool_idx is None and int(held) in free and gaps(snap)["mamba"] == 0,
+                    detail,
+                )
+                continue
+            repairs = [(r.kind.value, r.count, r.hook) for r in snap.repairs]
+            report(
+                "free_mamba_cache of the live chunked request, guard on: refused whole -- the request keeps "
+                "its slot, the slot stays off the free list, one refusal",
+                c.mamba_pool_idx is held
+                and int(held) not in free
+                and repairs == [("refuse", 1, "free_mamba_cache")],
+                {**detail, "repairs": repairs},
+            )
+            self.chunk_boundary()
+            self.prefill_done(self.prefill([c], chunk=64))
+            self.finish(c)
+            s.last_batch = None
+            report(
+                "guard on: SGLang's own idle check passes afterwards", not self.idle_agrees("refused whole")
+            )
 
     def prefill(self, reqs: list[Any], chunk: int | None = None) -> Batch:
         s = self.sched

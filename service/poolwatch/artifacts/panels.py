@@ -42,7 +42,9 @@ SLOTS = "suffix: slots"  # Grafana's custom-unit syntax; slots have no built-in 
 # the labels that make one alert (and one pool) on both paths: the rank's and where it runs
 POOL_IDENTITY = "namespace, pod, worker, dp_rank, tp_rank, pp_rank, pool"
 ALERT_IDENTITY = f"alertname, severity, role, {POOL_IDENTITY}, source, target, receiver"
-CONSERVATION_ALERTS = f"{AlertName.DOUBLE_FREE.value}|{AlertName.SLOT_LEAK.value}"
+CONSERVATION_ALERTS = "|".join(
+    a.value for a in (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK, AlertName.HOST_POOL_GAP)
+)
 DRILLDOWN_LABELS = ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank", "pool")
 SLOTS_PER_SECOND = "suffix: slots/s"
 FIRING = f'alertname=~"{ALERT_NAME_PATTERN}", alertstate="firing"'

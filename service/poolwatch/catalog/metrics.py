@@ -32,7 +32,9 @@ _RANKS: tuple[MetricSpec, ...] = (
     _g(
         "poolwatch_pool_slots",
         "Slots of the pool by state: available (free lists), evictable (prefix tree, unlocked), "
-        "protected (prefix tree, locked), held (live requests), session_held (streaming sessions).",
+        "protected (prefix tree, locked), held (live requests), session_held (streaming sessions). "
+        "pool=host (HiCache host memory): evictable/protected are the tree's host copies without/with "
+        "a host lock, held the slots in flight in the cache controller's operations.",
         (*POOL_LABELS, "state"),
         "slots",
     ),

@@ -14,6 +14,10 @@ raises, how soon, how severe, and says so in a sentence with the figures:
   check is strict (``True`` or unknown, the default: the server dies at its next idle moment) or
   the deficit is at least ``large_leak_fraction`` of the pool, else warning.
 
+The HiCache ``host`` pool raises PoolwatchHostPoolGap instead (one alert for both signs): SGLang
+checks no host conservation, so its idle check never crashes on it; a surplus (a host slot free
+and on a node) is critical at once, a deficit a warning after ``deficit_samples``.
+
 A snapshot is a verdict on both alerts of every pool whose balance it can tell (a known gap, or a
 tripwire naming it); pools it cannot tell (coarse figures while busy) leave their alerts be.
 """
@@ -42,7 +46,7 @@ class PoolBalance:
     """PoolwatchDoubleFree and PoolwatchSlotLeak, per pool, judged on every snapshot."""
 
     config: DetectorConfig
-    alerts = (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK)
+    alerts = (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK, AlertName.HOST_POOL_GAP)
     mode = Mode.SAMPLED
 
     def signals(self, seen: Seen) -> list[Signal]:
@@ -63,7 +67,21 @@ class PoolBalance:
     def judged(self, seen: Seen) -> set[Verdict]:
         known, tripped = self.signature(seen)
         worker = seen.snap.worker
-        return {(alert, rank_labels(worker, p.value)) for p in {*known, *tripped} for alert in self.alerts}
+        return {(alert, rank_labels(worker, p.value)) for p in {*known, *tripped} for alert in _alerts_of(p)}
+
+
+_HOST_ALERTS = (AlertName.HOST_POOL_GAP,)
+_DEVICE_ALERTS = (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK)
+
+
+def _alerts_of(pool: Pool) -> tuple[AlertName, ...]:
+    return _HOST_ALERTS if pool is Pool.HOST else _DEVICE_ALERTS
+
+
+def _alert_for(balance: Balance, pool: Pool) -> AlertName:
+    if pool is Pool.HOST:
+        return AlertName.HOST_POOL_GAP
+    return AlertName.DOUBLE_FREE if balance is Balance.SURPLUS else AlertName.SLOT_LEAK
 
 
 # tripwires that prove slots lost (SlotLeak); every other kind proves a slot counted twice (DoubleFree)
@@ -98,6 +116,11 @@ def _tripwire_sentence(t: Tripwire) -> str:
 
 
 def _consequence(snap: Snapshot, alert: str) -> str:
+    if alert == AlertName.HOST_POOL_GAP:
+        return (
+            "SGLang checks no HiCache host conservation, so it will not crash on this; a host slot "
+            "counted twice can be overwritten while a cached prefix still points at it."
+        )
     if crash_imminent(snap):
         return "SGLang's idle check is strict on this rank: the server will crash at its next idle moment."
     if alert == AlertName.DOUBLE_FREE:
@@ -105,7 +128,11 @@ def _consequence(snap: Snapshot, alert: str) -> str:
     return "SGLang's idle check only warns here: capacity shrinks until the worker restarts."
 
 
-def _severity(alert: str, snap: Snapshot, slots: int, size: int | None, cfg: DetectorConfig) -> Severity:
+def _severity(
+    alert: str, snap: Snapshot, slots: int, size: int | None, cfg: DetectorConfig, surplus: bool
+) -> Severity:
+    if alert == AlertName.HOST_POOL_GAP:
+        return Severity.CRITICAL if surplus else Severity.WARNING
     if alert == AlertName.DOUBLE_FREE or crash_imminent(snap):
         return Severity.CRITICAL
     if size and slots >= cfg.large_leak_fraction * size:
@@ -120,7 +147,7 @@ def _signals(snap: Snapshot, found: Mapping[Pool, Finding], cfg: DetectorConfig)
     waits: dict[tuple[str, Pool], tuple[int, float]] = {}
     for f in found.values():
         if f.balance in (Balance.SURPLUS, Balance.DEFICIT):
-            key = (AlertName.DOUBLE_FREE if f.balance is Balance.SURPLUS else AlertName.SLOT_LEAK, f.pool)
+            key = (_alert_for(f.balance, f.pool), f.pool)
             parts[key].append(_finding_sentence(f, snap))
             slots[key] = max(slots[key], f.slots)
             waits[key] = _wait(f, snap.phase, cfg)
@@ -130,14 +157,18 @@ def _signals(snap: Snapshot, found: Mapping[Pool, Finding], cfg: DetectorConfig)
         slots[key] = max(slots[key], len(t.slots))
         waits[key] = (1, 0.0)  # an identity census is proof: no need to wait
     return [
-        _signal(snap, alert, pool, parts[alert, pool], slots[alert, pool], waits[alert, pool], cfg)
+        _signal(snap, found, alert, pool, parts[alert, pool], slots[alert, pool], waits[alert, pool], cfg)
         for alert, pool in sorted(parts)
     ]
 
 
 def _wait(f: Finding, phase: Phase, cfg: DetectorConfig) -> tuple[int, float]:
     """How long a finding must persist: a surplus is proof at once, and so is an exact deficit
-    while fully idle (nothing is in flight: it is what SGLang's own check is about to see)."""
+    while fully idle (nothing is in flight: it is what SGLang's own check is about to see).  A host
+    deficit crashes nothing and SGLang's idle check never looks at it: it waits the coarse hold too,
+    as the rule's ``for:`` does."""
+    if f.pool is Pool.HOST and f.balance is Balance.DEFICIT:
+        return (cfg.deficit_samples, cfg.coarse_hold)
     if f.balance is Balance.SURPLUS or (f.basis is Basis.EXACT and phase is Phase.IDLE):
         return (1, 0.0)
     return (cfg.deficit_samples, 0.0 if f.basis is Basis.EXACT else cfg.coarse_hold)
@@ -145,6 +176,7 @@ def _wait(f: Finding, phase: Phase, cfg: DetectorConfig) -> tuple[int, float]:
 
 def _signal(
     snap: Snapshot,
+    found: Mapping[Pool, Finding],
     alert: str,
     pool: Pool,
     sentences: Iterable[str],
@@ -155,6 +187,7 @@ def _signal(
     account = snap.pools.get(pool)
     size = account.size if account is not None else None
     text = " ".join([*sentences, _consequence(snap, alert)])
-    severity = _severity(alert, snap, slots, size, cfg)
+    surplus = (finding := found.get(pool)) is not None and finding.balance is Balance.SURPLUS
+    severity = _severity(alert, snap, slots, size, cfg, surplus)
     labels = rank_labels(snap.worker, pool.value)
     return Signal(alert, sampled_subject(snap), severity, labels, text, float(slots), wait[0], wait[1])

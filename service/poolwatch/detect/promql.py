@@ -17,6 +17,8 @@ __all__ = [
     "CRASH_KINDS",
     "DEFICIT",
     "DOUBLE_FREE",
+    "HOST_DEFICIT",
+    "HOST_SURPLUS",
     "RANK",
     "WHERE",
     "duration",
@@ -69,16 +71,21 @@ def with_selector(expr: str, matchers: str) -> str:
     return _METRIC.sub(add, expr)
 
 
-# the value is the number of slots counted twice, whichever branch proves it
+# the value is the number of slots counted twice, whichever branch proves it.  The HiCache host
+# pool has its own alert (PoolwatchHostPoolGap): SGLang checks no host conservation, so a host gap
+# never crashes the server, and its consequences differ.
 DOUBLE_FREE = (
-    "(-poolwatch_pool_conservation_gap_slots > 0)\n"
-    "or (-poolwatch_pool_used_slots > 0)\n"
+    '(-poolwatch_pool_conservation_gap_slots{pool!="host"} > 0)\n'
+    'or (-poolwatch_pool_used_slots{pool!="host"} > 0)\n'
     f'or (sum without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{SURPLUS_KINDS}"}}) > 0)'
 )
 DEFICIT = (
-    "(poolwatch_pool_conservation_gap_slots > 0"
+    '(poolwatch_pool_conservation_gap_slots{pool!="host"} > 0'
     ' or sum without (kind) (poolwatch_pool_tripwire_slots{kind="missing"}) > 0)'
 )
+
+HOST_SURPLUS = '-poolwatch_pool_conservation_gap_slots{pool="host"} > 0'
+HOST_DEFICIT = 'poolwatch_pool_conservation_gap_slots{pool="host"} > 0'
 
 
 def not_strict(cluster_label: str = "") -> str:

@@ -203,6 +203,35 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                 ),
             ),
         ),
+        AlertDef(
+            AlertName.HOST_POOL_GAP,
+            Scope.POOL,
+            Mode.SAMPLED,
+            "HiCache's host-memory KV pool does not balance: host slots are lost or counted twice.",
+            "The host pool's free slots, the prefix tree's host copies and the cache controller's "
+            "in-flight operations do not add up to its size. Surplus (a host slot freed while a node "
+            "keeps it): critical at once. Deficit (host slots in no set): warning, after a hold. "
+            "SGLang checks no host conservation, so neither crashes the server.",
+            (
+                PromRule(
+                    Severity.CRITICAL,
+                    q.HOST_SURPLUS,
+                    "0s",
+                    f"{{{{ $value }}}} HiCache host slot(s) on {q.WHERE} are counted twice (free and on a "
+                    "tree node): a later backup can overwrite a cached prefix that is then loaded back "
+                    "into another request. Drain and restart the worker.",
+                    keep_firing_for=keep,
+                ),
+                PromRule(
+                    Severity.WARNING,
+                    q.HOST_DEFICIT,
+                    q.duration(d.coarse_hold),
+                    f"{{{{ $value }}}} HiCache host slot(s) on {q.WHERE} are lost (in no free list, tree "
+                    "node or operation): the host cache shrinks until a restart.",
+                    keep_firing_for=keep,
+                ),
+            ),
+        ),
         *meta_alerts(),
     )
 

@@ -49,6 +49,7 @@ class AlertName(enum.StrEnum):
     NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
     TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
     PROBE_REPAIRED = "PoolwatchProbeRepaired"
+    HOST_POOL_GAP = "PoolwatchHostPoolGap"
 
 
 class Severity(enum.StrEnum):

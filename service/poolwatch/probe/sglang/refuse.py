@@ -1,37 +1,45 @@
 """Guard v2 (guard mode only): refuse a Mamba free whose slot is provably still owned.
 
 Guard v1 (:mod:`poolwatch.probe.sglang.repair`) takes a wrongly freed slot back off the free list at
-the next hook, after the pool's ``free`` already ran -- and on 0.5.4 ``MambaPool.free`` zeroes the
-slot's conv and temporal state, so the request it belonged to goes on from a zeroed state.  Guard
-v2 wraps the pool's ``free`` *on the instance* (never the class, never without guard mode) and
-drops, before the original runs, every id of the call that one of two proofs (the census's own)
-shows to be owned:
+the next hook, after the pool's ``free`` already ran -- and on 0.5.4-0.5.6 ``MambaPool.free`` zeroes
+the slot's conv and temporal state, so the request it belonged to goes on from a zeroed state (on
+0.5.23 the slot is handed to the next request, which writes over it).  Guard v2 wraps the family's
+free paths *on the instance* (never the class, never without guard mode) and, before the original
+runs, drops what one of two proofs (the census's own) shows to be owned:
 
-* **live**: the id is the working slot (``mamba_pool_idx``) of ``chunked_req``, which is not
-  finished -- the #12432 free;
+* **live**: the id is the working slot of ``chunked_req``, which is not finished -- the #12432
+  free;
 * **tree**: the id is a tree node's ``mamba_value`` in the index taken at the last Mamba census,
   the node still holds that very tensor, and the call is not freeing that tensor itself (an
   eviction frees ``node.mamba_value`` by identity, and is let through and forgotten).
 
-The other ids are freed by the original in one call; a refused id is not zeroed and not pushed.
-Each refusal is a :class:`~poolwatch.model.Repair` of kind ``refuse`` (counted, logged, published
-and alerted on like a repair).  Ping-pong track slots are never refused: SGLang rotates them on
-live requests.
+Two paths, as the family has them (:data:`FREE_PATHS`):
 
-=================  =======================  ============  =============================================
-family             wrapped ``free``         proofs        why
-=================  =======================  ============  =============================================
-0.5.4 (to 5.post2) ``mamba_pool.free``      live, tree    #12432 releases; free paths read in the
-                                                          0.5.4.post1 wheel (row free with the Mamba
-                                                          default, fork release, eviction by node)
-0.5.5.post3, 0.5.6 --                       --            not re-read for this; guard v1 only
-0.5.9              ``mamba_pool.free``      live, tree    read in the 0.5.9 wheel: the chunked request
-                                                          keeps its slot, eviction frees by node
-0.5.10, 0.5.12     --                       --            not read; guard v1 only
-0.5.23             --                       --            a live request's working slot is freed on
-                                                          purpose (external-linker load swaps it);
-                                                          the tree is component-based; guard v1 only
-=================  =======================  ============  =============================================
+* ``free(ids)`` of the slot allocator: the owned ids are dropped, the others freed in one call;
+* ``free_mamba_cache(req)`` (0.5.9 on): the call frees the request's slot *and* clears its pointer,
+  so refusing the id inside would leave the request pointing nowhere (its next allocation a fresh
+  slot, the old one leaked).  A call for the live chunked request is refused whole: nothing freed,
+  nothing cleared (its ping-pong track slots stay with it too).
+
+Each refusal is a :class:`~poolwatch.model.Repair` of kind ``refuse`` (counted, logged, published,
+alerted on).  Ping-pong track slots are never refused on their own (SGLang rotates them).
+
+===========  ===========================  ===========  ==========================================
+family       wrapped                      proofs       why (read in the released wheel)
+===========  ===========================  ===========  ==========================================
+0.5.4        ``mamba_pool.free``          live, tree   every Mamba free goes through it: the row
+0.5.5.post3                                            free's Mamba default (#12432), the fork
+0.5.6                                                  release, eviction by node, abort release
+0.5.9        ``mamba_pool.free``,         live, tree   as 0.5.4, plus ``free_mamba_cache`` (it
+0.5.10       ``free_mamba_cache``                      clears ``req.mamba_pool_idx``); HiMamba and
+0.5.12                                                 0.5.12's unified tree evict by node too
+0.5.23       ``mamba_allocator.free``,    live         ids 1..size on ``mamba_allocator``; the
+             ``free_mamba_cache``                      unified tree frees eviction results, not the
+                                                       node's own tensor: no tree proof
+===========  ===========================  ===========  ==========================================
+
+KV and SWA frees are not refused: proving a KV slot's owner means reading live rows of
+``req_to_token`` per free, far over the budget (guard v1 deduplicates and quarantines there).
 
 Cost per free (guard on): two attribute reads and one ``finished()`` when nothing is indexed; else
 the freed ids are read to the host (``tolist``: on a GPU one small device-to-host read) and looked
@@ -42,13 +50,36 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REFUSING_FAMILIES", "FreeRefuser", "tree_index"]
+__all__ = ["FREE_PATHS", "FreePaths", "FreeRefuser", "tree_index"]
 
 log = logging.getLogger("poolwatch.probe")
-REFUSING_FAMILIES = frozenset({"0.5.4", "0.5.9"})
-OnRefuse = Callable[[tuple[int, ...], tuple[str, ...]], None]
+OnRefuse = Callable[[tuple[int, ...], tuple[str, ...], str], None]  # slots, owners, the path refused
+
+
+@dataclass(frozen=True, slots=True)
+class FreePaths:
+    """Where one release family frees Mamba slots, and which proofs hold there."""
+
+    allocator: str  # the attribute of ``req_to_token_pool`` whose ``free(ids)`` is wrapped
+    slot: tuple[str, ...]  # a request's working slot, as an attribute path
+    tree: bool  # the tree proof holds (eviction frees the node's own ``mamba_value``)
+    request_free: bool  # ``req_to_token_pool.free_mamba_cache(req)`` clears the request's pointer
+
+
+_ROW = FreePaths("mamba_pool", ("mamba_pool_idx",), tree=True, request_free=False)
+_SPLIT = FreePaths("mamba_pool", ("mamba_pool_idx",), tree=True, request_free=True)
+FREE_PATHS: dict[str, FreePaths] = {
+    "0.5.4": _ROW,
+    "0.5.5.post3": _ROW,
+    "0.5.6": _ROW,
+    "0.5.9": _SPLIT,
+    "0.5.10": _SPLIT,
+    "0.5.12": _SPLIT,
+    "0.5.23": FreePaths("mamba_allocator", ("kv", "mamba_pool_idx"), tree=False, request_free=True),
+}
 
 
 def tree_index(tree_cache: Any) -> dict[int, tuple[Any, Any]]:
@@ -83,42 +114,69 @@ def _rid(req: Any) -> str:
     return str(getattr(req, "rid", "") or f"req@{id(req):x}")
 
 
-class FreeRefuser:
-    """The wrapped ``free`` of one rank's Mamba pool (installed only in guard mode)."""
+def _path(obj: Any, names: tuple[str, ...]) -> Any:
+    for name in names:
+        obj = getattr(obj, name, None)
+    return obj
 
-    def __init__(self, sched: Any, on_refuse: OnRefuse, paused: Callable[[], bool] = lambda: False) -> None:
-        self.sched, self.on_refuse, self.paused = sched, on_refuse, paused
+
+class FreeRefuser:
+    """The wrapped free paths of one rank's Mamba slots (installed only in guard mode)."""
+
+    def __init__(
+        self,
+        sched: Any,
+        on_refuse: OnRefuse,
+        paused: Callable[[], bool] = lambda: False,
+        paths: FreePaths = _ROW,
+    ) -> None:
+        self.sched, self.on_refuse, self.paused, self.paths = sched, on_refuse, paused, paths
+        self.where = f"{paths.allocator}.free"
         self.owner: Any = None
         self.original: Callable[..., Any] | None = None
+        self.pool: Any = None  # req_to_token_pool, when its free_mamba_cache is wrapped
+        self.original_request: Callable[..., Any] | None = None
         self.tree: dict[int, tuple[Any, Any]] = {}
         self._live: tuple[Any, int | None] = (None, None)  # (the slot tensor, its id), read once
         self.refused = 0  # slots refused since the probe started
         self.fresh = False  # a refusal not yet published
 
     def install(self) -> bool:
-        """Wrap ``req_to_token_pool.mamba_pool.free`` on the instance; False if there is none."""
-        owner = getattr(getattr(self.sched, "req_to_token_pool", None), "mamba_pool", None)
+        """Wrap the allocator's ``free`` (and ``free_mamba_cache``) on the instance; False if none."""
+        pool = getattr(self.sched, "req_to_token_pool", None)
+        owner = getattr(pool, self.paths.allocator, None)
         original = getattr(owner, "free", None)
         if owner is None or not callable(original) or "free" in getattr(owner, "__dict__", {}):
             return False
         self.owner, self.original = owner, original
         owner.free = self.free
+        request = getattr(pool, "free_mamba_cache", None) if self.paths.request_free else None
+        if callable(request) and "free_mamba_cache" not in getattr(pool, "__dict__", {}):
+            self.pool, self.original_request = pool, request
+            self.pool.free_mamba_cache = self.free_request
         return True
 
     def uninstall(self) -> None:
         if self.owner is not None and self.owner.__dict__.get("free") == self.free:
             del self.owner.free
-        self.owner = self.original = None
+        pool = self.pool
+        if pool is not None and pool.__dict__.get("free_mamba_cache") == self.free_request:
+            del pool.free_mamba_cache
+        self.owner = self.original = self.pool = self.original_request = None
 
     def refresh(self) -> None:
         """Re-index the tree's Mamba values (at a Mamba census, a loop boundary)."""
+        pool = getattr(self.sched, "req_to_token_pool", None)
+        if not self.paths.tree or getattr(pool, "mamba_ckpt_pool", None) is not None:
+            self.tree = {}  # no tree proof (int8 checkpoints: the tree's ids are another pool's)
+            return
         self.tree = tree_index(getattr(self.sched, "tree_cache", None))
 
     def _live_slot(self) -> tuple[int | None, Any]:
         req = getattr(self.sched, "chunked_req", None)
         if req is None or req.finished():
             return None, None
-        tensor = getattr(req, "mamba_pool_idx", None)
+        tensor = _path(req, self.paths.slot)
         if tensor is None:
             return None, None
         if self._live[0] is not tensor:
@@ -138,6 +196,26 @@ class FreeRefuser:
         if int(keep.numel()) == 0:
             return None
         return self.original(keep, *args, **kwargs)
+
+    def free_request(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+        """``free_mamba_cache(req, ...)``: refused whole for the live chunked request."""
+        assert self.original_request is not None
+        try:
+            refuse = self._refuse_request(req)
+        except Exception:
+            log.debug("poolwatch guard: free_mamba_cache check failed", exc_info=True)
+            refuse = False
+        return None if refuse else self.original_request(req, *args, **kwargs)
+
+    def _refuse_request(self, req: Any) -> bool:
+        """Whether ``req`` is the live chunked request (then the refusal is recorded)."""
+        if self.paused():
+            return False
+        live, chunked = self._live_slot()
+        if live is None or req is not chunked:
+            return False
+        self._record([live], [_rid(req)], "free_mamba_cache")
+        return True
 
     def _keep(self, free_index: Any) -> Any:
         """``None`` to free the call as it is, else the ids to free (refusals recorded)."""
@@ -165,13 +243,16 @@ class FreeRefuser:
         kept = torch.tensor(
             [i for i in ids if i not in refused], dtype=free_index.dtype, device=free_index.device
         )
+        self._record(refused, owners, self.where)
+        return kept
+
+    def _record(self, refused: list[int], owners: list[str], where: str) -> None:
         self.refused += len(refused)
         self.fresh = True
         try:  # the refusal stands even if recording it fails
-            self.on_refuse(tuple(refused), tuple(dict.fromkeys(owners)))
+            self.on_refuse(tuple(refused), tuple(dict.fromkeys(owners)), where)
         except Exception:
             log.warning("poolwatch guard: a refusal could not be recorded", exc_info=True)
-        return kept
 
     def _tree_owns(self, slot: int, free_index: Any) -> bool:
         node, value = self.tree[slot]

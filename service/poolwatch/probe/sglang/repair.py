@@ -253,7 +253,7 @@ def repairer_for(shape: Shape, version: str) -> Repairer:
     if not known:
         log.warning(
             "poolwatch guard: SGLang %r is newer than the newest release the probe knows (%s): "
-            "'return' stays off; quarantine and deduplicate run",
+            "'return' and refusals stay off; quarantine and deduplicate run",
             version[:40],
             ".".join(str(n) for n in NEWEST_RELEASE[:3]),
         )

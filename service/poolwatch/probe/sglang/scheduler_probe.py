@@ -32,9 +32,9 @@ from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.sglang.census_schedule import Censuses
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
-from poolwatch.probe.sglang.refuse import REFUSING_FAMILIES, FreeRefuser
+from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
 from poolwatch.probe.sglang.repair import repairer_for
-from poolwatch.probe.sglang.shapes import Shape, shape_or_newest
+from poolwatch.probe.sglang.shapes import Shape, known_release, shape_or_newest
 from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
 from poolwatch.probe.sglang.tripwires import TripwireLog
@@ -215,16 +215,16 @@ class Probe:
             self._guarded("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
     def _refuser(self) -> FreeRefuser | None:
-        """Guard v2 on the release families whose free paths were read (``refuse``'s table)."""
-        if self.shape.family not in REFUSING_FAMILIES:
-            return None
-        refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled)
-        return refuser if refuser.install() else None
+        """Guard v2 on the release families whose free paths were read (``refuse``'s table); off on a
+        release newer than the newest read, as "return" is."""
+        paths = FREE_PATHS.get(self.shape.family) if known_release(self.version) else None
+        refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled, paths) if paths else None
+        return refuser if refuser is not None and refuser.install() else None
 
-    def _refused(self, slots: tuple[int, ...], requests: tuple[str, ...]) -> None:
+    def _refused(self, slots: tuple[int, ...], requests: tuple[str, ...], where: str) -> None:
         """Called from inside the wrapped ``free`` (scheduler thread): count and log at once."""
         if self.repairer is not None:
-            self.repairer.record(RepairKind.REFUSE, Pool.MAMBA, slots, requests, "mamba_pool.free", self.seq)
+            self.repairer.record(RepairKind.REFUSE, Pool.MAMBA, slots, requests, where, self.seq)
 
     def _refused_fresh(self) -> bool:
         """A refusal not yet published (then the next hook publishes at once)."""

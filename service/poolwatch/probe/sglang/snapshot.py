@@ -18,6 +18,7 @@ from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import holdings
+from poolwatch.probe.sglang.host_census import HostReader
 from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
 from poolwatch.probe.sglang.readers import pool_kinds, read_pools
 from poolwatch.probe.sglang.requests import LiveSet, collect_live, role_of
@@ -95,6 +96,9 @@ def take_sample(
     full_exact = _full_exact(sched, shape, reading, phase)
     held = holdings(live, shape, page, reading, full_exact=full_exact, memo=memo)
     pools = read_pools(sched, shape, reading, held, role, kinds)
+    host = (memo.host if memo is not None else HostReader()).read(sched, reading)  # HiCache's host tier
+    if host is not None:
+        pools[Pool.HOST] = host
     if not live.waiting_exact and Pool.MAMBA in pools and gap(pools[Pool.MAMBA]) not in (0, None):
         return take_sample(sched, shape, reading, waiting=waiting, exact_waiting=True, memo=memo)
     queues = {k: v for k, v in depths.items() if v is not None}

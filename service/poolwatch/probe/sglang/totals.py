@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from poolwatch.probe.sglang.host_census import HostReader
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 
 __all__ = ["Memo", "fast_totals", "length_of", "mamba_holders", "same_items"]
@@ -143,6 +144,7 @@ class Memo:
         self._last: tuple[list[Any], int] = ([], 0)  # the tensors of the last call and their total
         self.pointers: _Pointers | None = None
         self.groups: tuple[list[Any], dict[int, Any], tuple[Any, ...]] | None = None  # requests.collect_live
+        self.host = HostReader()  # the HiCache host account, walked within its budget
 
     def total(self, objs: Iterable[Any]) -> int:
         """The summed lengths of ``objs``: the last call's total when it was given the very same

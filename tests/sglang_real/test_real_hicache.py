@@ -1,0 +1,44 @@
+"""The probe's HiCache ``host`` account on real SGLang releases' classes, on CPU (``check_hicache.py``
+in the cached release venvs; a missing venv skips its case with the command that builds it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKS = {"0.5.4.post1": 6, "0.5.9": 7}  # 0.5.9 also runs SGLang's own evict_host
+
+
+def venv_for(version: str) -> Path:
+    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
+    return cache / "sglang-venvs" / version
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("version", sorted(CHECKS))
+def test_the_host_account_balances_and_names_a_host_leak_and_double_free_on_real_classes(
+    version: str,
+) -> None:
+    venv = venv_for(version)
+    if not (venv / ".complete").exists():
+        pytest.skip(f"no SGLang {version} venv at {venv}: run scripts/sglang_venv.py {version}")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "service"), "PYTHONWARNINGS": "ignore"}
+    script = ROOT / "tests" / "sglang_real" / "check_hicache.py"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), str(script), version],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [r for r in results if not r["ok"]] == []
+    assert len(results) == CHECKS[version], out.stderr[-3000:]
+    assert out.returncode == 0

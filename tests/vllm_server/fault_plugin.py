@@ -1,0 +1,42 @@
+"""A vLLM general plugin that injects one double free into a real server, for the server test.
+
+Loaded by vLLM in EngineCore through a ``vllm.general_plugins`` entry point the test declares in a
+temporary ``.dist-info`` on ``PYTHONPATH``; inert unless ``POOLWATCH_TEST_FAULT=double_free``.  It
+wraps ``Scheduler._free_blocks``: when a request asking for exactly :data:`FAULT_MAX_TOKENS` tokens
+finishes, vLLM frees its blocks as usual and then a stale copy of the list is freed again, the
+way a double free happens (``BlockPool.free_blocks`` checks nothing: each block goes to
+``ref_cnt == -1`` and stays queued once, and vLLM notices only when an allocation pops it).  The
+ids freed twice go to stderr (the server's log) as ``poolwatch-test-fault: double free [ids]``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+FAULT_MAX_TOKENS = 7
+MARK = "poolwatch-test-fault: double free"
+
+
+def plugin() -> None:
+    if os.environ.get("POOLWATCH_TEST_FAULT") != "double_free":
+        return
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    original = Scheduler._free_blocks
+
+    def _free_blocks(self: Any, request: Any) -> None:
+        params = getattr(request, "sampling_params", None)
+        stale = []
+        if params is not None and params.max_tokens == FAULT_MAX_TOKENS:
+            stale = [
+                b for group in self.kv_cache_manager.get_blocks(request.request_id).blocks for b in group
+            ]
+        original(self, request)
+        if stale:
+            self.kv_cache_manager.block_pool.free_blocks(list(reversed(stale)))
+            ids = sorted(b.block_id for b in stale)
+            print(f"{MARK} {ids}", file=sys.stderr, flush=True)
+
+    Scheduler._free_blocks = _free_blocks

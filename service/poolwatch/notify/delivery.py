@@ -22,12 +22,11 @@ does not wait for the tick); its clock and sleep are injected, and tests drive
 *One incident, one POST* (``gather``, ``peers``): alerts that start firing within ``gather``
 seconds of the first of them go out together: as soon as every incident among them has all its
 copies (``peers``: a worker's TP ranks, as the sidecar's store knows them), else ``gather`` after
-the first started firing.  The TP ranks of a worker see
-one fault within milliseconds of each other, each through its own probe; posted one by one, the
-first would open its Alertmanager group alone and, with the shipped ``group_wait: 0s``, page
-alone, its peers following a ``group_interval`` later as a second notification
-(docs/alerting.md).  Only alerts never told to the receiver wait; re-sends, updates and
-resolutions go out at once.
+the first started firing.  The TP ranks of a worker see one fault within milliseconds of each
+other, each through its own probe; posted one by one, the first would open its Alertmanager group
+alone and, with the shipped ``group_wait: 0s``, page alone, its peers following a
+``group_interval`` later as a second notification (docs/alerting.md).  Only alerts never told to
+the receiver wait; re-sends, updates and resolutions go out at once.
 """
 
 from __future__ import annotations
@@ -147,9 +146,10 @@ class Outbox:
         ]
 
     def ready_at(self) -> float:
-        """When the newly firing alerts go out together: ``gather`` after the first of them
-        started firing (0.0 when none waits).  Only alerts that started firing after the outbox
-        was made wait: one restored after a restart comes with its incident's other alerts."""
+        """When the newly firing alerts go out together: now (0.0) when none waits or every
+        incident has all its ``peers``, else ``gather`` after the first of them started firing.
+        Only alerts that started firing after the outbox was made wait: one restored after a
+        restart comes with its incident's other alerts."""
         fresh = [e.alert for e in self._fresh() if _fired_at(e.alert) > self.since]
         if not fresh or self.gather <= 0 or self._complete(fresh):
             return 0.0

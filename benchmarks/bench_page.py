@@ -25,7 +25,9 @@ exact cause (the Slack text names pool, rank and slot ids) and crash -> page lat
 A time scale above 1 brings the crash sooner in wall time while Alertmanager and Prometheus keep
 their wall-clock timers, so "before the crash" is pessimistic here.
 
-Run: ``python benchmarks/bench_page.py [--runs 10] [--quick] [--only CLASS] [--time-scale 4]``.
+Run: ``python benchmarks/bench_page.py [--runs 10] [--quick] [--only CLASS] [--case light]
+[--time-scale 4]`` (``--case light --runs 10``: the seed under light load and the unreachable
+variant, 10 seeded runs each).
 Figures, never asserts.  Needs ``prometheus`` and ``prometheus-alertmanager`` on PATH.
 """
 
@@ -218,8 +220,8 @@ def finished(run: Run, now: float, limit: float, started: float) -> bool:
         return now > started + STARTUP
     if now > run.struck + limit:
         return True
-    if run.paged is not None and run.ids is not None:
-        return True
+    if run.paged is not None and run.ids is not None:  # and the crash seen, or 3 s without one
+        return run.crashed is not None or now > run.paged + 3.0
     return run.crashed is not None and now > run.crashed + 8.0  # the issue's window after a crash
 
 
@@ -337,7 +339,7 @@ def unreachable_row(runs: list[Run]) -> str:
 
 
 def cells(args: argparse.Namespace) -> list[tuple[Case, float]]:
-    chosen = [c for c in cases() if args.only in ("", c.fault)]
+    chosen = [c for c in cases() if args.only in ("", c.fault) and args.case in c.name]
     if args.quick:
         return [(c, 1.0) for c in chosen if c.fault == SEED_FAULT]
     return [(c, load) for c in chosen for load in ((1.0,) if "(light)" in c.name else LOADS)]
@@ -348,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="seeded runs a cell (default 10)")
     parser.add_argument("--quick", action="store_true", help="2 runs a cell, the seed fault only")
     parser.add_argument("--only", default="", help="one fault class")
+    parser.add_argument("--case", default="", help="only the cases whose name contains this (e.g. light)")
     parser.add_argument("--seed", type=int, default=1, help="first seed")
     parser.add_argument("--time-scale", type=float, default=4.0, help="simulated seconds per wall second")
     parser.add_argument("--limit", type=float, default=30.0, help="wall seconds watched after the fault")

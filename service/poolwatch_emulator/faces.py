@@ -6,11 +6,13 @@
 ``pp_rank`` (+ ``moe_ep_rank`` from 0.5.9, + ``dp_rank`` when data-parallel); the values are the
 ranks' last refreshed samples, so they are as stale as SGLang's.  After a crash the server
 stops answering, as the real process would be gone.  The probe face comes from
-:func:`poolwatch.probe.sglang.hooks.attach` (see :func:`attach_probes`).
+:func:`poolwatch.probe.sglang.hooks.attach` (see :func:`attach_probes`); a crashed worker's probe
+endpoints stop answering too.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Iterator
@@ -178,4 +180,18 @@ def attach_probes(cluster: Cluster, directory: Path, *, serve: bool = True, guar
         config = ProbeConfig(directory=folder, serve=serve, worker=name, sglang_version=version, guard=guard)
         for rank in worker.ranks:
             attach(rank, config, serve=serve)
+        worker.on_crash.append(functools.partial(probes_gone, worker))
     return len(cluster.schedulers)
+
+
+def probes_gone(worker: Worker) -> None:
+    """The crashed worker's process is gone: its ranks' probe endpoints stop answering.  SGLang's
+    parent kills the server's process tree, so no ``atexit`` runs: the discovery files (and any
+    final snapshot) stay, as on a real node, and the sidecar finds the final file when the probe
+    refuses."""
+    from poolwatch.probe.sglang.hooks import probe_of
+
+    for rank in worker.ranks:
+        server = getattr(getattr(probe_of(rank), "publisher", None), "server", None)
+        if server is not None:
+            server.stop()

@@ -2,13 +2,15 @@
 
 When a rank raises, the worker logs ``Scheduler hit an exception: <traceback>`` as SGLang's
 ``run_scheduler_process`` does, and every rank of the worker stops (SGLang sends SIGQUIT to the
-parent, which kills the whole server).
+parent, which kills the whole server); ``on_crash`` callbacks then take down what the process
+served (:func:`poolwatch_emulator.faces.attach_probes`: the probes' endpoints).
 """
 
 from __future__ import annotations
 
 import traceback
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from poolwatch.model import Role
@@ -40,6 +42,7 @@ class Worker:
         self.sink: LogSink = FileSink(config.log_dir / f"{name}.log") if config.log_dir else MemorySink()
         self.crashed = False
         self.crash_message = ""
+        self.on_crash: list[Callable[[], None]] = []  # run once, when the worker crashes
         self.ranks = [self._rank(dp, tp, clock, config) for dp in range(config.dp) for tp in range(config.tp)]
 
     def _rank(self, dp: int, tp: int, clock: SimClock, config: ClusterConfig) -> Scheduler:
@@ -104,6 +107,8 @@ class Worker:
         rank.logger.error(f"Scheduler hit an exception: {text}")
         self.crashed = True
         self.crash_message = f"{type(exc).__name__}: {exc}"
+        for gone in self.on_crash:
+            gone()
 
     def quiescent(self) -> bool:
         """Nothing queued, running or in flight on any rank (safe to skip simulated time)."""

@@ -4,14 +4,17 @@ refreshed only when SGLang refreshes; log lines have the release's formats."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.emulator.emu_scenarios import HEAVY, MAMBA, SWA, cluster
 
-from poolwatch_emulator import WorkerServer, metrics_text, server_info
+from poolwatch.discovery.directory import scan_discovery_dir
+from poolwatch_emulator import WorkerServer, attach_probes, metrics_text, server_info
 from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.faces import probes_gone
 
 _FAMILIES = {
     "0.5.4.post1": (
@@ -175,3 +178,27 @@ def test_a_crashed_worker_stops_answering_like_a_dead_server() -> None:
             httpx.get(server.url + "/metrics", timeout=5)
     finally:
         server.stop()
+
+
+def test_a_crashed_workers_probe_endpoints_stop_answering_and_leave_their_files(tmp_path: Path) -> None:
+    """The process is gone (SGLang's parent kills the tree: no atexit), so the sidecar sees its
+    probe targets refuse (down) and finds the final snapshot beside the discovery files."""
+    c = cluster("0.5.4.post1", faults=("pd-chunked-mamba-double-free",))
+    attach_probes(c, tmp_path / "{worker}")
+    urls = {w.name: [entry.url for entry in scan_discovery_dir(tmp_path / w.name)[0]] for w in c.workers}
+    try:
+        assert c.run_until(lambda: any(r.faults.fired.total() for r in c.schedulers), 4000)
+        c.drain(abort_queued=True)
+        assert c.run_until(lambda: bool(c.crashed), 4000)
+        (crashed,) = c.crashed
+        assert urls[crashed.name]
+        for url in urls[crashed.name]:
+            with pytest.raises(httpx.TransportError):
+                httpx.get(url + "/v1/snapshot", timeout=5)
+        assert len(scan_discovery_dir(tmp_path / crashed.name)[0]) == len(crashed.ranks)
+        assert list((tmp_path / crashed.name).glob("*.final"))
+        alive = next(w for w in c.workers if not w.crashed)
+        assert httpx.get(urls[alive.name][0] + "/v1/snapshot", timeout=5).status_code == 200
+    finally:
+        for worker in c.workers:
+            probes_gone(worker)

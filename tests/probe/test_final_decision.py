@@ -69,6 +69,55 @@ def test_whether_sglangs_check_runs_at_its_hook(
     assert sglang_checks(shape_for_version(version), role, phase, queues) is checks
 
 
+IDLE_DECODE = {"waiting": 0, "decode_transfer": 0, "decode_prealloc": 0, "decode_offload": 0}
+
+
+@pytest.mark.parametrize(
+    ("version", "role", "queues", "phase", "gates", "checks"),
+    [
+        # 0.5.5.post3 and 0.5.6 already return early on PD queues (read in their wheels)
+        ("0.5.5.post3", "prefill", {"prefill_inflight": 2}, Phase.BUSY, {}, False),
+        ("0.5.6", "decode", {**IDLE_DECODE, "decode_transfer": 1}, Phase.BUSY, {}, False),
+        ("0.5.6", "prefill", {"prefill_inflight": 0, "last_batch": 1}, Phase.BUSY, {}, True),
+        # 0.5.10: HiSparse staging returns early; HiSparse with nothing staged checks
+        ("0.5.10", "decode", IDLE_DECODE, Phase.IDLE, {"hisparse": 1, "hisparse_staging": 2}, False),
+        ("0.5.10", "decode", IDLE_DECODE, Phase.IDLE, {"hisparse": 1, "hisparse_staging": 0}, True),
+        (
+            "0.5.9",
+            "decode",
+            IDLE_DECODE,
+            Phase.IDLE,
+            {"hisparse": 1, "hisparse_staging": 2},
+            True,
+        ),  # none yet
+        # 0.5.12+: no pool check at all with HiSparse on
+        ("0.5.12", "decode", {}, Phase.IDLE, {"hisparse": 1, "hisparse_staging": 0}, False),
+        ("0.5.12", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 3}, True),  # none yet
+        # 0.5.23: a decode rank with deferred KV releases pending skips it; a prefill rank has none
+        ("0.5.23", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 3}, False),
+        ("0.5.23", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 0}, True),
+        (
+            "0.5.23",
+            "decode",
+            {},
+            Phase.IDLE,
+            {"hisparse": 0, "deferred_releases": None},
+            True,
+        ),  # unread: kept
+        ("0.5.23", "decode", {}, Phase.BUSY, {"hisparse": 0, "deferred_releases": 0}, False),
+    ],
+)
+def test_the_release_gates_hisparse_and_deferred_release(
+    version: str,
+    role: str,
+    queues: dict[str, int | None],
+    phase: Phase,
+    gates: dict[str, int | None],
+    checks: bool,
+) -> None:
+    assert sglang_checks(shape_for_version(version), role, phase, queues, gates) is checks
+
+
 def test_sglangs_formula_ignores_what_requests_hold_and_legacy_swa_wants_nothing_used() -> None:
     account = PoolAccount(Pool.MAMBA, size=10, available=6, evictable=1, protected=2, held=1)
     assert residual(Pool.MAMBA, account) == 1  # used 3 - protected 2: SGLang sees one slot too many

@@ -174,6 +174,18 @@ def check_activation(version: str) -> None:
         )
 
 
+def check_idle_gates(version: str) -> None:
+    """The final decision's release gates against the release's own idle check (idle_gates.py)."""
+    from idle_gates import check_legacy, check_on_idle
+
+    from poolwatch.probe.sglang.shapes import shape_for_version
+
+    if shape_for_version(version).idle_hook == "on_idle":
+        check_on_idle(version, report)
+    else:
+        check_legacy(version, report)
+
+
 def driver_for(version: str) -> Driver:
     from poolwatch.probe.sglang.shapes import shape_for_version
 
@@ -200,6 +212,7 @@ def main(argv: list[str]) -> int:
     installed = metadata.version("sglang")
     report("the venv holds the release asked for", installed == version, {"installed": installed})
     run("activation", lambda: check_activation(installed))
+    run("idle gates", lambda: check_idle_gates(installed))
     driver = driver_for(installed)
     for name, scenario in driver.scenarios():
         run(name, scenario)

@@ -165,3 +165,13 @@ def test_a_rank_no_source_reports_any_more_is_forgotten_with_its_history(seed_sn
     assert store.history(seed_snapshot.worker.key) == []
     assert store.incident_counts(seed_snapshot.worker.key) == {}
     assert len(store) == 1
+
+
+def test_tp_peers_counts_the_ranks_of_a_worker_that_share_its_dp_and_pp_rank(seed_snapshot: Snapshot) -> None:
+    store = SnapshotStore()
+    for dp, tp in ((0, 0), (0, 1), (1, 0)):
+        worker = replace(seed_snapshot.worker, worker="prefill-0", dp_rank=dp, tp_rank=tp)
+        store.put(replace(seed_snapshot, worker=worker))
+    assert store.tp_peers({"worker": "prefill-0", "dp_rank": "0", "pp_rank": "0", "tp_rank": "1"}) == 2
+    assert store.tp_peers({"worker": "prefill-0", "dp_rank": "1", "pp_rank": "0"}) == 1
+    assert store.tp_peers({"worker": "decode-0", "dp_rank": "0", "pp_rank": "0"}) == 1  # unknown: itself

@@ -24,7 +24,7 @@ from poolwatch.errors import PayloadError
 from poolwatch.model import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
-from poolwatch.sources.final import FinalSnapshotSource
+from poolwatch.sources.final import FinalSnapshotSource, RankExited
 from poolwatch.sources.targets import TargetSet
 
 NOW = 1_761_907_243.0
@@ -145,8 +145,12 @@ async def test_a_final_is_delivered_once_and_not_replayed_after_a_sidecar_restar
     seen_then_gone(tmp_path, found)
     (source,) = found.current()
     async with httpx.AsyncClient() as client:
-        assert len(await source.scrape(client)) == 1
-        assert await source.scrape(client) == []
+        with pytest.raises(RankExited) as first:
+            await source.scrape(client)
+        assert len(first.value.last_word) == 1
+        with pytest.raises(RankExited) as second:  # the rank stays gone, its last word told once
+            await source.scrape(client)
+        assert second.value.last_word == ()
     restarted = targets(tmp_path)  # a new sidecar never saw boot-a announced
     assert restarted.current() == []
     assert restarted.skipped_by_reason()[SkipReason.FORGED] == 0  # inert, not an attack

@@ -1,4 +1,5 @@
-"""A vanished rank's final snapshot reaches the sidecar: through its probe source, or on its own."""
+"""A vanished rank's final snapshot reaches the sidecar: through its probe source, or on its own;
+either way the rank's target reports down (:class:`RankExited` carries the last word)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from poolwatch.errors import ScrapeError
 from poolwatch.model import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
-from poolwatch.sources.final import FinalSnapshotSource
+from poolwatch.sources.final import FinalSnapshotSource, RankExited
 from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.targets import TargetSet
 
@@ -42,6 +43,13 @@ def announce(directory: Path, snap: Snapshot, boot: str = "boot-a") -> Path:
     )
 
 
+async def last_word(source: ProbeSource | FinalSnapshotSource, client: httpx.AsyncClient) -> list[Snapshot]:
+    """What one scrape of a gone rank hands over (it always fails: the target is down)."""
+    with pytest.raises(RankExited) as gone:
+        await source.scrape(client)
+    return list(gone.value.last_word)
+
+
 async def test_a_probe_that_stops_answering_hands_over_its_final_snapshot_once(
     tmp_path: Path, seed_snapshot: Snapshot
 ) -> None:
@@ -58,7 +66,7 @@ async def test_a_probe_that_stops_answering_hands_over_its_final_snapshot_once(
     source = ProbeSource(target, final_path=str(path), secret=ensure_secret(tmp_path))
     async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
         assert (await source.scrape(client))[0].final is False
-        (last,) = await source.scrape(client)
+        (last,) = await last_word(source, client)
         assert last.final
         assert last.tripwires == seed_snapshot.tripwires
         with pytest.raises(ScrapeError):
@@ -93,11 +101,14 @@ async def test_a_vanished_ranks_final_file_becomes_a_source_that_delivers_it_onc
     alive.unlink()  # seen alive, then gone (the process removed its discovery file)
     (source,) = targets.current()
     assert isinstance(source, FinalSnapshotSource)
+    assert source.last_word_pending()  # read at once, without the scrape loop's spread
     async with httpx.AsyncClient() as client:
-        (snap,) = await source.scrape(client)
+        (snap,) = await last_word(source, client)
         assert snap.final
-        assert await source.scrape(client) == []
+        assert await last_word(source, client) == []
+    assert not source.last_word_pending()
     assert targets.current() == [source]
+    assert source.target.worker == seed_snapshot.worker.worker  # its TargetDown names the worker
 
 
 def test_a_rank_that_still_announces_itself_is_read_through_its_probe(
@@ -115,4 +126,4 @@ async def test_an_old_final_snapshot_is_old_news(tmp_path: Path, seed_snapshot: 
     target = Target("final:x", "probe", str(path))
     source = FinalSnapshotSource(target, FakeClock(NOW + 3600), ensure_secret(tmp_path), "boot-a")
     async with httpx.AsyncClient() as client:
-        assert await source.scrape(client) == []
+        assert await last_word(source, client) == []

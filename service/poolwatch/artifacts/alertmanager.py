@@ -2,8 +2,9 @@
 the plain configuration (``deploy/alertmanager/alertmanager.yaml``, checked by ``amtool``) and the
 namespaced ``AlertmanagerConfig`` of the PD example (prometheus-operator).
 
-* **Routes**: critical poolwatch alerts leave Alertmanager within a second (``group_wait: 1s``: a
-  double free corrupts outputs now and the rank dies at its next idle moment); warnings are batched.
+* **Routes**: critical poolwatch alerts leave Alertmanager as soon as they arrive (``group_wait:
+  0s``: a double free corrupts outputs now and the rank dies at its next idle moment; the sidecar
+  posts an incident's alerts in one request); warnings are batched.
 * **Inhibit rules**: the sidecar's copy of an alert silences Prometheus' rule copy of the same alert
   (:mod:`poolwatch.notify.paths`: one incident, one notification, the sidecar's text); a crashed
   scheduler silences its worker's stale/target/probe alerts; critical silences warning.
@@ -72,9 +73,11 @@ def route(config: MixinConfig) -> dict[str, Any]:
             {
                 "matchers": [Matcher("severity", "=", "critical")],
                 "receiver": PAGE,
-                # within a second (the rank may crash at its next idle moment), yet long enough for
-                # its TP peers' copies of the same fault to go out in the same notification
-                "group_wait": "1s",
+                # at once: the rank may crash at its next idle moment, under a second after the
+                # fault at light load.  Alertmanager 0.25 flushes a new group with a 0s wait as soon
+                # as its first alert arrives, so an incident's alerts must arrive in one POST: the
+                # sidecar gathers a worker's TP ranks for 0.2 s (notify/delivery.py, docs/alerting.md)
+                "group_wait": "0s",
                 "group_interval": "1m",
                 "repeat_interval": "1h",
             },

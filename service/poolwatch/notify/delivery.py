@@ -18,6 +18,15 @@ The :class:`Deliverer` runs the outbox against the receiver on a tick, and at on
 :meth:`Deliverer.wake` is called (the sidecar calls it the moment a new alert fires, so a page
 does not wait for the tick); its clock and sleep are injected, and tests drive
 :meth:`Deliverer.deliver_once` directly.
+
+*One incident, one POST* (``gather``, ``peers``): alerts that start firing within ``gather``
+seconds of the first of them go out together: as soon as every incident among them has all its
+copies (``peers``: a worker's TP ranks, as the sidecar's store knows them), else ``gather`` after
+the first started firing.  The TP ranks of a worker see one fault within milliseconds of each
+other, each through its own probe; posted one by one, the first would open its Alertmanager group
+alone and, with the shipped ``group_wait: 0s``, page alone, its peers following a
+``group_interval`` later as a second notification (docs/alerting.md).  Only alerts never told to
+the receiver wait; re-sends, updates and resolutions go out at once.
 """
 
 from __future__ import annotations
@@ -34,9 +43,14 @@ from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.errors import DeliveryError
 from poolwatch.notify.cause import cause
 
-__all__ = ["DeliveryStats", "Deliverer", "Outbox", "Receiver"]
+__all__ = ["INCIDENT_GATHER_S", "DeliveryStats", "Deliverer", "Outbox", "Receiver"]
 
 log = logging.getLogger("poolwatch.notify")
+
+# at most how long the sidecar holds a newly firing alert for the rest of its incident (a worker's
+# TP ranks see one fault within milliseconds, each through its own probe's long-poll); it posts as
+# soon as every copy is in
+INCIDENT_GATHER_S = 0.2
 
 
 class Receiver(Protocol):
@@ -70,6 +84,9 @@ class Outbox:
     backoff_min: float = 1.0
     backoff_max: float = 60.0
     resend: bool = True
+    gather: float = 0.0  # at most this long newly firing alerts wait for the rest of their incident
+    since: float = 0.0  # when the outbox was made: alerts that fired before it never wait
+    peers: Callable[[Alert], int] | None = None  # how many copies an alert's incident has (TP peers)
     dropped: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _retry_at: float = 0.0
@@ -120,17 +137,50 @@ class Outbox:
             del self._entries[entry.alert.fingerprint]
             self.dropped += 1
 
+    def _fresh(self) -> list[_Entry]:
+        """The firing alerts the receiver was never told."""
+        return [
+            e
+            for e in self._entries.values()
+            if e.dirty and e.sent_at is None and e.alert.state is AlertState.FIRING
+        ]
+
+    def ready_at(self) -> float:
+        """When the newly firing alerts go out together: now (0.0) when none waits or every
+        incident has all its ``peers``, else ``gather`` after the first of them started firing.
+        Only alerts that started firing after the outbox was made wait: one restored after a
+        restart comes with its incident's other alerts."""
+        fresh = [e.alert for e in self._fresh() if _fired_at(e.alert) > self.since]
+        if not fresh or self.gather <= 0 or self._complete(fresh):
+            return 0.0
+        return min(_fired_at(a) for a in fresh) + self.gather
+
+    def _complete(self, fresh: Sequence[Alert]) -> bool:
+        """Every incident among ``fresh`` has all its copies (``peers``): they go at once.  An
+        incident is one alert name, severity and identity but the TP rank."""
+        if self.peers is None:
+            return False
+        incidents: dict[tuple[tuple[str, str], ...], list[Alert]] = {}
+        for a in fresh:
+            key = tuple(sorted((k, v) for k, v in a.all_labels.items() if k != "tp_rank"))
+            incidents.setdefault(key, []).append(a)
+        return all(len(copies) >= self.peers(copies[0]) for copies in incidents.values())
+
     def due(self, now: float) -> list[Alert]:
         if now < self._retry_at:
             return []
+        held = {id(e) for e in self._fresh()} if now < self.ready_at() else set()
         return [
             e.alert
             for _, e in sorted(self._entries.items())
-            if e.dirty
-            or (
-                self.resend
-                and e.alert.state is AlertState.FIRING
-                and now - (e.sent_at or 0.0) >= self.resend_interval
+            if id(e) not in held
+            and (
+                e.dirty
+                or (
+                    self.resend
+                    and e.alert.state is AlertState.FIRING
+                    and now - (e.sent_at or 0.0) >= self.resend_interval
+                )
             )
         ]
 
@@ -178,6 +228,10 @@ class Outbox:
         return sum(1 for e in self._entries.values() if e.dirty)
 
 
+def _fired_at(alert: Alert) -> float:
+    return alert.fired_at if alert.fired_at is not None else alert.active_since
+
+
 class Deliverer:
     """One receiver's delivery loop."""
 
@@ -191,6 +245,8 @@ class Deliverer:
         resend_interval: float = 60.0,
         capacity: int = 1000,
         tick: float = 1.0,
+        gather: float = 0.0,
+        peers: Callable[[Alert], int] | None = None,
         backoff: tuple[float, float] = (1.0, 60.0),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -202,7 +258,14 @@ class Deliverer:
         self._sleep = sleep
         resend = getattr(receiver, "resends", True)
         self.outbox = Outbox(
-            resend_interval, capacity, backoff_min=backoff[0], backoff_max=backoff[1], resend=resend
+            resend_interval,
+            capacity,
+            backoff_min=backoff[0],
+            backoff_max=backoff[1],
+            resend=resend,
+            gather=gather,
+            since=clock(),
+            peers=peers,
         )
         self._counts = {"sent": 0, "failed": 0, "dropped": 0}
         self._up = True
@@ -244,10 +307,14 @@ class Deliverer:
             await self._pause()
 
     async def _pause(self) -> None:
-        """The tick, cut short by :meth:`wake` (a back-off still holds: ``due`` is empty then)."""
+        """The tick (shorter while newly firing alerts gather), cut short by :meth:`wake` (a
+        back-off still holds: ``due`` is empty then)."""
         if self._woken.is_set():
             return
-        sleeper = asyncio.ensure_future(self._sleep(self._tick))
+        pause, ready = self._tick, self.outbox.ready_at()
+        if ready:
+            pause = min(pause, max(0.0, ready - self._clock()))
+        sleeper = asyncio.ensure_future(self._sleep(pause))
         waiter = asyncio.ensure_future(self._woken.wait())
         try:
             done, _ = await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)

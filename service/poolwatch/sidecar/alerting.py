@@ -30,7 +30,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.errors import ConfigError
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.client import build_client
-from poolwatch.notify.delivery import Deliverer, DeliveryStats, Receiver
+from poolwatch.notify.delivery import INCIDENT_GATHER_S, Deliverer, DeliveryStats, Receiver
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.settings.access import ReceiverAccess, receiver_access
@@ -153,6 +153,8 @@ class AlertWiring:
                 self._clock,
                 resend_interval=self._settings.resend_interval,
                 capacity=self._settings.notify_queue,
+                gather=INCIDENT_GATHER_S,  # one incident, one POST (a 0s group_wait pages at once)
+                peers=lambda a: self._store.tp_peers(dict(a.labels)),
                 sleep=self._sleep,
             )
             for r in self._receivers

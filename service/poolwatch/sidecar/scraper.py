@@ -33,6 +33,7 @@ from poolwatch.sidecar.lanes import Lanes
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source
 from poolwatch.sources.failures import scrape_failure
+from poolwatch.sources.final import RankExited
 
 __all__ = ["Scraper", "SourceProvider"]
 
@@ -42,6 +43,8 @@ SourceProvider = Callable[[], Sequence[Source]]
 JITTER = 0.1  # each wait is the interval +- 10%
 MIN_WATCH_GAP = 0.05  # between two long-poll requests of one target (bounds the rate if it answers at once)
 MAX_WATCHES = 4096  # long-polls in flight at once (at most one per watched target)
+FINAL_POLL_S = 0.1  # while a failing probe backs off: how often its last word is looked for
+FINAL_WATCH_FAILURES = 5  # ... during its first failures (1+2+4+8+16 s of back-off at a 1 s interval)
 
 
 class Scraper:
@@ -82,6 +85,10 @@ class Scraper:
                 # arrives as the scrape completes, and the loop would then never stop.
                 async with asyncio.timeout(deadline):
                     snaps = await source.scrape(client)
+            except RankExited as exc:  # gone: the target is down, its last word is kept
+                for snap in exc.last_word:
+                    self._store.put(snap)
+                return self._fail(source, started, exc.reason, str(exc))
             except ScrapeError as exc:
                 return self._fail(source, started, exc.reason, str(exc))
             except TimeoutError:
@@ -177,14 +184,35 @@ class Scraper:
         lane = lanes.client(name) if watching and lanes is not None else None
         client = lane or client
         try:
-            await self._sleep(self._rng.uniform(0, interval))  # spread the targets over the interval
+            if not source.last_word_pending():  # a gone rank's final snapshot is read at once
+                await self._sleep(self._rng.uniform(0, interval))  # spread the targets over the interval
             failures = 0
             while True:
                 failures = 0 if await self.scrape_once(source, client) else failures + 1
-                await self._sleep(MIN_WATCH_GAP if watching and not failures else self.delay(failures))
+                if watching and not failures:
+                    await self._sleep(MIN_WATCH_GAP)
+                else:
+                    watch = watching and failures <= FINAL_WATCH_FAILURES
+                    await self.back_off(source, self.delay(failures), watch=watch)
         finally:
             if lanes is not None and lane is not None:
                 await lanes.release(name, lane)
+
+    async def back_off(self, source: Source, seconds: float, *, watch: bool = True) -> None:
+        """Wait ``seconds`` before the next scrape; with ``watch``, cut short when the source has a
+        last word pending (a probe that stopped answering and left its final snapshot, looked for
+        every :data:`FINAL_POLL_S`): the page from a dead rank's final snapshot never waits out a
+        back-off."""
+        if not watch:
+            await self._sleep(seconds)
+            return
+        left = seconds
+        while left > 0:
+            step = min(FINAL_POLL_S, left)
+            await self._sleep(step)
+            left -= step
+            if source.last_word_pending():
+                return
 
     def deadline(self, source: Source) -> float:
         """How long a scrape may take: ``scrape_timeout``, plus the interval a long-poll may

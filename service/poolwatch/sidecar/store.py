@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from poolwatch.conservation import findings
@@ -144,6 +144,18 @@ class SnapshotStore:
         """The view of every rank (:func:`best_view` of its sources), ordered by rank key."""
         with self._lock:
             return [self._view(self._ranks[k]) for k in sorted(self._ranks)]
+
+    def tp_peers(self, labels: Mapping[str, str]) -> int:
+        """How many ranks the store holds that share the ``worker``, ``dp_rank`` and ``pp_rank`` of
+        an alert's ``labels`` (its TP peers, itself included; at least 1): how many copies of one
+        fault the notifier waits for before it posts (:mod:`poolwatch.notify.delivery`)."""
+        want = (labels.get("worker", ""), labels.get("dp_rank", "0"), labels.get("pp_rank", "0"))
+        found = sum(
+            1
+            for s in self.latest()
+            if (s.worker.worker, str(s.worker.dp_rank), str(s.worker.pp_rank)) == want
+        )
+        return max(1, found)
 
     def get(self, key: str) -> Snapshot | None:
         with self._lock:

@@ -57,6 +57,11 @@ class Source(Protocol):
         """Release what the source holds (a log file) when its target goes away."""
         return None
 
+    def last_word_pending(self) -> bool:
+        """True when a target that stopped answering has left a last word not yet delivered (a
+        probe's final snapshot): the loop, backing off, scrapes again at once."""
+        return False
+
 
 def with_target_identity(snap: Snapshot, target: Target) -> Snapshot:
     """The target's worker name and role win when it has them (the sidecar knows its pod)."""

@@ -10,6 +10,9 @@ signed with the node's secret, before SGLang raises.  The sidecar reads it in tw
 * a :class:`FinalSnapshotSource`, for a final file whose rank no longer has a discovery file (the
   process removed it on its way out): it delivers the snapshot once.
 
+Either way the rank is gone, and its target is reported *down* (:class:`RankExited`, a scrape
+failure that carries the last word): a crashed pod's targets never read ``up``.
+
 Either way a final snapshot is delivered only when it holds (:func:`check_final`): signed with
 the node's secret, marked final, taken no later than now (plus :data:`MAX_SKEW_S`) and at most
 ``max_age`` seconds ago, and of the boot this sidecar saw the rank announce.  So a forged or
@@ -20,21 +23,39 @@ never saw the dead rank's boot announced.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
 
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.discovery.final import ForgedFinalError, read_final
-from poolwatch.errors import PayloadError, Reason
+from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target, with_target_identity
 
-__all__ = ["MAX_AGE_S", "MAX_SKEW_S", "FinalSnapshotSource", "StaleFinalError", "check_final", "load_final"]
+__all__ = [
+    "MAX_AGE_S",
+    "MAX_SKEW_S",
+    "FinalSnapshotSource",
+    "RankExited",
+    "StaleFinalError",
+    "check_final",
+    "load_final",
+]
 
 MAX_AGE_S = 300.0  # a final snapshot older than this (a sidecar restarted long after) is old news
 MAX_SKEW_S = 5.0  # a final snapshot taken later than now + this is future-dated: forged
+
+
+class RankExited(ScrapeError):
+    """The rank is gone: its probe stopped answering and left a final snapshot, or its discovery
+    file was removed.  The target is down; ``last_word`` holds the final snapshot the first time
+    it is read (the scrape loop stores it before recording the failure)."""
+
+    def __init__(self, reason: Reason, message: str, last_word: Sequence[Snapshot] = ()) -> None:
+        super().__init__(reason, message)
+        self.last_word = tuple(last_word)
 
 
 class StaleFinalError(ValueError):
@@ -71,7 +92,8 @@ def load_final(
 
 class FinalSnapshotSource(Source):
     """Delivers one vanished rank's final snapshot once (``target.location`` is the file; ``boot``
-    the boot id its discovery file announced while this sidecar watched it)."""
+    the boot id its discovery file announced while this sidecar watched it); every scrape reports
+    the rank gone (:class:`RankExited`), the first with the snapshot."""
 
     def __init__(
         self, target: Target, clock: Callable[[], float], secret: str, boot: str, max_age: float = MAX_AGE_S
@@ -81,6 +103,7 @@ class FinalSnapshotSource(Source):
         self._secret, self._boot = secret, boot
         self._max_age = max_age
         self._sent = ""
+        self._read = False
 
     @property
     def target(self) -> Target:
@@ -88,16 +111,22 @@ class FinalSnapshotSource(Source):
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         where, now = self._target.location, self._clock()
+        self._read = True
+        gone = f"{where}: the rank exited (its discovery file was removed)"
         try:
             snap = await asyncio.to_thread(check_final, where, self._secret, now, self._boot, self._max_age)
         except StaleFinalError:
-            return []
+            raise RankExited(Reason.CONNECT, gone) from None
         except ForgedFinalError as exc:
             raise PayloadError(Reason.SCHEMA, f"{where}: refused final snapshot: {exc}") from None
         except (OSError, ValueError, RecursionError) as exc:
             raise PayloadError(Reason.SCHEMA, f"{where}: not a final snapshot: {str(exc)[:120]}") from None
         key = f"{snap.boot_id}/{snap.seq}"
         if key == self._sent:
-            return []
+            raise RankExited(Reason.CONNECT, gone)
         self._sent = key
-        return [with_target_identity(snap, self._target)]
+        last_word = [with_target_identity(snap, self._target)]
+        raise RankExited(Reason.CONNECT, f"{gone}; its final snapshot delivered", last_word)
+
+    def last_word_pending(self) -> bool:
+        return not self._read  # the first scrape reads it at once (no spread before it)

@@ -9,6 +9,7 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from urllib.parse import quote_plus, urlencode, urlsplit
 
@@ -24,7 +25,7 @@ from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
-from poolwatch.sources.final import load_final
+from poolwatch.sources.final import RankExited, load_final
 from poolwatch.sources.http import decode_json, get_answer, join_url
 from poolwatch.sources.wire import Answer, Headers
 
@@ -82,6 +83,8 @@ class ProbeSource(Source):
         self._secret = secret
         self._final_path = final_path  # where this rank's probe leaves its final snapshot
         self._final_sent = ""
+        self._final_mark: tuple[int, int] = (0, 0)  # the final file last seen by last_word_pending
+        self._failing = False  # the last request failed (the rank may be gone)
         self._boot = ""  # the boot id of the last live answer
         self._max_bytes = max_bytes
         self._long_poll_s = long_poll_s
@@ -99,16 +102,38 @@ class ProbeSource(Source):
         return self._long_poll_s > 0
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
+        """The probe's snapshot; when it stops answering, its final snapshot if it left one
+        (:class:`~poolwatch.sources.final.RankExited`: the target is down, the last word delivered).
+        After a failure the final file is looked at first: a rank that hangs rather than refuses
+        would otherwise hold its last word for a whole request timeout."""
+        if self._failing and (final := self._final()) is not None:
+            raise RankExited(Reason.CONNECT, f"{self.url}: the rank stopped answering", [final])
         try:
             answer = await self._fetch(client)
-        except ScrapeError:
+        except ScrapeError as exc:
+            self._failing = True
             final = self._final()
             if final is None:
                 raise
-            return [final]
+            raise RankExited(exc.reason, f"{exc}; the rank left its final snapshot", [final]) from None
+        self._failing = False
         snap = self._renewed(answer) if answer[0] == NOT_MODIFIED else self._decoded(answer)
         self._seen, self._boot = signature(snap), snap.boot_id
         return [snap]
+
+    def last_word_pending(self) -> bool:
+        """Failing, and a final snapshot of the boot it last answered for may be there: one
+        ``stat`` (the scrape loop asks every :data:`~poolwatch.sidecar.scraper.FINAL_POLL_S` while
+        it backs off; the file is read and its signature checked only by :meth:`scrape`)."""
+        if not (self._failing and self._final_path and self._boot) or self._final_sent == self._boot:
+            return False
+        try:
+            info = os.stat(self._final_path)
+        except OSError:
+            return False
+        mark = (info.st_ino, info.st_mtime_ns)
+        new, self._final_mark = mark != self._final_mark, mark
+        return new
 
     def _decoded(self, answer: Answer) -> Snapshot:
         snap = parse_probe_payload(decode_json(answer[2], self.url), self._target, self._limits)

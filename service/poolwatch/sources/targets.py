@@ -108,6 +108,7 @@ class TargetSet:
         self.skipped: dict[str, str] = {}  # discovery files skipped at the last scan, and why
         self._secret = ""  # the node's probe secret at the last scan (proven to discovered probes)
         self._boots: dict[str, str] = {}  # final-snapshot path -> the boot its rank last announced
+        self._workers: dict[str, str] = {}  # final-snapshot path -> the worker that announced it
         self._verdicts: dict[str, tuple[tuple[int, ...], str]] = {}  # final path -> (stat, problem)
 
     @property
@@ -127,7 +128,7 @@ class TargetSet:
         self._secret = secret
         for name, url, worker, final, boot in ranks:
             finals.add(final)
-            self._remember(final, boot)
+            self._remember(final, boot, worker)
             if only and worker not in only:
                 continue
             old = self._discovered.get(name)
@@ -138,7 +139,8 @@ class TargetSet:
                 fresh[name] = make_source(target, self._settings, self._clock, final, secret)
         for name, path in self._vanished(finals, skipped):
             old = self._discovered.get(name)
-            target = Target(name, SourceKind.PROBE, path, "", role, labels)
+            # the worker it announced: the rank's target-down alert is inhibited by its crash
+            target = Target(name, SourceKind.PROBE, path, self._workers.get(path, ""), role, labels)
             fresh[name] = old or FinalSnapshotSource(target, self._clock, secret, self._boots[path])
         self._note_skipped(skipped)
         self._discovered = fresh
@@ -153,11 +155,14 @@ class TargetSet:
                 skipped[SECRET_FILE] = f"{SkipReason.UNSAFE}: {exc}"[:200]
             return ""
 
-    def _remember(self, final: str, boot: str) -> None:
+    def _remember(self, final: str, boot: str, worker: str) -> None:
         self._boots.pop(final, None)
         self._boots[final] = boot  # the newest last: the oldest go first past MAX_BOOTS
+        self._workers[final] = worker
         while len(self._boots) > MAX_BOOTS:
-            self._boots.pop(next(iter(self._boots)))
+            oldest = next(iter(self._boots))
+            del self._boots[oldest]
+            self._workers.pop(oldest, None)
 
     def _vanished(self, live: set[str], skipped: dict[str, str]) -> list[tuple[str, str]]:
         """``(target name, path)`` of the final snapshots whose rank no longer announces itself

@@ -16,38 +16,87 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import gap, used
 from poolwatch.discovery.files import ensure_secret
 from poolwatch.discovery.final import final_name, write_final
 from poolwatch.model import Phase, Pool, PoolAccount, Snapshot
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
+from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.snapshot import Sample
 
-__all__ = ["Suspicion", "check_fails", "residual", "sglang_checks", "write_final_snapshot"]
+__all__ = [
+    "Suspicion",
+    "check_fails",
+    "residual",
+    "sglang_checks",
+    "sglang_checks_now",
+    "write_final_snapshot",
+]
 
 
-_PD_GATES = {  # 0.5.9 / 0.5.10: self_check_during_idle returns early while these hold requests
+_PD_GATES = {  # 0.5.5.post3 to 0.5.10: self_check_during_idle returns early while these hold requests
     "prefill": ("prefill_inflight",),
     "decode": ("waiting", "decode_transfer", "decode_prealloc", "decode_offload"),
 }
+_NO_GATES: Mapping[str, int | None] = MappingProxyType({})
 
 
-def sglang_checks(shape: Shape, role: str, phase: Phase, queues: Mapping[str, int | None]) -> bool:
-    """Whether SGLang's idle check runs at its idle hook now, as the release family decides
-    (reference §1.1), not as the probe's phase says: before 0.5.9 the event loops gate the call
-    themselves (no batch formed; in 0.5.4's PD prefill ``last_batch`` is cleared only after the
-    check, so the probe's phase still says busy), 0.5.9/0.5.10 return early on PD queues only, and
-    from 0.5.12 ``on_idle`` checks only when fully idle (the probe's ``idle``)."""
+def sglang_checks(
+    shape: Shape,
+    role: str,
+    phase: Phase,
+    queues: Mapping[str, int | None],
+    gates: Mapping[str, int | None] = _NO_GATES,
+) -> bool:
+    """Whether SGLang's idle check runs its pool check at its idle hook now, as the release family
+    decides (reference §1.1; read in each family's wheel), not as the probe's phase says:
+
+    * 0.5.4: ``self_check_during_idle`` checks unconditionally (the event loops call it when no
+      batch formed; in PD prefill ``last_batch`` is cleared only after the check, so the probe's
+      phase still says busy);
+    * 0.5.5.post3 to 0.5.9: it returns early while PD queues hold requests (prefill inflight;
+      decode waiting, transfer, prealloc, offload);
+    * 0.5.10: first, with HiSparse on, while its staging queue holds requests;
+    * 0.5.12: ``on_idle`` checks only when fully idle (the probe's ``idle``), and never with
+      HiSparse on (its pool counters diverge during host backup);
+    * 0.5.23: as 0.5.12, and not on a decode rank while deferred KV releases are pending.
+
+    ``gates`` are :func:`~poolwatch.probe.sglang.phase.gate_readings`; a gate that could not be
+    read counts as open (the check may run: the last word is kept), a PD queue that could not be
+    read leaves the probe's own judgement."""
     if shape.idle_hook == "on_idle":
-        return phase is Phase.IDLE
-    if shape.since < (0, 5, 9):
+        return phase is Phase.IDLE and not _skipped_on_idle(shape, role, gates)
+    if shape.since < (0, 5, 5):
         return True
-    gates = _PD_GATES.get(role, ())
-    if any(queues.get(q) is None for q in gates):
+    if shape.since >= (0, 5, 10) and gates.get("hisparse") and gates.get("hisparse_staging"):
+        return False
+    pd = _PD_GATES.get(role, ())
+    if any(queues.get(q) is None for q in pd):
         return phase is Phase.IDLE  # a gate that could not be read: the probe's own judgement
-    return not any(queues[q] for q in gates)
+    return not any(queues[q] for q in pd)
+
+
+def _skipped_on_idle(shape: Shape, role: str, gates: Mapping[str, int | None]) -> bool:
+    if gates.get("hisparse"):
+        return True
+    return shape.since >= (0, 5, 23) and role == "decode" and bool(gates.get("deferred_releases"))
+
+
+def sglang_checks_now(sched: Any, shape: Shape) -> bool:
+    """:func:`sglang_checks` from a cheap look at the scheduler (its queues and gates; none read
+    for 0.5.4, whose check always runs at its hook)."""
+    if shape.idle_hook != "on_idle" and shape.since < (0, 5, 5):
+        return True
+    reading = Reading()
+    role = role_of(sched, reading)
+    depths = queue_depths(sched, reading, role)
+    return sglang_checks(shape, role, phase_of(depths), depths, gate_readings(sched, reading, role))
 
 
 def residual(pool: Pool, account: PoolAccount, *, swa_used_only: bool = False) -> int | None:
@@ -66,7 +115,7 @@ def residual(pool: Pool, account: PoolAccount, *, swa_used_only: bool = False) -
 
 def check_fails(sample: Sample, shape: Shape) -> bool:
     """Whether SGLang's own idle check, at this idle hook, raises (strictness aside)."""
-    if not sglang_checks(shape, sample.role, sample.phase, sample.queues):
+    if not sglang_checks(shape, sample.role, sample.phase, sample.queues, sample.gates):
         return False
     legacy_swa = shape.idle_hook != "on_idle" and Pool.SWA in sample.pools
     return any(

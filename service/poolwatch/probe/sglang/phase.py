@@ -17,7 +17,7 @@ from typing import Any
 from poolwatch.model import Phase
 from poolwatch.probe.core.access import Reading
 
-__all__ = ["phase_of", "queue_depths"]
+__all__ = ["gate_readings", "phase_of", "queue_depths"]
 
 
 def _batch_len(batch: Any) -> int:
@@ -80,6 +80,29 @@ def queue_depths(sched: Any, reading: Reading, role: str) -> dict[str, int | Non
             out[name] = None
             continue
         out[name] = int(value)
+    return out
+
+
+def gate_readings(sched: Any, reading: Reading, role: str) -> dict[str, int | None]:
+    """What SGLang's idle check skips on besides the PD queues, kept out of the phase (they say
+    nothing about requests waiting): ``hisparse`` 1 when HiSparse is on (0.5.10+), its staging
+    queue ``hisparse_staging`` and, on a decode rank, 0.5.23's held ``deferred_releases``; ``None``
+    for one that could not be read (absent attributes read 0: a release without the feature)."""
+    table: dict[str, Callable[[Any], int]] = {
+        "hisparse": lambda s: int(bool(getattr(s, "enable_hisparse", False))),
+        "hisparse_staging": lambda s: _optional_len(s, "hisparse_coordinator.ack_staging_queue"),
+    }
+    if role == "decode":
+        table["deferred_releases"] = lambda s: _optional_len(
+            s, "disagg_decode_transfer_queue._deferred_releases"
+        )
+    out: dict[str, int | None] = {}
+    for name, read in table.items():
+        try:
+            out[name] = int(read(sched))
+        except Exception as exc:  # noted like Reading.guard does
+            reading.fail(f"gate.{name}", exc)
+            out[name] = None
     return out
 
 

@@ -27,12 +27,10 @@ from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.cadence import Cadence, Clock
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.census_schedule import Censuses
-from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks, write_final_snapshot
+from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
-from poolwatch.probe.sglang.phase import phase_of, queue_depths
 from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
 from poolwatch.probe.sglang.repair import repairer_for
-from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape, known_release, shape_or_newest
 from poolwatch.probe.sglang.snapshot import Sample, build_snapshot, idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
@@ -100,13 +98,8 @@ class Probe(Cadence):
             self._guarded("idle", lambda: self._sample(hook, idle_check=True))
 
     def _sglang_checks_now(self) -> bool:
-        """A cheap look at the queues that gate SGLang's check (none before 0.5.9: the loop's own)."""
-        if self.shape.idle_hook != "on_idle" and self.shape.since < (0, 5, 9):
-            return True
-        reading = Reading()
-        role = role_of(self.scheduler, reading)
-        depths = queue_depths(self.scheduler, reading, role)
-        return sglang_checks(self.shape, role, phase_of(depths), depths)
+        """A cheap look at what gates SGLang's check (``final.sglang_checks_now``)."""
+        return sglang_checks_now(self.scheduler, self.shape)
 
     def after_prefill_chunk(self, hook: str) -> None:
         """Right after ``process_prefill_chunk``: the direct #12994 tripwire (one slot vs the free list)."""

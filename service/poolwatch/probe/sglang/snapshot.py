@@ -11,7 +11,7 @@ job, so the scheduler thread only builds it and swaps a reference.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from poolwatch.conservation import gap
@@ -19,7 +19,7 @@ from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tri
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import holdings
 from poolwatch.probe.sglang.host_census import HostReader
-from poolwatch.probe.sglang.phase import phase_of, queue_depths
+from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
 from poolwatch.probe.sglang.readers import pool_kinds, read_pools
 from poolwatch.probe.sglang.requests import LiveSet, collect_live, role_of
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
@@ -38,6 +38,7 @@ class Sample:
     pools: dict[Pool, PoolAccount]
     queues: dict[str, int]
     live: LiveSet
+    gates: dict[str, int | None] = field(default_factory=dict)  # phase.gate_readings: the final decision's
 
 
 def idle_check_strict(shape: Shape, environ: Mapping[str, str]) -> bool:
@@ -101,7 +102,7 @@ def take_sample(
     if not live.waiting_exact and Pool.MAMBA in pools and gap(pools[Pool.MAMBA]) not in (0, None):
         return take_sample(sched, shape, reading, waiting=waiting, exact_waiting=True, memo=memo)
     queues = {k: v for k, v in depths.items() if v is not None}
-    return Sample(role, phase, pools, queues, live)
+    return Sample(role, phase, pools, queues, live, gate_readings(sched, reading, role))
 
 
 def build_snapshot(

@@ -11,11 +11,11 @@ job, so the scheduler thread only builds it and swaps a reference.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
+from poolwatch.model import Exactness, Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import holdings
 from poolwatch.probe.sglang.host_census import HostReader
@@ -54,6 +54,28 @@ def _full_exact(sched: Any, shape: Shape, reading: Reading, phase: Phase) -> boo
     if shape.held_rule is not HeldRule.SEQLEN or phase is Phase.IDLE:
         return True
     return not bool(reading.attr(sched, "enable_overlap", optional=True))
+
+
+def hisparse_blurs(shape: Shape, phase: Phase, gates: Mapping[str, int | None]) -> bool:
+    """Whether HiSparse leaves the ``full``/``swa`` figures no proof of a gap.  With HiSparse on
+    (0.5.10+), ``PoolStats``' free count is the smaller of the logical allocator's and the device
+    buffer's (a budget, not a free list), and host backup briefly over-releases the device counter,
+    so SGLang itself checks those pools only at idle with its staging queue empty (0.5.10) or never
+    (0.5.12 on).  The probe concludes exactly where SGLang would; elsewhere the accounts are coarse.
+    A gate that could not be read counts as on (no page from figures that may not add up)."""
+    hisparse = gates.get("hisparse", 0)
+    if hisparse == 0:
+        return False
+    if hisparse is None or shape.since >= (0, 5, 12) or shape.idle_hook == "on_idle":
+        return True
+    return phase is not Phase.IDLE or gates.get("hisparse_staging") != 0
+
+
+def blur(pools: dict[Pool, PoolAccount], kinds: tuple[Pool, ...] = (Pool.FULL, Pool.SWA)) -> None:
+    """Make ``kinds``' accounts coarse in place: their figures stay, their gap is unknown."""
+    for pool in kinds:
+        if pool in pools:
+            pools[pool] = replace(pools[pool], held=None, exactness=Exactness.COARSE)
 
 
 def _page_size(sched: Any, reading: Reading) -> int:
@@ -102,7 +124,10 @@ def take_sample(
     if not live.waiting_exact and Pool.MAMBA in pools and gap(pools[Pool.MAMBA]) not in (0, None):
         return take_sample(sched, shape, reading, waiting=waiting, exact_waiting=True, memo=memo)
     queues = {k: v for k, v in depths.items() if v is not None}
-    return Sample(role, phase, pools, queues, live, gate_readings(sched, reading, role))
+    gates = gate_readings(sched, reading, role)
+    if hisparse_blurs(shape, phase, gates):
+        blur(pools)
+    return Sample(role, phase, pools, queues, live, gates)
 
 
 def build_snapshot(

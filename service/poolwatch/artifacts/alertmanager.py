@@ -3,7 +3,9 @@ the plain configuration (``deploy/alertmanager/alertmanager.yaml``, checked by `
 namespaced ``AlertmanagerConfig`` of the PD example (prometheus-operator).
 
 * **Routes**: critical poolwatch alerts leave Alertmanager within a second (``group_wait: 1s``: a
-  double free corrupts outputs now and the rank dies at its next idle moment); warnings are batched.
+  double free corrupts outputs now and the rank dies at its next idle moment), and their updates
+  (the slot ids or cause learned later: a new ``poolwatch_detail``) within ``group_interval``
+  (:data:`UPDATE_WITHIN`); warnings are batched.
 * **Inhibit rules**: the sidecar's copy of an alert silences Prometheus' rule copy of the same alert
   (:mod:`poolwatch.notify.paths`: one incident, one notification, the sidecar's text); a crashed
   scheduler silences its worker's stale/target/probe alerts; critical silences warning.
@@ -33,6 +35,9 @@ SECRET = "poolwatch-receivers"  # the Secret the AlertmanagerConfig reads its re
 BRIDGE = "http://incident-bridge.monitoring.svc:8080"
 PAGE, TICKET, NULL = "poolwatch-page", "poolwatch-ticket", "null"
 RANK = ("worker", "role", "dp_rank", "tp_rank", "pp_rank")
+# a critical group's group_interval: an update (an alert gained its slot ids or cause, notify/alertmanager.py)
+# or a TP peer's late copy leaves Alertmanager within this of reaching it
+UPDATE_WITHIN = "10s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +80,7 @@ def route(config: MixinConfig) -> dict[str, Any]:
                 # within a second (the rank may crash at its next idle moment), yet long enough for
                 # its TP peers' copies of the same fault to go out in the same notification
                 "group_wait": "1s",
-                "group_interval": "1m",
+                "group_interval": UPDATE_WITHIN,
                 "repeat_interval": "1h",
             },
             {"matchers": [Matcher("severity", "=", "warning")], "receiver": TICKET},

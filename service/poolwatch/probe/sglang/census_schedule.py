@@ -109,9 +109,10 @@ class Censuses:
     def gapped(self, gaps: Mapping[Pool, int], now: float) -> frozenset[Pool]:
         """The pools to census now because their gap is new (none while rate-limited: the gap is
         looked at again at the next sample)."""
+        if not gaps:
+            self.gaps = {}  # balanced again: the next gap is new
+            return frozenset()
         if gaps == self.gaps or now - self.last_gap < GAP_CENSUS_EVERY_S:
-            if not gaps:
-                self.gaps = {}  # balanced again: the next gap is new
             return frozenset()
         changed = frozenset(p for p, g in gaps.items() if self.gaps.get(p) != g)
         self.gaps, self.last_gap = dict(gaps), now

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
 from tests.e2e import deployed
-from tests.e2e.stack import Process, Prometheus, WebhookRecorder, http_ok, poll
+from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, http_ok, poll
 from tests.e2e.test_e2e_as_deployed import (
     free_block,
     pods_from_manifests,
@@ -64,6 +64,8 @@ from tests.e2e.test_e2e_as_deployed import (
     start_sidecar,
 )
 
+from poolwatch.artifacts.notification_text import UPDATE_MARK
+from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.hooks import probe_of
 from poolwatch_emulator import Cluster, WorkerServer, attach_probes, parse_fault
 from poolwatch_emulator.faults import FAULTS
@@ -164,6 +166,8 @@ class Run:
     paged: float | None = None  # first webhook notification of the fault's alert
     text: float | None = None  # first Slack text naming pool and rank
     ids: float | None = None  # first Slack text naming pool, rank and slot ids
+    update: float | None = None  # first Slack "[UPDATE]" naming them (ids learned after the page)
+    incidents: set[str] = field(default_factory=set)  # PagerDuty dedup_keys of the fault's events
     notes: list[str] = field(default_factory=list)
 
 
@@ -184,6 +188,20 @@ def events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in lines if x.startswith('{"event"')]
 
 
+def observe_slack(run: Run, post: Post, alert: str, pool: str) -> None:
+    """A Slack message about the fault's alert on the run's worker: text, slot ids, update."""
+    attachment = post.body.get("attachments", [{}])[0]
+    text = str(attachment.get("text", ""))
+    if f"pod {run.worker}," not in text or alert not in text or f"pool {pool}" not in text:
+        return
+    if "rank dp " in text:
+        run.text = min(run.text or post.received_at, post.received_at)
+        if IDS.search(text):
+            run.ids = min(run.ids or post.received_at, post.received_at)
+            if str(attachment.get("title", "")).startswith(UPDATE_MARK):
+                run.update = min(run.update or post.received_at, post.received_at)
+
+
 def observe(run: Run, log: Path, hooks: WebhookRecorder, fault: str) -> None:
     """Fill ``run`` from the child's events and what the receivers got so far."""
     for e in events(log):
@@ -197,14 +215,12 @@ def observe(run: Run, log: Path, hooks: WebhookRecorder, fault: str) -> None:
     alert = SIGN[info.sign]
     for post in list(hooks.posts):
         if "/slack/" in post.path:
-            text = str(post.body.get("attachments", [{}])[0].get("text", ""))
-            if f"pod {run.worker}," not in text or alert not in text or f"pool {info.pool}" not in text:
-                continue
-            if "rank dp " in text:
-                run.text = min(run.text or post.received_at, post.received_at)
-                if IDS.search(text):
-                    run.ids = min(run.ids or post.received_at, post.received_at)
-        elif "/pagerduty/" not in post.path:
+            observe_slack(run, post, alert, info.pool)
+        elif "/pagerduty/" in post.path:
+            summary = str(post.body.get("payload", {}).get("summary", ""))
+            if f"{alert} " in summary and f"/{run.worker} {info.pool} pool" in summary:
+                run.incidents.add(str(post.body.get("dedup_key")))
+        else:
             for a in post.body.get("alerts", []):
                 labels = a["labels"]
                 if a["status"] == "firing" and (
@@ -325,6 +341,28 @@ def row(name: str, load: float, runs: list[Run]) -> str:
     )
 
 
+def census_interval(pool: str) -> float:
+    """The busy census interval of ``pool`` (wall s: the probe's clock is the wall clock here), the
+    defaults the manifests keep: Mamba 10 s, full KV and SWA 300 s (probe/core/config.py)."""
+    defaults = ProbeConfig()
+    return defaults.census_interval_s if pool == "mamba" else defaults.kv_census_interval_s
+
+
+def update_row(name: str, pool: str, load: float, runs: list[Run]) -> str:
+    """Leaks and SWA: when the slot ids reach the receiver, after the first page."""
+    struck = [r for r in runs if r.struck is not None and r.paged is not None]
+    after = [max(0.0, r.ids - r.paged) for r in struck if r.ids is not None and r.paged is not None]
+    interval = census_interval(pool)
+    within = [x for x in after if x <= interval]
+    first = [r for r in struck if r.ids is not None and r.update is None]
+    incidents = max((len(r.incidents) for r in struck), default=0)
+    return (
+        f"| {name} | {load:g}x | {len(struck)}/{len(runs)} | {pct(len(first), len(struck))} "
+        f"| {pct(len([r for r in struck if r.update is not None]), len(struck))} | {spread(after)} "
+        f"| {interval:g} s | {pct(len(within), len(struck))} | {incidents} |"
+    )
+
+
 def unreachable_row(runs: list[Run]) -> str:
     struck = [r for r in runs if r.struck is not None]
     crashed = [r for r in struck if r.crashed is not None]
@@ -340,9 +378,12 @@ def unreachable_row(runs: list[Run]) -> str:
 
 def cells(args: argparse.Namespace) -> list[tuple[Case, float]]:
     chosen = [c for c in cases() if args.only in ("", c.fault) and args.case in c.name]
+    if args.updates:
+        chosen = [c for c in chosen if c.fault != SEED_FAULT]
     if args.quick:
         return [(c, 1.0) for c in chosen if c.fault == SEED_FAULT]
-    return [(c, load) for c in chosen for load in ((1.0,) if "(light)" in c.name else LOADS)]
+    loads = tuple(float(x) for x in args.loads.split(",")) if args.loads else LOADS
+    return [(c, load) for c in chosen for load in ((1.0,) if "(light)" in c.name else loads)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         help="scheduler steps added before the fault (default 200: 10 sim s)",
     )
     parser.add_argument("--no-unreachable", action="store_true", help="leave out the unreachable variant")
+    parser.add_argument("--loads", default="", help="comma-separated loads (default 0.5,1,2)")
+    parser.add_argument(
+        "--updates", action="store_true", help="the leak and SWA cells only (the slot-id updates)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -373,10 +418,21 @@ def main(argv: list[str] | None = None) -> int:
         "| paged after the crash: crash -> page, s median / max | page -> text with ids, s median / max |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
+    updates = []
     for c, load in cells(args):
         runs = [one_run(c, load, args.seed + i, False, args) for i in range(runs_a_cell)]
         print(row(c.name, load, runs), flush=True)
-    if not args.no_unreachable and args.only in ("", SEED_FAULT):
+        if c.fault != SEED_FAULT:
+            updates.append(update_row(c.name, FAULTS[c.fault].pool, load, runs))
+    if updates:
+        print(
+            "\n| case | load | paged/runs | slot ids in the first page | ids in an [UPDATE] "
+            "| page -> ids received, wall s median / max | the pool's busy census interval "
+            "| ids within one census interval of the page | PagerDuty incidents a run (max) |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(updates), flush=True)
+    if not args.no_unreachable and not args.updates and args.only in ("", SEED_FAULT):
         (busy,) = [c for c in cases() if c.name == f"{SEED_FAULT} (busy)"]
         runs = [one_run(busy, 1.0, args.seed + i, True, args) for i in range(runs_a_cell)]
         print(

@@ -41,6 +41,7 @@ class Row:
     sample_us: float
     mamba_census_us: float
     kv_census_us: float
+    kv_lost_us: float  # the busy KV census asked to name lost ids (a gap-triggered census)
 
     @property
     def of_gpu_step(self) -> float:
@@ -92,6 +93,7 @@ def cost_row(live: int) -> Row:
             sample_us=timed(lambda: probe.sample_now("bench"), 200),
             mamba_census_us=timed(lambda: mamba_census(rank, probe.shape, reading, held, idle=False), 20),
             kv_census_us=timed(lambda: kv_census(rank, probe.shape, reading, held, idle=False), 10),
+            kv_lost_us=timed(lambda: kv_census(rank, probe.shape, reading, held, idle=False, lost=1), 10),
         )
     finally:
         detach(rank)
@@ -111,8 +113,8 @@ def iteration_seconds(live: int, steps: int, config: ProbeConfig | None) -> floa
             uninstall(Scheduler)
 
 
-HEADER = ("live reqs", "sample µs", "% of 20 ms step", "Mamba census µs", "KV census µs")
-WIDTHS = (9, 9, 15, 15, 12)
+HEADER = ("live reqs", "sample µs", "% of 20 ms step", "Mamba census µs", "KV census µs", "KV, lost ids µs")
+WIDTHS = (9, 9, 15, 15, 12, 15)
 
 
 def line(cells: tuple[str, ...]) -> str:
@@ -127,7 +129,7 @@ def main() -> int:
         r = cost_row(live)
         cost_at_256 = r.sample_us if live == 256 else cost_at_256
         cells = (str(r.live), f"{r.sample_us:.0f}", f"{r.of_gpu_step:.3f}%", f"{r.mamba_census_us:.0f}")
-        print(line((*cells, f"{r.kv_census_us:.0f}")))
+        print(line((*cells, f"{r.kv_census_us:.0f}", f"{r.kv_lost_us:.0f}")))
     steps = 300
     bare = iteration_seconds(256, steps, None)
     every = iteration_seconds(256, steps, NO_CENSUS)

@@ -50,7 +50,7 @@ from tests.e2e.stack import (
 )
 from tests.helpers import REPO, require_tool
 
-from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
+from poolwatch.notify.paths import DETAIL_LABEL, DIRECT, PATH_LABEL, RULES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -351,8 +351,9 @@ def started_at(alert: Alert) -> float:
 
 
 def identity(alert: Alert) -> tuple[tuple[str, str], ...]:
-    """An alert's labels less the path label (the sidecar's and the rule's copy of one alert)."""
-    return tuple(sorted((k, v) for k, v in alert["labels"].items() if k != PATH_LABEL))
+    """An alert's labels less the path label (the sidecar's and the rule's copy of one alert) and
+    the sidecar's cause digest (its copies before and after an update)."""
+    return tuple(sorted((k, v) for k, v in alert["labels"].items() if k not in (PATH_LABEL, DETAIL_LABEL)))
 
 
 @dataclass

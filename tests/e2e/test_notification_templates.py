@@ -9,15 +9,19 @@ a tiny SMTP recorder.  Only the integrations' addresses and ``group_interval`` a
   warning), the place (cluster, namespace, pod, role, rank, pool) and the links.
 * A rule copy with no sidecar copy (the direct path is down) pages by itself and says so.
 * A warning opens a ticket: Slack and email, with the same text.
+* Slot ids learned after the first page reach Slack, PagerDuty and the webhook as an update of the
+  same incident (the sidecar's receiver changes ``poolwatch_detail``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email
 import email.policy
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,9 @@ import pytest
 from tests.e2e.deployed import alertmanager_config
 from tests.e2e.stack import SmtpRecorder, WebhookRecorder, poll, run_alertmanager
 
+from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.detect.schema import Severity
+from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -169,3 +176,91 @@ def test_a_warning_opens_a_ticket_by_slack_and_email_with_the_same_text(stack: S
         assert "WILL CRASH" not in body
     slack = poll(lambda: stack.chat("slack", "poolwatch-ticket") or None, timeout=30, what="the Slack ticket")
     assert "has lost 12 slots (gap +12)" in slack[0]["attachments"][0]["text"]
+
+
+def sidecar_alert(description: str) -> Alert:
+    """The double free as the sidecar's detector holds it (posted by the sidecar's own receiver)."""
+    labels = {
+        "cluster": "us-east-1a",
+        "namespace": NS,
+        "pod": POD,
+        **RANK,
+        "pool": "mamba",
+        PATH_LABEL: DIRECT,
+    }
+    now = time.time()  # Alertmanager judges startsAt/endsAt against its wall clock
+    return Alert(
+        name="PoolwatchDoubleFree",
+        subject=f"{POD}/dp0-tp1-pp0",
+        severity=Severity.CRITICAL,
+        state=AlertState.FIRING,
+        labels=tuple(sorted(labels.items())),
+        annotations={
+            "summary": "A memory-pool slot was freed twice.",
+            "description": description,
+            "runbook_url": RUNBOOK,
+            "dashboard_url": DASHBOARD,
+        },
+        value=1.0,
+        active_since=now,
+        fired_at=now,
+        last_seen=now,
+    )
+
+
+def send(receiver: AlertmanagerReceiver, alert: Alert) -> None:
+    async def post() -> None:
+        async with httpx.AsyncClient(timeout=10) as client:
+            await receiver.send(client, [alert], time.time())
+
+    asyncio.run(post())
+
+
+def test_slot_ids_learned_later_reach_every_receiver_as_an_update_of_the_same_incident(stack: Stack) -> None:
+    """The sidecar first knows the pool and the gap, then the slot ids: the receivers get a first
+    page with the gap, then, within the critical route's group_interval, an update naming the
+    slot (Slack "[UPDATE]", PagerDuty a trigger with the same dedup_key: appended to the open
+    incident, not a second one), while the rule copy stays inhibited."""
+    counts = SIDECAR_TEXT.split(" Tripwire", maxsplit=1)[0]  # pool and gap, no slot ids yet
+    receiver = AlertmanagerReceiver(stack.url, resend_interval=60.0)
+    first = sidecar_alert(counts)
+    send(receiver, first)
+    stack.post(copy(RULES, RULE_TEXT))
+    page = poll(lambda: stack.chat("slack", "poolwatch-page") or None, timeout=60, what="the first page")
+    assert "(gap -1)" in page[0]["attachments"][0]["text"]
+    assert "[452]" not in page[0]["attachments"][0]["text"]
+
+    send(receiver, replace(first, annotations={**first.annotations, "description": SIDECAR_TEXT}))
+    sent = time.time()
+    slack = poll(
+        lambda: stack.chat("slack", "poolwatch-page")[1:] or None,
+        timeout=60,
+        what="the update",
+        logs=[stack.log],
+    )
+    waited = time.time() - sent
+    update = slack[0]["attachments"][0]
+    assert update["title"].startswith("[UPDATE] [FIRING:1] PoolwatchDoubleFree on qwen3-next-pd/prefill-0")
+    assert (
+        "*UPDATE:* PoolwatchDoubleFree on pod prefill-0 (mamba pool): the cause below replaces"
+        in update["text"]
+    )
+    assert "Tripwire free_duplicate: 1 slot [452]" in update["text"]
+    assert update["text"].count("Cause:") == 1  # the superseded copy is not rendered again
+    print(f"update received {waited:.1f} s after the sidecar posted it")  # group_interval is scaled here
+
+    events = poll(
+        lambda: ((e := stack.chat("pagerduty", "poolwatch-page"))[1:] and e) or None,
+        timeout=30,
+        what="PD update",
+    )
+    assert [e["event_action"] for e in events] == ["trigger", "trigger"]
+    assert len({e["dedup_key"] for e in events}) == 1  # one incident: the update is appended to it
+    assert events[1]["payload"]["summary"].startswith("UPDATE: WILL CRASH AT NEXT IDLE: PoolwatchDoubleFree")
+    assert "[452]" in events[1]["payload"]["summary"]
+
+    hooks = [p.body for p in list(stack.hooks.posts) if p.path.endswith("/hook/poolwatch-page")]
+    assert [sorted(a["status"] for a in h["alerts"]) for h in hooks] == [["firing"], ["firing", "resolved"]]
+    assert len({h["groupKey"] for h in hooks}) == 1
+    held = {a["labels"][PATH_LABEL]: a["status"]["state"] for a in stack.held()}
+    assert held == {DIRECT: "active", RULES: "suppressed"}  # one sidecar copy, the rule copy still silenced

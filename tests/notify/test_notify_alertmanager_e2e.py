@@ -4,6 +4,7 @@ shows them, resolves them, and loses nothing through an outage in the middle."""
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.model import Phase, Pool
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
+from poolwatch.notify.paths import DETAIL_LABEL
 from poolwatch.sidecar.store import SnapshotStore
 
 pytestmark = pytest.mark.e2e
@@ -138,7 +140,9 @@ async def test_alertmanager_receives_shows_and_resolves_alerts_and_an_outage_los
         assert await deliverer.deliver_once() == 1
         [alert] = alertmanager.alerts()
         assert alert["status"]["state"] == "active"
-        assert alert["labels"] == {
+        labels = dict(alert["labels"])
+        assert re.fullmatch("[0-9a-f]{8}", labels.pop(DETAIL_LABEL))  # a digest of the cause
+        assert labels == {
             "alertname": "PoolwatchDoubleFree",
             "severity": "critical",
             "worker": "prefill-0",

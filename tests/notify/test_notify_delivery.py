@@ -14,8 +14,9 @@ from tests.notify.fakes import LABELS, FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.schema import Severity
-from poolwatch.notify.alertmanager import AlertmanagerReceiver, iso
+from poolwatch.notify.alertmanager import AlertmanagerReceiver, detail, iso
 from poolwatch.notify.delivery import Deliverer
+from poolwatch.notify.paths import DETAIL_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
 
 
@@ -40,6 +41,7 @@ async def test_a_firing_alert_is_posted_at_once_and_re_sent_while_it_fires(clock
             "role": "prefill",
             "tp_rank": "1",
             "worker": "prefill-0",
+            DETAIL_LABEL: detail(alerts[0]),
         },
         "annotations": {"summary": "s", "description": "d"},
         "startsAt": iso(clock.now - 60),

@@ -4,7 +4,9 @@ namespaced ``AlertmanagerConfig`` of the PD example (prometheus-operator).
 
 * **Routes**: critical poolwatch alerts leave Alertmanager as soon as they arrive (``group_wait:
   0s``: a double free corrupts outputs now and the rank dies at its next idle moment; the sidecar
-  posts an incident's alerts in one request); warnings are batched.
+  posts an incident's alerts in one request), and their updates (the slot ids or cause learned
+  later: a new ``poolwatch_detail``) within ``group_interval`` (:data:`UPDATE_WITHIN`); warnings
+  are batched.
 * **Inhibit rules**: the sidecar's copy of an alert silences Prometheus' rule copy of the same alert
   (:mod:`poolwatch.notify.paths`: one incident, one notification, the sidecar's text); a crashed
   scheduler silences its worker's stale/target/probe alerts; critical silences warning.
@@ -34,6 +36,9 @@ SECRET = "poolwatch-receivers"  # the Secret the AlertmanagerConfig reads its re
 BRIDGE = "http://incident-bridge.monitoring.svc:8080"
 PAGE, TICKET, NULL = "poolwatch-page", "poolwatch-ticket", "null"
 RANK = ("worker", "role", "dp_rank", "tp_rank", "pp_rank")
+# a critical group's group_interval: an update (an alert gained its slot ids or cause, notify/alertmanager.py)
+# or a TP peer's late copy leaves Alertmanager within this of reaching it
+UPDATE_WITHIN = "10s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,7 @@ def route(config: MixinConfig) -> dict[str, Any]:
                 # as its first alert arrives, so an incident's alerts must arrive in one POST: the
                 # sidecar gathers a worker's TP ranks for 0.2 s (notify/delivery.py, docs/alerting.md)
                 "group_wait": "0s",
-                "group_interval": "1m",
+                "group_interval": UPDATE_WITHIN,
                 "repeat_interval": "1h",
             },
             {"matchers": [Matcher("severity", "=", "warning")], "receiver": TICKET},

@@ -5,18 +5,35 @@ the ``AlertmanagerConfig`` object (which cannot load template files) carry the v
 Each alert renders its place (cluster when labelled, namespace, pod, role, rank, pool), a bold
 "will crash at its next idle moment" line when its description says so, the cause (the sidecar's
 description names the gap, the slot ids, the hook and the requests; a rule copy's gives counts and
-says it stands in), and the runbook and dashboard links.  Rendered by a real Alertmanager in
+says it stands in), and the runbook and dashboard links.  A copy the sidecar resolved because its
+cause was replaced (:data:`~poolwatch.notify.paths.SUPERSEDED`, see
+:mod:`poolwatch.notify.alertmanager`) is not rendered: its notification is an update, titled
+``[UPDATE]``, with one line saying what the new text replaces.  Rendered by a real Alertmanager in
 ``tests/e2e/test_notification_templates.py``.
 """
 
 from __future__ import annotations
 
-from poolwatch.notify.paths import PATH_LABEL, RULES
+from poolwatch.notify.paths import PATH_LABEL, RULES, SUPERSEDED
 
-__all__ = ["CRASH_PATTERN", "email_subject", "email_html", "pagerduty", "slack_text", "slack_title", "text"]
+__all__ = [
+    "CRASH_PATTERN",
+    "UPDATE_MARK",
+    "email_subject",
+    "email_html",
+    "pagerduty",
+    "slack_text",
+    "slack_title",
+    "text",
+]
 
 # the sidecar says "will crash at its next idle moment", the rule copy "crashes at its next idle moment"
 CRASH_PATTERN = "crash(es)? at its next idle moment"
+UPDATE_MARK = "[UPDATE]"  # how an update notification's title begins
+_IS_UPDATE = (  # sets $update when the notification resolves a superseded copy (an update)
+    "{{ $update := false }}{{ range .Alerts.Resolved }}"
+    f"{{{{ if .Annotations.{SUPERSEDED} }}}}{{{{ $update = true }}}}{{{{ end }}}}{{{{ end }}}}"
+)
 
 
 def _place(cluster_label: str, bold: tuple[str, str]) -> str:
@@ -52,13 +69,27 @@ def _alert(cluster_label: str, bold: tuple[str, str], newline: str) -> str:
     )
 
 
+def _updates(bold: tuple[str, str], newline: str) -> str:
+    """One line per superseded copy: the text below replaces the one sent before."""
+    b0, b1 = bold
+    return (
+        f"{{{{ range .Alerts.Resolved }}}}{{{{ if .Annotations.{SUPERSEDED} }}}}{b0}UPDATE:{b1} "
+        "{{ .Labels.alertname }} on pod {{ .Labels.pod }}{{ with .Labels.pool }} ({{ . }} pool){{ end }}: "
+        f"the cause below replaces the one sent before.{newline}{{{{ end }}}}{{{{ end }}}}"
+    )
+
+
 def text(cluster_label: str = "", bold: tuple[str, str] = ("", ""), newline: str = "\n") -> str:
-    """Every alert of the notification, one block each."""
-    return f"{{{{ range .Alerts }}}}{_alert(cluster_label, bold, newline)}{newline}{{{{ end }}}}"
+    """Every alert of the notification, one block each (superseded copies: one update line)."""
+    return (
+        f"{_updates(bold, newline)}{{{{ range .Alerts }}}}{{{{ if not .Annotations.{SUPERSEDED} }}}}"
+        f"{_alert(cluster_label, bold, newline)}{newline}{{{{ end }}}}{{{{ end }}}}"
+    )
 
 
 def slack_title() -> str:
     return (
+        f"{_IS_UPDATE}{{{{ if $update }}}}{UPDATE_MARK} {{{{ end }}}}"
         '[{{ .Status | toUpper }}{{ if eq .Status "firing" }}:{{ .Alerts.Firing | len }}{{ end }}] '
         "{{ .GroupLabels.alertname }} on {{ .CommonLabels.namespace }}/{{ .GroupLabels.worker }}"
         "{{ with .GroupLabels.pool }} ({{ . }} pool){{ end }}"
@@ -79,9 +110,12 @@ def email_html(cluster_label: str = "") -> str:
 
 
 def pagerduty(cluster_label: str = "") -> dict[str, str]:
-    """Events v2 fields: a one-line summary (the first alert's place and cause), full details."""
-    first = "(index .Alerts 0)"
+    """Events v2 fields: a one-line summary (the first firing alert's place and cause, marked as an
+    update when it is one: PagerDuty appends it to the open incident of the same ``dedup_key``),
+    full details."""
+    first = "(index (or .Alerts.Firing .Alerts) 0)"
     summary = (
+        f"{_IS_UPDATE}{{{{ if $update }}}}UPDATE: {{{{ end }}}}"
         f'{{{{ with {first} }}}}{{{{ if match "{CRASH_PATTERN}" .Annotations.description }}}}'
         "WILL CRASH AT NEXT IDLE: {{ end }}{{ .Labels.alertname }} {{ .Labels.namespace }}/{{ .Labels.pod }}"
         "{{ with .Labels.pool }} {{ . }} pool{{ end }}: {{ .Annotations.description }}{{ end }}"

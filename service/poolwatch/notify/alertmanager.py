@@ -3,11 +3,22 @@
 A firing alert is posted with ``endsAt`` a few re-send intervals ahead, as Prometheus does: while
 poolwatch keeps re-sending, Alertmanager keeps it firing; if poolwatch vanished for good,
 Alertmanager would resolve it by itself.  A resolved alert is posted with its real ``endsAt``.
+
+**Updates.**  Alertmanager re-notifies a group only when the group's set of alerts changes (or at
+``repeat_interval``): new annotations on an alert it holds reach no receiver.  So each copy carries
+:data:`~poolwatch.notify.paths.DETAIL_LABEL`, a digest of the alert's cause (:func:`detail`), and
+when a firing alert's cause changes (it gained its slot ids, its hook, the crash warning) the
+receiver posts, in one request, the copy under the old detail resolved (annotated
+:data:`~poolwatch.notify.paths.SUPERSEDED`) and the copy under the new one firing.  Grouping and
+inhibition ignore the label, so both stay in the alert's group: Alertmanager sends one update
+notification at the group's next ``group_interval`` (same PagerDuty ``dedup_key``: the same
+incident), and the sidecar's copy keeps silencing the rule copy throughout.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -16,8 +27,10 @@ import httpx
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.errors import DeliveryError
+from poolwatch.notify.cause import cause
+from poolwatch.notify.paths import DETAIL_LABEL, SUPERSEDED
 
-__all__ = ["AlertmanagerReceiver", "iso", "postable_alerts"]
+__all__ = ["AlertmanagerReceiver", "detail", "iso", "postable_alerts"]
 
 
 def iso(t: float) -> str:
@@ -25,20 +38,55 @@ def iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, tz=dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def postable_alerts(alerts: Sequence[Alert], now: float, resend_interval: float) -> list[dict[str, Any]]:
-    """The body of ``POST /api/v2/alerts`` (Alertmanager's ``postableAlerts``)."""
+def detail(alert: Alert) -> str:
+    """The alert's :data:`~poolwatch.notify.paths.DETAIL_LABEL`: 8 hex digits of its cause (it
+    changes exactly when :func:`~poolwatch.notify.cause.cause` does)."""
+    return hashlib.sha256(cause(alert).encode("utf-8")).hexdigest()[:8]
+
+
+def _postable(
+    alert: Alert, now: float, resend_interval: float, digest: str, replaced_by: str = ""
+) -> dict[str, Any]:
+    """One copy; ``replaced_by``: resolve it now, as the copy whose cause ``replaced_by`` replaced."""
+    if replaced_by:
+        ends = now
+    elif alert.state is AlertState.RESOLVED:
+        ends = alert.resolved_at or now
+    else:
+        ends = now + 4 * resend_interval
+    annotations = {k: v for k, v in alert.annotations.items() if v}
+    if replaced_by:
+        annotations[SUPERSEDED] = f"the cause changed: see {DETAIL_LABEL}={replaced_by}"
+    return {
+        "labels": {**{k: v for k, v in alert.all_labels.items() if v}, DETAIL_LABEL: digest},
+        "annotations": annotations,
+        "startsAt": iso(alert.fired_at if alert.fired_at is not None else alert.active_since),
+        "endsAt": iso(ends),
+    }
+
+
+def postable_alerts(
+    alerts: Sequence[Alert],
+    now: float,
+    resend_interval: float,
+    held: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The body of ``POST /api/v2/alerts`` (Alertmanager's ``postableAlerts``).  ``held``: the
+    detail each alert's copy was last posted firing under (by fingerprint); a firing alert whose
+    detail changed also resolves its old copy, and ``held`` is brought up to date (the caller
+    keeps the result only once the post succeeded)."""
+    held = {} if held is None else held
     out = []
     for a in alerts:
-        resolved = a.state is AlertState.RESOLVED
-        ends = (a.resolved_at or now) if resolved else now + 4 * resend_interval
-        out.append(
-            {
-                "labels": {k: v for k, v in a.all_labels.items() if v},
-                "annotations": {k: v for k, v in a.annotations.items() if v},
-                "startsAt": iso(a.fired_at if a.fired_at is not None else a.active_since),
-                "endsAt": iso(ends),
-            }
-        )
+        fp, before = a.fingerprint, held.get(a.fingerprint)
+        if a.state is AlertState.FIRING:
+            now_detail = detail(a)
+            if before is not None and before != now_detail:
+                out.append(_postable(a, now, resend_interval, before, replaced_by=now_detail))
+            out.append(_postable(a, now, resend_interval, now_detail))
+            held[fp] = now_detail
+        else:
+            out.append(_postable(a, now, resend_interval, held.pop(fp, "") or detail(a)))
     return out
 
 
@@ -58,6 +106,9 @@ class AlertmanagerReceiver:
         self.name = "alertmanager:" + (urllib.parse.urlsplit(base_url).netloc or base_url)
         self.resends = True  # Alertmanager deduplicates: firing alerts are re-sent so it never forgets
         self._resend = resend_interval
+        self._held: dict[str, str] = {}  # fingerprint -> the detail Alertmanager holds it firing under
 
     async def send(self, client: httpx.AsyncClient, alerts: Sequence[Alert], now: float) -> None:
-        await post_json(client, self.url, postable_alerts(alerts, now, self._resend))
+        held = dict(self._held)
+        await post_json(client, self.url, postable_alerts(alerts, now, self._resend, held))
+        self._held = held

@@ -7,8 +7,10 @@ range (``0..size-1`` up to 0.5.6, ``1..size`` from 0.5.9) are proofs at any mome
 damage a double free does once the slot is handed out again: one slot held by *two* live
 requests (``LIVE_SHARED``, with both request ids), or by a live request and a tree node
 (``LIVE_AND_TREE``: no known release lets an unfinished request's working Mamba slot be a tree
-value; the tree gets a copy).  Ids in none of the sets (``MISSING``) are only reported at idle,
-when nobody may legitimately hold a slot the probe does not see.
+value; the tree gets a copy).  Ids in none of the sets (``MISSING``) are reported at idle, when
+nobody may legitimately hold a slot the probe does not see, and while busy only when the cheap
+sample's exact count already shows that many slots lost (:func:`busy_lost`): the ids then account
+for exactly the deficit the page reports, so they are as proven as the gap itself.
 
 Both censuses (:mod:`poolwatch.probe.sglang.mamba_census`, :mod:`poolwatch.probe.sglang.kv_census`) produce a
 :class:`PoolCensus`; each finding names at most ``MAX_IDS`` slot ids (the counts are complete).
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
 
-__all__ = ["MAX_IDS", "MAX_RETURN", "Owners", "PoolCensus", "id_census"]
+__all__ = ["MAX_IDS", "MAX_RETURN", "Owners", "PoolCensus", "busy_lost", "id_census"]
 
 MAX_IDS = 64  # slot ids named per finding; the counts are always complete
 MAX_RETURN = 1 << 16  # missing ids kept (unnamed) for the guard to give back at idle
@@ -70,6 +72,14 @@ class PoolCensus:
         if self.free > self.size:
             out.append(Tripwire(TripwireKind.OVER_SIZE, self.pool, self.duplicates, hook, seq))
         return tuple(out)
+
+
+def busy_lost(missing: int, page: int, lost: int | None) -> bool:
+    """Whether ``missing`` ids in no set, found while busy, are the lost ones: they account for
+    exactly the sample's exact deficit ``lost`` (slots; an id is a page of ``page`` slots).  Any
+    other count means something holds slots where the census does not look (a batch in flight):
+    then the ids prove nothing and are dropped."""
+    return lost is not None and missing > 0 and missing * page == lost
 
 
 def _cap(ids: Iterable[int]) -> tuple[int, ...]:

@@ -5,12 +5,18 @@ The identity censuses (:mod:`poolwatch.probe.sglang.mamba_census` for the Mamba 
 the Mamba census once per ``census_interval_s`` and on entering idle (never on a model without a
 Mamba pool); the full-KV census once per ``kv_census_interval_s`` while busy, and on entering idle
 when ``idle_kv_census_gap_s`` have passed since the last; both at once when a sample looks wrong
-(``force``).  The findings become tripwires (:class:`~poolwatch.probe.core.tripwires.TripwireLog`), the
-census detail served at ``/v1/census`` (:func:`~poolwatch.probe.census.report.census_doc`) and, in guard
-mode, the repairs of :class:`~poolwatch.probe.sglang.repair.Repairer`.
+(``force``); and the census of a pool whose cheap sample shows a nonzero exact conservation gap, at
+once, so a leak's or an SWA double free's slot ids reach the page within seconds instead of at the
+next busy census (300 s for full KV).  That trigger runs once per new set of gaps (a standing gap
+costs nothing more) and at most once per :data:`GAP_CENSUS_EVERY_S` (a growing leak); while busy
+the census then names the ids in no set when they account for exactly the sample's deficit
+(:func:`~poolwatch.probe.census.proofs.busy_lost`).  The findings become tripwires
+(:class:`~poolwatch.probe.core.tripwires.TripwireLog`), the census detail served at
+``/v1/census`` (:func:`~poolwatch.probe.census.report.census_doc`) and, in guard mode, the repairs
+of :class:`~poolwatch.probe.sglang.repair.Repairer`.
 
-Cost: nothing when no census is due (a few float comparisons per sample); a census costs what its
-module says, and is timed here for the probe's health (``census_cost``).
+Cost: nothing when no census is due (a few float comparisons and one gap per pool per sample); a
+census costs what its module says, and is timed here for the probe's health (``census_cost``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from poolwatch.model import Phase, Pool, PoolAccount
+from poolwatch.conservation import gap
+from poolwatch.model import Exactness, Phase, Pool, PoolAccount
 from poolwatch.probe.census.proofs import PoolCensus
 from poolwatch.probe.census.report import census_doc
 from poolwatch.probe.core.access import Reading
@@ -33,9 +40,21 @@ from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.snapshot import Sample
 from poolwatch.probe.sglang.tripwires import chunk_tripwires
 
-__all__ = ["Censuses"]
+__all__ = ["GAP_CENSUS_EVERY_S", "Censuses", "exact_gaps"]
 
 Clock = Callable[[], float]
+GAP_CENSUS_EVERY_S = 5.0  # a gap-triggered census runs at most this often (a leak that keeps growing)
+KV_POOLS = frozenset({Pool.FULL, Pool.SWA})  # the pools the full-KV census looks at
+
+
+def exact_gaps(pools: Mapping[Pool, PoolAccount]) -> dict[Pool, int]:
+    """The pools whose exact figures do not balance, with their signed gaps."""
+    out = {}
+    for pool, account in pools.items():
+        g = gap(account) if account.exactness is Exactness.EXACT else None
+        if g:
+            out[pool] = g
+    return out
 
 
 class Censuses:
@@ -63,6 +82,9 @@ class Censuses:
         self.total = 0
         self.mamba_runs = 0  # Mamba censuses taken (guard v2 re-indexes the tree after each)
         self.doc: dict[str, Any] | None = None  # the last census detail (``GET /v1/census``)
+        self.gaps: dict[Pool, int] = {}  # the gaps the last gap-triggered census was taken for
+        self.last_gap = -float("inf")
+        self.gap_runs = 0  # gap-triggered censuses taken
 
     def maybe(
         self, sample: Sample, reading: Reading, hook: str, seq: int, *, force: bool
@@ -76,23 +98,57 @@ class Censuses:
         kv_due = force or ((entering_idle or not idle) and now - self.last_kv >= kv_gap)
         self.has_mamba = Pool.MAMBA in sample.pools  # a model without one has nothing to census
         mamba_due = mamba_due and self.has_mamba
+        gaps = exact_gaps(sample.pools)
+        gapped = self.gapped(gaps, now)
+        mamba_due = mamba_due or Pool.MAMBA in gapped
+        kv_due = kv_due or bool(gapped & KV_POOLS)
         if mamba_due or kv_due:
-            return self.run(sample, reading, hook, seq, mamba=mamba_due, kv=kv_due, idle=idle)
+            lost = {} if idle else {p: g for p, g in gaps.items() if g > 0}
+            return self.run(sample, reading, hook, seq, mamba=mamba_due, kv=kv_due, idle=idle, lost=lost)
         return []
 
+    def gapped(self, gaps: Mapping[Pool, int], now: float) -> frozenset[Pool]:
+        """The pools to census now because their gap is new (none while rate-limited: the gap is
+        looked at again at the next sample)."""
+        if not gaps:
+            self.gaps = {}  # balanced again: the next gap is new
+            return frozenset()
+        if gaps == self.gaps or now - self.last_gap < GAP_CENSUS_EVERY_S:
+            return frozenset()
+        changed = frozenset(p for p, g in gaps.items() if self.gaps.get(p) != g)
+        self.gaps, self.last_gap = dict(gaps), now
+        self.gap_runs += bool(changed)
+        return changed
+
     def run(
-        self, sample: Sample, reading: Reading, hook: str, seq: int, *, mamba: bool, kv: bool, idle: bool
+        self,
+        sample: Sample,
+        reading: Reading,
+        hook: str,
+        seq: int,
+        *,
+        mamba: bool,
+        kv: bool,
+        idle: bool,
+        lost: Mapping[Pool, int] | None = None,
     ) -> list[PoolCensus]:
+        """The censuses asked for; ``lost``: the sample's exact deficits while busy (the censuses
+        then name the lost ids when they account for exactly that deficit)."""
+        lost = lost or {}
         started = time.perf_counter()
         found: list[PoolCensus] = []
         if mamba:
             self.last_mamba = self.clock()
             self.mamba_runs += 1
-            result = mamba_census(self.scheduler, self.shape, reading, sample.live, idle=idle)
+            result = mamba_census(
+                self.scheduler, self.shape, reading, sample.live, idle=idle, lost=lost.get(Pool.MAMBA)
+            )
             found += [result] if result is not None else []
         if kv:
             self.last_kv = self.clock()
-            result = kv_census(self.scheduler, self.shape, reading, sample.live, idle=idle)
+            result = kv_census(
+                self.scheduler, self.shape, reading, sample.live, idle=idle, lost=lost.get(Pool.FULL)
+            )
             found += [result] if result is not None else []
         for pool_census in found:
             self.tripwires.add(pool_census.tripwires(hook, seq))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.model import Pool
-from poolwatch.probe.census.proofs import MAX_IDS, MAX_RETURN, PoolCensus
+from poolwatch.probe.census.proofs import MAX_IDS, MAX_RETURN, PoolCensus, busy_lost
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import full_private_range
 from poolwatch.probe.sglang.mamba_census import tree_values
@@ -96,9 +96,13 @@ def _to_pages(tokens: list[Any], page: int, device: Any) -> Any:
     return torch.unique(flat // page) if page > 1 else flat
 
 
-def kv_census(sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool) -> PoolCensus | None:
+def kv_census(
+    sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool, lost: int | None = None
+) -> PoolCensus | None:
     """The full pool's census (the SWA free list's, on a hybrid SWA model), or ``None`` for an
-    allocator it does not know (unified)."""
+    allocator it does not know (unified).  ``lost``: the sample's exact deficit (slots) while busy;
+    the pages in no set are then named when they account for exactly that deficit (see
+    :func:`~poolwatch.probe.census.proofs.busy_lost`)."""
     alloc = reading.attr(sched, "token_to_kv_pool_allocator")
     if alloc is MISSING:
         return None
@@ -107,7 +111,9 @@ def kv_census(sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle
         return reading.guard("census.swa", lambda: _swa_census(swa), None)
     if hasattr(alloc, "full_attn_allocator") or not hasattr(alloc, "free_pages"):
         return None
-    return reading.guard("census.full", lambda: _census(sched, alloc, shape, live, idle=idle), None)
+    return reading.guard(
+        "census.full", lambda: _census(sched, alloc, shape, live, idle=idle, lost=lost), None
+    )
 
 
 def _swa_census(alloc: Any) -> PoolCensus:
@@ -134,7 +140,9 @@ def _swa_census(alloc: Any) -> PoolCensus:
     )
 
 
-def _census(sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool) -> PoolCensus:
+def _census(
+    sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool, lost: int | None
+) -> PoolCensus:
     import torch
 
     page = int(getattr(alloc, "page_size", 1) or 1)
@@ -148,10 +156,12 @@ def _census(sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool) 
     on_free = counts > 0
     tree_marks, live_marks = _mark(tree, n, device), _mark(held, n, device)
     missing = None
-    if idle:
-        lost = ~(on_free | tree_marks | live_marks)
-        lost[:first] = False
-        missing = torch.nonzero(lost).reshape(-1)
+    if idle or lost:
+        unseen = ~(on_free | tree_marks | live_marks)
+        unseen[:first] = False
+        missing = torch.nonzero(unseen).reshape(-1)
+        if not idle and not busy_lost(int(missing.numel()), page, lost):
+            missing = None  # in flight somewhere the census does not look: no proof
     return PoolCensus(
         pool=Pool.FULL,
         size=count,

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import itertools
 import operator
+from dataclasses import replace
 from typing import Any
 
 from poolwatch.model import Pool
-from poolwatch.probe.census.proofs import Owners, PoolCensus, id_census
+from poolwatch.probe.census.proofs import Owners, PoolCensus, busy_lost, id_census
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
 from poolwatch.probe.sglang.readers import checkpoint_pool
@@ -141,9 +142,11 @@ def _free_and_tree(free: Any, tree: list[Any]) -> tuple[list[int], list[int]]:
 
 
 def mamba_census(
-    sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool
+    sched: Any, shape: Shape, reading: Reading, live: LiveSet, *, idle: bool, lost: int | None = None
 ) -> PoolCensus | None:
-    """The Mamba census, or ``None`` when this rank has no Mamba pool or it cannot be read."""
+    """The Mamba census, or ``None`` when this rank has no Mamba pool or it cannot be read.
+    ``lost``: the sample's exact deficit while busy (the slots in no set are then named when they
+    account for exactly that deficit, :func:`~poolwatch.probe.census.proofs.busy_lost`)."""
     free = mamba_free_list(sched, shape, reading)
     size = reading.int_of(reading.attr(sched, "req_to_token_pool.mamba_pool.size"), "mamba.size")
     if free is MISSING or size is None:
@@ -165,4 +168,9 @@ def mamba_census(
         return None
     free_ids, tree = sets
     first = shape.mamba_first_id
-    return id_census(Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle, owners=queue)
+    census = id_census(
+        Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle or bool(lost), owners=queue
+    )
+    if idle or census.missing_count is None or busy_lost(census.missing_count, 1, lost):
+        return census
+    return replace(census, missing=None, missing_count=None, missing_ids=())

@@ -177,7 +177,9 @@ class PoolAccount:
 
 @dataclass(frozen=True, slots=True)
 class Tripwire:
-    """A proven identity fault: these slot ids are where they must not be."""
+    """A proven identity fault: these slot ids are where they must not be.  With ``page_size > 1``
+    the ids are *page* ids of a paged free list, each standing for ``page_size`` slots (the unit
+    of the pool's gap), as on :class:`Repair`."""
 
     kind: TripwireKind
     pool: Pool
@@ -185,6 +187,7 @@ class Tripwire:
     first_seen_hook: str  # the scheduler method after which it was first seen
     seq: int  # scheduler iteration of the first sighting
     requests: tuple[str, ...] = ()  # the live requests involved (``live_shared``: both), when known
+    page_size: int = 1
 
 
 @dataclass(frozen=True, slots=True)

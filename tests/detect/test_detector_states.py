@@ -8,6 +8,7 @@ import pytest
 from tests.detect.streams import WORKER, RankStream, coarse, exact
 from tests.helpers import FakeClock
 
+from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.alert import Alert, AlertState, _labels
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
@@ -139,6 +140,20 @@ def test_a_tripwire_alone_fires_at_once_and_a_missing_slot_is_a_leak(clock: Fake
         ("PoolwatchDoubleFree", "full", AlertState.FIRING),
         ("PoolwatchSlotLeak", "mamba", AlertState.FIRING),
     }
+
+
+def test_a_paged_tripwire_says_its_ids_are_pages_and_round_trips(clock: FakeClock) -> None:
+    detector = Detector(CFG, clock)
+    stream = RankStream(clock)
+    dup = Tripwire(TripwireKind.FREE_DUPLICATE, Pool.SWA, (1808,), "cache_finished_req", 7, page_size=16)
+    snap = stream.next(tripwires=(dup,))
+    assert parse_snapshot(dump_snapshot(snap)).tripwires == (dup,)
+    assert (
+        "page_size" not in dump_snapshot(stream.next(tripwires=(replace(dup, page_size=1),)))["tripwires"][0]
+    )
+    detector.observe(snap)
+    [alert] = [a for a in detector.evaluate() if a.name == "PoolwatchDoubleFree"]
+    assert "Tripwire free_duplicate: 1 page of 16 slots [1808]" in alert.annotations["description"]
 
 
 def test_coarse_figures_prove_a_surplus_at_once_and_an_idle_residual_only_after_the_hold(

@@ -196,3 +196,4 @@ def test_an_swa_double_free_is_named_while_busy_within_seconds_of_the_fault(work
     )
     found = named_while_busy(config, "swa-page-overcount", Pool.SWA, workdir, horizon=5.0)
     assert TripwireKind.FREE_DUPLICATE in {t.kind for t in found}
+    assert {t.page_size for t in found} == {16}  # page ids, each 16 slots of the gap

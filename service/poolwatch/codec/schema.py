@@ -138,6 +138,7 @@ def _tripwire(raw: object, where: str) -> Tripwire:
         first_seen_hook=_str(d.get("first_seen_hook", ""), f"{where}.first_seen_hook"),
         seq=_int(d.get("seq", 0), f"{where}.seq"),
         requests=_list(d.get("requests", []), f"{where}.requests", _str),
+        page_size=max(1, _int(d.get("page_size", 1), f"{where}.page_size")),
     )
 
 

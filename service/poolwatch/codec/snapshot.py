@@ -57,6 +57,8 @@ def _dump_account(a: PoolAccount) -> dict[str, Any]:
 def _dump_tripwire(t: Tripwire) -> dict[str, Any]:
     out = {**asdict(t), "kind": t.kind.value, "pool": t.pool.value, "slots": list(t.slots)}
     out["requests"] = list(t.requests)
+    if t.page_size == 1:
+        del out["page_size"]  # slot ids: the form every earlier sidecar reads
     return out
 
 

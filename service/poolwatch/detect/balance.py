@@ -109,8 +109,13 @@ def _finding_sentence(f: Finding, snap: Snapshot) -> str:
 def _tripwire_sentence(t: Tripwire) -> str:
     shown = ", ".join(str(s) for s in t.slots[:16]) + (" ..." if len(t.slots) > 16 else "")
     requests = f", requests [{', '.join(t.requests[:8])}{' ...' if len(t.requests) > 8 else ''}]"
+    ids = (
+        _plural(len(t.slots))
+        if t.page_size <= 1
+        else f"{_plural(len(t.slots), 'page')} of {t.page_size} slots"
+    )
     return (
-        f"Tripwire {t.kind.value}: {_plural(len(t.slots))} [{shown}] first seen after "
+        f"Tripwire {t.kind.value}: {ids} [{shown}] first seen after "
         f"{t.first_seen_hook} at iteration {t.seq}{requests if t.requests else ''}."
     )
 

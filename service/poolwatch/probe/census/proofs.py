@@ -52,6 +52,7 @@ class PoolCensus:
     live_and_tree: tuple[int, ...] = ()  # held by a live request and owned by a tree node
     owners: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # flagged slot -> request ids
     missing_ids: tuple[int, ...] = ()  # every missing id (up to MAX_RETURN), for the guard only
+    page_size: int = 1  # > 1: the ids are pages of this many slots (a paged free list)
 
     def requests_of(self, slots: Iterable[int]) -> tuple[str, ...]:
         """The live requests holding any of ``slots`` (in slot order, each once)."""
@@ -66,11 +67,14 @@ class PoolCensus:
             (TripwireKind.MISSING, self.missing or ()),
             (TripwireKind.LIVE_AND_TREE, self.live_and_tree),
         ]
-        out = [Tripwire(k, self.pool, ids, hook, seq, self.requests_of(ids)) for k, ids in found if ids]
+        page = self.page_size
+        out = [Tripwire(k, self.pool, ids, hook, seq, self.requests_of(ids), page) for k, ids in found if ids]
         for slot in self.live_shared:  # one finding per shared slot, naming every holder
-            out.append(Tripwire(TripwireKind.LIVE_SHARED, self.pool, (slot,), hook, seq, self.owners[slot]))
+            out.append(
+                Tripwire(TripwireKind.LIVE_SHARED, self.pool, (slot,), hook, seq, self.owners[slot], page)
+            )
         if self.free > self.size:
-            out.append(Tripwire(TripwireKind.OVER_SIZE, self.pool, self.duplicates, hook, seq))
+            out.append(Tripwire(TripwireKind.OVER_SIZE, self.pool, self.duplicates, hook, seq, (), page))
         return tuple(out)
 
 

@@ -137,6 +137,7 @@ def _swa_census(alloc: Any) -> PoolCensus:
         free_and_tree=(),
         out_of_range=_host(torch.unique(free[~in_range])),
         missing=None,
+        page_size=page,
     )
 
 
@@ -176,4 +177,5 @@ def _census(
         missing=None if missing is None else _host(missing),
         missing_count=None if missing is None else int(missing.numel()),
         missing_ids=() if missing is None else _host(missing, MAX_RETURN),
+        page_size=page,
     )

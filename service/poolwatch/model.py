@@ -73,7 +73,8 @@ class Pool(enum.StrEnum):
     (``--enable-int8-mamba-checkpoint``, 0.5.23+; then the tree owns no active ``mamba`` slot);
     ``host``: HiCache's host-memory KV slots (``--enable-hierarchical-cache``): ``evictable`` /
     ``protected`` are the tree's host copies without / with a host lock, ``held`` the slots in
-    flight in the cache controller's operations (:mod:`poolwatch.probe.sglang.host_census`).
+    flight in the cache controller's operations (:mod:`poolwatch.probe.sglang.host_census`; on
+    0.5.23 the ``kv`` host pool only, size and available only).
     """
 
     FULL = "full"

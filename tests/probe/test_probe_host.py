@@ -3,6 +3,7 @@ emulator's HiCache worker and on SGLang-shaped trees (free + tree host values + 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator
 from dataclasses import replace
 from types import SimpleNamespace
@@ -163,9 +164,47 @@ def test_a_tree_without_a_host_pool_reports_none() -> None:
     assert host_account(SimpleNamespace(tree_cache=SimpleNamespace(root_node=node([]))), Reading()) is None
 
 
-def test_the_unified_tree_of_0_5_23_is_not_read() -> None:
+def test_a_unified_tree_of_0_5_23_without_a_host_pool_group_has_no_host_pool() -> None:
     sched = hicache(12, 16, node([], (node(torch.arange(4)),)), host_pool_group=None)
     assert host_account(sched, Reading()) is None
+
+
+class Named(enum.StrEnum):
+    """Like 0.5.23's ``PoolName``: a ``str`` enum, hashed by its member name, so ``"kv"`` is no key."""
+
+    KV = "kv"
+    MAMBA = "mamba"
+
+
+def unified(kv: Any, **pools: Any) -> SimpleNamespace:
+    entries = {Named.MAMBA: SimpleNamespace(host_pool=HostKVCache(8, 1))}
+    if kv is not None:
+        entries[Named.KV] = SimpleNamespace(host_pool=kv)
+    group = SimpleNamespace(entry_map=entries, **pools)
+    return SimpleNamespace(tree_cache=SimpleNamespace(host_pool_group=group))
+
+
+def test_0_5_23s_kv_host_pool_is_the_host_pool_read_coarsely() -> None:
+    kv = HostKVCache(16, 1)
+    kv.free_slots = torch.arange(5, dtype=torch.int64)
+    account = host_account(unified(kv), Reading())
+    assert account is not None
+    assert (account.pool, account.size, account.available) == (Pool.HOST, 16, 5)
+    assert (account.evictable, account.protected, account.held) == (None, None, None)
+    assert account.unreadable == ("evictable", "protected", "held")
+    assert account.exactness is Exactness.COARSE
+    assert gap(account) is None
+
+
+def test_0_5_23s_host_size_is_the_logical_size_the_tree_indexes() -> None:
+    kv = SimpleNamespace(size=16, logical_size=32, available_size=lambda: 30)
+    account = host_account(unified(kv), Reading())
+    assert account is not None
+    assert (account.size, account.available) == (32, 30)
+
+
+def test_a_0_5_23_group_without_a_kv_host_pool_has_no_host_pool() -> None:
+    assert host_account(unified(None), Reading()) is None
 
 
 class Ticks:

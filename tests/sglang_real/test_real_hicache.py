@@ -42,3 +42,25 @@ def test_the_host_account_balances_and_names_a_host_leak_and_double_free_on_real
     assert [r for r in results if not r["ok"]] == []
     assert len(results) == CHECKS[version], out.stderr[-3000:]
     assert out.returncode == 0
+
+
+@pytest.mark.sglang
+def test_0_5_23s_kv_host_pool_is_read_coarsely_on_its_real_classes() -> None:
+    venv = venv_for("0.5.23")
+    if not (venv / ".complete").exists():
+        pytest.skip(f"no SGLang 0.5.23 venv at {venv}: run scripts/sglang_venv.py 0.5.23")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "service"), "PYTHONWARNINGS": "ignore"}
+    script = ROOT / "tests" / "sglang_real" / "check_hicache_0523.py"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [r for r in results if not r["ok"]] == []
+    assert len(results) == 5, out.stderr[-3000:]
+    assert out.returncode == 0

@@ -30,9 +30,14 @@ What is in flight, release by release (read in 0.5.4.post1 and 0.5.9's ``hiradix
   inferred from them either (host locks and prefetches outlive SGLang's idle moments on releases
   before 0.5.12).
 
-0.5.23 replaced ``HiRadixCache`` with ``UnifiedRadixCache`` (per-component host pools behind a
-``HybridCacheController``, optionally a Rust tree core); it is not read, and a rank that has it
-reports no ``host`` pool (``docs/probe.md``, "HiCache host pool").
+0.5.23 replaced ``HiRadixCache`` with ``UnifiedRadixCache``: one host pool per component (KV,
+Mamba, SWA, indexer, ...) behind ``tree_cache.host_pool_group`` (``HostPoolGroup.entry_map``, keyed
+by ``PoolName``), the tree's host copies per component, optionally in a Rust tree core.  There
+``host`` is the group's ``kv`` entry only (the KV slots, as on older releases), read coarsely: its
+``logical_size`` (the slots the tree indexes; ``size`` is physical when decode context parallelism
+shares a row) and ``available_size()`` (free list plus the lazily merged ``release_slots``), with
+the cached and in-flight terms ``None``.  The other components' host pools are not exported
+(``docs/probe.md``, "HiCache host pool").
 
 Cost: ``len()`` of the free list plus one walk of the tree (one attribute read per node, no
 tensor contents, no GPU synchronisation: host indices live in host memory), one tree level at a
@@ -56,7 +61,15 @@ from typing import Any
 from poolwatch.model import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.access import MISSING, Reading
 
-__all__ = ["HostReader", "HostTree", "host_account", "host_pool_of", "walk_host_values"]
+__all__ = [
+    "HostReader",
+    "HostTree",
+    "host_account",
+    "host_pool_of",
+    "unified_host_account",
+    "unified_kv_host_pool_of",
+    "walk_host_values",
+]
 
 
 _HOST = operator.attrgetter("host_value")
@@ -86,11 +99,50 @@ def host_pool_of(sched: Any, reading: Reading) -> Any:
     if tree is MISSING or tree is None:
         return None
     if reading.attr(tree, "host_pool_group", optional=True) is not MISSING:
-        return None  # 0.5.23's UnifiedRadixCache (``full_kv_pool_host``, per-component host pools)
+        return None  # 0.5.23's UnifiedRadixCache: :func:`unified_kv_host_pool_of`
     host = reading.attr(tree, "token_to_kv_pool_host", optional=True)
     if host is MISSING or host is None or reading.attr(tree, "root_node", optional=True) is MISSING:
         return None
     return host
+
+
+def unified_kv_host_pool_of(sched: Any, reading: Reading) -> Any:
+    """0.5.23's KV host pool (``tree_cache.host_pool_group``'s ``kv`` entry), or ``None``."""
+    tree = reading.attr(sched, "tree_cache", optional=True)
+    if tree is MISSING or tree is None:
+        return None
+    group = reading.attr(tree, "host_pool_group", optional=True)
+    entries = None if group is MISSING or group is None else reading.attr(group, "entry_map", optional=True)
+    if not isinstance(entries, dict):
+        return None
+    for name, entry in entries.items():
+        # ``PoolName`` is a ``str`` enum whose hash is its member name's: match by value, not by key
+        if getattr(name, "value", name) == "kv":
+            pool = reading.attr(entry, "host_pool", optional=True)
+            return None if pool is MISSING else pool
+    return None
+
+
+def unified_host_account(sched: Any, reading: Reading) -> PoolAccount | None:
+    """The coarse ``host`` account of 0.5.23's KV host pool, or ``None`` when there is none."""
+    host = unified_kv_host_pool_of(sched, reading)
+    if host is None:
+        return None
+    logical = reading.attr(host, "logical_size", optional=True)
+    size = reading.int_of(reading.attr(host, "size") if logical is MISSING else logical, "host.size")
+    available = reading.int_of(reading.call(host, "available_size"), "host.available")
+    unreadable = [name for name, value in (("size", size), ("available", available)) if value is None]
+    return PoolAccount(
+        pool=Pool.HOST,
+        size=size,
+        available=available,
+        evictable=None,
+        protected=None,
+        held=None,
+        session_held=0,
+        exactness=Exactness.COARSE,
+        unreadable=(*unreadable, "evictable", "protected", "held"),
+    )
 
 
 def _sizes(hosts: list[Any]) -> list[int]:
@@ -134,7 +186,7 @@ def host_account(sched: Any, reading: Reading) -> PoolAccount | None:
     """The ``host`` pool's account, or ``None`` when ``sched`` has no HiCache host pool."""
     host = host_pool_of(sched, reading)
     if host is None:
-        return None
+        return unified_host_account(sched, reading)
     tree = sched.tree_cache
     unreadable: list[str] = []
     size = reading.int_of(reading.attr(host, "size"), "host.size")

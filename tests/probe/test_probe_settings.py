@@ -36,6 +36,7 @@ def test_every_variable_is_read() -> None:
             "POOLWATCH_PROBE_KV_CENSUS_INTERVAL": "60",
             "POOLWATCH_PROBE_CHUNK_TRIPWIRE": "false",
             "POOLWATCH_PROBE_MAX_ERRORS": "3",
+            "POOLWATCH_PROBE_LAST_WORD_WAIT": "1",
             "POOLWATCH_SGLANG_VERSION": "0.5.9",
             "POOLWATCH_WORKER": "pod-1",
         }
@@ -50,6 +51,7 @@ def test_every_variable_is_read() -> None:
         serve=False,
         disabled=True,
         max_consecutive_errors=3,
+        last_word_wait_s=1.0,
         sglang_version="0.5.9",
         worker="pod-1",
     )

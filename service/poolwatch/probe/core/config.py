@@ -14,6 +14,8 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_CHUNK_TRIPWIRE``     1          ``0``: skip the check after each prefill chunk
 ``POOLWATCH_PROBE_MAX_ERRORS``         10         consecutive failed samples before giving up
 ``POOLWATCH_PROBE_GUARD``              0          ``1``: repair free lists on exact proof (sglang/repair.py)
+``POOLWATCH_PROBE_LAST_WORD_WAIT``     0.3        seconds a rank whose idle check will raise waits for the
+                                                  sidecar to collect its final snapshot (0 = off, 0 to 5)
 ``POOLWATCH_SGLANG_VERSION``           installed  read the scheduler as this release
 ``POOLWATCH_WORKER``                   hostname   the worker name (else ``POD_NAME``, else the host name)
 =====================================  =========  ==============================================
@@ -40,6 +42,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 SAMPLE_RANGE = (0.01, 60.0)  # seconds: below, the probe costs the scheduler; above, it never watches
 CENSUS_RANGE = (1.0, 86_400.0)
+LAST_WORD_RANGE = (0.0, 5.0)  # seconds: a crash already certain is delayed at most this (core/last_word.py)
 
 
 class ProbeConfigError(ValueError):
@@ -54,6 +57,7 @@ class ProbeConfig:
     idle_kv_census_gap_s: float = 30.0  # at idle the KV census runs at most this often
     chunk_tripwire: bool = True
     guard: bool = False  # opt-in: repair free lists on exact proof; off while any kill switch is on
+    last_word_wait_s: float = 0.3  # 0: a doomed rank never waits for its sidecar (core/last_word.py)
     directory: str = field(default_factory=lambda: default_directory({}))
     port_base: int | None = None
     serve: bool = True
@@ -71,6 +75,7 @@ class ProbeConfig:
             kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0, CENSUS_RANGE),
             chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),
             guard=_flag(environ, "POOLWATCH_PROBE_GUARD", False),
+            last_word_wait_s=_seconds(environ, "POOLWATCH_PROBE_LAST_WORD_WAIT", 0.3, LAST_WORD_RANGE),
             directory=environ.get("POOLWATCH_PROBE_DIR") or default_directory(environ),
             port_base=_port(environ, "POOLWATCH_PROBE_PORT_BASE"),
             serve=_flag(environ, "POOLWATCH_PROBE_SERVE", True),

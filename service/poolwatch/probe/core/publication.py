@@ -13,6 +13,8 @@ Interface for other probe code (e.g. a tripwire that must reach the sidecar at o
     publication.publish(snapshot)                 # scheduler thread; never raises, never blocks long
     publication.wait_changed(seen_signature, t)   # HTTP thread: Snapshot | None after <= t seconds
     publication.latest                            # lock-free read of the current reference
+    publication.served(snapshot)                  # HTTP thread: a client was handed this snapshot
+    publication.wait_served(seq, t)               # scheduler thread: True once seq >= ``seq`` was served
     publication.close()                           # wake and release every waiter (server stop)
 
 Time is injected (``clock``, and ``wait``: how a waiter blocks on the held condition), so tests
@@ -49,6 +51,8 @@ class Publication:
         self._closed = False
         self._waiting = 0
         self._signed: tuple[int, str] = (-1, "")  # (version, signature): computed once per publish
+        self._served_seq = -1  # the highest seq a client was handed (the last word's "collected")
+        self._served_at = -float("inf")  # clock() of the last hand-over
 
     @property
     def latest(self) -> Snapshot | None:
@@ -70,6 +74,31 @@ class Publication:
             self._snapshot = snapshot
             self._version += 1
             self._cond.notify_all()
+
+    def served(self, snapshot: Snapshot) -> None:
+        """A client was handed ``snapshot`` (HTTP thread, just before the send): wakes a scheduler
+        thread waiting in :meth:`wait_served`."""
+        with self._cond:
+            self._served_seq = max(self._served_seq, snapshot.seq)
+            self._served_at = self._clock()
+            self._cond.notify_all()
+
+    def attended(self, within: float) -> bool:
+        """Whether someone collects: a long-poll is blocked now, or a snapshot was handed over in
+        the last ``within`` seconds (a sidecar that polls; a dead one stops counting)."""
+        return self._waiting > 0 or self._clock() - self._served_at <= within
+
+    def wait_served(self, seq: int, timeout: float) -> bool:
+        """Block until a client was handed a snapshot of ``seq`` or later (True), at most ``timeout``
+        seconds (False), or the publication closes (False)."""
+        deadline = self._clock() + max(0.0, timeout)
+        with self._cond:
+            while self._served_seq < seq:
+                remaining = deadline - self._clock()
+                if remaining <= 0 or self._closed:
+                    return False
+                self._wait(self._cond, remaining)
+            return True
 
     def close(self) -> None:
         """Wake every waiter for good: they answer with what they have (server shutdown)."""

@@ -26,6 +26,7 @@ from poolwatch.model import Pool, ProbeHealth, RepairKind, Snapshot, WorkerId
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.cadence import Cadence, Clock
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.sglang.census_schedule import Censuses
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot
 from poolwatch.probe.sglang.identity import sglang_version, worker_identity
@@ -68,6 +69,7 @@ class Probe(Cadence):
         self._idle_seq = -1  # the iteration of the last idle hook
         self._suspicion = Suspicion()
         self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
+        self.last_word: Outcome | None = None  # how the wait for the sidecar ended (None: no final yet)
 
     # -- entry points (scheduler thread) -------------------------------------------------------
 
@@ -205,6 +207,13 @@ class Probe(Cadence):
             except OSError as exc:
                 self.guard.note("final", f"{type(exc).__name__}: {exc}")
         self.latest = snap
+        if final:  # the rank dies next anyway: let the sidecar collect it first (bounded)
+            self.last_word = self._await_collection(snap.seq)
+
+    def _await_collection(self, seq: int) -> Outcome:
+        """Wait until the sidecar was handed snapshot ``seq`` (``core.last_word``); none when serving off."""
+        serving = self.config.serve and self.publisher is not None
+        return await_collection(self.publication if serving else None, seq, self.config.last_word_wait_s)
 
     def _health(self) -> ProbeHealth:
         return self.guard.health(

@@ -1,0 +1,64 @@
+"""The last word waits, bounded: hold a rank that is about to die until its sidecar has the proof.
+
+When SGLang's strict idle check is certain to raise (:func:`~poolwatch.probe.sglang.final.check_fails`),
+the probe writes and publishes its final snapshot; the check then runs a few microseconds later and
+the process is gone.  The page leaves from the sidecar (long-poll -> Alertmanager -> receiver), and
+at light load the crash sometimes beat it (issue 23).  So the scheduler thread -- idle, its rank
+about to die anyway -- waits until the endpoint has *handed* that snapshot (or a later one) to a
+client (:meth:`~poolwatch.probe.core.publication.Publication.served`: the explicit signal the
+sidecar's long-poll produces), then a short grace for the sidecar's Alertmanager post, never more
+than the bound (``POOLWATCH_PROBE_LAST_WORD_WAIT``).  No one collecting (nothing served and no
+long-poll for :data:`ATTENDED_S`), a bound of 0, or an endpoint that serves nothing: no wait at all.
+Cost: a crash that is already certain comes at most the bound later; a healthy rank never waits.
+Never raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from enum import Enum
+from typing import Protocol
+
+__all__ = ["ATTENDED_S", "GRACE_S", "Collected", "Outcome", "await_collection"]
+
+ATTENDED_S = 30.0  # a collector seen this recently (or blocked in a long-poll now) counts as attached
+GRACE_S = 0.05  # after the hand-over: the sidecar's POST to Alertmanager (median page path ~20 ms)
+
+
+class Outcome(Enum):
+    OFF = "off"  # bound 0 or nothing served: no wait
+    UNATTENDED = "unattended"  # no one collects: no wait
+    COLLECTED = "collected"  # handed over (then the grace)
+    TIMED_OUT = "timed_out"  # the bound passed first
+
+
+class Collected(Protocol):
+    """What :func:`await_collection` needs of the publication."""
+
+    def attended(self, within: float) -> bool: ...
+
+    def wait_served(self, seq: int, timeout: float) -> bool: ...
+
+
+def await_collection(
+    publication: Collected | None,
+    seq: int,
+    bound: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] = time.sleep,
+) -> Outcome:
+    """Wait (scheduler thread) until a client was handed the snapshot ``seq``, plus
+    :data:`GRACE_S`, all within ``bound`` seconds.  ``publication`` None: the probe serves nothing."""
+    if publication is None or bound <= 0:
+        return Outcome.OFF
+    if not publication.attended(ATTENDED_S):
+        return Outcome.UNATTENDED
+    started = clock()
+    if not publication.wait_served(seq, bound):
+        return Outcome.TIMED_OUT
+    left = bound - (clock() - started)
+    if left > 0:
+        sleep(min(GRACE_S, left))
+    return Outcome.COLLECTED

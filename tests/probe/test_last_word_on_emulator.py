@@ -1,0 +1,131 @@
+"""The last word waits on the emulator (issue 23): the seed double free on 0.5.4.post1's PD prefill
+rank, the probe serving on loopback.  With a collector long-polling the endpoint (as the sidecar
+does) the doomed rank holds until the final snapshot was handed over; with no one collecting, or
+serving off, it does not wait; the healthy decode rank never waits; SGLang's own error still
+crashes the rank."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from poolwatch.codec.snapshot import parse_snapshot
+from poolwatch.conservation import signature
+from poolwatch.discovery.files import ensure_secret
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.last_word import Outcome
+from poolwatch.probe.sglang.hooks import install, probe_of, uninstall
+from poolwatch.probe.sglang.scheduler_probe import Probe
+from poolwatch_emulator.build import ModelShape
+from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.faults import parse_fault
+from poolwatch_emulator.scheduler import Scheduler
+from poolwatch_emulator.workload import WorkloadConfig
+
+pytestmark = pytest.mark.slow
+
+SHAPE = ModelShape(full_kv_tokens=8192, mamba_slots=96, max_running_requests=16, context_len=2048)
+
+
+@pytest.fixture
+def probed() -> Iterator[None]:
+    yield
+    uninstall(Scheduler)
+
+
+def seeded_cluster(directory: Path, *, serve: bool) -> Cluster:
+    sizes = {"prompt_median": 300, "output_median": 12, "prefix_median": 120}
+    workload = WorkloadConfig(rate=12.0, burst_s=2.0, gap_s=3.0, transfer_latency_s=0.001, **sizes)
+    config = ClusterConfig(
+        version="0.5.4.post1",
+        shape=SHAPE,
+        workload=workload,
+        chunked_prefill_size=128,
+        faults=(parse_fault("pd-chunked-mamba-double-free@2s"),),
+    )
+    probe = replace(
+        ProbeConfig.from_env({}), serve=serve, directory=str(directory), sglang_version="0.5.4.post1"
+    )
+    uninstall(Scheduler)
+    install(Scheduler, probe)
+    return Cluster(config)
+
+
+def rank_probe(cluster: Cluster, role: str) -> Probe:
+    probe = probe_of(cluster.by_role(role)[0].ranks[0])
+    assert probe is not None
+    return probe
+
+
+class Collector:
+    """The sidecar's long-poll, in a thread: GET /v1/snapshot?wait=...&sig=<last seen>, with the secret."""
+
+    def __init__(self, probe: Probe, secret: str) -> None:
+        self.url = f"{probe.publisher.server.url}/v1/snapshot"
+        self.headers = {"Authorization": f"Bearer {secret}"}
+        self.seqs: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        sig = ""
+        with httpx.Client(timeout=5.0) as client:
+            for _ in range(10_000):
+                if self.stop.is_set():
+                    return
+                try:
+                    r = client.get(self.url, params={"wait": "0.5", "sig": sig}, headers=self.headers)
+                except httpx.HTTPError:
+                    return  # the rank is gone
+                if r.status_code == 200:
+                    snap = parse_snapshot(r.json())
+                    self.seqs.append(snap.seq)
+                    sig = signature(snap)
+
+
+def crash(cluster: Cluster) -> None:
+    for _ in range(4000):
+        cluster.step()
+        if cluster.crashed:
+            return
+    pytest.fail("the seeded rank never crashed")
+
+
+@pytest.mark.usefixtures("probed")
+def test_the_doomed_rank_waits_until_the_collector_was_handed_its_final_snapshot(tmp_path: Path) -> None:
+    cluster = seeded_cluster(tmp_path, serve=True)
+    prefill = rank_probe(cluster, "prefill")
+    collector = Collector(prefill, ensure_secret(str(tmp_path)))
+    collector.thread.start()
+    try:
+        crash(cluster)
+    finally:
+        collector.stop.set()
+        collector.thread.join(timeout=10)
+    (worker,) = cluster.crashed
+    assert "memory leak detected" in worker.crash_message  # SGLang's own error, untouched
+    assert prefill.last_word is Outcome.COLLECTED
+    final = prefill.latest
+    assert final is not None
+    assert final.final
+    assert max(collector.seqs) >= final.seq  # the collector really got the last word
+    assert rank_probe(cluster, "decode").last_word is None  # a healthy rank never waits
+
+
+@pytest.mark.usefixtures("probed")
+def test_no_wait_when_no_one_collects(tmp_path: Path) -> None:
+    cluster = seeded_cluster(tmp_path, serve=True)
+    crash(cluster)
+    assert rank_probe(cluster, "prefill").last_word is Outcome.UNATTENDED
+
+
+@pytest.mark.usefixtures("probed")
+def test_no_wait_when_the_probe_serves_nothing(tmp_path: Path) -> None:
+    cluster = seeded_cluster(tmp_path, serve=False)
+    crash(cluster)
+    assert rank_probe(cluster, "prefill").last_word is Outcome.OFF

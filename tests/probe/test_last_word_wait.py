@@ -1,0 +1,153 @@
+"""The last word waits, bounded (issue 23): a rank whose strict idle check is about to raise holds
+until the sidecar was handed its final snapshot (plus a grace for the Alertmanager post), never
+longer than ``POOLWATCH_PROBE_LAST_WORD_WAIT``, and never when no one collects.  Fake clock only."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from tests.helpers import FakeClock
+
+from poolwatch.model import Snapshot
+from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
+from poolwatch.probe.core.last_word import ATTENDED_S, GRACE_S, Outcome, await_collection
+from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.endpoint.routes import Context, Request, answer
+
+
+class FakeWait:
+    """Stands in for ``Condition.wait``: the fake clock passes (at most ``step`` per call) and
+    ``during`` runs with the condition released, as another thread would run during a real wait."""
+
+    def __init__(self, clock: FakeClock, step: float, during: Callable[[], None] | None = None) -> None:
+        self.clock, self.step, self.during = clock, step, during
+        self.calls: list[float] = []
+
+    def __call__(self, cond: threading.Condition, timeout: float) -> bool:
+        self.calls.append(timeout)
+        self.clock.advance(min(timeout, self.step))
+        if self.during is not None:
+            cond.release()
+            try:
+                self.during()
+            finally:
+                cond.acquire()
+        return True
+
+
+def _attended(pub: Publication, snap: Snapshot) -> None:
+    pub.publish(snap)
+    pub.served(snap)  # the sidecar collected the previous snapshot
+
+
+def test_the_wait_ends_when_the_sidecar_is_handed_the_final_snapshot_then_the_grace(
+    seed_snapshot: Snapshot,
+) -> None:
+    clock = FakeClock(100.0)
+    final = replace(seed_snapshot, seq=seed_snapshot.seq + 1, final=True)
+    pub: Publication
+    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.01, during=lambda: pub.served(final)))
+    _attended(pub, seed_snapshot)
+    pub.publish(final)
+    slept: list[float] = []
+    outcome = await_collection(pub, final.seq, 0.3, clock=clock, sleep=slept.append)
+    assert outcome is Outcome.COLLECTED
+    assert clock.now == pytest.approx(100.01)  # one fake wait: the hand-over ended it, not the bound
+    assert slept == [GRACE_S]
+
+
+def test_an_older_snapshot_handed_over_does_not_end_the_wait(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(100.0)
+    final = replace(seed_snapshot, seq=seed_snapshot.seq + 1, final=True)
+    pub: Publication
+    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.1, during=lambda: pub.served(seed_snapshot)))
+    _attended(pub, seed_snapshot)
+    slept: list[float] = []
+    assert await_collection(pub, final.seq, 0.3, clock=clock, sleep=slept.append) is Outcome.TIMED_OUT
+    assert clock.now == pytest.approx(100.3)  # the bound, in fake seconds
+    assert slept == []
+
+
+def test_the_wait_times_out_at_the_bound_when_the_sidecar_never_collects(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(100.0)
+    wait = FakeWait(clock, step=0.2)
+    pub = Publication(clock=clock, wait=wait)
+    _attended(pub, seed_snapshot)
+    outcome = await_collection(pub, seed_snapshot.seq + 1, 0.5, clock=clock, sleep=lambda s: None)
+    assert outcome is Outcome.TIMED_OUT
+    assert clock.now == pytest.approx(100.5)
+    assert wait.calls == pytest.approx([0.5, 0.3, 0.1])
+
+
+def test_the_grace_never_passes_the_bound(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(100.0)
+    final = replace(seed_snapshot, seq=seed_snapshot.seq + 1)
+    pub: Publication
+    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.28, during=lambda: pub.served(final)))
+    _attended(pub, seed_snapshot)
+    slept: list[float] = []
+    assert await_collection(pub, final.seq, 0.3, clock=clock, sleep=slept.append) is Outcome.COLLECTED
+    assert slept == pytest.approx([0.02])
+
+
+def test_no_wait_when_no_one_collects(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(100.0)
+    wait = FakeWait(clock, step=0.1)
+    pub = Publication(clock=clock, wait=wait)
+    pub.publish(seed_snapshot)  # published, never served, no long-poll blocked
+    assert (
+        await_collection(pub, seed_snapshot.seq, 0.3, clock=clock, sleep=lambda s: None) is Outcome.UNATTENDED
+    )
+    pub.served(seed_snapshot)
+    clock.advance(ATTENDED_S + 1)  # a sidecar that stopped collecting long ago
+    assert await_collection(pub, seed_snapshot.seq + 1, 0.3, clock=clock) is Outcome.UNATTENDED
+    assert wait.calls == []
+    assert clock.now == 100.0 + ATTENDED_S + 1
+
+
+def test_no_wait_when_serving_nothing_or_the_bound_is_zero(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(100.0)
+    wait = FakeWait(clock, step=0.1)
+    pub = Publication(clock=clock, wait=wait)
+    _attended(pub, seed_snapshot)
+    assert await_collection(None, 5, 0.3, clock=clock) is Outcome.OFF
+    assert await_collection(pub, seed_snapshot.seq + 1, 0.0, clock=clock) is Outcome.OFF
+    assert wait.calls == []
+    assert clock.now == 100.0
+
+
+def test_a_closed_endpoint_ends_the_wait_at_once(seed_snapshot: Snapshot) -> None:
+    clock = FakeClock(100.0)
+    wait = FakeWait(clock, step=0.1)
+    pub = Publication(clock=clock, wait=wait)
+    _attended(pub, seed_snapshot)
+    pub.close()  # the server stopped: nothing will be handed over
+    assert await_collection(pub, seed_snapshot.seq + 1, 0.3, clock=clock) is Outcome.TIMED_OUT
+    assert wait.calls == []
+
+
+def test_the_endpoint_marks_what_it_hands_over(seed_snapshot: Snapshot) -> None:
+    pub = Publication()
+    pub.publish(seed_snapshot)
+    ctx = Context(probe=None, publication=pub, port=9000, secret=None)  # type: ignore[arg-type]
+    assert not pub.attended(ATTENDED_S)
+    req = Request("GET", "/v1/snapshot", "", {"host": "127.0.0.1:9000"}, True, "127.0.0.1")
+    assert answer(req, ctx).status == 200
+    assert pub.attended(ATTENDED_S)
+    assert pub.wait_served(seed_snapshot.seq, 0.0)  # handed over: no wait at all
+    assert not pub.wait_served(seed_snapshot.seq + 1, 0.0)
+
+
+@pytest.mark.parametrize(("raw", "value"), [(None, 0.3), ("0", 0.0), ("1.5", 1.5), ("", 0.3)])
+def test_the_bound_setting(raw: str | None, value: float) -> None:
+    env = {} if raw is None else {"POOLWATCH_PROBE_LAST_WORD_WAIT": raw}
+    assert ProbeConfig.from_env(env).last_word_wait_s == value
+
+
+@pytest.mark.parametrize("raw", ["-0.1", "6", "nan", "inf", "soon"])
+def test_a_bad_bound_is_refused_by_name(raw: str) -> None:
+    with pytest.raises(ProbeConfigError, match="POOLWATCH_PROBE_LAST_WORD_WAIT"):
+        ProbeConfig.from_env({"POOLWATCH_PROBE_LAST_WORD_WAIT": raw})

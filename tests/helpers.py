@@ -8,7 +8,8 @@ import contextlib
 import os
 import shutil
 import socket
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
@@ -40,6 +41,26 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class FakeWait:
+    """Stands in for ``Condition.wait``: the fake clock passes (at most ``step`` per call) and
+    ``during`` runs with the condition released, as another thread would run during a real wait."""
+
+    def __init__(self, clock: FakeClock, step: float, during: Callable[[], None] | None = None) -> None:
+        self.clock, self.step, self.during = clock, step, during
+        self.calls: list[float] = []
+
+    def __call__(self, cond: threading.Condition, timeout: float) -> bool:
+        self.calls.append(timeout)
+        self.clock.advance(min(timeout, self.step))
+        if self.during is not None:
+            cond.release()
+            try:
+                self.during()
+            finally:
+                cond.acquire()
+        return True
 
 
 def require_tool(name: str) -> str:

@@ -4,38 +4,16 @@ longer than ``POOLWATCH_PROBE_LAST_WORD_WAIT``, and never when no one collects. 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, FakeWait
 
 from poolwatch.model import Snapshot
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.core.last_word import ATTENDED_S, GRACE_S, Outcome, await_collection
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.endpoint.routes import Context, Request, answer
-
-
-class FakeWait:
-    """Stands in for ``Condition.wait``: the fake clock passes (at most ``step`` per call) and
-    ``during`` runs with the condition released, as another thread would run during a real wait."""
-
-    def __init__(self, clock: FakeClock, step: float, during: Callable[[], None] | None = None) -> None:
-        self.clock, self.step, self.during = clock, step, during
-        self.calls: list[float] = []
-
-    def __call__(self, cond: threading.Condition, timeout: float) -> bool:
-        self.calls.append(timeout)
-        self.clock.advance(min(timeout, self.step))
-        if self.during is not None:
-            cond.release()
-            try:
-                self.during()
-            finally:
-                cond.acquire()
-        return True
 
 
 def _attended(pub: Publication, snap: Snapshot) -> None:

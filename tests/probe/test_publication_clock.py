@@ -3,36 +3,13 @@ early answer comes with the change, and no test waits on the wall clock."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import replace
 
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, FakeWait
 
 from poolwatch.conservation import signature
 from poolwatch.model import Snapshot
 from poolwatch.probe.core.publication import Publication
-
-
-class FakeWait:
-    """Stands in for ``Condition.wait``: lets the fake clock pass (up to ``step`` seconds per
-    call), and releases the condition around ``during`` as a real wait does (the scheduler thread
-    publishes meanwhile)."""
-
-    def __init__(self, clock: FakeClock, step: float, during: Callable[[], None] | None = None) -> None:
-        self.clock, self.step, self.during = clock, step, during
-        self.calls: list[float] = []
-
-    def __call__(self, cond: threading.Condition, timeout: float) -> bool:
-        self.calls.append(timeout)
-        self.clock.advance(min(timeout, self.step))
-        if self.during is not None:
-            cond.release()
-            try:
-                self.during()
-            finally:
-                cond.acquire()
-        return True
 
 
 def test_an_unchanged_signature_is_answered_when_the_deadline_passes_on_the_fake_clock(

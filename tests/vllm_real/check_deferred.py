@@ -15,11 +15,9 @@ they return to the pool when step N+1's output arrives.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 import tempfile
-import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -34,32 +32,20 @@ from poolwatch.probe.vllm.probe import Probe
 from tests.vllm_real.harness import (
     BLOCK,
     VERSION,
+    Ticks,
     _hash_fn,
     _kwargs,
     abort,
+    emit,
     init_none_hash,
     kv_cache_config,
     make_request,
+    run_checks,
     vllm_config,
 )
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, kv_census_interval_s=1.0, idle_kv_census_gap_s=1.0)
 Pending = deque[tuple[Any, Any]]
-
-
-def emit(check: str, ok: bool, **detail: Any) -> None:
-    print(json.dumps({"version": VERSION, "check": check, "ok": bool(ok), **detail}, default=str), flush=True)
-
-
-class Ticks:
-    """Every clock read is a second later: every sample is due, every census interval passes."""
-
-    def __init__(self) -> None:
-        self.now = time.monotonic()
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
 
 
 def make_deferring(num_blocks: int = 200) -> Any:
@@ -286,17 +272,7 @@ def main() -> int:
         ("deferred_freed_early", check_freed_while_deferred),
         ("deferred_entry_lost", check_entry_lost),
     ]
-    wanted = set(sys.argv[1:])
-    for name, fn in checks:
-        if wanted and name not in wanted:
-            continue
-        t0 = time.perf_counter()
-        try:
-            fn()
-        except Exception as exc:
-            emit(name, False, error="".join(traceback.format_exception(exc))[-3000:])
-        print(f"# {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-    return 0
+    return run_checks(checks, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,8 @@ so before that assert.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -24,25 +22,19 @@ from poolwatch.model import Pool, Snapshot, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.vllm.hooks import attach, detach
 from poolwatch.probe.vllm.probe import Probe
-from tests.vllm_real.harness import VERSION, abort, make_request, make_scheduler, step
+from tests.vllm_real.harness import (
+    VERSION,
+    Ticks,
+    abort,
+    emit,
+    make_request,
+    make_scheduler,
+    run_checks,
+    step,
+)
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, kv_census_interval_s=1.0, idle_kv_census_gap_s=1.0)
 PREFIXES = [[random.Random(p).randrange(10, 900) for _ in range(48)] for p in range(4)]
-
-
-def emit(check: str, ok: bool, **detail: Any) -> None:
-    print(json.dumps({"version": VERSION, "check": check, "ok": bool(ok), **detail}, default=str), flush=True)
-
-
-class Ticks:
-    """Every clock read is a second later: every sample is due, every census interval passes."""
-
-    def __init__(self) -> None:
-        self.now = time.monotonic()  # the probe's clock so far: its census timer started on it
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
 
 
 def prompt(rng: random.Random) -> list[int]:
@@ -278,17 +270,7 @@ def main() -> int:
         ("premature_free", check_premature_free),
         ("plugin_activation", check_plugin),  # last: it wraps the Scheduler class for good
     ]
-    wanted = set(sys.argv[1:])
-    for name, fn in checks:
-        if wanted and name not in wanted:
-            continue
-        t0 = time.perf_counter()
-        try:
-            fn()
-        except Exception as exc:
-            emit(name, False, error="".join(traceback.format_exception(exc))[-3000:])
-        print(f"# {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-    return 0
+    return run_checks(checks, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":

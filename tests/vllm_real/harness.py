@@ -11,7 +11,11 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import sys
 import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +190,33 @@ def abort(sched: Scheduler, rids: list[str]) -> None:
     from vllm.v1.request import RequestStatus
 
     sched.finish_requests(rids, RequestStatus.FINISHED_ABORTED)
+
+
+def emit(check: str, ok: bool, **detail: Any) -> None:
+    """One check's result, a JSON line on stdout (the pytest side reads them)."""
+    print(json.dumps({"version": VERSION, "check": check, "ok": bool(ok), **detail}, default=str), flush=True)
+
+
+class Ticks:
+    """Every clock read is a second later: every sample is due, every census interval passes."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()  # the probe's clock so far: its census timer started on it
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def run_checks(checks: Sequence[tuple[str, Callable[[], None]]], wanted: set[str]) -> int:
+    """Run the named checks (all when ``wanted`` is empty); a check that raises is emitted as failed."""
+    for name, fn in checks:
+        if wanted and name not in wanted:
+            continue
+        t0 = time.perf_counter()
+        try:
+            fn()
+        except Exception as exc:
+            emit(name, False, error="".join(traceback.format_exception(exc))[-3000:])
+        print(f"# {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    return 0

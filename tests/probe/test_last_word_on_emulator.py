@@ -18,8 +18,8 @@ from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import signature
 from poolwatch.discovery.files import ensure_secret
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.core.last_word import Outcome
-from poolwatch.probe.sglang.hooks import install, probe_of, uninstall
+from poolwatch.probe.core.last_word import ATTENDED_S, Outcome
+from poolwatch.probe.sglang.hooks import detach, install, probe_of, uninstall
 from poolwatch.probe.sglang.scheduler_probe import Probe
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster, ClusterConfig
@@ -33,8 +33,12 @@ SHAPE = ModelShape(full_kv_tokens=8192, mamba_slots=96, max_running_requests=16,
 
 
 @pytest.fixture
-def probed() -> Iterator[None]:
-    yield
+def probed() -> Iterator[list[Cluster]]:
+    clusters: list[Cluster] = []
+    yield clusters
+    for cluster in clusters:  # a crashed rank is never detached by its scheduler: end its endpoint here
+        for rank in cluster.schedulers:
+            detach(rank)
     uninstall(Scheduler)
 
 
@@ -96,13 +100,23 @@ def crash(cluster: Cluster) -> None:
     pytest.fail("the seeded rank never crashed")
 
 
-@pytest.mark.usefixtures("probed")
-def test_the_doomed_rank_waits_until_the_collector_was_handed_its_final_snapshot(tmp_path: Path) -> None:
+def test_the_doomed_rank_waits_until_the_collector_was_handed_its_final_snapshot(
+    tmp_path: Path, probed: list[Cluster]
+) -> None:
     cluster = seeded_cluster(tmp_path, serve=True)
+    probed.append(cluster)
     prefill = rank_probe(cluster, "prefill")
     collector = Collector(prefill, ensure_secret(str(tmp_path)))
     collector.thread.start()
     try:
+        attached = prefill.publication
+        assert attached is not None
+        # collecting before the fault, as a deployed sidecar is (a loaded host starts threads late)
+        for _ in range(1000):
+            if attached.attended(ATTENDED_S) or not collector.thread.is_alive():
+                break
+            threading.Event().wait(0.01)
+        assert attached.attended(ATTENDED_S)
         crash(cluster)
     finally:
         collector.stop.set()
@@ -117,15 +131,15 @@ def test_the_doomed_rank_waits_until_the_collector_was_handed_its_final_snapshot
     assert rank_probe(cluster, "decode").last_word is None  # a healthy rank never waits
 
 
-@pytest.mark.usefixtures("probed")
-def test_no_wait_when_no_one_collects(tmp_path: Path) -> None:
+def test_no_wait_when_no_one_collects(tmp_path: Path, probed: list[Cluster]) -> None:
     cluster = seeded_cluster(tmp_path, serve=True)
+    probed.append(cluster)
     crash(cluster)
     assert rank_probe(cluster, "prefill").last_word is Outcome.UNATTENDED
 
 
-@pytest.mark.usefixtures("probed")
-def test_no_wait_when_the_probe_serves_nothing(tmp_path: Path) -> None:
+def test_no_wait_when_the_probe_serves_nothing(tmp_path: Path, probed: list[Cluster]) -> None:
     cluster = seeded_cluster(tmp_path, serve=False)
+    probed.append(cluster)
     crash(cluster)
     assert rank_probe(cluster, "prefill").last_word is Outcome.OFF

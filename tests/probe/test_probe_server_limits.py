@@ -151,6 +151,7 @@ def test_a_malformed_or_huge_head_gets_400_and_the_server_keeps_serving(
 
 
 def test_stopping_the_server_ends_every_thread_even_with_a_long_poll_waiting(tmp_path: Path) -> None:
+    before = set(threading.enumerate())  # another test's probe may still be serving in this process
     rank = Rank()
     config = ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path), sglang_version="0.5.9", worker="w")
     probe = attach(rank.sched, config)
@@ -166,7 +167,8 @@ def test_stopping_the_server_ends_every_thread_even_with_a_long_poll_waiting(tmp
     detach(rank.sched)
     poll.join(timeout=10)
     assert not poll.is_alive()
-    assert not [t for t in threading.enumerate() if t.name.startswith("poolwatch-probe")]
+    started = [t for t in threading.enumerate() if t not in before]
+    assert not [t for t in started if t.name.startswith("poolwatch-probe")]
 
 
 def hold_long_polls(port: int, seen: str, count: int, answers: list[int]) -> list[threading.Thread]:

@@ -25,9 +25,9 @@ exact cause (the Slack text names pool, rank and slot ids) and crash -> page lat
 A time scale above 1 brings the crash sooner in wall time while Alertmanager and Prometheus keep
 their wall-clock timers, so "before the crash" is pessimistic here.
 
-Run: ``python benchmarks/bench_page.py [--runs 10] [--quick] [--only CLASS] [--case light]
-[--time-scale 4]`` (``--case light --runs 10``: the seed under light load and the unreachable
-variant, 10 seeded runs each).
+Run: ``python benchmarks/bench_page.py [--runs 10] [--until-struck] [--quick] [--only CLASS]
+[--case light] [--loads 0.5,1,2] [--time-scale 4]`` (``--case light --runs 10``: the seed under
+light load and the unreachable variant, 10 seeded runs each).
 Figures, never asserts.  Needs ``prometheus`` and ``prometheus-alertmanager`` on PATH.
 """
 
@@ -376,6 +376,25 @@ def unreachable_row(runs: list[Run]) -> str:
     )
 
 
+def progress(run: Run) -> str:
+    if run.struck is None:
+        return "not struck"
+    paged = "not paged" if run.paged is None else f"paged {run.paged - run.struck:.2f} s after the fault"
+    return f"struck, {paged}{', crashed' if run.crashed is not None else ''}"
+
+
+def cell_runs(c: Case, load: float, unreachable: bool, args: argparse.Namespace, n: int) -> list[Run]:
+    """``n`` seeded runs (seeds ``--seed``..); with ``--until-struck``, seeds go on until ``n`` runs
+    were struck by the fault (at most ``3 n`` runs), so every cell has ``n`` runs to count."""
+    runs: list[Run] = []
+    limit = 3 * n if args.until_struck else n
+    while len(runs) < limit and len([r for r in runs if r.struck is not None]) < n:
+        seed = args.seed + len(runs)
+        runs.append(one_run(c, load, seed, unreachable, args))
+        print(f"#   {c.name} {load:g}x seed {seed}: {progress(runs[-1])}", file=sys.stderr, flush=True)
+    return runs
+
+
 def cells(args: argparse.Namespace) -> list[tuple[Case, float]]:
     chosen = [c for c in cases() if args.only in ("", c.fault) and args.case in c.name]
     if args.updates:
@@ -401,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         default=200,
         help="scheduler steps added before the fault (default 200: 10 sim s)",
     )
+    parser.add_argument(
+        "--until-struck",
+        action="store_true",
+        help="go on with further seeds until --runs runs a cell were struck (at most 3x --runs)",
+    )
     parser.add_argument("--no-unreachable", action="store_true", help="leave out the unreachable variant")
     parser.add_argument("--loads", default="", help="comma-separated loads (default 0.5,1,2)")
     parser.add_argument(
@@ -420,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     updates = []
     for c, load in cells(args):
-        runs = [one_run(c, load, args.seed + i, False, args) for i in range(runs_a_cell)]
+        runs = cell_runs(c, load, False, args, runs_a_cell)
         print(row(c.name, load, runs), flush=True)
         if c.fault != SEED_FAULT:
             updates.append(update_row(c.name, FAULTS[c.fault].pool, load, runs))
@@ -434,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(updates), flush=True)
     if not args.no_unreachable and not args.updates and args.only in ("", SEED_FAULT):
         (busy,) = [c for c in cases() if c.name == f"{SEED_FAULT} (busy)"]
-        runs = [one_run(busy, 1.0, args.seed + i, True, args) for i in range(runs_a_cell)]
+        runs = cell_runs(busy, 1.0, True, args, runs_a_cell)
         print(
             "\n| variant | load | struck/runs | crashed | paged with the exact cause "
             "| within 1 s of the crash | crash -> page, wall s median / max |"

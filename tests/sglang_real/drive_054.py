@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from check_release import CONFIG, Batch, Driver, gaps, report
 from guard_flow import guard_checks
+from long_poll import LongPoll
 from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
 from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
 from sglang.srt.disaggregation.utils import DisaggregationMode
@@ -24,12 +25,13 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 from poolwatch.codec.snapshot import parse_snapshot
-from poolwatch.discovery.files import read_secret
+from poolwatch.discovery.files import ensure_secret, read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Phase, Pool, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.sglang.final import residual
-from poolwatch.probe.sglang.hooks import install, uninstall
+from poolwatch.probe.sglang.hooks import detach, install, probe_of, uninstall
 
 KV, MAMBA, ROWS = 256, 12, 4
 
@@ -340,12 +342,38 @@ class Driver054(Driver):
         leak = self.idle_agrees("seed at idle")
         report("seed: SGLang's own idle check finds the leak the probe reported while busy", leak)
 
+    def seed_to_idle_check(self, s: Holder) -> None:
+        """The seed flow as 0.5.4's PD prefill loop ends it: the last chunk's batch is transferred
+        and released within one iteration, so SGLang's idle check runs while ``last_batch`` still
+        holds it (the loop clears it only after the check) and the probe's own phase says busy.
+        Ends with the idle hook (the probe looks first), just before SGLang's check_memory."""
+        c = self.arrive("c", list(range(200, 230)))
+        self.prefill([c], chunk=8)
+        s.recv_requests()
+        s.enable_overlap = True
+        s.process_prefill_chunk()  # the seed: the chunked request's Mamba slot goes back
+        self.prefill([c], chunk=8)
+        s.recv_requests()
+        s.process_prefill_chunk()
+        s.enable_overlap = False
+        last = self.prefill([c], chunk=64)  # the last chunk: last_batch holds it
+        s.recv_requests()
+        s.tree_cache.cache_unfinished_req(c)
+        c.finished_reason = FINISH_LENGTH(0)
+        s.tree_cache.cache_finished_req(c)  # transferred and released in this iteration
+        report("seed final: last_batch still holds the batch at SGLang's check", s.last_batch is last)
+        s.self_check_during_idle()
+
+    def check_memory_raises(self) -> bool:
+        try:
+            self.sched.check_memory()
+        except ValueError:
+            return True
+        return False
+
     def scenario_seed_final(self) -> None:
-        """The seed flow as 0.5.4's PD prefill loop ends it, at the production sampling rates: the
-        last chunk's batch is transferred and released within one iteration, so SGLang's idle
-        check runs while ``last_batch`` still holds it (the loop clears it only after the check)
-        and the probe's own phase says busy.  The final snapshot must be on disk, naming the Mamba
-        surplus, before SGLang's check_memory raises."""
+        """The seed flow at the production sampling rates, no endpoint: the final snapshot must be
+        on disk, naming the Mamba surplus, before SGLang's check_memory raises."""
         directory = tempfile.mkdtemp(prefix="poolwatch-final-")
         production = replace(
             ProbeConfig.from_env({}), serve=False, directory=directory, sglang_version=self.version
@@ -354,28 +382,9 @@ class Driver054(Driver):
         install(Holder, production)
         try:
             self.sched = s = Holder("prefill", self.mamba_size)
-            c = self.arrive("c", list(range(200, 230)))
-            self.prefill([c], chunk=8)
-            s.recv_requests()
-            s.enable_overlap = True
-            s.process_prefill_chunk()  # the seed: the chunked request's Mamba slot goes back
-            self.prefill([c], chunk=8)
-            s.recv_requests()
-            s.process_prefill_chunk()
-            s.enable_overlap = False
-            last = self.prefill([c], chunk=64)  # the last chunk: last_batch holds it
-            s.recv_requests()
-            s.tree_cache.cache_unfinished_req(c)
-            c.finished_reason = FINISH_LENGTH(0)
-            s.tree_cache.cache_finished_req(c)  # transferred and released in this iteration
-            report("seed final: last_batch still holds the batch at SGLang's check", s.last_batch is last)
-            s.self_check_during_idle()  # the idle hook: the probe looks first
+            self.seed_to_idle_check(s)
             finals = read_final_dir(directory, read_secret(directory) or "")
-            try:
-                s.check_memory()
-                raised = False
-            except ValueError:
-                raised = True
+            raised = self.check_memory_raises()
             snap = parse_snapshot(finals[0][1]) if finals else None
             mamba = residual(Pool.MAMBA, snap.pools[Pool.MAMBA]) if snap is not None else None
             report(
@@ -388,12 +397,66 @@ class Driver054(Driver):
             uninstall(Holder)
             shutil.rmtree(directory, ignore_errors=True)
 
+    def scenario_seed_last_word(self) -> None:
+        """The same flow with the probe serving (production rates, the default last-word bound) and
+        a collector long-polling its endpoint as the sidecar does: the doomed rank holds until the
+        final snapshot was handed over, so the collector has it before SGLang's check raises."""
+        directory = tempfile.mkdtemp(prefix="poolwatch-lastword-")
+        served = replace(
+            ProbeConfig.from_env({}), serve=True, directory=directory, sglang_version=self.version
+        )
+        uninstall(Holder)
+        install(Holder, served)
+        collector: LongPoll | None = None
+        try:
+            self.sched = s = Holder("prefill", self.mamba_size)
+            s.recv_requests()  # the first hook: the endpoint starts
+            probe = probe_of(s)
+            assert probe is not None
+            assert probe.publisher is not None
+            assert probe.publisher.server is not None
+            collector = LongPoll(probe.publisher.server.url, ensure_secret(directory))
+            collector.start()
+            attended = collector.wait_attended(probe.publication)
+            self.seed_to_idle_check(s)
+            handed = list(collector.snapshots)  # what the collector had when SGLang's check ran
+            raised = self.check_memory_raises()
+            finals = [snap for snap in handed if snap.final]
+            mamba = residual(Pool.MAMBA, finals[-1].pools[Pool.MAMBA]) if finals else None
+            report(
+                "seed final, probe serving: the collector was handed the final snapshot naming the "
+                "Mamba surplus before SGLang's check raised (the last word waited)",
+                attended
+                and raised
+                and probe.last_word is Outcome.COLLECTED
+                and mamba is not None
+                and mamba < 0,
+                {
+                    "attended": attended,
+                    "raised": raised,
+                    "last_word": str(probe.last_word),
+                    "seqs_handed": [snap.seq for snap in handed],
+                    "mamba_residual": mamba,
+                },
+            )
+        finally:
+            if collector is not None:
+                collector.stop()
+            detach(self.sched)
+            uninstall(Holder)
+            shutil.rmtree(directory, ignore_errors=True)
+
     # the seed-final scenario drives 0.5.4's own scheduler order (its check runs while last_batch
     # still holds the finished batch) with 0.5.4's Holder; later families' drivers leave it out
     checks_with_last_batch_set = True
 
     def scenarios(self) -> list[tuple[str, Any]]:
-        final = [("seed final snapshot", self.scenario_seed_final)] if self.checks_with_last_batch_set else []
+        final = [
+            ("seed final snapshot", self.scenario_seed_final),
+            ("seed last word", self.scenario_seed_last_word),
+        ]
+        if not self.checks_with_last_batch_set:
+            final = []
         return [
             ("busy then idle", self.scenario_busy_then_idle),
             ("chunked prefill", self.scenario_chunked),

@@ -30,7 +30,8 @@ from poolwatch.detect.detector import Detector
 from poolwatch.errors import ConfigError
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.client import build_client
-from poolwatch.notify.delivery import INCIDENT_GATHER_S, Deliverer, DeliveryStats, Receiver
+from poolwatch.notify.delivery import Deliverer, DeliveryStats, Receiver
+from poolwatch.notify.outbox import INCIDENT_GATHER_S
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.settings.access import ReceiverAccess, receiver_access

@@ -24,7 +24,7 @@ class SchedulerBatchMixin:
         if self.chunked_req is not None and self.emu_chunk_pending:
             self.emu_chunk_pending = False
             self.last_batch_filter_chunked()
-            self.emu_chunk_boundary(free_mamba=False)
+            self.emu_chunk_boundary()
         last = self.last_batch
         if last is not None and last.forward_mode.is_extend():
             last.filter_batch(chunked_req_to_exclude=self.chunked_req)
@@ -45,8 +45,11 @@ class SchedulerBatchMixin:
         if self.last_batch is not None:
             self.last_batch.filter_batch(chunked_req_to_exclude=self.chunked_req)
 
-    def emu_chunk_boundary(self: Any, *, free_mamba: bool) -> None:
-        """Insert the finished chunk into the tree; before 0.5.9 also free the row."""
+    def emu_chunk_boundary(self: Any, *, fault: str | None = None) -> None:
+        """Insert the finished chunk into the tree; before 0.5.9 also free the row -- and, when
+        ``fault`` strikes there, its Mamba slot too.  The fault is only offered its chance where
+        the row is really freed (not for a request aborted at the boundary), so a strike counted
+        is a strike made."""
         req = self.chunked_req
         assert req is not None
         if req.to_finish is not None:
@@ -55,6 +58,7 @@ class SchedulerBatchMixin:
             return
         self.tree_cache.cache_unfinished_req(req, chunked=True)
         if not self.release.keeps_row_across_chunks:
+            free_mamba = fault is not None and self.faults.fires(fault)
             free_row(self.req_to_token_pool, req, free_mamba=free_mamba)
         self.running_batch.batch_is_full = False
 

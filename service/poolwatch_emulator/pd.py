@@ -86,8 +86,7 @@ class SchedulerDisaggPrefillMixin:
         self.emu_chunk_pending = False
         last.filter_batch(chunked_req_to_exclude=self.chunked_req)
         hybrid_pool = hybrid(self.req_to_token_pool) is not None
-        buggy = hybrid_pool and self.faults.fires("pd-chunked-mamba-double-free")
-        self.emu_chunk_boundary(free_mamba=buggy)
+        self.emu_chunk_boundary(fault="pd-chunked-mamba-double-free" if hybrid_pool else None)
 
     def process_batch_result_disagg_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
         for req, token in zip(batch.reqs, result, strict=True):

@@ -11,6 +11,7 @@ from tests.emulator.emu_scenarios import COW, DECODE_ABORTS, HEAVY, HICACHE, MAM
 
 from poolwatch.model import Pool
 from poolwatch_emulator import FAULTS, Cluster
+from poolwatch_emulator.aborts import Abort
 
 _SCENARIOS = {
     "pd-chunked-mamba-double-free": {"pd": True, "shape": MAMBA, "workload": HEAVY},
@@ -94,6 +95,24 @@ def test_the_seed_fault_surplus_grows_by_one_per_affected_chunk_boundary() -> No
     prefill = c.by_role("prefill")[0].ranks[0]
     assert c.run_until(lambda: prefill.faults.fired["pd-chunked-mamba-double-free"] >= 3, 4000)
     assert gaps(prefill)[Pool.MAMBA] == -prefill.faults.fired["pd-chunked-mamba-double-free"]
+
+
+def test_a_chunked_request_aborted_at_its_boundary_gives_the_seed_fault_no_chance() -> None:
+    """Released whole at its boundary, the aborted chunked request has no row to free twice: the
+    fault is neither counted nor spent there, and strikes at the next real boundary (a strike once
+    counted without its double free left a benchmark run struck and balanced)."""
+    name = "pd-chunked-mamba-double-free"
+    c = cluster("0.5.4.post1", faults=(name + "@p=1",), shape=MAMBA, workload=HEAVY)
+    prefill = c.by_role("prefill")[0].ranks[0]
+    assert c.run_until(lambda: prefill.chunked_req is not None, 4000)
+    assert prefill.faults.fired[name] == 0  # the first chunked request, before its first boundary
+    aborted = prefill.chunked_req
+    prefill.abort_request(Abort(aborted.rid))
+    assert c.run_until(lambda: prefill.chunked_req is not aborted, 100)
+    assert prefill.faults.fired[name] == 0
+    assert gaps(prefill)[Pool.MAMBA] == 0
+    assert c.run_until(lambda: prefill.faults.fired[name] > 0, 4000)
+    assert gaps(prefill)[Pool.MAMBA] == -prefill.faults.fired[name]
 
 
 def test_a_non_strict_idle_check_warns_every_1000_idle_iterations_instead_of_crashing() -> None:

@@ -448,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         print(row(c.name, load, runs), flush=True)
         if c.fault != SEED_FAULT:
             updates.append(update_row(c.name, FAULTS[c.fault].pool, load, runs))
+            print(f"# update row (the table follows at the end): {updates[-1]}", file=sys.stderr, flush=True)
     if updates:
         print(
             "\n| case | load | paged/runs | slot ids in the first page | ids in an [UPDATE] "

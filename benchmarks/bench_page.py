@@ -425,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="go on with further seeds until --runs runs a cell were struck (at most 3x --runs)",
     )
+    parser.add_argument(
+        "--unreachable-only", action="store_true", help="only the probe-unreachable variant (no cells)"
+    )
     parser.add_argument("--no-unreachable", action="store_true", help="leave out the unreachable variant")
     parser.add_argument("--loads", default="", help="comma-separated loads (default 0.5,1,2)")
     parser.add_argument(
@@ -443,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     updates = []
-    for c, load in cells(args):
+    for c, load in [] if args.unreachable_only else cells(args):
         runs = cell_runs(c, load, False, args, runs_a_cell)
         print(row(c.name, load, runs), flush=True)
         if c.fault != SEED_FAULT:

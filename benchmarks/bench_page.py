@@ -383,6 +383,20 @@ def progress(run: Run) -> str:
     return f"struck, {paged}{', crashed' if run.crashed is not None else ''}"
 
 
+def tried_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.Namespace) -> Run:
+    """One run; a stack that fails to come up (a port taken between choosing and binding it by
+    another process on the machine, a slow start) is started again, fresh, up to three times,
+    then left out (a run with no strike) rather than ending the benchmark."""
+    failures: list[str] = []
+    for _ in range(3):
+        try:
+            return one_run(c, load, seed, unreachable, args)
+        except (AssertionError, OSError) as exc:
+            failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            print(f"#   {c.name} {load:g}x seed {seed}: stack failed ({failures[-1]})", file=sys.stderr)
+    return Run(notes=[f"the stack failed three times: {failures}"])
+
+
 def cell_runs(c: Case, load: float, unreachable: bool, args: argparse.Namespace, n: int) -> list[Run]:
     """``n`` seeded runs (seeds ``--seed``..); with ``--until-struck``, seeds go on until ``n`` runs
     were struck by the fault (at most ``3 n`` runs), so every cell has ``n`` runs to count."""
@@ -390,7 +404,7 @@ def cell_runs(c: Case, load: float, unreachable: bool, args: argparse.Namespace,
     limit = 3 * n if args.until_struck else n
     while len(runs) < limit and len([r for r in runs if r.struck is not None]) < n:
         seed = args.seed + len(runs)
-        runs.append(one_run(c, load, seed, unreachable, args))
+        runs.append(tried_run(c, load, seed, unreachable, args))
         print(f"#   {c.name} {load:g}x seed {seed}: {progress(runs[-1])}", file=sys.stderr, flush=True)
     return runs
 

@@ -6,19 +6,16 @@ crashes the rank."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
+from tests.sglang_real.long_poll import LongPoll
 
-from poolwatch.codec.snapshot import parse_snapshot
-from poolwatch.conservation import signature
 from poolwatch.discovery.files import ensure_secret
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.core.last_word import ATTENDED_S, Outcome
+from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.sglang.hooks import detach, install, probe_of, uninstall
 from poolwatch.probe.sglang.scheduler_probe import Probe
 from poolwatch_emulator.build import ModelShape
@@ -66,32 +63,6 @@ def rank_probe(cluster: Cluster, role: str) -> Probe:
     return probe
 
 
-class Collector:
-    """The sidecar's long-poll, in a thread: GET /v1/snapshot?wait=...&sig=<last seen>, with the secret."""
-
-    def __init__(self, probe: Probe, secret: str) -> None:
-        self.url = f"{probe.publisher.server.url}/v1/snapshot"
-        self.headers = {"Authorization": f"Bearer {secret}"}
-        self.seqs: list[int] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        sig = ""
-        with httpx.Client(timeout=5.0) as client:
-            for _ in range(10_000):
-                if self.stop.is_set():
-                    return
-                try:
-                    r = client.get(self.url, params={"wait": "0.5", "sig": sig}, headers=self.headers)
-                except httpx.HTTPError:
-                    return  # the rank is gone
-                if r.status_code == 200:
-                    snap = parse_snapshot(r.json())
-                    self.seqs.append(snap.seq)
-                    sig = signature(snap)
-
-
 def crash(cluster: Cluster) -> None:
     for _ in range(4000):
         cluster.step()
@@ -106,28 +77,23 @@ def test_the_doomed_rank_waits_until_the_collector_was_handed_its_final_snapshot
     cluster = seeded_cluster(tmp_path, serve=True)
     probed.append(cluster)
     prefill = rank_probe(cluster, "prefill")
-    collector = Collector(prefill, ensure_secret(str(tmp_path)))
-    collector.thread.start()
+    assert prefill.publisher is not None
+    assert prefill.publisher.server is not None
+    collector = LongPoll(prefill.publisher.server.url, ensure_secret(str(tmp_path)))
+    collector.start()
     try:
-        attached = prefill.publication
-        assert attached is not None
         # collecting before the fault, as a deployed sidecar is (a loaded host starts threads late)
-        for _ in range(1000):
-            if attached.attended(ATTENDED_S) or not collector.thread.is_alive():
-                break
-            threading.Event().wait(0.01)
-        assert attached.attended(ATTENDED_S)
+        assert collector.wait_attended(prefill.publication)
         crash(cluster)
     finally:
-        collector.stop.set()
-        collector.thread.join(timeout=10)
+        collector.stop()
     (worker,) = cluster.crashed
     assert "memory leak detected" in worker.crash_message  # SGLang's own error, untouched
     assert prefill.last_word is Outcome.COLLECTED
     final = prefill.latest
     assert final is not None
     assert final.final
-    assert max(collector.seqs) >= final.seq  # the collector really got the last word
+    assert max(snap.seq for snap in collector.snapshots) >= final.seq  # it really got the last word
     assert rank_probe(cluster, "decode").last_word is None  # a healthy rank never waits
 
 

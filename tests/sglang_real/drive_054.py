@@ -366,7 +366,7 @@ class Driver054(Driver):
 
     def check_memory_raises(self) -> bool:
         try:
-            self.sched.check_memory()
+            self.strict_check()
         except ValueError:
             return True
         return False

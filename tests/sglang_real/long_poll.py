@@ -1,4 +1,5 @@
-"""The sidecar's long-poll of a probe endpoint, in a thread (stdlib only: runs inside a release venv).
+"""The sidecar's long-poll of a probe endpoint, in a thread (stdlib only: runs inside a release venv,
+and in the emulator's last-word test).
 
 GET /v1/snapshot?wait=0.5&sig=<last seen> with the pod's secret, as poolwatch's probe source does;
 every snapshot handed over is kept, in order.
@@ -16,6 +17,7 @@ from typing import Protocol
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import signature
 from poolwatch.model import Snapshot
+from poolwatch.probe.core.last_word import ATTENDED_S
 
 
 class Attended(Protocol):
@@ -42,7 +44,7 @@ class LongPoll:
         """Until the endpoint counts someone collecting (a long-poll blocked on it, or one served)."""
         deadline = time.monotonic() + timeout
         while publication is not None and time.monotonic() < deadline:
-            if publication.attended(30.0):
+            if publication.attended(ATTENDED_S):
                 return True
             time.sleep(0.01)
         return False

@@ -66,7 +66,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"poolwatch demo: {exc}", file=sys.stderr)
             return 2
         try:
-            return asyncio.run(_serve(story, args))
+            try:
+                code = asyncio.run(_serve(story, args))
+            except KeyboardInterrupt:  # Ctrl-C: uvicorn stops the sidecar, then hands the signal on
+                code = 0
+            if code == 0:
+                story.finish()
+            return code
         finally:
             story.close()
 
@@ -103,5 +109,4 @@ async def _serve(story: Story, args: argparse.Namespace) -> int:
         await asyncio.sleep(0.05)
     server.should_exit = True
     await serving
-    story.finish()
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -120,6 +121,21 @@ def test_a_hicache_host_double_free_pages_the_host_alert_and_no_worker_crashes()
         assert not any("PoolwatchDoubleFree" in line for line in hicache.lines)
     finally:
         hicache.stop()
+
+
+def test_ctrl_c_ends_the_demo_and_says_where_to_look_next() -> None:
+    """The README's way out: SIGINT (what Ctrl-C sends) ends it cleanly, exit 0, no traceback."""
+    interrupted = Demo(free_port(), duration=600)
+    try:
+        interrupted.wait_for("healthy: 4 ranks, every pool balanced")
+        interrupted.proc.send_signal(signal.SIGINT)
+        interrupted.wait_for("demo over")
+        interrupted.wait_for("where to look next")
+        assert interrupted.proc.wait(timeout=30) == 0
+        interrupted.wait_for("dashboards/poolwatch-fleet.json")
+        assert not any("Traceback" in line for line in interrupted.lines)
+    finally:
+        interrupted.stop()
 
 
 @pytest.mark.browser

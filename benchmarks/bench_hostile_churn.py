@@ -34,7 +34,7 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import build_exposition
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
-from poolwatch.sources.sglang_log.source import SglangLogSource
+from poolwatch.sources.sglang.log.source import SglangLogSource
 
 FORGET_AFTER = 60.0
 ENCODER = choose_encoder("")[0]  # the plain text format, as Prometheus gets it by default

@@ -90,6 +90,6 @@ def target_worker(kind: str, location: str, *, given: str = "", pod_worker: str 
         return given or pod_worker
     if kind in (SourceKind.PROBE, SourceKind.FILE):
         return ""
-    if kind == SourceKind.SGLANG_LOG:
+    if SourceKind(kind).channel == "log":
         raise NoWorkerName(f"{location}: a log target needs the worker whose log it is (worker:)")
     return url_worker(location)

@@ -63,6 +63,17 @@ class SourceKind(enum.StrEnum):
     SGLANG_LOG = "sglang-log"  # SGLang's log: incidents and the idle check's figures
     FILE = "file"  # a snapshot file (a fixture, another tool)
 
+    @property
+    def channel(self) -> str:
+        """What the source reads, whatever the engine: ``probe``, ``metrics``, ``log`` or ``file``
+        (an engine's own kinds are named ``<engine>-metrics`` and ``<engine>-log``)."""
+        return self.value.rpartition("-")[2]
+
+    @property
+    def engine(self) -> str:
+        """The engine whose own ``/metrics`` or log this kind reads ("" for ``probe`` and ``file``)."""
+        return self.value.rpartition("-")[0]
+
 
 class Pool(enum.StrEnum):
     """The pools poolwatch accounts for.

@@ -13,7 +13,8 @@ import pytest
 from tests.helpers import FIXTURES, seed_issue
 
 from poolwatch.commands import replay as replay_command
-from poolwatch.sources.sglang_log.replay import Replayer, Row
+from poolwatch.sources.logfile.replay import Row
+from poolwatch.sources.sglang.log.replay import Replayer
 
 LOGS = FIXTURES / "sglang"
 DECODE = (
@@ -101,6 +102,7 @@ def test_json_output_is_one_document_with_the_timeline_and_the_first_problem(
     code, out, _ = replay(capsys, str(LOGS / "v0.5.12-dp-mamba-warn.log"), "--json", "--every", "0")
     doc = json.loads(out)
     assert code == 1
+    assert doc["engine"] == "sglang"  # told by its lines (--engine auto)
     assert doc["problem"] is True
     assert doc["ranks"] == ["dp0-tp0-pp0", "dp1-tp0-pp0"]
     assert doc["incidents"] == {"busy_check_failed": 1, "leak_detected": 2, "scheduler_exception": 1}

@@ -11,7 +11,7 @@ from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Role
 from poolwatch.settings.sidecar import Settings, from_args
 from poolwatch.sources.prom_text import MAX_SAMPLES
-from poolwatch.sources.sglang_metrics import MAX_RANKS
+from poolwatch.sources.sglang.metrics import MAX_RANKS
 
 
 def test_defaults_need_no_environment() -> None:
@@ -47,6 +47,7 @@ def test_environment_sets_every_group() -> None:
         ({"POOLWATCH_SCRAPE_INTERVAL": "0"}, "POOLWATCH_SCRAPE_INTERVAL: expected a number > 0"),
         ({"POOLWATCH_SCRAPE_TIMEOUT": "nan"}, "POOLWATCH_SCRAPE_TIMEOUT: expected a number > 0"),
         ({"POOLWATCH_ROLE": "router"}, "POOLWATCH_ROLE: expected one of prefill, decode, unified"),
+        ({"POOLWATCH_ENGINE": "tgi"}, "POOLWATCH_ENGINE: expected one of sglang, vllm, got 'tgi'"),
         ({"POOLWATCH_TLS_VERIFY": "maybe"}, "POOLWATCH_TLS_VERIFY: expected true or false"),
         ({"POOLWATCH_HISTORY": "0"}, "POOLWATCH_HISTORY: must be at least 1"),
         ({"POOLWATCH_LOG_LEVEL": "loud"}, "POOLWATCH_LOG_LEVEL: expected debug, info"),

@@ -20,9 +20,9 @@ from poolwatch.model import Role
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.hooks import attach, probe_of
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources.sglang_log.events import interpret
-from poolwatch.sources.sglang_log.records import RecordAssembler
-from poolwatch.sources.sglang_log.state import LogFold
+from poolwatch.sources.sglang.log.events import interpret
+from poolwatch.sources.sglang.log.records import RecordAssembler
+from poolwatch.sources.sglang.log.state import LogFold
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster, ClusterConfig
 from poolwatch_emulator.faults import FAULTS, parse_fault

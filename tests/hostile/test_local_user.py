@@ -44,7 +44,7 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.persist import load_state
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
-from poolwatch.sources.sglang_log.source import SglangLogSource
+from poolwatch.sources.sglang.log.source import SglangLogSource
 from poolwatch.sources.targets import TargetSet
 
 pytestmark = pytest.mark.hostile

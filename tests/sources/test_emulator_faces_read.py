@@ -14,8 +14,8 @@ from poolwatch.commands import replay as replay_command
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model import IncidentKind, Phase, Pool
 from poolwatch.sources.base import Target
-from poolwatch.sources.sglang_log.source import SglangLogSource
-from poolwatch.sources.sglang_metrics import SglangMetricsSource
+from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.sglang.metrics import SglangMetricsSource
 
 emulator = pytest.importorskip("poolwatch_emulator")
 scenarios = pytest.importorskip("tests.emulator.emu_scenarios")

@@ -7,9 +7,9 @@ import pytest
 
 from poolwatch.errors import PayloadError, Reason
 from poolwatch.sources.prom_text import MAX_SAMPLES, TooManySamples, parse_samples
-from poolwatch.sources.sglang_gauges import queues
-from poolwatch.sources.sglang_log.lines import Ranks
-from poolwatch.sources.sglang_metrics import MAX_RANKS, parse_metrics_page
+from poolwatch.sources.sglang.gauges import queues
+from poolwatch.sources.sglang.log.lines import Ranks
+from poolwatch.sources.sglang.metrics import MAX_RANKS, parse_metrics_page
 
 
 def test_a_page_with_ninety_thousand_ranks_is_refused_as_too_large() -> None:

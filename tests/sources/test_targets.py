@@ -14,8 +14,8 @@ from poolwatch.model import Role
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
-from poolwatch.sources.sglang_log.source import SglangLogSource
-from poolwatch.sources.sglang_metrics import SglangMetricsSource
+from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.sglang.metrics import SglangMetricsSource
 from poolwatch.sources.target_config import load_targets_file, parse_targets_document, static_targets
 from poolwatch.sources.targets import TargetSet, discover_probes
 

@@ -1,4 +1,7 @@
-"""Check one probe endpoint or SGLang server once: exit 0 balanced, 1 imbalance, 2 unreachable.
+"""Check one probe endpoint or engine server once: exit 0 balanced, 1 imbalance, 2 unreachable.
+
+An engine server is read through its ``/metrics`` page, as the engine's sources room reads it
+(``--source``: ``sglang`` by default when the URL is not a probe).
 
 The whole check has one deadline, ``--timeout`` (plus ``--window`` when reading SGLang over a
 window): a target that accepts and never answers, or trickles its answer a byte at a time, ends
@@ -20,11 +23,12 @@ import httpx
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe
+from poolwatch.engines import DEFAULT_ENGINE
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Snapshot, SourceKind
 from poolwatch.sources.base import Target
+from poolwatch.sources.engine import SourceOptions, engine_sources, sources_of
 from poolwatch.sources.probe import SNAPSHOT_PATH, ProbeSource
-from poolwatch.sources.sglang_metrics import IDLE_CONFIRM_SECONDS, SglangMetricsSource
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CheckResult", "add_arguments", "check", "run"]
 
@@ -33,9 +37,14 @@ DEFAULT_TIMEOUT_S = 10.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "url", help="a probe endpoint (http://host:port) or an SGLang server (http://host:30000)"
+        "url", help="a probe endpoint (http://host:port) or an engine server (SGLang: http://host:30000)"
     )
-    parser.add_argument("--source", choices=("auto", "probe", "sglang"), default="auto", help="what URL is")
+    parser.add_argument(
+        "--source",
+        choices=("auto", "probe", *(room.engine for room in engine_sources())),
+        default="auto",
+        help=f"what URL is (auto: a probe, else a {DEFAULT_ENGINE} server)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of one line per rank")
     parser.add_argument(
         "--timeout",
@@ -49,7 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help=f"SGLang only: read for this long; >= {IDLE_CONFIRM_SECONDS:.0f} s can prove a rank idle",
+        help="an engine server only: read for this long ("
+        + "; ".join(
+            f"{r.engine}: >= {r.idle_confirm_s:.0f} s can prove a rank idle" for r in engine_sources()
+        )
+        + ")",
     )
     parser.add_argument(
         "--interval", type=float, default=5.0, metavar="SECONDS", help="between reads (--window)"
@@ -96,15 +109,15 @@ async def check(
             unreachable = exc.reason in (Reason.CONNECT, Reason.TIMEOUT)
             if source == "probe" or unreachable or url.rstrip("/").endswith(SNAPSHOT_PATH):
                 raise
-    metrics = SglangMetricsSource(
-        Target(f"sglang-metrics:{url}", SourceKind.SGLANG_METRICS, url, worker), clock
-    )
+    room = sources_of(DEFAULT_ENGINE if source == "auto" else source)
+    target = Target(f"{room.metrics}:{url}", room.metrics, url, worker)
+    metrics = room.make(target, clock, SourceOptions())
     snaps = await metrics.scrape(client)
     deadline = clock() + window
     while clock() + interval <= deadline:
         await sleep(interval)
         snaps = await metrics.scrape(client)
-    return CheckResult(url, "sglang-metrics", tuple(snaps))
+    return CheckResult(url, room.metrics.value, tuple(snaps))
 
 
 def run(args: argparse.Namespace) -> int:

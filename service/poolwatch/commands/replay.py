@@ -2,11 +2,11 @@
 
 Exit codes (also in the README):
 
-* ``0`` healthy: SGLang lines were recognised and none proves a fault;
-* ``1`` a fault: SGLang reported a leak or failed a check, a figure proves an imbalance, or the
+* ``0`` healthy: the engine's lines were recognised and none proves a fault;
+* ``1`` a fault: the engine reported a leak or failed a check, a figure proves an imbalance, or the
   scheduler crashed;
 * ``2`` usage error: a bad option, or a file that cannot be opened;
-* ``3`` nothing recognised: empty, binary or no SGLang line at all (a summary says so);
+* ``3`` nothing recognised: empty, binary or no line of the engine's at all (a summary says so);
 * ``141`` the reader of the output went away (``poolwatch replay x.log | head``): replay stops
   quietly, as other Unix tools killed by SIGPIPE do.
 
@@ -26,8 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from poolwatch.sources.sglang_log.reader import LogReader, UnreadableLog
-from poolwatch.sources.sglang_log.replay import POOLS, Problem, Replayer, ReplayReport, Row
+from poolwatch.engines import DEFAULT_ENGINE, engine_entry
+from poolwatch.sources.engine import EngineSources, LogReplayer, engine_sources, sniff_engine, sources_of
+from poolwatch.sources.logfile.reader import LogReader, UnreadableLog
+from poolwatch.sources.logfile.replay import POOLS, Problem, ReplayReport, Row
 
 __all__ = [
     "EXIT_CLOSED_PIPE",
@@ -42,11 +44,18 @@ __all__ = [
 EXIT_HEALTHY, EXIT_FAULT, EXIT_USAGE, EXIT_UNRECOGNISED, EXIT_CLOSED_PIPE = 0, 1, 2, 3, 141
 _COLUMNS = ("time", "rank", "event", "n", *(p.value for p in POOLS), "running", "waiting", "verdict")
 _WIDTHS = (19, 12, 19, 5, 8, 8, 8, 8, 7, 7, 0)
+SNIFF_LINES = 2000  # the first lines that tell whose log it is (--engine auto)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "logfile", help="an SGLang server log, plain or gzip/bzip2/xz (any size; read as a stream)"
+        "logfile", help="an engine's server log, plain or gzip/bzip2/xz (any size; read as a stream)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", *(room.engine for room in engine_sources())),
+        default="auto",
+        help=f"whose log it is (auto: told by its first lines; {DEFAULT_ENGINE} when none is recognised)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     parser.add_argument(
@@ -78,8 +87,12 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"poolwatch replay: {path}: not a readable file", file=err)
         return EXIT_USAGE
     day = dt.date.fromtimestamp(path.stat().st_mtime)
-    writer = JsonWriter(out, path) if args.json else TableWriter(out)
-    replayer = Replayer(args.worker or path.name, writer.row, args.every, day=day)
+    try:
+        room = sources_of(args.engine) if args.engine != "auto" else whose_log(path)
+    except (UnreadableLog, OSError):
+        room = sources_of(DEFAULT_ENGINE)  # reading it again below says what is wrong with it
+    writer = JsonWriter(out, path, room.engine) if args.json else TableWriter(out, _title(room))
+    replayer = room.replayer(args.worker or path.name, writer.row, args.every, day)
     try:
         reader = stream_file(path, replayer, _progress(path, err))
     except UnreadableLog as exc:
@@ -94,9 +107,24 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     report.cut_tail = reader.cut_tail
     writer.close(report)
     if not report.recognised:
-        why = "binary data, not a text log" if reader.binary else "no line in a known SGLang format"
+        why = "binary data, not a text log" if reader.binary else f"no line in a known {_title(room)} format"
         print(f"poolwatch replay: {path}: recognised nothing: {why}", file=err)
     return exit_code(report)
+
+
+def whose_log(path: Path) -> EngineSources:
+    """The engine whose formats most of the file's first :data:`SNIFF_LINES` lines are in
+    (the default engine when none is any engine's)."""
+    head: list[str] = []
+    for lines in LogReader(path).chunks():
+        head += lines
+        if len(head) >= SNIFF_LINES:
+            break
+    return sniff_engine(head[:SNIFF_LINES]) or sources_of(DEFAULT_ENGINE)
+
+
+def _title(room: EngineSources) -> str:
+    return engine_entry(room.engine).title
 
 
 def exit_code(report: ReplayReport) -> int:
@@ -105,7 +133,7 @@ def exit_code(report: ReplayReport) -> int:
     return EXIT_HEALTHY if report.recognised else EXIT_UNRECOGNISED
 
 
-def stream_file(path: Path, replayer: Replayer, progress: Callable[[int], None]) -> LogReader:
+def stream_file(path: Path, replayer: LogReplayer, progress: Callable[[int], None]) -> LogReader:
     """Feed the file's complete lines to ``replayer`` a chunk at a time (see :class:`LogReader`)."""
     reader = LogReader(path)
     for lines in reader.chunks():
@@ -152,8 +180,8 @@ def _time(at: float) -> str:
 class TableWriter:
     """Rows as an aligned text table, written as they come."""
 
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
+    def __init__(self, out: TextIO, title: str) -> None:
+        self._out, self._title = out, title
         self._out.write(_line(_COLUMNS) + "\n")
 
     def row(self, row: Row) -> None:
@@ -178,10 +206,10 @@ class TableWriter:
             w(f"the last line is incomplete ({report.cut_tail} bytes without a newline) and was not read\n")
         if report.incidents:
             w("incidents: " + ", ".join(f"{k} x{n}" for k, n in sorted(report.incidents.items())) + "\n")
-        w(summary(report) + "\n")
+        w(summary(report, self._title) + "\n")
 
 
-def summary(report: ReplayReport) -> str:
+def summary(report: ReplayReport, title: str) -> str:
     """The last line of the report: the first provable fault, or why the run is (not) clean."""
     first = report.first_problem
     if first is not None:
@@ -190,7 +218,7 @@ def summary(report: ReplayReport) -> str:
     if report.problem:
         return "the scheduler crashed (see above)"
     if not report.recognised:
-        return "recognised nothing: no line in a known SGLang format"
+        return f"recognised nothing: no line in a known {title} format"
     return "no accounting problem found"
 
 
@@ -205,10 +233,12 @@ def _opt(value: int | None) -> str:
 class JsonWriter:
     """One JSON document, streamed: the timeline rows are written as they come."""
 
-    def __init__(self, out: TextIO, path: Path) -> None:
+    def __init__(self, out: TextIO, path: Path, engine: str) -> None:
         self._out = out
         self._count = 0
-        out.write('{"file": ' + json.dumps(str(path)) + ', "timeline": [')
+        out.write(
+            '{"file": ' + json.dumps(str(path)) + ', "engine": ' + json.dumps(engine) + ', "timeline": ['
+        )
 
     def row(self, row: Row) -> None:
         doc = {

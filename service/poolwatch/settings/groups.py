@@ -14,6 +14,7 @@ from poolwatch.detect.config import (
     RUNBOOK_BASE_URL,
     WORKER_DASHBOARD_UID,
 )
+from poolwatch.engines import DEFAULT_ENGINE
 from poolwatch.model import Role
 
 __all__ = [
@@ -47,8 +48,9 @@ class ScrapeSettings:
 class TargetSettings:
     probe_dir: str = ""  # discovery directory of in-process probes ("" = off)
     probe_urls: tuple[str, ...] = ()
-    metrics_urls: tuple[str, ...] = ()  # SGLang servers (their /metrics and /get_server_info)
-    log_paths: tuple[str, ...] = ()  # SGLang log files
+    metrics_urls: tuple[str, ...] = ()  # engine servers (SGLang: their /metrics and /get_server_info)
+    log_paths: tuple[str, ...] = ()  # engine log files
+    engine: str = DEFAULT_ENGINE  # whose /metrics and log formats metrics_urls and log_paths are
     snapshot_files: tuple[str, ...] = ()  # JSON snapshot files (fixtures, other tools)
     targets_file: str = ""  # YAML list of targets (central mode)
     probe_workers: tuple[str, ...] = ()  # follow only the discovered probes of these workers (() = all)

@@ -7,6 +7,8 @@ reach ``--help`` undescribed.
 
 from __future__ import annotations
 
+from poolwatch.engines import engine_names
+
 __all__ = ["HELP", "show_default"]
 
 HELP: dict[str, str] = {
@@ -27,8 +29,11 @@ HELP: dict[str, str] = {
     # targets
     "probe_dir": "discovery directory where each scheduler rank's probe announces itself",
     "probe_urls": "probe endpoints to read, comma-separated",
-    "metrics_urls": "SGLang servers whose /metrics and /get_server_info give coarse figures, comma-separated",
-    "log_paths": "SGLang log files to follow, comma-separated",
+    "metrics_urls": "engine servers whose own /metrics (SGLang: and /get_server_info) give coarse "
+    "figures, comma-separated",
+    "log_paths": "engine log files to follow, comma-separated",
+    "engine": "the engine whose /metrics and log formats --metrics-urls and --log-paths are: "
+    + " or ".join(engine_names()),
     "snapshot_files": "JSON snapshot files to read (fixtures, other tools), comma-separated",
     "targets_file": "YAML list of targets with their workers (central mode)",
     "probe_workers": "follow only the discovered probes of these workers, comma-separated (empty: all)",

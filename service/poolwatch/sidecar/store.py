@@ -36,16 +36,14 @@ from poolwatch.target_health import TargetState
 __all__ = ["HISTORY_BUDGET", "PREFERENCE", "RankState", "SnapshotStore", "best_view"]
 
 HISTORY_BUDGET = 16384  # snapshots kept in all the histories together (~3.5 KB each)
-PREFERENCE = (
-    SourceKind.PROBE,
-    SourceKind.FILE,
-    SourceKind.SGLANG_METRICS,
-    SourceKind.SGLANG_LOG,
-)  # exact first
+PREFERENCE = ("probe", "file", "metrics", "log")  # by channel (SourceKind.channel): exact first
+
+
+_RANK = {kind.value: PREFERENCE.index(kind.channel) for kind in SourceKind}
 
 
 def _preference(source: str) -> int:
-    return PREFERENCE.index(source) if source in PREFERENCE else len(PREFERENCE)
+    return _RANK.get(source, len(PREFERENCE))  # not a kind (a snapshot file may name anything): last
 
 
 def best_view(snaps: Iterable[Snapshot], fresh_within: float) -> Snapshot:

@@ -1,8 +1,9 @@
 """The configured (static) targets: the flags and ``POOLWATCH_*`` variables, and the targets file.
 
-The flags describe the pod's own SGLang: its probes (``--probe-urls``), its server
+The flags describe the pod's own engine: its probes (``--probe-urls``), its server
 (``--metrics-urls``), its logs (``--log-paths``) and snapshot files, all carrying the pod's worker
-name (:func:`static_targets`).  *Central mode* watches several servers: several
+name (:func:`static_targets`); ``--engine`` says whose ``/metrics`` and log formats those are
+(SGLang's by default).  *Central mode* watches several servers: several
 ``--metrics-urls``, or a YAML file (``POOLWATCH_TARGETS_FILE``) whose targets name their worker (a
 log must: its file name says nothing about who wrote it)::
 
@@ -22,21 +23,18 @@ from typing import Any
 
 import yaml
 
+from poolwatch.engines import UnknownEngine
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
 from poolwatch.model import Role, SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
+from poolwatch.sources.engine import EngineSources, sources_of
 
 __all__ = ["KINDS", "identity_labels", "load_targets_file", "parse_targets_document", "static_targets"]
 
 KINDS = tuple(SourceKind)
-_LOCATION_KEY = {
-    SourceKind.PROBE: "url",
-    SourceKind.SGLANG_METRICS: "url",
-    SourceKind.SGLANG_LOG: "path",
-    SourceKind.FILE: "path",
-}
+_LOCATION_KEY = {"probe": "url", "metrics": "url", "log": "path", "file": "path"}  # by SourceKind.channel
 
 
 def parse_targets_document(doc: Any, where: str) -> list[Target]:
@@ -59,7 +57,7 @@ def _target(item: Any, where: str) -> Target:
     if given not in KINDS:
         raise ConfigError(f"{where}.source: expected one of {', '.join(KINDS)}, got {given!r}")
     kind = SourceKind(given)
-    key = _LOCATION_KEY[kind]
+    key = _LOCATION_KEY[kind.channel]
     location = _text(item, key, where, required=True)
     name = _text(item, "name", where) or f"{kind}:{location}"
     try:
@@ -107,7 +105,7 @@ def identity_labels(settings: Settings) -> dict[str, str]:
 def static_targets(settings: Settings) -> list[Target]:
     """Targets named by flags/env and the targets file.
 
-    The flags describe the pod's own SGLang (at most one ``--metrics-urls`` server): its probes,
+    The flags describe the pod's own engine (at most one ``--metrics-urls`` server): its probes,
     server and logs all carry the pod's worker name.  Several servers are central mode: each is
     named after its ``host:port``, probes after themselves, and a log cannot be told apart
     (``ConfigError``: list it in a targets file with its worker).  Snapshot files name themselves.
@@ -115,10 +113,11 @@ def static_targets(settings: Settings) -> list[Target]:
     role, labels = settings.identity.role, identity_labels(settings)
     t = settings.targets
     own = settings.identity.worker if len(t.metrics_urls) <= 1 else ""
+    engine = _engine(t.engine) if t.metrics_urls or t.log_paths else None
     listed = (
         [(SourceKind.PROBE, u) for u in t.probe_urls]
-        + [(SourceKind.SGLANG_METRICS, u) for u in t.metrics_urls]
-        + [(SourceKind.SGLANG_LOG, p) for p in t.log_paths]
+        + [(engine.metrics, u) for u in t.metrics_urls if engine is not None]
+        + [(engine.log, p) for p in t.log_paths if engine is not None]
         + [(SourceKind.FILE, p) for p in t.snapshot_files]
     )
     targets = [
@@ -128,6 +127,13 @@ def static_targets(settings: Settings) -> list[Target]:
     if t.targets_file:
         targets += load_targets_file(t.targets_file)
     return targets
+
+
+def _engine(name: str) -> EngineSources:
+    try:
+        return sources_of(name)
+    except UnknownEngine as exc:
+        raise ConfigError(f"POOLWATCH_ENGINE: {exc}") from None
 
 
 def _flag_worker(kind: SourceKind, location: str, own: str) -> str:

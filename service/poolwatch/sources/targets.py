@@ -32,11 +32,10 @@ from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Source, Target
+from poolwatch.sources.engine import SourceOptions, sources_for
 from poolwatch.sources.file import FileSource
 from poolwatch.sources.final import FinalSnapshotSource, check_final
 from poolwatch.sources.probe import ProbeSource, watch_wait
-from poolwatch.sources.sglang_log.source import SglangLogSource
-from poolwatch.sources.sglang_metrics import SglangMetricsSource
 from poolwatch.sources.target_config import (
     identity_labels,
     static_targets,
@@ -81,13 +80,12 @@ def make_source(
         # watch the probe: an answer as soon as its verdict changes, else once per interval
         wait = watch_wait(settings.scrape.scrape_interval, settings.scrape.scrape_timeout)
         return ProbeSource(target, max_bytes, wait, final_path, limits, secret)
-    if target.source is SourceKind.SGLANG_METRICS:
-        return SglangMetricsSource(target, clock, max_bytes=max_bytes, limits=limits)
-    if target.source is SourceKind.SGLANG_LOG:
-        return SglangLogSource(target, clock, max_ranks=limits.max_log_ranks)
     if target.source is SourceKind.FILE:
         return FileSource(target, clock, max_bytes, limits)
-    raise ConfigError(f"target {target.name}: unknown source {target.source!r}")
+    room = sources_for(target.source)  # an engine's own /metrics or log: its room reads it
+    if room is None:
+        raise ConfigError(f"target {target.name}: unknown source {target.source!r}")
+    return room.make(target, clock, SourceOptions(max_bytes, limits))
 
 
 class TargetSet:

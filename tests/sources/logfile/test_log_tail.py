@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.sources.sglang_log.tail import LogTail
+from poolwatch.sources.logfile.tail import LogTail
 
 
 def append(path: Path, data: bytes) -> None:

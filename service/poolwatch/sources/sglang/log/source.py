@@ -1,6 +1,6 @@
 """SGLang's log file as a source: batch lines, leak reports and crashes, as they are written.
 
-Each scrape reads what was appended since the last one (:class:`~poolwatch.sources.sglang_log.tail.
+Each scrape reads what was appended since the last one (:class:`~poolwatch.sources.logfile.tail.
 LogTail`, in a thread), assembles records, interprets them and folds the events into per-rank
 snapshots.  It returns, per rank, every snapshot that carries an incident or a negative used
 count (the detector must see each) and the latest one.  A record is held until the next
@@ -13,7 +13,7 @@ never folded into rank 0: it is held on the fold (``LogFold.unattributed``) and 
 
 A snapshot is stamped with its line's time (not the scrape's), so lines read from a backlog
 are shown as old, never as current; a stamp in the future (a zone mismatch) is clamped to now.
-One log names at most ``max_log_ranks`` ranks (:class:`~poolwatch.sources.sglang_log.state.LogFold`);
+One log names at most ``max_log_ranks`` ranks (:class:`~poolwatch.sources.sglang.log.state.LogFold`);
 past it, further ranks are dropped and the first drop is logged.
 """
 
@@ -30,10 +30,10 @@ import httpx
 from poolwatch.limits import DEFAULT_LIMITS
 from poolwatch.model import Snapshot
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.sglang_log.events import interpret
-from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
-from poolwatch.sources.sglang_log.state import LogFold
-from poolwatch.sources.sglang_log.tail import LogTail
+from poolwatch.sources.logfile.tail import LogTail
+from poolwatch.sources.sglang.log.events import interpret
+from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
+from poolwatch.sources.sglang.log.state import LogFold
 
 __all__ = ["SglangLogSource", "keep_notable"]
 

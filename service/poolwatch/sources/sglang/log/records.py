@@ -29,8 +29,8 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field, replace
 
-from poolwatch.sources.sglang_log.leak_message import match_format
-from poolwatch.sources.sglang_log.lines import PrefixedLine, Ranks, clean, parse_line
+from poolwatch.sources.sglang.log.leak_message import match_format
+from poolwatch.sources.sglang.log.lines import PrefixedLine, Ranks, clean, parse_line
 
 __all__ = ["LogRecord", "RecordAssembler"]
 

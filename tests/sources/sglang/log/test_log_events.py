@@ -5,15 +5,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from poolwatch.model import IncidentKind, Pool, Role
-from poolwatch.sources.sglang_log.events import (
+from poolwatch.sources.sglang.log.events import (
     BatchStats,
     Capacity,
     RankIncident,
     interpret,
     parse_batch_line,
 )
-from poolwatch.sources.sglang_log.lines import Ranks
-from poolwatch.sources.sglang_log.records import LogRecord
+from poolwatch.sources.sglang.log.lines import Ranks
+from poolwatch.sources.sglang.log.records import LogRecord
 
 R0 = Ranks()
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from tests.helpers import FIXTURES
 
 from poolwatch.model import IncidentKind, Pool
-from poolwatch.sources.sglang_log.events import RankIncident, UnattributedIncident, interpret
-from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
-from poolwatch.sources.sglang_log.state import LogFold
+from poolwatch.sources.sglang.log.events import RankIncident, UnattributedIncident, interpret
+from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
+from poolwatch.sources.sglang.log.state import LogFold
 
 ORPHANED = FIXTURES / "sglang-logs" / "v0.5.4-orphaned-leak-traceback.log"
 

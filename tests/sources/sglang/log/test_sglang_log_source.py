@@ -10,7 +10,7 @@ from tests.helpers import FIXTURES, FakeClock
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model import IncidentKind, Phase, Pool, Role, Snapshot
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.sglang_log.source import SglangLogSource
+from poolwatch.sources.sglang.log.source import SglangLogSource
 
 LOGS = FIXTURES / "sglang"
 FAR_FUTURE = 4_000_000_000.0
@@ -270,9 +270,9 @@ async def test_one_log_names_at_most_max_log_ranks_and_the_first_drop_is_logged(
 
 
 def test_a_rank_silent_long_enough_gives_its_place_and_a_new_boot_forgets_all() -> None:
-    from poolwatch.sources.sglang_log.events import BatchStats, Capacity
-    from poolwatch.sources.sglang_log.lines import Ranks
-    from poolwatch.sources.sglang_log.state import RANK_IDLE_S, LogFold
+    from poolwatch.sources.sglang.log.events import BatchStats, Capacity
+    from poolwatch.sources.sglang.log.lines import Ranks
+    from poolwatch.sources.sglang.log.state import RANK_IDLE_S, LogFold
 
     fold = LogFold("w0", max_ranks=2)
     batch = lambda tp, at: BatchStats(at, Ranks(0, tp, 0), "decode")  # noqa: E731

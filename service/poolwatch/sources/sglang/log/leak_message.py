@@ -1,6 +1,6 @@
 """SGLang's own accounting failures, read out of a log record.  Pure.
 
-Every release's self-check messages are in :data:`~poolwatch.sources.sglang_log.formats.LEAK_FORMATS`
+Every release's self-check messages are in :data:`~poolwatch.sources.sglang.log.formats.LEAK_FORMATS`
 (0.1.x ``KV cache pool leak detected!`` to 0.5.12+ ``pool memory leak detected! [full] total=…``
 and the busy check's ``SWA Pool Mem Leak Detected!``), for example::
 
@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 
 from poolwatch.model import Exactness, Incident, Pool, PoolAccount
-from poolwatch.sources.sglang_log.formats import LEAK_FORMATS, LeakFormat
+from poolwatch.sources.sglang.log.formats import LEAK_FORMATS, LeakFormat
 
 __all__ = ["find_incidents", "match_format", "parse_leak_figures"]
 

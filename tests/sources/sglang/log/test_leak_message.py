@@ -8,8 +8,8 @@ from tests.strategies import slot_counts
 
 from poolwatch.conservation import assess, describe
 from poolwatch.model import Exactness, IncidentKind, Phase, Pool, PoolAccount
-from poolwatch.sources.sglang_log.formats import LEAK_FORMATS
-from poolwatch.sources.sglang_log.leak_message import find_incidents, match_format, parse_leak_figures
+from poolwatch.sources.sglang.log.formats import LEAK_FORMATS
+from poolwatch.sources.sglang.log.leak_message import find_incidents, match_format, parse_leak_figures
 
 SEED_LINES = [
     "ValueError: token_to_kv_pool_allocator memory leak detected! full_available_size=1663695, "

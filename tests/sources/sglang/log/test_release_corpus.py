@@ -14,10 +14,11 @@ from tests.helpers import FIXTURES
 
 from poolwatch.commands import replay as replay_command
 from poolwatch.model import IncidentKind, Pool, Role
-from poolwatch.sources.sglang_log.events import BatchStats, Capacity, interpret
-from poolwatch.sources.sglang_log.reader import LogReader
-from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
-from poolwatch.sources.sglang_log.replay import Replayer, Row
+from poolwatch.sources.logfile.reader import LogReader
+from poolwatch.sources.logfile.replay import Row
+from poolwatch.sources.sglang.log.events import BatchStats, Capacity, interpret
+from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
+from poolwatch.sources.sglang.log.replay import Replayer
 
 CORPUS = FIXTURES / "sglang-logs"
 

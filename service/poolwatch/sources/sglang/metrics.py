@@ -25,7 +25,7 @@ from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_bytes, get_json, join_url
 from poolwatch.sources.prom_text import PromTextError, TooManySamples, parse_samples
-from poolwatch.sources.sglang_gauges import (
+from poolwatch.sources.sglang.gauges import (
     RankGauges,
     ServerInfo,
     group_by_rank,
@@ -34,7 +34,7 @@ from poolwatch.sources.sglang_gauges import (
     queues,
     wanted,
 )
-from poolwatch.sources.sglang_log.lines import Ranks
+from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 

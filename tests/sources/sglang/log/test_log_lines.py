@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.strategies import encodable_text
 
-from poolwatch.sources.sglang_log.lines import Ranks, parse_line
-from poolwatch.sources.sglang_log.records import LogRecord, RecordAssembler
+from poolwatch.sources.sglang.log.lines import Ranks, parse_line
+from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
 
 
 def local(stamp: str) -> float:

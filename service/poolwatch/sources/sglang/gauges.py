@@ -23,7 +23,7 @@ from typing import Any, TypeGuard
 
 from poolwatch.model import Pool, PoolAccount, Role
 from poolwatch.sources.prom_text import Sample
-from poolwatch.sources.sglang_log.lines import Ranks
+from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = [
     "RankGauges",

@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from poolwatch.commands.replay import stream_file
-from poolwatch.sources.sglang_log.events import RankIncident, interpret
-from poolwatch.sources.sglang_log.records import RecordAssembler
-from poolwatch.sources.sglang_log.replay import Replayer, Row
+from poolwatch.sources.logfile.replay import Row
+from poolwatch.sources.sglang.log.events import RankIncident, interpret
+from poolwatch.sources.sglang.log.records import RecordAssembler
+from poolwatch.sources.sglang.log.replay import Replayer
 
 LOGS: tuple[tuple[str, ...], ...] = (
     (

@@ -1,7 +1,7 @@
 """What an SGLang log record says: batch statistics, pool capacities and incidents.  Pure.
 
 Batch lines of every release (reference §5.3; the heads per family are in
-:data:`~poolwatch.sources.sglang_log.formats.BATCH_HEADS`): ``Prefill batch. #new-seq: 1, ...``
+:data:`~poolwatch.sources.sglang.log.formats.BATCH_HEADS`): ``Prefill batch. #new-seq: 1, ...``
 and ``Decode batch. #running-req: 3, #token: 1032, token usage: 0.01, ...`` before 0.5.4,
 ``new fill batch. #seq: 1. ...`` in 0.1.x, and e.g. 0.5.4.post1 PD prefill::
 
@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from poolwatch.model import Incident, IncidentKind, Pool, Role
-from poolwatch.sources.sglang_log.formats import BATCH_HEADS, CRASH_MARKERS, ROLE_KEYS
-from poolwatch.sources.sglang_log.leak_message import find_incidents
-from poolwatch.sources.sglang_log.lines import Ranks
-from poolwatch.sources.sglang_log.records import LogRecord
+from poolwatch.sources.sglang.log.formats import BATCH_HEADS, CRASH_MARKERS, ROLE_KEYS
+from poolwatch.sources.sglang.log.leak_message import find_incidents, match_format
+from poolwatch.sources.sglang.log.lines import Ranks, clean, parse_line
+from poolwatch.sources.sglang.log.records import LogRecord
 
 __all__ = [
     "BatchStats",
@@ -39,6 +39,7 @@ __all__ = [
     "UnattributedIncident",
     "interpret",
     "parse_batch_line",
+    "recognises",
 ]
 
 _CAPACITY = (
@@ -138,6 +139,16 @@ def interpret(record: LogRecord) -> list[LogEvent]:
         text = "\n".join(record.lines)[:_MAX_MESSAGE]
         events.append(RankIncident(record.ranks, Incident(IncidentKind.SCHEDULER_EXCEPTION, text, record.at)))
     return events
+
+
+def recognises(line: str) -> bool:
+    """Whether one raw line is in a format SGLang writes: a batch or startup line, a leak report's
+    marker or a crash marker (``poolwatch replay`` tells engines' logs apart by this)."""
+    prefixed = parse_line(line)
+    text = prefixed.message if prefixed is not None else clean(line).strip()
+    if _line_event(text, 0.0, Ranks()) is not None or match_format(text) is not None:
+        return True
+    return any(marker in text for marker, _ in CRASH_MARKERS)
 
 
 def _line_event(message: str, at: float, ranks: Ranks) -> BatchStats | Capacity | None:

@@ -13,70 +13,25 @@ import datetime as dt
 import functools
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe, used
 from poolwatch.model import IncidentKind, Pool, Snapshot
-from poolwatch.sources.sglang_log.events import (
+from poolwatch.sources.logfile.replay import UNATTRIBUTED, Problem, ReplayReport, Row
+from poolwatch.sources.sglang.log.events import (
     BatchStats,
     LogEvent,
     RankIncident,
     UnattributedIncident,
     interpret,
 )
-from poolwatch.sources.sglang_log.lines import Ranks
-from poolwatch.sources.sglang_log.records import RecordAssembler
-from poolwatch.sources.sglang_log.state import LogFold
+from poolwatch.sources.sglang.log.lines import Ranks
+from poolwatch.sources.sglang.log.records import RecordAssembler
+from poolwatch.sources.sglang.log.state import LogFold
 
-__all__ = ["UNATTRIBUTED", "Problem", "ReplayReport", "Replayer", "Row"]
+__all__ = ["Replayer"]
 
 ACCOUNTING = (IncidentKind.LEAK_DETECTED, IncidentKind.BUSY_CHECK_FAILED, IncidentKind.TREE_SANITY_FAILED)
-POOLS = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)
 _NONE = (False, False, -1.0)  # below every figure's weight
-
-
-@dataclass(slots=True)
-class Row:
-    """One line of the timeline: one event, or the batches of one rank in one window."""
-
-    at: float
-    rank: str
-    event: str  # "prefill", "decode", "batches" (a window of several), or an incident kind
-    batches: int = 0
-    figures: dict[Pool, str] = field(default_factory=dict)  # used count, else the usage ratio
-    running: int | None = None
-    waiting: int | None = None
-    verdict: str = ""  # what the figures prove ("" when they prove nothing)
-    weights: dict[Pool, tuple[bool, bool, float]] = field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    at: float
-    rank: str
-    event: str
-    verdict: str
-    message: str
-
-
-UNATTRIBUTED = "unattributed"  # the rank shown for an orphan block's incident
-
-
-@dataclass(slots=True)
-class ReplayReport:
-    lines: int = 0
-    records: int = 0
-    recognised: int = 0  # records that said something in a known SGLang format
-    split_records: int = 0  # records cut in two at the record bound
-    cut_tail: int = 0  # bytes of an unterminated last line, never parsed
-    ranks: set[str] = field(default_factory=set)
-    incidents: dict[str, int] = field(default_factory=dict)
-    unattributed: int = 0  # incidents in orphan blocks (rank header before the excerpt): no rank
-    first_problem: Problem | None = None
-
-    @property
-    def problem(self) -> bool:
-        return self.first_problem is not None or IncidentKind.SCHEDULER_EXCEPTION.value in self.incidents
 
 
 class Replayer:

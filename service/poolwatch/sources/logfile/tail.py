@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from poolwatch.sources.failures import scrape_failure
-from poolwatch.sources.sglang_log.reader import CUT
+from poolwatch.sources.logfile.reader import CUT
 
 __all__ = ["LogTail", "TailRead"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.sources.sglang_log.tail import LogTail
+from poolwatch.sources.logfile.tail import LogTail
 
 
 def test_a_truncation_refilled_past_the_offset_is_read_again_from_the_start(tmp_path: Path) -> None:

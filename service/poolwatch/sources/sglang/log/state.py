@@ -30,14 +30,14 @@ from poolwatch.model import (
     SourceKind,
     WorkerId,
 )
-from poolwatch.sources.sglang_log.events import (
+from poolwatch.sources.sglang.log.events import (
     BatchStats,
     Capacity,
     LogEvent,
     RankIncident,
     UnattributedIncident,
 )
-from poolwatch.sources.sglang_log.lines import Ranks
+from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = ["LogFold", "SOURCE"]
 

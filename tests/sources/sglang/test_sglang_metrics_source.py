@@ -14,9 +14,9 @@ from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.model import Phase, Pool, PoolAccount, Role
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.sglang_gauges import ServerInfo, parse_server_info, pool_accounts, queues
-from poolwatch.sources.sglang_log.lines import Ranks
-from poolwatch.sources.sglang_metrics import IdleWatch, SglangMetricsSource, parse_metrics_page
+from poolwatch.sources.sglang.gauges import ServerInfo, parse_server_info, pool_accounts, queues
+from poolwatch.sources.sglang.log.lines import Ranks
+from poolwatch.sources.sglang.metrics import IdleWatch, SglangMetricsSource, parse_metrics_page
 
 SGLANG = FIXTURES / "sglang"
 Handler = Callable[[httpx.Request], httpx.Response]

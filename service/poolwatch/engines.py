@@ -1,0 +1,70 @@
+"""The engines poolwatch watches: one entry per engine, naming its rooms.  Stdlib only.
+
+An engine's *rooms* are the folders named after it: ``poolwatch/probe/<engine>/`` (what the probe
+reads inside the engine's scheduler) and, when the engine has its own ``/metrics`` or log worth
+reading without a probe, ``poolwatch/sources/<engine>/``.  This table is the one place that lists
+them; everything engine-neutral finds a room through it, by import path, loaded only when asked
+(an SGLang scheduler process never imports the vLLM room, and the sidecar never imports a probe
+room).  So neutral code never names an engine, and a third engine is its room folders plus one
+entry here (and, for activation inside the engine, its plugin entry point in ``pyproject.toml``).
+
+``tests/test_engines.py`` checks that every entry resolves and every room folder has an entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "EngineEntry",
+    "UnknownEngine",
+    "engine_entry",
+    "engine_names",
+    "load",
+]
+
+
+class UnknownEngine(ValueError):
+    """An engine name no entry has; the message lists the known ones."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEntry:
+    name: str  # the ``engine`` label of every snapshot and metric, and ``POOLWATCH_ENGINE``'s value
+    title: str  # how people write it ("SGLang", "vLLM")
+    probe: str  # ``module:ATTR`` of the probe room's :class:`~poolwatch.probe.core.engine.Engine`
+    sources: str = ""  # ``module:ATTR`` of the sources room's ``EngineSources`` ("" = none)
+
+
+ENGINES: tuple[EngineEntry, ...] = (
+    EngineEntry(
+        "sglang",
+        "SGLang",
+        probe="poolwatch.probe.sglang.engine:SGLANG",
+        sources="poolwatch.sources.sglang.engine:SOURCES",
+    ),
+    EngineEntry("vllm", "vLLM", probe="poolwatch.probe.vllm.engine:VLLM"),
+)
+DEFAULT_ENGINE = "sglang"  # what a sidecar reads ``--metrics-urls`` and ``--log-paths`` as, unless told
+
+
+def engine_names(entries: tuple[EngineEntry, ...] = ENGINES) -> tuple[str, ...]:
+    return tuple(e.name for e in entries)
+
+
+def engine_entry(name: str, entries: tuple[EngineEntry, ...] = ENGINES) -> EngineEntry:
+    """The entry of ``name``; :class:`UnknownEngine` names the known engines."""
+    for entry in entries:
+        if entry.name == name:
+            return entry
+    raise UnknownEngine(f"unknown engine {name!r} (known: {', '.join(engine_names(entries))})")
+
+
+def load(path: str) -> Any:
+    """The object a ``module:ATTR`` path names (its module imported now)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)

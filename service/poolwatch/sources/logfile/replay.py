@@ -1,0 +1,61 @@
+"""A replayed log's timeline and report, the same for every engine's log (``poolwatch replay``).
+
+An engine's replayer (its sources room) feeds a saved log's lines through the same parsers as its
+live log source and emits :class:`Row` values in time order: one per incident, and the batch lines
+of one rank summarised over a window.  The :class:`ReplayReport` counts what was read and keeps
+the *first problem*: the earliest moment the accounting provably went wrong.  Pure data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from poolwatch.model import IncidentKind, Pool
+
+__all__ = ["POOLS", "UNATTRIBUTED", "Problem", "ReplayReport", "Row"]
+
+POOLS = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)  # the timeline's pool columns
+
+
+@dataclass(slots=True)
+class Row:
+    """One line of the timeline: one event, or the batches of one rank in one window."""
+
+    at: float
+    rank: str
+    event: str  # "prefill", "decode", "batches" (a window of several), or an incident kind
+    batches: int = 0
+    figures: dict[Pool, str] = field(default_factory=dict)  # used count, else the usage ratio
+    running: int | None = None
+    waiting: int | None = None
+    verdict: str = ""  # what the figures prove ("" when they prove nothing)
+    weights: dict[Pool, tuple[bool, bool, float]] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    at: float
+    rank: str
+    event: str
+    verdict: str
+    message: str
+
+
+UNATTRIBUTED = "unattributed"  # the rank shown for an orphan block's incident
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    lines: int = 0
+    records: int = 0
+    recognised: int = 0  # records that said something in one of the engine's known formats
+    split_records: int = 0  # records cut in two at the record bound
+    cut_tail: int = 0  # bytes of an unterminated last line, never parsed
+    ranks: set[str] = field(default_factory=set)
+    incidents: dict[str, int] = field(default_factory=dict)
+    unattributed: int = 0  # incidents in orphan blocks (rank header before the excerpt): no rank
+    first_problem: Problem | None = None
+
+    @property
+    def problem(self) -> bool:
+        return self.first_problem is not None or IncidentKind.SCHEDULER_EXCEPTION.value in self.incidents

@@ -1,0 +1,72 @@
+"""The sidecar reads an engine without a probe through that engine's sources room, found by engine
+name or by source kind in the registry; nothing neutral names an engine (pyproject's contracts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.helpers import FakeClock
+
+from poolwatch.engines import ENGINES, UnknownEngine, engine_names
+from poolwatch.errors import ConfigError
+from poolwatch.model import SourceKind
+from poolwatch.settings.sidecar import Settings
+from poolwatch.sources.base import Target
+from poolwatch.sources.engine import EngineSources, engine_sources, sniff_engine, sources_for, sources_of
+from poolwatch.sources.target_config import static_targets
+from poolwatch.sources.targets import make_source
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-logs"
+
+
+def test_every_engine_kind_belongs_to_exactly_one_room_and_names_it() -> None:
+    rooms = engine_sources()
+    assert {r.engine for r in rooms} <= set(engine_names())
+    for kind in SourceKind:
+        owners = [r.engine for r in rooms if kind in (r.metrics, r.log)]
+        if kind.channel in ("probe", "file"):
+            assert owners == []
+            assert kind.engine == ""
+        else:
+            assert owners == [kind.engine], kind
+
+
+@pytest.mark.parametrize("room", engine_sources(), ids=lambda r: r.engine)
+def test_a_rooms_kinds_are_built_by_that_room(room: EngineSources) -> None:
+    clock = FakeClock()
+    settings = Settings.from_env({})
+    for kind, where in ((room.metrics, "http://127.0.0.1:30000"), (room.log, "/logs/w.log")):
+        source = make_source(Target(f"{kind}:{where}", kind, where, "w"), settings, clock)
+        assert source.target.source is kind
+        assert sources_for(kind) is room
+
+
+def test_the_engine_setting_picks_whose_metrics_and_logs_the_flags_name() -> None:
+    env = {"POOLWATCH_METRICS_URLS": "http://127.0.0.1:30000", "POOLWATCH_LOG_PATHS": "/logs/a.log"}
+    kinds = [t.source for t in static_targets(Settings.from_env(env))]
+    assert kinds == [SourceKind.SGLANG_METRICS, SourceKind.SGLANG_LOG]  # the default engine
+
+
+def test_an_engine_without_a_sources_room_is_one_clear_config_error() -> None:
+    no_room = [e.name for e in ENGINES if not e.sources]
+    if not no_room:
+        pytest.skip("every engine has a sources room")
+    env = {"POOLWATCH_METRICS_URLS": "http://127.0.0.1:30000", "POOLWATCH_ENGINE": no_room[0]}
+    with pytest.raises(ConfigError, match=f"POOLWATCH_ENGINE: engine '{no_room[0]}' has no /metrics"):
+        static_targets(Settings.from_env(env))
+
+
+def test_an_unknown_engine_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(UnknownEngine, match="known: sglang, vllm"):
+        sources_of("tgi")
+
+
+def test_a_log_is_told_by_its_lines_and_noise_is_nobodys() -> None:
+    sglang = (CORPUS / "v0.5.12-swa-busy-check.log").read_text().splitlines()
+    noise = (CORPUS / "no-sglang-lines.txt").read_text().splitlines()
+    found = sniff_engine(sglang)
+    assert found is not None
+    assert found.engine == "sglang"
+    assert sniff_engine(noise) is None
+    assert sniff_engine([]) is None

@@ -1,8 +1,9 @@
 """Ships ``poolwatch-probe.pth`` at the root of site-packages (everything else is in pyproject.toml).
 
 Python runs a ``.pth`` file's ``import`` line at start-up in every process, SGLang's spawned
-scheduler processes included: that is how the probe activates on SGLang releases older than the
-plugin framework (0.5.12).  The line does nothing unless ``POOLWATCH_PROBE=1``.
+scheduler processes included: that is how the probe activates in an engine with no plugin framework
+(SGLang older than 0.5.12), for every engine poolwatch knows.  The line does nothing unless
+``POOLWATCH_PROBE=1``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-PTH = Path(__file__).parent / "service" / "poolwatch" / "probe" / "sglang" / "poolwatch-probe.pth"
+PTH = Path(__file__).parent / "service" / "poolwatch" / "probe" / "poolwatch-probe.pth"
 
 
 class BuildPyWithPth(build_py):

@@ -33,7 +33,8 @@ from webhook import Webhook  # benchmarks/webhook.py (this script's directory is
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, detach, probe_of
+from poolwatch.probe.lifecycle import attach, detach, probe_of
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
@@ -133,10 +134,10 @@ def simulate(c: Case, directory: Path) -> Timeline:
     cluster = Cluster(c.config)
     for worker in cluster.workers:
         conf = ProbeConfig(
-            directory=str(directory), serve=False, worker=worker.name, sglang_version=cluster.release.name
+            directory=str(directory), serve=False, worker=worker.name, release=cluster.release.name
         )
         for rank in worker.ranks:
-            probe = attach(rank, replace(conf, sglang_version=cluster.release.name), serve=False)
+            probe = attach(SGLANG, rank, replace(conf, release=cluster.release.name), serve=False)
             probe.clock, probe.wall = (lambda: cluster.clock.now), cluster.clock.unix
     store = SnapshotStore(history=4)
     detector = Detector(Settings().mixin(), cluster.clock.unix)
@@ -169,9 +170,9 @@ async def in_real_time(
     A crashed worker's probes are detached (the process is gone); a page can only come before."""
     cluster, hook = Cluster(c.config), Webhook()
     for worker in cluster.workers:
-        conf = ProbeConfig(directory=str(directory), worker=worker.name, sglang_version=cluster.release.name)
+        conf = ProbeConfig(directory=str(directory), worker=worker.name, release=cluster.release.name)
         for rank in worker.ranks:
-            attach(rank, conf, serve=True)
+            attach(SGLANG, rank, conf, serve=True)
     env = {"POOLWATCH_PROBE_DIR": str(directory), "POOLWATCH_WEBHOOK_URLS": hook.url, "POOLWATCH_WORKER": "x"}
     app = create_app(Settings.from_env(env))
     wall, sim = Timeline(), Timeline()

@@ -53,7 +53,8 @@ from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import RepairKind
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, probe_of
+from poolwatch.probe.lifecycle import attach, probe_of
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings
 from poolwatch_emulator import Cluster
 from poolwatch_emulator.faults import FAULTS
@@ -113,11 +114,9 @@ def exact_page(detector: Detector, fault: str, worker: str) -> tuple[bool, bool]
 def attach_all(cluster: Cluster, work: Path, guard: bool) -> None:
     for worker in cluster.workers:
         version = cluster.release.name
-        conf = ProbeConfig(
-            directory=str(work), serve=False, worker=worker.name, sglang_version=version, guard=guard
-        )
+        conf = ProbeConfig(directory=str(work), serve=False, worker=worker.name, release=version, guard=guard)
         for rank in worker.ranks:
-            probe = attach(rank, conf, serve=False)
+            probe = attach(SGLANG, rank, conf, serve=False)
             probe.clock, probe.wall = (lambda: cluster.clock.now), cluster.clock.unix
 
 

@@ -29,7 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig
 
 STEPS = 16_000  # per window (~2-4 s here): shorter windows measure the neighbours, not the clients
@@ -97,7 +98,7 @@ def config(directory: str) -> ProbeConfig:
         census_interval_s=1e9,
         kv_census_interval_s=1e9,
         idle_kv_census_gap_s=1e9,
-        sglang_version="0.5.4.post1",
+        release="0.5.4.post1",
         worker="bench",
     )
 
@@ -119,7 +120,7 @@ def window(directory: str, wait: str | None) -> tuple[float, float, float, Count
     endpoint threads' CPU share; the scheduler thread's CPU seconds per step."""
     cluster = emulated_rank()
     rank = cluster.schedulers[0]
-    probe = attach(rank, config(directory))
+    probe = attach(SGLANG, rank, config(directory))
     tally = Counter[str]()
     try:
         assert probe.publisher is not None

@@ -66,7 +66,7 @@ from tests.e2e.test_e2e_as_deployed import (
 
 from poolwatch.artifacts.notification_text import UPDATE_MARK
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import probe_of
+from poolwatch.probe.lifecycle import probe_of
 from poolwatch_emulator import Cluster, WorkerServer, attach_probes, parse_fault
 from poolwatch_emulator.faults import FAULTS
 

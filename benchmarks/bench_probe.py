@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, detach, install, uninstall
+from poolwatch.probe.lifecycle import attach, detach, install, uninstall
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.kv_census import kv_census
 from poolwatch.probe.sglang.mamba_census import mamba_census
 from poolwatch.probe.sglang.requests import collect_live
@@ -30,7 +31,7 @@ NO_CENSUS = ProbeConfig(
     idle_kv_census_gap_s=1e9,
     serve=False,
     chunk_tripwire=False,
-    sglang_version="0.5.4.post1",  # the emulated cluster's release (the probe reads it from its config)
+    release="0.5.4.post1",  # the emulated cluster's release (the probe reads it from its config)
 )
 GPU_STEP_S = 0.020
 
@@ -84,7 +85,7 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
 
 def cost_row(live: int) -> Row:
     _, rank = rank_with(live)
-    probe = attach(rank, NO_CENSUS, serve=False)
+    probe = attach(SGLANG, rank, NO_CENSUS, serve=False)
     reading = Reading()
     held = collect_live(rank, reading, "null")
     try:
@@ -102,7 +103,7 @@ def cost_row(live: int) -> Row:
 def iteration_seconds(live: int, steps: int, config: ProbeConfig | None) -> float:
     """Mean wall seconds of one rank iteration with the probe installed (or not)."""
     if config is not None:
-        install(Scheduler, config)
+        install(SGLANG, Scheduler, config)
     try:
         cluster, _ = rank_with(live)
         t0 = time.perf_counter()
@@ -133,7 +134,7 @@ def main() -> int:
     steps = 300
     bare = iteration_seconds(256, steps, None)
     every = iteration_seconds(256, steps, NO_CENSUS)
-    default = iteration_seconds(256, steps, ProbeConfig(serve=False, sglang_version="0.5.4.post1"))
+    default = iteration_seconds(256, steps, ProbeConfig(serve=False, release="0.5.4.post1"))
     amortised = cost_at_256 / 1e6 / 0.1 * 100
     print("\noverhead at 256 live requests")
     print(f"  one sample every 0.1 s (the default), of scheduler time   {amortised:6.2f} %")

@@ -35,7 +35,8 @@ from typing import Any
 from bench_probe import NO_CENSUS, rank_with
 
 from poolwatch.probe.core.access import Reading
-from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.kv_census import kv_census
 from poolwatch.probe.sglang.mamba_census import mamba_census
 from poolwatch.probe.sglang.requests import collect_live
@@ -236,7 +237,7 @@ def pair(case: Case, device: str) -> tuple[Row, Row, dict[str, Any]]:
 
     rank = build(case)
     inject_faults(rank)
-    probe = attach(rank, NO_CENSUS, serve=False)
+    probe = attach(SGLANG, rank, NO_CENSUS, serve=False)
     try:
         on_cpu = measure(rank, probe, "cpu", lambda: None)
         expected = censuses(rank, probe)

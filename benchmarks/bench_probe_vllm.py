@@ -25,8 +25,9 @@ from typing import Any
 
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.census import walk_pool
-from poolwatch.probe.vllm.hooks import attach, detach
+from poolwatch.probe.vllm.engine import VLLM, vllm_release
 
 LIVE = 256
 GPU_STEP_S = 0.020
@@ -97,14 +98,14 @@ def main() -> int:
     pool = sched.kv_cache_manager.block_pool
     used = pool.num_gpu_blocks - 1 - pool.free_block_queue.num_free_blocks
     bare = mean_step(sched, 40)
-    probe = attach(sched, EVERY, version=VERSION)
+    probe = attach(VLLM, sched, EVERY, release=vllm_release(VERSION))
     sample = timed(lambda: probe.sample_now("bench"), 100)
     census = timed(lambda: walk_pool(sched, probe.shape, pool, Reading()), 10)
     blocks = sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks["r0"]
     look = timed(lambda: probe.on_free(list(blocks)), 200)
     every = mean_step(sched, 40)
     detach(sched)
-    probe = attach(sched, DEFAULT, version=VERSION)
+    probe = attach(VLLM, sched, DEFAULT, release=vllm_release(VERSION))
     default = mean_step(sched, 40)
     detach(sched)
     rows = (

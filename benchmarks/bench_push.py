@@ -2,7 +2,7 @@
 detector -> delivery wakes -> webhook POST, for a surplus and for a deficit, on a busy rank.
 
 A real probe (``poolwatch.probe.sglang.hooks.attach``, served on loopback) watches a small SGLang-shaped rank
-(``tests/probe/fakes.py``); a "scheduler" thread calls the probe's loop hook every 10 ms (busy: a
+(``tests/probe/sglang/fakes.py``); a "scheduler" thread calls the probe's loop hook every 10 ms (busy: a
 running request), the real sidecar app (discovery, long-poll scrape loop, detector, webhook
 notifier) runs in process.  Each repetition is a new rank (a new worker name):
 
@@ -30,11 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.probe.fakes import Rank
+from tests.probe.sglang.fakes import Rank
 from webhook import Webhook  # benchmarks/webhook.py (this script's directory is on sys.path)
 
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 
@@ -53,8 +54,8 @@ async def one(case: str, i: int, directory: Path, hook: Webhook) -> float | None
     rank = busy_rank()
     if case == "surplus":
         req = rank.chunked("long", origin=40, chunk=16)
-    config = ProbeConfig(directory=str(directory), worker=worker, sglang_version="0.5.4.post1")
-    probe = attach(rank.sched, replace(config, sample_interval_s=0.1))
+    config = ProbeConfig(directory=str(directory), worker=worker, release="0.5.4.post1")
+    probe = attach(SGLANG, rank.sched, replace(config, sample_interval_s=0.1))
     stop = threading.Event()
 
     def scheduler() -> None:  # the scheduler thread: a loop boundary every 10 ms

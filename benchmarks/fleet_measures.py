@@ -342,12 +342,13 @@ def probe() -> dict[str, Any]:
     from bench_probe import NO_CENSUS, rank_with
 
     from poolwatch.probe.core.access import Reading
-    from poolwatch.probe.sglang.hooks import attach, detach
+    from poolwatch.probe.lifecycle import attach, detach
+    from poolwatch.probe.sglang.engine import SGLANG
     from poolwatch.probe.sglang.mamba_census import mamba_census
     from poolwatch.probe.sglang.requests import collect_live
 
     _, rank = rank_with(256)
-    handle = attach(rank, NO_CENSUS, serve=False)
+    handle = attach(SGLANG, rank, NO_CENSUS, serve=False)
     try:
         out = {"sample_256": cpu_quartile(lambda: handle.sample_now("bench"), 400) * 1e6}
 

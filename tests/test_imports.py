@@ -1,6 +1,6 @@
 """What each side imports, in one fresh interpreter (modules other tests imported do not count):
 the sidecar, its CLI and its alerting load neither torch nor any probe module, and the probe's own
-modules (they run inside SGLang's scheduler) load no torch at import time."""
+modules (they run inside an engine's scheduler), every engine room's, load no torch at import time."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from poolwatch.sidecar.app import create_app
 create_app(Settings(targets=TargetSettings(probe_dir=sys.argv[1], metrics_urls=("http://127.0.0.1:1",))))
 print(",".join(sorted(m for m in sys.modules if m.startswith("poolwatch.probe"))))
 del sys.modules["torch"]
-import poolwatch.probe.sglang.activate, poolwatch.probe.sglang.hooks, poolwatch.probe.core.serving
+import importlib, pkgutil, poolwatch.probe
+for mod in pkgutil.walk_packages(poolwatch.probe.__path__, "poolwatch.probe."):  # every room's, every module
+    importlib.import_module(mod.name)
 print("torch" in sys.modules)
 """
 

@@ -128,7 +128,7 @@ def test_the_image_build_and_the_dockerfile_take_the_version_from_the_package() 
 
 
 def test_the_probe_pth_line_imports_nothing_without_its_variable() -> None:
-    pth = REPO / "service" / "poolwatch" / "probe" / "sglang" / "poolwatch-probe.pth"
+    pth = REPO / "service" / "poolwatch" / "probe" / "poolwatch-probe.pth"
     line = pth.read_text(encoding="utf-8")
     assert line.startswith("import "), "site runs a .pth line only if it starts so"
     assert line.count("\n") == 1

@@ -82,10 +82,12 @@ def test_the_base_wheel_carries_the_sidecar_the_probe_and_its_pth_but_not_the_em
     assert [n for n in names if n.endswith(".pth")] == [PTH]
     with zipfile.ZipFile(wheel) as zf:
         shipped = zf.read(PTH)
-    assert shipped == (REPO / "service" / "poolwatch" / "probe" / "sglang" / PTH).read_bytes()
+    assert shipped == (REPO / "service" / "poolwatch" / "probe" / PTH).read_bytes()
     for needed in (
         "poolwatch/sidecar/app.py",
-        "poolwatch/probe/sglang/activate.py",
+        "poolwatch/probe/lifecycle.py",
+        "poolwatch/probe/sglang/engine.py",
+        "poolwatch/probe/vllm/engine.py",
         "poolwatch/static/index.html",
     ):
         assert needed in names
@@ -96,7 +98,8 @@ def test_the_base_wheel_carries_the_sidecar_the_probe_and_its_pth_but_not_the_em
     requires = [line for line in metadata if line.startswith("Requires-Dist:")]
     assert not [r for r in requires if "torch" in r and "extra ==" not in r], "torch only with an extra"
     assert any(r.startswith("Requires-Dist: poolwatch-emulator") and "extra == " in r for r in requires)
-    assert "[sglang.srt.plugins]\npoolwatch = poolwatch.probe.sglang.activate:sglang_plugin" in entry_points
+    assert "[sglang.srt.plugins]\npoolwatch = poolwatch.probe.sglang.engine:sglang_plugin" in entry_points
+    assert "[vllm.general_plugins]\npoolwatch = poolwatch.probe.vllm.engine:vllm_plugin" in entry_points
     assert "[console_scripts]\npoolwatch = poolwatch.cli:main" in entry_points
 
 
@@ -115,7 +118,7 @@ def test_the_emulator_wheel_pins_this_poolwatch_and_registers_its_commands(dist:
 def test_the_sdist_builds_the_same_wheel_files(dist: Path) -> None:
     with tarfile.open(dist / f"poolwatch-{__version__}.tar.gz") as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
-    pth = f"service/poolwatch/probe/sglang/{PTH}"
+    pth = f"service/poolwatch/probe/{PTH}"
     for needed in ("setup.py", "pyproject.toml", "LICENSE", "CHANGELOG.md", pth):
         assert needed in names
 

@@ -153,7 +153,7 @@ class IncidentKind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class WorkerId:
-    """One scheduler rank of one SGLang worker (a pod, or one server in central mode)."""
+    """One scheduler rank of one engine worker (a pod, or one server in central mode)."""
 
     worker: str
     role: Role = Role.UNIFIED
@@ -161,7 +161,7 @@ class WorkerId:
     tp_rank: int = 0
     pp_rank: int = 0
     model: str = ""
-    sglang_version: str = ""  # the engine's release (vLLM's for ``engine == "vllm"``)
+    release: str = ""  # the engine's release (on the wire and the info metric also ``sglang_version``)
     instance: str = ""
     engine: str = "sglang"  # the serving engine: ``sglang`` or ``vllm``
 

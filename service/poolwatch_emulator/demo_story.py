@@ -181,7 +181,7 @@ class Story:
             )
 
     def _repairs(self) -> None:
-        from poolwatch.probe.sglang.hooks import probe_of
+        from poolwatch.probe.lifecycle import probe_of
 
         for worker in self.cluster.workers:
             for rank in worker.ranks:

@@ -172,14 +172,15 @@ def attach_probes(cluster: Cluster, directory: Path, *, serve: bool = True, guar
     ``{worker}`` in ``directory`` gives each worker its own discovery directory, as each pod has;
     ``guard`` turns on the probe's guard mode (``POOLWATCH_PROBE_GUARD=1``)."""
     from poolwatch.probe.core.config import ProbeConfig
-    from poolwatch.probe.sglang.hooks import attach
+    from poolwatch.probe.lifecycle import attach
+    from poolwatch.probe.sglang.engine import SGLANG
 
     for worker in cluster.workers:
         folder = str(directory).replace("{worker}", worker.name)
         version, name = cluster.release.name, worker.name
-        config = ProbeConfig(directory=folder, serve=serve, worker=name, sglang_version=version, guard=guard)
+        config = ProbeConfig(directory=folder, serve=serve, worker=name, release=version, guard=guard)
         for rank in worker.ranks:
-            attach(rank, config, serve=serve)
+            attach(SGLANG, rank, config, serve=serve)
         worker.on_crash.append(functools.partial(probes_gone, worker))
     return len(cluster.schedulers)
 
@@ -189,7 +190,7 @@ def probes_gone(worker: Worker) -> None:
     parent kills the server's process tree, so no ``atexit`` runs: the discovery files (and any
     final snapshot) stay, as on a real node, and the sidecar finds the final file when the probe
     refuses."""
-    from poolwatch.probe.sglang.hooks import probe_of
+    from poolwatch.probe.lifecycle import probe_of
 
     for rank in worker.ranks:
         server = getattr(getattr(probe_of(rank), "publisher", None), "server", None)

@@ -175,7 +175,7 @@ def test_edge_shapes_get_the_same_verdict_on_either_path(
 def test_every_sample_an_emulated_busy_rank_takes_gives_the_same_snapshot_on_either_path() -> None:
     pytest.importorskip("poolwatch_emulator")
     from poolwatch.probe.core.config import ProbeConfig
-    from poolwatch.probe.sglang.scheduler_probe import Probe
+    from poolwatch.probe.sglang.engine import SGLANG
     from poolwatch_emulator.build import ModelShape
     from poolwatch_emulator.cluster import Cluster, ClusterConfig
     from poolwatch_emulator.workload import WorkloadConfig
@@ -186,7 +186,7 @@ def test_every_sample_an_emulated_busy_rank_takes_gives_the_same_snapshot_on_eit
     clock = FakeClock()
     config = ProbeConfig(sample_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir")
     probes = [
-        Probe(s, config, environ={"POOLWATCH_WORKER": "w"}, clock=clock, wall=clock)
+        SGLANG.new(s, config, environ={"POOLWATCH_WORKER": "w"}, clock=clock, wall=clock)
         for s in cluster.schedulers
     ]
     fast_taken = 0

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.identity import NoWorkerName, namespace_name, pod_name, target_worker, worker_name
+from poolwatch.model import Role
 from poolwatch.probe.core.access import Reading
-from poolwatch.probe.sglang.identity import worker_identity
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings
 
 
@@ -32,7 +34,11 @@ def test_a_worker_is_named_by_poolwatch_worker_then_pod_name_then_the_host(
 def test_the_probe_and_the_sidecar_of_one_pod_name_the_worker_alike() -> None:
     for environ in ({"POD_NAME": "decode-1"}, {}, {"POOLWATCH_WORKER": "d"}):
         sidecar = Settings.from_values({}, environ).identity.worker
-        probe = worker_identity(object(), Reading(), "decode", "", environ).worker
+        probe = (
+            SGLANG.new(object(), ProbeConfig(serve=False), environ=environ)
+            .worker(Role.DECODE, Reading())
+            .worker
+        )
         assert probe == sidecar
 
 

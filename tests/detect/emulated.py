@@ -18,7 +18,8 @@ from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.model import Role
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, probe_of
+from poolwatch.probe.lifecycle import attach, probe_of
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.sglang.log.events import interpret
 from poolwatch.sources.sglang.log.records import RecordAssembler
@@ -76,12 +77,12 @@ class Watched:
                 directory=str(self.directory),
                 serve=False,
                 worker=worker.name,
-                sglang_version=self.cluster.release.name,
+                release=self.cluster.release.name,
                 sample_interval_s=self.sample_interval,
                 guard=self.guard,
             )
             for rank in worker.ranks:
-                probe = attach(rank, conf, serve=False)
+                probe = attach(SGLANG, rank, conf, serve=False)
                 probe.wall = self.now
                 probe.clock = lambda: self.cluster.clock.now
                 self._count_aborts(rank)

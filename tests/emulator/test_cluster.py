@@ -81,7 +81,7 @@ def test_the_real_time_thread_starts_and_stops() -> None:
 
 def test_the_probe_attaches_to_every_rank_and_agrees_with_the_emulator(tmp_path: Path) -> None:
     pytest.importorskip("poolwatch.probe")
-    from poolwatch.probe.sglang.hooks import probe_of
+    from poolwatch.probe.lifecycle import probe_of
 
     c = cluster("0.5.4.post1", faults=("pd-chunked-mamba-double-free@step=100",))
     assert attach_probes(c, tmp_path, serve=False) == 2

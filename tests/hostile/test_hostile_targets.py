@@ -9,7 +9,7 @@ nesting) with tracemalloc measuring the peak.
 Everything is in-process: targets answer through ``httpx.MockTransport`` (their URLs are loopback
 addresses no socket is opened for), the sidecar is driven through its ASGI app, time is a fake
 clock.  The probe's endpoint and the sidecar's own server under hostile *clients* are covered over
-real loopback sockets by ``tests/probe/test_probe_server_limits.py`` and
+real loopback sockets by ``tests/probe/core/test_probe_server_limits.py`` and
 ``tests/commands/test_serve_limits.py``; the scheduler's steps/s with 200 hostile long-polling
 clients is ``benchmarks/bench_hostile.py``.
 """

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from tests.helpers import REPO
 from tests.hostile.local_user import NOBODY, arena, require_nobody, run_as_nobody, spawn_as_nobody
-from tests.probe.fakes import Rank
+from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.directory import SkipReason
@@ -36,9 +36,10 @@ from poolwatch.discovery.safety import UnsafePathError
 from poolwatch.errors import PayloadError
 from poolwatch.model import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.sglang.engine import SGLANG
+from poolwatch.probe.sglang.probe import SglangProbe
 from poolwatch.probe.sglang.repair import repairer_for
-from poolwatch.probe.sglang.scheduler_probe import Probe
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, shape_for_version
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.persist import load_state
@@ -64,13 +65,11 @@ def sidecar_targets(directory: Path, **env: str) -> TargetSet:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Probe]:
+def served(tmp_path: Path) -> Iterator[SglangProbe]:
     """A real probe (root) serving on loopback, announced in a directory only root may write."""
     rank = Rank()
-    config = ProbeConfig(
-        sample_interval_s=0.0, directory=str(tmp_path / "node"), sglang_version="0.5.9", worker="w"
-    )
-    probe = attach(rank.sched, config)
+    config = ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path / "node"), release="0.5.9", worker="w")
+    probe = attach(SGLANG, rank.sched, config)
     rank.sched.recv_requests()
     try:
         yield probe
@@ -100,7 +99,7 @@ def port_of(home: Path) -> int:
 
 
 async def test_1_a_listener_named_by_a_discovery_file_gets_no_secret_and_cannot_switch_the_probe_off(
-    served: Probe, tmp_path: Path, seed_snapshot: Snapshot
+    served: SglangProbe, tmp_path: Path, seed_snapshot: Snapshot
 ) -> None:
     """The forged entry is written as root here (item 2 keeps nobody out of the directory): this is
     what a writer of the directory could still do, and it gains nothing."""
@@ -154,10 +153,8 @@ def test_2_a_directory_planted_by_another_user_is_refused_with_a_reason_a_log_li
         with pytest.raises(UnsafePathError, match=f"owned by uid {NOBODY}"):
             ensure_secret(planted)
         rank = Rank()
-        config = ProbeConfig(
-            sample_interval_s=0.0, directory=str(planted), sglang_version="0.5.9", worker="w"
-        )
-        probe = attach(rank.sched, config)
+        config = ProbeConfig(sample_interval_s=0.0, directory=str(planted), release="0.5.9", worker="w")
+        probe = attach(SGLANG, rank.sched, config)
         try:
             rank.sched.recv_requests()
             assert probe.publisher is not None
@@ -209,7 +206,7 @@ def test_2_a_world_writable_directory_is_refused_and_a_safe_one_cannot_be_writte
 
 
 async def test_3_forged_finals_never_page_and_nothing_is_replayed_after_a_restart(
-    served: Probe, seed_snapshot: Snapshot
+    served: SglangProbe, seed_snapshot: Snapshot
 ) -> None:
     node = Path(served.config.directory)
     secret = ensure_secret(node)

@@ -28,7 +28,7 @@ os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
 from poolwatch.conservation import gap
 from poolwatch.model import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.sglang.hooks import probe_of
+from poolwatch.probe.lifecycle import probe_of
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,
@@ -137,11 +137,12 @@ def check_activation(version: str) -> None:
 
     from sglang.srt.managers.scheduler import Scheduler
 
-    from poolwatch.probe.sglang.hooks import hook_names
+    from poolwatch.probe.core.hooks import hook_names
+    from poolwatch.probe.sglang.engine import SGLANG
     from poolwatch.probe.sglang.shapes import shape_for_version
 
     family = shape_for_version(version).family
-    found = set(hook_names(Scheduler))
+    found = set(hook_names(Scheduler, SGLANG.hooks))
     report(
         "the real Scheduler has the methods the probe wraps", found == EXPECTED_HOOKS[family], sorted(found)
     )

@@ -31,7 +31,8 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
 from poolwatch.model import Phase, Pool, TripwireKind
-from poolwatch.probe.sglang.hooks import attach, detach, install
+from poolwatch.probe.lifecycle import attach, detach, install
+from poolwatch.probe.sglang.engine import SGLANG
 
 KV, MAMBA, ROWS = 256, 12, 4
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny-qwen3-next")
@@ -140,7 +141,7 @@ class Driver0523(Driver):
 
     def new(self) -> Holder:
         publish_server_args()
-        install(Holder, CONFIG)
+        install(SGLANG, Holder, CONFIG)
         self.sched = Holder()
         return self.sched
 
@@ -243,7 +244,7 @@ class Driver0523(Driver):
         ``mamba_allocator.free_slots`` at the next boundary, and SGLang's checker finds nothing."""
         s = self.new()
         detach(s)
-        attach(s, replace(CONFIG, guard=True), serve=False)
+        attach(SGLANG, s, replace(CONFIG, guard=True), serve=False)
         a = self.admit("a", 8)
         slot = int(a.kv.mamba_pool_idx)
         s.req_to_token_pool.mamba_allocator.free(a.kv.mamba_pool_idx.unsqueeze(-1))  # the fault

@@ -30,8 +30,9 @@ from poolwatch.discovery.final import read_final_dir
 from poolwatch.model import Phase, Pool, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.last_word import Outcome
+from poolwatch.probe.lifecycle import detach, install, probe_of, uninstall
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.final import residual
-from poolwatch.probe.sglang.hooks import detach, install, probe_of, uninstall
 
 KV, MAMBA, ROWS = 256, 12, 4
 
@@ -99,7 +100,7 @@ class Driver054(Driver):
     mamba_size = MAMBA
 
     def new(self, mode: str = "null") -> Holder:
-        install(Holder, CONFIG)
+        install(SGLANG, Holder, CONFIG)
         self.sched = Holder(mode, self.mamba_size)
         return self.sched
 
@@ -375,11 +376,9 @@ class Driver054(Driver):
         """The seed flow at the production sampling rates, no endpoint: the final snapshot must be
         on disk, naming the Mamba surplus, before SGLang's check_memory raises."""
         directory = tempfile.mkdtemp(prefix="poolwatch-final-")
-        production = replace(
-            ProbeConfig.from_env({}), serve=False, directory=directory, sglang_version=self.version
-        )
+        production = replace(ProbeConfig.from_env({}), serve=False, directory=directory, release=self.version)
         uninstall(Holder)
-        install(Holder, production)
+        install(SGLANG, Holder, production)
         try:
             self.sched = s = Holder("prefill", self.mamba_size)
             self.seed_to_idle_check(s)
@@ -402,11 +401,9 @@ class Driver054(Driver):
         a collector long-polling its endpoint as the sidecar does: the doomed rank holds until the
         final snapshot was handed over, so the collector has it before SGLang's check raises."""
         directory = tempfile.mkdtemp(prefix="poolwatch-lastword-")
-        served = replace(
-            ProbeConfig.from_env({}), serve=True, directory=directory, sglang_version=self.version
-        )
+        served = replace(ProbeConfig.from_env({}), serve=True, directory=directory, release=self.version)
         uninstall(Holder)
-        install(Holder, served)
+        install(SGLANG, Holder, served)
         collector: LongPoll | None = None
         try:
             self.sched = s = Holder("prefill", self.mamba_size)

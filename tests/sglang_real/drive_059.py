@@ -23,7 +23,8 @@ from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from poolwatch.model import Pool, TripwireKind
-from poolwatch.probe.sglang.hooks import attach, detach, install
+from poolwatch.probe.lifecycle import attach, detach, install
+from poolwatch.probe.sglang.engine import SGLANG
 
 KV, ROWS = 256, 4
 
@@ -93,7 +94,7 @@ class Driver059(Driver054):
 
     def new(self, mode: str = "null") -> Any:
         set_server_args()
-        install(Holder, CONFIG)
+        install(SGLANG, Holder, CONFIG)
         self.sched = Holder(mode, self.mamba_size)
         return self.sched
 
@@ -124,7 +125,7 @@ class Driver059(Driver054):
         for guard in (False, True):
             s = self.new("prefill")
             detach(s)
-            attach(s, replace(CONFIG, guard=guard), serve=False)
+            attach(SGLANG, s, replace(CONFIG, guard=guard), serve=False)
             c = self.arrive("c", list(range(200, 230)))
             self.prefill([c], chunk=8)
             self.chunk_boundary()

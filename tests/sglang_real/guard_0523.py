@@ -30,7 +30,8 @@ from check_release import CONFIG, gaps, report
 from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.sampling.sampling_params import SamplingParams
 
-from poolwatch.probe.sglang.hooks import attach, detach, probe_of
+from poolwatch.probe.lifecycle import attach, detach, probe_of
+from poolwatch.probe.sglang.engine import SGLANG
 
 __all__ = ["guard_checks_0523"]
 
@@ -81,7 +82,7 @@ def _wrong_free(driver: Any, req: Any, fault: str) -> None:
 def run_flow(driver: Any, *, guard: bool, fault: str) -> dict[str, Any]:
     s = driver.new()
     detach(s)
-    attach(s, replace(CONFIG, guard=guard), serve=False)
+    attach(SGLANG, s, replace(CONFIG, guard=guard), serve=False)
     out: dict[str, Any] = {"idle_passed": 0, "raised": "", "states": [], "gaps": {}}
     for i in range(3):
         prompt = list(range(300 + 40 * i, 300 + 40 * i + CHUNK * CHUNKS))

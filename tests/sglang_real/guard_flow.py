@@ -24,7 +24,8 @@ from typing import Any
 
 from check_release import CONFIG, gaps, report
 
-from poolwatch.probe.sglang.hooks import attach, detach, probe_of
+from poolwatch.probe.lifecycle import attach, detach, probe_of
+from poolwatch.probe.sglang.engine import SGLANG
 
 __all__ = ["guard_checks"]
 
@@ -76,7 +77,7 @@ def run_flow(driver: Any, *, guard: bool, strict_check: Any, chunk_step: Any) ->
     """The flow on a fresh prefill holder; returns what happened."""
     s = driver.new("prefill")
     detach(s)
-    attach(s, replace(CONFIG, guard=guard), serve=False)
+    attach(SGLANG, s, replace(CONFIG, guard=guard), serve=False)
     out: dict[str, Any] = {"idle_passed": 0, "raised": "", "shared": [], "shorts": 0, "states": []}
     for i in range(3):
         c = driver.arrive(f"long{i}", list(range(300 + 40 * i, 330 + 40 * i)))

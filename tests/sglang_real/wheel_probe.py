@@ -133,9 +133,10 @@ def scheduler_child(conn: Any, plugin: bool) -> None:
     cls = module.Scheduler
     out["wrapped"] = sorted(cls.__dict__.get("__poolwatch_originals__", {}))
     if out["wrapped"]:
-        from poolwatch.probe.sglang.hooks import hook_names
+        from poolwatch.probe.core.hooks import hook_names
+        from poolwatch.probe.sglang.engine import SGLANG
 
-        out["hookable"] = sorted({"__init__", *hook_names(cls)})
+        out["hookable"] = sorted({"__init__", *hook_names(cls, SGLANG.hooks)})
     sched = cls(None, None, 0, 0, 0, 0, 0, None)
     out.update(_probe_of(sched, os.environ.get("POOLWATCH_PROBE_DIR", "")))
     out["at_end"] = _poolwatch_state()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.probe.fakes import Rank
+from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
@@ -24,8 +24,9 @@ from poolwatch.discovery.files import ensure_secret, read_secret
 from poolwatch.model import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.endpoint import server as probe_server
-from poolwatch.probe.sglang.hooks import attach, detach
-from poolwatch.probe.sglang.scheduler_probe import Probe
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.sglang.engine import SGLANG
+from poolwatch.probe.sglang.probe import SglangProbe
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.targets import TargetSet
@@ -73,10 +74,10 @@ def test_a_new_secret_renews_the_discovered_sources(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Probe]:
+def served(tmp_path: Path) -> Iterator[SglangProbe]:
     rank = Rank()
-    config = ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path), sglang_version="0.5.9", worker="w")
-    probe = attach(rank.sched, config)
+    config = ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path), release="0.5.9", worker="w")
+    probe = attach(SGLANG, rank.sched, config)
     rank.sched.recv_requests()
     try:
         yield probe
@@ -102,7 +103,7 @@ async def wait_for(condition: object, what: str) -> None:
 
 
 async def test_with_every_public_long_poll_held_the_sidecar_still_watches_its_probe(
-    served: Probe, tmp_path: Path
+    served: SglangProbe, tmp_path: Path
 ) -> None:
     assert served.latest is not None
     assert served.publisher is not None

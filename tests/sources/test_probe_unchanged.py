@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.fleet_helpers import RouteProbe
-from tests.probe.fakes import Rank
+from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.renewal import CLOCK_HEADER, clock_header, content_tag, renew
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
@@ -21,7 +21,8 @@ from poolwatch.model import ProbeHealth, Snapshot, SourceKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.endpoint.routes import Context, Response, answer, parse_head
-from poolwatch.probe.sglang.hooks import attach, detach
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
 from poolwatch.sources.wire import WireClient
@@ -209,7 +210,7 @@ async def test_a_real_probe_answers_a_lane_with_a_bodiless_304_on_the_same_kept_
     tmp_path: Path,
 ) -> None:
     rank = Rank(mamba_first_id=1)
-    attach(rank.sched, ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path), worker="pod-a"))
+    attach(SGLANG, rank.sched, ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path), worker="pod-a"))
     try:
         rank.sched.recv_requests()  # one sample published
         (entry,) = read_discovery_dir(tmp_path)

@@ -27,8 +27,9 @@ from typing import Any
 from poolwatch.conservation import gap
 from poolwatch.model import Pool, Snapshot, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.vllm.hooks import attach, detach
-from poolwatch.probe.vllm.probe import Probe
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from poolwatch.probe.vllm.probe import VllmProbe
 from tests.vllm_real.harness import (
     BLOCK,
     VERSION,
@@ -117,9 +118,9 @@ def feed(sched: Any, rng: random.Random, n: int, prefix: str) -> None:
         sched.add_request(make_request(f"{prefix}{i}", prompt, rng.randrange(2, 24)))
 
 
-def started() -> tuple[Any, Probe]:
+def started() -> tuple[Any, VllmProbe]:
     sched = make_deferring()
-    probe = attach(sched, CONFIG, version=VERSION)
+    probe = attach(VLLM, sched, CONFIG, release=vllm_release(VERSION))
     probe.clock = Ticks()
     return sched, probe
 

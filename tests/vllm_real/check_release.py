@@ -20,8 +20,9 @@ from typing import Any
 from poolwatch.conservation import gap
 from poolwatch.model import Pool, Snapshot, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.vllm.hooks import attach, detach
-from poolwatch.probe.vllm.probe import Probe
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from poolwatch.probe.vllm.probe import VllmProbe
 from tests.vllm_real.harness import (
     VERSION,
     Ticks,
@@ -42,9 +43,9 @@ def prompt(rng: random.Random) -> list[int]:
     return shared + [rng.randrange(10, 900) for _ in range(rng.randrange(1, 40))]
 
 
-def started(hybrid: bool = False, blocks: int = 400) -> tuple[Any, Probe]:
+def started(hybrid: bool = False, blocks: int = 400) -> tuple[Any, VllmProbe]:
     sched = make_scheduler(blocks, hybrid=hybrid)
-    probe = attach(sched, CONFIG, version=VERSION)
+    probe = attach(VLLM, sched, CONFIG, release=vllm_release(VERSION))
     probe.clock = Ticks()
     return sched, probe
 
@@ -241,7 +242,7 @@ def check_plugin() -> None:
 
     from vllm.plugins import load_general_plugins
 
-    from poolwatch.probe.vllm.hooks import probe_of
+    from poolwatch.probe.lifecycle import probe_of
 
     os.environ.update(POOLWATCH_PROBE="1", POOLWATCH_PROBE_SERVE="0", VLLM_PLUGINS="poolwatch")
     load_general_plugins()

@@ -88,7 +88,7 @@ def _now_panels() -> list[PanelSpec]:
             "Targets up",
             f"sum(poolwatch_target_up{{{_NS}}}) / count(poolwatch_target_up{{{_NS}}})",
             "percentunit",
-            "Share of the sidecars' scrape targets (probes, SGLang /metrics, logs) that answer.",
+            "Share of the sidecars' scrape targets (probes, the engines' own /metrics, logs) that answer.",
             good,
         ),
         stat(

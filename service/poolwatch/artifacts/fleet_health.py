@@ -1,7 +1,7 @@
 """The fleet dashboard's "poolwatch itself" row, and the catalogue metrics no panel charts.
 
 The row answers "can I trust what the other rows show?": how many pools are judged on exact
-figures (the in-process probe) against coarse ones (SGLang's /metrics and log), whether the
+figures (the in-process probe) against coarse ones (the engines' own /metrics and logs), whether the
 sidecars' alerts reach their receivers, whether the sidecars' own tasks crash, how long their
 scrapes take, which version runs where, and what the probes' guard repaired or could not record.
 :data:`NOT_CHARTED` names, with the reason, every catalogue metric left out of both dashboards; a
@@ -16,7 +16,7 @@ from poolwatch.artifacts.panels import series, stat, thresholds
 __all__ = ["NOT_CHARTED", "health_panels"]
 
 NOT_CHARTED: dict[str, str] = {
-    "poolwatch_pool_used_slots": "SGLang's own 'used' figure; the stacked slots and the gap show more "
+    "poolwatch_pool_used_slots": "The engine's own 'used' figure; the stacked slots and the gap show more "
     "(the double-free rule reads it when it goes negative)",
     "poolwatch_scheduler_iteration": "identifies a snapshot; its progress shows as the snapshot age",
     "poolwatch_snapshot_timestamp_seconds": "charted as the snapshot age",
@@ -48,8 +48,8 @@ def health_panels(ns: str, sel: str) -> list[PanelSpec]:
             "Pools on coarse figures",
             f"count({exact} == 0) or vector(0)",
             "none",
-            "Pools judged only from SGLang's /metrics or log (no probe): a deficit there is seen late "
-            "and a double free not at all.",
+            "Pools judged only from the engine's own /metrics or log (no probe): a deficit there is "
+            "seen late and a double free not at all.",
             thresholds((None, "green"), (1, "orange")),
         ),
         series(

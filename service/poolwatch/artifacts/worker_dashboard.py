@@ -127,8 +127,8 @@ def _now_panels() -> list[PanelSpec]:
             "Figures",
             f"poolwatch_pool_figures_exact{{{_RANK}}}",
             "none",
-            "Exact: the in-process probe reads every term of each pool's equation. Coarse: only SGLang's "
-            "/metrics or log (a deficit is seen late, a double free not at all).",
+            "Exact: the in-process probe reads every term of each pool's equation. Coarse: only the "
+            "engine's own /metrics or log (a deficit is seen late, a double free not at all).",
             _mapping({"1": ("exact", "green"), "0": ("coarse", "orange")}),
             legend="{{pool}}",
         ),

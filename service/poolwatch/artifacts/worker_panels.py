@@ -48,7 +48,7 @@ def rank_panels() -> list[PanelSpec]:
             "Queue depths per rank",
             (Query(f"poolwatch_queue_requests{{{W}}}", f"{RANKS} {{{{queue}}}}"),),
             "suffix: requests",
-            "Requests in each scheduler queue; a pool is only checked by SGLang when all are empty.",
+            "Requests in each scheduler queue; SGLang checks a pool only when all are empty.",
         ),
         series(
             "Tripwires per rank",

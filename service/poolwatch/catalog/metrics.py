@@ -28,7 +28,12 @@ __all__ = ["CATALOG", "by_name", "markdown_table"]
 _RANKS: tuple[MetricSpec, ...] = (
     # the watched ranks: their pools, their state and the probe's health
     # --- pools (one series per rank and pool) ---
-    _g("poolwatch_pool_capacity_slots", "Slots in the pool (SGLang's size).", POOL_LABELS, "slots"),
+    _g(
+        "poolwatch_pool_capacity_slots",
+        "Slots in the pool (the engine's size; for vLLM, blocks less the null block).",
+        POOL_LABELS,
+        "slots",
+    ),
     _g(
         "poolwatch_pool_slots",
         "Slots of the pool by state: available (free lists), evictable (prefix tree, unlocked), "
@@ -40,7 +45,7 @@ _RANKS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "poolwatch_pool_used_slots",
-        "Slots neither available nor evictable (size - available - evictable), as SGLang counts them.",
+        "Slots neither available nor evictable (size - available - evictable), as the engine counts them.",
         POOL_LABELS,
         "slots",
     ),
@@ -54,7 +59,7 @@ _RANKS: tuple[MetricSpec, ...] = (
     _g(
         "poolwatch_pool_figures_exact",
         "1 when every term of the pool's conservation equation is known exactly (in-process probe), "
-        "0 when only coarse figures are (SGLang /metrics or log).",
+        "0 when only coarse figures are (the engine's own /metrics or log).",
         POOL_LABELS,
     ),
     _g(
@@ -68,14 +73,14 @@ _RANKS: tuple[MetricSpec, ...] = (
     # --- ranks ---
     _g(
         "poolwatch_worker_info",
-        "Static facts about a scheduler rank; value is always 1. engine: sglang or vllm "
-        "(sglang_version then carries that engine's release).",
-        (*RANK_LABELS, "model", "sglang_version", "source", "engine"),
+        "Static facts about a scheduler rank; value is always 1. engine: which engine the rank runs, "
+        "release: its release (sglang_version: the same, its former name, kept for existing queries).",
+        (*RANK_LABELS, "model", "sglang_version", "source", "engine", "release"),
         group="ranks",
     ),
     _g(
         "poolwatch_worker_idle",
-        "1 when the rank is fully idle in SGLang's sense.",
+        "1 when the rank is fully idle in its engine's sense (no request held or queued).",
         RANK_LABELS,
         group="ranks",
     ),
@@ -114,7 +119,8 @@ _RANKS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "poolwatch_idle_check_strict",
-        "1 when SGLang's idle check crashes the server on an imbalance (the default), 0 when it only warns.",
+        "1 when the engine's own idle check crashes the server on an imbalance (SGLang's default), "
+        "0 when it only warns (absent: the engine has none).",
         RANK_LABELS,
         group="ranks",
     ),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
+from poolwatch.codec.schema import RELEASE_KEY
 from poolwatch.fields import MAX_INT, MAX_ITEMS, MAX_NAME, MAX_NUMBER, MAX_TEXT
 from poolwatch.limits import Limits
 from poolwatch.model import Exactness, Phase, Pool, PoolAccount, ProbeHealth, Role, Snapshot, WorkerId
@@ -117,7 +118,7 @@ def _worker(raw: object) -> WorkerId | None:
         return None
     g = raw.get
     name: Any = g("worker")
-    model, release, instance = g("model", ""), g("sglang_version", ""), g("instance", "")
+    model, release, instance = g("model", ""), g(RELEASE_KEY, ""), g("instance", "")
     engine = g("engine", "sglang")
     ranks = (g("dp_rank", 0), g("tp_rank", 0), g("pp_rank", 0))
     role = g("role", "unified")

@@ -35,6 +35,7 @@ from poolwatch.model import (
 __all__ = [
     "MAX_LISTED",
     "MAX_QUEUES",
+    "RELEASE_KEY",
     "SCHEMA",
     "SCHEMA_VERSION",
     "SnapshotFormatError",
@@ -44,6 +45,9 @@ __all__ = [
 
 SCHEMA = "poolwatch.snapshot"
 SCHEMA_VERSION = 1
+# a rank's engine release, on the wire under its first name (WorkerId.release in Python): probes
+# and sidecars of every version keep reading each other
+RELEASE_KEY = "sglang_version"
 MAX_QUEUES = DEFAULT_LIMITS.max_queues  # POOLWATCH_MAX_QUEUES
 MAX_LISTED = DEFAULT_LIMITS.max_listed  # tripwires, repairs, incidents in one snapshot (POOLWATCH_MAX_LISTED)
 MAX_RANK = 65535
@@ -108,7 +112,7 @@ def _worker(raw: object, where: str) -> WorkerId:
         tp_rank=_rank(d.get("tp_rank", 0), f"{where}.tp_rank"),
         pp_rank=_rank(d.get("pp_rank", 0), f"{where}.pp_rank"),
         model=_str(d.get("model", ""), f"{where}.model"),
-        sglang_version=_str(d.get("sglang_version", ""), f"{where}.sglang_version"),
+        release=_str(d.get(RELEASE_KEY, ""), f"{where}.{RELEASE_KEY}"),
         instance=_str(d.get("instance", ""), f"{where}.instance"),
         engine=_str(d.get("engine", "sglang"), f"{where}.engine"),
     )

@@ -14,14 +14,15 @@ from typing import Any
 
 from poolwatch.codec.fast import common_snapshot
 from poolwatch.codec.schema import (
+    RELEASE_KEY,
     SCHEMA,
     SCHEMA_VERSION,
     parse_snapshot_full,
 )
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Incident, PoolAccount, Repair, Snapshot, Tripwire
+from poolwatch.model import Incident, PoolAccount, Repair, Snapshot, Tripwire, WorkerId
 
-__all__ = ["dump_snapshot", "parse_snapshot"]
+__all__ = ["dump_snapshot", "dump_worker", "parse_snapshot"]
 
 
 def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
@@ -29,7 +30,7 @@ def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
-        "worker": asdict(snap.worker),
+        "worker": dump_worker(snap.worker),
         "seq": snap.seq,
         "taken_at": snap.taken_at,
         "phase": snap.phase.value,
@@ -44,6 +45,13 @@ def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
         "repairs": [_dump_repair(r) for r in snap.repairs],
         "final": snap.final,
     }
+
+
+def dump_worker(w: WorkerId) -> dict[str, Any]:
+    """A rank's identity; its release under the wire's name (:data:`RELEASE_KEY`)."""
+    out = asdict(w)
+    out[RELEASE_KEY] = out.pop("release")
+    return out
 
 
 def _dump_account(a: PoolAccount) -> dict[str, Any]:

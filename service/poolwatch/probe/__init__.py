@@ -1,15 +1,18 @@
 """The in-process probe: exact pool accounts from inside the engine's scheduler (``docs/probe.md``).
 
-Where things are:
+Where things are (floors from the top; ``pyproject.toml``'s import contracts keep them):
 
-* :mod:`poolwatch.probe.core`: engine-neutral machinery (``POOLWATCH_PROBE_*`` settings, reading
-  foreign objects without raising, error containment, the published snapshot, the kill switch);
-* :mod:`poolwatch.probe.endpoint`: the loopback HTTP endpoint;
-* :mod:`poolwatch.probe.census`: the pure ownership proofs and the census report;
-* :mod:`poolwatch.probe.sglang`: everything SGLang-specific (release families, readers, hooks,
-  censuses, guard mode's repairs).  Its entry points are ``install(Scheduler, config)`` /
-  ``attach(scheduler, config)`` / ``detach`` / ``uninstall`` in :mod:`poolwatch.probe.sglang.hooks`.
+* the engine rooms, one per engine in :mod:`poolwatch.engines`, independent of each other:
+  :mod:`poolwatch.probe.sglang` (release families, readers, censuses, the last word, guard mode)
+  and :mod:`poolwatch.probe.vllm` (release shapes, block-pool readers, the walk, the free-time
+  tripwire).  Each hands the neutral probe one spec (``<room>.engine``: ``SGLANG``, ``VLLM``);
+* :mod:`poolwatch.probe.lifecycle`: activation (each engine's plugin, the ``.pth`` file) and
+  ``install`` / ``attach`` / ``detach`` / ``uninstall`` / ``probe_of`` for any engine;
+* :mod:`poolwatch.probe.endpoint`: the loopback HTTP endpoint and its publisher (discovery file,
+  the node's secret, the idle keepalive);
+* :mod:`poolwatch.probe.core`: the engine seam (``engine.py``), the probe every engine shares
+  (``probe.py``), the census schedule, settings, reading foreign objects without raising,
+  containment, publication, the kill switch; :mod:`poolwatch.probe.census`: the pure proofs.
 
-The neutral packages never import an engine room (``pyproject.toml``'s import contracts).
-Nothing here imports torch at import time.
+Neutral packages never import an engine room; nothing here imports torch at import time.
 """

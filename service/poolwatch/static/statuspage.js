@@ -203,7 +203,7 @@
     const snap = w.snapshot || {};
     head.append(el("span", `badge status ${status.cls}`, status.text));
     head.append(el("span", w.stale ? "badge age stale-badge" : "badge age", (w.stale ? "stale, " : "") + age(w.age_seconds)));
-    const facts = [snap.source, w.worker.model, w.worker.sglang_version && `SGLang ${w.worker.sglang_version}`];
+    const facts = [snap.source, w.worker.model, w.worker.release && `SGLang ${w.worker.release}`];
     head.append(el("span", "facts", facts.filter(Boolean).join(" \u00b7 ")));
     card.append(head);
     const byPool = Object.fromEntries((w.findings || []).map((f) => [f.pool, f]));

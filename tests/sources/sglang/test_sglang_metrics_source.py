@@ -169,7 +169,7 @@ async def test_a_leak_at_idle_shows_once_the_idle_state_is_confirmed() -> None:
     assert describe(assess_snapshot(first)) == "full: unknown; mamba: unknown"
     assert later.phase is Phase.IDLE
     assert describe(assess_snapshot(later)) == "mamba: deficit of 1 slot (leak); full: balanced"
-    assert later.worker.sglang_version == "0.5.9"
+    assert later.worker.release == "0.5.9"
     assert later.worker.model == "Qwen/Qwen3-Next-80B-A3B-Instruct"
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
 
@@ -53,6 +54,19 @@ class PoolCensus:
     owners: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # flagged slot -> request ids
     missing_ids: tuple[int, ...] = ()  # every missing id (up to MAX_RETURN), for the guard only
     page_size: int = 1  # > 1: the ids are pages of this many slots (a paged free list)
+
+    def body(self) -> dict[str, Any]:
+        """This pool's body in ``GET /v1/census``."""
+        doc = asdict(self)
+        doc.pop("missing_ids")  # the guard's working set; ``missing`` names the first ids
+        doc["owners"] = {str(slot): list(rids) for slot, rids in self.owners.items()}
+        doc["pool"] = self.pool.value
+        doc["last_id"] = self.first_id + self.size - 1
+        for key in ("duplicates", "free_and_live", "free_and_tree", "out_of_range"):
+            doc[key] = list(doc[key])
+        doc["missing"] = None if self.missing is None else list(self.missing)
+        doc["balanced_ids"] = not any(self.tripwires("", 0))
+        return doc
 
     def requests_of(self, slots: Iterable[int]) -> tuple[str, ...]:
         """The live requests holding any of ``slots`` (in slot order, each once)."""

@@ -3,7 +3,7 @@
 =====================================  =========  ==============================================
 variable                               default    meaning
 =====================================  =========  ==============================================
-``POOLWATCH_PROBE``                    unset      ``1`` arms the ``.pth`` activation (SGLang < 0.5.12)
+``POOLWATCH_PROBE``                    unset      ``1``: consent (the ``.pth`` activation, each plugin)
 ``POOLWATCH_PROBE_DISABLE``            unset      ``1``: the kill switch; nothing is installed
 ``POOLWATCH_PROBE_DIR``                see below  discovery files, the secret and the ``DISABLE`` file
 ``POOLWATCH_PROBE_PORT_BASE``          unset      bind ``base + local rank`` instead of port 0
@@ -16,7 +16,10 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_GUARD``              0          ``1``: repair free lists on exact proof (sglang/repair.py)
 ``POOLWATCH_PROBE_LAST_WORD_WAIT``     0.3        seconds a rank whose idle check will raise waits for the
                                                   sidecar to collect its final snapshot (0 = off, 0 to 5)
-``POOLWATCH_SGLANG_VERSION``           installed  read the scheduler as this release
+``POOLWATCH_ENGINE_VERSION``           installed  read the scheduler as this release of its engine
+                                                  (formerly ``POOLWATCH_SGLANG_VERSION`` /
+                                                  ``POOLWATCH_VLLM_VERSION``: still read, each for its
+                                                  own engine only, with a deprecation log line)
 ``POOLWATCH_WORKER``                   hostname   the worker name (else ``POD_NAME``, else the host name)
 =====================================  =========  ==============================================
 
@@ -63,12 +66,17 @@ class ProbeConfig:
     serve: bool = True
     disabled: bool = False
     max_consecutive_errors: int = 10
-    sglang_version: str = ""  # "" = the installed SGLang's
+    release: str = ""  # "" = the installed engine's release (POOLWATCH_ENGINE_VERSION)
     worker: str = ""  # "" = POOLWATCH_WORKER, POD_NAME or the host name (poolwatch.identity)
 
+    deprecated: tuple[str, ...] = ()  # deprecated variables these settings were read from (logged once)
+
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> ProbeConfig:
-        """Settings from the environment; :class:`ProbeConfigError` names the first bad variable."""
+    def from_env(cls, environ: Mapping[str, str], *, release_env: str = "") -> ProbeConfig:
+        """Settings from the environment; :class:`ProbeConfigError` names the first bad variable.
+        ``release_env``: the engine's former release variable, read when ``POOLWATCH_ENGINE_VERSION``
+        is not set (and named in :attr:`deprecated`)."""
+        release, deprecated = _release(environ, release_env)
         return cls(
             sample_interval_s=_seconds(environ, "POOLWATCH_PROBE_SAMPLE_INTERVAL", 0.1, SAMPLE_RANGE),
             census_interval_s=_seconds(environ, "POOLWATCH_PROBE_CENSUS_INTERVAL", 10.0, CENSUS_RANGE),
@@ -81,20 +89,34 @@ class ProbeConfig:
             serve=_flag(environ, "POOLWATCH_PROBE_SERVE", True),
             disabled=_flag(environ, "POOLWATCH_PROBE_DISABLE", False),
             max_consecutive_errors=_count(environ, "POOLWATCH_PROBE_MAX_ERRORS", 10),
-            sglang_version=environ.get("POOLWATCH_SGLANG_VERSION", ""),
+            release=release,
             worker=_name(environ, "POOLWATCH_WORKER"),
+            deprecated=deprecated,
         )
 
 
-def armed_config(environ: Mapping[str, str]) -> ProbeConfig | None:
+def armed_config(environ: Mapping[str, str], *, release_env: str = "") -> ProbeConfig | None:
     """The settings an engine's activation installs the probe with; None (nothing installed) when
-    the kill switch is set or a variable is bad (logged once, naming it)."""
+    the kill switch is set or a variable is bad (logged once, naming it).  A deprecated variable
+    that was read is logged once too."""
+    log = logging.getLogger("poolwatch.probe")
     try:
-        config = ProbeConfig.from_env(environ)
+        config = ProbeConfig.from_env(environ, release_env=release_env)
     except ProbeConfigError as exc:
-        logging.getLogger("poolwatch.probe").error("poolwatch probe not installed: %s", exc)
+        log.error("poolwatch probe not installed: %s", exc)
         return None
+    for name in config.deprecated:
+        log.warning("poolwatch probe: %s is deprecated; set POOLWATCH_ENGINE_VERSION instead", name)
     return None if config.disabled else config
+
+
+def _release(environ: Mapping[str, str], release_env: str) -> tuple[str, tuple[str, ...]]:
+    """The release override and the deprecated variable it came from, if any."""
+    value = _name(environ, "POOLWATCH_ENGINE_VERSION").strip()
+    if value or not release_env:
+        return value, ()
+    legacy = _name(environ, release_env).strip()
+    return legacy, (release_env,) if legacy else ()
 
 
 def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:

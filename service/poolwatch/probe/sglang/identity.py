@@ -1,27 +1,16 @@
-"""Who this scheduler rank is: worker name, role, ranks, model and SGLang version."""
+"""Who this scheduler rank is: its role, ranks and model (the neutral probe adds the worker's name,
+the engine and its release)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from poolwatch.identity import worker_name
 from poolwatch.model import Role, WorkerId
 from poolwatch.probe.core.access import MISSING, Reading
 
-__all__ = ["local_index", "sglang_version", "worker_identity"]
+__all__ = ["ROLES", "local_index", "rank_identity"]
 
-_ROLES = {"prefill": Role.PREFILL, "decode": Role.DECODE}
-
-
-def sglang_version() -> str:
-    """The installed SGLang's version ("" when SGLang is not installed, e.g. the emulator)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return ""
+ROLES = {"prefill": Role.PREFILL, "decode": Role.DECODE}  # disaggregation_mode's values; else unified
 
 
 def _rank(sched: Any, reading: Reading, name: str) -> int:
@@ -37,18 +26,15 @@ def _model(sched: Any, reading: Reading) -> str:
     return ""
 
 
-def worker_identity(
-    sched: Any, reading: Reading, role: str, version: str, environ: Mapping[str, str]
-) -> WorkerId:
-    """The rank's identity, named the way the sidecar names it (:func:`poolwatch.identity.worker_name`)."""
+def rank_identity(sched: Any, reading: Reading, role: Role) -> WorkerId:
+    """The rank's role, ranks and model (``worker`` left for the neutral probe to name)."""
     return WorkerId(
-        worker=worker_name(environ),
-        role=_ROLES.get(role, Role.UNIFIED),
+        worker="",
+        role=role,
         dp_rank=_rank(sched, reading, "dp_rank"),
         tp_rank=_rank(sched, reading, "tp_rank"),
         pp_rank=_rank(sched, reading, "pp_rank"),
         model=_model(sched, reading),
-        sglang_version=version,
     )
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "SHAPES",
     "HeldRule",
     "Shape",
+    "installed_version",
     "known_release",
     "parse_version",
     "shape_for_version",
@@ -194,6 +195,16 @@ def shape_for_version(text: str) -> Shape:
         if (*shape.since, 0)[:4] <= version:
             chosen = shape
     return chosen
+
+
+def installed_version() -> str:
+    """The installed SGLang's version ("" when SGLang is not installed, e.g. the emulator)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def known_release(text: str) -> bool:

@@ -16,13 +16,13 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.model import Pool
+from poolwatch.model import Pool, Tripwire
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.vllm.readers import owner_lists, walk_free
 from poolwatch.probe.vllm.shapes import VllmShape
 
-__all__ = ["Walk", "pool_doc", "walk_pool"]
+__all__ = ["Walk", "walk_pool"]
 
 _REF = attrgetter("ref_cnt")
 _ID = attrgetter("block_id")
@@ -32,8 +32,31 @@ _HASH = attrgetter("block_hash")
 
 @dataclass(frozen=True, slots=True)
 class Walk:
+    """What one walk proved (a :class:`~poolwatch.probe.core.engine.Proof`)."""
+
     census: RefCensus
     evictable: int  # free blocks that carry a hash (prefix-cache eviction candidates)
+
+    def tripwires(self, hook: str, seq: int) -> list[Tripwire]:
+        return self.census.tripwires(hook, seq)
+
+    def body(self) -> dict[str, Any]:
+        """The walked pool's body in ``GET /v1/census`` (in the same envelope as SGLang's)."""
+        c = self.census
+        return {
+            "pool": c.pool.value,
+            "engine": "vllm",
+            "blocks": c.blocks,
+            "null_id": c.null_id,
+            "free_counter": c.free_counter,
+            "free_walked": c.free_walked,
+            "evictable": self.evictable,
+            "pinned": c.pinned,
+            "counts": dict(c.counts),
+            **{name: list(ids) for name, ids in c.findings().items()},
+            "owners": {str(block): list(who) for block, who in c.owners.items()},
+            "balanced_ids": c.clean(),
+        }
 
 
 def _connector(sched: Any, reading: Reading) -> bool:
@@ -79,23 +102,3 @@ def walk_pool(sched: Any, shape: VllmShape, pool: Any, reading: Reading) -> Walk
     queued = {id(b): b for b in (*forward, *backward)}.values() if backward else forward
     hashes = list(map(_HASH, queued))
     return Walk(census, len(hashes) - hashes.count(None))
-
-
-def pool_doc(walk: Walk) -> dict[str, Any]:
-    """The walked pool's body in ``GET /v1/census`` (in the same envelope as SGLang's:
-    :func:`~poolwatch.probe.census.report.census_envelope`)."""
-    c = walk.census
-    return {
-        "pool": c.pool.value,
-        "engine": "vllm",
-        "blocks": c.blocks,
-        "null_id": c.null_id,
-        "free_counter": c.free_counter,
-        "free_walked": c.free_walked,
-        "evictable": walk.evictable,
-        "pinned": c.pinned,
-        "counts": dict(c.counts),
-        **{name: list(ids) for name, ids in c.findings().items()},
-        "owners": {str(block): list(who) for block, who in c.owners.items()},
-        "balanced_ids": c.clean(),
-    }

@@ -1,15 +1,14 @@
-"""Who this vLLM EngineCore is: worker name, data-parallel rank, model and vLLM version."""
+"""Who this vLLM EngineCore is: its data-parallel rank and model (the neutral probe adds the worker's
+name, the engine and its release), and which vLLM is installed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from poolwatch.identity import worker_name
 from poolwatch.model import Role, WorkerId
 from poolwatch.probe.core.access import Reading
 
-__all__ = ["local_index", "vllm_version", "worker_identity"]
+__all__ = ["local_index", "rank_identity", "vllm_version"]
 
 
 def vllm_version() -> str:
@@ -39,16 +38,9 @@ def _model(sched: Any, reading: Reading) -> str:
     return ""
 
 
-def worker_identity(sched: Any, reading: Reading, version: str, environ: Mapping[str, str]) -> WorkerId:
-    """The EngineCore's identity, named the way the sidecar names it; the engine is ``vllm``."""
-    return WorkerId(
-        worker=worker_name(environ),
-        role=Role.UNIFIED,
-        dp_rank=_rank(sched, reading),
-        model=_model(sched, reading),
-        sglang_version=version,
-        engine="vllm",
-    )
+def rank_identity(sched: Any, reading: Reading) -> WorkerId:
+    """The EngineCore's data-parallel rank and model (``worker`` left for the neutral probe)."""
+    return WorkerId(worker="", role=Role.UNIFIED, dp_rank=_rank(sched, reading), model=_model(sched, reading))
 
 
 def local_index(sched: Any, reading: Reading) -> int:

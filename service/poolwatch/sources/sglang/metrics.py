@@ -153,6 +153,6 @@ class SglangMetricsSource(Source):
             tp_rank=ranks.tp,
             pp_rank=ranks.pp,
             model=gauges.model,
-            sglang_version=self._info.version,
+            release=self._info.version,
             instance=t.location,
         )

@@ -1,0 +1,311 @@
+"""The probe of one scheduler rank, for every engine: when to sample and census, and what to publish.
+
+An engine room supplies a :class:`~poolwatch.probe.core.engine.Engine` spec and, through it, a
+:class:`~poolwatch.probe.core.engine.Reader` for this scheduler; this class does the rest once:
+
+* :meth:`Probe.step`, at each step boundary (the previous iteration is complete): the iteration
+  count advances and, once ``sample_interval_s`` has passed (or the room asks for one at once), a
+  sample is taken;
+* :meth:`Probe.idle`, at an engine's idle hook: a sample when the interval has passed, or at once
+  when the room says this is the first idle hook after work (``fresh``);
+* a sample (:meth:`Probe._sample`): read -> the census schedule (:mod:`~poolwatch.probe.core.schedule`)
+  -> the censuses due and their findings (tripwires, ``GET /v1/census``) -> contain every failure
+  -> publish one snapshot (``publication.publish`` swaps a reference and wakes the long-polls);
+* while the probe is off (``POST /v1/disable``, the ``DISABLE`` file, or its containment gave up)
+  nothing is read from the engine, but a pool-less heartbeat snapshot is published once a second so
+  the kill switch stays visible (:mod:`poolwatch.probe.core.switch`);
+* an engine whose scheduler calls no hook while idle (``Engine.keepalive``) has its idle snapshot
+  re-stamped from the endpoint's keepalive thread (:meth:`Probe.refresh_idle`).
+
+What a room adds (SGLang's last word and guard, vLLM's free-time tripwire) is a subclass that
+overrides the few methods marked as extension points.  Everything here runs on the engine's
+scheduler thread (the keepalive aside) and never raises into it: a failure is contained by
+:class:`~poolwatch.probe.core.containment.Guard` and shows in the probe's health.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from poolwatch.identity import worker_name
+from poolwatch.model import Phase, ProbeHealth, Role, Snapshot, WorkerId
+from poolwatch.probe.census.report import census_envelope
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
+from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.core.schedule import CensusSchedule, Due
+from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
+from poolwatch.probe.core.tripwires import TripwireLog
+
+__all__ = ["Clock", "Probe"]
+
+Clock = Callable[[], float]
+QUIET_S = 1.0  # a keepalive re-stamps an idle snapshot only after this long without a hook
+
+
+class Probe:
+    """One scheduler rank's probe (a room subclasses it only for what is truly extra)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        scheduler: object,
+        config: ProbeConfig,
+        *,
+        release: Release | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+    ) -> None:
+        self.engine, self.scheduler, self.config = engine, scheduler, config
+        self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
+        self.release = release or engine.release(config.release)
+        self.clock, self.wall = clock, wall
+        self.boot_id = uuid.uuid4().hex[:16]
+        self.started_at = wall()
+        self.guard = Guard(config.max_consecutive_errors)
+        self.tripwires = TripwireLog()
+        self.seq = 0
+        self.publication = Publication()
+        self.switch = KillSwitch(config.directory)
+        self.publisher: Any = None  # set by lifecycle.attach when serving
+        self.reader = self._open()
+        rules = ((c.name, c.rule(config), c.pools) for c in self.reader.censuses)
+        self.schedule = CensusSchedule(rules)
+        self.census: dict[str, Any] | None = None  # the last census detail (``GET /v1/census``)
+        self.census_cost = 0.0  # seconds the last census took
+        self.census_total = 0
+        self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
+        self._identity: dict[Role, WorkerId] = {}  # by role: ranks, model and name are fixed
+        self._last_sample = -float("inf")
+        self._last_hook = clock()
+        self._idle_seq = -1  # the iteration of the last idle hook
+        self._sample_cost = 0.0
+
+    # -- entry points (scheduler thread) ------------------------------------------------------
+
+    def step(self, hook: str, now: Callable[[], bool] | None = None) -> None:
+        """A step boundary: the previous iteration is complete.  A sample when the interval has
+        passed or ``now()`` says so (asked only when the interval has not)."""
+        self.seq += 1
+        self._last_hook = self.clock()
+        if self._due() or (now is not None and now()):
+            self.contain("sample", lambda: self._sample(hook))
+        elif self.disabled and self.switch.heartbeat_due(self.clock()):
+            self.contain("heartbeat", self._heartbeat)
+
+    def idle(self, hook: str, *, fresh: bool | None = None, idle_hook: bool = True) -> None:
+        """An idle hook: a sample when the interval has passed, or at once when ``fresh`` (the first
+        idle hook after work: where an engine's own idle check looks).  By default an engine calls
+        its idle hook at every idle iteration, and the first after a busy one is fresh."""
+        self._last_hook = self.clock()
+        if fresh is None:
+            fresh = self._idle_seq < self.seq - 1
+            self._idle_seq = self.seq
+        if self._due() or (fresh and self._active() and self.guard.allow()):
+            self.contain("idle", lambda: self._sample(hook, idle_hook=idle_hook))
+
+    def sample_now(self, hook: str = "manual", *, census: bool = False) -> Snapshot | None:
+        """A sample regardless of the rate (tests, benchmarks, the emulator); ``census`` runs every
+        census as well."""
+        if self._active():
+            self.contain("sample", lambda: self._sample(hook, census=census))
+        return self.latest
+
+    def refresh_idle(self, quiet_s: float = QUIET_S) -> bool:
+        """From the endpoint's keepalive thread (``Engine.keepalive``): re-stamp the idle snapshot
+        when no hook ran for ``quiet_s`` (nothing read from the engine: with no hook, nothing
+        touched the pool).  Only an idle snapshot still current is re-stamped; True when it was."""
+        with self._lock:
+            snap = self.publication.latest
+            quiet = self.clock() - self._last_hook >= quiet_s
+            if snap is None or snap.phase is not Phase.IDLE or not quiet or self.disabled:
+                return False
+            self.publication.publish(replace(snap, taken_at=self.wall(), probe=self._health()))
+            return True
+
+    # -- the kill switch -------------------------------------------------------------------------
+
+    def disable(self) -> None:
+        self.switch.runtime = True
+        self._publish_health()
+
+    def enable(self) -> None:
+        self.switch.runtime = False
+
+    @property
+    def disabled(self) -> bool:
+        return self.switch.off or self.guard.gave_up
+
+    def _active(self) -> bool:
+        self.switch.look(self.clock())
+        return not self.disabled
+
+    def _due(self) -> bool:
+        interval = self.config.sample_interval_s
+        return self.clock() - self._last_sample >= interval and self._active() and self.guard.allow()
+
+    def contain(self, where: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self.guard.failed(where, exc)
+            self._publish_health()
+
+    # -- the sample --------------------------------------------------------------------------------
+
+    def _sample(self, hook: str, *, idle_hook: bool = False, census: bool = False) -> None:
+        started = time.perf_counter()
+        now = self.clock()
+        reading = Reading()
+        due_now = self.schedule.by_clock(now, idle=self.schedule.was_idle)
+        sample = self.reader.read(reading, ReadAsk(exact=idle_hook or bool(due_now), due=due_now))
+        self._last_sample = now
+        idle = sample.phase is Phase.IDLE
+        force = census or self._force(sample, idle_hook)
+        due = self.schedule.due(now, sample.pools, idle=idle, force=force)
+        census_cost = 0.0
+        if due:
+            proofs = self._census(due, sample, reading, hook)
+            census_cost = self.census_cost
+            again = self._after_census(due, proofs, sample, hook)
+            if again is not None:  # the census changed what a read would find: read once more
+                reading = Reading()
+                sample = self.reader.read(reading, again)
+        for label, message in reading.failures.items():
+            self.guard.note(label, message)
+        self.guard.succeeded()
+        self._sample_cost = time.perf_counter() - started - census_cost
+        self._deliver(sample, reading, hook, idle_hook=idle_hook)
+
+    def _census(self, due: Due, sample: EngineSample, reading: Reading, hook: str) -> list[Proof]:
+        """Run the censuses ``due`` names, in the room's order; their findings become tripwires."""
+        started = time.perf_counter()
+        idle = sample.phase is Phase.IDLE
+        proofs: list[Proof] = []
+        for census in self.reader.censuses:
+            if census.name in due.names:
+                self.schedule.ran(census.name, self.clock())
+                proofs += census.run(sample, reading, idle=idle, lost=due.lost)
+        for proof in proofs:
+            self.tripwires.add(proof.tripwires(hook, self.seq))
+        self.census_total += 1
+        self.census_cost = time.perf_counter() - started
+        self.census = census_envelope(
+            [p.body() for p in proofs],
+            seq=self.seq,
+            hook=hook,
+            taken_at=self.wall(),
+            cost=self.census_cost,
+            phase=sample.phase,
+        )
+        return proofs
+
+    # -- extension points (a room's subclass) -----------------------------------------------------
+
+    def _open(self) -> Reader:
+        """This scheduler's reader (the room's ``Engine.open``)."""
+        return self.engine.open(self.scheduler, self.config, self.release, self.environ)
+
+    def start(self) -> None:
+        """Attached (and serving, when it serves): the room's own set-up (a free wrapped, a first look)."""
+
+    def close(self) -> None:
+        """Detached: undo what :meth:`start` or the room's extras did."""
+
+    def _force(self, sample: EngineSample, idle_hook: bool) -> bool:
+        """Whether to census everything now (a room's suspicion)."""
+        return False
+
+    def _after_census(
+        self, due: Due, proofs: Sequence[Proof], sample: EngineSample, hook: str
+    ) -> ReadAsk | None:
+        """After the censuses: the ask of a second read when what they did changes the figures."""
+        return None
+
+    def _deliver(self, sample: EngineSample, reading: Reading, hook: str, *, idle_hook: bool) -> None:
+        """Publish the sample's snapshot (a room may add to it, or act after it)."""
+        self._swap(self._snapshot(sample, reading))
+
+    def _health_extras(self) -> dict[str, bool]:
+        """The room's own health flags (``guard``, ``guard_return``)."""
+        return {}
+
+    # -- the snapshot ------------------------------------------------------------------------------
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self.publication.latest
+
+    @latest.setter
+    def latest(self, snapshot: Snapshot | None) -> None:
+        self._swap(snapshot)
+
+    def _swap(self, snapshot: Snapshot | None) -> None:
+        with self._lock:
+            self.publication.publish(snapshot)
+
+    def _publish_health(self) -> None:
+        if self.latest is not None:
+            self._swap(replace(self.latest, probe=self._health()))
+
+    def _snapshot(self, sample: EngineSample, reading: Reading) -> Snapshot:
+        return Snapshot(
+            worker=self.worker(sample.role, reading),
+            seq=self.seq,
+            taken_at=self.wall(),
+            phase=sample.phase,
+            pools=sample.pools,
+            source="probe",
+            queues=sample.queues,
+            tripwires=self.tripwires.all(),
+            probe=self._health(),
+            idle_check_strict=self.reader.idle_check_strict,
+            boot_id=self.boot_id,
+        )
+
+    def worker(self, role: Role, reading: Reading) -> WorkerId:
+        """Who this rank is, in ``role`` (read once per role)."""
+        found = self._identity.get(role)
+        if found is None:
+            ranks = self.reader.identify(reading, role)
+            name = self.config.worker or worker_name(self.environ)
+            found = replace(ranks, worker=name, engine=self.engine.name, release=self.release.version)
+            self._identity[role] = found
+        return found
+
+    def announce(self, reading: Reading) -> tuple[WorkerId, int]:
+        """Who the rank is and its index on the node (the endpoint's discovery file)."""
+        return self.worker(Role.UNIFIED, reading), self.reader.local_index(reading)
+
+    def _health(self) -> ProbeHealth:
+        return self.guard.health(
+            sample_cost=self._sample_cost,
+            census_cost=self.census_cost,
+            census_total=self.census_total,
+            disabled=self.switch.off,
+            tripwires_dropped=self.tripwires.dropped,
+            **self._health_extras(),
+        )
+
+    def _heartbeat(self) -> None:
+        """Disabled: publish who we are and that we are off, with no pool figures (nothing read)."""
+        self.switch.last_heartbeat = self.clock()
+        self._swap(
+            heartbeat_snapshot(
+                self.latest,
+                lambda: self.worker(Role.UNIFIED, Reading()),
+                seq=self.seq,
+                taken_at=self.wall(),
+                health=self._health(),
+                boot_id=self.boot_id,
+            )
+        )

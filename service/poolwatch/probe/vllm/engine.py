@@ -1,0 +1,80 @@
+"""vLLM V1's spec: what only the vLLM room knows (the neutral probe does the rest).
+
+======================  ======  ===================================================================
+method                  when    probe call
+======================  ======  ===================================================================
+``__init__``            after   attach (the probe is born with the scheduler; one idle sample)
+``schedule``            before  ``on_step``: the last step is complete
+``update_from_output``  after   ``after_update``: idle when no request is left
+``finish_requests``     after   the same (an abort can empty the scheduler between steps)
+pool ``free_blocks``    before  ``on_free`` (the pool *instance* is wrapped, at attach)
+======================  ======  ===================================================================
+
+Subclasses (vLLM's ``AsyncScheduler``) inherit the wrapped methods.  Activation:
+:func:`vllm_plugin` is the ``vllm.general_plugins`` entry point ``poolwatch``.  vLLM loads that group
+in every process it starts, EngineCore included, *before* EngineCore builds its ``Scheduler``; the
+plugin acts only when ``POOLWATCH_PROBE=1`` (vLLM loads every installed plugin when ``VLLM_PLUGINS``
+is unset: being installed is not consent; naming ``poolwatch`` in ``VLLM_PLUGINS`` is not either,
+since that list also selects the other plugins).  An idle EngineCore blocks on its input queue and
+calls no hook, so the endpoint keeps the idle snapshot fresh (``keepalive``).  This module is
+imported at activation: the room's heavier modules load only when a scheduler gets a probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.engine import Engine, Reader, Release
+from poolwatch.probe.core.hooks import Hook
+from poolwatch.probe.core.probe import Probe
+from poolwatch.probe.vllm.identity import vllm_version
+from poolwatch.probe.vllm.shapes import shape_for
+
+__all__ = ["HOOKS", "VLLM", "vllm_plugin", "vllm_release"]
+
+HOOKS: tuple[Hook, ...] = (
+    (("schedule",), "before", "on_step"),
+    (("update_from_output",), "after", "after_update"),
+    (("finish_requests",), "after", "after_update"),
+)
+
+
+def vllm_release(override: str) -> Release:
+    """The release to read: ``override`` (``POOLWATCH_ENGINE_VERSION``) or the installed vLLM's;
+    :class:`~poolwatch.probe.vllm.shapes.UnknownVllmRelease` for one no family covers."""
+    version = override or vllm_version()
+    return Release(version, shape_for(version).family)
+
+
+def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:
+    from poolwatch.probe.vllm.reader import VllmReader
+
+    return VllmReader(scheduler, config, release)
+
+
+def _make(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
+    from poolwatch.probe.vllm.probe import VllmProbe
+
+    return VllmProbe(engine, scheduler, config, **keywords)
+
+
+VLLM = Engine(
+    name="vllm",
+    scheduler="vllm.v1.core.sched.scheduler:Scheduler",
+    hooks=HOOKS,
+    release=vllm_release,
+    open=_open,
+    make=_make,
+    plugin_group="vllm.general_plugins",
+    keepalive=True,
+    release_env="POOLWATCH_VLLM_VERSION",
+)
+
+
+def vllm_plugin() -> None:
+    """vLLM general plugin (entry point group ``vllm.general_plugins``); never raises."""
+    from poolwatch.probe.lifecycle import plugin
+
+    plugin(VLLM.name)

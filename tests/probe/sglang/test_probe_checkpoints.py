@@ -1,0 +1,92 @@
+"""The int8 Mamba checkpoint pool (0.5.23 ``--enable-int8-mamba-checkpoint``) on SGLang-shaped fakes:
+two Mamba accounts, read as SGLang's ``mamba-active`` and ``mamba-int8`` checks read them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from tests.helpers import FakeClock
+from tests.probe.sglang.fakes import MambaPool, Rank
+
+from poolwatch.conservation import gap
+from poolwatch.model import Pool
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.sglang.engine import SGLANG
+from poolwatch.probe.sglang.probe import SglangProbe
+
+CONFIG = ProbeConfig(
+    sample_interval_s=0.0,
+    census_interval_s=0.0,
+    serve=False,
+    directory="/nonexistent-poolwatch-test-dir",
+    release="0.5.9",
+)
+
+
+class CheckpointPool:
+    """``MambaCheckpointPool``'s accounting face: ``num_slots`` and its allocator's free count."""
+
+    def __init__(self, num_slots: int) -> None:
+        self.num_slots = num_slots
+        self.allocator = MambaPool(num_slots, 1)
+
+    def alloc(self, n: int = 1) -> torch.Tensor:
+        return torch.cat([self.allocator.take().reshape(1) for _ in range(n)])
+
+    def available_size(self) -> int:
+        return self.allocator.available_size()
+
+
+def rank_with_checkpoints() -> tuple[Rank, CheckpointPool]:
+    """A running request on the active pool and two tree nodes whose states are checkpoints."""
+    rank = Rank(kv=64, mamba=8, rows=4, mamba_first_id=1)
+    ckpt = CheckpointPool(16)
+    rank.rows.mamba_ckpt_pool = ckpt  # type: ignore[attr-defined]
+    rank.tree.add(rank.alloc.take(4), ckpt.alloc(1), locked=False)  # checkpoint ids overlap active ids
+    rank.tree.add(rank.alloc.take(3), ckpt.alloc(1), locked=True)
+    rank.running("a", origin=5, outputs=1)
+    return rank, ckpt
+
+
+def sample(rank: Rank) -> SglangProbe:
+    clock = FakeClock()
+    probe = SGLANG.new(
+        rank.sched, replace(CONFIG), environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock
+    )
+    probe.sample_now()
+    return probe
+
+
+def test_both_mamba_accounts_balance_and_no_tree_slot_is_taken_for_an_active_one() -> None:
+    rank, _ = rank_with_checkpoints()
+    snap = sample(rank).latest
+    assert snap is not None
+    active, checkpoints = snap.pools[Pool.MAMBA], snap.pools[Pool.MAMBA_CKPT]
+    assert (active.evictable, active.protected, active.held, gap(active)) == (0, 0, 1, 0)
+    assert (checkpoints.size, checkpoints.available, checkpoints.evictable, checkpoints.protected) == (
+        16,
+        14,
+        1,
+        1,
+    )
+    assert gap(checkpoints) == 0
+    assert snap.tripwires == ()  # checkpoint id 1 is on the tree, active id 1 is free: no finding
+
+
+def test_a_lost_checkpoint_slot_is_a_deficit_on_the_checkpoint_pool_only() -> None:
+    rank, ckpt = rank_with_checkpoints()
+    ckpt.alloc(1)
+    snap = sample(rank).latest
+    assert snap is not None
+    assert (gap(snap.pools[Pool.MAMBA]), gap(snap.pools[Pool.MAMBA_CKPT])) == (0, 1)
+
+
+def test_without_a_checkpoint_pool_the_tree_counts_against_the_active_pool() -> None:
+    rank = Rank(kv=64, mamba=8, rows=4, mamba_first_id=1)
+    rank.cache(4)
+    snap = sample(rank).latest
+    assert snap is not None
+    assert Pool.MAMBA_CKPT not in snap.pools
+    assert snap.pools[Pool.MAMBA].evictable == 1
+    assert gap(snap.pools[Pool.MAMBA]) == 0

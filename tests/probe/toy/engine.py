@@ -1,0 +1,41 @@
+"""The toy engine's spec: its scheduler class, its two hooks, its (single) release, its reader.
+
+No probe subclass: the neutral probe's ``step`` and ``idle`` are the hooks' calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.engine import Engine, Reader, Release, UnknownRelease
+from poolwatch.probe.core.probe import Probe
+
+RELEASE = "1.0"
+
+
+def toy_release(override: str) -> Release:
+    version = override or RELEASE
+    if version != RELEASE:
+        raise UnknownRelease(f"toy {version} is not a release poolwatch has read (known: {RELEASE})")
+    return Release(version, "v1")
+
+
+def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:
+    from tests.probe.toy.reader import ToyReader
+
+    return ToyReader(scheduler)
+
+
+def _make(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
+    return Probe(engine, scheduler, config, **keywords)
+
+
+TOY = Engine(
+    name="toy",
+    scheduler="tests.probe.toy.scheduler:ToyScheduler",
+    hooks=((("step",), "before", "step"), (("idle",), "before", "idle")),
+    release=toy_release,
+    open=_open,
+    make=_make,
+)

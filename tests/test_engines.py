@@ -1,0 +1,56 @@
+"""The engine registry (poolwatch/engines.py) is the one list of engines: every entry resolves to its
+rooms' specs, and every room folder -- a probe room, a sources room -- has an entry (a registry that
+silently forgets a room would leave it never activated, never read)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from poolwatch.engines import DEFAULT_ENGINE, ENGINES, UnknownEngine, engine_entry, engine_names, load
+from poolwatch.probe.core.engine import Engine
+from poolwatch.sources.engine import EngineSources
+
+PACKAGE = Path(__file__).resolve().parents[1] / "service" / "poolwatch"
+NEUTRAL_PROBE = {"core", "endpoint", "census"}
+NEUTRAL_SOURCES = {"logfile"}
+
+
+def rooms(folder: Path, neutral: set[str]) -> set[str]:
+    return {p.name for p in folder.iterdir() if (p / "__init__.py").is_file() and p.name not in neutral}
+
+
+def test_every_probe_room_is_registered_and_every_entry_loads_its_spec() -> None:
+    assert rooms(PACKAGE / "probe", NEUTRAL_PROBE) == set(engine_names())
+    for entry in ENGINES:
+        spec = load(entry.probe)
+        assert isinstance(spec, Engine)
+        assert spec.name == entry.name
+        assert spec.scheduler.count(":") == 1
+
+
+def test_every_sources_room_is_registered_and_every_entry_loads_its_spec() -> None:
+    with_sources = {e.name for e in ENGINES if e.sources}
+    assert rooms(PACKAGE / "sources", NEUTRAL_SOURCES) == with_sources
+    for entry in ENGINES:
+        if entry.sources:
+            room = load(entry.sources)
+            assert isinstance(room, EngineSources)
+            assert room.engine == entry.name
+
+
+def test_the_default_engine_is_registered_and_names_are_unique() -> None:
+    assert DEFAULT_ENGINE in engine_names()
+    assert len(set(engine_names())) == len(ENGINES)
+    with pytest.raises(UnknownEngine, match="known: sglang, vllm"):
+        engine_entry("tgi")
+
+
+def test_every_engine_plugin_is_an_entry_point_of_the_package() -> None:
+    pyproject = (PACKAGE.parents[1] / "pyproject.toml").read_text()
+    for entry in ENGINES:
+        spec: Engine = load(entry.probe)
+        if spec.plugin_group:
+            module = entry.probe.partition(":")[0]
+            assert f'[project.entry-points."{spec.plugin_group}"]\npoolwatch = "{module}:' in pyproject

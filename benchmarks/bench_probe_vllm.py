@@ -8,7 +8,13 @@ stops, when there is none).
 share blocks) decode on vLLM's own Scheduler, KV cache manager and block pool; the model output
 of each step is made up (no GPU).  Printed: one cheap sample, one full walk, and the per-free look,
 against the scheduler's own CPU time per step and against a 20 ms GPU decode step; and the mean
-step with the probe at the default rates vs without it.  Figures, not assertions.
+step with the probe at the default rates vs without it.
+
+Then *in the loop*, where the probe runs: 10 s of EngineCore's loop (the scheduler's step, then a
+20 ms sleep standing for the GPU's forward pass) with the probe attached at the default rates, its
+hooks timed from inside (``on_step``, ``after_update``, the free-time look): the probe's share of
+the thread, healthy and during a growing leak (a few blocks a step taken and listed by no request,
+so every sample shows a new gap), with the walks each run took.  Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -88,6 +94,42 @@ def mean_step(sched: Any, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+HOOKS = ("on_step", "after_update", "on_free")
+
+
+def _timed(original: Callable[..., Any], spent: list[float]) -> Callable[..., Any]:
+    def timed(*args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return original(*args)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    return timed
+
+
+def in_loop(sched: Any, *, leak: int, seconds: float = 10.0) -> tuple[int, int, float, float]:
+    """(steps, walks, seconds inside the probe's hooks, wall seconds) of ``seconds`` of the loop."""
+    from tests.vllm_real.harness import VERSION, step
+
+    probe = attach(VLLM, sched, DEFAULT, release=vllm_release(VERSION))
+    spent = [0.0]
+    for name in HOOKS:  # the probe's own entry points, as the wrapped scheduler calls them
+        setattr(probe, name, _timed(getattr(probe, name), spent))
+    pool = sched.kv_cache_manager.block_pool
+    walks, steps, started = probe.census_total, 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        if leak:
+            pool.get_new_blocks(leak)  # counted, listed by no request: a leak that keeps growing
+        step(sched)
+        time.sleep(GPU_STEP_S)  # the forward pass: EngineCore's thread waits on the GPU
+        steps += 1
+    wall = time.perf_counter() - started
+    walks = probe.census_total - walks
+    detach(sched)
+    return steps, walks, spent[0], wall
+
+
 def main() -> int:
     redirected = in_vllm_venv()
     if redirected is not None:
@@ -100,7 +142,7 @@ def main() -> int:
     bare = mean_step(sched, 40)
     probe = attach(VLLM, sched, EVERY, release=vllm_release(VERSION))
     sample = timed(lambda: probe.sample_now("bench"), 100)
-    census = timed(lambda: walk_pool(sched, probe.shape, pool, Reading()), 10)
+    census = timed(lambda: walk_pool(sched, probe.reader.shape, pool, Reading()), 10)
     blocks = sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks["r0"]
     look = timed(lambda: probe.on_free(list(blocks)), 200)
     every = mean_step(sched, 40)
@@ -122,6 +164,12 @@ def main() -> int:
     print(f"vLLM {VERSION}: {running} running requests, {used} of {pool.num_gpu_blocks} blocks held")
     for label, value in rows:
         print(f"  {label:<58} {value}")
+    print(f"\nin the loop, 10 s each (step + {GPU_STEP_S * 1e3:.0f} ms GPU wait), default rates:")
+    for label, leak in (("healthy", 0), ("growing leak, 3 blocks a step", 3)):
+        steps, walks, spent, wall = in_loop(loaded(), leak=leak)
+        share = spent / wall * 100
+        figures = f"{steps:4d} steps, {walks:3d} walks, probe {spent * 1e3:7.1f} ms"
+        print(f"  {label:<32} {figures} = {share:5.2f} % of the thread")
     return 0
 
 

@@ -203,12 +203,14 @@ def wheel_installed() -> None:
 
 
 def check_pth(probe_dir: str) -> None:
+    from poolwatch.engines import ENGINES  # the parent's import: each spawned child starts bare
+
     armed = {"POOLWATCH_PROBE": "1", "POOLWATCH_PROBE_DIR": probe_dir, "SGLANG_PLUGINS": None}
     plain = spawn(plain_child, armed, plugin=False)
     report(
-        "POOLWATCH_PROBE=1: a spawned process that builds no scheduler gets the post-import hook "
-        "and nothing heavy",
-        plain["at_start"]["post_import_hooks"] == ["_PostImport"]
+        "POOLWATCH_PROBE=1: a spawned process that builds no scheduler gets the post-import hooks "
+        "(one per engine poolwatch knows) and nothing heavy",
+        plain["at_start"]["post_import_hooks"] == ["_PostImport"] * len(ENGINES)
         and plain["at_start"]["heavy"] == []
         and plain["discovery_files"] == [],
         plain,

@@ -76,3 +76,21 @@ def test_a_record_is_bounded_and_no_line_is_lost() -> None:
     assert max(len(r.lines) for r in records) <= 201
     assert records[1].headless
     assert records[1].process == "EngineCore_DP0"
+
+
+def test_an_untagged_traceback_on_stderr_is_one_record_of_its_own() -> None:
+    records = assemble(
+        [
+            EC + "EngineCore encountered a fatal error.",
+            EC + "AssertionError",
+            "Process EngineCore_DP0:",  # 0.31+: Python's report of the dying process, no tag
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3.12/multiprocessing/process.py", line 314, in _bootstrap',
+            "AssertionError",
+        ]
+    )
+    assert sorted((r.process, r.headless, len(r.lines)) for r in records) == [
+        ("", True, 1),  # "Process EngineCore_DP0:"
+        ("", True, 3),  # its traceback, whole
+        ("EngineCore_DP0", False, 2),
+    ]

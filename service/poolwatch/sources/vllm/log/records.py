@@ -108,9 +108,9 @@ class RecordAssembler:
             return self._settled(head.process) + self._replace(head.process, self._start(head))
         process, rest = split_tag(clean(line))
         if process is None:  # untagged: Python's own report goes on the traceback being written
-            current = self._open.get(self._last_process)
-            if current is not None and current.traceback:
-                return self._extend(current, rest)
+            for candidate in (self._open.get(""), self._open.get(self._last_process)):
+                if candidate is not None and candidate.traceback:
+                    return self._extend(candidate, rest)
             process = ""
         else:
             self._last_process = process

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 from fastapi import APIRouter
 
+from poolwatch.addresses import distinct
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.errors import ConfigError
@@ -58,6 +59,8 @@ def _receivers(settings: AlertSettings) -> list[Receiver]:
         AlertmanagerReceiver(u, settings.resend_interval) for u in settings.alertmanager_urls
     ]
     out += [WebhookReceiver(u) for u in settings.webhook_urls]
+    for receiver, name in zip(out, distinct(r.name for r in out), strict=True):
+        receiver.name = name  # two receivers on one host: "webhook:hooks.slack.com#2"
     return out
 
 
@@ -157,6 +160,7 @@ class AlertWiring:
                 gather=INCIDENT_GATHER_S,  # one incident, one POST (a 0s group_wait pages at once)
                 peers=lambda a: self._store.tp_peers(dict(a.labels)),
                 sleep=self._sleep,
+                deadline=self._settings.notify_timeout,
             )
             for r in self._receivers
         ]

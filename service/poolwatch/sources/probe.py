@@ -15,6 +15,7 @@ from urllib.parse import quote_plus, urlencode, urlsplit
 
 import httpx
 
+from poolwatch.addresses import shown_url
 from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, renew
 from poolwatch.codec.schema import SnapshotFormatError
 from poolwatch.codec.snapshot import parse_snapshot
@@ -107,7 +108,7 @@ class ProbeSource(Source):
         After a failure the final file is looked at first: a rank that hangs rather than refuses
         would otherwise hold its last word for a whole request timeout."""
         if self._failing and (final := self._final()) is not None:
-            raise RankExited(Reason.CONNECT, f"{self.url}: the rank stopped answering", [final])
+            raise RankExited(Reason.CONNECT, f"{shown_url(self.url)}: the rank stopped answering", [final])
         try:
             answer = await self._fetch(client)
         except ScrapeError as exc:
@@ -146,12 +147,12 @@ class ProbeSource(Source):
         held, self._held = self._held, None
         if held is None:
             raise PayloadError(
-                Reason.SCHEMA, f"{self.url}: HTTP 304 for a snapshot this sidecar does not hold"
+                Reason.SCHEMA, f"{shown_url(self.url)}: HTTP 304 for a snapshot this sidecar does not hold"
             )
         try:
             snap = renew(held[1], answer[1].get(CLOCK_HEADER.lower(), ""))
         except ValueError as exc:
-            raise PayloadError(Reason.SCHEMA, f"{self.url}: {exc}") from None
+            raise PayloadError(Reason.SCHEMA, f"{shown_url(self.url)}: {exc}") from None
         self._held = (held[0], snap)
         return snap
 

@@ -26,8 +26,10 @@ from pathlib import Path
 
 __all__ = [
     "UnsafePathError",
+    "check_ancestors",
     "check_directory",
     "check_file",
+    "check_holder",
     "default_directory",
     "make_directory",
     "secret_mode",
@@ -64,6 +66,36 @@ def check_directory(path: str | Path, owners: frozenset[int] | None = None) -> N
     problem = _owner_problem(info, trusted_owners() if owners is None else owners)
     if problem is not None:
         raise UnsafePathError(f"{path}: {problem}; refused (never adopted)")
+
+
+def check_ancestors(
+    path: str | Path, owners: frozenset[int] | None = None, *, inclusive: bool = False
+) -> None:
+    """Raise :class:`UnsafePathError` unless no one else could replace ``path`` by renaming
+    something above it: every directory above it (``inclusive``: and ``path`` itself), resolved,
+    is a trusted owner's and writable by no one else, or sticky (as ``/tmp``: then only an entry's
+    owner may rename it)."""
+    real = Path(os.path.realpath(path))
+    for folder in [*reversed(real.parents), *([real] if inclusive else [])]:
+        check_holder(folder, owners)
+
+
+def check_holder(folder: str | Path, owners: frozenset[int] | None = None) -> None:
+    """Raise :class:`UnsafePathError` unless ``folder`` (a directory that holds something of ours)
+    is a trusted owner's and writable by no one else, or sticky: no one else can replace what is
+    in it."""
+    problem = _ancestor_problem(os.stat(folder), trusted_owners() if owners is None else owners)
+    if problem is not None:
+        raise UnsafePathError(f"{folder}: {problem}; what is in it could be replaced by another user")
+
+
+def _ancestor_problem(info: os.stat_result, owners: frozenset[int]) -> str | None:
+    if info.st_uid not in owners:
+        allowed = " or ".join(f"uid {u}" for u in sorted(owners))
+        return f"owned by uid {info.st_uid}, not {allowed}"
+    if info.st_mode & _OTHERS_WRITE and not info.st_mode & stat.S_ISVTX:
+        return f"writable by group or others without the sticky bit (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
 
 
 def check_file(

@@ -119,11 +119,15 @@ def _sidecar_panels(ns: str) -> list[PanelSpec]:
                 Query(f"poolwatch_task_crash_looping{{{ns}}} > 0", "crash-looping {{pod}} {{task}}"),
                 Query(errors, "error {{pod}} {{what}}"),
                 Query(skipped, "skipped discovery files {{pod}} {{reason}}"),
+                Query(
+                    f"poolwatch_discovery_directory_lost{{{ns}}} > 0",
+                    "probe directory lost {{pod}} {{reason}}",
+                ),
             ),
             "none",
             "A sidecar task that crashed and was restarted, one that keeps crashing, errors the "
-            "sidecar caught, and discovery files it skips (a FIFO, too large, not loopback...); all "
-            "zero when it is healthy.",
+            "sidecar caught, discovery files it skips (a FIFO, too large, not loopback...) and a probe "
+            "directory lost (replaced, or gone); all zero when it is healthy.",
             width=8,
         ),
         series(

@@ -237,6 +237,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         ("reason",),
         group="targets",
     ),
+    _g(
+        "poolwatch_discovery_directory_lost",
+        "1 while the probe discovery directory, in which probes had announced themselves, is lost, by "
+        "reason (unsafe: its path now names another directory, or one someone else could write; "
+        "missing: it is gone); 0 otherwise. The sidecar keeps reading the directory it opened.",
+        ("reason",),
+        group="targets",
+    ),
     _c(
         "poolwatch_target_scrape_errors_total",
         "Failed scrapes by reason (timeout, connect, http_status, too_large, decode, schema, version, "

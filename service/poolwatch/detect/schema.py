@@ -50,6 +50,7 @@ class AlertName(enum.StrEnum):
     TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
     PROBE_REPAIRED = "PoolwatchProbeRepaired"
     HOST_POOL_GAP = "PoolwatchHostPoolGap"
+    PROBE_DIRECTORY_LOST = "PoolwatchProbeDirectoryLost"
 
 
 class Severity(enum.StrEnum):

@@ -95,7 +95,7 @@ def _provider(
     if sources is not None:
         return list(sources), []
     target_set = TargetSet(settings, clock)
-    return target_set.current, [DiscoveryCollector(target_set.skipped_by_reason)]
+    return target_set.current, [DiscoveryCollector(target_set.skipped_by_reason, target_set.directory_lost)]
 
 
 def _store(settings: Settings, clock: Callable[[], float]) -> SnapshotStore:

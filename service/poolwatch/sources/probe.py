@@ -9,7 +9,6 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from urllib.parse import quote_plus, urlencode, urlsplit
 
@@ -21,6 +20,7 @@ from poolwatch.codec.schema import SnapshotFormatError
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import signature
 from poolwatch.discovery.auth import sign_request
+from poolwatch.discovery.final import final_stat
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
@@ -128,9 +128,8 @@ class ProbeSource(Source):
         it backs off; the file is read and its signature checked only by :meth:`scrape`)."""
         if not (self._failing and self._final_path and self._boot) or self._final_sent == self._boot:
             return False
-        try:
-            info = os.stat(self._final_path)
-        except OSError:
+        info = final_stat(self._final_path)  # relative to the directory this sidecar opened
+        if info is None:
             return False
         mark = (info.st_ino, info.st_mtime_ns)
         new, self._final_mark = mark != self._final_mark, mark

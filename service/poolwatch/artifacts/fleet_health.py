@@ -24,6 +24,8 @@ NOT_CHARTED: dict[str, str] = {
     "poolwatch_rank_restart_timestamp_seconds": "a time, read by the incident rules",
     "poolwatch_probe_samples_total": "a count with no meaning on its own; the probe's cost is charted",
     "poolwatch_target_scrapes_total": "attempts; failures by reason and target health are charted",
+    "poolwatch_sidecar_info": "a fact, not a figure: read by PoolwatchSidecarIdentityCrossed against "
+    "Prometheus' own pod label",
     **dict.fromkeys(
         (
             "process_cpu_seconds_total",

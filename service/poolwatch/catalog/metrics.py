@@ -285,6 +285,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         group="alerts",
     ),
     _g("poolwatch_build_info", "poolwatch's version; value is always 1.", ("version",), group="process"),
+    _g(
+        "poolwatch_sidecar_info",
+        "The pod this sidecar serves (POOLWATCH_POD, POD_NAME, or the host name in Kubernetes), as "
+        "sidecar_pod; value is always 1. Prometheus' own pod label must be the same "
+        "(PoolwatchSidecarIdentityCrossed).",
+        ("sidecar_pod",),
+        group="process",
+    ),
     _c(
         "poolwatch_task_crashes_total",
         "Crashes of a sidecar background task (scrape loop, evaluation timer, a deliverer); each is "

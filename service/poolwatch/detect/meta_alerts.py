@@ -119,4 +119,28 @@ def meta_alerts() -> tuple[AlertDef, ...]:
                 ),
             ),
         ),
+        AlertDef(
+            AlertName.SIDECAR_IDENTITY_CROSSED,
+            Scope.SIDECAR,
+            Mode.PROMETHEUS,
+            "Prometheus reads one pod's sidecar under another pod's name: its rule alerts would name a "
+            "worker of one pod with another pod.",
+            "The pod a sidecar says it serves (poolwatch_sidecar_info{sidecar_pod}) is not the pod "
+            "Prometheus scraped it as: two pods answer at one address (host networking, a port taken "
+            "twice). While it fires, the rule copies of that pod's alerts are silenced (Alertmanager's "
+            "inhibit rule); the sidecars' own copies name their pods themselves.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    'poolwatch_sidecar_info{sidecar_pod!=""}\n'
+                    "unless on (namespace, pod, sidecar_pod)\n"
+                    '  label_replace(poolwatch_sidecar_info, "sidecar_pod", "$1", "pod", "(.+)")',
+                    "0s",
+                    "Prometheus scrapes the poolwatch sidecar of pod {{ $labels.sidecar_pod }} as "
+                    f"{where}: two pods answer at one address (host networking, a port taken twice). The "
+                    f"rule copies of {where}'s alerts are silenced meanwhile; the sidecars' own alerts name "
+                    "their pods.",
+                ),
+            ),
+        ),
     )

@@ -29,8 +29,8 @@ How it stays out of the scheduler's way (the scheduler thread only calls
   secret within :data:`RESERVED_HEAD_TIMEOUT_S`; past those, a connection whose first request shows
   it takes the place of one that never did (:class:`~poolwatch.probe.endpoint.conn.Admission`), so
   a neighbour that holds every connection and re-opens the reserved ones as fast as they close
-  cannot keep a restarting sidecar out; accepting is paced apart from answering
-  (:data:`ACCEPT_RATE`), so its connections do not keep the sidecar's in the kernel's backlog;
+  cannot keep a restarting sidecar out (its pen of waiting connections bounds how fast such a
+  neighbour's connections go round, within the same :data:`RATE`);
 * connections are HTTP/1.1 keep-alive, so a watching sidecar reuses one TCP connection.
 """
 
@@ -57,7 +57,6 @@ from poolwatch.probe.endpoint.routes import (
 )
 
 __all__ = [
-    "ACCEPT_RATE",
     "HEAD_TIMEOUT_S",
     "IDLE_TIMEOUT_S",
     "MAX_OPEN",
@@ -71,8 +70,7 @@ RESERVED_OPEN = 4  # connections past MAX_OPEN, for clients that show the secret
 HEAD_TIMEOUT_S = 5.0
 RESERVED_HEAD_TIMEOUT_S = 1.0
 IDLE_TIMEOUT_S = 15.0
-RATE = 100.0  # requests answered per second; a burst of RATE / 4
-ACCEPT_RATE = 400.0  # connections accepted per second (most are refused or shed at once: ~10 us each)
+RATE = 100.0  # requests (and accepted connections) per second; a burst of RATE / 4
 _FULL = Response(503, {"error": "too many connections; retry"}, close=True).encode(False)
 
 
@@ -100,7 +98,6 @@ class ProbeServer:
         self._ctx = Context(probe, probe.publication, self.port, secret, public_polls, authority)
         self._handlers = Handlers(self._ctx, self._hand_back)
         self._pacer = Pacer(RATE)
-        self._accepts = Pacer(ACCEPT_RATE)
         self._places = Admission(MAX_OPEN, RESERVED_OPEN, RESERVED_HEAD_TIMEOUT_S)
         self._stopping = False
         io = threading.Thread(target=self._io_loop, name="poolwatch-probe-io", daemon=True)
@@ -168,7 +165,7 @@ class ProbeServer:
             self._close(conn)
 
     def _accept(self) -> None:
-        self._accepts.take()
+        self._pacer.take()
         try:
             sock, addr = self._listen.accept()
         except OSError:

@@ -309,7 +309,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     _c(
         "poolwatch_internal_errors_total",
         "Contained failures that stop nothing, by kind: state_file_write (the alert state could not be "
-        "saved), state_file_corrupt (a corrupt state file was set aside at start).",
+        "saved), state_file_corrupt (a corrupt state file was set aside at start), state_file_unsafe "
+        "(a state file someone else could have written was refused at start).",
         ("what",),
         "process",
     ),

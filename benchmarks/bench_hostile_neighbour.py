@@ -42,55 +42,12 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.hostile.neighbours import HOG, RECEIVERS
+
 REPO = Path(__file__).resolve().parent.parent
 SEED = REPO / "tests" / "fixtures" / "seed-snapshot.json"
-HOG = """
-import socket, sys, threading, time
-port, n = int(sys.argv[1]), int(sys.argv[2])
-def hold():
-    while True:
-        try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=2)
-            while s.recv(512):
-                pass
-            s.close()
-        except OSError:
-            time.sleep(0.001)
-for _ in range(n):
-    threading.Thread(target=hold, daemon=True).start()
-print("holding", flush=True)
-sys.stdin.read()
-"""
-RECEIVERS = """
-import http.server, sys, threading, time
-class Endless(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)
-        self.end_headers()
-        chunk = b"x" * 65536
-        try:
-            while True:
-                self.wfile.write(chunk)
-        except OSError:
-            pass
-    def log_message(self, *a): pass
-class Trickle(Endless):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        try:
-            self.wfile.write(b"H"); self.wfile.flush()
-            while True:
-                time.sleep(2); self.wfile.write(b"T"); self.wfile.flush()
-        except OSError:
-            pass
-servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), k) for k in (Endless, Trickle)]
-for s in servers:
-    threading.Thread(target=s.serve_forever, daemon=True).start()
-print(" ".join(str(s.server_address[1]) for s in servers), flush=True)
-sys.stdin.read()
-"""
 LIMITED = """
 import resource, sys
 limit = int(sys.argv[1]) << 20
@@ -119,9 +76,7 @@ def as_neighbour() -> list[str]:
 @contextlib.contextmanager
 def neighbour(code: str, *args: str) -> Iterator[str]:
     """Run ``code`` as the neighbour; yields its first line of output (it runs until the block ends)."""
-    proc = subprocess.Popen(
-        [*as_neighbour(), code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([*as_neighbour(), code, *args], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         yield proc.stdout.readline().strip()

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.helpers import FakeClock
+from tests.hostile.neighbours import HOG
 from tests.probe.fakes import Rank
 
 from poolwatch.discovery.auth import sign_request
@@ -149,31 +150,12 @@ def test_connections_past_every_place_wait_their_grace_in_a_bounded_pen_then_get
             s.close()
 
 
-HOG = """
-import socket, sys, threading, time
-port, n = int(sys.argv[1]), int(sys.argv[2])
-def hold():
-    while True:
-        try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=2)
-            while s.recv(512):
-                pass
-            s.close()
-        except OSError:
-            time.sleep(0.001)
-for _ in range(n):
-    threading.Thread(target=hold, daemon=True).start()
-print("holding", flush=True)
-sys.stdin.read()
-"""
-
-
 @contextlib.contextmanager
 def hog(port: int, n: int = 64) -> Iterator[None]:
     """A neighbour without the secret, in a process of its own: ``n`` threads, each holding one
     connection and opening a new one the moment it is closed (never sending a byte)."""
     argv = [sys.executable, "-c", HOG, str(port), str(n)]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "holding"

@@ -35,6 +35,7 @@ import httpx
 import pytest
 from tests.helpers import FIXTURES
 from tests.hostile.local_user import NOBODY, require_nobody, run_as_nobody, spawn_as_nobody
+from tests.hostile.neighbours import HOG, RECEIVERS
 from tests.hostile.sidecar_process import samples, serve
 from tests.probe.fakes import Rank
 
@@ -45,23 +46,6 @@ from poolwatch.probe.sglang.scheduler_probe import Probe
 pytestmark = pytest.mark.hostile
 
 TARGET = 'target="probe:w/dp0-tp0-pp0"'
-HOG = """
-import socket, sys, threading, time
-port, n = int(sys.argv[1]), int(sys.argv[2])
-def hold():
-    while True:
-        try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=2)
-            while s.recv(512):
-                pass
-            s.close()
-        except OSError:
-            time.sleep(0.001)
-for _ in range(n):
-    threading.Thread(target=hold, daemon=True).start()
-print("holding", flush=True)
-threading.Event().wait()  # until killed
-"""
 SWAP = """
 import json, os, sys
 probe, moved = sys.argv[1], sys.argv[2]
@@ -189,41 +173,6 @@ def test_2_a_directory_swapped_by_a_neighbour_is_not_read_and_is_exported_as_los
 
 
 # -- 3: a hostile receiver costs a bounded read and delays no other receiver ------------------------
-
-RECEIVERS = """
-import http.server, socketserver, sys, threading, time
-class Endless(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        chunk = b"x" * 65536
-        try:
-            while True:
-                self.wfile.write(chunk)
-        except OSError:
-            pass
-    def log_message(self, *a): pass
-class Trickle(Endless):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        try:
-            self.wfile.write(b"H")
-            self.wfile.flush()
-            while True:
-                time.sleep(2)
-                self.wfile.write(b"T")
-                self.wfile.flush()
-        except OSError:
-            pass
-servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), k) for k in (Endless, Trickle)]
-for s in servers:
-    threading.Thread(target=s.serve_forever, daemon=True).start()
-print(" ".join(str(s.server_address[1]) for s in servers), flush=True)
-threading.Event().wait()  # until killed
-"""
 
 
 class Recorder(BaseHTTPRequestHandler):

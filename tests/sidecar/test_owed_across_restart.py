@@ -39,10 +39,12 @@ async def deliver(alerting: AlertWiring) -> list[int]:
     return [await d.deliver_once() for d in alerting._deliverers]
 
 
-async def test_a_resolved_that_fell_while_the_webhook_was_down_is_delivered_after_a_restart(
-    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
-) -> None:
-    hook = FakeAlertmanager()
+async def paged_then_resolved(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot, hook: FakeAlertmanager, *, down: bool
+) -> int:
+    """A sidecar pages the seed's double free to ``hook``, then the pool balances again (the
+    webhook gone ``down`` by then, or not) and the sidecar stops; returns what the resolved's
+    delivery attempt sent."""
     store, seed = seeded(clock, seed_snapshot)
     alerting = build_alerting(config(tmp_path), store, clock, transport=httpx.MockTransport(hook))
     await alerting.start()
@@ -50,27 +52,40 @@ async def test_a_resolved_that_fell_while_the_webhook_was_down_is_delivered_afte
         store.put(seed)
         alerting.evaluate()
         assert await deliver(alerting) == [1]  # the page
-        hook.status = 503  # the webhook goes down
+        hook.status = 503 if down else 200
         for seq in (1, 2, 3):
             clock.advance(2)
             store.put(balanced(seed_snapshot, seed.seq + seq, clock.now))
             alerting.evaluate()
-        assert await deliver(alerting) == [0]  # the resolved fails
+        (sent,) = await deliver(alerting)
+        alerting.evaluate()
+        return sent
     finally:
         await alerting.stop()
-    assert [a.name for a in load_state(tmp_path / "alerts.json").undelivered["webhook:hooks.example"]] == [
-        "PoolwatchDoubleFree"
-    ]
 
-    hook.status, before = 200, len(hook.bodies)  # the webhook is back; the sidecar restarted before it was
-    clock.advance(120)
+
+async def restarted(tmp_path: Path, clock: FakeClock, hook: FakeAlertmanager) -> list[int]:
+    """The sidecar started again (its state file only): what its first delivery sent."""
     again = build_alerting(config(tmp_path), SnapshotStore(), clock, transport=httpx.MockTransport(hook))
     await again.start()
     try:
-        assert await deliver(again) == [1]
+        sent = await deliver(again)
         again.evaluate()
+        return sent
     finally:
         await again.stop()
+
+
+async def test_a_resolved_that_fell_while_the_webhook_was_down_is_delivered_after_a_restart(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
+) -> None:
+    hook = FakeAlertmanager()
+    assert await paged_then_resolved(tmp_path, clock, seed_snapshot, hook, down=True) == 0
+    owed = load_state(tmp_path / "alerts.json").undelivered["webhook:hooks.example"]
+    assert [a.name for a in owed] == ["PoolwatchDoubleFree"]
+    hook.status, before = 200, len(hook.bodies)  # the webhook is back; the sidecar restarted before it was
+    clock.advance(120)
+    assert await restarted(tmp_path, clock, hook) == [1]
     assert [(b["status"], b["alerts"][0]["labels"]["alertname"]) for b in hook.bodies[before:]] == [
         ("resolved", "PoolwatchDoubleFree")  # before the fix: nothing, the incident stayed open
     ]
@@ -81,27 +96,8 @@ async def test_a_resolved_delivered_before_the_restart_is_not_sent_again(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
     hook = FakeAlertmanager()
-    store, seed = seeded(clock, seed_snapshot)
-    alerting = build_alerting(config(tmp_path), store, clock, transport=httpx.MockTransport(hook))
-    await alerting.start()
-    try:
-        store.put(seed)
-        alerting.evaluate()
-        await deliver(alerting)
-        for seq in (1, 2, 3):
-            clock.advance(2)
-            store.put(balanced(seed_snapshot, seed.seq + seq, clock.now))
-            alerting.evaluate()
-        assert await deliver(alerting) == [1]
-        alerting.evaluate()
-    finally:
-        await alerting.stop()
-    again = build_alerting(config(tmp_path), SnapshotStore(), clock, transport=httpx.MockTransport(hook))
-    await again.start()
-    try:
-        assert await deliver(again) == [0]
-    finally:
-        await again.stop()
+    assert await paged_then_resolved(tmp_path, clock, seed_snapshot, hook, down=False) == 1
+    assert await restarted(tmp_path, clock, hook) == [0]
     assert [b["status"] for b in hook.bodies] == ["firing", "resolved"]
 
 

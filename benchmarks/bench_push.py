@@ -1,7 +1,7 @@
 """Wall-clock push path: fault in the scheduler thread -> probe publish -> long-poll wakes -> sidecar
 detector -> delivery wakes -> webhook POST, for a surplus and for a deficit, on a busy rank.
 
-A real probe (``poolwatch.probe.sglang.hooks.attach``, served on loopback) watches a small SGLang-shaped rank
+A real probe (``poolwatch.probe.lifecycle.attach``, served on loopback) watches a small SGLang-shaped rank
 (``tests/probe/sglang/fakes.py``); a "scheduler" thread calls the probe's loop hook every 10 ms (busy: a
 running request), the real sidecar app (discovery, long-poll scrape loop, detector, webhook
 notifier) runs in process.  Each repetition is a new rank (a new worker name):

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
 import logging
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -58,7 +61,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"poolwatch demo: needs torch; its CPU build: {TORCH_CPU_INSTALL}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
-    with tempfile.TemporaryDirectory(prefix="poolwatch-demo-") as tmp:
+    try:
+        listener = listen(args.port)
+    except OSError as exc:
+        print(taken_port_line(args.port, exc), file=sys.stderr)
+        return 2
+    with listener, tempfile.TemporaryDirectory(prefix="poolwatch-demo-") as tmp:
         work = args.work_dir or Path(tmp)
         try:
             story = Story.build(args, work, out)
@@ -67,7 +75,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             return 2
         try:
             try:
-                code = asyncio.run(_serve(story, args))
+                code = asyncio.run(_serve(story, args, listener))
             except KeyboardInterrupt:  # Ctrl-C: uvicorn stops the sidecar, then hands the signal on
                 code = 0
             if code == 0:
@@ -75,6 +83,34 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             return code
         finally:
             story.close()
+
+
+def listen(port: int) -> socket.socket:
+    """The sidecar's socket on 127.0.0.1:``port``, bound before anything starts, so a taken port
+    is one line (:func:`taken_port_line`) instead of a server's traceback after the cluster came up."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no owner
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def taken_port_line(port: int, exc: OSError) -> str:
+    """The one line a port that cannot be bound gets: which port, why, how to choose another."""
+    if exc.errno == errno.EADDRINUSE:
+        why = "is already in use by another process"
+    elif exc.errno == errno.EACCES:
+        why = "may not be bound by this user"
+    else:
+        why = f"cannot be bound ({exc.strerror or exc})"
+    return (
+        f"poolwatch demo: port {port} on 127.0.0.1 {why}; "
+        f"choose another with --port (e.g. scripts/demo --port {port + 1 if port < 65535 else 9465})"
+    )
 
 
 def sidecar_settings(port: int, probe_dir: Path) -> Settings:
@@ -92,13 +128,15 @@ def sidecar_settings(port: int, probe_dir: Path) -> Settings:
     )
 
 
-async def _serve(story: Story, args: argparse.Namespace) -> int:
+async def _serve(story: Story, args: argparse.Namespace, listener: socket.socket) -> int:
     app = create_app(sidecar_settings(args.port, story.probe_dir))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[listener]))
     while not server.started:
         if serving.done():
-            print(f"poolwatch demo: could not serve on 127.0.0.1:{args.port} (in use?)", file=sys.stderr)
+            with contextlib.suppress(BaseException):  # uvicorn ends a failed start with SystemExit
+                serving.result()
+            print(f"poolwatch demo: the sidecar did not start on 127.0.0.1:{args.port}", file=sys.stderr)
             return 2
         await asyncio.sleep(0.05)
     story.begin(f"http://127.0.0.1:{args.port}", app.state.alerting)

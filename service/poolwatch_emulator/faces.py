@@ -6,7 +6,7 @@
 ``pp_rank`` (+ ``moe_ep_rank`` from 0.5.9, + ``dp_rank`` when data-parallel); the values are the
 ranks' last refreshed samples, so they are as stale as SGLang's.  After a crash the server
 stops answering, as the real process would be gone.  The probe face comes from
-:func:`poolwatch.probe.sglang.hooks.attach` (see :func:`attach_probes`); a crashed worker's probe
+:func:`poolwatch.probe.lifecycle.attach` (see :func:`attach_probes`); a crashed worker's probe
 endpoints stop answering too.
 """
 
@@ -168,7 +168,7 @@ class WorkerServer:
 
 
 def attach_probes(cluster: Cluster, directory: Path, *, serve: bool = True, guard: bool = False) -> int:
-    """Attach the in-process probe (``poolwatch.probe.sglang.hooks.attach``) to every rank; the count.  A
+    """Attach the in-process probe (``poolwatch.probe.lifecycle.attach``) to every rank; the count.  A
     ``{worker}`` in ``directory`` gives each worker its own discovery directory, as each pod has;
     ``guard`` turns on the probe's guard mode (``POOLWATCH_PROBE_GUARD=1``)."""
     from poolwatch.probe.core.config import ProbeConfig

@@ -108,3 +108,42 @@ def test_a_crashed_scheduler_inhibits_its_own_workers_stale_target_and_probe_ale
         labels = alert["labels"]
         status = found[(labels["alertname"], labels["namespace"], labels["pod"], labels.get("tp_rank", ""))]
         assert (status["state"], status["inhibitedBy"]) == ("active", []), labels
+
+
+def test_a_sidecar_read_under_another_pods_name_silences_that_pods_rule_copies_only(
+    alertmanager: str,
+) -> None:
+    """The cold-CI page (issue 34): decode-0's address answered with prefill-1's sidecar, so the
+    rule copy of prefill-1's double free came labelled pod=decode-0.  With the crossing seen
+    (PoolwatchSidecarIdentityCrossed), that copy is silenced; the true ones still page."""
+    crossed = {
+        "labels": {
+            "alertname": "PoolwatchSidecarIdentityCrossed",
+            "severity": "warning",
+            "namespace": NS,
+            "pod": "decode-0",
+            "sidecar_pod": "prefill-1",
+            "poolwatch_path": "rules",
+        },
+        "annotations": {"summary": "crossed"},
+    }
+    misread = from_rules("PoolwatchDoubleFree", "critical", "decode-0")
+    misread["labels"] |= {"worker": "prefill-1", "pool": "mamba", "poolwatch_path": "rules"}
+    true_rule = from_rules("PoolwatchDoubleFree", "critical", "prefill-1")
+    true_rule["labels"] |= {"pool": "mamba", "poolwatch_path": "rules", "tp_rank": "1"}
+    own = direct("PoolwatchDoubleFree", Severity.CRITICAL, "prefill-1", tp=0)
+    own["labels"]["pool"] = "mamba"
+    response = httpx.post(
+        f"{alertmanager}/api/v2/alerts", json=[crossed, misread, true_rule, own], timeout=10
+    )
+    assert response.is_success, response.text
+
+    def settled() -> dict[tuple[str, str, str, str], dict[str, Any]] | None:
+        found = statuses(alertmanager)
+        return found if len(found) == 4 and any(s["state"] == "suppressed" for s in found.values()) else None
+
+    found = poll(settled, timeout=30, what="Alertmanager to silence the misread pod's rule copy")
+    assert found[("PoolwatchDoubleFree", NS, "decode-0", "0")]["state"] == "suppressed"
+    assert found[("PoolwatchDoubleFree", NS, "prefill-1", "1")]["state"] == "active"
+    assert found[("PoolwatchDoubleFree", NS, "prefill-1", "0")]["state"] == "active"
+    assert found[("PoolwatchSidecarIdentityCrossed", NS, "decode-0", "")]["state"] == "active"

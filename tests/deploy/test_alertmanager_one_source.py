@@ -62,7 +62,7 @@ def test_both_have_the_same_inhibit_rules() -> None:
         for r in crd()["spec"]["inhibitRules"]
     ]
     assert ours == theirs
-    assert len(ours) == 3
+    assert len(ours) == 4
 
 
 def test_the_sidecars_copy_inhibits_the_rules_copy_of_the_very_same_alert() -> None:

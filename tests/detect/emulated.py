@@ -1,6 +1,6 @@
 """The detector watching an emulated SGLang deployment through the real in-process probe.
 
-Every rank of the emulator gets :func:`poolwatch.probe.sglang.hooks.attach` (not served: the harness reads
+Every rank of the emulator gets :func:`poolwatch.probe.lifecycle.attach` (not served: the harness reads
 ``probe.latest``), reading the simulated clock.  After each cluster step the new snapshots go into
 a :class:`~poolwatch.sidecar.store.SnapshotStore` the detector subscribes to, and the detector's timer runs
 every simulated second, as in the sidecar.

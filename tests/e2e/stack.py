@@ -29,20 +29,36 @@ from tests.helpers import require_tool
 T = TypeVar("T")
 
 
+_HANDED: set[int] = set()  # every port this process handed out: never twice (issue 34, below)
+
+
 def free_port() -> int:
     """A port nobody listens on now, for a server the caller starts soon after.  It is drawn below
     the kernel's ephemeral range, so no outgoing connection of another process (a benchmark's
-    thousand clients) can take it in between, as one the OS picks with ``bind(0)`` could."""
+    thousand clients) can take it in between, as one the OS picks with ``bind(0)`` could; and it
+    is never one this process handed out before (for a server not started yet, it is free too):
+    two sidecars given one port made one answer for both pods, and a page named prefill-1's
+    worker with decode-0's pod (issue 34's cold CI run)."""
+    return free_ports(1)
+
+
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive ports, each as :func:`free_port` would hand it out."""
     low = ephemeral_low()
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        with socket.socket() as s:
+    for _ in range(400):
+        base = random.randrange(max(1024, low - 12000), low - n)
+        block = range(base, base + n)
+        if _HANDED.intersection(block):
+            continue
+        with contextlib.ExitStack() as held:
             try:
-                s.bind(("127.0.0.1", port))
+                for port in block:
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    raise AssertionError("no free port below the ephemeral range")
+        _HANDED.update(block)
+        return base
+    raise AssertionError(f"no {n} consecutive free ports below the ephemeral range")
 
 
 def ephemeral_low() -> int:

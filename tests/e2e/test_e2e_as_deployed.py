@@ -22,9 +22,8 @@ import contextlib
 import functools
 import json
 import os
-import random
+import re
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -43,8 +42,8 @@ from tests.e2e.stack import (
     Process,
     Prometheus,
     WebhookRecorder,
-    ephemeral_low,
     free_port,
+    free_ports,
     http_ok,
     poll,
 )
@@ -70,24 +69,6 @@ INHIBITED = {STALE, "PoolwatchTargetDown", "PoolwatchProbeDegraded"}
 RANK = ("namespace", "pod", "worker", "role", "dp_rank", "tp_rank", "pp_rank")
 
 Alert = dict[str, Any]
-
-
-def free_block(n: int) -> int:
-    """The first of ``n`` consecutive free loopback ports (the emulator's ``--port-base``), below
-    the kernel's ephemeral range: the emulator binds them only later (and again at the restart),
-    and a port the OS hands out for outgoing connections could be taken in between."""
-    low = ephemeral_low()
-    for _ in range(200):
-        base = random.randrange(max(1024, low - 12000), low - n)
-        with contextlib.ExitStack() as held:
-            try:
-                for port in range(base, base + n):
-                    s = held.enter_context(socket.socket())
-                    s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise AssertionError(f"no {n} consecutive free ports")
 
 
 @dataclass
@@ -246,14 +227,24 @@ def stack(tmp_path: Path) -> Iterator[Deployed]:
         kept = tmp_path / "notifications.json"  # what the receivers got, for a failure's post-mortem
         cleanup.callback(lambda: kept.write_text(json.dumps(hooks.posts, default=vars)))
         am_url, am_log = start_alertmanager(cleanup, tmp_path, hooks)
-        am_port, port_base = int(am_url.rsplit(":", 1)[1]), free_block(len(PODS))
+        am_port, port_base = int(am_url.rsplit(":", 1)[1]), free_ports(len(PODS))
         pods = pods_from_manifests(tmp_path, rendered, am_port, port_base)
         logs = [am_log] + [start_sidecar(cleanup, tmp_path, p) for p in pods]
         for pod in pods:
             ready = functools.partial(http_ok, f"http://127.0.0.1:{pod.port}/readyz")
             poll(ready, timeout=60, what=f"the sidecar of {pod.name}", logs=logs)
+            assert serves(pod) == pod.name, f"{pod.name}'s address answers as another pod's sidecar"
         prom, prom_log = start_prometheus(cleanup, tmp_path, rendered, pods, am_port)
         yield Deployed(tmp_path, pods, hooks, prom, am_url, cleanup, port_base, [*logs, prom_log])
+
+
+def serves(pod: deployed.Pod) -> str:
+    """The pod the sidecar at ``pod``'s address says it serves (``poolwatch_sidecar_info``): ready
+    is not enough, the one that answers must be this pod's (issue 34's cold CI run: two sidecars
+    were given one port, and one answered for both)."""
+    body = httpx.get(f"http://127.0.0.1:{pod.port}/metrics", timeout=10).text
+    (found,) = re.findall(r'^poolwatch_sidecar_info\{sidecar_pod="([^"]*)"\} 1\.0$', body, re.M)
+    return found
 
 
 # --- what the on-call engineer would see -----------------------------------------------------

@@ -264,3 +264,80 @@ def test_slot_ids_learned_later_reach_every_receiver_as_an_update_of_the_same_in
     assert len({h["groupKey"] for h in hooks}) == 1
     held = {a["labels"][PATH_LABEL]: a["status"]["state"] for a in stack.held()}
     assert held == {DIRECT: "active", RULES: "suppressed"}  # one sidecar copy, the rule copy still silenced
+
+
+# --- hostile text: what a log line or a client can put in a label or an annotation --------------
+
+HOSTILE_CAUSE = (
+    "ValueError: <!channel> <@U024BE7LH> see <https://evil.example/fix|Runbook> & more\n"
+    "*Runbook:* https://evil.example/phish\r\nBcc: victim@example.com <script>alert(1)</script>"
+)
+HOSTILE_WORKER = "prefill-0<!here>\r\nBcc: victim@example.com"
+
+
+def hostile(severity: str, alertname: str) -> dict[str, Any]:
+    """The sidecar's copy of an alert whose cause and worker carry mrkdwn, HTML and a new line."""
+    posted = copy(DIRECT, HOSTILE_CAUSE, severity=severity, alertname=alertname, worker=HOSTILE_WORKER)
+    return posted
+
+
+def lines_starting(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def found(needles: tuple[str, ...], *texts: str) -> list[str]:
+    """The ``needles`` that occur in any of ``texts`` (none, for a text escaped as it should be)."""
+    return [n for n in needles if any(n in t for t in texts)]
+
+
+def test_hostile_text_reaches_slack_and_pagerduty_escaped_for_each(stack: Stack) -> None:
+    stack.post(hostile("critical", "PoolwatchDoubleFree"))
+    slack = poll(lambda: stack.chat("slack", "poolwatch-page") or None, timeout=60, what="the Slack page")
+    attachment = slack[0]["attachments"][0]
+    text, title = attachment["text"], attachment["title"]
+    raw = ("<!channel>", "<@U024BE7LH>", "<https://evil.example", "<!here>", "<script>")
+    assert found(raw, text, title) == []  # before: every one of them verbatim
+    assert (
+        "&lt;!channel&gt; &lt;@U024BE7LH&gt; see &lt;https://evil.example/fix|Runbook&gt; &amp; more" in text
+    )
+    assert "prefill-0&lt;!here&gt; Bcc: victim@example.com" in title
+    assert lines_starting(text, "*Runbook:*") == [f"*Runbook:* {RUNBOOK}"]  # no forged line
+    assert not lines_starting(text, "Bcc:")
+
+    event = poll(lambda: stack.chat("pagerduty", "poolwatch-page") or None, timeout=60, what="the PD event")[
+        0
+    ]
+    summary, details = event["payload"]["summary"], event["payload"]["custom_details"]["alerts"]
+    assert found(("<", ">", "\n"), summary) == []
+    assert (
+        "\u2039!channel\u203a \u2039@U024BE7LH\u203a see \u2039https://evil.example/fix|Runbook\u203a"
+        in summary
+    )
+    assert found(("<!channel>", "<https://evil"), details) == []
+    assert lines_starting(details, "Runbook:") == [f"Runbook: {RUNBOOK}"]
+    assert {link["href"] for link in event["links"]} == {RUNBOOK, DASHBOARD}
+
+
+def test_hostile_text_reaches_email_escaped_and_injects_no_header(stack: Stack) -> None:
+    stack.post(hostile("warning", "PoolwatchSlotLeak"))
+    mails = poll(lambda: stack.smtp.mails or None, timeout=90, what="the ticket email", logs=[stack.log])
+    message = email.message_from_string(mails[0].data, policy=email.policy.default)
+    assert mails[0].recipients == ("llm-serving-oncall@example.com",)  # no Bcc smuggled in
+    assert message["Bcc"] is None
+    subject = str(message["Subject"])
+    assert found(("\r", "\n", "<!here>"), subject) == []
+    html = message.get_body(("html",))
+    plain = message.get_body(("plain",))
+    assert html is not None
+    assert plain is not None
+    raw_html = html.get_content()
+    assert found(("<script>",), raw_html) == []
+    assert "&lt;script&gt;" in raw_html  # html/template escaped it
+    assert "&lt;!channel&gt;" in raw_html
+    assert raw_html.count("<b>Runbook:</b>") == 1
+    text = plain.get_content()
+    assert found(("<!channel>", "<script>"), text) == []
+    assert lines_starting(text, "Runbook:") == [f"Runbook: {RUNBOOK}"]
+    assert not lines_starting(text, "Bcc:")
+    slack = poll(lambda: stack.chat("slack", "poolwatch-ticket") or None, timeout=30, what="the Slack ticket")
+    assert "<!channel>" not in slack[0]["attachments"][0]["text"]

@@ -275,14 +275,24 @@ def test_5_a_fifo_planted_at_the_state_file_path_does_not_hang_the_start() -> No
 WRITE_STATE = "import sys; open(sys.argv[1], 'w').write(sys.argv[2])"
 
 
-def test_6_an_unknown_alert_in_the_state_file_is_skipped_and_the_rest_restored() -> None:
+def test_6_an_unknown_alert_in_the_state_file_is_skipped_and_the_rest_restored(tmp_path: Path) -> None:
     doc = {"version": 1, "alerts": [{**GOOD_ALERT, "name": "PoolwatchFromTheFuture"}, GOOD_ALERT]}
+    path = tmp_path / "alerts.json"  # the sidecar's own file (one planted by nobody is refused: issue 34)
+    path.write_text(json.dumps(doc))
+    result = load_state(path)
+    assert [a.name for a in result.alerts] == ["PoolwatchDoubleFree"]
+    assert result.set_aside is None
+
+
+def test_6_a_state_file_planted_by_another_user_is_refused_and_left_alone() -> None:
+    doc = {"version": 1, "alerts": [{**GOOD_ALERT, "annotations": {"description": "<!channel> planted"}}]}
     with arena() as base:
         path = base / "alerts.json"
         run_as_nobody(WRITE_STATE, str(path), json.dumps(doc))
         result = load_state(path)
-    assert [a.name for a in result.alerts] == ["PoolwatchDoubleFree"]
-    assert result.set_aside is None
+        assert path.exists()  # left for an operator to look at, never renamed or restored
+    assert (result.alerts, result.unsafe) == ([], True)
+    assert "owned by uid 65534" in result.error
 
 
 # -- item 7: a log naming 20,000 ranks costs at most max_log_ranks ---------------------------------

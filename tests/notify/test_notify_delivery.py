@@ -165,7 +165,7 @@ async def test_the_webhook_gets_an_alertmanager_shaped_payload(clock: FakeClock)
     d.outbox.delivered([replace(alerts[1], state=AlertState.FIRING)], clock.now)
     await d.deliver_once()
     [body] = hook.bodies
-    assert receiver.name == "webhook:hooks.example/poolwatch"
+    assert receiver.name == "webhook:hooks.example"  # the path may hold the secret
     assert (body["version"], body["status"]) == ("4", "firing")
     assert body["commonLabels"] == {
         "alertname": "PoolwatchDoubleFree",

@@ -57,7 +57,14 @@ def test_a_targets_file_lists_every_kind_of_target(tmp_path: Path) -> None:
             "targets: [{source: probe, url: x, labels: [a]}]",
             "targets[0].labels: expected a mapping of strings",
         ),
-        ("targets: [{source: probe, url: x}, {source: probe, url: x}]", "'probe:x' is used twice"),
+        (
+            "targets: [{source: probe, url: 'http://u:pw@h:1/x'}, {source: probe, url: 'http://u:pw@h:1/x'}]",
+            "the probe target 'probe:http://h:1' is listed twice",
+        ),
+        (
+            "targets: [{name: a, source: probe, url: x}, {name: a, source: probe, url: y}]",
+            "'a' is used twice",
+        ),
         ("targets: [{source: probe, url: x\n", "is not valid YAML"),
     ],
 )

@@ -218,3 +218,30 @@ def test_at_3am_a_crashed_rank_says_so_and_its_alerts_name_the_rank_the_slots_an
             )
     finally:
         context.close()
+
+
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\"><!channel> <https://evil.example|Runbook>"
+
+
+def test_hostile_text_in_a_worker_name_an_exception_and_a_target_name_is_shown_as_text(
+    page: Any, seed_snapshot: Snapshot, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The page builds its DOM with ``textContent`` only: what a log or a client wrote is shown,
+    never parsed (no element, no script); the status page is a receiver like any other."""
+    store = SnapshotStore()
+    worker = dataclasses.replace(seed_snapshot.worker, worker=f"prefill-0{HOSTILE}")
+    crash = Incident(IncidentKind.SCHEDULER_EXCEPTION, f"Scheduler hit an exception: {HOSTILE}", clock.now)
+    snap = dataclasses.replace(seed_snapshot, worker=worker, taken_at=clock.now, incidents=(crash,))
+    detector = Detector(DetectorConfig(), clock)
+    store.subscribe(detector.observe)
+    gone = FileSource(Target(f"file:{HOSTILE}", "file", str(tmp_path / "gone.json"), "gone"), clock)
+    with serve(store, clock, routers=[alerts_router(detector.alerts)], sources=[gone]) as url:
+        store.put(snap)
+        detector.evaluate(clock.now, latest=store.latest(), targets=store.targets())
+        open_page(page, url)
+        page.wait_for_function("document.querySelectorAll('#alerts li.alert').length >= 1")
+        page.wait_for_function("document.querySelectorAll('#targets tr').length == 1")
+        assert page.locator("img").count() == 0
+        assert page.title() != "pwned"
+        assert HOSTILE in page.locator("#targets").inner_text()
+        assert f"prefill-0{HOSTILE}" in page.locator("main").inner_text()

@@ -110,6 +110,11 @@ def inhibit_rules(config: MixinConfig) -> list[dict[str, Any]]:
             ],
             "equal": _with_cluster(("namespace", "worker"), config),
         },
+        {  # one pod's sidecar read as another's: that pod's rule copies would name a foreign worker
+            "source": [Matcher("alertname", "=", "PoolwatchSidecarIdentityCrossed")],
+            "target": [POOLWATCH, Matcher(PATH_LABEL, "=", RULES)],
+            "equal": _with_cluster(("namespace", "pod"), config),
+        },
         {  # the critical form of an alert silences its warning form for the same pool
             "source": [POOLWATCH, Matcher("severity", "=", "critical")],
             "target": [POOLWATCH, Matcher("severity", "=", "warning")],

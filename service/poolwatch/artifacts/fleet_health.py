@@ -24,6 +24,8 @@ NOT_CHARTED: dict[str, str] = {
     "poolwatch_rank_restart_timestamp_seconds": "a time, read by the incident rules",
     "poolwatch_probe_samples_total": "a count with no meaning on its own; the probe's cost is charted",
     "poolwatch_target_scrapes_total": "attempts; failures by reason and target health are charted",
+    "poolwatch_sidecar_info": "a fact, not a figure: read by PoolwatchSidecarIdentityCrossed against "
+    "Prometheus' own pod label",
     **dict.fromkeys(
         (
             "process_cpu_seconds_total",
@@ -119,11 +121,15 @@ def _sidecar_panels(ns: str) -> list[PanelSpec]:
                 Query(f"poolwatch_task_crash_looping{{{ns}}} > 0", "crash-looping {{pod}} {{task}}"),
                 Query(errors, "error {{pod}} {{what}}"),
                 Query(skipped, "skipped discovery files {{pod}} {{reason}}"),
+                Query(
+                    f"poolwatch_discovery_directory_lost{{{ns}}} > 0",
+                    "probe directory lost {{pod}} {{reason}}",
+                ),
             ),
             "none",
             "A sidecar task that crashed and was restarted, one that keeps crashing, errors the "
-            "sidecar caught, and discovery files it skips (a FIFO, too large, not loopback...); all "
-            "zero when it is healthy.",
+            "sidecar caught, discovery files it skips (a FIFO, too large, not loopback...) and a probe "
+            "directory lost (replaced, or gone); all zero when it is healthy.",
             width=8,
         ),
         series(

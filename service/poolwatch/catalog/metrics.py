@@ -243,6 +243,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         ("reason",),
         group="targets",
     ),
+    _g(
+        "poolwatch_discovery_directory_lost",
+        "1 while the probe discovery directory, in which probes had announced themselves, is lost, by "
+        "reason (unsafe: its path now names another directory, or one someone else could write; "
+        "missing: it is gone); 0 otherwise. The sidecar keeps reading the directory it opened.",
+        ("reason",),
+        group="targets",
+    ),
     _c(
         "poolwatch_target_scrape_errors_total",
         "Failed scrapes by reason (timeout, connect, http_status, too_large, decode, schema, version, "
@@ -283,6 +291,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         group="alerts",
     ),
     _g("poolwatch_build_info", "poolwatch's version; value is always 1.", ("version",), group="process"),
+    _g(
+        "poolwatch_sidecar_info",
+        "The pod this sidecar serves (POOLWATCH_POD, POD_NAME, or the host name in Kubernetes), as "
+        "sidecar_pod; value is always 1. Prometheus' own pod label must be the same "
+        "(PoolwatchSidecarIdentityCrossed).",
+        ("sidecar_pod",),
+        group="process",
+    ),
     _c(
         "poolwatch_task_crashes_total",
         "Crashes of a sidecar background task (scrape loop, evaluation timer, a deliverer); each is "
@@ -299,7 +315,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     _c(
         "poolwatch_internal_errors_total",
         "Contained failures that stop nothing, by kind: state_file_write (the alert state could not be "
-        "saved), state_file_corrupt (a corrupt state file was set aside at start).",
+        "saved), state_file_corrupt (a corrupt state file was set aside at start), state_file_unsafe "
+        "(a state file someone else could have written was refused at start).",
         ("what",),
         "process",
     ),

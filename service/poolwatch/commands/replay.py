@@ -12,6 +12,11 @@ Exit codes (also in the README):
 
 gzip, bzip2 and xz logs are read as they are (recognised by their first bytes).  A progress line
 is drawn on stderr only when stderr is a terminal.
+
+A log that gives only the time of day (0.2.x's ``[16:43:29 TP0]``) is shown with its times of
+day (``day 2 00:00:04`` once it passes midnight), never with a date it does not hold (neither
+today's nor the file's); its JSON rows carry ``"at": null`` and ``time_of_day``.  Batch lines
+whose start was damaged are read by their items and counted on a line of their own.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any, TextIO
 from poolwatch.engines import DEFAULT_ENGINE, engine_entry
 from poolwatch.sources.engine import EngineSources, LogReplayer, engine_sources, sniff_engine, sources_of
 from poolwatch.sources.logfile.reader import LogReader, UnreadableLog
-from poolwatch.sources.logfile.replay import POOLS, Problem, ReplayReport, Row
+from poolwatch.sources.logfile.replay import POOLS, UNDATED_DAY, Problem, ReplayReport, Row
 
 __all__ = [
     "EXIT_CLOSED_PIPE",
@@ -86,13 +91,12 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not path.is_file():
         print(f"poolwatch replay: {path}: not a readable file", file=err)
         return EXIT_USAGE
-    day = dt.date.fromtimestamp(path.stat().st_mtime)
     try:
         room = sources_of(args.engine) if args.engine != "auto" else whose_log(path)
     except (UnreadableLog, OSError):
         room = sources_of(DEFAULT_ENGINE)  # reading it again below says what is wrong with it
     writer = JsonWriter(out, path, room.engine) if args.json else TableWriter(out, _title(room))
-    replayer = room.replayer(args.worker or path.name, writer.row, args.every, day)
+    replayer = room.replayer(args.worker or path.name, writer.row, args.every, None)  # no day: see above
     try:
         reader = stream_file(path, replayer, _progress(path, err))
     except UnreadableLog as exc:
@@ -172,9 +176,16 @@ def _progress(path: Path, err: TextIO) -> Callable[[int], None]:
     return show
 
 
-def _time(at: float) -> str:
-    """Local time of a line; "(no time)" before any stamped line (0.1.x logs carry none)."""
-    return dt.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S") if at > 0 else "(no time)"
+def _time(at: float, dated: bool = True) -> str:
+    """Local time of a line; "(no time)" before any stamped line (0.1.x logs carry none); for a log
+    without dates the time of day, with the day of the log it falls on past the first."""
+    if at <= 0:
+        return "(no time)"
+    stamp = dt.datetime.fromtimestamp(at)
+    if dated:
+        return stamp.strftime("%Y-%m-%d %H:%M:%S")
+    day = (stamp.date() - UNDATED_DAY).days + 1
+    return stamp.strftime("%H:%M:%S") if day == 1 else f"day {day} {stamp:%H:%M:%S}"
 
 
 class TableWriter:
@@ -186,7 +197,7 @@ class TableWriter:
 
     def row(self, row: Row) -> None:
         cells = (
-            _time(row.at),
+            _time(row.at, row.dated),
             row.rank,
             row.event,
             str(row.batches or ""),
@@ -204,6 +215,9 @@ class TableWriter:
         w(f"\n{counts}, ranks: {ranks}\n")
         if report.cut_tail:
             w(f"the last line is incomplete ({report.cut_tail} bytes without a newline) and was not read\n")
+        if report.damaged:
+            unread = f", {report.damaged_unread} naming no rank (not read)" if report.damaged_unread else ""
+            w(f"{report.damaged} batch line(s) with a damaged start, read by their fields{unread}\n")
         if report.incidents:
             w("incidents: " + ", ".join(f"{k} x{n}" for k, n in sorted(report.incidents.items())) + "\n")
         w(summary(report, self._title) + "\n")
@@ -214,7 +228,7 @@ def summary(report: ReplayReport, title: str) -> str:
     first = report.first_problem
     if first is not None:
         what = first.verdict or first.message
-        return f"first problem: {_time(first.at)} {first.rank} ({first.event}): {what}"
+        return f"first problem: {_time(first.at, first.dated)} {first.rank} ({first.event}): {what}"
     if report.problem:
         return "the scheduler crashed (see above)"
     if not report.recognised:
@@ -241,8 +255,9 @@ class JsonWriter:
         )
 
     def row(self, row: Row) -> None:
-        doc = {
-            "at": row.at,
+        doc: dict[str, Any] = {
+            "at": row.at if row.dated else None,
+            **({} if row.dated else {"time_of_day": _time(row.at, dated=False)}),
             "rank": row.rank,
             "event": row.event,
             "batches": row.batches,
@@ -260,6 +275,8 @@ class JsonWriter:
             "records": report.records,
             "recognised": report.recognised,
             "split_records": report.split_records,
+            "damaged_batch_lines": report.damaged,
+            "damaged_unread": report.damaged_unread,
             "cut_tail_bytes": report.cut_tail,
             "ranks": sorted(report.ranks),
             "incidents": report.incidents,
@@ -273,4 +290,5 @@ class JsonWriter:
 def _problem(p: Problem | None) -> dict[str, Any] | None:
     if p is None:
         return None
-    return {"at": p.at, "rank": p.rank, "event": p.event, "verdict": p.verdict, "message": p.message}
+    at: dict[str, Any] = {"at": p.at} if p.dated else {"at": None, "time_of_day": _time(p.at, dated=False)}
+    return {**at, "rank": p.rank, "event": p.event, "verdict": p.verdict, "message": p.message}

@@ -50,6 +50,8 @@ class AlertName(enum.StrEnum):
     TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
     PROBE_REPAIRED = "PoolwatchProbeRepaired"
     HOST_POOL_GAP = "PoolwatchHostPoolGap"
+    PROBE_DIRECTORY_LOST = "PoolwatchProbeDirectoryLost"
+    SIDECAR_IDENTITY_CROSSED = "PoolwatchSidecarIdentityCrossed"
 
 
 class Severity(enum.StrEnum):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import enum
 import errno
 import json
-import os
 from pathlib import Path
 
 from poolwatch.discovery.entry import (
@@ -32,12 +31,9 @@ from poolwatch.discovery.entry import (
     NotLoopbackError,
     parse_discovery,
 )
-from poolwatch.discovery.files import (
-    FileTooLargeError,
-    NotRegularFileError,
-    read_bounded,
-)
-from poolwatch.discovery.safety import UnsafePathError, check_directory
+from poolwatch.discovery.files import FileTooLargeError, NotRegularFileError, read_in
+from poolwatch.discovery.handle import held
+from poolwatch.discovery.safety import UnsafePathError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 
 __all__ = ["SkipReason", "read_discovery_dir", "scan_discovery_dir", "skip_reason"]
@@ -73,21 +69,17 @@ def scan_discovery_dir(
     entries: list[DiscoveryEntry] = []
     problems: dict[str, str] = {}
     try:
-        check_directory(folder)
+        handle = held(folder)  # opened once, checked then; read relative to it ever after
+        names = [n for n in handle.names() if n.endswith(".json") and not n.startswith(".")]
     except UnsafePathError as exc:
         return [], {str(folder): f"{SkipReason.UNSAFE}: {exc}"[:200]}
-    except OSError:
-        pass  # missing: reported below as the directory's problem
-    try:
-        with os.scandir(folder) as listing:
-            names = [e.name for e in listing if e.name.endswith(".json") and not e.name.startswith(".")]
     except OSError as exc:
         return [], {str(folder): f"{SkipReason.DIRECTORY}: {type(exc).__name__}: {exc}"[:200]}
     if len(names) > max_files:
         problems[str(folder)] = f"{SkipReason.TOO_MANY_FILES}: {len(names)} files; only {max_files} are read"
     for name in sorted(names)[:max_files]:
         try:
-            doc = json.loads(read_bounded(folder / name, limits.max_discovery_file_bytes).decode("utf-8"))
+            doc = json.loads(read_in(handle, name, limits.max_discovery_file_bytes).decode("utf-8"))
             entries.append(parse_discovery(doc, allow_remote=allow_remote))
         except (OSError, ValueError, RecursionError) as exc:
             key = name.encode("utf-8", "backslashreplace").decode()[:120]

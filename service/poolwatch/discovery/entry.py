@@ -1,7 +1,8 @@
 """One rank's discovery file: its name, its content, its validation, and writing and removing it.
 
 A rank announces itself as ``<dir>/<worker>-dp<D>-tp<T>-pp<P>.json`` (:func:`discovery_name`),
-written atomically (a temporary file then ``os.replace``) and removed at exit; the document is
+written atomically (a temporary file then a rename, relative to the directory's handle:
+:mod:`poolwatch.discovery.handle`) and removed at exit; the document is
 :meth:`DiscoveryEntry.to_json`.  :func:`parse_discovery` is the pure check the sidecar applies to
 each decoded file: a URL off this host's loopback is refused (:class:`NotLoopbackError`), any
 other bad field raises :class:`DiscoveryFormatError` naming it.  Stdlib only: the in-process probe
@@ -14,14 +15,13 @@ import hashlib
 import ipaddress
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from poolwatch.discovery.handle import held
 from poolwatch.discovery.safety import make_directory
 
 __all__ = [
@@ -84,21 +84,20 @@ def write_discovery(directory: str | Path, entry: DiscoveryEntry) -> Path:
     :class:`~poolwatch.discovery.safety.UnsafePathError` for a directory someone else could write."""
     folder = Path(directory)
     make_directory(folder)  # refuses a directory someone else could write (never adopted)
-    target = folder / discovery_name(entry.worker, entry.dp_rank, entry.tp_rank, entry.pp_rank)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".poolwatch-", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # where to connect is no secret: a sidecar of another user reads it
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(entry.to_json(), out)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    name = discovery_name(entry.worker, entry.dp_rank, entry.tp_rank, entry.pp_rank)
+    # where to connect is no secret (0644): a sidecar of another user reads it
+    held(folder).write(name, json.dumps(entry.to_json()).encode("utf-8"), 0o644)
+    return folder / name
 
 
 def remove_discovery(path: str | Path) -> None:
-    Path(path).unlink(missing_ok=True)
+    """Remove a rank's file from the directory it was written in (its held handle)."""
+    where = Path(path)
+    try:
+        folder = held(where.parent)
+    except OSError:  # gone, or no longer one to write in
+        return
+    folder.remove(where.name)
 
 
 def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

@@ -8,7 +8,9 @@ default bounds of one scan (:data:`poolwatch.limits.DEFAULT_LIMITS`).
 
 Every file read so, and the directory itself, must be this user's or root's and writable by no
 one else (:mod:`poolwatch.discovery.safety`; :class:`~poolwatch.discovery.safety.UnsafePathError`
-otherwise).  The secret (:data:`SECRET_FILE`, mode 0600, created once by whichever rank comes
+otherwise), and every directory above it must let no one else replace it; the directory is opened
+once and its files are read and written relative to it (:mod:`poolwatch.discovery.handle`).
+The secret (:data:`SECRET_FILE`, mode 0600, created once by whichever rank comes
 first) is the key of the probe's mutating endpoints and of the final snapshots' signatures; it is
 proven, never sent (:mod:`poolwatch.discovery.auth`).  Stdlib only: the in-process probe
 imports it.
@@ -21,16 +23,10 @@ import os
 import re
 import secrets
 import stat
-import tempfile
 from pathlib import Path
 
-from poolwatch.discovery.safety import (
-    UnsafePathError,
-    check_directory,
-    check_file,
-    make_directory,
-    secret_mode,
-)
+from poolwatch.discovery.handle import DirectoryHandle, held
+from poolwatch.discovery.safety import UnsafePathError, check_file, make_directory
 from poolwatch.limits import DEFAULT_LIMITS
 
 __all__ = [
@@ -42,6 +38,7 @@ __all__ = [
     "ensure_secret",
     "load_secret",
     "read_bounded",
+    "read_in",
     "read_secret",
 ]
 
@@ -60,15 +57,21 @@ class FileTooLargeError(ValueError):
 
 
 def read_bounded(path: Path, limit: int, *, private: bool = False) -> bytes:
-    """A regular file's bytes, at most ``limit``; a FIFO, device, socket or symlink is refused
+    """A regular file's bytes, at most ``limit``, read relative to its directory's handle
+    (:func:`~poolwatch.discovery.handle.held`); a FIFO, device, socket or symlink is refused
     without blocking (``ValueError``), and so is a bigger file, and one someone else could have
     written (:class:`~poolwatch.discovery.safety.UnsafePathError`; ``private``: or read)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    return read_in(held(path.parent), path.name, limit, private=private)
+
+
+def read_in(folder: DirectoryHandle, name: str, limit: int, *, private: bool = False) -> bytes:
+    """:func:`read_bounded` of ``name`` in the directory ``folder`` holds."""
+    fd = folder.open_file(name)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotRegularFileError("not a regular file")
-        check_file(info, private=private, group=private and _setgid(path.parent))
+        check_file(info, private=private, group=private and _setgid(folder))
         if info.st_size > limit:
             raise FileTooLargeError(f"larger than {limit} bytes")
         data = os.read(fd, limit + 1)
@@ -79,9 +82,9 @@ def read_bounded(path: Path, limit: int, *, private: bool = False) -> bytes:
     return data
 
 
-def _setgid(folder: Path) -> bool:
+def _setgid(folder: DirectoryHandle) -> bool:
     try:
-        return bool(os.stat(folder).st_mode & stat.S_ISGID)
+        return bool(os.fstat(folder.fd).st_mode & stat.S_ISGID)
     except OSError:
         return False
 
@@ -96,15 +99,10 @@ def ensure_secret(directory: str | Path) -> str:
     found = load_secret(folder)
     if found is not None:
         return found
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".poolwatch-", suffix=".tmp")
-    try:
-        os.fchmod(fd, secret_mode(folder))
-        with os.fdopen(fd, "w", encoding="ascii") as out:
-            out.write(secrets.token_hex(32))
-        with contextlib.suppress(FileExistsError):  # another rank won the race: use its secret
-            os.link(tmp, folder / SECRET_FILE)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    handle = held(folder)
+    mode = 0o640 if _setgid(handle) else 0o600  # a set-group-id directory: the pod's fsGroup reads it
+    with contextlib.suppress(FileExistsError):  # another rank won the race: use its secret
+        handle.write(SECRET_FILE, secrets.token_hex(32).encode("ascii"), mode, replace=False)
     found = load_secret(folder)
     if found is None:
         raise OSError(f"{folder / SECRET_FILE}: not a readable secret")
@@ -115,10 +113,8 @@ def load_secret(directory: str | Path) -> str | None:
     """The node's secret; ``None`` when there is none (absent, unreadable, not a secret's shape);
     :class:`~poolwatch.discovery.safety.UnsafePathError` when the directory or the file could have
     been written (or the file read) by someone else."""
-    folder = Path(directory)
     try:
-        check_directory(folder)
-        text = read_bounded(folder / SECRET_FILE, 256, private=True).decode("ascii").strip()
+        text = read_in(held(directory), SECRET_FILE, 256, private=True).decode("ascii").strip()
     except UnsafePathError:
         raise
     except (OSError, ValueError):

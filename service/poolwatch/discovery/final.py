@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from poolwatch.discovery.entry import discovery_name
-from poolwatch.discovery.files import MAX_FILES, read_bounded
-from poolwatch.discovery.safety import check_directory
+from poolwatch.discovery.files import MAX_FILES, read_in
+from poolwatch.discovery.handle import held
 
 __all__ = [
     "FINAL_SUFFIX",
@@ -33,6 +33,7 @@ __all__ = [
     "ForgedFinalError",
     "final_name",
     "final_names",
+    "final_stat",
     "read_final",
     "read_final_dir",
     "sign_final",
@@ -69,22 +70,16 @@ def write_final(directory: str | Path, name: str, payload: bytes, secret: str) -
     synchronously: a per-rank temporary file, then ``os.replace``.  No ``fsync``: what follows is
     the process's crash, not the machine's, and the page cache outlives the process."""
     folder = Path(directory)
-    check_directory(folder)  # one lstat: never into a directory someone else could write
-    target, tmp = folder / name, folder / f".{name}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        os.write(fd, sign_final(secret, name, payload))
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
-    return target
+    # the directory this process opened (checked then): a directory someone swapped in since is not it
+    held(folder).write(name, sign_final(secret, name, payload), 0o644)
+    return folder / name
 
 
 def read_final(path: str | Path, secret: str) -> Any:
     """One final snapshot file, its signature checked, decoded (``OSError`` when absent or
     unreadable, :class:`ForgedFinalError` when not signed with ``secret``, ``ValueError``)."""
     where = Path(path)
-    raw = read_bounded(where, MAX_FINAL_BYTES)
+    raw = read_in(held(where.parent), where.name, MAX_FINAL_BYTES)
     head, newline, payload = raw.partition(b"\n")
     if not newline or not head.startswith(_MAGIC):
         raise ForgedFinalError("not signed (no poolwatch-final-v1 line)")
@@ -96,10 +91,19 @@ def read_final(path: str | Path, secret: str) -> Any:
 def final_names(directory: str | Path) -> list[str]:
     """The final-snapshot file names in ``directory``, sorted, at most ``MAX_FILES``."""
     try:
-        with os.scandir(Path(directory)) as listing:
-            return sorted(e.name for e in listing if e.name.endswith(FINAL_SUFFIX))[:MAX_FILES]
+        names = held(directory).names()
     except OSError:
         return []
+    return sorted(n for n in names if n.endswith(FINAL_SUFFIX))[:MAX_FILES]
+
+
+def final_stat(path: str | Path) -> os.stat_result | None:
+    """The ``lstat`` of a final snapshot file, relative to its directory's handle (``None``: none)."""
+    where = Path(path)
+    try:
+        return held(where.parent).lstat(where.name)
+    except OSError:
+        return None
 
 
 def read_final_dir(directory: str | Path, secret: str) -> list[tuple[str, Any]]:

@@ -26,10 +26,14 @@ from pathlib import Path
 
 __all__ = [
     "UnsafePathError",
+    "ancestor_problem",
+    "check_ancestors",
     "check_directory",
     "check_file",
+    "check_holder",
     "default_directory",
     "make_directory",
+    "owner_problem",
     "secret_mode",
     "trusted_owners",
 ]
@@ -46,7 +50,9 @@ def trusted_owners() -> frozenset[int]:
     return frozenset({os.geteuid(), 0})
 
 
-def _owner_problem(info: os.stat_result, owners: frozenset[int]) -> str | None:
+def owner_problem(info: os.stat_result, owners: frozenset[int]) -> str | None:
+    """Why a directory or file of the contract is not trusted (``None``: it is): another owner,
+    or writable by group or others."""
     if info.st_uid not in owners:
         allowed = " or ".join(f"uid {u}" for u in sorted(owners))
         return f"owned by uid {info.st_uid}, not {allowed}"
@@ -61,9 +67,41 @@ def check_directory(path: str | Path, owners: frozenset[int] | None = None) -> N
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise UnsafePathError(f"{path}: not a directory (a symbolic link or a file)")
-    problem = _owner_problem(info, trusted_owners() if owners is None else owners)
+    problem = owner_problem(info, trusted_owners() if owners is None else owners)
     if problem is not None:
         raise UnsafePathError(f"{path}: {problem}; refused (never adopted)")
+
+
+def check_ancestors(
+    path: str | Path, owners: frozenset[int] | None = None, *, inclusive: bool = False
+) -> None:
+    """Raise :class:`UnsafePathError` unless no one else could replace ``path`` by renaming
+    something above it: every directory above it (``inclusive``: and ``path`` itself), resolved,
+    is a trusted owner's and writable by no one else, or sticky (as ``/tmp``: then only an entry's
+    owner may rename it)."""
+    real = Path(os.path.realpath(path))
+    for folder in [*reversed(real.parents), *([real] if inclusive else [])]:
+        check_holder(folder, owners)
+
+
+def check_holder(folder: str | Path, owners: frozenset[int] | None = None) -> None:
+    """Raise :class:`UnsafePathError` unless ``folder`` (a directory that holds something of ours)
+    is a trusted owner's and writable by no one else, or sticky: no one else can replace what is
+    in it."""
+    problem = ancestor_problem(os.stat(folder), trusted_owners() if owners is None else owners)
+    if problem is not None:
+        raise UnsafePathError(f"{folder}: {problem}; what is in it could be replaced by another user")
+
+
+def ancestor_problem(info: os.stat_result, owners: frozenset[int]) -> str | None:
+    """Why a directory above one of the contract's lets someone else replace what is in it
+    (``None``: it does not): another owner, or writable by others without the sticky bit."""
+    if info.st_uid not in owners:
+        allowed = " or ".join(f"uid {u}" for u in sorted(owners))
+        return f"owned by uid {info.st_uid}, not {allowed}"
+    if info.st_mode & _OTHERS_WRITE and not info.st_mode & stat.S_ISVTX:
+        return f"writable by group or others without the sticky bit (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
 
 
 def check_file(
@@ -72,7 +110,7 @@ def check_file(
     """Raise :class:`UnsafePathError` unless the file ``info`` describes is a trusted owner's and
     not writable by others; ``private`` (the secret): readable by no one else either, but its group
     when ``group`` (a set-group-id directory, see :func:`secret_mode`)."""
-    problem = _owner_problem(info, trusted_owners() if owners is None else owners)
+    problem = owner_problem(info, trusted_owners() if owners is None else owners)
     hidden = stat.S_IRWXO | stat.S_IXGRP | (0 if group else stat.S_IRGRP)
     if problem is None and private and info.st_mode & hidden:
         problem = f"readable by others (mode {stat.S_IMODE(info.st_mode):04o}; a secret is 0600)"
@@ -86,10 +124,25 @@ def secret_mode(directory: str | Path) -> int:
 
 
 def make_directory(path: str | Path) -> None:
-    """Create ``path`` (mode 0755 before the umask; parents too) unless it exists, then check it."""
+    """Create ``path`` (mode 0755 before the umask; parents too) unless it exists, seal its parent
+    when that is this user's and anyone may write it (the sticky bit, as ``/tmp`` has: a
+    Kubernetes ``emptyDir``'s root is world-writable), then check it and every directory above it."""
+    folder = Path(path)
     with contextlib.suppress(FileExistsError):  # a file, or a dangling link, where it should be
-        os.makedirs(path, mode=0o755, exist_ok=True)
-    check_directory(path)
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+    _seal(folder.parent)
+    check_ancestors(folder)
+    check_directory(folder)
+
+
+def _seal(folder: Path) -> None:
+    """Set the sticky bit on ``folder`` when it is this user's and writable by others without it:
+    then no one else can rename or remove the directory made in it."""
+    with contextlib.suppress(OSError):
+        info = os.stat(folder)
+        open_to_others = info.st_mode & _OTHERS_WRITE and not info.st_mode & stat.S_ISVTX
+        if open_to_others and info.st_uid == os.geteuid():
+            os.chmod(folder, stat.S_IMODE(info.st_mode) | stat.S_ISVTX)
 
 
 def default_directory(

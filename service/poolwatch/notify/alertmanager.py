@@ -13,24 +13,32 @@ receiver posts, in one request, the copy under the old detail resolved (annotate
 inhibition ignore the label, so both stay in the alert's group: Alertmanager sends one update
 notification at the group's next ``group_interval`` (same PagerDuty ``dedup_key``: the same
 incident), and the sidecar's copy keeps silencing the rule copy throughout.
+
+**A hostile receiver** costs a bounded amount: :func:`post_json` never reads a 2xx answer's body,
+and reads at most :data:`MAX_ANSWER_BYTES` of a refusal's (to say why), so an endless body costs
+nothing and a trickling one is cut by the deliverer's total deadline
+(:class:`~poolwatch.notify.delivery.Deliverer`).  A receiver is named ``alertmanager:<host:port>``
+(:func:`~poolwatch.addresses.shown_host`): no user, password, path or query in a label or a log.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from poolwatch.addresses import scrub_urls, shown_host, shown_url
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.errors import DeliveryError
 from poolwatch.notify.cause import cause
 from poolwatch.notify.paths import DETAIL_LABEL, SUPERSEDED
 
-__all__ = ["AlertmanagerReceiver", "detail", "iso", "postable_alerts"]
+__all__ = ["MAX_ANSWER_BYTES", "AlertmanagerReceiver", "detail", "iso", "post_json", "postable_alerts"]
+
+MAX_ANSWER_BYTES = 2048  # of a receiver's refusal, read only to say why it refused
 
 
 def iso(t: float) -> str:
@@ -91,19 +99,38 @@ def postable_alerts(
 
 
 async def post_json(client: httpx.AsyncClient, url: str, body: Any) -> None:
-    """POST ``body``; any transport error or non-2xx status is a :class:`DeliveryError`."""
+    """POST ``body``; any transport error or non-2xx status is a :class:`DeliveryError` naming the
+    receiver as :func:`~poolwatch.addresses.shown_url` shows it.  A 2xx answer's body is never
+    read; a refusal's at most :data:`MAX_ANSWER_BYTES` (its first line, up to 200 characters, is
+    quoted)."""
     try:
-        response = await client.post(url, json=body)
+        async with client.stream("POST", url, json=body) as response:
+            if response.is_success:
+                return
+            status, excerpt = response.status_code, await _excerpt(response)
     except httpx.HTTPError as exc:
-        raise DeliveryError(f"{type(exc).__name__}: {exc}") from exc
-    if not response.is_success:
-        raise DeliveryError(f"HTTP {response.status_code} from {url}: {response.text[:200]}")
+        raise DeliveryError(f"{type(exc).__name__}: {scrub_urls(str(exc))}") from None
+    raise DeliveryError(f"HTTP {status} from {shown_url(url)}: {excerpt}")
+
+
+async def _excerpt(response: httpx.Response) -> str:
+    """The first line of at most :data:`MAX_ANSWER_BYTES` of the answer (the rest is never read)."""
+    head = bytearray()
+    if response.is_stream_consumed:  # an answer built whole (a test's fake transport)
+        head += response.content[:MAX_ANSWER_BYTES]
+    else:  # raw bytes: a compressed body is never inflated
+        async for chunk in response.aiter_raw():
+            head += chunk[: MAX_ANSWER_BYTES - len(head)]
+            if len(head) >= MAX_ANSWER_BYTES:
+                break
+    text = head.decode("utf-8", "replace").strip().splitlines()
+    return scrub_urls(text[0][:200]) if text else ""
 
 
 class AlertmanagerReceiver:
     def __init__(self, base_url: str, resend_interval: float) -> None:
         self.url = base_url.rstrip("/") + "/api/v2/alerts"
-        self.name = "alertmanager:" + (urllib.parse.urlsplit(base_url).netloc or base_url)
+        self.name = "alertmanager:" + shown_host(base_url)
         self.resends = True  # Alertmanager deduplicates: firing alerts are re-sent so it never forgets
         self._resend = resend_interval
         self._held: dict[str, str] = {}  # fingerprint -> the detail Alertmanager holds it firing under

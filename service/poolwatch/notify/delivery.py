@@ -6,6 +6,12 @@ does not wait for the tick); its clock and sleep are injected, and tests drive
 :meth:`Deliverer.deliver_once` directly.
 What is due, re-sent, updated, gathered into one incident or dropped is the outbox's
 (:mod:`poolwatch.notify.outbox`).
+
+Each attempt has a total ``deadline`` (connect, send, the answer's head and what is read of its
+body, all together: an HTTP client's timeouts are per read, so a receiver that answers one byte
+every few seconds would hold it for ever); an attempt past it is a failure like any other, and
+backs off.  Every receiver has its own deliverer (its own task), so a slow receiver delays only
+itself.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class Deliverer:
         peers: Callable[[Alert], int] | None = None,
         backoff: tuple[float, float] = (1.0, 60.0),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        deadline: float = 10.0,
     ) -> None:
         self.receiver = receiver
         self._client = client
@@ -67,6 +74,7 @@ class Deliverer:
         self._clock = clock
         self._tick = tick
         self._sleep = sleep
+        self._deadline = deadline
         resend = getattr(receiver, "resends", True)
         self.outbox = Outbox(
             resend_interval,
@@ -90,22 +98,27 @@ class Deliverer:
         if not batch:
             return 0
         try:
-            await self.receiver.send(self._client, batch, now)
+            async with asyncio.timeout(self._deadline):
+                await self.receiver.send(self._client, batch, now)
+        except TimeoutError:
+            return self._failed(batch, f"no complete answer within {self._deadline:g} s")
         except DeliveryError as exc:
-            self._counts["failed"] += len(batch)
-            delay = self.outbox.failed(self._clock())
-            if self._up:
-                log.warning(
-                    "delivery failed receiver=%s error=%s retry_in=%.0fs", self.receiver.name, exc, delay
-                )
-            self._up = False
-            return 0
+            return self._failed(batch, str(exc))
         self.outbox.delivered(batch, self._clock())
         self._counts["sent"] += len(batch)
         if not self._up:
             log.info("delivery recovered receiver=%s", self.receiver.name)
         self._up = True
         return len(batch)
+
+    def _failed(self, batch: Sequence[Alert], error: str) -> int:
+        self._counts["failed"] += len(batch)
+        delay = self.outbox.failed(self._clock())
+        if self._up:
+            name = self.receiver.name
+            log.warning("delivery failed receiver=%s error=%s retry_in=%.0fs", name, error, delay)
+        self._up = False
+        return 0
 
     def wake(self) -> None:
         """Deliver now instead of at the next tick (call it from the event loop's thread)."""

@@ -162,6 +162,20 @@ class Outbox:
             if alert.state is AlertState.FIRING:
                 self._entries[alert.fingerprint] = _Entry(alert, sent_at=now, dirty=False, cause=cause(alert))
 
+    def undelivered(self) -> list[Alert]:
+        """The resolved notices the receiver has not acknowledged yet (the sidecar keeps them in its
+        state file, so a restart owes them still: :meth:`resume`)."""
+        owed = sorted(self._entries.items())
+        return [e.alert for _, e in owed if e.dirty and e.alert.state is AlertState.RESOLVED]
+
+    def resume(self, owed: Sequence[Alert]) -> None:
+        """Owe the receiver these resolved notices again (saved before a restart), unless it is
+        already owed something newer of the same alert."""
+        for alert in owed:
+            if alert.state is AlertState.RESOLVED and alert.fingerprint not in self._entries:
+                self._entries[alert.fingerprint] = _Entry(alert)
+        self._bound()
+
     def delivered_firing(self) -> frozenset[str]:
         """The fingerprints of the firing alerts this receiver acknowledged (2xx), as they stand."""
         return frozenset(

@@ -7,12 +7,12 @@ state file after a restart count as already told (``resends = False``)."""
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from poolwatch.addresses import shown_host
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.notify.alertmanager import iso, post_json
 
@@ -58,8 +58,7 @@ def webhook_payload(alerts: Sequence[Alert], receiver: str = "poolwatch") -> dic
 class WebhookReceiver:
     def __init__(self, url: str) -> None:
         self.url = url
-        parts = urllib.parse.urlsplit(url)
-        self.name = "webhook:" + (parts.netloc + parts.path if parts.netloc else url)
+        self.name = "webhook:" + shown_host(url)  # a Slack-style webhook's secret is its path
         self.resends = False
 
     async def send(self, client: httpx.AsyncClient, alerts: Sequence[Alert], now: float) -> None:

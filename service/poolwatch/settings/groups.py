@@ -86,3 +86,4 @@ class AlertSettings:
     state_file: str = ""  # where firing alerts survive a restart ("" = memory only)
     evaluate_interval: float = 5.0  # seconds between timer evaluations of the detector
     notify_queue: int = 1000  # alerts a receiver keeps waiting for delivery before dropping
+    notify_timeout: float = 10.0  # seconds one delivery may take in all (connect, send, answer)

@@ -66,6 +66,7 @@ HELP: dict[str, str] = {
     "state_file": "file where firing alerts survive a sidecar restart (empty: memory only)",
     "evaluate_interval": "seconds between two timer evaluations (staleness, targets, hold times)",
     "notify_queue": "resolved alerts a receiver may have waiting before the oldest are dropped",
+    "notify_timeout": "seconds one delivery to a receiver may take in all (connect, send, its answer)",
     # detection (poolwatch.detect.config.DetectorConfig)
     "deficit_samples": "snapshots at distinct scheduler iterations a deficit must persist before it fires",
     "resolve_samples": "clean snapshots (distinct iterations) before a sampled alert resolves",

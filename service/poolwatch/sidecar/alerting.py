@@ -8,7 +8,9 @@
 * ``evaluate(now)`` — one timer turn (tests call it directly).
 
 The detector is subscribed to the store at build time, and firing alerts saved by a previous run
-(``state_file``) are taken back then (a corrupt file is set aside and counted).  Every background
+(``state_file``) are taken back then (a corrupt file is set aside and counted, one someone else
+could have written is refused and counted, stale temporary files of a killed write are removed),
+with the resolved notices each receiver was still owed.  Every background
 task runs under ``supervisor`` (:mod:`poolwatch.sidecar.supervise`): a crash is logged, counted
 and the task restarted with backoff; a state file that cannot be written is logged on the change
 and counted, and evaluation goes on.
@@ -25,7 +27,8 @@ from pathlib import Path
 import httpx
 from fastapi import APIRouter
 
-from poolwatch.detect.alert import Alert, AlertState
+from poolwatch.addresses import distinct
+from poolwatch.detect.alert import Alert
 from poolwatch.detect.detector import Detector
 from poolwatch.errors import ConfigError
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
@@ -38,8 +41,8 @@ from poolwatch.settings.access import ReceiverAccess, receiver_access
 from poolwatch.settings.groups import AlertSettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerts_api import alerts_router
+from poolwatch.sidecar.keeper import StateKeeper
 from poolwatch.sidecar.metrics.alerts import AlertCollector
-from poolwatch.sidecar.persist import Told, load_state, save_alerts
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import Supervisor
 
@@ -58,6 +61,8 @@ def _receivers(settings: AlertSettings) -> list[Receiver]:
         AlertmanagerReceiver(u, settings.resend_interval) for u in settings.alertmanager_urls
     ]
     out += [WebhookReceiver(u) for u in settings.webhook_urls]
+    for receiver, name in zip(out, distinct(r.name for r in out), strict=True):
+        receiver.name = name  # two receivers on one host: "webhook:hooks.slack.com#2"
     return out
 
 
@@ -83,38 +88,29 @@ class AlertWiring:
         self._transport = transport
         self._sleep = sleep
         self._receivers = _receivers(settings)
-        self._state_file = Path(settings.state_file) if settings.state_file else None
-        self._saved: tuple[frozenset[str], frozenset[tuple[str, frozenset[str]]]] | None = None
         self._deliverers: list[Deliverer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fired = 0  # the detector's count of alerts that started firing, when last told
         self._client: httpx.AsyncClient | None = None
-        self._save_error = ""
-        self._restored: list[Alert] = []  # firing before the restart
-        self._told: Told = {}  # which receivers acknowledged each of them (not told again)
         self.supervisor = Supervisor()
+        self.keeper = StateKeeper(Path(settings.state_file) if settings.state_file else None, self.supervisor)
         self.collector = AlertCollector(detector, self.delivery_stats)
         self.router: APIRouter = alerts_router(detector.alerts)
 
     def restore(self) -> int:
         """Take back the alerts of the state file; returns how many."""
-        if self._state_file is None:
-            return 0
-        loaded = load_state(self._state_file)
-        if loaded.set_aside is not None:
-            self.supervisor.error("state_file_corrupt")
-        alerts = self._restored = loaded.alerts
-        self._told = loaded.told or {}
+        alerts = self.keeper.restore()
         self.detector.restore(alerts)
-        self._saved = (frozenset(a.fingerprint for a in alerts), frozenset(self._told.items()))
         return len(alerts)
 
     def evaluate(self, now: float | None = None) -> list[Alert]:
         now = self._clock() if now is None else now
         self.forget_departed(now)
         alerts = self.detector.evaluate(now, latest=self._store.latest(), targets=self._store.targets())
-        self._persist(alerts)
+        for deliverer in self._deliverers:  # what each receiver is owed now, saved below with the alerts
+            deliverer.outbox.update(alerts, now)
+        self.keeper.save(alerts)
         return alerts
 
     def forget_departed(self, now: float) -> list[str]:
@@ -157,14 +153,11 @@ class AlertWiring:
                 gather=INCIDENT_GATHER_S,  # one incident, one POST (a 0s group_wait pages at once)
                 peers=lambda a: self._store.tp_peers(dict(a.labels)),
                 sleep=self._sleep,
+                deadline=self._settings.notify_timeout,
             )
             for r in self._receivers
         ]
-        for deliverer in self._deliverers:
-            if not deliverer.outbox.resend:  # a webhook is told what it never got, and only that
-                name = deliverer.receiver.name
-                got = [a for a in self._restored if name in self._told.get(a.fingerprint, ())]
-                deliverer.outbox.told(got, self._clock())
+        self.keeper.hand_over(self._deliverers, self._clock())
         self._tasks = [self.supervisor.start("poolwatch-alert-timer", self._timer)]
         self._tasks += [
             self.supervisor.start(f"poolwatch-notify-{d.receiver.name}", d.run) for d in self._deliverers
@@ -176,45 +169,12 @@ class AlertWiring:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-        self._persist(self.detector.alerts())
+        self.keeper.save(self.detector.alerts())
 
     async def _timer(self) -> None:
         while True:
             self.evaluate()
             await self._sleep(self._settings.evaluate_interval)
-
-    def _told_now(self, firing: list[Alert]) -> dict[str, frozenset[str]]:
-        """Which plain webhooks acknowledged each firing alert (before the deliverers start: what
-        the state file said)."""
-        if not self._deliverers:
-            return {a.fingerprint: self._told[a.fingerprint] for a in firing if a.fingerprint in self._told}
-        told: dict[str, set[str]] = {}
-        for d in self._deliverers:
-            if not d.outbox.resend:
-                for fp in d.outbox.delivered_firing():
-                    told.setdefault(fp, set()).add(d.receiver.name)
-        return {a.fingerprint: frozenset(told[a.fingerprint]) for a in firing if a.fingerprint in told}
-
-    def _persist(self, alerts: list[Alert]) -> None:
-        if self._state_file is None:
-            return
-        firing = [a for a in alerts if a.state is AlertState.FIRING]
-        told = self._told_now(firing)
-        key = (frozenset(a.fingerprint for a in firing), frozenset(told.items()))
-        if key != self._saved:
-            try:
-                save_alerts(self._state_file, firing, told)
-            except OSError as exc:  # a read-only volume: keep evaluating, say so once per change
-                self.supervisor.error("state_file_write")
-                error = f"{type(exc).__name__}: {exc}"
-                if error != self._save_error:
-                    log.error("event=state_file_write_failed path=%s error=%s", self._state_file, error)
-                self._save_error = error
-                return
-            if self._save_error:
-                log.info("event=state_file_write_recovered path=%s", self._state_file)
-            self._save_error = ""
-            self._saved = key
 
 
 def alert_labels(items: tuple[str, ...]) -> dict[str, str]:

@@ -23,7 +23,12 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.api import api_router
 from poolwatch.sidecar.lanes import Lanes, shared_limits
-from poolwatch.sidecar.metrics.collectors import BuildInfoCollector, PoolCollector, TargetCollector
+from poolwatch.sidecar.metrics.collectors import (
+    BuildInfoCollector,
+    PoolCollector,
+    SidecarInfoCollector,
+    TargetCollector,
+)
 from poolwatch.sidecar.metrics.discovery import DiscoveryCollector
 from poolwatch.sidecar.metrics.exposition import CachedExposition
 from poolwatch.sidecar.scraper import Scraper
@@ -95,7 +100,7 @@ def _provider(
     if sources is not None:
         return list(sources), []
     target_set = TargetSet(settings, clock)
-    return target_set.current, [DiscoveryCollector(target_set.skipped_by_reason)]
+    return target_set.current, [DiscoveryCollector(target_set.skipped_by_reason, target_set.directory_lost)]
 
 
 def _store(settings: Settings, clock: Callable[[], float]) -> SnapshotStore:
@@ -126,6 +131,8 @@ def create_app(
     alerting = alerting or build_alerting(settings, store, clock, transport=transport)
     stale_after = settings.detection.stale_after
     own = [alerting.collector, SupervisorCollector(alerting.supervisor), *discovery]
+    if settings.identity.pod:  # who this sidecar serves: Prometheus' pod label must say the same
+        own.append(SidecarInfoCollector(settings.identity.pod))
     exposition = build_exposition(store, clock, stale_after, [*own, *collectors])
 
     @contextlib.asynccontextmanager

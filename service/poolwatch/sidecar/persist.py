@@ -8,7 +8,14 @@ an alert the fresh data no longer confirms resolves through the usual hysteresis
 ``restore_grace`` if its rank never reports again.
 
 Each alert also lists the receivers that acknowledged it (``told``): after a restart a plain
-webhook is not told again what it got, and is told what it never got.
+webhook is not told again what it got, and is told what it never got.  The notices a receiver is
+still owed that the detector no longer holds -- a ``resolved`` that fell while the receiver was
+down -- are kept per receiver (``undelivered``) and owed again after a restart, so a webhook that
+comes back after the sidecar restarted still hears that its incident is over.
+
+The file is read and written only where no one else could have written it
+(:mod:`poolwatch.sidecar.state_file`): a planted file is refused, logged
+(``event=state_file_unsafe``) and left where it is; nothing is restored from it.
 
 A corrupt state file (not JSON, wrong shape, NaN times, deep nesting, over 4 MiB) never stops the
 sidecar: :func:`load_state` renames it aside (``<name>.corrupt-<unix time>``), logs it once, and
@@ -23,11 +30,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +40,14 @@ from poolwatch import fields
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.rules import by_name
 from poolwatch.detect.schema import Severity
+from poolwatch.discovery.safety import UnsafePathError
+from poolwatch.sidecar.state_file import read_state_bytes, write_state_bytes
 
 __all__ = [
     "STATE_VERSION",
     "LoadResult",
     "Told",
+    "Undelivered",
     "decode_alerts",
     "decode_told",
     "encode_alerts",
@@ -55,29 +63,42 @@ log = logging.getLogger("poolwatch.detect")
 
 
 Told = Mapping[str, frozenset[str]]  # alert fingerprint -> the receivers that acknowledged it
+Undelivered = Mapping[str, Sequence[Alert]]  # receiver -> resolved alerts it is still owed
 
 
-def encode_alerts(alerts: Sequence[Alert], told: Told | None = None) -> dict[str, Any]:
-    """The JSON document of the firing ``alerts`` (others are not worth keeping)."""
+def _encode_one(a: Alert) -> dict[str, Any]:
+    doc = {
+        "name": a.name,
+        "subject": a.subject,
+        "severity": a.severity.value,
+        "labels": dict(a.labels),
+        "annotations": dict(a.annotations),
+        "value": a.value,
+        "active_since": a.active_since,
+        "fired_at": a.fired_at,
+        "last_seen": a.last_seen,
+    }
+    return doc if a.resolved_at is None else {**doc, "resolved_at": a.resolved_at}
+
+
+def encode_alerts(
+    alerts: Sequence[Alert], told: Told | None = None, undelivered: Undelivered | None = None
+) -> dict[str, Any]:
+    """The JSON document of the firing ``alerts`` (others are not worth keeping) and the resolved
+    notices each receiver is still owed."""
     told = told or {}
+    owed = {
+        name: [_encode_one(a) for a in items if a.state is AlertState.RESOLVED]
+        for name, items in sorted((undelivered or {}).items())
+    }
     return {
         "version": STATE_VERSION,
         "alerts": [
-            {
-                "name": a.name,
-                "subject": a.subject,
-                "severity": a.severity.value,
-                "labels": dict(a.labels),
-                "annotations": dict(a.annotations),
-                "value": a.value,
-                "active_since": a.active_since,
-                "fired_at": a.fired_at,
-                "last_seen": a.last_seen,
-                "told": sorted(told.get(a.fingerprint, ())),
-            }
+            {**_encode_one(a), "told": sorted(told.get(a.fingerprint, ()))}
             for a in alerts
             if a.state is AlertState.FIRING
         ],
+        "undelivered": {name: items for name, items in owed.items() if items},
     }
 
 
@@ -129,6 +150,27 @@ def decode_told(doc: Any) -> dict[str, frozenset[str]]:
     return out
 
 
+def decode_undelivered(doc: Any) -> dict[str, list[Alert]]:
+    """The resolved notices each receiver is still owed (a state document without them: none)."""
+    _check_version(doc)
+    owed = fields.mapping(doc.get("undelivered", {}), "undelivered", 64)
+    out = {}
+    for receiver, raw in owed.items():
+        where = f"undelivered[{fields.shown(receiver)}]"
+        items = fields.items(raw, where, _resolved, MAX_ALERTS)
+        out[fields.text(receiver, where)] = [a for a in items if a is not None]
+    return out
+
+
+def _resolved(raw: Any, where: str) -> Alert | None:
+    """One owed resolved notice; ``None`` (and a warning) for an alert this version does not know."""
+    alert = _known(raw, where)
+    if alert is None:
+        return None
+    ended = fields.number(fields.mapping(raw, where, 32).get("resolved_at"), f"{where}.resolved_at")
+    return replace(alert, state=AlertState.RESOLVED, resolved_at=ended)
+
+
 def decode_alerts(doc: Any) -> list[Alert]:
     """Alerts from a state document; raises ``ValueError`` naming what is wrong."""
     _check_version(doc)
@@ -150,19 +192,13 @@ def _known(raw: Any, where: str) -> Alert | None:
         return None
 
 
-def save_alerts(path: Path, alerts: Sequence[Alert], told: Told | None = None) -> None:
-    """Write atomically: a temporary file in the same directory, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(encode_alerts(alerts, told), out, indent=1, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def save_alerts(
+    path: Path, alerts: Sequence[Alert], told: Told | None = None, undelivered: Undelivered | None = None
+) -> None:
+    """Write atomically (:func:`~poolwatch.sidecar.state_file.write_state_bytes`); an unsafe
+    directory raises :class:`~poolwatch.discovery.safety.UnsafePathError` (an ``OSError``)."""
+    doc = encode_alerts(alerts, told, undelivered)
+    write_state_bytes(path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -171,22 +207,28 @@ class LoadResult:
     set_aside: Path | None = None  # where a corrupt file went (None: nothing was wrong)
     error: str = ""
     told: Told | None = None  # alert fingerprint -> receivers that acknowledged it
+    undelivered: Undelivered = field(default_factory=dict)  # receiver -> resolved notices it is owed
+    unsafe: bool = False  # refused: someone else could have written it (left where it is)
 
 
 def load_state(path: Path, now: float | None = None) -> LoadResult:
-    """The saved alerts; a corrupt file is renamed aside and logged, and none are restored."""
+    """The saved alerts; a corrupt file is renamed aside and logged, and none are restored; a file
+    someone else could have written is refused, logged and left alone."""
     try:
-        data = _read_regular(path)
+        data = read_state_bytes(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         return LoadResult([])
-    except OSError as exc:  # unreadable (permissions): leave it where it is
+    except UnsafePathError as exc:  # planted, or in a directory anyone may rewrite: never restored
+        log.error("event=state_file_unsafe path=%s error=%s", path, exc)
+        return LoadResult([], None, f"unsafe: {exc}", unsafe=True)
+    except OSError as exc:  # unreadable (permissions), a FIFO: leave it where it is
         log.warning("event=state_file_unreadable path=%s error=%s", path, exc)
         return LoadResult([], None, f"{type(exc).__name__}: {exc}")
     try:
         if len(data) > MAX_STATE_BYTES:
             raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
         doc = json.loads(data.decode("utf-8"))
-        return LoadResult(decode_alerts(doc), told=decode_told(doc))
+        return LoadResult(decode_alerts(doc), told=decode_told(doc), undelivered=decode_undelivered(doc))
     except (ValueError, RecursionError) as exc:
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
     aside = path.with_name(f"{path.name}.corrupt-{int(time.time() if now is None else now)}")
@@ -197,22 +239,6 @@ def load_state(path: Path, now: float | None = None) -> LoadResult:
         return LoadResult([], None, error)
     log.error("event=state_file_corrupt path=%s set_aside=%s error=%s", path, aside, error)
     return LoadResult([], aside, error)
-
-
-def _read_regular(path: Path) -> bytes:
-    """At most ``MAX_STATE_BYTES + 1`` bytes of a regular file, opened without blocking (a FIFO at
-    the path would otherwise hang the sidecar's start); anything else is an ``OSError``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        chunks, left = [], MAX_STATE_BYTES + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def load_alerts(path: Path) -> list[Alert]:

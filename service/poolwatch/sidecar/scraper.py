@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
 
+from poolwatch.addresses import scrub_urls
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.lanes import Lanes
@@ -115,6 +116,9 @@ class Scraper:
         return time.perf_counter() - started
 
     def _fail(self, source: Source, started: float, reason: Reason, message: str) -> bool:
+        """Record a failure; its message is shown (API, status page, alert text, log) without any
+        URL's user, password, path or query, whichever source wrote it."""
+        message = scrub_urls(message)
         t = source.target
         self._store.record_failure(t.name, t.source, time.perf_counter() - started, reason, message, t.worker)
         self._transition(source, up=False, reason=reason, message=message)

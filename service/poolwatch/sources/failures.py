@@ -15,6 +15,7 @@ import json
 
 import httpx
 
+from poolwatch.addresses import scrub_urls
 from poolwatch.codec.schema import SnapshotFormatError, SnapshotVersionError
 from poolwatch.errors import PayloadError, Reason, SchemaVersionError, ScrapeError
 from poolwatch.sources.prom_text import PromTextError
@@ -48,13 +49,13 @@ def scrape_failure(exc: BaseException, where: str) -> ScrapeError:
             if error is SchemaVersionError:
                 return SchemaVersionError(f"{where}: {detail}")
             return error(reason, f"{where}: {detail}")
-    return ScrapeError(Reason.INTERNAL, f"{where}: {type(exc).__name__}: {exc}")
+    return ScrapeError(Reason.INTERNAL, f"{where}: {type(exc).__name__}: {scrub_urls(str(exc))}")
 
 
 def _detail(exc: BaseException, reason: Reason) -> str:
     if isinstance(exc, OSError) and not isinstance(exc, TimeoutError) and exc.strerror:
         return exc.strerror
-    text = str(exc)
+    text = scrub_urls(str(exc))  # an HTTP library's message may quote the URL whole
     if reason is Reason.TIMEOUT:
         return _SAYS[reason]
     if reason is Reason.CONNECT:

@@ -6,6 +6,8 @@ that answers with gigabytes costs us ``max_bytes``, not the gigabytes).  ``url``
 ``httpx.URL``: a caller that asks the same URL again saves parsing it each time.  The overall deadline is
 the scrape loop's; httpx's own timeouts come from the client.  :func:`get_answer` also hands back
 the status and headers (a probe's ``ETag``, or its bodiless ``304``: see :mod:`poolwatch.codec.renewal`).
+A failure names the URL as :func:`~poolwatch.addresses.shown_url` shows it (no user, password,
+path or query: a probe's signature and content tag stay out of every message).
 """
 
 from __future__ import annotations
@@ -15,11 +17,16 @@ from typing import Any
 
 import httpx
 
+from poolwatch.addresses import shown_url
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.wire import Answer, Headers, WireClient
 
 __all__ = ["decode_json", "get_answer", "get_bytes", "get_json", "join_url"]
+
+
+def _shown(url: str | httpx.URL) -> str:
+    return shown_url(str(url))
 
 
 def join_url(base: str, path: str) -> str:
@@ -51,17 +58,17 @@ async def get_answer(
             if status in expect and not response.is_success:
                 return status, headers, b""
             if not response.is_success:
-                raise ScrapeError(Reason.HTTP_STATUS, f"GET {url}: HTTP {status}")
+                raise ScrapeError(Reason.HTTP_STATUS, f"GET {_shown(url)}: HTTP {status}")
             return status, headers, await _read_body(response, url, max_bytes)
     except httpx.HTTPError as exc:
-        raise scrape_failure(exc, f"GET {url}") from None
+        raise scrape_failure(exc, f"GET {_shown(url)}") from None
 
 
 async def _read_body(response: httpx.Response, url: str | httpx.URL, max_bytes: int) -> bytes:
     declared = response.headers.get("content-length", "")
     if declared.isdigit():
         if int(declared) > max_bytes:
-            raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body of {declared} bytes > {max_bytes}")
+            raise ScrapeError(Reason.TOO_LARGE, f"GET {_shown(url)}: body of {declared} bytes > {max_bytes}")
         if "content-encoding" not in response.headers:  # a compressed body may grow
             return await response.aread()  # the framing holds it to the declared length
     return await _read_capped(response, url, max_bytes)
@@ -72,7 +79,7 @@ async def _read_capped(response: httpx.Response, url: str | httpx.URL, max_bytes
     async for chunk in response.aiter_bytes():
         body += chunk
         if len(body) > max_bytes:
-            raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body larger than {max_bytes} bytes")
+            raise ScrapeError(Reason.TOO_LARGE, f"GET {_shown(url)}: body larger than {max_bytes} bytes")
     return bytes(body)
 
 
@@ -86,4 +93,4 @@ def decode_json(body: bytes, url: str | httpx.URL) -> Any:
     try:
         return json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, absurdly nested
-        raise scrape_failure(exc, f"GET {url}") from None
+        raise scrape_failure(exc, f"GET {_shown(url)}") from None

@@ -9,17 +9,18 @@ adds what the sidecar knows better (the worker name and role from the pod's envi
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from urllib.parse import quote_plus, urlencode, urlsplit
 
 import httpx
 
+from poolwatch.addresses import shown_url
 from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, renew
 from poolwatch.codec.schema import SnapshotFormatError
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import signature
 from poolwatch.discovery.auth import sign_request
+from poolwatch.discovery.final import final_stat
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import Snapshot
@@ -33,6 +34,8 @@ __all__ = ["SNAPSHOT_PATH", "ProbeSource", "parse_probe_payload", "watch_wait"]
 
 SNAPSHOT_PATH = "/v1/snapshot"
 WATCH_MARGIN = 0.15  # seconds of each interval left for an answer's trip and the loop's pause
+FULL_BACKOFF_S = (0.05, 0.5)  # the first pause before asking a full probe again, and the longest
+FULL_RETRY_S = 1.5  # at most this long in pauses, then the failure is the scrape's
 
 
 def watch_wait(interval: float, timeout: float) -> float:
@@ -67,7 +70,11 @@ class ProbeSource(Source):
     A probe found in the discovery directory is sent a proof of the node's ``secret`` from there
     (a fresh signature of each request, :mod:`poolwatch.discovery.auth`; never the secret itself,
     which a forged discovery file would otherwise steal), so it keeps a long-poll slot for the
-    sidecar however many local clients hold its public ones (:mod:`poolwatch.probe.endpoint.server`)."""
+    sidecar however many local clients hold its public ones (:mod:`poolwatch.probe.endpoint.server`),
+    and a connection place however many they hold: a probe whose places are all taken makes room
+    for a request that shows the secret.  Should it still answer 503 (too many connections), the
+    plain GET is asked again after :data:`FULL_BACKOFF_S` (doubling, bounded, at most
+    :data:`FULL_RETRY_S` in all), never after the scrape loop's back-off of up to 30 s."""
 
     def __init__(
         self,
@@ -107,7 +114,7 @@ class ProbeSource(Source):
         After a failure the final file is looked at first: a rank that hangs rather than refuses
         would otherwise hold its last word for a whole request timeout."""
         if self._failing and (final := self._final()) is not None:
-            raise RankExited(Reason.CONNECT, f"{self.url}: the rank stopped answering", [final])
+            raise RankExited(Reason.CONNECT, f"{shown_url(self.url)}: the rank stopped answering", [final])
         try:
             answer = await self._fetch(client)
         except ScrapeError as exc:
@@ -127,9 +134,8 @@ class ProbeSource(Source):
         it backs off; the file is read and its signature checked only by :meth:`scrape`)."""
         if not (self._failing and self._final_path and self._boot) or self._final_sent == self._boot:
             return False
-        try:
-            info = os.stat(self._final_path)
-        except OSError:
+        info = final_stat(self._final_path)  # relative to the directory this sidecar opened
+        if info is None:
             return False
         mark = (info.st_ino, info.st_mtime_ns)
         new, self._final_mark = mark != self._final_mark, mark
@@ -146,12 +152,12 @@ class ProbeSource(Source):
         held, self._held = self._held, None
         if held is None:
             raise PayloadError(
-                Reason.SCHEMA, f"{self.url}: HTTP 304 for a snapshot this sidecar does not hold"
+                Reason.SCHEMA, f"{shown_url(self.url)}: HTTP 304 for a snapshot this sidecar does not hold"
             )
         try:
             snap = renew(held[1], answer[1].get(CLOCK_HEADER.lower(), ""))
         except ValueError as exc:
-            raise PayloadError(Reason.SCHEMA, f"{self.url}: {exc}") from None
+            raise PayloadError(Reason.SCHEMA, f"{shown_url(self.url)}: {exc}") from None
         self._held = (held[0], snap)
         return snap
 
@@ -160,14 +166,29 @@ class ProbeSource(Source):
         taken, by a hostile local client say), the latest snapshot by a plain GET, then a pause of
         one wait, so the rank stays watched at the scrape interval and the loop does not spin."""
         expect = frozenset({NOT_MODIFIED}) if self._held is not None else frozenset()
+        if not self.long_poll:
+            return await self._get(client, self._request_url(), expect)
         try:
             return await get_answer(client, self._request_url(), self._max_bytes, expect, self._signed())
         except ScrapeError as exc:
-            if not (self.long_poll and exc.reason is Reason.HTTP_STATUS and "HTTP 503" in str(exc)):
+            if not _refused(exc):
                 raise
-        answer = await get_answer(client, self.url, self._max_bytes, extra=self._signed())
+        answer = await self._get(client, self.url, frozenset())
         await asyncio.sleep(self._long_poll_s)
         return answer
+
+    async def _get(self, client: httpx.AsyncClient, url: str, expect: frozenset[int]) -> Answer:
+        """One GET, asked again with a bounded back-off while the probe answers 503 (its
+        connection places, or its handler threads, all taken)."""
+        pause, paused = FULL_BACKOFF_S[0], 0.0
+        while True:
+            try:
+                return await get_answer(client, url, self._max_bytes, expect, self._signed())
+            except ScrapeError as exc:
+                if not _refused(exc) or paused + pause > FULL_RETRY_S:
+                    raise
+            await asyncio.sleep(pause)
+            paused, pause = paused + pause, min(pause * 2, FULL_BACKOFF_S[1])
 
     def _signed(self) -> Headers:
         """A fresh signature of this request (none without a secret): one use, this URL's address."""
@@ -213,3 +234,8 @@ class ProbeSource(Source):
     def url(self) -> str:
         loc = self._target.location
         return loc if loc.rstrip("/").endswith(SNAPSHOT_PATH) else join_url(loc, SNAPSHOT_PATH)
+
+
+def _refused(exc: ScrapeError) -> bool:
+    """A 503: the probe has no place, thread or long-poll slot for the request now (it says retry)."""
+    return exc.reason is Reason.HTTP_STATUS and "HTTP 503" in str(exc)

@@ -18,11 +18,13 @@ A bad entry raises ``ConfigError`` naming it.  Discovered probes and the sources
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from poolwatch.addresses import distinct, shown_url
 from poolwatch.engines import UnknownEngine
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
@@ -43,14 +45,20 @@ def parse_targets_document(doc: Any, where: str) -> list[Target]:
     if not isinstance(items, list):
         raise ConfigError(f"{where}: expected a mapping with a 'targets' list")
     targets = [_target(item, f"{where}: targets[{i}]") for i, item in enumerate(items)]
-    names = [t.name for t in targets]
-    duplicate = next((n for n in names if names.count(n) > 1), None)
+    named = [t.name for t, explicit in targets if explicit]
+    duplicate = next((n for n in named if named.count(n) > 1), None)
     if duplicate is not None:
         raise ConfigError(f"{where}: target name {duplicate!r} is used twice")
-    return targets
+    places = [(t.source, t.location) for t, explicit in targets if not explicit]
+    twice = next((p for p in places if places.count(p) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"{where}: the {twice[0]} target {_name(*twice)!r} is listed twice")
+    names = distinct(t.name for t, _ in targets)  # a name made from a URL may show like another
+    return [replace(t, name=name) for (t, _), name in zip(targets, names, strict=True)]
 
 
-def _target(item: Any, where: str) -> Target:
+def _target(item: Any, where: str) -> tuple[Target, bool]:
+    """The entry's target, and whether it was given its name (else the name is made from it)."""
     if not isinstance(item, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(item).__name__}")
     given = item.get("source")
@@ -59,7 +67,8 @@ def _target(item: Any, where: str) -> Target:
     kind = SourceKind(given)
     key = _LOCATION_KEY[kind.channel]
     location = _text(item, key, where, required=True)
-    name = _text(item, "name", where) or f"{kind}:{location}"
+    given_name = _text(item, "name", where)
+    name = given_name or _name(kind, location)
     try:
         role = Role(_text(item, "role", where) or "unified")
     except ValueError:
@@ -73,7 +82,8 @@ def _target(item: Any, where: str) -> Target:
         worker = target_worker(kind, location, given=_text(item, "worker", where))
     except NoWorkerName:
         raise ConfigError(f"{where}.worker: a {kind} target needs the worker it describes") from None
-    return Target(name, kind, location, worker, role, {str(k): v for k, v in labels.items()})
+    target = Target(name, kind, location, worker, role, {str(k): v for k, v in labels.items()})
+    return target, bool(given_name)
 
 
 def _text(item: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str:
@@ -120,9 +130,10 @@ def static_targets(settings: Settings) -> list[Target]:
         + [(engine.log, p) for p in t.log_paths if engine is not None]
         + [(SourceKind.FILE, p) for p in t.snapshot_files]
     )
+    names = distinct(_name(kind, loc) for kind, loc in listed)  # two URLs may show alike
     targets = [
-        Target(_name(kind, loc), kind, loc, _flag_worker(kind, loc, own), role, labels)
-        for kind, loc in listed
+        Target(name, kind, loc, _flag_worker(kind, loc, own), role, labels)
+        for name, (kind, loc) in zip(names, listed, strict=True)
     ]
     if t.targets_file:
         targets += load_targets_file(t.targets_file)
@@ -147,4 +158,8 @@ def _flag_worker(kind: SourceKind, location: str, own: str) -> str:
 
 
 def _name(kind: SourceKind, location: str) -> str:
-    return f"file:{Path(location).name}" if kind is SourceKind.FILE else f"{kind}:{location}"
+    """A target's name: a file's name, else the URL as shown (no user, password, path or query;
+    the log's path is the operator's own)."""
+    if kind is SourceKind.FILE:
+        return f"file:{Path(location).name}"
+    return f"{kind}:{shown_url(location)}" if kind.channel in ("probe", "metrics") else f"{kind}:{location}"

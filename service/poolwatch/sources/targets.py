@@ -25,7 +25,7 @@ from pathlib import Path
 
 from poolwatch.discovery.directory import SkipReason, scan_discovery_dir, skip_reason
 from poolwatch.discovery.files import SECRET_FILE, load_secret
-from poolwatch.discovery.final import FINAL_SUFFIX, ForgedFinalError, final_name, final_names
+from poolwatch.discovery.final import FINAL_SUFFIX, ForgedFinalError, final_name, final_names, final_stat
 from poolwatch.discovery.safety import UnsafePathError, default_directory
 from poolwatch.errors import ConfigError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
@@ -36,6 +36,7 @@ from poolwatch.sources.engine import SourceOptions, sources_for
 from poolwatch.sources.file import FileSource
 from poolwatch.sources.final import FinalSnapshotSource, check_final
 from poolwatch.sources.probe import ProbeSource, watch_wait
+from poolwatch.sources.probe_dir import ProbeDirectoryWatch
 from poolwatch.sources.target_config import (
     identity_labels,
     static_targets,
@@ -108,6 +109,7 @@ class TargetSet:
         self._boots: dict[str, str] = {}  # final-snapshot path -> the boot its rank last announced
         self._workers: dict[str, str] = {}  # final-snapshot path -> the worker that announced it
         self._verdicts: dict[str, tuple[tuple[int, ...], str]] = {}  # final path -> (stat, problem)
+        self.directory = ProbeDirectoryWatch(self._probe_dir)
 
     @property
     def probe_dir(self) -> str:
@@ -141,6 +143,7 @@ class TargetSet:
             target = Target(name, SourceKind.PROBE, path, self._workers.get(path, ""), role, labels)
             fresh[name] = old or FinalSnapshotSource(target, self._clock, secret, self._boots[path])
         self._note_skipped(skipped)
+        self.directory.observe(len(ranks))
         self._discovered = fresh
         return [*self._static, *fresh.values()]
 
@@ -184,9 +187,8 @@ class TargetSet:
 
     def _verdict(self, path: str, boot: str) -> tuple[tuple[int, ...], str]:
         """``(the file's identity, problem)``: checked again only when the file changes."""
-        try:
-            info = os.lstat(path)
-        except OSError:
+        info = final_stat(path)
+        if info is None:
             return (), ""
         key = (info.st_ino, info.st_size, info.st_mtime_ns)
         cached = self._verdicts.get(path)
@@ -210,6 +212,10 @@ class TargetSet:
         for problem in self.skipped.values():
             counts[skip_reason(problem)] += 1
         return counts
+
+    def directory_lost(self) -> dict[str, int]:
+        """Whether the directory that had probes is lost, by reason (none while discovery is off)."""
+        return self.directory.lost() if self._probe_dir else {}
 
     def _note_skipped(self, skipped: dict[str, str]) -> None:
         """Log each newly skipped discovery file once, with why (a FIFO, too large, not loopback...)."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from poolwatch.addresses import scrub_urls, shown_url
 from poolwatch.errors import Reason, ScrapeError
 
 __all__ = ["Answer", "Headers", "WireClient"]
@@ -84,7 +85,9 @@ class WireClient(httpx.AsyncClient):
             raise
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             self._drop()
-            raise ScrapeError(Reason.CONNECT, f"GET {key}: {type(exc).__name__}: {exc}") from None
+            raise ScrapeError(
+                Reason.CONNECT, f"GET {shown_url(key)}: {type(exc).__name__}: {scrub_urls(str(exc))}"
+            ) from None
         except BaseException:  # cancelled half-way (the deadline): the stream's state is unknown
             self._drop()
             raise
@@ -104,7 +107,7 @@ class WireClient(httpx.AsyncClient):
         if not framed or headers.get("connection", "").lower() == "close":
             self._drop()
         if not 200 <= status < 300 and status not in expect:
-            raise ScrapeError(Reason.HTTP_STATUS, f"GET {url}: HTTP {status}")
+            raise ScrapeError(Reason.HTTP_STATUS, f"GET {shown_url(url)}: HTTP {status}")
         return status, headers, body
 
     async def _body(
@@ -114,7 +117,8 @@ class WireClient(httpx.AsyncClient):
         if declared.isdigit():
             if int(declared) > max_bytes:
                 self._drop()
-                raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body of {declared} bytes > {max_bytes}")
+                shown = shown_url(url)
+                raise ScrapeError(Reason.TOO_LARGE, f"GET {shown}: body of {declared} bytes > {max_bytes}")
             return await reader.readexactly(int(declared))
         body = bytearray()
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
@@ -122,7 +126,8 @@ class WireClient(httpx.AsyncClient):
             body += chunk
             if len(body) > max_bytes:
                 self._drop()
-                raise ScrapeError(Reason.TOO_LARGE, f"GET {url}: body larger than {max_bytes} bytes")
+                shown = shown_url(url)
+                raise ScrapeError(Reason.TOO_LARGE, f"GET {shown}: body larger than {max_bytes} bytes")
         return bytes(body)
 
     def _parsed(self, key: str) -> tuple[httpx.URL, str]:

@@ -25,9 +25,12 @@ How it stays out of the scheduler's way (the scheduler thread only calls
   :data:`PUBLIC_LONG_POLLS` long-poll slots for anyone and more only for a client that shows the
   secret of the discovery directory (the sidecar), and one thread always left for ``/healthz`` and
   the kill switch; a head that arrives while every worker is busy gets a 503 at once;
-* past :data:`MAX_OPEN` connections, :data:`RESERVED_OPEN` more are accepted whose first request
-  must show the secret within :data:`RESERVED_HEAD_TIMEOUT_S` (else a 503 and closed), so a
-  sidecar can still (re)connect while idle local clients hold every public connection;
+* past :data:`MAX_OPEN` connections, :data:`RESERVED_OPEN` more whose first request must show the
+  secret within :data:`RESERVED_HEAD_TIMEOUT_S`; past those, a connection whose first request shows
+  it takes the place of one that never did (:class:`~poolwatch.probe.endpoint.conn.Admission`), so
+  a neighbour that holds every connection and re-opens the reserved ones as fast as they close
+  cannot keep a restarting sidecar out (its pen of waiting connections bounds how fast such a
+  neighbour's connections go round, within the same :data:`RATE`);
 * connections are HTTP/1.1 keep-alive, so a watching sidecar reuses one TCP connection.
 """
 
@@ -40,7 +43,7 @@ import threading
 import time
 from dataclasses import replace
 
-from poolwatch.probe.endpoint.conn import Conn, Pacer, Waker, send_and_close, try_send
+from poolwatch.probe.endpoint.conn import Admission, Conn, Pacer, Waker, try_send
 from poolwatch.probe.endpoint.handlers import PUBLIC_LONG_POLLS, Handlers
 from poolwatch.probe.endpoint.routes import (
     MAX_HEAD_BYTES,
@@ -53,7 +56,14 @@ from poolwatch.probe.endpoint.routes import (
     parse_head,
 )
 
-__all__ = ["HEAD_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_OPEN", "RATE", "RESERVED_OPEN", "ProbeServer"]
+__all__ = [
+    "HEAD_TIMEOUT_S",
+    "IDLE_TIMEOUT_S",
+    "MAX_OPEN",
+    "RATE",
+    "RESERVED_OPEN",
+    "ProbeServer",
+]
 
 MAX_OPEN = 32
 RESERVED_OPEN = 4  # connections past MAX_OPEN, for clients that show the secret
@@ -82,13 +92,13 @@ class ProbeServer:
         self._sel = selectors.DefaultSelector()
         self._waker = Waker()
         self._conns: dict[socket.socket, Conn] = {}  # waiting for a head (I/O thread only)
-        self._open = 0  # registered + with a worker (I/O thread only)
         self._back: queue.SimpleQueue[tuple[Conn, bool]] = queue.SimpleQueue()
         public_polls = threading.Semaphore(PUBLIC_LONG_POLLS)
         authority = self.url.removeprefix("http://")  # what a signed request must name
         self._ctx = Context(probe, probe.publication, self.port, secret, public_polls, authority)
         self._handlers = Handlers(self._ctx, self._hand_back)
         self._pacer = Pacer(RATE)
+        self._places = Admission(MAX_OPEN, RESERVED_OPEN, RESERVED_HEAD_TIMEOUT_S)
         self._stopping = False
         io = threading.Thread(target=self._io_loop, name="poolwatch-probe-io", daemon=True)
         self._threads = [io, *self._handlers.threads]
@@ -150,6 +160,8 @@ class ProbeServer:
         self._take_back()
         now = time.monotonic()
         for conn in [c for c in self._conns.values() if c.deadline <= now]:
+            if conn.penned:  # past every place and the secret not shown in time
+                try_send(conn.sock, _FULL)
             self._close(conn)
 
     def _accept(self) -> None:
@@ -158,14 +170,12 @@ class ProbeServer:
             sock, addr = self._listen.accept()
         except OSError:
             return
-        reserved = self._open >= MAX_OPEN
-        if self._open >= MAX_OPEN + RESERVED_OPEN:
-            send_and_close(sock, _FULL)
-            return
         sock.setblocking(False)
-        self._open += 1
-        timeout = RESERVED_HEAD_TIMEOUT_S if reserved else self._head_timeout_s
-        self._watch(Conn(sock, str(addr[0]), time.monotonic() + timeout, started=True, reserved=reserved))
+        now = time.monotonic()
+        conn = Conn(sock, str(addr[0]), now, started=True, since=now)
+        self._places.place(conn, now, self._head_timeout_s)
+        self._watch(conn)
+        self._listening()
 
     def _watch(self, conn: Conn) -> None:
         self._conns[conn.sock] = conn
@@ -205,10 +215,10 @@ class ProbeServer:
         self._unwatch(conn)
         trusted = authorized(req, self._ctx)
         req = replace(req, trusted=trusted) if trusted else req
-        if conn.reserved and not trusted:
+        if (conn.reserved or conn.penned) and not (trusted and self._place_for(conn)):
             self._refuse(conn, Response(503, {"error": "too many connections; retry"}, close=True))
             return
-        conn.reserved = False  # shown once: the connection is the sidecar's
+        conn.reserved, conn.proven = False, conn.proven or trusted  # shown once: the sidecar's
         refusal = self._handlers.submit(conn, req, trusted=trusted)  # a refusal costs no thread
         if refusal is not None:
             self._busy(conn, req, refusal)
@@ -222,6 +232,19 @@ class ProbeServer:
         try_send(conn.sock, response.encode(False))
         self._close(conn)
 
+    def _place_for(self, conn: Conn) -> bool:
+        """A place for ``conn``, which showed the secret: its own, or, from the pen, the place of a
+        connection that never did (shed with a 503); False when none may be shed."""
+        victim = Admission.victim(self._conns.values()) if conn.penned else None
+        if conn.penned and victim is None:
+            return False
+        if victim is not None:
+            try_send(victim.sock, _FULL)
+            self._close(victim)
+            self._places.seat(conn)
+            self._listening()
+        return True
+
     def _unwatch(self, conn: Conn) -> None:
         if self._conns.pop(conn.sock, None) is not None:
             self._sel.unregister(conn.sock)
@@ -229,7 +252,18 @@ class ProbeServer:
     def _close(self, conn: Conn) -> None:
         self._unwatch(conn)
         conn.sock.close()
-        self._open -= 1
+        self._places.vacate(conn)
+        self._listening()
+
+    def _listening(self) -> None:
+        """Watch the listening socket while a new connection can be placed (not while the pen is
+        full: it waits in the kernel's backlog, and ``select`` does not spin on it)."""
+        watched = self._listen in self._sel.get_map()
+        if self._places.accepting != watched and not self._stopping:
+            if watched:
+                self._sel.unregister(self._listen)
+            else:
+                self._sel.register(self._listen, selectors.EVENT_READ, "listen")
 
     def _take_back(self) -> None:
         while True:
@@ -242,7 +276,7 @@ class ProbeServer:
                 self._watch(conn)
             else:
                 conn.sock.close()
-                self._open -= 1
+                self._places.vacate(conn)
 
     def _hand_back(self, conn: Conn, keep: bool) -> None:
         """From a handler thread: an answered connection goes back to the I/O thread."""

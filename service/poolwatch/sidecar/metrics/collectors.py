@@ -24,7 +24,7 @@ from poolwatch.sidecar.metrics.families import Families
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.target_health import TargetState
 
-__all__ = ["BuildInfoCollector", "PoolCollector", "TargetCollector", "rank_labels"]
+__all__ = ["SidecarInfoCollector", "BuildInfoCollector", "PoolCollector", "TargetCollector", "rank_labels"]
 
 _STATES = ("available", "evictable", "protected", "held", "session_held")
 
@@ -217,4 +217,23 @@ class BuildInfoCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         fam = Families(("poolwatch_build_info",))
         fam.add("poolwatch_build_info", (self._version,), 1)
+        return iter(fam)
+
+
+class SidecarInfoCollector(Collector):
+    """The pod this sidecar serves, so Prometheus can tell when it reads one pod's sidecar as
+    another's (``PoolwatchSidecarIdentityCrossed``)::
+
+        poolwatch_sidecar_info{sidecar_pod="decode-0"} 1.0
+    """
+
+    def __init__(self, pod: str) -> None:
+        self._pod = pod
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(Families(("poolwatch_sidecar_info",)))
+
+    def collect(self) -> Iterator[Metric]:
+        fam = Families(("poolwatch_sidecar_info",))
+        fam.add("poolwatch_sidecar_info", (self._pod,), 1)
         return iter(fam)

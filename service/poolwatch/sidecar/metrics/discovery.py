@@ -1,4 +1,5 @@
-"""The discovery directory's own health: how many files its last scan skipped, by reason.
+"""The discovery directory's own health: how many files its last scan skipped, by reason, and
+whether the directory the probes announced themselves in is lost.
 
 A skipped file (a FIFO, a 50 MB file, a URL off the loopback, bad JSON...) is logged once when it
 appears (:meth:`poolwatch.sources.targets.TargetSet.current`); this gauge keeps it visible for as
@@ -8,7 +9,11 @@ long as it stays, with a bounded ``reason`` (:class:`poolwatch.discovery.directo
     poolwatch_discovery_skipped_files{reason="not_loopback"} 2.0
     poolwatch_discovery_skipped_files{reason="too_large"} 0.0
 
-Every reason is listed while discovery is on (``0`` when none), none while it is off.
+Every reason is listed while discovery is on (``0`` when none), none while it is off; so is
+each reason the directory can be lost for (:mod:`poolwatch.sources.probe_dir`)::
+
+    poolwatch_discovery_directory_lost{reason="unsafe"} 1.0
+    poolwatch_discovery_directory_lost{reason="missing"} 0.0
 """
 
 from __future__ import annotations
@@ -23,14 +28,19 @@ from poolwatch.sidecar.metrics.families import Families
 
 __all__ = ["DiscoveryCollector"]
 
-_NAMES = ("poolwatch_discovery_skipped_files",)
+_NAMES = ("poolwatch_discovery_skipped_files", "poolwatch_discovery_directory_lost")
 
 
 class DiscoveryCollector(Collector):
-    """Reads ``counts`` (e.g. :meth:`TargetSet.skipped_by_reason`) on every collect."""
+    """Reads ``counts`` (e.g. :meth:`TargetSet.skipped_by_reason`) and ``lost`` (e.g.
+    :meth:`TargetSet.directory_lost`) on every collect."""
 
-    def __init__(self, counts: Callable[[], Mapping[SkipReason, int]]) -> None:
-        self._counts = counts
+    def __init__(
+        self,
+        counts: Callable[[], Mapping[SkipReason, int]],
+        lost: Callable[[], Mapping[str, int]] = dict,
+    ) -> None:
+        self._counts, self._lost = counts, lost
 
     def describe(self) -> Iterator[Metric]:
         return iter(Families(_NAMES))
@@ -39,4 +49,6 @@ class DiscoveryCollector(Collector):
         fam = Families(_NAMES)
         for reason, n in sorted(self._counts().items()):
             fam.add("poolwatch_discovery_skipped_files", (reason.value,), n)
+        for why, flag in sorted(self._lost().items()):
+            fam.add("poolwatch_discovery_directory_lost", (why,), flag)
         return iter(fam)

@@ -8,13 +8,15 @@ the *first problem*: the earliest moment the accounting provably went wrong.  Pu
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 from poolwatch.model import IncidentKind, Pool
 
-__all__ = ["POOLS", "UNATTRIBUTED", "Problem", "ReplayReport", "Row"]
+__all__ = ["POOLS", "UNATTRIBUTED", "UNDATED_DAY", "Problem", "ReplayReport", "Row"]
 
 POOLS = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)  # the timeline's pool columns
+UNDATED_DAY = dt.date(2000, 1, 1)  # the day a log's time-of-day lines are put on when nothing dates them
 
 
 @dataclass(slots=True)
@@ -29,6 +31,7 @@ class Row:
     running: int | None = None
     waiting: int | None = None
     verdict: str = ""  # what the figures prove ("" when they prove nothing)
+    dated: bool = True  # False: the log gave a time of day only (``at`` is on an arbitrary day)
     weights: dict[Pool, tuple[bool, bool, float]] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -39,6 +42,7 @@ class Problem:
     event: str
     verdict: str
     message: str
+    dated: bool = True
 
 
 UNATTRIBUTED = "unattributed"  # the rank shown for an orphan block's incident
@@ -54,6 +58,8 @@ class ReplayReport:
     ranks: set[str] = field(default_factory=set)
     incidents: dict[str, int] = field(default_factory=dict)
     unattributed: int = 0  # incidents in orphan blocks (rank header before the excerpt): no rank
+    damaged: int = 0  # batch lines whose start was damaged, read by their items
+    damaged_unread: int = 0  # ... of those, the ones no rank could be read for (not folded)
     first_problem: Problem | None = None
 
     @property

@@ -42,7 +42,9 @@ def test_the_prefix_of_every_release_names_time_and_ranks(
         '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2797',
         "mamba_available_size=473, mamba_evictable_size=4",
         "[2025-13-45 99:99:99 TP0] impossible date",
-        "[TP0] no time",
+        "[EP0] an expert rank alone is no scheduler prefix",
+        "[INFO] a bracketed word",
+        "[W123] a bracketed code",
         "",
     ],
 )

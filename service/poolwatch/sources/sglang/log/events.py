@@ -17,13 +17,19 @@ Decode lines carry used counts (``#token``, ``#full token``, ``#swa token``, ``m
 prefill lines carry only ratios rounded to two places, of which only a leading ``-`` is
 certain (``-0.00`` is a surplus of at least one slot).  Startup lines give pool sizes:
 ``max_total_num_tokens=N, ...`` and ``Mamba Cache is allocated. max_mamba_cache_size: N, ...``.
+
+A batch line whose head is damaged (``\ufffd\ufffdcode batch [1203], #running-req: 4, ...``: bytes
+lost or garbled at the start of the line) is still read by its items when they say it is one
+(:func:`batch_items_of`): a pool figure and a queue, marked ``damaged`` (counted and shown by
+``poolwatch replay``, never dropped without a word); its kind comes from its items (prefill items
+``#new-seq``/``#new-token``, decode items ``#token``/``gen throughput``), else ``batch``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from poolwatch.model import Incident, IncidentKind, Pool, Role
 from poolwatch.sources.sglang.log.formats import BATCH_HEADS, CRASH_MARKERS, ROLE_KEYS
@@ -37,6 +43,7 @@ __all__ = [
     "LogEvent",
     "RankIncident",
     "UnattributedIncident",
+    "batch_items_of",
     "interpret",
     "parse_batch_line",
     "recognises",
@@ -74,6 +81,8 @@ _QUEUES = {
     "#running_req": "running",
 }
 _PREALLOC = "#prealloc-req"
+_PREFILL_ITEMS = frozenset({"#new-seq", "#new-token", "#cached-token"})
+_DECODE_ITEMS = frozenset({"#token", "#full token", "#swa token", "mamba num", "gen throughput (token/s)"})
 # "key: number" items, separated by ", " (0.2+) or ". " (0.1.x); ASCII digits only.
 _ITEM = re.compile(r"(?:^|, |\. )([#A-Za-z][\w #\-]*?): (-?[0-9]+(?:\.[0-9]+)?)(?=[,.%\s]|$)")
 
@@ -91,6 +100,7 @@ class BatchStats:
     negative: frozenset[Pool] = frozenset()  # ratios printed with a leading "-"
     queues: Mapping[str, int] = field(default_factory=dict)
     role: Role | None = None  # what the line's PD fields reveal
+    damaged: bool = False  # its head (or its prefix) was garbled: read by its items alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +175,32 @@ def _line_event(message: str, at: float, ranks: Ranks) -> BatchStats | Capacity 
 
 
 def parse_batch_line(message: str, at: float, ranks: Ranks) -> BatchStats | None:
-    """A batch statistics line of any release, or ``None`` when ``message`` is not one."""
-    if "batch" not in message:
+    """A batch statistics line of any release, or ``None`` when ``message`` is not one; one whose
+    head is damaged is read by its items (``damaged``)."""
+    if "batch" in message:
+        for head in BATCH_HEADS:
+            m = head.match(message)
+            if m is not None:
+                kind = "decode" if m["kind"] == "Decode" else "prefill"
+                iteration = int(m["iter"]) if m["iter"] else None
+                return _batch(kind, iteration, _ITEM.findall(message[m.end() :]), at, ranks)
+    items = batch_items_of(message)
+    if not items:
         return None
-    for head in BATCH_HEADS:
-        m = head.match(message)
-        if m is not None:
-            kind = "decode" if m["kind"] == "Decode" else "prefill"
-            iteration = int(m["iter"]) if m["iter"] else None
-            return _batch(kind, iteration, _ITEM.findall(message[m.end() :]), at, ranks)
-    return None
+    keys = {key for key, _ in items}
+    kind = "prefill" if keys & _PREFILL_ITEMS else "decode" if keys & _DECODE_ITEMS else "batch"
+    return replace(_batch(kind, None, items, at, ranks), damaged=True)
+
+
+def batch_items_of(text: str) -> list[tuple[str, str]]:
+    """The ``key: number`` items of ``text`` when they are a batch line's (a pool figure and a
+    queue length among them), else ``[]``: what is left of a batch line whose head is damaged."""
+    if "#running-req: " not in text and "#queue-req: " not in text:  # most lines: no regex
+        return []
+    items = _ITEM.findall(text)
+    keys = {key for key, _ in items}
+    pools = keys & (_USED.keys() | _USAGE.keys())
+    return items if pools and keys & _QUEUES.keys() else []
 
 
 def _batch(

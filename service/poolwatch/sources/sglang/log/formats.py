@@ -39,6 +39,7 @@ class LeakFormat:
     pool: Pool | None = None  # every figure belongs to this pool (None: named by the field)
     available_includes_evictable: bool = False  # a bare ``available_size`` counts evictable slots
     aliases: Mapping[str, str] = field(default_factory=dict)  # field names with spaces -> figure
+    prefixed: bool = True  # every release that writes it prefixes its lines with ranks (0.2.x on)
 
 
 _KV = IncidentKind.LEAK_DETECTED
@@ -55,6 +56,7 @@ LEAK_FORMATS: tuple[LeakFormat, ...] = (
         figures_before=True,
         pool=Pool.FULL,
         available_includes_evictable=True,
+        prefixed=False,  # 0.1.x wrote no prefix at all
     ),
     LeakFormat(
         "req-warning-0.2",

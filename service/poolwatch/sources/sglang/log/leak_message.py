@@ -13,10 +13,17 @@ the scheduler idle, i.e. with nothing held by requests (``uncached`` is what the
 counts as held); they are returned as exact :class:`~poolwatch.model.PoolAccount` values.  Where
 a family's ``available_size`` already includes the evictable slots, evictable is not counted a
 second time.  A number followed by ``…`` (a line cut at its length bound) is not read.
+
+A report wrapped mid-field (a collector that splits long lines, CRI's partial ``P`` records, a
+terminal's hard wrap: ``full_evict`` / ``able_size=1066``, ``size=166`` / ``3695, ...``) is cut
+where a line ends inside a token and the next goes on with it: the fields touching such a cut are
+not read, and the pool's figures the report does not state are then *unknown* (``None``, named in
+``unreadable``), never the 0 a complete report of the family would imply.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -26,6 +33,9 @@ from poolwatch.sources.sglang.log.formats import LEAK_FORMATS, LeakFormat
 __all__ = ["find_incidents", "match_format", "parse_leak_figures"]
 
 _FIELD = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*(?:\(\))?)=(-?\d+)(?![\d.\u2026])")
+_TOKEN_END = re.compile(r"[\w.()=\-]+$")  # a line's last token, when nothing separates it from the end
+_TOKEN_START = re.compile(r"^[\w.()=\-]+")
+_DEFAULTED = ("evictable", "protected", "held", "session_held")  # 0 when a whole report omits them
 _TAGGED = re.compile(r"\[(full|swa|mamba)\]")
 _HINTS = ("etected", "anity", "FAILED")  # every marker holds one: most lines skip the regexes
 _MAX_FIGURE_LINES = 8
@@ -88,19 +98,38 @@ def parse_leak_figures(lines: Sequence[str], *, fmt: LeakFormat | None = None) -
     of the message, by default the one its first line reports)."""
     fmt = fmt or (match_format(lines[0]) if lines else None) or _GENERIC
     figures: dict[Pool, dict[str, int]] = {}
-    for line in lines:
+    cuts = [_cut(a, b) for a, b in itertools.pairwise(lines)]
+    for i, line in enumerate(lines):
         tagged = _TAGGED.search(line)
-        for name, value in _fields(line, fmt):
+        after, before = i > 0 and cuts[i - 1], i < len(cuts) and cuts[i]
+        for name, value in _fields(line, fmt, cut=(after, before)):
             placed = _place(name, tagged[1] if tagged else None, fmt)
             if placed is not None:
                 figures.setdefault(placed[0], {}).setdefault(placed[1], int(value))
-    accounts = (_account(pool, f) for pool, f in figures.items())
+    whole = not any(cuts)
+    accounts = (_account(pool, f, whole=whole) for pool, f in figures.items())
     order = list(Pool)
     return tuple(sorted((a for a in accounts if a is not None), key=lambda a: order.index(a.pool)))
 
 
-def _fields(line: str, fmt: LeakFormat) -> list[tuple[str, str]]:
-    found = _FIELD.findall(line)
+def _cut(line: str, following: str) -> bool:
+    """Whether a token was cut where ``line`` ends and ``following`` goes on: nothing separates
+    them, and either the next line starts inside a token (a digit, ``=``, ``.``) or this one ends
+    with something that is not a whole ``name=number`` field (a name cut short)."""
+    tail, head = _TOKEN_END.search(line), _TOKEN_START.match(following)
+    if tail is None or head is None:
+        return False
+    return head[0][0] in "0123456789=.-" or _FIELD.fullmatch(tail[0]) is None
+
+
+def _fields(line: str, fmt: LeakFormat, cut: tuple[bool, bool] = (False, False)) -> list[tuple[str, str]]:
+    """The ``name=number`` fields of ``line``, but those touching a cut (``cut``: at its start,
+    at its end)."""
+    found = [
+        (m[1], m[2])
+        for m in _FIELD.finditer(line)
+        if not (cut[0] and m.start() == 0) and not (cut[1] and m.end() == len(line))
+    ]
     for alias in fmt.aliases:
         m = re.search(re.escape(alias) + r"=(-?\d+)(?![\d.\u2026])", line)
         if m is not None:
@@ -146,7 +175,9 @@ def _figure(bare: str) -> str | None:
     return None
 
 
-def _account(pool: Pool, f: dict[str, int]) -> PoolAccount | None:
+def _account(pool: Pool, f: dict[str, int], *, whole: bool = True) -> PoolAccount | None:
+    """One pool's account; a term the report does not state is 0 when the report is ``whole``
+    (the family's check does not count it), unknown when the report was cut (it may be lost)."""
     if "size" not in f:
         return None
     if "accounted" in f:  # the busy check states only the sum of every term
@@ -155,13 +186,12 @@ def _account(pool: Pool, f: dict[str, int]) -> PoolAccount | None:
         f = {**f, "available": f["available_with_evictable"], "evictable": 0}  # evictable is inside
     if "available" not in f:
         return None
+    terms = {name: f.get(name, 0) if whole else f.get(name) for name in _DEFAULTED}
     return PoolAccount(
         pool=pool,
         size=f["size"],
         available=f["available"],
-        evictable=f.get("evictable", 0),
-        protected=f.get("protected", 0),
-        held=f.get("held", 0),
-        session_held=f.get("session_held", 0),
         exactness=Exactness.EXACT,
+        unreadable=tuple(name for name, value in terms.items() if value is None),
+        **terms,
     )

@@ -2,8 +2,10 @@
 
 SGLang's processes log through ``logging.basicConfig`` with ``[%(asctime)s<prefix>] %(message)s``
 where the prefix names the rank: ``[2025-10-31 10:40:43 TP0] ...``, ``[2026-05-16 08:00:01.123
-DP1 PP0 TP3 EP3] ...``; 0.2.x wrote only the time of day (``[16:43:29 TP0] ...``).  What a
-collector or launcher adds around that line is tolerated:
+DP1 PP0 TP3 EP3] ...``; 0.2.x wrote only the time of day (``[16:43:29 TP0] ...``), and a
+format without ``%(asctime)s`` writes the ranks alone (``[TP5 EP5] ...``: the line's time is
+unknown, ``timed=False``; the ranks are the line's all the same).  What a collector or launcher
+adds around that line is tolerated:
 
 * ANSI colour codes anywhere in the line, a trailing ``\\r`` (CRLF), leading spaces;
 * a Ray actor prefix ``(SGLangEngine pid=4242) `` (also on continuation lines);
@@ -24,13 +26,17 @@ import functools
 import re
 from dataclasses import dataclass
 
-__all__ = ["PrefixedLine", "Ranks", "clean", "parse_line"]
+__all__ = ["PrefixedLine", "Ranks", "clean", "parse_line", "rank_tags"]
 
 _NATIVE = re.compile(
     r"\[(?:(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2}) )?(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<ms>\d{1,6}))?"
     r"(?P<tags>(?: [A-Z][A-Z_]{0,15}\d{1,6}){0,12})\] ?"
 )
+# ranks without a time: only rank tags SGLang writes (a TP, DP or PP tag among them), so a message
+# that merely starts with a bracketed word ("[W123] ...", "[INFO] ...") is not taken for a prefix
+_RANK_TAG = r"(?:[A-Z]{1,8}_)?[A-Z]{2}\d{1,6}"
+_RANKS_ONLY = re.compile(rf"\[(?P<tags>(?=[^\]]*\b(?:TP|DP|PP)\d){_RANK_TAG}(?: {_RANK_TAG}){{0,11}})\] ?")
 _CUSTOM = re.compile(
     r"(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<ms>\d{1,6}))?"
@@ -65,6 +71,7 @@ class PrefixedLine:
     ranks: Ranks
     message: str
     dated: bool = True  # False for a time-of-day prefix (0.2.x): ``at`` is on the caller's day
+    timed: bool = True  # False for ranks without a time (``[TP5 EP5] ...``): ``at`` means nothing
 
 
 def clean(line: str) -> str:
@@ -97,7 +104,10 @@ def parse_line(line: str, day: dt.date = _DAY0) -> PrefixedLine | None:
 def _native(text: str, day: dt.date) -> PrefixedLine | None:
     m = _NATIVE.match(text)
     if m is None:
-        return None
+        bare = _RANKS_ONLY.match(text)
+        if bare is None:
+            return None
+        return PrefixedLine(0.0, _ranks(" " + bare["tags"]), text[bare.end() :], dated=False, timed=False)
     return _stamped(m, _ranks(m["tags"]), text[m.end() :], day)
 
 
@@ -118,6 +128,11 @@ def _seconds(y: str, mo: str, d: str, h: str, mi: str, s: str) -> float | None:
         return dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s)).timestamp()
     except ValueError:
         return None
+
+
+def rank_tags(tags: str) -> Ranks:
+    """The ranks of a prefix's tags (`` DP1 TP3``)."""
+    return _ranks(tags)
 
 
 @functools.lru_cache(maxsize=64)

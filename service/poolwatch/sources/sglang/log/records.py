@@ -20,7 +20,16 @@ real logs add to that picture:
 * a record is bounded (``max_lines`` lines, ``max_chars`` characters); the lines past the bound
   start a headless record with the same time and ranks, so no line is lost;
 * a time-of-day prefix (0.2.x) is dated with the day of the last dated line, else ``day``, and
-  moves to the next day when the clock goes back by more than 12 hours (midnight).
+  moves to the next day when the clock goes back by more than 12 hours (midnight); without a
+  ``day`` such lines are on :data:`UNDATED_DAY` (``dated`` stays False: ``poolwatch replay`` shows
+  their time of day, never a date the log does not hold);
+* ranks without a time (``[TP5 EP5] ...``) start a record of those ranks, at the last time seen;
+* a batch line whose start is damaged (its prefix garbled or cut: ``5-10-31 10:40:43 TP0] Decode
+  batch ...``, ``\ufffd\ufffd...``) is a record of its own, marked ``damaged``: of the ranks its
+  prefix still names, else unattributed; never a continuation of the record before it;
+* orphans of a log without prefixes keep the old stamping, unless their report is in a format
+  only releases that write rank prefixes use (0.2.x on): then no line proves their rank and they
+  go out unattributed (a lone leak report cut out of a traceback).
 """
 
 from __future__ import annotations
@@ -29,14 +38,18 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field, replace
 
+from poolwatch.sources.logfile.replay import UNDATED_DAY
 from poolwatch.sources.sglang.log.leak_message import match_format
-from poolwatch.sources.sglang.log.lines import PrefixedLine, Ranks, clean, parse_line
+from poolwatch.sources.sglang.log.lines import PrefixedLine, Ranks, clean, parse_line, rank_tags
 
 __all__ = ["LogRecord", "RecordAssembler"]
 
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)\b")
 _HALF_DAY = 12 * 3600
+# what is left of a damaged prefix: its rank tags and "] " within the first characters
+_PREFIX_TAIL = re.compile(r"^[^\]\n]{0,40}?(?P<tags>(?: [A-Z][A-Z_]{0,15}\d{1,6}){1,12})\] ")
+_BATCH_HINTS = ("#running-req: ", "#queue-req: ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +62,7 @@ class LogRecord:
     continuation: tuple[str, ...] = ()
     headless: bool = False  # no prefixed line: time and ranks are the last ones seen
     attributed: bool = True  # False: an orphan block, no line proves its rank (``ranks`` means nothing)
+    damaged: bool = False  # a batch line whose start was damaged (its prefix garbled or cut)
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -70,6 +84,18 @@ class _Open:
         return LogRecord(self.at, self.ranks, self.message, tuple(self.rest), self.headless)
 
 
+def salvage(line: str) -> tuple[Ranks | None, str] | None:
+    """A batch line whose start is damaged: ``(the ranks its prefix still names, else None; the
+    text after the prefix)``; ``None`` for any other line without a prefix (a continuation)."""
+    if not any(hint in line for hint in _BATCH_HINTS):
+        return None
+    text = clean(line)
+    m = _PREFIX_TAIL.match(text)
+    if m is None:
+        return None, text
+    return rank_tags(m["tags"]), text[m.end() :]
+
+
 class RecordAssembler:
     """Groups lines into records, bounded as the module docstring says."""
 
@@ -85,7 +111,8 @@ class RecordAssembler:
         lines until any stamped line is seen (the live source passes now)."""
         self._max_lines = max_lines
         self._max_chars = max_chars
-        self._day = day or dt.date(1970, 1, 1)
+        self._day = day or UNDATED_DAY
+        self.dated = day is not None  # a date is known: given, or read from a dated line
         self._open: _Open | None = None
         self._last_at = at
         self._last_ranks = Ranks()
@@ -105,19 +132,35 @@ class RecordAssembler:
         """Add one line (without its newline); returns the records it completes, if any."""
         head = parse_line(line, self._day)
         if head is None:
+            if self._prefixes and (damaged := salvage(line)) is not None:
+                return self._damaged(*damaged)
             self._lines += 1
             done = self._continue(clean(line))
             if self._prefixes is None and self._lines >= self._prefixless_after:
                 done = self._decide(prefixes=False) + done  # a log without prefixes (0.1.x)
             return done
-        head = self._dated(head)
-        self._last_at, self._last_ranks = head.at, head.ranks
+        if head.timed:
+            head = self._dated(head)
+            self._last_at = head.at
+        else:  # ranks without a time: the line is at the last time seen
+            head = PrefixedLine(self._last_at, head.ranks, head.message, dated=False, timed=False)
+        self._last_ranks = head.ranks
         settled = self._decide(prefixes=True) if self._prefixes is None else []
         if self._interjection(head):
             return [*settled, LogRecord(head.at, head.ranks, head.message)]
         done = settled + self.flush(final=False)
         self._open = _Open(head.at, head.ranks, head.message, False, traceback=_TRACEBACK in head.message)
         return done
+
+    def _damaged(self, ranks: Ranks | None, text: str) -> list[LogRecord]:
+        """A batch line whose start is damaged, in a log with prefixes: a record of its own (an
+        unfinished traceback goes on around it, as around another rank's line)."""
+        record = LogRecord(self._last_at, ranks or Ranks(), text, attributed=ranks is not None, damaged=True)
+        self.unattributed += ranks is None
+        current = self._open
+        if current is not None and current.traceback:
+            return [record]
+        return [*self.flush(final=False), record]
 
     def flush(self, *, final: bool = True) -> list[LogRecord]:
         """Complete the pending record: at the end of input (``final``), or when a live log has gone
@@ -146,13 +189,15 @@ class RecordAssembler:
 
     def _decide(self, *, prefixes: bool) -> list[LogRecord]:
         """The log has rank prefixes (held orphans go out unattributed) or has none (0.1.x: they go
-        out stamped as before)."""
+        out stamped as before, unless their report's format proves a release that prefixes)."""
         self._prefixes = prefixes
         held, self._held = self._held, []
-        if not prefixes:
-            return held
-        self.unattributed += len(held)
-        return [replace(r, attributed=False) for r in held]
+        out = []
+        for record in held:
+            unproven = prefixes or _prefixed_release(record)
+            self.unattributed += unproven
+            out.append(replace(record, attributed=False) if unproven else record)
+        return out
 
     def _interjection(self, head: PrefixedLine) -> bool:
         """Another rank's line inside an unfinished traceback, and neither a traceback nor a
@@ -164,7 +209,7 @@ class RecordAssembler:
 
     def _dated(self, head: PrefixedLine) -> PrefixedLine:
         if head.dated:
-            self._dated_at = head.at
+            self._dated_at, self.dated = head.at, True
             return head
         day = self._day
         if self._dated_at is not None:  # date.fromtimestamp only when a time-of-day line needs it
@@ -195,3 +240,8 @@ class RecordAssembler:
         elif current.traceback and _EXCEPTION_LINE.match(line):
             current.traceback = False
         return []
+
+
+def _prefixed_release(record: LogRecord) -> bool:
+    """Whether a report in ``record`` is in a format only releases that write rank prefixes use."""
+    return any((fmt := match_format(line)) is not None and fmt.prefixed for line in record.lines)

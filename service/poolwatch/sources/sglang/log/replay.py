@@ -19,13 +19,12 @@ from poolwatch.model import IncidentKind, Pool, Snapshot
 from poolwatch.sources.logfile.replay import UNATTRIBUTED, Problem, ReplayReport, Row
 from poolwatch.sources.sglang.log.events import (
     BatchStats,
-    LogEvent,
     RankIncident,
     UnattributedIncident,
     interpret,
 )
 from poolwatch.sources.sglang.log.lines import Ranks
-from poolwatch.sources.sglang.log.records import RecordAssembler
+from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
 from poolwatch.sources.sglang.log.state import LogFold
 
 __all__ = ["Replayer"]
@@ -53,18 +52,22 @@ class Replayer:
         for line in lines:
             self.report.lines += 1
             for record in self._assembler.feed(line):
-                self._record(interpret(record))
+                self._record(record)
 
     def finish(self) -> ReplayReport:
         for record in self._assembler.flush():
-            self._record(interpret(record))
+            self._record(record)
         self._close_window()
         self.report.split_records = self._assembler.overflowed
         return self.report
 
-    def _record(self, events: list[LogEvent]) -> None:
+    def _record(self, record: LogRecord) -> None:
+        events = interpret(record)
         self.report.records += 1
-        self.report.recognised += bool(events)
+        self.report.recognised += bool(events) or record.damaged
+        damaged = record.damaged or any(isinstance(e, BatchStats) and e.damaged for e in events)
+        self.report.damaged += damaged
+        self.report.damaged_unread += damaged and not record.attributed
         for event in events:
             if isinstance(event, BatchStats) and not _negative(event):
                 if event.role is not None:
@@ -90,7 +93,8 @@ class Replayer:
         self._advance(event.incident.at)
         kind = event.incident.kind
         self.report.incidents[kind.value] = self.report.incidents.get(kind.value, 0) + 1
-        row = Row(event.incident.at, rank, kind.value, figures=_account_figures(snap), verdict=verdict)
+        figures = _account_figures(snap)
+        row = Row(event.incident.at, rank, kind.value, figures=figures, verdict=verdict, dated=self._dated)
         self._incidents.append(row)
         if self._every <= 0:
             self._close_window()
@@ -104,9 +108,9 @@ class Replayer:
         kind = event.incident.kind
         self.report.incidents[kind.value] = self.report.incidents.get(kind.value, 0) + 1
         verdict = _verdict(assess_snapshot(detached))
-        row = Row(
-            event.incident.at, UNATTRIBUTED, kind.value, figures=_account_figures(detached), verdict=verdict
-        )
+        figures = _account_figures(detached)
+        at, dated = event.incident.at, self._dated
+        row = Row(at, UNATTRIBUTED, kind.value, figures=figures, verdict=verdict, dated=dated)
         self._incidents.append(row)
         if self._every <= 0:
             self._close_window()
@@ -119,7 +123,7 @@ class Replayer:
         self._advance(event.at)
         row = self._open.get(rank)
         if row is None or self._every <= 0:
-            row = Row(event.at, rank, event.kind)
+            row = Row(event.at, rank, event.kind, dated=self._dated)
             self._open[rank] = row
         else:
             row.event = "batches"
@@ -129,7 +133,7 @@ class Replayer:
         row.waiting = max(row.waiting or 0, event.queues.get("waiting", 0))
         row.verdict = row.verdict or verdict
         if verdict:
-            self._first(Row(event.at, rank, event.kind, verdict=verdict), "")
+            self._first(Row(event.at, rank, event.kind, verdict=verdict, dated=self._dated), "")
         if self._every <= 0:
             self._close_window()
 
@@ -150,7 +154,13 @@ class Replayer:
     def _first(self, row: Row, message: str) -> None:
         if self.report.first_problem is None:
             first_line = message.splitlines()[0] if message else ""
-            self.report.first_problem = Problem(row.at, row.rank, row.event, row.verdict, first_line)
+            first = Problem(row.at, row.rank, row.event, row.verdict, first_line, row.dated)
+            self.report.first_problem = first
+
+    @property
+    def _dated(self) -> bool:
+        """Whether the log's times so far carry a date (a time-of-day log's do not)."""
+        return self._assembler.dated
 
 
 def _verdict(findings: tuple[Finding, ...]) -> str:

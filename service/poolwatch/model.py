@@ -163,7 +163,8 @@ class WorkerId:
     model: str = ""
     release: str = ""  # the engine's release (on the wire and the info metric also ``sglang_version``)
     instance: str = ""
-    engine: str = "sglang"  # the serving engine: ``sglang`` or ``vllm``
+    engine: str = "sglang"  # the serving engine (poolwatch.engines)
+    release_verified: bool = True  # False: a release its probe room never read, read as its nearest family
 
     @property
     def key(self) -> str:

@@ -30,6 +30,7 @@ CHECKS = {
     "clean_run_hybrid",
     "clean_run_preempting",
     "double_free",
+    "shared_double_free",
     "duplicate_in_one_free_42571",
     "leak_on_abort",
     "premature_free",

@@ -113,6 +113,7 @@ def _worker(raw: object, where: str) -> WorkerId:
         pp_rank=_rank(d.get("pp_rank", 0), f"{where}.pp_rank"),
         model=_str(d.get("model", ""), f"{where}.model"),
         release=_str(d.get(RELEASE_KEY, ""), f"{where}.{RELEASE_KEY}"),
+        release_verified=_bool(d.get("release_verified", True), f"{where}.release_verified"),
         instance=_str(d.get("instance", ""), f"{where}.instance"),
         engine=_str(d.get("engine", "sglang"), f"{where}.engine"),
     )

@@ -153,14 +153,18 @@ def refcount_census(
     null_id: int = 0,
     null_marked: Sequence[int] = (0,),
     pins_possible: bool = False,
+    reserved: frozenset[int] = frozenset(),
+    owners_exact: bool = True,
 ) -> RefCensus:
     """The census of one pool: ``ref_cnt[i]`` of block ``i``, ``owned[i]`` how many owners list it.
 
     ``free``/``free_back``: the queue walked from its head and from its tail (a block queued twice
     shows in the second); ``names(ids)``: the owners of the named blocks, asked only when there are
     some (request ids; stale requests too, which are never owners); ``null_marked``: the ids whose
-    ``is_null`` flag is set (exactly the null block when sound).  O(n) in C-level passes, and
-    Python work per suspect block only."""
+    ``is_null`` flag is set (exactly the null block when sound); ``reserved``: blocks the engine took
+    off the queue for good at ``ref_cnt`` 0 (never findings while they stay so); ``owners_exact``
+    False: some lists name blocks they hold no reference to (HiSparse), so only the queue's own
+    lines are checked.  O(n) in C-level passes, and Python work per suspect block only."""
     n = len(ref_cnt)
     found = _Found()
     on_queue = _walk_findings((free, free_back), n, null_id, found)
@@ -170,8 +174,10 @@ def refcount_census(
     pinned = 0
     for block in _suspects(ref_cnt, owned, on_queue, null_id):
         ref = ref_cnt[block]
-        listed = owned.get(block, 0)
+        listed = owned.get(block, 0) if owners_exact else ref
         queued = block in on_queue
+        if block in reserved and ref == 0 and not queued and not owned.get(block, 0):
+            continue
         if ref < 0:
             found.add("negative_ref", block)
         if queued and (ref > 0 or listed):

@@ -108,7 +108,8 @@ class PoolCollector(Collector):
     def _add_rank(self, fam: Families, snap: Snapshot, now: float, stale: bool) -> None:
         labels = rank_labels(snap)
         w = snap.worker
-        info = (*labels, w.model, w.release, snap.source, w.engine, w.release)
+        verified = "true" if w.release_verified else "false"
+        info = (*labels, w.model, w.release, snap.source, w.engine, w.release, verified)
         fam.add("poolwatch_worker_info", info, 1)
         fam.add("poolwatch_scheduler_iteration", labels, snap.seq)
         fam.add("poolwatch_snapshot_timestamp_seconds", labels, snap.taken_at)

@@ -201,6 +201,12 @@ class Tripwire:
     seq: int  # scheduler iteration of the first sighting
     requests: tuple[str, ...] = ()  # the live requests involved (``live_shared``: both), when known
     page_size: int = 1
+    total: int = 0  # how many ids the finding covers, exactly, when more than ``slots`` names (0: len(slots))
+
+    @property
+    def count(self) -> int:
+        """The exact number of ids found (``slots`` names at most :data:`MAX_NAMED` of them)."""
+        return max(self.total, len(self.slots))
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,7 @@ def _tripwire(raw: object, where: str) -> Tripwire:
         seq=_int(d.get("seq", 0), f"{where}.seq"),
         requests=_list(d.get("requests", []), f"{where}.requests", _str),
         page_size=max(1, _int(d.get("page_size", 1), f"{where}.page_size")),
+        total=_int(d.get("total", 0), f"{where}.total"),
     )
 
 

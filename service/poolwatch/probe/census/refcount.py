@@ -16,7 +16,8 @@ count exceeds its owners is *pinned* when something outside the lists may legiti
 (``pins_possible``: a KV connector or offloader), else a leak: with no owner at all it is
 ``orphaned`` (:attr:`~poolwatch.model.TripwireKind.MISSING`), with fewer owners than its count
 ``ref_above_owners``.  A block with ``ref_cnt == 0`` that is not on the queue is lost as well.
-Each finding names at most :data:`~poolwatch.probe.census.proofs.MAX_IDS` ids; counts are complete.
+Each finding names at most :data:`~poolwatch.probe.census.proofs.MAX_IDS` ids (a leak, ``missing``:
+:data:`~poolwatch.probe.census.proofs.MAX_LEAK_IDS`); counts are complete.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from itertools import compress
 from operator import not_
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
-from poolwatch.probe.census.proofs import MAX_IDS
+from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
 
 __all__ = ["RefCensus", "refcount_census"]
 
@@ -80,7 +81,8 @@ class RefCensus:
         for name, ids in self.findings().items():
             if ids:
                 reqs = sorted({o for i in ids for o in self.owners.get(i, ())})[:MAX_IDS]
-                out.append(Tripwire(kinds[name], self.pool, ids, hook, seq, tuple(reqs)))
+                total = self.counts.get(name, 0)
+                out.append(Tripwire(kinds[name], self.pool, ids, hook, seq, tuple(reqs), total=total))
         return out
 
 
@@ -94,7 +96,7 @@ class _Found:
     def add(self, name: str, block: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
         ids = self.ids.setdefault(name, [])
-        if len(ids) < MAX_IDS:
+        if len(ids) < (MAX_LEAK_IDS if name == "missing" else MAX_IDS):
             ids.append(block)
 
     def get(self, name: str) -> tuple[int, ...]:

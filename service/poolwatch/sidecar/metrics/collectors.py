@@ -165,7 +165,7 @@ class PoolCollector(Collector):
         counts: dict[tuple[str, str], int] = {}
         for t in snap.tripwires:
             key = (t.pool.value, t.kind.value)
-            counts[key] = counts.get(key, 0) + len(t.slots)
+            counts[key] = counts.get(key, 0) + t.count
         for (pool, kind), n in sorted(counts.items()):
             fam.add("poolwatch_pool_tripwire_slots", (*rank_labels(snap), pool, kind), n)
 

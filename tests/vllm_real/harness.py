@@ -83,6 +83,8 @@ def model_config() -> ModelConfig:
 
 def vllm_config(max_running: int, max_tokens: int) -> VllmConfig:
     model = model_config()
+    if getattr(model, "use_async_output_proc", False):  # 0.10.2 asks the (absent) platform about it
+        model.use_async_output_proc = False
     scheduler = SchedulerConfig(
         **_kwargs(
             SchedulerConfig,
@@ -113,7 +115,16 @@ def vllm_config(max_running: int, max_tokens: int) -> VllmConfig:
 
 
 def kv_cache_config(num_blocks: int, *, hybrid: bool) -> KVCacheConfig:
-    full = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=16, dtype=torch.float32)
+    full = FullAttentionSpec(
+        **_kwargs(
+            FullAttentionSpec,
+            block_size=BLOCK,
+            num_kv_heads=1,
+            head_size=16,
+            dtype=torch.float32,
+            use_mla=False,
+        )
+    )
     groups = [KVCacheGroupSpec(["layers.0.attn"], full)]
     if hybrid:
         mamba = MambaSpec(

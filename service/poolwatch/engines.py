@@ -47,7 +47,12 @@ ENGINES: tuple[EngineEntry, ...] = (
         probe="poolwatch.probe.sglang.engine:SGLANG",
         sources="poolwatch.sources.sglang.engine:SOURCES",
     ),
-    EngineEntry("vllm", "vLLM", probe="poolwatch.probe.vllm.engine:VLLM"),
+    EngineEntry(
+        "vllm",
+        "vLLM",
+        probe="poolwatch.probe.vllm.engine:VLLM",
+        sources="poolwatch.sources.vllm.engine:SOURCES",
+    ),
 )
 DEFAULT_ENGINE = "sglang"  # what a sidecar reads ``--metrics-urls`` and ``--log-paths`` as, unless told
 

@@ -14,11 +14,11 @@ field                      default    what                                      
 =========================  =========  ==============================================  ============
 max_queues                 32         queues one snapshot may name                    1-4,096
 max_listed                 1,024      tripwires, repairs or incidents in one snapshot  1-65,536
-max_page_samples           10,000     wanted samples read from one SGLang page         100-10^7
-max_page_ranks             512        scheduler ranks one SGLang page may show         1-65,536
+max_page_samples           10,000     wanted samples read from one engine's page       100-10^7
+max_page_ranks             512        scheduler ranks one engine's page may show       1-65,536
 max_discovery_file_bytes   65,536     size of one discovery file                      1,024-16 MiB
 max_discovery_files        1,024      discovery files read per scan                   1-100,000
-max_log_ranks              1,024      scheduler ranks one SGLang log may name         1-65,536
+max_log_ranks              1,024      scheduler ranks one engine's log may name       1-65,536
 =========================  =========  ==============================================  ============
 """
 

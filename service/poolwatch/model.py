@@ -61,6 +61,8 @@ class SourceKind(enum.StrEnum):
     PROBE = "probe"  # the in-process probe: exact figures
     SGLANG_METRICS = "sglang-metrics"  # SGLang's /metrics and /get_server_info: coarse figures
     SGLANG_LOG = "sglang-log"  # SGLang's log: incidents and the idle check's figures
+    VLLM_METRICS = "vllm-metrics"  # vLLM's /metrics: coarse figures (usage ratio, queues), never a gap
+    VLLM_LOG = "vllm-log"  # vLLM's log: EngineCore's fatal errors, its stats lines
     FILE = "file"  # a snapshot file (a fixture, another tool)
 
     @property

@@ -203,12 +203,14 @@ def wheel_installed() -> None:
 
 
 def check_pth(probe_dir: str) -> None:
+    from poolwatch.engines import ENGINES  # the parent's import: each spawned child starts bare
+
     armed = {"POOLWATCH_PROBE": "1", "POOLWATCH_PROBE_DIR": probe_dir, "SGLANG_PLUGINS": None}
     plain = spawn(plain_child, armed, plugin=False)
     report(
-        "POOLWATCH_PROBE=1: a spawned process that builds no scheduler gets the post-import hook "
-        "and nothing heavy",
-        plain["at_start"]["post_import_hooks"] == ["_PostImport"]
+        "POOLWATCH_PROBE=1: a spawned process that builds no scheduler gets the post-import hooks "
+        "(one per engine poolwatch knows) and nothing heavy",
+        plain["at_start"]["post_import_hooks"] == ["_PostImport"] * len(ENGINES)
         and plain["at_start"]["heavy"] == []
         and plain["discovery_files"] == [],
         plain,
@@ -222,7 +224,7 @@ def check_pth(probe_dir: str) -> None:
     report(
         "POOLWATCH_PROBE=1: the Scheduler is born with a probe that serves /healthz on loopback and "
         "writes its discovery file",
-        sched.get("probe") == "Probe"
+        sched.get("probe") == "SglangProbe"
         and len(sched.get("discovery_files", [])) == 1
         and sched.get("discovery_pid_is_this_process") is True
         and sched.get("healthz", {}).get("ok") is True
@@ -250,7 +252,7 @@ def check_plugin(probe_dir: str) -> None:
         "plugin adds nothing heavy",
         plain.get("added_by_plugins") == []
         and plain["at_start"]["poolwatch_modules"] == []
-        and "poolwatch.probe.sglang.activate" in plain["at_end"]["poolwatch_modules"]
+        and "poolwatch.probe.sglang.engine" in plain["at_end"]["poolwatch_modules"]
         and plain["discovery_files"] == [],
         plain,
     )
@@ -261,7 +263,7 @@ def check_plugin(probe_dir: str) -> None:
         bool(sched.get("wrapped"))
         and sched.get("wrapped") == sched.get("hookable")
         and sched["at_start"]["poolwatch_modules"] == []
-        and sched.get("probe") == "Probe"
+        and sched.get("probe") == "SglangProbe"
         and sched.get("healthz", {}).get("ok") is True
         and len(sched.get("discovery_files", [])) == 1,
         sched,
@@ -269,7 +271,7 @@ def check_plugin(probe_dir: str) -> None:
     unnamed = spawn(scheduler_child, {**named, "SGLANG_PLUGINS": None}, plugin=True)
     report(
         "SGLANG_PLUGINS unset: SGLang calls every installed plugin, and poolwatch's does nothing",
-        "poolwatch.probe.sglang.activate" in unnamed["at_end"]["poolwatch_modules"]
+        "poolwatch.probe.sglang.engine" in unnamed["at_end"]["poolwatch_modules"]
         and unnamed.get("wrapped") == []
         and unnamed.get("probe") is None
         and unnamed.get("discovery_files") == [],
@@ -285,7 +287,7 @@ def check_plugin(probe_dir: str) -> None:
     report(
         "SGLANG_PLUGINS=poolwatch and POOLWATCH_PROBE=1 together: one probe, the Scheduler wrapped once",
         both.get("wrapped") == both.get("hookable")
-        and both.get("probe") == "Probe"
+        and both.get("probe") == "SglangProbe"
         and len(both.get("discovery_files", [])) == 1,
         {k: both.get(k) for k in ("wrapped", "probe", "discovery_files")},
     )

@@ -27,7 +27,7 @@ from poolwatch.engines import DEFAULT_ENGINE
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model import Snapshot, SourceKind
 from poolwatch.sources.base import Target
-from poolwatch.sources.engine import SourceOptions, engine_sources, sources_of
+from poolwatch.sources.engine import EngineSources, SourceOptions, engine_sources, sources_of
 from poolwatch.sources.probe import SNAPSHOT_PATH, ProbeSource
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CheckResult", "add_arguments", "check", "run"]
@@ -59,9 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="SECONDS",
         help="an engine server only: read for this long ("
-        + "; ".join(
-            f"{r.engine}: >= {r.idle_confirm_s:.0f} s can prove a rank idle" for r in engine_sources()
-        )
+        + "; ".join(_idle_help(r) for r in engine_sources())
         + ")",
     )
     parser.add_argument(
@@ -70,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--worker", default="", help="worker name to report (default: from the payload or URL)"
     )
+
+
+def _idle_help(room: EngineSources) -> str:
+    if room.idle_confirm_s is None:
+        return f"{room.engine}: never proves a rank idle"
+    return f"{room.engine}: >= {room.idle_confirm_s:.0f} s can prove a rank idle"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 PoolwatchSchedulerCrashed events.  Pure.
 
 SGLang's leak message -> PoolwatchIdleCheckFailed (critical where the strict idle check kills the
-server, else warning); ``Scheduler hit an exception`` or a failed busy / tree self-check ->
+server, else warning); a scheduler process that raised (SGLang's ``Scheduler hit an exception``,
+vLLM's ``EngineCore encountered a fatal error``) or a failed busy / tree self-check ->
 PoolwatchSchedulerCrashed (critical).  An event fires at once and holds ``incident_hold`` seconds
 (a restart of the rank ends it sooner, :mod:`poolwatch.detect.detector`); a line older than that
 is old news.
@@ -24,7 +25,7 @@ __all__ = ["LoggedIncidents", "raised"]
 
 
 _CRASH = {
-    IncidentKind.SCHEDULER_EXCEPTION: "Scheduler hit an exception",
+    IncidentKind.SCHEDULER_EXCEPTION: "the scheduler process raised",
     IncidentKind.BUSY_CHECK_FAILED: "the busy-time memory check failed",
     IncidentKind.TREE_SANITY_FAILED: "the prefix-tree sanity check failed",
 }

@@ -118,15 +118,16 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
             AlertName.SCHEDULER_CRASHED,
             Scope.RANK,
             Mode.EVENT,
-            "An SGLang scheduler process died; the server went down with it.",
-            "The worker logged 'Scheduler hit an exception' or a failed self-check assertion.",
+            "An engine's scheduler process died; the server went down with it.",
+            "The worker's log shows its scheduler died: SGLang's 'Scheduler hit an exception', vLLM's "
+            "'EngineCore encountered a fatal error', or a failed self-check assertion.",
             (
                 PromRule(
                     Severity.CRITICAL,
                     q.incidents_logged(q.CRASH_KINDS, d),
                     "0s",
-                    f"A scheduler of {q.WHERE} died in the last {window} (Scheduler hit an exception "
-                    "or a failed memory/tree self-check).",
+                    f"A scheduler of {q.WHERE} died in the last {window} (an exception in the scheduler "
+                    "process, or a failed memory/tree self-check).",
                 ),
             ),
         ),

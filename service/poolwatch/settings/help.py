@@ -86,11 +86,11 @@ HELP: dict[str, str] = {
     # limits (poolwatch.limits.Limits): per-target caps; a target past one is refused with a reason
     "max_queues": "queues one snapshot may name (more: the snapshot is refused, reason schema)",
     "max_listed": "tripwires, repairs or incidents one snapshot may list (more: reason schema)",
-    "max_page_samples": "wanted samples read from one SGLang /metrics page (more: reason too_large)",
-    "max_page_ranks": "scheduler ranks one SGLang /metrics page may show (more: reason too_large)",
+    "max_page_samples": "wanted samples read from one engine's /metrics page (more: reason too_large)",
+    "max_page_ranks": "scheduler ranks one engine's /metrics page may show (more: reason too_large)",
     "max_discovery_file_bytes": "size of one discovery file in bytes (a larger one is skipped)",
     "max_discovery_files": "discovery files read per scan (the rest are skipped)",
-    "max_log_ranks": "scheduler ranks one SGLang log may name (a new one past it is dropped, logged once)",
+    "max_log_ranks": "scheduler ranks one engine's log may name (a new one past it is dropped, logged once)",
 }
 
 

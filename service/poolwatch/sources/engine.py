@@ -65,7 +65,7 @@ class EngineSources:
     # (worker, emit, every, day) -> a replayer of a saved log (``poolwatch replay``)
     replayer: Callable[[str, Callable[[Row], None], float, dt.date | None], LogReplayer]
     recognises: Callable[[str], bool]  # whether a raw log line is in one of the engine's formats
-    idle_confirm_s: float  # how long its /metrics must be watched to prove a rank idle
+    idle_confirm_s: float | None  # how long its /metrics must be watched to prove a rank idle (None: never)
 
     def make(self, target: Target, clock: Clock, options: SourceOptions) -> Source:
         """The source that reads ``target`` (one of this engine's kinds)."""

@@ -27,6 +27,7 @@ def test_the_plugin_acts_only_when_named_or_asked_for(env: dict[str, str], wante
         ("0.5.11", "0.5.10", True),
         ("0.5.23", "0.5.23", True),
         ("0.6.0", "0.5.23", False),  # newer than the newest read: its newest family, unverified
+        ("0.4.6.post5", "0.5.4", False),  # older than the first read: its oldest family, unverified
         ("", "0.5.23", False),  # SGLang not installed (the emulator): its newest family, unverified
     ],
 )

@@ -37,7 +37,7 @@ by ``PoolName``), the tree's host copies per component, optionally in a Rust tre
 ``logical_size`` (the slots the tree indexes; ``size`` is physical when decode context parallelism
 shares a row) and ``available_size()`` (free list plus the lazily merged ``release_slots``), with
 the cached and in-flight terms ``None``.  The other components' host pools are not exported
-(``docs/probe.md``, "HiCache host pool").
+(``docs/engines/sglang.md``, "HiCache host pool").
 
 Cost: ``len()`` of the free list plus one walk of the tree (one attribute read per node, no
 tensor contents, no GPU synchronisation: host indices live in host memory), one tree level at a

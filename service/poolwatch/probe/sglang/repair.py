@@ -22,7 +22,7 @@ neither the census nor the counters look, and a "missing" slot could be one it s
 quarantine and deduplicate (which only take entries off a free list) still run, the probe's health
 says so (``guard_return: false``) and the reason is logged once.
 
-Only layouts read from the released wheels are touched (``docs/probe.md`` has the table): the
+Only layouts read from the released wheels are touched (``docs/engines/sglang.md`` has the table): the
 Mamba free list (an int64 tensor ``free_slots`` on ``req_to_token_pool.mamba_pool``, or on
 ``mamba_allocator`` from 0.5.23; taken from the front, freed onto the end) in every known family,
 the full-KV ``free_pages``/``release_pages`` pair of ``TokenToKVPoolAllocator`` and

@@ -208,9 +208,10 @@ def installed_version() -> str:
 
 
 def known_release(text: str) -> bool:
-    """Whether ``text`` names a release no newer than :data:`NEWEST_RELEASE` (unreadable: no)."""
+    """Whether ``text`` names a release of a family whose wheels were read: from the first family's
+    first release to :data:`NEWEST_RELEASE` (older, newer or unreadable: no)."""
     try:
-        return parse_version(text) <= NEWEST_RELEASE
+        return (*SHAPES[0].since, 0)[:4] <= parse_version(text) <= NEWEST_RELEASE
     except ValueError:
         return False
 

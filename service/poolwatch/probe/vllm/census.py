@@ -3,7 +3,7 @@
 O(blocks): the free queue walked from its head (and from its tail when the walk falls short of the
 counter), one ``ref_cnt`` read per block, one counting pass over the owners' lists; Python work per
 block only for the suspects, and the owners' names looked up only for findings.  Milliseconds per
-10k blocks (docs/vllm.md), so it runs at idle and at a low rate while busy
+10k blocks (docs/engines/vllm.md), so it runs at idle and at a low rate while busy
 (``POOLWATCH_PROBE_KV_CENSUS_INTERVAL``), never every step.  The proof itself is pure
 (:func:`~poolwatch.probe.census.refcount.refcount_census`); this module reads.
 """

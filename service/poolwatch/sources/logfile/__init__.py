@@ -1,2 +1,3 @@
 """Engine-neutral log files: following one as it grows (``tail``), reading a saved one, compressed
-or not (``reader``), and the replayed timeline every engine's replay emits (``replay``)."""
+or not (``reader``), which folded snapshots a live log source hands on (``notable``), and the
+replayed timeline every engine's replay emits (``replay``)."""

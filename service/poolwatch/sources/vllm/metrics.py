@@ -1,0 +1,134 @@
+"""vLLM's own ``/metrics`` (+ ``/version`` for the release) as coarse snapshots, one per engine.
+
+One snapshot per EngineCore the page shows (its ``engine`` label, the data-parallel index, is the
+rank: ``dp<engine>-tp0-pp0``, as the probe names it), with the block pool as :mod:`.gauges` reads
+it and the ``running`` / ``waiting`` queues.  What the figures can prove, and what they cannot:
+
+* **a surplus, when usage is below 0**: vLLM computes usage as ``1 - free / (num_gpu_blocks - 1)``,
+  so a negative usage means its free queue counts more blocks than the pool has -- a block queued
+  twice (a double free of a block shared by two requests on 0.10.2 - 0.23.0, where ``free_blocks``
+  appends such a block twice).  Certain whatever the phase, by at least one block;
+* **nothing else**.  A double free of a block held once (every release from 0.24.0) leaves it queued
+  once at ``ref_cnt -1``, so the count is right until an allocation pops it and vLLM's own
+  ``assert block.ref_cnt == 0`` kills EngineCore (the log source catches that).  A leak shows as a
+  usage that stays above 0 while nothing runs, but so does a healthy engine whose KV connector
+  still holds finished requests' blocks for a transfer, or a sink-attention model's reserved blocks
+  (0.14.0 - 0.29.0): an idle vLLM proves nothing, so this source never calls an engine idle and
+  never has a gap.  Which block, which request: only the probe can say.
+
+vLLM refreshes the gauges from each engine step's statistics, so an engine that stopped stepping
+keeps showing its last figures.  ``/version`` is read every few minutes, optionally (older servers
+without it leave the release unknown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import httpx
+
+from poolwatch.errors import PayloadError, Reason, ScrapeError
+from poolwatch.identity import url_worker
+from poolwatch.limits import DEFAULT_LIMITS, Limits
+from poolwatch.model import Snapshot, SourceKind, WorkerId
+from poolwatch.sources.base import Source, Target
+from poolwatch.sources.failures import scrape_failure
+from poolwatch.sources.http import get_bytes, get_json, join_url
+from poolwatch.sources.prom_text import PromTextError, TooManySamples, parse_samples
+from poolwatch.sources.vllm.gauges import EngineGauges, group_by_engine, phase, pool_account, queues, wanted
+
+__all__ = ["ENGINE", "SOURCE", "VllmMetricsSource", "parse_metrics_page"]
+
+SOURCE = SourceKind.VLLM_METRICS
+ENGINE = "vllm"
+VERSION_REFRESH_SECONDS = 300.0
+
+
+def parse_metrics_page(text: str, limits: Limits = DEFAULT_LIMITS) -> dict[int, EngineGauges]:
+    """The vLLM gauges of a ``/metrics`` page by engine; raises ``PayloadError`` (parse, or
+    too_large past ``limits.max_page_samples`` samples or ``limits.max_page_ranks`` engines)."""
+    try:
+        engines = group_by_engine(parse_samples(text, wanted, limits.max_page_samples))
+    except TooManySamples as exc:
+        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {exc}") from None
+    except PromTextError as exc:
+        raise scrape_failure(exc, "/metrics") from None
+    most = limits.max_page_ranks
+    if len(engines) > most:
+        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {len(engines)} engines, more than {most}")
+    return engines
+
+
+def parse_version(doc: object) -> str:
+    """The release ``/version`` answers (``{"version": "0.11.0"}``), "" when it says none."""
+    version = doc.get("version") if isinstance(doc, Mapping) else None
+    return version[:64] if isinstance(version, str) else ""
+
+
+class VllmMetricsSource(Source):
+    """Reads one vLLM server: every EngineCore its ``/metrics`` shows."""
+
+    def __init__(
+        self,
+        target: Target,
+        clock: Callable[[], float],
+        *,
+        max_bytes: int = 4 << 20,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        self._target = target
+        self._clock = clock
+        self._max_bytes = max_bytes
+        self._limits = limits
+        self._release = ""
+        self._release_at: float | None = None
+        self._seq = 0
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
+        body = await get_bytes(client, join_url(self._target.location, "/metrics"), self._max_bytes)
+        engines = parse_metrics_page(body.decode("utf-8", errors="replace"), self._limits)
+        if not engines:
+            raise PayloadError(
+                Reason.PARSE, "/metrics: no vllm: gauges (a vLLM server with --disable-log-stats?)"
+            )
+        await self._refresh_release(client)
+        now = self._clock()
+        self._seq += 1
+        return [self._snapshot(g, now) for _, g in sorted(engines.items())]
+
+    async def _refresh_release(self, client: httpx.AsyncClient) -> None:
+        now = self._clock()
+        if self._release_at is not None and now - self._release_at < VERSION_REFRESH_SECONDS:
+            return
+        self._release_at = now
+        try:
+            doc = await get_json(client, join_url(self._target.location, "/version"), self._max_bytes)
+        except ScrapeError:
+            return  # the release stays as it was
+        self._release = parse_version(doc)
+
+    def _snapshot(self, gauges: EngineGauges, now: float) -> Snapshot:
+        account = pool_account(gauges)
+        t = self._target
+        worker = WorkerId(
+            worker=t.worker or url_worker(t.location),
+            role=t.role,
+            dp_rank=gauges.engine,
+            model=gauges.model,
+            release=self._release,
+            instance=t.location,
+            engine=ENGINE,
+        )
+        return Snapshot(
+            worker=worker,
+            seq=self._seq,
+            taken_at=now,
+            phase=phase(gauges),
+            pools={} if account is None else {account.pool: account},
+            source=SOURCE,
+            queues=queues(gauges),
+        )

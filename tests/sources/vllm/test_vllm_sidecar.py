@@ -1,0 +1,102 @@
+"""A sidecar told ``POOLWATCH_ENGINE=vllm`` reads a vLLM server's /metrics and log end to end: the
+coarse block pool and queues on its /metrics, EngineCore's crash as the same PoolwatchSchedulerCrashed
+SGLang's ``Scheduler hit an exception`` raises, the block-pool frame in its text."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+from tests.helpers import FakeClock
+from tests.sources.vllm.fakes import LOGS, PAGES, local
+
+from poolwatch.model import SourceKind
+from poolwatch.settings.sidecar import Settings
+from poolwatch.sidecar.alerting import build_alerting
+from poolwatch.sidecar.app import create_app
+from poolwatch.sidecar.scraper import Scraper
+from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.sources import source_provider
+from poolwatch.sources.engine import sniff_engine
+from poolwatch.sources.target_config import static_targets
+
+REAL_LOG = LOGS / "v0.32.0-cpu-real-double-free.log"
+
+
+def vllm_server(request: httpx.Request) -> httpx.Response:
+    if request.url.path == "/metrics":
+        return httpx.Response(200, text=(PAGES / "v0.32.0-cpu-real.metrics.txt").read_text())
+    if request.url.path == "/version":
+        return httpx.Response(200, json={"version": "0.32.0"})
+    return httpx.Response(404)
+
+
+def pod_settings(log: Path) -> Settings:
+    return Settings.from_env(
+        {
+            "POOLWATCH_ENGINE": "vllm",
+            "POOLWATCH_WORKER": "vllm-0",
+            "POOLWATCH_METRICS_URLS": "http://127.0.0.1:8000",
+            "POOLWATCH_LOG_PATHS": str(log),
+            "POOLWATCH_STALE_AFTER": "1e10",
+        }
+    )
+
+
+def test_the_engine_setting_makes_the_flags_name_vllms_metrics_and_log(tmp_path: Path) -> None:
+    kinds = [t.source for t in static_targets(pod_settings(tmp_path / "vllm.log"))]
+    assert kinds == [SourceKind.VLLM_METRICS, SourceKind.VLLM_LOG]
+
+
+def test_a_vllm_log_is_told_from_an_sglang_log_by_its_lines() -> None:
+    vllm = sniff_engine(REAL_LOG.read_text(errors="replace").splitlines())
+    sglang = sniff_engine(
+        (LOGS.parent / "sglang-logs" / "v0.5.12-swa-busy-check.log").read_text().splitlines()
+    )
+    assert (vllm and vllm.engine, sglang and sglang.engine) == ("vllm", "sglang")
+
+
+async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    shutil.copy(REAL_LOG, log)
+    settings = pod_settings(log)
+    clock = FakeClock(local("2026-12-03 16:27:25"))  # four seconds after EngineCore died
+    store = SnapshotStore()
+    alerting = build_alerting(settings, store, clock)  # the detector judges every snapshot stored
+    sources = source_provider(settings, clock)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(vllm_server)) as client:
+        loop = Scraper(store, sources, settings.scrape, clock)
+        for _ in range(2):  # the second read finds the log quiet: its last record is whole
+            await loop.scrape_all(client)
+            clock.advance(1)
+    for source in sources():
+        source.close()
+    alerts = alerting.evaluate()
+    app = create_app(settings, store=store, sources=[], clock=clock, alerting=alerting)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as api:
+        workers = {w["key"]: w for w in (await api.get("/api/v1/workers")).json()}
+        metrics = (await api.get("/metrics")).text
+
+    (crashed,) = [a for a in alerts if a.name == "PoolwatchSchedulerCrashed"]
+    assert (crashed.all_labels["worker"], crashed.severity.value, crashed.state.value) == (
+        "vllm-0",
+        "critical",
+        "firing",
+    )
+    assert "died: AssertionError;" in crashed.annotations["description"]
+    assert (
+        "v1/core/block_pool.py:690 in get_new_blocks: assert block.ref_cnt == 0"
+        in crashed.annotations["description"]
+    )
+    rank = workers["vllm-0/dp0-tp0-pp0"]
+    assert [s["source"] for s in rank["sources"]] == ["vllm-metrics", "vllm-log"]
+    assert rank["incidents"] == {"scheduler_exception": 1}
+    labels = 'dp_rank="0",pool="full",pp_rank="0",role="unified",tp_rank="0",worker="vllm-0"'
+    assert f"poolwatch_pool_capacity_slots{{{labels}}} 8191.0" in metrics
+    assert f"poolwatch_pool_used_slots{{{labels}}} 0.0" in metrics
+    assert "poolwatch_pool_conservation_gap_slots{" not in metrics  # coarse: never a gap
+    assert 'kind="scheduler_exception",pp_rank="0",role="unified",tp_rank="0",worker="vllm-0"} 1.0' in metrics
+    assert 'engine="vllm"' in metrics
+    assert 'release="0.32.0"' in metrics
+    assert 'alertname="PoolwatchSchedulerCrashed"' in metrics

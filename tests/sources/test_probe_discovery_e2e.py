@@ -13,6 +13,7 @@ import pytest
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model import Exactness, Pool, TripwireKind
+from poolwatch.probe.lifecycle import detach
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
@@ -20,7 +21,6 @@ from poolwatch.sources import source_provider
 
 emulator = pytest.importorskip("poolwatch_emulator")
 scenarios = pytest.importorskip("tests.emulator.emu_scenarios")
-hooks = pytest.importorskip("poolwatch.probe.sglang.hooks")
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def seed_cluster(tmp_path: Path) -> Iterator[Any]:
     emulator.attach_probes(c, tmp_path)
     yield c
     for rank in c.schedulers:
-        hooks.detach(rank)
+        detach(rank)
     c.stop()
 
 

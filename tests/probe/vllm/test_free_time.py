@@ -6,6 +6,7 @@ and a sound run of finishes, preemptions, prefix hits and deferred frees names n
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -110,11 +111,21 @@ def test_finishes_preemptions_prefix_hits_and_deferred_frees_name_nothing(sched:
 
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["add", "hit", "grow", "finish", "sample"]), st.integers(0, 5)), max_size=60
+    st.tuples(
+        st.sampled_from(["add", "hit", "grow", "finish", "requeue", "forget", "sample", "quiet"]),
+        st.integers(0, 5),
+    ),
+    max_size=60,
 )
 
 
-@settings(max_examples=60, deadline=None)
+def _pop(sched: Scheduler, index: HolderIndex, rid: str) -> list[Any]:
+    """vLLM's pop of a request's list, as the wrapped pop tells the index first."""
+    index.released(0, rid, sched.managers[0].req_to_blocks[rid])
+    return sched.managers[0].req_to_blocks.pop(rid)
+
+
+@settings(max_examples=80, deadline=None)
 @given(OPS)
 def test_the_incremental_index_counts_what_a_fresh_count_does(ops: list[tuple[str, int]]) -> None:
     sched = Scheduler(256)
@@ -122,8 +133,8 @@ def test_the_incremental_index_counts_what_a_fresh_count_does(ops: list[tuple[st
     shape = shape_for("0.33.0")
     names: list[str] = []
     for op, k in ops:
-        live = [n for n in names if n in sched.requests]
-        if op == "add" or (op in ("hit", "grow", "finish") and not live):
+        live = [n for n in names if n in sched.managers[0].req_to_blocks]
+        if op == "add" or (op in ("hit", "grow", "finish", "requeue", "forget") and not live):
             names.append(f"r{len(names)}")
             sched.add(names[-1], 1 + k % 3)
         elif op == "hit":
@@ -134,9 +145,21 @@ def test_the_incremental_index_counts_what_a_fresh_count_does(ops: list[tuple[st
             rid = live[k % len(live)]
             sched.managers[0].req_to_blocks[rid].extend(sched.pool.get_new_blocks(1))
         elif op == "finish":
-            sched.finish(live[k % len(live)])
-        pool = sched.pool
-        read_holders(sched, shape, pool, index, Reading())
-        fresh = HolderIndex()
-        read_holders(sched, shape, pool, fresh, Reading())
-        assert index.counts == fresh.counts
+            rid = live[k % len(live)]
+            sched.pool.free_blocks(reversed(_pop(sched, index, rid)))
+            sched.requests.pop(rid, None)
+        elif op == "requeue":  # preempted and resumed between two samples: a new list, the same length
+            rid = live[k % len(live)]
+            blocks = _pop(sched, index, rid)
+            sched.pool.free_blocks(reversed(blocks))
+            sched.managers[0].req_to_blocks[rid] = sched.pool.get_new_blocks(len(blocks))
+        elif op == "forget":  # the scheduler forgets a request whose list stays: a stale list
+            sched.requests.pop(live[k % len(live)], None)
+        if op != "quiet":
+            read = k == 0  # now and then, the free-time check's full read of what is pending
+            read_holders(sched, shape, sched.pool, index, Reading(), read=read)
+            fresh = HolderIndex()
+            read_holders(sched, shape, sched.pool, fresh, Reading())
+            assert index.held(set(), set()) == fresh.held(set(), set())
+            if read:
+                assert index.counts == fresh.counts

@@ -207,7 +207,7 @@ class Probe:
         for proof in proofs:
             self.tripwires.add(proof.tripwires(hook, self.seq))
         self.census_total += 1
-        self.census_cost = time.perf_counter() - started
+        self.census_cost = self.schedule.pass_cost = time.perf_counter() - started
         self.census = census_envelope(
             [p.body() for p in proofs],
             seq=self.seq,

@@ -24,7 +24,7 @@ from poolwatch.probe.vllm.census import Walk, walk_pool
 from poolwatch.probe.vllm.holders import HolderIndex
 from poolwatch.probe.vllm.identity import local_index, rank_identity
 from poolwatch.probe.vllm.readers import block_pool
-from poolwatch.probe.vllm.sample import read_holders, take_sample
+from poolwatch.probe.vllm.sample import Kinds, read_holders, take_sample
 from poolwatch.probe.vllm.shape_check import check_shape
 from poolwatch.probe.vllm.shapes import VllmShape, shape_of_family
 
@@ -68,7 +68,11 @@ class BlockWalk:
         if pool is MISSING:
             return []
         self.last = walk_pool(self.scheduler, self.shape, pool, reading)
-        self._rebuild(pool, reading)
+        if idle or self.last.census.clean():
+            # the holder index checked against a fresh count: at idle, and when the walk found
+            # nothing (a gap the walk cannot explain would be the index's own); a real fault's
+            # walk leaves it be (the index is not what is wrong, and the walk costs enough)
+            self._rebuild(pool, reading)
         if self.trusted:
             return [self.last]
         if idle:  # an unverified release: its first idle walk decides (nothing published before)
@@ -78,12 +82,10 @@ class BlockWalk:
         return []
 
     def _rebuild(self, pool: Any, reading: Reading) -> None:
-        before = self.index.snapshot()
         fresh = HolderIndex()
-        read_holders(self.scheduler, self.shape, pool, fresh, reading)
-        if fresh.counts != before:
-            self.index.drift += 1
-        self.index.tracked, self.index.counts = fresh.tracked, fresh.counts
+        fresh.null_id = self.index.null_id
+        read_holders(self.scheduler, self.shape, pool, fresh, reading, census=True)
+        self.index.adopt(fresh, Kinds(self.scheduler, reading))
 
 
 class VllmReader:
@@ -117,7 +119,7 @@ class VllmReader:
         reading = Reading()
         pool = block_pool(self.scheduler, reading)
         if pool is not MISSING:
-            read_holders(self.scheduler, self.shape, pool, self.index, reading)
+            read_holders(self.scheduler, self.shape, pool, self.index, reading, read=True)
 
     def identify(self, reading: Reading, role: Role) -> WorkerId:
         return rank_identity(self.scheduler, reading, self.shape)

@@ -21,6 +21,7 @@ some HiSparse manager lists without holding (0.30+) is exported coarse: no gap i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -41,7 +42,7 @@ from poolwatch.probe.vllm.readers import (
 )
 from poolwatch.probe.vllm.shapes import VllmShape
 
-__all__ = ["VllmSample", "take_sample"]
+__all__ = ["Kinds", "VllmSample", "read_holders", "take_sample"]
 
 _ID = attrgetter("block_id")
 
@@ -65,21 +66,31 @@ class Kinds:
 
     def __init__(self, sched: Any, reading: Reading) -> None:
         requests = reading.attr(sched, "requests")
-        self._requests: dict[str, Any] = requests if requests is not MISSING else {}
+        self.requests: Mapping[str, Any] = requests if requests is not MISSING else {}
         self._reading = reading
         self._memo: dict[str, str] = {}
 
     def __call__(self, rid: str) -> str:
         kind = self._memo.get(rid)
         if kind is None:
-            request = self._requests.get(rid)
+            request = self.requests.get(rid)
             kind = STALE if request is None else kind_of(request, self._reading)
             self._memo[rid] = kind
         return kind
 
 
-def read_holders(sched: Any, shape: VllmShape, pool: Any, index: HolderIndex, reading: Reading) -> Held:
-    """Bring ``index`` up to date and count the distinct blocks each kind holds."""
+def read_holders(
+    sched: Any,
+    shape: VllmShape,
+    pool: Any,
+    index: HolderIndex,
+    reading: Reading,
+    *,
+    census: bool = False,
+    read: bool = False,
+) -> Held:
+    """Bring ``index`` up to date and count the distinct blocks each kind holds (``read``: reading
+    every pending entry too; ``census``: and re-telling every request's kind)."""
     mgrs = managers(sched, reading)
     index.null_id = reading.attr(pool, "null_block.block_id", optional=True)
     kinds = Kinds(sched, reading)
@@ -87,7 +98,9 @@ def read_holders(sched: Any, shape: VllmShape, pool: Any, index: HolderIndex, re
     afresh: list[tuple[int, Any]] = []
     for i, lists, incremental in lists_of(pool, mgrs, reading):
         (append_only if incremental else afresh).append((i, lists))
-    reading.guard("holders", lambda: index.sync(append_only, kinds), None)
+    reading.guard("holders", lambda: index.sync(append_only, kinds.requests, kinds, read=read), None)
+    if census:
+        reading.guard("holders.kinds", lambda: index.kinds_at_census(kinds), None)
     extra: set[int] = set()
     session: set[int] = set()
     for _, lists in afresh:

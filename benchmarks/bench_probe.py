@@ -114,6 +114,39 @@ def iteration_seconds(live: int, steps: int, config: ProbeConfig | None) -> floa
             uninstall(Scheduler)
 
 
+SGLANG_HOOKS = ("on_loop_boundary", "on_idle", "after_prefill_chunk")
+
+
+def in_loop(
+    live: int = 256, seconds: float = 10.0, gpu_step_s: float = GPU_STEP_S
+) -> tuple[int, float, float]:
+    """The probe where it runs: ``seconds`` of one emulated rank's loop (each iteration, then a wait
+    standing for the GPU's forward pass) at the default rates, its hooks timed from inside.
+    ``(iterations, seconds in the probe's hooks, wall seconds)``."""
+    cluster, rank = rank_with(live)
+    probe = attach(SGLANG, rank, ProbeConfig(serve=False, release="0.5.4.post1"), serve=False)
+    spent = [0.0]
+    for name in SGLANG_HOOKS:
+        original = getattr(probe, name)
+
+        def timed_hook(*args: object, _original: Callable[..., object] = original) -> object:
+            t0 = time.perf_counter()
+            try:
+                return _original(*args)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+        setattr(probe, name, timed_hook)
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        cluster.run_steps(1)
+        time.sleep(gpu_step_s)
+        steps += 1
+    wall = time.perf_counter() - started
+    detach(rank)
+    return steps, spent[0], wall
+
+
 HEADER = ("live reqs", "sample µs", "% of 20 ms step", "Mamba census µs", "KV census µs", "KV, lost ids µs")
 WIDTHS = (9, 9, 15, 15, 12, 15)
 
@@ -145,6 +178,9 @@ def main() -> int:
     )
     rel = (default / bare - 1) * 100
     print(f"    default settings (0.1 s, censuses)  {default * 1e3:8.3f} ms  ({rel:+.1f} %)")
+    steps, spent, wall = in_loop()
+    print(f"  in the loop, 10 s (iteration + {GPU_STEP_S * 1e3:.0f} ms GPU wait), default rates:")
+    print(f"    {steps} iterations, probe {spent * 1e3:.1f} ms = {spent / wall * 100:.2f} % of the thread")
     return 0
 
 

@@ -4,17 +4,19 @@ Run ``python benchmarks/bench_probe_vllm.py`` (or ``scripts/bench probe_vllm``):
 importable it re-runs itself in the cached 0.33.0 venv of scripts/vllm_venv.py (and says so, and
 stops, when there is none).
 
-256 requests with ~1,000-token prompts (a shared 512-token prefix for half of them, so prefix hits
-share blocks) decode on vLLM's own Scheduler, KV cache manager and block pool; the model output
-of each step is made up (no GPU).  Printed: one cheap sample, one full walk, and the per-free look,
-against the scheduler's own CPU time per step and against a 20 ms GPU decode step; and the mean
-step with the probe at the default rates vs without it.
+256 requests with ~1,900-token prompts (a shared 512-token prefix for half of them, so prefix hits
+share blocks) decode on vLLM's own Scheduler, KV cache manager and block pool: over 25,000 blocks
+held; the model output of each step is made up (no GPU).  Printed: one cheap sample, one full walk,
+and the per-free look, against the scheduler's own CPU time per step and against a 20 ms GPU decode
+step; and the mean step with the probe at the default rates vs without it.
 
 Then *in the loop*, where the probe runs: 10 s of EngineCore's loop (the scheduler's step, then a
 20 ms sleep standing for the GPU's forward pass) with the probe attached at the default rates, its
 hooks timed from inside (``on_step``, ``after_update``, the free-time look): the probe's share of
 the thread, healthy and during a growing leak (a few blocks a step taken and listed by no request,
-so every sample shows a new gap), with the walks each run took.  Figures, not assertions.
+so every sample shows a new gap), with the walks each run took; and beside it SGLang's probe on an
+emulated rank at 256 live requests, measured the same way (``bench_probe.in_loop``).  Figures, not
+assertions.
 """
 
 from __future__ import annotations
@@ -73,11 +75,11 @@ def loaded() -> Any:
 
     rng = random.Random(0)
     prefix = [rng.randrange(10, 900) for _ in range(512)]
-    sched = make_scheduler(24_000, max_running=LIVE, max_tokens=16_384)
+    sched = make_scheduler(40_000, max_running=LIVE, max_tokens=32_768, max_model_len=4096)
     for i in range(LIVE):
         head = prefix if i % 2 else [rng.randrange(10, 900) for _ in range(512)]
-        tail = [rng.randrange(10, 900) for _ in range(rng.randrange(400, 600))]
-        sched.add_request(make_request(f"r{i}", head + tail, 100_000))
+        tail = [rng.randrange(10, 900) for _ in range(rng.randrange(1_300, 1_500))]
+        sched.add_request(make_request(f"r{i}", head + tail, 2_000))
     while len(sched.running) < LIVE or sched.waiting:
         step(sched)
     for _ in range(8):
@@ -130,6 +132,15 @@ def in_loop(sched: Any, *, leak: int, seconds: float = 10.0) -> tuple[int, int, 
     return steps, walks, spent[0], wall
 
 
+def sglang_in_loop() -> tuple[int, float, float]:
+    """SGLang's probe measured the same way, on an emulated 0.5.4.post1 rank at 256 live requests
+    (``bench_probe.in_loop``)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_probe import in_loop as sglang_loop
+
+    return sglang_loop(LIVE)
+
+
 def main() -> int:
     redirected = in_vllm_venv()
     if redirected is not None:
@@ -170,6 +181,9 @@ def main() -> int:
         share = spent / wall * 100
         figures = f"{steps:4d} steps, {walks:3d} walks, probe {spent * 1e3:7.1f} ms"
         print(f"  {label:<32} {figures} = {share:5.2f} % of the thread")
+    steps, spent, wall = sglang_in_loop()
+    figures = f"{steps:4d} steps, probe {spent * 1e3:7.1f} ms = {spent / wall * 100:5.2f} % of the thread"
+    print(f"  {'beside it, SGLang (emulated rank)':<32} {figures}")
     return 0
 
 

@@ -168,6 +168,9 @@ def build(engine: Engine, version: str, dest: Path, python: str) -> None:
         )
         if engine.no_deps:
             pip(tmp, "--no-deps", *(requirement(n, pinned) for n in engine.no_deps))
+            needs = no_deps_needs(site, engine)
+            if needs:  # what a --no-deps package itself requires of the pinned ones wins over the pin
+                pip(tmp, *needs)
     engine.prepare(site)
     with step(f"{version}: import the check modules until they import"):
         install_missing(engine, version, tmp, pinned)
@@ -178,6 +181,22 @@ def build(engine: Engine, version: str, dest: Path, python: str) -> None:
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     shutil.rmtree(wheel.parent, ignore_errors=True)
+
+
+def no_deps_needs(site: Path, engine: Engine) -> list[str]:
+    """The requirements the ``--no-deps`` packages declare on the ``if_pinned`` ones (a release may
+    pin one older than the package it also pins needs: vLLM 0.26.0's apache-tvm-ffi for xgrammar)."""
+    wanted = {norm(n) for n in engine.if_pinned}
+    needs: list[str] = []
+    for name in engine.no_deps:
+        for meta in site.glob(f"{norm(name).replace('-', '_')}-*.dist-info/METADATA"):
+            for line in meta.read_text(errors="replace").splitlines():
+                if not line.startswith("Requires-Dist:") or ";" in line:
+                    continue
+                spec = line.removeprefix("Requires-Dist:").strip()
+                if norm(re.split(r"[<>=!~ \[(]", spec, maxsplit=1)[0]) in wanted:
+                    needs.append(spec)
+    return needs
 
 
 POOLWATCH_STAMP = ".poolwatch-installed"

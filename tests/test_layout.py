@@ -109,3 +109,32 @@ def test_no_test_monkeypatches_the_product() -> None:
         or (isinstance(node, ast.Attribute) and node.attr == "MonkeyPatch")
     )
     assert offenders == []
+
+
+def test_every_module_a_test_imports_by_name_exists() -> None:
+    # importorskip("poolwatch.x") of a module that moved would skip its tests in silence
+    named = {
+        name
+        for path in TESTS.rglob("*.py")
+        for name in _imported_modules(ast.parse(path.read_text()))
+        if name.startswith("poolwatch") and "." in name
+    }
+    missing = sorted(n for n in named if not _resolves(n))
+    assert missing == []
+
+
+def _resolves(name: str) -> bool:
+    """``name`` is a module, or a name its parent module defines (``from a import b``)."""
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(name) is not None:
+            return True
+    except (ImportError, ValueError):
+        pass
+    parent, _, attr = name.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(parent), attr)
+    except ImportError:
+        return False

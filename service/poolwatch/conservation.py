@@ -164,7 +164,7 @@ def signature(snap: Snapshot) -> str:
     """
     findings = assess_snapshot(snap)
     pools = ",".join(f"{f.pool.value}={f.balance.value}" for f in findings)
-    trips = ",".join(sorted(f"{t.kind.value}:{t.pool.value}:{len(t.slots)}" for t in snap.tripwires))
+    trips = ",".join(sorted(f"{t.kind.value}:{t.pool.value}:{t.count}" for t in snap.tripwires))
     repairs = ",".join(sorted(f"{r.kind.value}:{r.pool.value}:{r.count}" for r in snap.repairs))
     pending = f"|{snap.seq}" if any(f.balance is Balance.DEFICIT for f in findings) else ""
     final = "|final" if snap.final else ""

@@ -165,7 +165,8 @@ class WorkerId:
     model: str = ""
     release: str = ""  # the engine's release (on the wire and the info metric also ``sglang_version``)
     instance: str = ""
-    engine: str = "sglang"  # the serving engine: ``sglang`` or ``vllm``
+    engine: str = "sglang"  # the serving engine (poolwatch.engines)
+    release_verified: bool = True  # False: a release its probe room never read, read as its nearest family
 
     @property
     def key(self) -> str:
@@ -202,6 +203,12 @@ class Tripwire:
     seq: int  # scheduler iteration of the first sighting
     requests: tuple[str, ...] = ()  # the live requests involved (``live_shared``: both), when known
     page_size: int = 1
+    total: int = 0  # how many ids the finding covers, exactly, when more than ``slots`` names (0: len(slots))
+
+    @property
+    def count(self) -> int:
+        """The exact number of ids found (``slots`` names at most :data:`MAX_NAMED` of them)."""
+        return max(self.total, len(self.slots))
 
 
 @dataclass(frozen=True, slots=True)

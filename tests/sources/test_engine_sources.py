@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import FakeClock
 
-from poolwatch.engines import ENGINES, UnknownEngine, engine_names
-from poolwatch.errors import ConfigError
+from poolwatch.engines import EngineEntry, UnknownEngine, engine_names
 from poolwatch.model import SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
@@ -48,13 +47,11 @@ def test_the_engine_setting_picks_whose_metrics_and_logs_the_flags_name() -> Non
     assert kinds == [SourceKind.SGLANG_METRICS, SourceKind.SGLANG_LOG]  # the default engine
 
 
-def test_an_engine_without_a_sources_room_is_one_clear_config_error() -> None:
-    no_room = [e.name for e in ENGINES if not e.sources]
-    if not no_room:
-        pytest.skip("every engine has a sources room")
-    env = {"POOLWATCH_METRICS_URLS": "http://127.0.0.1:30000", "POOLWATCH_ENGINE": no_room[0]}
-    with pytest.raises(ConfigError, match=f"POOLWATCH_ENGINE: engine '{no_room[0]}' has no /metrics"):
-        static_targets(Settings.from_env(env))
+def test_an_engine_without_a_sources_room_is_one_clear_error() -> None:
+    probe_only = (EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY"),)
+    with pytest.raises(UnknownEngine, match="engine 'toy' has no /metrics or log source"):
+        sources_of("toy", probe_only)
+    assert sources_for(SourceKind.SGLANG_METRICS, probe_only) is None
 
 
 def test_an_unknown_engine_is_refused_naming_the_known_ones() -> None:

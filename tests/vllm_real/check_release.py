@@ -152,6 +152,38 @@ def check_double_free() -> None:
     detach(sched)
 
 
+def check_shared_double_free() -> None:
+    """Two requests share a prefix; one's table is freed twice.  The shared blocks drop from 2 to 1
+    at the sound free and from 1 to 0 at the double free -- back on the free queue while the other
+    request still lists them, and vLLM never asserts.  Named at the second free."""
+    rng = random.Random(6)
+    sched, probe = started()
+    shared = PREFIXES[1][:48]  # three full blocks
+    for rid in ("a", "b"):
+        sched.add_request(make_request(rid, shared + [rng.randrange(10, 900) for _ in range(5)], 30))
+        step(sched)  # b's prefix hit on a's cached blocks
+    for _ in range(2):
+        step(sched)
+    stale = held_blocks(sched, "a")  # a stale copy of a's table (a connector's, say)
+    both = {x.block_id for x in stale} & {x.block_id for x in held_blocks(sched, "b")}
+    abort(sched, ["a"])  # the sound free
+    sound = named(probe.latest, TripwireKind.REF_BELOW_OWNERS)
+    sched.kv_cache_manager.block_pool.free_blocks(list(reversed(stale)))  # the double free
+    at_free = named(probe.latest, TripwireKind.REF_BELOW_OWNERS)
+    refs = sorted(x.ref_cnt for x in stale if x.block_id in both)
+    crash = run_until_assert(sched, rng, 200)
+    emit(
+        "shared_double_free",
+        len(both) >= 3 and both <= at_free and not sound,
+        shared=sorted(both),
+        named_at_free=sorted(at_free),
+        named_at_the_sound_free=sorted(sound),
+        shared_ref_cnt_after=refs,
+        vllm_assert=crash,
+    )
+    detach(sched)
+
+
 def check_duplicate_in_one_free() -> None:
     rng = random.Random(3)
     sched, probe = started()
@@ -218,6 +250,7 @@ def check_premature_free() -> None:
     blocks = held_blocks(sched, victim)
     sched.kv_cache_manager.block_pool.free_blocks(list(reversed(blocks)))  # returned while still in use
     ids = {b.block_id for b in blocks}
+    at_free = named(probe.latest, TripwireKind.REF_BELOW_OWNERS)  # before any allocation hands one out
     step(sched)  # the next boundary samples: a surplus, so the walk runs at once
     snap = probe.latest
     # a block only this request held is now free and held; a shared prefix block is not queued
@@ -227,8 +260,9 @@ def check_premature_free() -> None:
     crash = run_until_assert(sched, rng, 400)
     emit(
         "premature_free",
-        ids <= found and surplus is not None and surplus < 0,
+        ids <= at_free and ids <= found and surplus is not None and surplus < 0,
         ids=sorted(ids),
+        named_at_free=sorted(at_free),
         named=sorted(found),
         gap=surplus,
         vllm_assert=crash,
@@ -238,6 +272,7 @@ def check_premature_free() -> None:
 
 def check_plugin() -> None:
     """vLLM's own plugin loader finds the entry point; a Scheduler built afterwards has a probe."""
+    import logging
     import os
 
     from vllm.plugins import load_general_plugins
@@ -248,13 +283,24 @@ def check_plugin() -> None:
     load_general_plugins()
     sched = make_scheduler(64)
     probe = probe_of(sched)
+    from vllm.logger import init_logger
+
+    init_logger("vllm.check")  # vLLM's own logging set-up, as its entry points have it
+    seen: list[logging.LogRecord] = []
+    catcher = logging.Handler()
+    catcher.emit = seen.append  # type: ignore[method-assign]
+    logging.getLogger("vllm").addHandler(catcher)
+    logging.getLogger("poolwatch.probe").warning("poolwatch probe: through vLLM's logger")
+    logging.getLogger("vllm").removeHandler(catcher)
+    formatted = [r.getMessage() for r in seen] == ["poolwatch probe: through vLLM's logger"]
     sched.add_request(make_request("p0", PREFIXES[0][:20], 3))
     while sched.requests:
         step(sched)
     snap = probe.latest if probe else None
     emit(
         "plugin_activation",
-        probe is not None and snap is not None and gap(snap.pools[Pool.FULL]) == 0,
+        probe is not None and snap is not None and gap(snap.pools[Pool.FULL]) == 0 and formatted,
+        through_vllms_logger=formatted,
         seq=probe.seq if probe else None,
         phase=snap.phase.value if snap else None,
     )
@@ -266,6 +312,7 @@ def main() -> int:
         ("clean_run_hybrid", lambda: check_clean(True)),
         ("clean_run_preempting", lambda: check_clean(False, blocks=40)),
         ("double_free", check_double_free),
+        ("shared_double_free", check_shared_double_free),
         ("duplicate_in_one_free_42571", check_duplicate_in_one_free),
         ("leak_on_abort", check_leak_on_abort),
         ("premature_free", check_premature_free),

@@ -64,7 +64,7 @@ def _kwargs(cls: Any, **wanted: Any) -> dict[str, Any]:
 
 
 @functools.cache
-def model_config() -> ModelConfig:
+def model_config(max_model_len: int = 2048) -> ModelConfig:
     """Built once: ModelConfig inspects the architecture in a subprocess (seconds)."""
     model_dir = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
     (model_dir / "config.json").write_text(json.dumps(TINY))
@@ -74,21 +74,23 @@ def model_config() -> ModelConfig:
             model=str(model_dir),
             tokenizer=str(model_dir),
             skip_tokenizer_init=True,
-            max_model_len=2048,
+            max_model_len=max_model_len,
             dtype="float32",
             seed=0,
         )
     )
 
 
-def vllm_config(max_running: int, max_tokens: int) -> VllmConfig:
-    model = model_config()
+def vllm_config(max_running: int, max_tokens: int, max_model_len: int = 2048) -> VllmConfig:
+    model = model_config(max_model_len)
+    if getattr(model, "use_async_output_proc", False):  # 0.10.2 asks the (absent) platform about it
+        model.use_async_output_proc = False
     scheduler = SchedulerConfig(
         **_kwargs(
             SchedulerConfig,
             max_num_seqs=max_running,
             max_num_batched_tokens=max_tokens,
-            max_model_len=2048,
+            max_model_len=max_model_len,
             enable_chunked_prefill=True,
             is_encoder_decoder=False,
         )
@@ -113,7 +115,16 @@ def vllm_config(max_running: int, max_tokens: int) -> VllmConfig:
 
 
 def kv_cache_config(num_blocks: int, *, hybrid: bool) -> KVCacheConfig:
-    full = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=16, dtype=torch.float32)
+    full = FullAttentionSpec(
+        **_kwargs(
+            FullAttentionSpec,
+            block_size=BLOCK,
+            num_kv_heads=1,
+            head_size=16,
+            dtype=torch.float32,
+            use_mla=False,
+        )
+    )
     groups = [KVCacheGroupSpec(["layers.0.attn"], full)]
     if hybrid:
         mamba = MambaSpec(
@@ -130,9 +141,14 @@ def kv_cache_config(num_blocks: int, *, hybrid: bool) -> KVCacheConfig:
 
 
 def make_scheduler(
-    num_blocks: int = 400, *, hybrid: bool = False, max_running: int = 16, max_tokens: int = 512
+    num_blocks: int = 400,
+    *,
+    hybrid: bool = False,
+    max_running: int = 16,
+    max_tokens: int = 512,
+    max_model_len: int = 2048,
 ) -> Scheduler:
-    config = vllm_config(max_running, max_tokens)
+    config = vllm_config(max_running, max_tokens, max_model_len)
     config.cache_config.num_gpu_blocks = num_blocks
     if hybrid:
         config.cache_config.mamba_cache_mode = "align"  # type: ignore[attr-defined]

@@ -3,11 +3,14 @@
 Each case runs ``check_release.py`` with the release venv's Python (this checkout's ``service/`` and
 root first on ``PYTHONPATH``) and requires every check it prints to pass: long clean runs with
 prefix caching, chunked prefill and aborts (plain, hybrid full + Mamba, and a pool small enough
-to preempt), and four injected faults -- a double free,
-the duplicate release in one free (vLLM #42571), a leak on abort, a premature free -- each named by
-exact block ids before vLLM's own assert.  Build the venvs first::
+to preempt), and five injected faults -- a double free, a shared prefix freed twice (which vLLM never
+asserts on), the duplicate release in one free (vLLM #42571), a leak on abort, a premature free --
+each named by exact block ids before vLLM's own assert (the shared double free and the premature
+free at the free itself).  One release per family boundary that matters: 0.10.2 (the oldest),
+0.18.0 (skipped_waiting), 0.26.0 (deferred frees and copy-on-write), 0.33.0, 0.34.0 (the newest).
+Build the venvs first::
 
-    scripts/vllm_venv.py 0.33.0 && scripts/vllm_venv.py 0.11.0
+    for v in 0.10.2 0.18.0 0.26.0 0.33.0 0.34.0; do scripts/vllm_venv.py $v; done
 
 On 0.33.0, ``check_deferred.py`` drives the deferred-free queue (async scheduling with a consumer
 KV connector, stepped like EngineCore's batch queue).  A missing venv skips its case with that
@@ -24,12 +27,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASES = ("0.11.0", "0.33.0")
+RELEASES = ("0.10.2", "0.18.0", "0.26.0", "0.33.0", "0.34.0")  # the oldest, the newest, and families between
 CHECKS = {
     "clean_run",
     "clean_run_hybrid",
     "clean_run_preempting",
     "double_free",
+    "shared_double_free",
     "duplicate_in_one_free_42571",
     "leak_on_abort",
     "premature_free",

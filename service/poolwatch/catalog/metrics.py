@@ -74,8 +74,9 @@ _RANKS: tuple[MetricSpec, ...] = (
     _g(
         "poolwatch_worker_info",
         "Static facts about a scheduler rank; value is always 1. engine: which engine the rank runs, "
-        "release: its release (sglang_version: the same, its former name, kept for existing queries).",
-        (*RANK_LABELS, "model", "sglang_version", "source", "engine", "release"),
+        "release: its release (sglang_version: the same, its former name, kept for existing queries); "
+        "release_verified: false when the probe never read that release and reads it as the nearest one.",
+        (*RANK_LABELS, "model", "sglang_version", "source", "engine", "release", "release_verified"),
         group="ranks",
     ),
     _g(

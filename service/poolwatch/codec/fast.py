@@ -119,7 +119,7 @@ def _worker(raw: object) -> WorkerId | None:
     g = raw.get
     name: Any = g("worker")
     model, release, instance = g("model", ""), g(RELEASE_KEY, ""), g("instance", "")
-    engine = g("engine", "sglang")
+    engine, verified = g("engine", "sglang"), g("release_verified", True)
     ranks = (g("dp_rank", 0), g("tp_rank", 0), g("pp_rank", 0))
     role = g("role", "unified")
     role_ = _ROLES.get(role) if type(role) is str else None
@@ -127,9 +127,10 @@ def _worker(raw: object) -> WorkerId | None:
         role_ is None
         or not _counts(ranks, MAX_RANK)
         or not _texts((name, model, release, instance, engine), MAX_NAME)
+        or type(verified) is not bool
     ):
         return None
-    return WorkerId(name, role_, ranks[0], ranks[1], ranks[2], model, release, instance, engine)
+    return WorkerId(name, role_, ranks[0], ranks[1], ranks[2], model, release, instance, engine, verified)
 
 
 def _pools(raw: object) -> dict[Pool, PoolAccount] | None:

@@ -113,6 +113,7 @@ def _worker(raw: object, where: str) -> WorkerId:
         pp_rank=_rank(d.get("pp_rank", 0), f"{where}.pp_rank"),
         model=_str(d.get("model", ""), f"{where}.model"),
         release=_str(d.get(RELEASE_KEY, ""), f"{where}.{RELEASE_KEY}"),
+        release_verified=_bool(d.get("release_verified", True), f"{where}.release_verified"),
         instance=_str(d.get("instance", ""), f"{where}.instance"),
         engine=_str(d.get("engine", "sglang"), f"{where}.engine"),
     )
@@ -143,6 +144,7 @@ def _tripwire(raw: object, where: str) -> Tripwire:
         seq=_int(d.get("seq", 0), f"{where}.seq"),
         requests=_list(d.get("requests", []), f"{where}.requests", _str),
         page_size=max(1, _int(d.get("page_size", 1), f"{where}.page_size")),
+        total=_int(d.get("total", 0), f"{where}.total"),
     )
 
 

@@ -67,6 +67,8 @@ def _dump_tripwire(t: Tripwire) -> dict[str, Any]:
     out["requests"] = list(t.requests)
     if t.page_size == 1:
         del out["page_size"]  # slot ids: the form every earlier sidecar reads
+    if t.total <= len(t.slots):
+        del out["total"]  # every id named: the form every earlier sidecar reads
     return out
 
 

@@ -106,14 +106,24 @@ def _finding_sentence(f: Finding, snap: Snapshot) -> str:
     return f"The {f.pool.value} pool of {where(snap)} {what} [{_BASIS[f.basis]}, iteration {snap.seq}]."
 
 
+def id_ranges(ids: Iterable[int], limit: int = 16) -> str:
+    """Sorted ids as runs, ``3, 7-9, 12``; past ``limit`` runs, ``...`` (the count says how many)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:limit])
+    return shown + (" ..." if len(runs) > limit else "")
+
+
 def _tripwire_sentence(t: Tripwire) -> str:
-    shown = ", ".join(str(s) for s in t.slots[:16]) + (" ..." if len(t.slots) > 16 else "")
+    shown = id_ranges(t.slots)
+    if t.count > len(t.slots):
+        shown += f" (the first {len(t.slots)} named)"
     requests = f", requests [{', '.join(t.requests[:8])}{' ...' if len(t.requests) > 8 else ''}]"
-    ids = (
-        _plural(len(t.slots))
-        if t.page_size <= 1
-        else f"{_plural(len(t.slots), 'page')} of {t.page_size} slots"
-    )
+    ids = _plural(t.count) if t.page_size <= 1 else f"{_plural(t.count, 'page')} of {t.page_size} slots"
     return (
         f"Tripwire {t.kind.value}: {ids} [{shown}] first seen after "
         f"{t.first_seen_hook} at iteration {t.seq}{requests if t.requests else ''}."
@@ -159,7 +169,7 @@ def _signals(snap: Snapshot, found: Mapping[Pool, Finding], cfg: DetectorConfig)
     for t in snap.tripwires:
         key = (AlertName.SLOT_LEAK if t.kind in _LEAK_KINDS else AlertName.DOUBLE_FREE, t.pool)
         parts[key].append(_tripwire_sentence(t))
-        slots[key] = max(slots[key], len(t.slots))
+        slots[key] = max(slots[key], t.count)
         waits[key] = (1, 0.0)  # an identity census is proof: no need to wait
     return [
         _signal(snap, found, alert, pool, parts[alert, pool], slots[alert, pool], waits[alert, pool], cfg)

@@ -179,14 +179,23 @@ def activate_from_pth() -> None:
             log.warning("poolwatch probe: .pth activation for %s failed", entry.name, exc_info=True)
 
 
+class _ToEngine(logging.Handler):
+    """Hands the probe's log records to the engine's own logger, to be formatted and written by
+    whatever handlers the engine has configured there by the time a record is logged."""
+
+    def __init__(self, engine_logger: str) -> None:
+        super().__init__()
+        self.engine_logger = engine_logger
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(self.engine_logger).handle(record)
+
+
 def _engine_logging(spec: Engine) -> None:
-    """Let the engine's own logging format the probe's lines: ``poolwatch.probe`` hands its records
-    to the engine's root logger (``vllm``, ``sglang``) when that logger has handlers, instead of
-    Python's bare last-resort handler."""
-    if log.handlers:
+    """Route ``poolwatch.probe``'s lines through the engine's logger (``Engine.logger``), so they
+    come out in the engine's own format instead of Python's bare last-resort handler (an engine
+    that logs through the root logger needs nothing: records propagate there)."""
+    if not spec.logger or any(isinstance(h, _ToEngine) for h in log.handlers):
         return
-    owner = logging.getLogger(spec.scheduler.partition(".")[0])
-    if owner.handlers and not logging.getLogger().handlers:
-        for handler in owner.handlers:
-            log.addHandler(handler)
-        log.propagate = False
+    log.addHandler(_ToEngine(spec.logger))
+    log.propagate = False

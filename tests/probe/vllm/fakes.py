@@ -91,7 +91,7 @@ class BlockPool:
 
 
 @dataclass
-class Manager:
+class FullAttentionManager:
     block_pool: BlockPool
     req_to_blocks: defaultdict[str, list[Block]] = field(default_factory=lambda: defaultdict(list))
 
@@ -114,7 +114,7 @@ class Scheduler:
 
     def __init__(self, n: int = 64, groups: int = 1, deferred: bool = True) -> None:
         pool = BlockPool(n)
-        managers = tuple(Manager(pool) for _ in range(groups))
+        managers = tuple(FullAttentionManager(pool) for _ in range(groups))
         coordinator = type("Coordinator", (), {"single_type_managers": managers})()
         self.kv_cache_manager = type("KVCacheManager", (), {"block_pool": pool, "coordinator": coordinator})()
         self.requests: dict[str, Request] = {}
@@ -130,7 +130,7 @@ class Scheduler:
         return self.kv_cache_manager.block_pool  # type: ignore[no-any-return]
 
     @property
-    def managers(self) -> tuple[Manager, ...]:
+    def managers(self) -> tuple[FullAttentionManager, ...]:
         return self.kv_cache_manager.coordinator.single_type_managers  # type: ignore[no-any-return]
 
     def add(self, rid: str, blocks: int, *, prefix: list[Block] | None = None) -> list[Block]:

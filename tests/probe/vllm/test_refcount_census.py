@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.model import Pool, TripwireKind
+from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
 
 
@@ -83,11 +84,18 @@ def test_a_duplicate_in_one_list_is_below_owners_before_the_free() -> None:
     assert c.below_owners == (1,)
 
 
-def test_counts_are_complete_and_ids_capped() -> None:
-    n = 200
+def test_counts_are_complete_and_ids_capped_a_leak_named_whole_up_to_its_bound() -> None:
+    n = MAX_LEAK_IDS + 200
     c = census([], [0] + [1] * (n - 1), {})
     assert c.counts["missing"] == n - 1
-    assert len(c.orphaned) == 64
+    assert len(c.orphaned) == MAX_LEAK_IDS  # a leak: every id up to the bound
+    (trip,) = c.tripwires("h", 1)
+    assert (len(trip.slots), trip.count) == (MAX_LEAK_IDS, n - 1)  # the count exact beyond it
+    refs = [1] * n
+    refs[0] = 0
+    other = census(list(range(1, n)), refs, {})  # every block queued with a count: free_and_live
+    assert len(other.free_and_held) == MAX_IDS
+    assert other.counts["free_and_live"] == n - 1
 
 
 def test_only_named_blocks_are_looked_up() -> None:

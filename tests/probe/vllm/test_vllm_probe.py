@@ -191,18 +191,34 @@ def test_the_snapshot_round_trips_with_its_engine() -> None:
 
 
 @pytest.mark.parametrize(
-    "version", ["0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.32.0", "0.33.0", "0.33.0+cpu"]
+    ("version", "family"),
+    [
+        ("0.10.2", "v0.10"), ("0.13.0", "v0.10"), ("0.14.0", "v0.14"), ("0.17.1", "v0.14"),
+        ("0.18.0", "v0.18"), ("0.23.0", "v0.18"), ("0.24.0", "v0.24"), ("0.25.1", "v0.24"),
+        ("0.26.0", "v0.26"), ("0.27.1", "v0.27"), ("0.28.0", "v0.27"), ("0.29.0", "v0.29"),
+        ("0.30.0", "v0.30"), ("0.31.0", "v0.31"), ("0.32.0", "v0.31"), ("0.33.0", "v0.33"),
+        ("0.33.0+cpu", "v0.33"), ("0.34.0", "v0.34"),
+    ],
+)  # fmt: skip
+def test_every_release_read_has_its_family_and_is_verified(version: str, family: str) -> None:
+    release = vllm_release(version)
+    assert (release.family, release.verified) == (family, True)
+
+
+@pytest.mark.parametrize(
+    ("version", "family"),
+    [("0.34.1", "v0.34"), ("0.35.0", "v0.34"), ("1.0.0", "v0.34"), ("0.25.2", "v0.24"), ("0.13.1", "v0.10")],
 )
-def test_known_releases_have_a_shape(version: str) -> None:
-    assert shape_for(version).family in ("v0.10", "v0.33")
+def test_a_release_never_read_is_read_as_the_family_before_it_unverified(version: str, family: str) -> None:
+    release = vllm_release(version)
+    assert (release.family, release.verified) == (family, False)
 
 
-UNKNOWN = ["0.9.2", "0.10.1.1", "0.12.0", "0.31.1", "0.33.1", "0.34.0", "", "nightly"]
-
-
-@pytest.mark.parametrize("version", UNKNOWN)
-def test_an_unknown_release_is_refused_clearly(version: str) -> None:
-    with pytest.raises(UnknownVllmRelease, match="not a release poolwatch has read"):
+@pytest.mark.parametrize("version", ["0.9.2", "0.10.1.1", "nightly", ""])
+def test_a_release_older_than_the_first_read_or_no_version_is_refused_clearly(version: str) -> None:
+    with pytest.raises(UnknownVllmRelease, match="not a release poolwatch can read"):
+        vllm_release(version or "not-installed")
+    with pytest.raises(UnknownVllmRelease, match=r"the first is 0\.10\.2"):
         shape_for(version)
 
 
@@ -253,10 +269,10 @@ def test_the_plugin_is_inert_without_consent() -> None:
 
 
 def test_activation_refuses_an_unknown_release(caplog: pytest.LogCaptureFixture) -> None:
-    env = {"POOLWATCH_ENGINE_VERSION": "0.12.0"}
+    env = {"POOLWATCH_ENGINE_VERSION": "0.9.2"}
     with caplog.at_level(logging.ERROR, logger="poolwatch.probe"):
         assert not activate(FAKE, env)
-    assert "not a release poolwatch has read" in caplog.text
+    assert "not a release poolwatch can read" in caplog.text
     assert "__poolwatch_originals__" not in vars(Scheduler)
     assert not activate(FAKE, {"POOLWATCH_PROBE_DISABLE": "1"})
 

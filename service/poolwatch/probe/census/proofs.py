@@ -21,14 +21,15 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
 
-__all__ = ["MAX_IDS", "MAX_RETURN", "Owners", "PoolCensus", "busy_lost", "id_census"]
+__all__ = ["MAX_IDS", "MAX_LEAK_IDS", "MAX_RETURN", "Owners", "PoolCensus", "busy_lost", "id_census"]
 
 MAX_IDS = 64  # slot ids named per finding; the counts are always complete
+MAX_LEAK_IDS = 4096  # a leak is named whole up to this many ids (the wire's list bound); its count is exact
 MAX_RETURN = 1 << 16  # missing ids kept (unnamed) for the guard to give back at idle
 Owners = Sequence[tuple[str, Sequence[int]]]  # (request id, the slot ids it holds), per live request
 
@@ -83,6 +84,9 @@ class PoolCensus:
         ]
         page = self.page_size
         out = [Tripwire(k, self.pool, ids, hook, seq, self.requests_of(ids), page) for k, ids in found if ids]
+        missing = next((i for i, t in enumerate(out) if t.kind is TripwireKind.MISSING), None)
+        if missing is not None and (self.missing_count or 0) > len(out[missing].slots):
+            out[missing] = replace(out[missing], total=self.missing_count or 0)
         for slot in self.live_shared:  # one finding per shared slot, naming every holder
             out.append(
                 Tripwire(TripwireKind.LIVE_SHARED, self.pool, (slot,), hook, seq, self.owners[slot], page)
@@ -161,7 +165,7 @@ def id_census(
         free_and_live=_cap(free_set & live_set),
         free_and_tree=_cap(free_set & tree_set),
         out_of_range=_cap(i for i in free_set if not first <= i < first + size),
-        missing=None if missing is None else missing[:MAX_IDS],
+        missing=None if missing is None else missing[:MAX_LEAK_IDS],
         missing_count=None if missing is None else len(missing),
         live_shared=shared,
         live_and_tree=live_tree,

@@ -16,7 +16,8 @@ count exceeds its owners is *pinned* when something outside the lists may legiti
 (``pins_possible``: a KV connector or offloader), else a leak: with no owner at all it is
 ``orphaned`` (:attr:`~poolwatch.model.TripwireKind.MISSING`), with fewer owners than its count
 ``ref_above_owners``.  A block with ``ref_cnt == 0`` that is not on the queue is lost as well.
-Each finding names at most :data:`~poolwatch.probe.census.proofs.MAX_IDS` ids; counts are complete.
+Each finding names at most :data:`~poolwatch.probe.census.proofs.MAX_IDS` ids (a leak, ``missing``:
+:data:`~poolwatch.probe.census.proofs.MAX_LEAK_IDS`); counts are complete.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from itertools import compress
 from operator import not_
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
-from poolwatch.probe.census.proofs import MAX_IDS
+from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
 
 __all__ = ["RefCensus", "refcount_census"]
 
@@ -80,7 +81,8 @@ class RefCensus:
         for name, ids in self.findings().items():
             if ids:
                 reqs = sorted({o for i in ids for o in self.owners.get(i, ())})[:MAX_IDS]
-                out.append(Tripwire(kinds[name], self.pool, ids, hook, seq, tuple(reqs)))
+                total = self.counts.get(name, 0)
+                out.append(Tripwire(kinds[name], self.pool, ids, hook, seq, tuple(reqs), total=total))
         return out
 
 
@@ -94,7 +96,7 @@ class _Found:
     def add(self, name: str, block: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
         ids = self.ids.setdefault(name, [])
-        if len(ids) < MAX_IDS:
+        if len(ids) < (MAX_LEAK_IDS if name == "missing" else MAX_IDS):
             ids.append(block)
 
     def get(self, name: str) -> tuple[int, ...]:
@@ -153,14 +155,18 @@ def refcount_census(
     null_id: int = 0,
     null_marked: Sequence[int] = (0,),
     pins_possible: bool = False,
+    reserved: frozenset[int] = frozenset(),
+    owners_exact: bool = True,
 ) -> RefCensus:
     """The census of one pool: ``ref_cnt[i]`` of block ``i``, ``owned[i]`` how many owners list it.
 
     ``free``/``free_back``: the queue walked from its head and from its tail (a block queued twice
     shows in the second); ``names(ids)``: the owners of the named blocks, asked only when there are
     some (request ids; stale requests too, which are never owners); ``null_marked``: the ids whose
-    ``is_null`` flag is set (exactly the null block when sound).  O(n) in C-level passes, and
-    Python work per suspect block only."""
+    ``is_null`` flag is set (exactly the null block when sound); ``reserved``: blocks the engine took
+    off the queue for good at ``ref_cnt`` 0 (never findings while they stay so); ``owners_exact``
+    False: some lists name blocks they hold no reference to (HiSparse), so only the queue's own
+    lines are checked.  O(n) in C-level passes, and Python work per suspect block only."""
     n = len(ref_cnt)
     found = _Found()
     on_queue = _walk_findings((free, free_back), n, null_id, found)
@@ -170,8 +176,10 @@ def refcount_census(
     pinned = 0
     for block in _suspects(ref_cnt, owned, on_queue, null_id):
         ref = ref_cnt[block]
-        listed = owned.get(block, 0)
+        listed = owned.get(block, 0) if owners_exact else ref
         queued = block in on_queue
+        if block in reserved and ref == 0 and not queued and not owned.get(block, 0):
+            continue
         if ref < 0:
             found.add("negative_ref", block)
         if queued and (ref > 0 or listed):

@@ -56,6 +56,14 @@ class Guard:
                 self.last_error,
             )
 
+    def refuse(self, reason: str) -> None:
+        """Off for good on this scheduler, for ``reason`` (a release the probe cannot read safely):
+        logged once as an error; the health says disabled, with the reason as the last error."""
+        self.gave_up = True
+        self.errors_total += 1
+        self.last_error = f"refused: {reason}"[:300]
+        log.error("poolwatch probe refused on this scheduler: %s", reason)
+
     def note(self, where: str, message: str) -> None:
         """A contained error that does not stop the probe (an unreadable field)."""
         self.errors_total += 1

@@ -156,6 +156,7 @@ class Engine:
     keepalive: bool = False  # its scheduler calls no hook while idle: re-stamp the idle snapshot
     release_env: str = ""  # the deprecated per-engine release variable (POOLWATCH_ENGINE_VERSION wins)
     consent: Callable[[Mapping[str, str]], bool] = field(default=_probe_consent)  # the plugin acts only then
+    logger: str = ""  # the engine's own logger, which formats the probe's lines ("": the root logger)
 
     def new(self, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
         """A probe of this engine on ``scheduler`` (not attached: see ``lifecycle.attach``)."""

@@ -153,6 +153,12 @@ class Probe:
         interval = self.config.sample_interval_s
         return self.clock() - self._last_sample >= interval and self._active() and self.guard.allow()
 
+    def refuse(self, reason: str) -> None:
+        """Stop reading this scheduler for good (the room found it cannot be read safely): a
+        pool-less heartbeat keeps saying so, with the reason, instead of going silent."""
+        self.guard.refuse(reason)
+        self._publish_health()
+
     def contain(self, where: str, fn: Callable[[], None]) -> None:
         try:
             fn()
@@ -177,6 +183,9 @@ class Probe:
             proofs = self._census(due, sample, reading, hook)
             census_cost = self.census_cost
             again = self._after_census(due, proofs, sample, hook)
+            if self.disabled:  # the room refused this scheduler: say so, publish nothing read
+                self._heartbeat()
+                return
             if again is not None:  # the census changed what a read would find: read once more
                 reading = Reading()
                 sample = self.reader.read(reading, again)
@@ -198,7 +207,7 @@ class Probe:
         for proof in proofs:
             self.tripwires.add(proof.tripwires(hook, self.seq))
         self.census_total += 1
-        self.census_cost = time.perf_counter() - started
+        self.census_cost = self.schedule.pass_cost = time.perf_counter() - started
         self.census = census_envelope(
             [p.body() for p in proofs],
             seq=self.seq,
@@ -278,7 +287,14 @@ class Probe:
         if found is None:
             ranks = self.reader.identify(reading, role)
             name = self.config.worker or worker_name(self.environ)
-            found = replace(ranks, worker=name, engine=self.engine.name, release=self.release.version)
+            release = self.release
+            found = replace(
+                ranks,
+                worker=name,
+                engine=self.engine.name,
+                release=release.version,
+                release_verified=release.verified,
+            )
             self._identity[role] = found
         return found
 

@@ -11,7 +11,8 @@ Each census of a room follows its :class:`CensusRule`:
 * at once when the sample shows a *new* exact conservation gap in one of its pools, so the slot or
   block ids reach the page within a sample instead of at the next busy census.  That trigger runs
   once per new set of gaps (a standing gap costs nothing more) and, while a leak keeps growing, at
-  most once per :data:`GAP_CENSUS_EVERY_S` for all censuses together.
+  most once per :data:`GAP_CENSUS_EVERY_S` for all censuses together -- and no more often than keeps
+  the censuses' own cost under :data:`CENSUS_BUDGET` of the thread (a large pool's walk is spaced out).
 
 The census of a model's pool that does not exist never runs (a census applies when one of its pools
 is in the sample).  Nothing here reads the engine; :class:`CensusSchedule` only says what is due.
@@ -25,9 +26,11 @@ from dataclasses import dataclass
 from poolwatch.conservation import gap
 from poolwatch.model import Exactness, Pool, PoolAccount
 
-__all__ = ["GAP_CENSUS_EVERY_S", "CensusRule", "CensusSchedule", "Due", "exact_gaps"]
+__all__ = ["CENSUS_BUDGET", "GAP_CENSUS_EVERY_S", "CensusRule", "CensusSchedule", "Due", "exact_gaps"]
 
 GAP_CENSUS_EVERY_S = 5.0  # a gap-triggered census runs at most this often (a leak that keeps growing)
+CENSUS_BUDGET = 0.002  # ... and never takes more than this share of the scheduler thread: a census
+# that took c seconds is followed by the next gap-triggered one no sooner than c / CENSUS_BUDGET
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class CensusSchedule:
         self.gaps: dict[Pool, int] = {}  # the gaps the last gap-triggered census was taken for
         self.last_gap = -float("inf")
         self.gap_runs = 0  # gap-triggered census passes
+        self.pass_cost = 0.0  # seconds the last census pass took (the budget spaces the next out)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -119,13 +123,18 @@ class CensusSchedule:
     def ran(self, name: str, now: float) -> None:
         self.last[name] = now
 
+    @property
+    def gap_interval(self) -> float:
+        """The least time between two gap-triggered censuses (the rate limit, or the budget)."""
+        return max(GAP_CENSUS_EVERY_S, self.pass_cost / CENSUS_BUDGET)
+
     def gapped(self, gaps: Mapping[Pool, int], now: float) -> frozenset[Pool]:
         """The pools to census now because their gap is new (none while rate-limited: the gap is
         looked at again at the next sample)."""
         if not gaps:
             self.gaps = {}  # balanced again: the next gap is new
             return frozenset()
-        if gaps == self.gaps or now - self.last_gap < GAP_CENSUS_EVERY_S:
+        if gaps == self.gaps or now - self.last_gap < self.gap_interval:
             return frozenset()
         changed = frozenset(p for p, g in gaps.items() if self.gaps.get(p) != g)
         self.gaps, self.last_gap = dict(gaps), now

@@ -1,5 +1,9 @@
 """The tripwires a rank has tripped: kept from the first sighting on, one finding per slot, bounded.
 
+A leak (``missing``) is one finding per pool that grows with every census that finds more: its ids
+extended up to :data:`~poolwatch.probe.census.proofs.MAX_LEAK_IDS` and its exact count kept
+(``Tripwire.total``), so a leak of any size is reported whole.
+
 A proven identity fault (a slot or block freed twice, a free one still in use) does not heal: the
 pool is corrupt until the server restarts.  So a tripwire stays in every later snapshot with the
 hook and iteration where it was *first* seen.  The same slot seen again (by the next census, or by
@@ -20,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
 
 __all__ = ["MAX_TRIPWIRES", "TripwireLog"]
 
@@ -38,6 +43,9 @@ class TripwireLog:
         new = False
         for tripwire in found:
             fresh = tuple(s for s in tripwire.slots if (tripwire.kind, tripwire.pool, s) not in self._seen)
+            if tripwire.kind is TripwireKind.MISSING and self._has(tripwire.kind, tripwire.pool):
+                new |= self._grow(tripwire, fresh)
+                continue
             if tripwire.slots and not fresh:
                 continue
             if not tripwire.slots and self._has(tripwire.kind, tripwire.pool):
@@ -49,6 +57,21 @@ class TripwireLog:
             self._found.append(replace(tripwire, slots=fresh))
             new = True
         return new
+
+    def _grow(self, tripwire: Tripwire, fresh: tuple[int, ...]) -> bool:
+        """A leak keeps growing: one finding per pool, its ids extended (bounded) and its count
+        the largest any census found; True when it grew."""
+        i = next(k for k, t in enumerate(self._found) if t.kind is tripwire.kind and t.pool is tripwire.pool)
+        old = self._found[i]
+        room = MAX_LEAK_IDS - len(old.slots)
+        added = fresh[: max(0, room)]
+        self._seen.update((tripwire.kind, tripwire.pool, s) for s in added)
+        count = max(old.count + len(fresh) - len(added), tripwire.count, old.count)
+        slots = old.slots + added
+        requests = tuple(dict.fromkeys((*old.requests, *tripwire.requests)))[:MAX_IDS]
+        grown = replace(old, slots=slots, requests=requests, total=count if count > len(slots) else 0)
+        self._found[i] = grown
+        return grown.count > old.count
 
     def settle(self, kinds: Iterable[TripwireKind], pool: Pool, slots: Iterable[int]) -> None:
         """The guard repaired ``slots`` of ``pool``: findings of ``kinds`` about them are over."""
@@ -62,7 +85,8 @@ class TripwireLog:
             self._seen -= {(t.kind, pool, s) for s in gone}
             rest = tuple(s for s in t.slots if s not in gone)
             if rest or not t.slots:
-                kept.append(replace(t, slots=rest))
+                left = t.count - (len(t.slots) - len(rest))
+                kept.append(replace(t, slots=rest, total=left if left > len(rest) else 0))
         self._found = kept
 
     def _has(self, kind: TripwireKind, pool: Pool) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.model import Pool
-from poolwatch.probe.census.proofs import MAX_IDS, MAX_RETURN, PoolCensus, busy_lost
+from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS, MAX_RETURN, PoolCensus, busy_lost
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import full_private_range
 from poolwatch.probe.sglang.mamba_census import tree_values
@@ -174,7 +174,7 @@ def _census(
         free_and_live=_host(torch.nonzero(on_free & live_marks).reshape(-1)),
         free_and_tree=_host(torch.nonzero(on_free & tree_marks).reshape(-1)),
         out_of_range=_host(torch.unique(free[~in_range])),
-        missing=None if missing is None else _host(missing),
+        missing=None if missing is None else _host(missing, MAX_LEAK_IDS),
         missing_count=None if missing is None else int(missing.numel()),
         missing_ids=() if missing is None else _host(missing, MAX_RETURN),
         page_size=page,

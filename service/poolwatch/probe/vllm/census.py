@@ -19,7 +19,7 @@ from typing import Any
 from poolwatch.model import Pool, Tripwire
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
 from poolwatch.probe.core.access import MISSING, Reading
-from poolwatch.probe.vllm.readers import owner_lists, walk_free
+from poolwatch.probe.vllm.readers import hisparse, managers, owner_lists, reserved_blocks, walk_free
 from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = ["Walk", "walk_pool"]
@@ -76,6 +76,7 @@ def _names(sched: Any, shape: VllmShape, pool: Any, wanted: set[int]) -> dict[in
 
 
 def walk_pool(sched: Any, shape: VllmShape, pool: Any, reading: Reading) -> Walk:
+    mgrs = managers(sched, reading)
     blocks = pool.blocks
     n = len(blocks)
     counter = pool.free_block_queue.num_free_blocks
@@ -98,6 +99,8 @@ def walk_pool(sched: Any, shape: VllmShape, pool: Any, reading: Reading) -> Walk
         null_id=pool.null_block.block_id,
         null_marked=list(compress(range(n), map(_NULL, blocks))),
         pins_possible=_connector(sched, reading),
+        reserved=frozenset(map(_ID, reserved_blocks(pool, mgrs, shape, reading))),
+        owners_exact=not (shape.hisparse and hisparse(mgrs)),
     )
     queued = {id(b): b for b in (*forward, *backward)}.values() if backward else forward
     hashes = list(map(_HASH, queued))

@@ -30,7 +30,7 @@ from poolwatch.probe.core.engine import Engine, Reader, Release
 from poolwatch.probe.core.hooks import Hook
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.vllm.identity import vllm_version
-from poolwatch.probe.vllm.shapes import shape_for
+from poolwatch.probe.vllm.shapes import release_of
 
 __all__ = ["HOOKS", "VLLM", "vllm_plugin", "vllm_release"]
 
@@ -42,10 +42,10 @@ HOOKS: tuple[Hook, ...] = (
 
 
 def vllm_release(override: str) -> Release:
-    """The release to read: ``override`` (``POOLWATCH_ENGINE_VERSION``) or the installed vLLM's;
-    :class:`~poolwatch.probe.vllm.shapes.UnknownVllmRelease` for one no family covers."""
-    version = override or vllm_version()
-    return Release(version, shape_for(version).family)
+    """The release to read: ``override`` (``POOLWATCH_ENGINE_VERSION``) or the installed vLLM's, as
+    its family -- unverified when its wheel was never read; :class:`~poolwatch.probe.vllm.shapes.
+    UnknownVllmRelease` for one older than the first family (or no version at all)."""
+    return release_of(override or vllm_version())
 
 
 def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:
@@ -70,6 +70,7 @@ VLLM = Engine(
     plugin_group="vllm.general_plugins",
     keepalive=True,
     release_env="POOLWATCH_VLLM_VERSION",
+    logger="vllm",
 )
 
 

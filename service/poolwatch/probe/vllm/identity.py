@@ -7,6 +7,7 @@ from typing import Any
 
 from poolwatch.model import Role, WorkerId
 from poolwatch.probe.core.access import Reading
+from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = ["local_index", "rank_identity", "vllm_version"]
 
@@ -23,9 +24,18 @@ def vllm_version() -> str:
     return ""
 
 
-def _rank(sched: Any, reading: Reading) -> int:
-    value = reading.attr(sched, "vllm_config.parallel_config.data_parallel_rank", optional=True)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _int(sched: Any, reading: Reading, path: str) -> int | None:
+    value = reading.attr(sched, path, optional=True)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _rank(sched: Any, reading: Reading, shape: VllmShape) -> int:
+    """The data-parallel rank: from 0.14 a dense model's DP engines all run with
+    ``data_parallel_rank`` 0, and ``data_parallel_index`` tells them apart."""
+    config = "vllm_config.parallel_config."
+    index = _int(sched, reading, config + "data_parallel_index") if shape.dp_index else None
+    rank = index if index is not None else _int(sched, reading, config + "data_parallel_rank")
+    return rank or 0
 
 
 def _model(sched: Any, reading: Reading) -> str:
@@ -38,12 +48,14 @@ def _model(sched: Any, reading: Reading) -> str:
     return ""
 
 
-def rank_identity(sched: Any, reading: Reading) -> WorkerId:
+def rank_identity(sched: Any, reading: Reading, shape: VllmShape) -> WorkerId:
     """The EngineCore's data-parallel rank and model (``worker`` left for the neutral probe)."""
-    return WorkerId(worker="", role=Role.UNIFIED, dp_rank=_rank(sched, reading), model=_model(sched, reading))
+    return WorkerId(
+        worker="", role=Role.UNIFIED, dp_rank=_rank(sched, reading, shape), model=_model(sched, reading)
+    )
 
 
-def local_index(sched: Any, reading: Reading) -> int:
+def local_index(sched: Any, reading: Reading, shape: VllmShape) -> int:
     """This EngineCore's index on its node, for ``POOLWATCH_PROBE_PORT_BASE``."""
-    value = reading.attr(sched, "vllm_config.parallel_config.data_parallel_rank_local", optional=True)
-    return value if isinstance(value, int) and not isinstance(value, bool) else _rank(sched, reading)
+    local = _int(sched, reading, "vllm_config.parallel_config.data_parallel_rank_local")
+    return local if local is not None else _rank(sched, reading, shape)

@@ -1,39 +1,47 @@
 """Reading a vLLM V1 scheduler's block pool and who holds its blocks (never raises; never writes).
 
 Everything is read at a step boundary on the EngineCore thread: Python ints, ``len()`` and the
-block objects' plain fields.  Owners of a block are the single-type managers' ``req_to_blocks``
-lists (one per KV cache group and request), the scheduler's ``deferred_frees`` (blocks popped from
-a manager whose return waits for an in-flight step, 0.33) and the managers' pending copy-on-write
-retentions.  A request the scheduler still knows but that has finished keeps its blocks while a KV
-connector transfers them (vLLM's counterpart of SGLang's session-held); a list whose request the
-scheduler no longer knows at all is stale: its blocks are held by no one (a leak).
+block objects' plain fields.  The owners of a block, per release family
+(:mod:`~poolwatch.probe.vllm.shapes`):
+
+* the single-type managers' ``req_to_blocks`` lists (one per KV cache group and request).  A
+  request the scheduler still knows but that has finished keeps its blocks while a KV connector
+  transfers them (vLLM's counterpart of SGLang's session-held); a list whose request the scheduler
+  no longer knows at all is stale: its blocks are held by no one (a leak);
+* the scheduler's ``deferred_frees`` (0.24+: blocks popped from a manager whose return waits for an
+  in-flight step; from 0.30 they may be another pool's, told by ``KVCacheBlock.pool``), the
+  managers' pending copy-on-write pairs (0.26+) and the KV cache manager's partial-tail pins
+  (0.27-0.28);
+* reserved, not owned: a sink-attention manager's ``sink_blocks`` (0.14-0.29) sit off the free
+  queue at ``ref_cnt`` 0 for the engine's life.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.vllm.shapes import VllmShape
 
-__all__ = ["Holders", "block_pool", "holders", "managers", "queue_depths", "walk_free"]
+__all__ = [
+    "block_pool",
+    "cow_lists",
+    "deferred_lists",
+    "hisparse",
+    "in_pool",
+    "kind_of",
+    "managers",
+    "owner_lists",
+    "pin_lists",
+    "queue_depths",
+    "reserved_blocks",
+    "walk_free",
+]
 
 _ID = attrgetter("block_id")
-
-
-@dataclass(slots=True)
-class Holders:
-    """Distinct block ids of one pool by kind of holder (the cheap, every-sample view)."""
-
-    live: set[int] = field(default_factory=set)  # requests running or waiting
-    transfer: set[int] = field(default_factory=set)  # finished, blocks kept for a KV transfer
-    deferred: set[int] = field(default_factory=set)  # popped, return fenced behind a step
-    stale: set[int] = field(default_factory=set)  # listed for a request the scheduler forgot
-    stale_requests: list[str] = field(default_factory=list)
 
 
 def block_pool(sched: Any, reading: Reading) -> Any:
@@ -59,7 +67,7 @@ def _own_lists(pool: Any, mgrs: Iterable[Any], reading: Reading) -> Iterator[tup
             reading.fail(f"single_type_managers[{index}].req_to_blocks", exc)
 
 
-def _cow(pool: Any, mgrs: Iterable[Any], reading: Reading) -> Iterator[tuple[str, list[Any]]]:
+def cow_lists(pool: Any, mgrs: Iterable[Any], reading: Reading) -> Iterator[tuple[str, list[Any]]]:
     for mgr in mgrs:
         pending = reading.attr(mgr, "_pending_cow_copies", optional=True)
         if pending and reading.attr(mgr, "block_pool", optional=True) is pool:
@@ -68,14 +76,54 @@ def _cow(pool: Any, mgrs: Iterable[Any], reading: Reading) -> Iterator[tuple[str
                 yield "cow-copy", [copy]
 
 
-def _deferred(sched: Any, shape: VllmShape, reading: Reading) -> Iterator[tuple[str, list[Any]]]:
+def in_pool(block: Any, pool: Any, shape: VllmShape) -> bool:
+    """Whether ``block`` is ``pool``'s (from 0.30 a deferred list may carry another pool's blocks)."""
+    if not shape.block_pool_ref:
+        return True
+    owner = getattr(block, "pool", None)
+    if shape.block_pool_ref == "weakref" and owner is not None:
+        owner = owner()
+    return owner is None or owner is pool
+
+
+def deferred_lists(
+    sched: Any, shape: VllmShape, pool: Any, reading: Reading
+) -> Iterator[tuple[str, list[Any]]]:
+    """The deferred frees' blocks of ``pool`` (0.24+), one list per entry."""
     if not shape.deferred_frees:
         return
     entries = reading.attr(sched, "deferred_frees")
     if entries is MISSING:
         return
     for fence, blocks in list(entries):
-        yield f"deferred@{fence}", list(blocks)
+        yield f"deferred@{fence}", [b for b in blocks if in_pool(b, pool, shape)]
+
+
+def pin_lists(sched: Any, shape: VllmShape, reading: Reading) -> Iterator[tuple[str, list[Any]]]:
+    """The KV cache manager's partial-tail pins (0.27-0.28): owners beside the requests' lists."""
+    if not shape.tail_pins:
+        return
+    pins = reading.attr(sched, "kv_cache_manager._partial_tail_pins", optional=True)
+    if pins is not MISSING and pins is not None:
+        for rid, blocks in list(pins.items()):
+            yield f"pin@{rid}", list(blocks)
+
+
+def reserved_blocks(pool: Any, mgrs: Iterable[Any], shape: VllmShape, reading: Reading) -> list[Any]:
+    """Blocks a manager took off the queue for good (sink attention's, 0.14-0.29)."""
+    if not shape.sink_blocks:
+        return []
+    out: list[Any] = []
+    for mgr in mgrs:
+        sink = reading.attr(mgr, "sink_blocks", optional=True)
+        if sink and reading.attr(mgr, "block_pool", optional=True) is pool:
+            out += list(sink)
+    return out
+
+
+def hisparse(mgrs: Iterable[Any]) -> bool:
+    """Whether a HiSparse manager is present: it lists pages it holds no reference to (0.30+)."""
+    return any(type(m).__name__.startswith(("HiSparse", "_HiSparse")) for m in mgrs)
 
 
 def _finished(request: Any, reading: Reading) -> bool:
@@ -89,7 +137,8 @@ def _finished(request: Any, reading: Reading) -> bool:
 def owner_lists(
     sched: Any, shape: VllmShape, pool: Any, reading: Reading
 ) -> Iterator[tuple[str, str, list[Any]]]:
-    """``(kind, owner, blocks)`` with kind ``live``, ``transfer``, ``deferred`` or ``stale``."""
+    """``(kind, owner, blocks)`` with kind ``live``, ``transfer``, ``deferred`` (deferred frees,
+    copy-on-write pairs, pins) or ``stale`` -- every list, read afresh (the census's view)."""
     requests = reading.attr(sched, "requests")
     known: dict[str, Any] = dict(requests) if requests is not MISSING else {}
     mgrs = managers(sched, reading)
@@ -99,31 +148,22 @@ def owner_lists(
             yield "stale", rid, blocks
         else:
             yield ("transfer" if _finished(request, reading) else "live"), rid, blocks
-    for owner, blocks in _deferred(sched, shape, reading):
+    for owner, blocks in deferred_lists(sched, shape, pool, reading):
         yield "deferred", owner, blocks
-    for owner, blocks in _cow(pool, mgrs, reading):
+    for owner, blocks in cow_lists(pool, mgrs, reading):
+        yield "deferred", owner, blocks
+    for owner, blocks in pin_lists(sched, shape, reading):
         yield "deferred", owner, blocks
 
 
-def holders(sched: Any, shape: VllmShape, pool: Any, reading: Reading) -> Holders:
-    """The distinct ids of each kind of holder (the null block left out)."""
-    out = Holders()
-    sets = {"live": out.live, "transfer": out.transfer, "deferred": out.deferred, "stale": out.stale}
-    for kind, owner, blocks in owner_lists(sched, shape, pool, reading):
-        if blocks:
-            sets[kind].update(map(_ID, blocks))
-            if kind == "stale":
-                out.stale_requests.append(owner)
-    null = reading.attr(pool, "null_block.block_id", optional=True)
-    for ids in sets.values():
-        ids.discard(null)
-    return out
+def kind_of(request: Any, reading: Reading) -> str:
+    """``live`` or ``transfer`` (finished, its blocks kept while a KV connector moves them)."""
+    return "transfer" if _finished(request, reading) else "live"
 
 
 def queue_depths(sched: Any, shape: VllmShape, reading: Reading) -> dict[str, int]:
     out: dict[str, int] = {}
-    names = ["running", "waiting"] + (["kv_holding_waiting"] if shape.kv_holding_waiting else [])
-    for name in names:
+    for name in shape.queues:
         queue = reading.attr(sched, name)
         if queue is not MISSING:
             out[name] = reading.guard(name, functools.partial(len, queue), 0)

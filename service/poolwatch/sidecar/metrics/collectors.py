@@ -108,7 +108,8 @@ class PoolCollector(Collector):
     def _add_rank(self, fam: Families, snap: Snapshot, now: float, stale: bool) -> None:
         labels = rank_labels(snap)
         w = snap.worker
-        info = (*labels, w.model, w.release, snap.source, w.engine, w.release)
+        verified = "true" if w.release_verified else "false"
+        info = (*labels, w.model, w.release, snap.source, w.engine, w.release, verified)
         fam.add("poolwatch_worker_info", info, 1)
         fam.add("poolwatch_scheduler_iteration", labels, snap.seq)
         fam.add("poolwatch_snapshot_timestamp_seconds", labels, snap.taken_at)
@@ -164,7 +165,7 @@ class PoolCollector(Collector):
         counts: dict[tuple[str, str], int] = {}
         for t in snap.tripwires:
             key = (t.pool.value, t.kind.value)
-            counts[key] = counts.get(key, 0) + len(t.slots)
+            counts[key] = counts.get(key, 0) + t.count
         for (pool, kind), n in sorted(counts.items()):
             fam.add("poolwatch_pool_tripwire_slots", (*rank_labels(snap), pool, kind), n)
 

@@ -1,0 +1,83 @@
+"""The instance methods the vLLM probe wraps beside the scheduler's hooks (EngineCore thread).
+
+* the block pool's ``free_blocks``: the probe looks at the list (``look(blocks)``), then vLLM frees it
+  untouched -- an iterator is materialised once and passed on as a list;
+* each single-type manager's ``pop_blocks_for_free`` (0.24+) and ``free``: before vLLM pops a
+  request's list, ``popped(manager index, request id, list)`` tells the holder index, so the free
+  that follows is judged against the lists as they are after the pop.
+
+Only instances are wrapped (an instance attribute shadows the class's method; ``unwrap`` deletes
+it); a look that raises is logged at debug and never reaches vLLM.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+__all__ = ["unwrap", "wrap_frees"]
+
+log = logging.getLogger("poolwatch.probe")
+Wrapped = tuple[object, str]
+
+
+def _pool(scheduler: object) -> Any:
+    return getattr(getattr(scheduler, "kv_cache_manager", None), "block_pool", None)
+
+
+def _managers(scheduler: object) -> Sequence[Any]:
+    coordinator = getattr(getattr(scheduler, "kv_cache_manager", None), "coordinator", None)
+    return tuple(getattr(coordinator, "single_type_managers", ()) or ())
+
+
+def _free(original: Callable[..., Any], look: Callable[[list[Any]], None]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def free_blocks(ordered_blocks: Any, *args: Any, **kwargs: Any) -> Any:
+        blocks = list(ordered_blocks)  # an iterator would be spent by the look
+        try:
+            look(blocks)
+        except Exception:
+            log.debug("poolwatch free tripwire failed", exc_info=True)
+        return original(blocks, *args, **kwargs)
+
+    return free_blocks
+
+
+Popped = Callable[[int, str, Any], None]  # (manager index, request id, its list as it is now)
+
+
+def _pop(original: Callable[..., Any], popped: Popped, index: int, mgr: Any) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def pop(request_id: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            popped(index, request_id, mgr.req_to_blocks.get(request_id, ()))
+        except Exception:
+            log.debug("poolwatch pop look failed", exc_info=True)
+        return original(request_id, *args, **kwargs)
+
+    return pop
+
+
+def wrap_frees(scheduler: object, look: Callable[[list[Any]], None], popped: Popped) -> list[Wrapped]:
+    """Wrap the pool's ``free_blocks`` and the managers' pops; what was wrapped (for :func:`unwrap`)."""
+    done: list[Wrapped] = []
+    pool = _pool(scheduler)
+    original = getattr(pool, "free_blocks", None)
+    if pool is not None and callable(original) and "free_blocks" not in vars(pool):
+        pool.free_blocks = _free(original, look)
+        done.append((pool, "free_blocks"))
+    for index, mgr in enumerate(_managers(scheduler)):
+        for name in ("pop_blocks_for_free", "free"):
+            method = getattr(mgr, name, None)
+            if callable(method) and name not in vars(mgr):
+                setattr(mgr, name, _pop(method, popped, index, mgr))
+                done.append((mgr, name))
+    return done
+
+
+def unwrap(wrapped: Iterable[Wrapped]) -> None:
+    for obj, name in wrapped:
+        if name in vars(obj):
+            delattr(obj, name)

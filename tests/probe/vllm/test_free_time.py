@@ -1,0 +1,165 @@
+"""The free-time check on the block-pool stand-in (tests/probe/vllm/fakes.py): a free that leaves a
+block with fewer references than the lists still naming it is named at the free, before the block
+can be handed to another request -- the shared-prefix double free vLLM itself never asserts on --
+and a sound run of finishes, preemptions, prefix hits and deferred frees names nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.probe.vllm.fakes import Scheduler
+
+from poolwatch.model import TripwireKind
+from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from poolwatch.probe.vllm.holders import HolderIndex
+from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.probe.vllm.sample import read_holders
+from poolwatch.probe.vllm.shapes import shape_for
+
+CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-free")
+
+
+@pytest.fixture
+def sched() -> Iterator[Scheduler]:
+    s = Scheduler(64)
+    yield s
+    detach(s)
+
+
+def attached(sched: Scheduler) -> VllmProbe:
+    probe = attach(VLLM, sched, CONFIG, release=vllm_release("0.33.0"))
+    assert isinstance(probe, VllmProbe)
+    return probe
+
+
+def named(probe: VllmProbe) -> dict[TripwireKind, tuple[int, ...]]:
+    return {t.kind: tuple(sorted(t.slots)) for t in probe.tripwires.all()}
+
+
+def test_a_shared_prefix_freed_twice_is_named_at_the_second_free_where_vllm_never_asserts(
+    sched: Scheduler,
+) -> None:
+    probe = attached(sched)
+    shared = sched.add("a", 2)
+    sched.add("b", 1, prefix=shared)  # b's prefix hit: both blocks at ref_cnt 2
+    sched.schedule()  # a step boundary: the probe has counted both lists
+    stale = list(sched.managers[0].req_to_blocks["a"])  # a stale copy of a's table (a connector's, say)
+    sched.finish("a")  # the sound free: 2 -> 1
+    assert named(probe) == {}
+    sched.pool.free_blocks(reversed(stale))  # the double free: 1 -> 0, back to the queue while b lists them
+    ids = tuple(sorted(b.block_id for b in shared))
+    assert named(probe) == {TripwireKind.REF_BELOW_OWNERS: ids}
+    assert all(b.ref_cnt == 0 for b in shared)  # vLLM's own check sees nothing wrong: no assert ever fires
+    assert probe.tripwires.all()[0].first_seen_hook == "free_blocks"
+
+
+def test_shared_blocks_freed_once_too_often_from_two_are_named_though_their_count_stays_positive(
+    sched: Scheduler,
+) -> None:
+    probe = attached(sched)
+    shared = sched.add("a", 2)
+    sched.add("b", 1, prefix=shared)
+    sched.add("c", 1, prefix=shared)  # three lists: ref_cnt 3
+    sched.schedule()
+    sched.pool.free_blocks(list(shared))  # a's blocks freed while a still lists them: 3 -> 2
+    assert named(probe) == {TripwireKind.REF_BELOW_OWNERS: tuple(sorted(b.block_id for b in shared))}
+    assert all(b.ref_cnt == 2 for b in shared)
+
+
+def test_a_premature_free_is_named_at_the_free_before_the_next_allocation(sched: Scheduler) -> None:
+    probe = attached(sched)
+    blocks = sched.add("a", 3)
+    sched.schedule()
+    victim = blocks[2]
+    sched.pool.free_blocks([victim])  # freed while "a" still lists it: back on the queue at 0
+    assert named(probe) == {TripwireKind.REF_BELOW_OWNERS: (victim.block_id,)}
+
+
+def test_a_list_the_probe_has_not_counted_yet_is_read_before_a_block_is_named(sched: Scheduler) -> None:
+    probe = attached(sched)
+    blocks = sched.add("a", 2)  # allocated after the last sample: the index has not seen it
+    sched.pool.free_blocks([blocks[0]])  # a premature free of a block only the new list names
+    assert named(probe) == {TripwireKind.REF_BELOW_OWNERS: (blocks[0].block_id,)}
+
+
+def test_finishes_preemptions_prefix_hits_and_deferred_frees_name_nothing(sched: Scheduler) -> None:
+    probe = attached(sched)
+    for step in range(40):
+        shared = sched.add(f"p{step}", 2)
+        sched.add(f"q{step}", 1, prefix=shared)
+        sched.schedule()
+        sched.finish(f"p{step}")  # the shared blocks stay with q
+        if step % 3 == 0:
+            blocks = sched.managers[0].req_to_blocks.pop(f"q{step}")  # a deferred free: popped now ...
+            sched.deferred_frees.append((step, blocks))
+            del sched.requests[f"q{step}"]
+            sched.running = [r for r in sched.running if r.request_id != f"q{step}"]
+            sched.schedule()
+            sched.pool.free_blocks(reversed(sched.deferred_frees.popleft()[1]))  # ... returned later
+        else:
+            sched.finish(f"q{step}")
+        sched.update_from_output()
+    assert named(probe) == {}
+    assert probe.reader.index.drift == 0
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "hit", "grow", "finish", "requeue", "forget", "sample", "quiet"]),
+        st.integers(0, 5),
+    ),
+    max_size=60,
+)
+
+
+def _pop(sched: Scheduler, index: HolderIndex, rid: str) -> list[Any]:
+    """vLLM's pop of a request's list, as the wrapped pop tells the index first."""
+    index.released(0, rid, sched.managers[0].req_to_blocks[rid])
+    return sched.managers[0].req_to_blocks.pop(rid)
+
+
+@settings(max_examples=80, deadline=None)
+@given(OPS)
+def test_the_incremental_index_counts_what_a_fresh_count_does(ops: list[tuple[str, int]]) -> None:
+    sched = Scheduler(256)
+    index = HolderIndex()
+    shape = shape_for("0.33.0")
+    names: list[str] = []
+    for op, k in ops:
+        live = [n for n in names if n in sched.managers[0].req_to_blocks]
+        if op == "add" or (op in ("hit", "grow", "finish", "requeue", "forget") and not live):
+            names.append(f"r{len(names)}")
+            sched.add(names[-1], 1 + k % 3)
+        elif op == "hit":
+            prefix = sched.managers[0].req_to_blocks[live[k % len(live)]][:2]
+            names.append(f"r{len(names)}")
+            sched.add(names[-1], 1, prefix=list(prefix))
+        elif op == "grow":
+            rid = live[k % len(live)]
+            sched.managers[0].req_to_blocks[rid].extend(sched.pool.get_new_blocks(1))
+        elif op == "finish":
+            rid = live[k % len(live)]
+            sched.pool.free_blocks(reversed(_pop(sched, index, rid)))
+            sched.requests.pop(rid, None)
+        elif op == "requeue":  # preempted and resumed between two samples: a new list, the same length
+            rid = live[k % len(live)]
+            blocks = _pop(sched, index, rid)
+            sched.pool.free_blocks(reversed(blocks))
+            sched.managers[0].req_to_blocks[rid] = sched.pool.get_new_blocks(len(blocks))
+        elif op == "forget":  # the scheduler forgets a request whose list stays: a stale list
+            sched.requests.pop(live[k % len(live)], None)
+        if op != "quiet":
+            read = k == 0  # now and then, the free-time check's full read of what is pending
+            read_holders(sched, shape, sched.pool, index, Reading(), read=read)
+            fresh = HolderIndex()
+            read_holders(sched, shape, sched.pool, fresh, Reading())
+            assert index.held(set(), set()) == fresh.held(set(), set())
+            if read:
+                assert index.counts == fresh.counts

@@ -41,6 +41,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
 from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.core.schedule import CensusSchedule, Due
 from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.core.tripwires import TripwireLog
@@ -73,6 +74,7 @@ class Probe:
         self.started_at = wall()
         self.guard = Guard(config.max_consecutive_errors)
         self.tripwires = TripwireLog()
+        self.repairs = RepairLog()  # what guard did (a room's guard records into it)
         self.seq = 0
         self.publication = Publication()
         self.switch = KillSwitch(config.directory)
@@ -276,6 +278,7 @@ class Probe:
             source="probe",
             queues=sample.queues,
             tripwires=self.tripwires.all(),
+            repairs=self.repairs.all(),
             probe=self._health(),
             idle_check_strict=self.reader.idle_check_strict,
             boot_id=self.boot_id,

@@ -58,7 +58,7 @@ class SglangProbe(Probe):
     ) -> None:
         self._shape = shape  # read the scheduler as this family, whatever the release (tests)
         super().__init__(engine, scheduler, config, **keywords)
-        self.repairer = repairer_for(self.shape, self.release.version) if config.guard else None
+        self.repairer = repairer_for(self.shape, self.release.version, self.repairs) if config.guard else None
         self.refuser = self._refuser() if self.repairer is not None else None  # guard v2
         self._suspicion = Suspicion()
         self._has_mamba = True  # until a sample shows the model has no Mamba pool
@@ -135,8 +135,8 @@ class SglangProbe(Probe):
         strict = bool(self.reader.idle_check_strict)
         final = idle_hook and strict and check_fails(detail, self.shape)
         snap = self._snapshot(sample, reading)
-        if self.repairer is not None or final:
-            snap = replace(snap, repairs=self.repairer.repairs() if self.repairer else (), final=final)
+        if final:
+            snap = replace(snap, final=final)
         if final:  # SGLang raises next: the file must exist before the process is gone
             try:
                 secret = getattr(self.publisher, "secret", None)

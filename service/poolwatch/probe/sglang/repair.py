@@ -41,7 +41,8 @@ from typing import Any
 
 from poolwatch.conservation import gap
 from poolwatch.model import Phase, Pool, PoolAccount, Repair, RepairKind, Tripwire, TripwireKind
-from poolwatch.probe.census.proofs import MAX_IDS, PoolCensus
+from poolwatch.probe.census.proofs import PoolCensus
+from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, Shape, known_release
 
 __all__ = ["FULL_ALLOCATORS", "Repairer", "Settled", "census_of", "repairer_for"]
@@ -137,13 +138,13 @@ class _FreeList:
 class Repairer:
     """The guard of one probe: acts on censuses, keeps one :class:`Repair` per pool and kind."""
 
-    def __init__(self, shape: Shape, *, allow_return: bool = True) -> None:
+    def __init__(self, shape: Shape, repairs: RepairLog | None = None, *, allow_return: bool = True) -> None:
         self.shape = shape
         self.allow_return = allow_return  # off on releases newer than the newest read
-        self._done: dict[tuple[RepairKind, Pool], Repair] = {}
+        self.log = repairs if repairs is not None else RepairLog()
 
     def repairs(self) -> tuple[Repair, ...]:
-        return tuple(self._done[k] for k in sorted(self._done))
+        return self.log.all()
 
     def act(self, sched: Any, census: PoolCensus, hook: str, seq: int, *, gap: int | None) -> list[Settled]:
         """Repair what ``census`` proves; ``gap`` is the pool's exact count gap from the same
@@ -228,25 +229,11 @@ class Repairer:
         *,
         page: int = 1,
     ) -> None:
-        """Count ``slots`` (ids; page ids when ``page > 1``, each ``page`` slots) under ``kind`` and
-        ``pool`` in slots, keep the last action's detail, log it."""
-        key = (kind, pool)
-        before = self._done.get(key)
-        count = (before.count if before else 0) + len(slots) * page
-        self._done[key] = Repair(kind, pool, count, slots[:MAX_IDS], hook, seq, requests, page)
-        log.warning(
-            "poolwatch guard: %s %s %s %s after %s at iteration %d (requests: %s)",
-            kind.value,
-            pool.value,
-            "slot(s)" if page == 1 else f"page(s) of {page} slots",
-            list(slots),
-            hook,
-            seq,
-            ", ".join(requests) or "none",
-        )
+        """Count and log one action in the probe's :class:`~poolwatch.probe.core.repairs.RepairLog`."""
+        self.log.record(kind, pool, slots, requests, hook, seq, page=page)
 
 
-def repairer_for(shape: Shape, version: str) -> Repairer:
+def repairer_for(shape: Shape, version: str, repairs: RepairLog | None = None) -> Repairer:
     """Guard's repairer for SGLang ``version``: "return" off (and said once) on a release newer
     than the newest whose wheels were read."""
     known = known_release(version)
@@ -257,4 +244,4 @@ def repairer_for(shape: Shape, version: str) -> Repairer:
             version[:40],
             ".".join(str(n) for n in NEWEST_RELEASE[:3]),
         )
-    return Repairer(shape, allow_return=known)
+    return Repairer(shape, repairs, allow_return=known)

@@ -32,10 +32,8 @@ def main(argv: list[str]) -> int:
         getattr(sglang, "__version__", version) == version,
         {"sglang": sglang.__file__, "version": getattr(sglang, "__version__", "")},
     )
-    try:
-        set_server_args()  # 0.5.9 on read the page size and speculative settings from it
-    except Exception as exc:  # older families have no global server args
-        report("server args (not needed before 0.5.9)", family in ("0.5.4", "0.5.5.post3"), repr(exc))
+    if family not in ("0.5.4", "0.5.23"):  # 0.5.23's driver publishes a resolved ServerArgs itself
+        set_server_args()  # 0.5.5.post3 on read the speculative settings and page size from it
     if family == "0.5.23":
         from guard_0523_pools import guard_0523_pool_checks
 

@@ -13,8 +13,8 @@ family       Mamba free(ids) wrapped      Mamba tree proof  checkpoint pool  KV 
 0.5.9        ``mamba_pool.free``,         ``mamba_value``   --               as 0.5.4
 0.5.10       + ``free_mamba_cache``                                          (the SWA pair's two
 0.5.12                                                                       sides: only the pair)
-0.5.23       ``mamba_allocator.free``,    the node's Mamba  ``mamba_ckpt_    + ``free_full``,
-             + ``free_mamba_cache``       component         pool.free``      the ``*_segment`` frees
+0.5.23       ``mamba_allocator.free``,    the tree's        ``mamba_ckpt_    + ``free_full``,
+             + ``free_mamba_cache``       flattened values  pool.free``      the ``*_segment`` frees
 ===========  ===========================  ================  ===============  ======================
 
 Why, per column (each read in the released wheel):
@@ -25,8 +25,9 @@ Why, per column (each read in the released wheel):
   moved the free list to ``mamba_allocator`` and the slot to ``req.kv``.
 * **tree proof**: up to 0.5.12 eviction frees the node's own ``mamba_value`` tensor (by identity)
   before deleting the node; 0.5.23's unified tree tombstones the node's Mamba component
-  (``value = None``) *before* the eviction result is freed, so a free of a value a node still
-  holds is never an eviction.  Off on a Rust tree core (no Python nodes to read).
+  (``value = None``) *before* the eviction result is freed, so a free of a value the tree still
+  lists is never an eviction -- read through the tree's own ``all_mamba_values_flatten()``, which
+  the Rust tree core (0.5.23's default) answers too.
 * **checkpoint pool** (``--enable-int8-mamba-checkpoint``, 0.5.23): ``MambaCheckpointPool.free``;
   its slots are held by tree nodes only (a commit that is not inserted is freed before any node
   holds it), so the tree proof is its proof.
@@ -52,7 +53,7 @@ class MambaPaths:
 
     allocator: str  # the attribute of ``req_to_token_pool`` whose ``free(ids)`` is wrapped
     slot: tuple[str, ...]  # a request's working slot, as an attribute path
-    tree: str  # "node": ``node.mamba_value``; "unified": the node's Mamba component
+    tree: str  # "node": each node's ``mamba_value``; "flat": the tree's ``all_mamba_values_flatten()``
     request_free: bool  # ``req_to_token_pool.free_mamba_cache(req)`` clears the request's pointer
 
 
@@ -69,7 +70,7 @@ class GuardPaths:
 
 _ROW = MambaPaths("mamba_pool", ("mamba_pool_idx",), tree="node", request_free=False)
 _SPLIT = MambaPaths("mamba_pool", ("mamba_pool_idx",), tree="node", request_free=True)
-_ALLOCATOR = MambaPaths("mamba_allocator", ("kv", "mamba_pool_idx"), tree="unified", request_free=True)
+_ALLOCATOR = MambaPaths("mamba_allocator", ("kv", "mamba_pool_idx"), tree="flat", request_free=True)
 _KV = (("free", Pool.FULL), ("free_swa", Pool.SWA))
 _KV_0523 = (
     *_KV,

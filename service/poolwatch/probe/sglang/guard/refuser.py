@@ -28,7 +28,6 @@ from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, GuardPaths
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import SlotGuard, chunked_slot, rid
-from poolwatch.probe.sglang.guard.tree_index import node_value
 
 __all__ = ["FreeRefuser", "OnRefuse"]
 
@@ -81,8 +80,7 @@ class FreeRefuser:
             self._record,
             self.paused,
             live=self.live,
-            value=node_value(mamba.tree, getattr(self.sched, "tree_cache", None)),
-            evicts_by_identity=mamba.tree == "node",
+            tree=mamba.tree,
         )
         if not guard.install(getattr(pool, mamba.allocator, None)):
             return
@@ -94,11 +92,7 @@ class FreeRefuser:
         ckpt = getattr(pool, "mamba_ckpt_pool", None)
         if not self.paths.checkpoints or ckpt is None or self.checkpoints is not None:
             return
-        value = node_value("unified", getattr(self.sched, "tree_cache", None))
-        where = "mamba_ckpt_pool.free"
-        guard = SlotGuard(
-            Pool.MAMBA_CKPT, where, self._record, self.paused, value=value, evicts_by_identity=False
-        )
+        guard = SlotGuard(Pool.MAMBA_CKPT, "mamba_ckpt_pool.free", self._record, self.paused, tree="flat")
         if guard.install(ckpt):
             self.checkpoints = guard
 

@@ -6,10 +6,11 @@ slot, and the tree index's entries for those ids.  Drops what one of two proofs 
 
 * **live** (active Mamba pool only): the id is the working slot of ``chunked_req``, which is not
   finished -- the #12432 free;
-* **tree**: the id is in the tree index (:mod:`~poolwatch.probe.sglang.guard.tree_index`) and its
-  node still holds that very tensor -- and, up to 0.5.12, the call is not freeing that tensor
-  itself (eviction there frees ``node.mamba_value`` by identity before deleting the node: let
-  through, entry forgotten; 0.5.23's unified tree clears the node's value before freeing it).
+* **tree**: the id is in the tree index (:mod:`~poolwatch.probe.sglang.guard.tree_index`) and the
+  tree still holds it: up to 0.5.12 its node still holds that very tensor and the call is not
+  freeing that tensor itself (eviction there frees ``node.mamba_value`` by identity before
+  deleting the node: let through, entry forgotten); on 0.5.23 the tree's own flattened values,
+  read again at the free, still list it (the unified tree clears a value before freeing it).
 
 Two kinds of path:
 
@@ -33,7 +34,7 @@ from typing import Any
 
 from poolwatch.model import Pool
 from poolwatch.probe.sglang.guard.patch import Patch, patch
-from poolwatch.probe.sglang.guard.tree_index import NodeValue, Owned, tree_index
+from poolwatch.probe.sglang.guard.tree_index import Owned, current_values, node_index, values_index
 
 __all__ = ["Live", "Record", "SlotGuard", "chunked_slot", "rid"]
 
@@ -83,12 +84,12 @@ class SlotGuard:
         paused: Callable[[], bool],
         *,
         live: Live | None = None,
-        value: NodeValue | None = None,
-        evicts_by_identity: bool = True,
+        tree: str = "",
     ) -> None:
         self.pool, self.where, self.record, self.paused = pool, where, record, paused
-        self.live, self.value, self.by_identity = live, value, evicts_by_identity
+        self.live, self.kind = live, tree  # "node", "flat" or "" (no tree proof)
         self.tree: Owned = {}
+        self.values: Callable[[], set[int]] | None = None
         self.patched: Patch | None = None
 
     def install(self, owner: Any) -> bool:
@@ -103,7 +104,11 @@ class SlotGuard:
 
     def refresh(self, tree_cache: Any) -> None:
         """Re-index the tree's values (at a Mamba census, a loop boundary)."""
-        self.tree = {} if self.value is None else tree_index(tree_cache, self.value)
+        if self.kind == "node":
+            self.tree = node_index(tree_cache)
+            return
+        self.values = current_values(tree_cache) if self.kind == "flat" else None
+        self.tree = values_index(self.values) if self.values is not None else {}
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def free(free_index: Any, *args: Any, **kwargs: Any) -> Any:
@@ -132,13 +137,17 @@ class SlotGuard:
             ids = free_index.reshape(-1).tolist()
         refused: list[int] = []
         owners: list[str] = []
+        now: set[int] | None = None  # the tree's values at this free ("flat"), read once if needed
         for slot in ids:
             if slot == live:
                 refused.append(slot)
                 owners.append(rid(req))
-            elif slot in self.tree and self._tree_owns(slot, free_index):
-                refused.append(slot)
-                owners.append("tree")
+            elif slot in self.tree:
+                if self.kind == "flat" and now is None:
+                    now = self._now()
+                if self._tree_owns(slot, free_index, now):
+                    refused.append(slot)
+                    owners.append("tree")
         if not refused:
             return None
         import torch
@@ -149,10 +158,21 @@ class SlotGuard:
         self.record(self.pool, refused, owners, self.where, 1)
         return kept
 
-    def _tree_owns(self, slot: int, free_index: Any) -> bool:
-        node, value = self.tree[slot]
-        held = self.value(node) if self.value is not None else None
-        if held is not value or (self.by_identity and free_index is value):
-            del self.tree[slot]  # an eviction of that node, or the node moved on: no proof left
-            return False
-        return True
+    def _now(self) -> set[int]:
+        try:
+            return self.values() if self.values is not None else set()
+        except Exception:  # unreadable now: no proof
+            log.debug("poolwatch guard: tree values unreadable at a free", exc_info=True)
+            return set()
+
+    def _tree_owns(self, slot: int, free_index: Any, now: set[int] | None) -> bool:
+        """Whether the tree still holds ``slot``; an entry with no proof left is forgotten."""
+        entry = self.tree[slot]
+        if entry is None:  # "flat": the tree's values read at this free
+            owned = now is not None and slot in now
+        else:  # "node": the node still holds that tensor, and this is not its own eviction
+            node, value = entry
+            owned = getattr(node, "mamba_value", None) is value and free_index is not value
+        if not owned:
+            del self.tree[slot]
+        return owned

@@ -1,80 +1,80 @@
-"""The tree proof's index: which node holds which Mamba (or int8 checkpoint) slot, and as which tensor.
+"""The tree proof's index: which Mamba (or int8 checkpoint) slots the tree held at the last census.
 
-Taken at a Mamba census (a loop boundary): one walk of the tree and one host read of every node's
-value.  A free is refused on it only while the node *still holds that very tensor* (its value read
-again at the free), so a node evicted, split or given a new value since leaves no proof behind.
+Taken at a Mamba census (a loop boundary); a free is refused on it only when the tree *still*
+holds the slot at the free, read two ways as the family keeps its tree
+(:attr:`~poolwatch.probe.sglang.guard.paths.MambaPaths.tree`):
 
-Nodes are read the way the family keeps them (:attr:`~poolwatch.probe.sglang.guard.paths.MambaPaths.tree`):
+* ``node`` (``MambaRadixCache`` up to 0.5.12): one walk of the nodes, ``{slot: (node, the node's
+  mamba_value tensor)}``; at a free the node must still hold that very tensor (one attribute read).
+  Eviction there frees ``node.mamba_value`` itself before deleting the node, which the caller lets
+  through by identity.
+* ``flat`` (0.5.23's ``UnifiedRadixCache``, Python or Rust tree core): the tree's own
+  ``all_mamba_values_flatten()``, ``{slot: None}``; a free naming an indexed slot reads it again
+  (once per such free) and refuses the ids still in it.  The unified tree clears a node's Mamba
+  value before an eviction frees it, so a slot it still lists is never being evicted.
 
-* ``node``: ``node.mamba_value`` (``TreeNode`` of ``MambaRadixCache`` up to 0.5.12);
-* ``unified``: ``node.component_data[MAMBA].value`` (0.5.23's ``UnifiedTreeNode``; the Mamba
-  component type is looked up in the tree's own ``tree_components``).  A Rust tree core keeps its
-  nodes outside Python: no root with children, so no index and no tree proof there.
-
-Cost: O(nodes) Python steps and one ``torch.cat`` + ``tolist`` per census (on a GPU one
-device-to-host read); nothing per free beyond a dict lookup per freed id.
+Cost: O(nodes) and one host read per census; per free a dict lookup per freed id, plus, on 0.5.23
+only for a free of an id the tree held at the census (an eviction, or a wrong free), one re-read.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NodeValue", "Owned", "node_value", "tree_index"]
+__all__ = ["Owned", "current_values", "node_index", "values_index"]
 
-NodeValue = Callable[[Any], Any]  # a node's current value tensor, or None
-Owned = dict[int, tuple[Any, Any]]  # slot -> (the node, the value tensor it held at the index)
-
-
-def _legacy(node: Any) -> Any:
-    return getattr(node, "mamba_value", None)
+log = logging.getLogger("poolwatch.probe")
+Owned = dict[int, tuple[Any, Any] | None]  # slot -> (node, its value tensor) ("node"), or None ("flat")
 
 
-def _component(tree_cache: Any) -> NodeValue | None:
-    kinds = getattr(tree_cache, "tree_components", ()) or ()
-    mamba = next((ct for ct in kinds if getattr(ct, "name", "") == "MAMBA"), None)
-    if mamba is None:
-        return None
-
-    def value(node: Any) -> Any:
-        data = getattr(node, "component_data", None)
-        return None if data is None else data[mamba].value
-
-    return value
-
-
-def node_value(kind: str, tree_cache: Any) -> NodeValue | None:
-    """How this family's nodes hold a Mamba value (``None``: no tree proof on this tree)."""
-    if kind == "node":
-        return _legacy
-    if kind == "unified":
-        return _component(tree_cache)
-    return None
-
-
-def tree_index(tree_cache: Any, value: NodeValue) -> Owned:
-    """``{slot: (node, the node's value tensor)}`` over the tree (one walk, one host read)."""
+def _ids(tensors: list[Any]) -> list[int]:
     import torch
 
-    root = getattr(tree_cache, "root_node", None)
-    if root is None or not isinstance(getattr(root, "children", None), dict):
+    if not tensors:
+        return []
+    return [int(i) for i in torch.cat([t.reshape(-1).to(torch.int64) for t in tensors]).tolist()]
+
+
+def node_index(tree_cache: Any) -> Owned:
+    """``{slot: (node, node.mamba_value)}`` over a ``MambaRadixCache`` (one walk, one host read)."""
+    try:
+        root = tree_cache.root_node
+        pairs: list[tuple[Any, Any]] = []
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            value = getattr(node, "mamba_value", None)
+            if value is not None and node is not root:
+                pairs.append((node, value))
+            stack.extend(node.children.values())
+        ids = _ids([v for _, v in pairs])
+    except Exception:  # no walkable tree: no proof
+        log.debug("poolwatch guard: tree index unreadable", exc_info=True)
         return {}
-    pairs: list[tuple[Any, Any]] = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        held = value(node) if node is not root else None
-        if held is not None:
-            pairs.append((node, held))
-        stack.extend(node.children.values())
-    if not pairs:
-        return {}
-    ids = torch.cat([v.reshape(-1).to(torch.int64) for _, v in pairs]).tolist()
     out: Owned = {}
     at = 0
     for pair in pairs:
         n = int(pair[1].numel())
         for slot in ids[at : at + n]:
-            out[int(slot)] = pair
+            out[slot] = pair
         at += n
     return out
+
+
+def current_values(tree_cache: Any) -> Callable[[], set[int]] | None:
+    """The tree's Mamba values now, as SGLang flattens them (``None``: the tree has no such helper)."""
+    flatten = getattr(tree_cache, "all_mamba_values_flatten", None)
+    if not callable(flatten):
+        return None
+    return lambda: set(_ids([flatten()]))
+
+
+def values_index(values: Callable[[], set[int]]) -> Owned:
+    """``{slot: None}`` for every Mamba value the tree holds now."""
+    try:
+        return dict.fromkeys(values())
+    except Exception:
+        log.debug("poolwatch guard: tree values unreadable", exc_info=True)
+        return {}

@@ -328,13 +328,32 @@ class Driver0523(Driver):
         s.last_batch = None
         leak = self.idle_agrees("int8 checkpoints at idle, the tree holding one checkpoint")
         report("int8 checkpoints: SGLang's two Mamba checks pass at idle, as the probe says", not leak)
+        held = s.tree_cache.all_mamba_values_flatten()[:1].clone()
+        ckpt.free(held)  # a checkpoint slot the tree holds, freed behind its back (guard off)
+        leak = self.idle_agrees("int8 checkpoints: a tree-held checkpoint slot on the free list")
+        snap = self.sched._poolwatch_probe.latest
+        wires = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
+        report(
+            "int8 checkpoints, named by slot id: a tree-held checkpoint slot on the free list is a surplus "
+            "of 1 on mamba_ckpt and the census names it (free_and_tree), as for the active pool",
+            leak
+            and gaps(snap)["mamba_ckpt"] == -1
+            and (TripwireKind.FREE_AND_TREE, Pool.MAMBA_CKPT, (int(held[0]),)) in wires,
+            {"gaps": gaps(snap), "slot": int(held[0]), "tripwires": [str(w) for w in wires]},
+        )
+        ckpt.allocator.free_slots = ckpt.allocator.free_slots[:-1]  # undo it: the same state as before
         lost = ckpt.alloc(1)  # a checkpoint slot nobody owns: the fault class the int8 check exists for
         leak = self.idle_agrees("int8 checkpoints: a lost checkpoint slot")
         snap = self.sched._poolwatch_probe.latest
+        wires = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
         report(
-            "int8 checkpoints: a lost checkpoint slot is a deficit of 1 on mamba_ckpt only, as SGLang says",
-            leak and gaps(snap)["mamba_ckpt"] == 1 and gaps(snap)["mamba"] == 0,
-            {"gaps": gaps(snap), "slot": int(lost[0])},
+            "int8 checkpoints: a lost checkpoint slot is a deficit of 1 on mamba_ckpt only, as SGLang says, "
+            "and the census names the slot at idle (missing)",
+            leak
+            and gaps(snap)["mamba_ckpt"] == 1
+            and gaps(snap)["mamba"] == 0
+            and (TripwireKind.MISSING, Pool.MAMBA_CKPT, (int(lost[0]),)) in wires,
+            {"gaps": gaps(snap), "slot": int(lost[0]), "tripwires": [str(w) for w in wires]},
         )
 
     def scenarios(self) -> list[tuple[str, Any]]:

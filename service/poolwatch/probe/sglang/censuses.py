@@ -1,8 +1,9 @@
 """The SGLang room's identity censuses, as the neutral schedule runs them (scheduler thread).
 
 * :class:`MambaCensus` (:mod:`~poolwatch.probe.sglang.mamba_census`): the Mamba free list against
-  the tree's values and the live requests' slots, every ``census_interval_s`` (busy or idle) and
-  on entering idle -- the moment SGLang's own idle check looks; never on a model without one;
+  the tree's values and the live requests' slots (and, with int8 checkpoints, the checkpoint pool's
+  free list against the tree's values), every ``census_interval_s`` (busy or idle) and on entering
+  idle -- the moment SGLang's own idle check looks; never on a model without one;
 * :class:`KvCensus` (:mod:`~poolwatch.probe.sglang.kv_census`): the full (or SWA) KV free list, every
   ``kv_census_interval_s`` while busy and on entering idle when ``idle_kv_census_gap_s`` have passed.
 
@@ -23,7 +24,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import EngineSample
 from poolwatch.probe.core.schedule import CensusRule
 from poolwatch.probe.sglang.kv_census import kv_census
-from poolwatch.probe.sglang.mamba_census import mamba_census
+from poolwatch.probe.sglang.mamba_census import checkpoint_census, mamba_census
 from poolwatch.probe.sglang.shapes import Shape
 
 __all__ = ["KvCensus", "MambaCensus"]
@@ -31,7 +32,7 @@ __all__ = ["KvCensus", "MambaCensus"]
 
 class MambaCensus:
     name = "mamba"
-    pools = frozenset({Pool.MAMBA})
+    pools = frozenset({Pool.MAMBA, Pool.MAMBA_CKPT})
 
     def __init__(self, scheduler: Any, shape: Shape) -> None:
         self.scheduler, self.shape = scheduler, shape
@@ -44,8 +45,11 @@ class MambaCensus:
         self, sample: EngineSample, reading: Reading, *, idle: bool, lost: Mapping[Pool, int]
     ) -> Sequence[PoolCensus]:
         live = sample.detail.live
-        found = mamba_census(self.scheduler, self.shape, reading, live, idle=idle, lost=lost.get(Pool.MAMBA))
-        return [found] if found is not None else []
+        found = [
+            mamba_census(self.scheduler, self.shape, reading, live, idle=idle, lost=lost.get(Pool.MAMBA)),
+            checkpoint_census(self.scheduler, reading, idle=idle, lost=lost.get(Pool.MAMBA_CKPT)),
+        ]
+        return [f for f in found if f is not None]
 
 
 class KvCensus:

@@ -6,6 +6,12 @@ For the Mamba pool (hundreds to a few thousand slots) the three id sets are pull
 * ``F`` the free list (``mamba_pool.free_slots``, 0.5.23 ``mamba_allocator.free_slots``);
 * ``T`` the tree's ``mamba_value``s; ``Q`` the live requests' working and ping-pong slots.
 
+With int8 Mamba checkpoints (0.5.23, ``req_to_token_pool.mamba_ckpt_pool``) the tree's values are
+checkpoint slots: the active pool's census has no ``T``, and the checkpoint pool gets a census of its
+own (:func:`checkpoint_census`, pool ``mamba_ckpt``): ``F`` its allocator's free list, ``T`` the tree's
+values, no ``Q`` (no request holds a checkpoint slot: a commit the tree did not take is freed at
+once), ids ``1..num_slots`` -- the same findings, by slot id, as the active pool's.
+
 What these sets prove, and when, is the pure arithmetic of :mod:`poolwatch.probe.census.proofs`.  The
 full-KV census (:mod:`poolwatch.probe.sglang.kv_census`) does the same with GPU-side set operations and
 reads the tree with the helpers here.  These reads synchronise with the GPU, so they run at a low
@@ -28,7 +34,7 @@ from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 from poolwatch.probe.sglang.totals import mamba_holders
 
-__all__ = ["mamba_census", "mamba_free_list", "rid_of", "tree_is_empty", "tree_values"]
+__all__ = ["checkpoint_census", "mamba_census", "mamba_free_list", "rid_of", "tree_is_empty", "tree_values"]
 
 
 def _flat_ids(tensors: list[Any]) -> tuple[list[int], list[int]]:
@@ -171,6 +177,38 @@ def mamba_census(
     census = id_census(
         Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle or bool(lost), owners=queue
     )
+    if idle or census.missing_count is None or busy_lost(census.missing_count, 1, lost):
+        return census
+    return replace(census, missing=None, missing_count=None, missing_ids=())
+
+
+def checkpoint_census(
+    sched: Any, reading: Reading, *, idle: bool, lost: int | None = None
+) -> PoolCensus | None:
+    """The int8 checkpoint pool's census (0.5.23), or ``None`` when there is no such pool or it
+    cannot be read: its free list against the tree's Mamba values, which are its slot ids."""
+    ckpt = checkpoint_pool(sched, reading)
+    if ckpt is None:
+        return None
+    free = reading.attr(ckpt, "allocator.free_slots")
+    size = reading.int_of(reading.attr(ckpt, "num_slots"), "mamba_ckpt.size")
+    if free is MISSING or size is None:
+        return None
+    tree_cache = reading.attr(sched, "tree_cache")
+    values = reading.guard(
+        "census.mamba_ckpt.tree",
+        lambda: tree_values(tree_cache, "all_mamba_values_flatten", "mamba_value"),
+        None,
+    )
+    sets = (
+        None
+        if values is None
+        else reading.guard("census.mamba_ckpt.free", lambda: _free_and_tree(free, values), None)
+    )
+    if sets is None:
+        return None
+    free_ids, tree = sets
+    census = id_census(Pool.MAMBA_CKPT, size, 1, free_ids, tree, (), check_missing=idle or bool(lost))
     if idle or census.missing_count is None or busy_lost(census.missing_count, 1, lost):
         return census
     return replace(census, missing=None, missing_count=None, missing_ids=())

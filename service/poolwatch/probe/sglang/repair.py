@@ -25,6 +25,7 @@ says so (``guard_return: false``) and the reason is logged once.
 Only layouts read from the released wheels are touched (``docs/engines/sglang.md`` has the table): the
 Mamba free list (an int64 tensor ``free_slots`` on ``req_to_token_pool.mamba_pool``, or on
 ``mamba_allocator`` from 0.5.23; taken from the front, freed onto the end) in every known family,
+0.5.23's int8 checkpoint pool's (``mamba_ckpt_pool.allocator.free_slots``, the same allocator class),
 the full-KV ``free_pages``/``release_pages`` pair of ``TokenToKVPoolAllocator`` and
 ``PagedTokenToKVPoolAllocator``, and -- duplicates only -- the sliding-window side of
 ``SWATokenToKVPoolAllocator``.  Hierarchical or interleaved allocators and request rows are never
@@ -58,6 +59,15 @@ def _mamba_owner(sched: Any, shape: Shape) -> Any:
     pool = sched.req_to_token_pool
     owner = pool.mamba_allocator if shape.mamba_allocator else pool.mamba_pool
     if getattr(owner, "_alloc_iter", None) is not None:  # 0.5.23 mid-group: not a boundary
+        return None
+    return owner if _is_ids(getattr(owner, "free_slots", None)) else None
+
+
+def _checkpoint_owner(sched: Any) -> Any:
+    """0.5.23's int8 checkpoint pool's slot allocator (a ``MambaSlotAllocator``), outside a group."""
+    ckpt = getattr(getattr(sched, "req_to_token_pool", None), "mamba_ckpt_pool", None)
+    owner = getattr(ckpt, "allocator", None)
+    if owner is None or getattr(owner, "_alloc_iter", None) is not None:
         return None
     return owner if _is_ids(getattr(owner, "free_slots", None)) else None
 
@@ -120,7 +130,7 @@ class _FreeList:
 
     def page_size(self, pool: Pool) -> int:
         """Slots per id on this free list: the allocator's page size (full KV, SWA), else 1."""
-        if pool is Pool.MAMBA:
+        if pool in (Pool.MAMBA, Pool.MAMBA_CKPT):
             return 1
         page = getattr(self.owner, "page_size", 1)
         return page if isinstance(page, int) and page > 1 else 1
@@ -193,8 +203,8 @@ class Repairer:
         return settled
 
     def _free_list(self, sched: Any, pool: Pool) -> _FreeList | None:
-        if pool is Pool.MAMBA:
-            owner = _mamba_owner(sched, self.shape)
+        if pool in (Pool.MAMBA, Pool.MAMBA_CKPT):
+            owner = _mamba_owner(sched, self.shape) if pool is Pool.MAMBA else _checkpoint_owner(sched)
             return None if owner is None else _FreeList(owner, ("free_slots",))
         if pool in (Pool.FULL, Pool.SWA):
             owner = _full_owner(sched, swa=pool is Pool.SWA)

@@ -154,7 +154,7 @@ def test_the_0_5_23_family_wraps_mamba_allocator_and_free_mamba_cache_and_reads_
     assert refuser.install()
     refuser.refresh()
     assert refuser.mamba is not None
-    assert refuser.mamba.tree == {}  # no tree proof on the unified tree
+    assert refuser.mamba.tree == {}  # this tree has no all_mamba_values_flatten: no tree proof
     slot = int(chunked.kv.mamba_pool_idx)  # type: ignore[attr-defined]
     pool.free_mamba_cache(chunked)
     pool.mamba_allocator.free(chunked.kv.mamba_pool_idx.unsqueeze(0))  # type: ignore[attr-defined]
@@ -163,3 +163,56 @@ def test_the_0_5_23_family_wraps_mamba_allocator_and_free_mamba_cache_and_reads_
     assert [w for _, _, w in seen] == ["free_mamba_cache", "mamba_allocator.free"]
     pool.mamba_allocator.free(node.mamba_value)  # a tree value freed: no proof here, freed as asked
     assert int(node.mamba_value) in pool.mamba_allocator.free_slots.tolist()
+
+
+class _Tree0523:
+    """0.5.23's ``UnifiedRadixCache`` as the tree proof reads it: its own flattened Mamba values."""
+
+    def __init__(self) -> None:
+        self.values: list[torch.Tensor] = []
+
+    def all_mamba_values_flatten(self) -> torch.Tensor:
+        return torch.cat(self.values) if self.values else torch.empty((0,), dtype=torch.int64)
+
+
+class _CheckpointPool:
+    """0.5.23's ``MambaCheckpointPool`` as far as a free goes."""
+
+    def __init__(self, size: int) -> None:
+        self.allocator = _Allocator(size)
+
+    def free(self, slots: torch.Tensor) -> None:
+        self.allocator.free(slots)
+
+
+@pytest.mark.parametrize("checkpoints", [False, True])
+def test_the_0_5_23_tree_proof_reads_the_trees_own_values_at_the_free(checkpoints: bool) -> None:
+    """A slot the unified tree lists is refused (active pool, or the int8 checkpoint pool when
+    it holds the tree's states); once the tree has dropped it (eviction tombstones the node before
+    its value is freed) the same free goes through."""
+    pool = _Pool0523()
+    tree = _Tree0523()
+    ckpt = _CheckpointPool(8) if checkpoints else None
+    if ckpt is not None:
+        pool.mamba_ckpt_pool = ckpt  # type: ignore[attr-defined]
+    owner: Any = ckpt.allocator if ckpt is not None else pool.mamba_allocator
+    value = owner.alloc(1)
+    tree.values.append(value)
+    sched = SimpleNamespace(req_to_token_pool=pool, chunked_req=None, tree_cache=tree)
+    seen: Refusals = []
+    refuser = FreeRefuser(sched, lambda _pool, *a: seen.append(a[:3]), paths=GUARD_PATHS["0.5.23"])
+    assert refuser.install()
+    refuser.refresh()  # the Mamba census
+    slot = int(value[0])
+    freed = ckpt if ckpt is not None else pool.mamba_allocator
+    freed.free(value.clone())  # a stale pointer freeing what the tree holds
+    assert slot not in owner.free_slots.tolist()
+    where = "mamba_ckpt_pool.free" if checkpoints else "mamba_allocator.free"
+    assert seen == [((slot,), ("tree",), where)]
+    tree.values.clear()  # evicted: the node's value cleared first
+    freed.free(value)
+    assert slot in owner.free_slots.tolist()
+    assert len(seen) == 1
+    guard = refuser.checkpoints if checkpoints else refuser.mamba
+    assert guard is not None
+    assert guard.tree == {}  # the entry with no proof left is forgotten

@@ -191,11 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
     parser.add_argument("--free-path", action="store_true", help="time guard v2's free wrapper instead")
     parser.add_argument("--soak-minutes", type=float, default=30.0, help="--free-path: healthy soak length")
+    parser.add_argument("--real", action="store_true", help="--free-path: on each release's own classes too")
     args = parser.parse_args(argv)
     if args.free_path:
         from bench_guard_free import free_path_table, soak_table
+        from bench_guard_kv import kv_table
 
         print(free_path_table(), flush=True)
+        print("\n" + kv_table(), flush=True)
+        if args.real:
+            from bench_guard_releases import real_table
+
+            print("\n" + real_table(), flush=True)
         if args.soak_minutes > 0:
             print("\n" + soak_table(args.soak_minutes))
         return 0

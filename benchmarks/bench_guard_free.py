@@ -1,15 +1,17 @@
-"""The cost guard v2 adds to one Mamba free, per release family's shape (``bench_guard.py --free-path``),
-and its refusals on healthy emulated soaks.  Figures only.
+"""The cost guard v2 adds to one free, per release family's shape (``bench_guard.py --free-path``), its
+refusals on healthy emulated soaks, and (``--real``) the same decisions on each release's own classes.
+Figures only.
 
 The pools are the emulator's (a torch int64 free list on the CPU, as SGLang's on the device), laid
-out as each family frees (:data:`~poolwatch.probe.sglang.refuse.FREE_PATHS`):
+out as each family frees (:data:`~poolwatch.probe.sglang.guard.paths.GUARD_PATHS`):
 
 * 0.5.4 / 0.5.5.post3 / 0.5.6: ``mamba_pool.free(ids)``, ids from 0;
 * 0.5.9 / 0.5.10 / 0.5.12: the same (ids from 1) and ``free_mamba_cache(req)``;
 * 0.5.23: ``mamba_allocator.free(ids)`` (ids from 1; no tree proof) and ``free_mamba_cache(req)``
   with the working slot at ``req.kv.mamba_pool_idx``.
 
-The wrapper is the one the probe installs (:class:`~poolwatch.probe.sglang.refuse.FreeRefuser`).
+The wrapper is the one the probe installs (:class:`~poolwatch.probe.sglang.guard.refuser.FreeRefuser`);
+the KV paths' table is ``bench_guard_kv.py``'s, the real classes' ``bench_guard_releases.py``'s.
 Each figure is the fastest of several rounds (the machine's other load only adds) of an
 ``alloc(1)`` + free pair, in µs: guard off is the bare pool (nothing is installed), guard on the
 wrapped one of the same free-list length, rounds interleaved; the check alone is the wrapper's
@@ -27,12 +29,12 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
-
+from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
+from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch_emulator.radix import TreeNode
 from poolwatch_emulator.req_pool import MambaPool
 
-__all__ = ["free_path_table", "soak_table"]
+__all__ = ["fastest", "free_path_table", "soak_table"]
 
 PAIRS, ROUNDS = 2000, 7
 SHAPES = (  # label, family, first id, free_mamba_cache wrapped
@@ -68,7 +70,13 @@ class _ReqPool:
         req.mamba_pool_idx = req.kv.mamba_pool_idx = None
 
 
-def _fastest(fn: Callable[[], None]) -> float:
+def _flatten(values: list[Any]) -> Any:
+    import torch
+
+    return torch.cat(values) if values else torch.empty((0,), dtype=torch.int64)
+
+
+def fastest(fn: Callable[[], None]) -> float:
     rounds = []
     for _ in range(ROUNDS):
         started = time.perf_counter()
@@ -94,20 +102,21 @@ def _request_pair(pool: _ReqPool) -> Callable[[], None]:
 
 
 def _setup(family: str, first: int, nodes: int, chunked: bool) -> tuple[_ReqPool, _ReqPool, FreeRefuser]:
-    paths = FREE_PATHS[family]
-    pool, bare = (_ReqPool(nodes + 64, first, paths.allocator) for _ in range(2))
+    paths = GUARD_PATHS[family]
+    pool, bare = (_ReqPool(nodes + 64, first, paths.mamba.allocator) for _ in range(2))
     root = TreeNode()
     for i in range(nodes):
         node = TreeNode(root)
         node.mamba_value = pool.slots().alloc(1)
         root.children[i] = node
     bare.slots().alloc(nodes)
-    tree = SimpleNamespace(root_node=root)
+    values = [n.mamba_value for n in root.children.values()]
+    tree = SimpleNamespace(root_node=root, all_mamba_values_flatten=lambda: _flatten(values))
     sched = SimpleNamespace(req_to_token_pool=pool, chunked_req=None, tree_cache=tree)
     if chunked:
         sched.chunked_req = _Req("long", pool.slots().alloc(1))
         bare.slots().alloc(1)
-    refuser = FreeRefuser(sched, lambda slots, requests, where: None, paths=paths)
+    refuser = FreeRefuser(sched, lambda *refused: None, paths=paths)
     refuser.install()
     refuser.refresh()
     return pool, bare, refuser
@@ -115,8 +124,8 @@ def _setup(family: str, first: int, nodes: int, chunked: bool) -> tuple[_ReqPool
 
 def _rows(label: str, family: str, first: int) -> list[str]:
     out = []
-    request = FREE_PATHS[family].request_free
-    allocator = FREE_PATHS[family].allocator
+    request = GUARD_PATHS[family].mamba.request_free
+    allocator = GUARD_PATHS[family].mamba.allocator
     for state, nodes, chunked in (
         ("no chunked request, empty tree", 0, False),
         ("a live chunked request, empty tree", 0, True),
@@ -124,20 +133,22 @@ def _rows(label: str, family: str, first: int) -> list[str]:
     ):
         pool, bare, refuser = _setup(family, first, nodes, chunked)
         probe = pool.slots().alloc(1)
-        check = _fastest(lambda p=probe, r=refuser: r._keep(p))
+        guard = refuser.mamba
+        assert guard is not None
+        check = fastest(lambda p=probe, g=guard: g.keep(p))
         pool.slots().free(probe)
         wrapped, plain = [], []
         for _ in range(3):  # interleaved: the machine's load drifts
-            wrapped.append(_fastest(_id_pair(pool)))
-            plain.append(_fastest(_id_pair(bare)))
+            wrapped.append(fastest(_id_pair(pool)))
+            plain.append(fastest(_id_pair(bare)))
         out.append(
             f"| {label} | `{allocator}.free` | {state} | {min(plain):.2f} | {min(wrapped):.2f} "
             f"| {check:.2f} | {refuser.refused} |"
         )
         if request and nodes == 0:
             other = _Req("other", probe)
-            both = _fastest(lambda o=other, p=probe, r=refuser: r._refuse_request(o) or r._keep(p))
-            off, on = _fastest(_request_pair(bare)), _fastest(_request_pair(pool))
+            both = fastest(lambda o=other, p=probe, r=refuser, g=guard: r._refuse_request(o) or g.keep(p))
+            off, on = fastest(_request_pair(bare)), fastest(_request_pair(pool))
             out.append(
                 f"| {label} | `free_mamba_cache(req)` | {state} (another request's) | {off:.2f} | {on:.2f} "
                 f"| {both:.2f} | {refuser.refused} |"

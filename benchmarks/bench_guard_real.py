@@ -1,0 +1,248 @@
+"""Guard v2's decision per free, on one SGLang release's own classes (run in a release venv).
+
+    python benchmarks/bench_guard_real.py 0.5.9        # inside the 0.5.9 venv, service/ and
+                                                       # tests/sglang_real on PYTHONPATH
+
+``bench_guard.py --free-path --real`` runs it for every release family (overlays included) and
+prints one table.  The rank is the real-class rig of the guard tier (``tests/sglang_real``): SGLang's
+allocator, request pool, Mamba pool, tree and (0.5.23) int8 checkpoint pool, with 16 requests
+finished into the tree and one live, the probe attached in guard mode.  Per pool it times, fastest
+of several rounds, in µs:
+
+* **the check alone**: the wrapper's decision on a healthy free, without SGLang's free (full KV:
+  a free through a held request row, and a free of another tensor; Mamba and checkpoints: ids the
+  tree does not hold, with and without a live chunked request; 0.5.23's checkpoint pool also a free
+  of a slot the tree held at the census, which reads the tree's values again -- an eviction);
+* **a pair, guard off / on**: SGLang's ``alloc`` + free on the same object, the free through the
+  method SGLang's class gives (off) or through guard's wrapper of it (on), rounds alternating --
+  the difference is what guard adds to one healthy free;
+* **a refused free**: the wrapper's decision on a free one proof refuses, with the refusal
+  recorded in the probe's repair log (the call-site capture included), SGLang's free not called.
+
+Figures only; one JSON line per row on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
+
+ROUNDS, CALLS = 7, 500
+
+
+def fastest(fn: Callable[[], Any], calls: int = CALLS) -> float:
+    best = float("inf")
+    for _ in range(ROUNDS):
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best * 1e6
+
+
+def interleaved(off: Callable[[], Any], on: Callable[[], Any]) -> tuple[float, float]:
+    """Both sides' fastest round, the rounds alternating (the machine's load drifts)."""
+    best = [float("inf"), float("inf")]
+    for _ in range(ROUNDS):
+        for side, fn in enumerate((off, on)):
+            started = time.perf_counter()
+            for _ in range(CALLS):
+                fn()
+            best[side] = min(best[side], (time.perf_counter() - started) / CALLS)
+    return best[0] * 1e6, best[1] * 1e6
+
+
+def row(
+    release: str, pool: str, path: str, state: str, check: float, off: float | None, on: float | None
+) -> None:
+    doc = {
+        "release": release,
+        "pool": pool,
+        "path": path,
+        "state": state,
+        "check": check,
+        "off": off,
+        "on": on,
+    }
+    print(json.dumps(doc), flush=True)
+
+
+def _legacy_rank(version: str, family: str, guard: bool) -> Any:
+    from guard_pools import _rig
+
+    rig = _rig(version, family, guard=guard)
+    for i in range(16):  # requests finished into the tree: its Mamba states and KV
+        req = rig.arrive(f"t{i}", [1000 + 40 * i + k for k in range(12)])
+        rig.prefill_done(rig.prefill([req]))
+        rig.finish(req)
+    live = rig.arrive("live", list(range(12)))
+    rig.prefill([live])
+    rig.held = int(live.req_pool_idx)  # type: ignore[attr-defined]
+    rig.sched.recv_requests()  # a census: the tree index
+    return rig
+
+
+def _probe(sched: Any) -> Any:
+    from poolwatch.probe.lifecycle import probe_of
+
+    probe = probe_of(sched)
+    assert probe is not None
+    assert probe.refuser is not None
+    return probe.refuser
+
+
+def _original(owner: Any, name: str) -> Any:
+    """The method SGLang's class gives ``owner`` (what guard wrapped on the instance)."""
+    return getattr(type(owner), name).__get__(owner)
+
+
+def kv_rows(release: str, rank: Any) -> None:
+    """Full KV: ``rank`` holds one live request (``held``: its row)."""
+    from poolwatch.model import Pool
+
+    refuser = _probe(rank.sched)
+    s, r = rank.sched, rank.held
+    pool, alloc = s.req_to_token_pool, s.token_to_kv_pool_allocator
+    view = pool.req_to_token[r, :8]
+    bare = _original(alloc, "free")
+
+    def pair(free: Callable[[Any], Any]) -> Callable[[], None]:
+        def run() -> None:
+            pool.write((r, slice(0, 8)), alloc.alloc(8))
+            free(view)
+
+        return run
+
+    pairs = interleaved(pair(bare), pair(alloc.free))
+    path = "token_to_kv_pool_allocator.free"
+    check = fastest(lambda: refuser.kv._released(view, Pool.FULL, "bench"))
+    row(release, "full", path, "a held row's view (a release)", check, *pairs)
+    other = view.clone()
+    check = fastest(lambda: refuser.kv._released(other, Pool.FULL, "bench"))
+    row(release, "full", path, "another tensor (an eviction)", check, None, None)
+    gone = min(refuser.rows.free)  # a finished request's row, given back with its KV
+    stale = pool.req_to_token[gone, :8]  # a stale pointer through it
+    assert refuser.rows.released(gone)
+    refused = fastest(lambda: alloc.free(stale))
+    row(release, "full", path, "REFUSED: through a released row", refused, None, None)
+
+
+def mamba_rows(release: str, rank: Any, where: str, allocator: Any) -> None:
+    import torch
+
+    refuser = _probe(rank.sched)
+    guard = refuser.mamba
+    owner = allocator(rank.sched)
+    free_id = owner.free_slots[:1].clone()
+    states = len(guard.tree)
+    check = fastest(lambda: guard.keep(free_id))
+    bare = _original(owner, "free")
+    pairs = interleaved(lambda: bare(owner.alloc(1)), lambda: owner.free(owner.alloc(1)))
+    row(release, "mamba", where, f"no chunked request, {states} tree states", check, *pairs)
+    chunked = rank.sched.chunked_req = _Live(free_id.clone() + 1000)
+    check = fastest(lambda: guard.keep(free_id))
+    row(release, "mamba", where, f"a live chunked request, {states} tree states", check, None, None)
+    if refuser.request is not None:
+        other = _Live(torch.tensor(5))
+        check = fastest(lambda: refuser._refuse_request(other))
+        row(release, "mamba", "free_mamba_cache(req)", "another request's (decision only)", check, None, None)
+    live = chunked.mamba_pool_idx.reshape(1).clone()
+    refused = fastest(lambda: owner.free(live))
+    row(release, "mamba", where, "REFUSED: the live chunked request's slot", refused, None, None)
+    if refuser.request is not None:
+        refused = fastest(lambda: rank.sched.req_to_token_pool.free_mamba_cache(chunked))
+        state = "REFUSED: the live chunked request"
+        row(release, "mamba", "free_mamba_cache(req)", state, refused, None, None)
+    rank.sched.chunked_req = None
+    if guard.tree:
+        held = torch.tensor([next(iter(guard.tree))])
+        refused = fastest(lambda: owner.free(held))
+        row(release, "mamba", where, f"REFUSED: a slot the tree holds, {states} states", refused, None, None)
+
+
+class _Live:
+    """A chunked request as the live proof reads it (its working slot, unfinished)."""
+
+    def __init__(self, slot: Any) -> None:
+        from types import SimpleNamespace
+
+        self.rid, self.mamba_pool_idx = "long", slot.reshape(())
+        self.kv = SimpleNamespace(mamba_pool_idx=self.mamba_pool_idx)
+
+    def finished(self) -> bool:
+        return False
+
+
+def legacy(version: str, family: str) -> None:
+    rank = _legacy_rank(version, family, True)
+    kv_rows(version, rank)
+    mamba_rows(version, rank, "mamba_pool.free", lambda s: s.req_to_token_pool.mamba_pool)
+
+
+def release_0523(version: str) -> None:
+    from guard_0523_pools import Rig0523
+
+    rig = Rig0523(guard=True, checkpoints=True)
+    for i in range(16):  # requests finished into the tree: its checkpoint states and KV
+        req = rig.arrive(f"t{i}", [1000 + 40 * i + k for k in range(12)])
+        rig.admit(req)
+        rig.finish(req)
+    live = rig.arrive("live", list(range(12)))
+    rig.admit(live)
+    rig.held = int(live.kv.req_pool_idx)  # type: ignore[attr-defined]
+    rig.boundary()  # a census: the tree index
+    kv_rows(version, rig)
+    mamba_rows(version, rig, "mamba_allocator.free", lambda s: s.req_to_token_pool.mamba_allocator)
+    ckpt_rows(version, rig)
+
+
+def ckpt_rows(release: str, rank: Any) -> None:
+    import torch
+
+    guard = _probe(rank.sched).checkpoints
+    ckpt = rank.sched.req_to_token_pool.mamba_ckpt_pool
+    free_id = ckpt.allocator.free_slots[:1].clone()
+    states = len(guard.tree)
+    check = fastest(lambda: guard.keep(free_id))
+    bare = _original(ckpt, "free")
+    pairs = interleaved(lambda: bare(ckpt.alloc(1)), lambda: ckpt.free(ckpt.alloc(1)))
+    path = "mamba_ckpt_pool.free"
+    row(release, "mamba_ckpt", path, f"a slot the tree does not hold, {states} states", check, *pairs)
+    gone = int(free_id[0])  # indexed as if the tree held it at the census and evicted it since
+
+    def evicted() -> None:
+        guard.tree[gone] = None
+        guard.keep(torch.tensor([gone]))
+
+    check = fastest(evicted, 100)
+    state = f"an evicted state's slot (one re-read), {states} states"
+    row(release, "mamba_ckpt", path, state, check, None, None)
+    held = rank.sched.tree_cache.all_mamba_values_flatten()[:1].clone()
+    refused = fastest(lambda: ckpt.free(held), 100)
+    row(release, "mamba_ckpt", path, f"REFUSED: a slot the tree holds, {states} states", refused, None, None)
+
+
+def main(argv: list[str]) -> int:
+    from poolwatch.probe.sglang.shapes import shape_for_version
+
+    version = argv[0]
+    family = shape_for_version(version).family
+    if family not in ("0.5.4", "0.5.23"):
+        from check_release import set_server_args
+
+        set_server_args()
+    if family == "0.5.23":
+        release_0523(version)
+    else:
+        legacy(version, family)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -55,9 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
 from tests.e2e import deployed
-from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, http_ok, poll
+from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, free_ports, http_ok, poll
 from tests.e2e.test_e2e_as_deployed import (
-    free_block,
     pods_from_manifests,
     start_alertmanager,
     start_prometheus,
@@ -265,7 +264,7 @@ def one_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.N
         hooks = WebhookRecorder()
         cleanup.callback(hooks.stop)
         am_url, am_log = start_alertmanager(cleanup, root, hooks)
-        am_port, port_base = int(am_url.rsplit(":", 1)[1]), free_block(len(names))
+        am_port, port_base = int(am_url.rsplit(":", 1)[1]), free_ports(len(names))
         roles = {n: "decode" if n.startswith("decode") else "prefill" for n in names}
         pods = pods_from_manifests(root, rendered, am_port, port_base, roles)
         logs = [am_log] + [start_sidecar(cleanup, root, p) for p in pods]

@@ -254,7 +254,8 @@ def test_a_storage_backends_coarse_host_account_is_read_at_every_sample() -> Non
     first = reader.read(sched, Reading())
     sched.tree_cache.token_to_kv_pool_host.free_slots = torch.arange(9)
     second = reader.read(sched, Reading())
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert (first.available, second.available) == (12, 9)
 
 

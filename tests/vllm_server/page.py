@@ -3,19 +3,21 @@ by ``test_vllm_page.py`` and ``benchmarks/bench_page.py --engine vllm``.
 
 On 127.0.0.1 only, with the helpers of ``tests/e2e/test_e2e_as_deployed.py`` (what bench_page runs
 for SGLang): real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its templates,
-every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder; one ``poolwatch serve``
-with the environment and arguments of the rendered PD example's sidecar plus
-``POOLWATCH_ENGINE=vllm`` and ``POOLWATCH_ROLE=unified`` (``deploy/`` has no vLLM pod example yet);
-real Prometheus with the rendered rules and the PodMonitor's scrape; and the real vLLM CPU server
-(:mod:`tests.vllm_server.server`) in the pod's place: the sidecar's probe directory is the one the
-probe publishes in, ``127.0.0.1:30000`` (the sidecar's ``POOLWATCH_METRICS_URLS``) is vLLM's port,
-vLLM's output is the file of the sidecar's ``POOLWATCH_LOG_PATHS``, and the probe's worker is the
-pod's name (``POOLWATCH_WORKER``, as the pod's host name would give it).
+every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder; the rendered vLLM pod
+example (``deploy/kubernetes/examples/vllm``): its sidecar as ``poolwatch serve`` with the
+container's environment and the image's command, real Prometheus with its rules and its
+PodMonitor's scrape, and in the ``vllm`` container's place the real vLLM CPU server
+(:mod:`tests.vllm_server.server`) with that container's poolwatch environment (the probe's
+switches, its directory, the worker's name).  As in ``tests/e2e/deployed.py``, each volume is a
+directory of the run, Alertmanager's Service and vLLM's ``127.0.0.1:8000`` are the local ports,
+vLLM's output is the file the container's ``tee`` writes (the sidecar's ``POOLWATCH_LOG_PATHS``),
+and the namespace the example leaves unset is ``default``.
 
 Then :class:`Load`'s clients send completions (each prompt its own, no prefix shared) and, after
 ``warm`` seconds, one of them the request the fault plugin frees twice.  vLLM 0.32 puts that
 request's last, uncached block at the front of the free queue at the first free, so the next
-allocation pops it at ``ref_cnt == -1`` and EngineCore dies on ``assert block.ref_cnt == 0``: the
+allocation that reaches it -- a request already waiting, or at the latest the fault's client's
+next one -- pops it at ``ref_cnt == -1`` and EngineCore dies on ``assert block.ref_cnt == 0``: the
 clients go on until it does.  The times come from vLLM's side: the fault (just before the second
 free) and EngineCore's "fatal error" record as the fault plugin stamps them in the server's log,
 and EngineCore's exit (its ``/proc`` entry, looked at every 5 ms).  The page is the first webhook
@@ -30,20 +32,16 @@ import functools
 import re
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import httpx
 
+from tests.deploy.k8s import container, kustomize, workloads
 from tests.e2e import deployed
-from tests.e2e.stack import Post, Prometheus, WebhookRecorder, free_ports, http_ok, poll
-from tests.e2e.test_e2e_as_deployed import (
-    pods_from_manifests,
-    start_alertmanager,
-    start_prometheus,
-    start_sidecar,
-)
+from tests.e2e.stack import Post, Prometheus, WebhookRecorder, free_port, http_ok, poll
+from tests.e2e.test_e2e_as_deployed import start_alertmanager, start_prometheus, start_sidecar
 from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS
 from tests.vllm_server.server import (
     Freed,
@@ -55,7 +53,9 @@ from tests.vllm_server.server import (
     start,
 )
 
+EXAMPLE = "deploy/kubernetes/examples/vllm"
 POD = "vllm-0"
+NAMESPACE = "default"  # the example names none: where `kubectl apply -k` puts it without -n
 ALERT, POOL = "PoolwatchDoubleFree", "full"
 STARTUP = 900.0  # wall s for vLLM to serve: the API server, EngineCore and the worker each import vLLM
 _TRIPWIRE = re.compile(r"Tripwire (\w+): \d+ (?:slot|block|page)s? [^\[]*\[([\d, \-]+)\]")
@@ -209,6 +209,44 @@ class ExitWatch:
         self._thread.join(timeout=5)
 
 
+@dataclass(frozen=True)
+class Pod:
+    """The vLLM example's pod on loopback: the sidecar's process, and the engine container's
+    poolwatch environment (the probe's switches) and log file (what its ``tee`` writes)."""
+
+    sidecar: deployed.Pod
+    engine_env: dict[str, str]
+    log: Path
+
+
+def example_pod(root: Path, rendered: deployed.Rendered, am_port: int, vllm_port: int) -> Pod:
+    """The rendered vLLM example's pod with its volumes under ``root/pods/<pod>``, Alertmanager's
+    Service and vLLM's ``127.0.0.1:8000`` mapped to the local ports, the sidecar on a free port."""
+    (workload,) = workloads(rendered.docs)
+    metadata, spec = workload["spec"]["template"]["metadata"], workload["spec"]["template"]["spec"]
+    sidecar, engine = container(spec, "poolwatch", init=True), container(spec, "vllm", init=False)
+    namespace = workload["metadata"].get("namespace", NAMESPACE)
+    pod_root = root / "pods" / POD
+    for mount in [*sidecar["volumeMounts"], *engine["volumeMounts"]]:
+        (pod_root / mount["name"]).mkdir(parents=True, exist_ok=True)
+    addresses = {
+        "alertmanager-operated.monitoring.svc:9093": f"127.0.0.1:{am_port}",
+        "127.0.0.1:8000": f"127.0.0.1:{vllm_port}",
+    }
+    env = deployed.on_loopback(
+        deployed.pod_env(metadata, sidecar, POD, namespace), sidecar, pod_root, addresses
+    )
+    port = free_port()
+    env |= {"POOLWATCH_HOST": "127.0.0.1", "POOLWATCH_PORT": str(port)}
+    role = metadata["labels"]["poolwatch.io/role"]
+    pod = deployed.Pod(POD, namespace, role, pod_root, env, deployed.image_command(), port)
+    ours = {**engine, "env": [v for v in engine["env"] if v["name"].startswith("POOLWATCH_")]}
+    engine_env = deployed.on_loopback(
+        deployed.pod_env(metadata, ours, POD, namespace), engine, pod_root, addresses
+    )
+    return Pod(pod, engine_env, Path(env["POOLWATCH_LOG_PATHS"]))
+
+
 def pool_published(sidecar: int) -> bool | None:
     """True once the sidecar exports the probe's ``full`` pool (it has the probe's snapshot)."""
     try:
@@ -237,17 +275,15 @@ def run_once(root: Path, load: Load, limit: float = 60.0) -> PageRun:
     """One run in ``root`` (a fresh directory): the stack, vLLM, the load, and a watch of ``limit``
     s after the fault."""
     run = PageRun(load.name)
-    rendered = deployed.render()
+    rendered = deployed.Rendered(kustomize(EXAMPLE))
     with contextlib.ExitStack() as cleanup:
         hooks = WebhookRecorder()
         cleanup.callback(hooks.stop)
-        (root / "sglang-logs").mkdir()
         am_url, am_log = start_alertmanager(cleanup, root, hooks)
-        am_port, port = int(am_url.rsplit(":", 1)[1]), free_ports(1)
-        (pod,) = pods_from_manifests(root, rendered, am_port, port, {POD: "prefill"})
-        pod = replace(pod, env=pod.env | {"POOLWATCH_ENGINE": "vllm", "POOLWATCH_ROLE": "unified"})
-        log = root / "sglang-logs" / f"{POD}.log"
-        how = server(root, port, Path(pod.env["POOLWATCH_PROBE_DIR"]), {"POOLWATCH_WORKER": POD})
+        am_port, port = int(am_url.rsplit(":", 1)[1]), free_port()
+        example = example_pod(root, rendered, am_port, port)
+        pod, log = example.sidecar, example.log
+        how = server(root, port, Path(example.engine_env["POOLWATCH_PROBE_DIR"]), example.engine_env)
         began = time.time()
         vllm = start(cleanup, how.argv, log, how.env)
         logs = [am_log, start_sidecar(cleanup, root, pod), log]

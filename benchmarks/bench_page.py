@@ -1,7 +1,7 @@
 """The page as the on-call engineer receives it (issue 23): fault -> received notification, per
 fault class and load, through the stack as deployed.
 
-Each run starts, on 127.0.0.1 only, a fresh copy of what ``tests/e2e/test_e2e_as_deployed.py``
+Each run starts, on 127.0.0.1 only, a fresh copy of what ``tests/e2e/launch.py``
 starts (and with its helpers): one sidecar per pod with the environment and arguments of the
 rendered PD example (``tests/e2e/deployed.py``), real Prometheus with the rendered rules and
 PodMonitor scrape, real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its
@@ -58,13 +58,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
 from tests.e2e import deployed
-from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, free_ports, http_ok, poll
-from tests.e2e.test_e2e_as_deployed import (
+from tests.e2e.launch import (
     pods_from_manifests,
     start_alertmanager,
     start_prometheus,
     start_sidecar,
 )
+from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, free_ports, http_ok, poll
 
 from poolwatch.artifacts.notification_text import UPDATE_MARK
 from poolwatch.probe.core.config import ProbeConfig

@@ -1,7 +1,7 @@
 """The page a real vLLM server's double free sends through the stack as deployed: one run, shared
 by ``test_vllm_page.py`` and ``benchmarks/bench_page.py --engine vllm``.
 
-On 127.0.0.1 only, with the helpers of ``tests/e2e/test_e2e_as_deployed.py`` (what bench_page runs
+On 127.0.0.1 only, with the helpers of ``tests/e2e/launch.py`` (what bench_page runs
 for SGLang): real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its templates,
 every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder; the rendered vLLM pod
 example (``deploy/kubernetes/examples/vllm``): its sidecar as ``poolwatch serve`` with the
@@ -40,8 +40,8 @@ import httpx
 
 from tests.deploy.k8s import container, kustomize, workloads
 from tests.e2e import deployed
+from tests.e2e.launch import start_alertmanager, start_prometheus, start_sidecar
 from tests.e2e.stack import Post, Prometheus, WebhookRecorder, free_port, http_ok, poll
-from tests.e2e.test_e2e_as_deployed import start_alertmanager, start_prometheus, start_sidecar
 from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS
 from tests.vllm_server.server import (
     Freed,

@@ -13,6 +13,12 @@ slot is kept once per kind and pool.  At most ``limit`` findings are kept; what 
 counted in :attr:`TripwireLog.dropped` (published in the probe's health) instead of growing the
 snapshot.
 
+Each new finding carries the engine's call site (:mod:`~poolwatch.probe.core.call_site`), captured
+once when it is kept, from inside :meth:`TripwireLog.add` (so every caller gets one without doing
+anything; a repeat, or a leak that grows, captures nothing).  A finding made after the free had
+returned (at a hook) can be given the site of the next identical wrong free later
+(:meth:`TripwireLog.witness`).
+
 The one way out is a repair by an opt-in guard (SGLang's ``repair``): :meth:`TripwireLog.settle`
 takes the repaired slots out of the log (they are reported as repairs instead) and forgets them,
 so the same fault striking that slot again is a new finding.
@@ -23,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.model import CallSite, CallSiteKind, Pool, Tripwire, TripwireKind
 from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
+from poolwatch.probe.core.call_site import CallSites
 
 __all__ = ["MAX_TRIPWIRES", "TripwireLog"]
 
@@ -32,15 +39,17 @@ MAX_TRIPWIRES = 32
 
 
 class TripwireLog:
-    def __init__(self, limit: int = MAX_TRIPWIRES) -> None:
+    def __init__(self, limit: int = MAX_TRIPWIRES, sites: CallSites | None = None) -> None:
         self.limit = limit
+        self.sites = sites if sites is not None else CallSites("")
         self._found: list[Tripwire] = []
         self._seen: set[tuple[TripwireKind, Pool, int]] = set()
         self.dropped = 0
 
     def add(self, found: Iterable[Tripwire]) -> bool:
-        """Record new findings; True if any slot was new."""
+        """Record new findings, each with the engine's call site; True if any slot was new."""
         new = False
+        site: list[CallSite | None] = []  # captured at the first finding kept, shared by the others
         for tripwire in found:
             fresh = tuple(s for s in tripwire.slots if (tripwire.kind, tripwire.pool, s) not in self._seen)
             if tripwire.kind is TripwireKind.MISSING and self._has(tripwire.kind, tripwire.pool):
@@ -54,9 +63,27 @@ class TripwireLog:
                 self.dropped += 1
                 continue
             self._seen.update((tripwire.kind, tripwire.pool, s) for s in fresh)
-            self._found.append(replace(tripwire, slots=fresh))
+            if tripwire.call_site is None and not site:
+                site.append(self.sites.capture(tripwire.seq))
+            call_site = tripwire.call_site or site[0]
+            self._found.append(replace(tripwire, slots=fresh, call_site=call_site))
             new = True
         return new
+
+    def witness(self, pool: Pool, kinds: Iterable[TripwireKind], site: CallSite) -> bool:
+        """The next identical wrong free was caught (``site``): findings of ``kinds`` in ``pool``
+        whose free had returned before the probe looked (no site, or a hook's) take it; True if any did."""
+        wanted = set(kinds)
+        took = False
+        for i, t in enumerate(self._found):
+            if (
+                t.pool is pool
+                and t.kind in wanted
+                and (t.call_site is None or t.call_site.kind is CallSiteKind.HOOK)
+            ):
+                self._found[i] = replace(t, call_site=site)
+                took = True
+        return took
 
     def _grow(self, tripwire: Tripwire, fresh: tuple[int, ...]) -> bool:
         """A leak keeps growing: one finding per pool, its ids extended (bounded) and its count

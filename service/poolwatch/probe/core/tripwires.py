@@ -44,6 +44,7 @@ class TripwireLog:
         self.sites = sites if sites is not None else CallSites("")
         self._found: list[Tripwire] = []
         self._seen: set[tuple[TripwireKind, Pool, int]] = set()
+        self._caught: dict[Pool, tuple[frozenset[TripwireKind], CallSite]] = {}  # the last witnessed free
         self.dropped = 0
 
     def add(self, found: Iterable[Tripwire]) -> bool:
@@ -63,17 +64,21 @@ class TripwireLog:
                 self.dropped += 1
                 continue
             self._seen.update((tripwire.kind, tripwire.pool, s) for s in fresh)
-            if tripwire.call_site is None and not site:
+            call_site = tripwire.call_site or self._witnessed(tripwire)
+            if call_site is None and not site:
                 site.append(self.sites.capture(tripwire.seq))
-            call_site = tripwire.call_site or site[0]
+            call_site = call_site or site[0]
             self._found.append(replace(tripwire, slots=fresh, call_site=call_site))
             new = True
         return new
 
     def witness(self, pool: Pool, kinds: Iterable[TripwireKind], site: CallSite) -> bool:
         """The next identical wrong free was caught (``site``): findings of ``kinds`` in ``pool``
-        whose free had returned before the probe looked (no site, or a hook's) take it; True if any did."""
+        whose free had returned before the probe looked (no site, or a hook's) take it, and so does
+        a new one of them found later in the same iteration (what that free did: a slot now twice on
+        the free list); True if a finding already kept took it."""
         wanted = set(kinds)
+        self._caught[pool] = (frozenset(wanted), site)
         took = False
         for i, t in enumerate(self._found):
             if (
@@ -99,6 +104,13 @@ class TripwireLog:
         grown = replace(old, slots=slots, requests=requests, total=count if count > len(slots) else 0)
         self._found[i] = grown
         return grown.count > old.count
+
+    def _witnessed(self, tripwire: Tripwire) -> CallSite | None:
+        """The witnessed free's site, for a finding of its kinds and pool in its iteration."""
+        caught = self._caught.get(tripwire.pool)
+        if caught is None or tripwire.kind not in caught[0] or caught[1].seq != tripwire.seq:
+            return None
+        return caught[1]
 
     def settle(self, kinds: Iterable[TripwireKind], pool: Pool, slots: Iterable[int]) -> None:
         """The guard repaired ``slots`` of ``pool``: findings of ``kinds`` about them are over."""

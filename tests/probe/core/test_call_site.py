@@ -14,7 +14,7 @@ from poolwatch.model import CallSite, CallSiteKind, Frame, Pool, RepairKind, Tri
 from poolwatch.probe.core import hooks
 from poolwatch.probe.core.call_site import MAX_ENGINE_FRAMES, CallSites
 from poolwatch.probe.core.repairs import RepairLog
-from poolwatch.probe.core.tripwires import TripwireLog
+from poolwatch.probe.core.tripwires import MAX_UPGRADES, TripwireLog
 
 ENGINE = "tests.probe.core.fake_engine"
 FILE = "fake_engine/scheduler.py"
@@ -157,3 +157,33 @@ def test_the_next_identical_free_gives_its_site_to_the_finding_made_after_the_fa
     assert live.call_site == caught
     assert leak.call_site != caught
     assert not log.witness(Pool.SWA, (TripwireKind.FREE_AND_LIVE,), caught)
+
+
+def test_a_finding_first_seen_at_a_hook_takes_the_site_of_a_free_that_repeats_it() -> None:
+    sites = CountingSites()
+    log = TripwireLog(sites=sites)
+    at_hook = CallSite(CallSiteKind.HOOK, (Frame(FILE, line_of("STEPS"), "Scheduler.loop"),), 2)
+    log.add([Tripwire(TripwireKind.REF_BELOW_OWNERS, Pool.FULL, (6,), "schedule", 2, call_site=at_hook)])
+    sched = Scheduler()
+    again = Tripwire(TripwireKind.REF_BELOW_OWNERS, Pool.FULL, (6,), "free_blocks", 5)
+    changed: list[bool] = []
+    _wrap_free(sched, lambda ids: changed.append(log.add([again])))
+    sched.finish([6])
+    sched.finish([6])  # it has a free's site now: a repeat captures nothing
+    (kept,) = log.all()
+    assert changed == [True, False]
+    assert kept.call_site is not None
+    assert kept.call_site.kind is CallSiteKind.FREE
+    assert kept.call_site.frames[0] == Frame(FILE, line_of("FREES"), "Scheduler.release")
+    assert (kept.first_seen_hook, kept.seq) == ("schedule", 2)  # still where it was first seen
+    assert sites.captures == 1
+
+
+def test_a_finding_repeated_only_at_hooks_stops_trying_for_a_better_site() -> None:
+    sites = CountingSites()
+    log = TripwireLog(sites=sites)
+    seen = Tripwire(TripwireKind.FREE_AND_LIVE, Pool.MAMBA, (4,), "step", 1)
+    for _ in range(3 * MAX_UPGRADES):
+        log.add([seen])
+    assert sites.captures == 1 + MAX_UPGRADES
+    assert log.all()[0].call_site is None

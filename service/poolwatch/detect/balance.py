@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from poolwatch.conservation import Balance, Basis, Finding
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.call_site import tripwire_site_sentence
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen, crash_imminent, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
@@ -124,9 +125,11 @@ def _tripwire_sentence(t: Tripwire) -> str:
         shown += f" (the first {len(t.slots)} named)"
     requests = f", requests [{', '.join(t.requests[:8])}{' ...' if len(t.requests) > 8 else ''}]"
     ids = _plural(t.count) if t.page_size <= 1 else f"{_plural(t.count, 'page')} of {t.page_size} slots"
+    site = tripwire_site_sentence(t)
     return (
         f"Tripwire {t.kind.value}: {ids} [{shown}] first seen after "
         f"{t.first_seen_hook} at iteration {t.seq}{requests if t.requests else ''}."
+        + (f" {site}" if site else "")
     )
 
 

@@ -165,6 +165,7 @@ def _summary(record: IncidentRecord) -> dict[str, Any]:
         "kind": finding["kind"],
         "pool": finding["pool"],
         "count": finding["count"],
+        "hook": finding["hook"],
         "engine": engine["engine"],
         "release": engine["release"],
         "first_seen_at": body["first_seen_at"],

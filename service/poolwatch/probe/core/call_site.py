@@ -22,7 +22,8 @@ free), and the innermost frame is the line that called it (``free``, or the call
 Cost: only on a finding or a guard action, never on the healthy path; the recorders
 (:mod:`~poolwatch.probe.core.tripwires`, :mod:`~poolwatch.probe.core.repairs`) capture once per
 finding, not per repeat.  One capture is a walk of at most 40 frames with one dict lookup and one
-string test each, and one memoised file and name per code object (``benchmarks/bench_call_site.py``).
+string test each, and, per engine frame kept, its current line and one lookup of the frame made
+for that line before (``benchmarks/bench_call_site.py``: about 5 µs).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ __all__ = ["MAX_ENGINE_FRAMES", "MAX_WALK", "CallSites"]
 
 MAX_ENGINE_FRAMES = 8  # engine frames kept per call site
 MAX_WALK = 40  # frames walked in all (the probe's own, a decorator's, the engine's)
-_MEMO = 1024  # code objects whose file and name are remembered
+_MEMO = 1024  # lines of engine code whose frame is remembered
 _HOOKS_FILE = hooks.__file__
 
 
@@ -49,7 +50,7 @@ class CallSites:
         self.package = package
         self._prefix = f"{package}."
         self._root: str | None = None  # the directory holding the package, found at the first capture
-        self._code: dict[CodeType, tuple[str, str]] = {}
+        self._frames: dict[tuple[CodeType, int], Frame] = {}  # a line of code seen before: its frame
 
     def capture(self, seq: int, kind: CallSiteKind = CallSiteKind.FREE) -> CallSite | None:
         """The engine's frames above the caller, innermost first, at iteration ``seq``; ``None`` when
@@ -74,13 +75,13 @@ class CallSites:
         return CallSite(kind, tuple(frames), seq) if frames else None
 
     def _frame(self, frame: FrameType) -> Frame:
-        code = frame.f_code
-        known = self._code.get(code)
+        code, line = frame.f_code, frame.f_lineno or 0
+        known = self._frames.get((code, line))
         if known is None:
-            if len(self._code) >= _MEMO:
-                self._code.clear()
-            known = self._code[code] = (self._file(code.co_filename), code.co_qualname)
-        return Frame(known[0], frame.f_lineno or 0, known[1])
+            if len(self._frames) >= _MEMO:
+                self._frames.clear()
+            known = self._frames[code, line] = Frame(self._file(code.co_filename), line, code.co_qualname)
+        return known
 
     def _file(self, path: str) -> str:
         """``path`` relative to the directory holding the engine's package; else its base name."""

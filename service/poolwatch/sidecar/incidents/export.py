@@ -65,7 +65,7 @@ def _when(t: float) -> str:
 
 
 def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
+    text = "?" if value is None else str(value)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -82,12 +82,10 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
 def _ids(finding: dict[str, Any]) -> str:
     unit = "slot" if finding["page_size"] <= 1 else f"page of {finding['page_size']} slots"
     shown = ", ".join(str(i) for i in finding["ids"][:64]) or "none named"
-    more = (
-        f" (the first {len(finding['ids'])} of {finding['count']})"
-        if finding["count"] > len(finding["ids"])
-        else ""
-    )
-    return f"{unit} ids {shown}{more}"
+    if finding["record"] == "repair":
+        return f"{unit} ids of the last action: {shown} ({finding['count']} slots in all)"
+    named, count = len(finding["ids"]), finding["count"]
+    return f"{unit} ids {shown}" + (f" (the first {named} of {count})" if count > named else "")
 
 
 def _head(body: dict[str, Any]) -> list[str]:
@@ -183,7 +181,7 @@ def _timeline(body: dict[str, Any]) -> list[str]:
     start = body["first_seen_at"]
     rows = []
     for m in body["moments"]:
-        gaps = ", ".join(f"{p} {a['gap']}" for p, a in m["pools"].items())
+        gaps = ", ".join(f"{p} {'?' if a['gap'] is None else a['gap']}" for p, a in m["pools"].items())
         found = ", ".join(f"{t['kind']} {t['pool']} x{t['count']}" for t in m["tripwires"])
         done = ", ".join(f"{r['kind']} {r['pool']} x{r['count']}" for r in m["repairs"])
         queues = ", ".join(f"{k} {v}" for k, v in m["queues"].items())

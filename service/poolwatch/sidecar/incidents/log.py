@@ -86,7 +86,9 @@ class IncidentLog:
             if record is not None:
                 self._dirty |= record.seen(snap, found)
                 continue
-            earlier = [s for s in self._store.history(rank[0]) if _same(s, snap) and s.seq < snap.seq]
+            earlier = [
+                s for s in self._store.history(rank[0]) if _same(s, snap) and s.taken_at < snap.taken_at
+            ]
             record = new_record(ident, snap, found, earlier, self._ranks_of(snap), self._poolwatch)
             self._keep(record)
             created = True

@@ -115,7 +115,7 @@ class IncidentRecord:
 
     def later(self, snap: Snapshot) -> None:
         """A later moment of the rank (until :data:`AFTER` were kept)."""
-        if self.open and snap.seq > self.body["moments"][-1]["seq"]:
+        if self.open and snap.taken_at > self.body["moments"][-1]["taken_at"]:
             self.body["moments"].append(moment(snap))
             self.after += 1
 

@@ -35,6 +35,7 @@ __all__ = [
     "Frame",
     "Incident",
     "IncidentKind",
+    "LEAK_KINDS",
     "Phase",
     "Pool",
     "PoolAccount",
@@ -136,6 +137,9 @@ class TripwireKind(enum.StrEnum):
     REF_BELOW_OWNERS = "ref_below_owners"  # fewer references than requests listing it (a double free)
     REF_ABOVE_OWNERS = "ref_above_owners"  # more references than owners, nothing may pin it (a leak)
     NULL_BLOCK = "null_block"  # the null block on the free queue, or another block marked null
+
+
+LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})  # slots lost, not freed twice
 
 
 class RepairKind(enum.StrEnum):

@@ -143,3 +143,18 @@ def test_a_new_line_number_is_not_news_but_a_line_found_at_last_is(seed_snapshot
     found = as_alert(CallSite(CallSiteKind.NEXT_FREE, FRAMES, 415))
     assert found == as_alert(CallSite(CallSiteKind.NEXT_FREE, moved, 499))
     assert found != as_alert(CallSite(CallSiteKind.HOOK, FRAMES[2:], 411))
+
+
+def test_a_leak_found_at_a_hook_names_no_line_for_it_was_made_by_no_free(seed_snapshot: Snapshot) -> None:
+    lost = Tripwire(
+        TripwireKind.MISSING,
+        Pool.MAMBA,
+        (9,),
+        "recv_requests",
+        7,
+        call_site=CallSite(CallSiteKind.HOOK, FRAMES[2:]),
+    )
+    snap = replace(seed_snapshot, tripwires=(lost,))
+    texts = [s.description for s in PoolBalance(DetectorConfig()).signals(Seen(snap, findings(snap)))]
+    assert any("Tripwire missing" in t for t in texts)
+    assert not any("not known yet" in t or "called from" in t for t in texts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -182,3 +183,31 @@ async def test_the_api_lists_incidents_and_serves_each_bundle_as_json_and_markdo
     assert "| 1 | `sglang/srt/mem_cache/memory_pool.py` | 387 | `HybridReqToTokenPool.free` |" in page.text
     assert (unknown.status_code, malformed.status_code, posted.status_code) == (404, 404, 405)
     assert json.loads(json.dumps(bundle.json())) == bundle.json()
+
+
+GOLDEN_MD = Path(__file__).parents[1] / "fixtures" / "golden" / "seed-incident.md"
+GOLDEN_JSON = GOLDEN_MD.with_suffix(".json")
+
+
+def test_the_seed_incident_s_bundle_matches_the_golden_files(seed_snapshot: Snapshot) -> None:
+    """The seed (0.5.4.post1, Mamba double free) with guard's refusal inside ``mamba_pool.free``:
+    the bundle's words and fields pinned (``POOLWATCH_UPDATE_GOLDEN=1`` rewrites them)."""
+    store = SnapshotStore()
+    incidents = IncidentLog(store, {"version": "golden", "settings": {"scrape": {"history": 256}}})
+    store.subscribe(incidents.observe)
+    health = ProbeHealth(samples_total=40, census_total=4, guard=True, guard_return=True)
+    _feed(store, seed_snapshot, range(1, 4), probe=health)
+    for seq in range(4, 8):
+        done = Repair(
+            RepairKind.REFUSE, Pool.MAMBA, seq - 3, (17,), "mamba_pool.free", seq, ("rid-1",), call_site=FREED
+        )
+        _feed(store, seed_snapshot, range(seq, seq + 1), repairs=(done,), probe=health)
+    (listed,) = incidents.listed()
+    body = incidents.bundle(listed["id"])
+    assert body is not None
+    markdown, doc = bundle_markdown(body), json.dumps(bundle_json(body), indent=1, sort_keys=True) + "\n"
+    if os.environ.get("POOLWATCH_UPDATE_GOLDEN") == "1":
+        GOLDEN_MD.write_text(markdown)
+        GOLDEN_JSON.write_text(doc)
+    assert markdown == GOLDEN_MD.read_text()
+    assert doc == GOLDEN_JSON.read_text()

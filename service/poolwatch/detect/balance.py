@@ -34,7 +34,7 @@ from poolwatch.detect.call_site import tripwire_site_sentence
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen, crash_imminent, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
-from poolwatch.model import Phase, Pool, Snapshot, Tripwire, TripwireKind
+from poolwatch.model import LEAK_KINDS, Phase, Pool, Snapshot, Tripwire
 
 __all__ = ["PoolBalance"]
 
@@ -85,8 +85,8 @@ def _alert_for(balance: Balance, pool: Pool) -> AlertName:
     return AlertName.DOUBLE_FREE if balance is Balance.SURPLUS else AlertName.SLOT_LEAK
 
 
-# tripwires that prove slots lost (SlotLeak); every other kind proves a slot counted twice (DoubleFree)
-_LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})
+# tripwires that prove slots lost (SlotLeak, model.LEAK_KINDS); every other kind proves a slot
+# counted twice (DoubleFree)
 _BASIS = {
     Basis.EXACT: "exact figures from the in-process probe",
     Basis.NEGATIVE_USED: "SGLang's own used count is negative",
@@ -170,7 +170,7 @@ def _signals(snap: Snapshot, found: Mapping[Pool, Finding], cfg: DetectorConfig)
             slots[key] = max(slots[key], f.slots)
             waits[key] = _wait(f, snap.phase, cfg)
     for t in snap.tripwires:
-        key = (AlertName.SLOT_LEAK if t.kind in _LEAK_KINDS else AlertName.DOUBLE_FREE, t.pool)
+        key = (AlertName.SLOT_LEAK if t.kind in LEAK_KINDS else AlertName.DOUBLE_FREE, t.pool)
         parts[key].append(_tripwire_sentence(t))
         slots[key] = max(slots[key], t.count)
         waits[key] = (1, 0.0)  # an identity census is proof: no need to wait

@@ -15,12 +15,14 @@ qualified name.  What each kind says:
 no site        nothing (no engine frame was on the stack: a finding of the probe's own thread, a
                test driving the engine by hand, or an older probe).
 
+A leak (``missing``, ``ref_above_owners``) was made by no free: a hook's site says nothing about it.
+
 Pure: text in, text out.
 """
 
 from __future__ import annotations
 
-from poolwatch.model import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire
+from poolwatch.model import LEAK_KINDS, CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire
 
 __all__ = ["SHOWN", "chain", "repair_site_sentence", "tripwire_site_sentence"]
 
@@ -41,7 +43,7 @@ def chain(site: CallSite, limit: int = SHOWN) -> str:
 def tripwire_site_sentence(t: Tripwire) -> str:
     """What a tripwire's call site says (see the module docstring), or "" when it has none."""
     site = t.call_site
-    if site is None or not site.frames:
+    if site is None or not site.frames or (site.kind is CallSiteKind.HOOK and t.kind in LEAK_KINDS):
         return ""
     if site.kind is CallSiteKind.FREE:
         return f"Freed by {chain(site)}."

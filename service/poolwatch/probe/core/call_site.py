@@ -23,7 +23,7 @@ Cost: only on a finding or a guard action, never on the healthy path; the record
 (:mod:`~poolwatch.probe.core.tripwires`, :mod:`~poolwatch.probe.core.repairs`) capture once per
 finding, not per repeat.  One capture is a walk of at most 40 frames with one dict lookup and one
 string test each, and, per engine frame kept, its current line and one lookup of the frame made
-for that line before (``benchmarks/bench_call_site.py``: about 5 µs).
+for that line before (``benchmarks/bench_call_site.py``: 7 -- 15 µs on a shared 2-CPU VM).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import json
 import time
 from typing import Any
 
+from poolwatch.model import LEAK_KINDS
+
 __all__ = ["LEFT_OUT", "bundle_json", "bundle_markdown"]
 
 LEFT_OUT = (
@@ -31,6 +33,11 @@ _NO_SITE = (
 _GAP = (
     "gap = size - (available + evictable + protected + held + session held): below 0 a slot is "
     "counted twice, above 0 lost."
+)
+_LEAKS = {k.value for k in LEAK_KINDS}
+_LEAK_SAYS = (
+    "A leak is made by no free: these frames say where the engine called the hook after which the "
+    "census found the slots lost, not where they were lost."
 )
 _KIND_SAYS = {
     "free": "Captured inside the engine's free: the first frame is the line that called the free.",
@@ -117,7 +124,8 @@ def _call_site(body: dict[str, Any]) -> list[str]:
     out = ["", "## The line that freed it", ""]
     if site is None or not site["frames"]:
         return [*out, _NO_SITE]
-    out.append(_KIND_SAYS[site["kind"]].format(seq=site["seq"]))
+    leak = site["kind"] == "hook" and body["finding"]["kind"] in _LEAKS
+    out.append(_LEAK_SAYS if leak else _KIND_SAYS[site["kind"]].format(seq=site["seq"]))
     out.append("")
     rows = [[n, _code(f["file"]), f["line"], _code(f["function"])] for n, f in enumerate(site["frames"], 1)]
     out += _table(["#", "file", "line", "function"], rows)

@@ -148,7 +148,7 @@ class RepairKind(enum.StrEnum):
     QUARANTINE = "quarantine"  # took a slot a live request or the tree owns off the free list
     DEDUPLICATE = "deduplicate"  # removed a second entry of one slot from the free list
     RETURN = "return"  # at idle, gave back a slot proven to be in no set (a leak)
-    REFUSE = "refuse"  # refused a free of a slot still owned, before the pool's free ran (guard v2)
+    REFUSE = "refuse"  # refused a free of a slot still owned (or already free), before it ran (guard v2)
 
 
 class IncidentKind(enum.StrEnum):

@@ -25,7 +25,10 @@ _DID = {
     RepairKind.QUARANTINE: "took {n} off the free list (a live request or the tree owns it)",
     RepairKind.DEDUPLICATE: "removed duplicate free-list entries worth {n}",
     RepairKind.RETURN: "gave back {n} lost at idle (in no free list, tree or request)",
-    RepairKind.REFUSE: "refused to free {n} still owned (the chunked request's or a tree node's)",
+    RepairKind.REFUSE: (
+        "refused to free {n} still owned or already free (a live request's, a tree node's, "
+        "a released request row's)"
+    ),
 }
 
 

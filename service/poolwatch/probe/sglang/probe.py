@@ -13,7 +13,7 @@ the final snapshot and its last word, and the opt-in guard (scheduler thread).
   sidecar has collected it (:mod:`poolwatch.probe.core.last_word`);
 * guard mode (``POOLWATCH_PROBE_GUARD=1``): the censuses' proofs are acted on
   (:class:`~poolwatch.probe.sglang.repair.Repairer`) and the wrong frees of the families whose free
-  paths were read are refused before they run (:class:`~poolwatch.probe.sglang.refuse.FreeRefuser`).
+  paths were read are refused before they run (:class:`~poolwatch.probe.sglang.guard.refuser.FreeRefuser`).
 
 Everything else -- the sample cadence, the census schedule, containment, the snapshot, the kill
 switch and heartbeat -- is :class:`~poolwatch.probe.core.probe.Probe`'s.
@@ -35,8 +35,9 @@ from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.core.witness import FreeWitness
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot
+from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
+from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.reader import SglangReader
-from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
 from poolwatch.probe.sglang.repair import census_of, repairer_for
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.snapshot import Sample
@@ -168,16 +169,17 @@ class SglangProbe(Probe):
     # -- guard v2: refusing a wrong free before it runs -------------------------------------------
 
     def _refuser(self) -> FreeRefuser | None:
-        """Guard v2 on the release families whose free paths were read (``refuse``'s table); off on an
-        unverified release, as "return" is."""
-        paths = FREE_PATHS.get(self.shape.family) if self.release.verified else None
+        """Guard v2 on the release families whose free paths were read (``guard.paths``' table); off
+        on an unverified release, as "return" is."""
+        paths = GUARD_PATHS.get(self.shape.family) if self.release.verified else None
         refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled, paths) if paths else None
         return refuser if refuser is not None and refuser.install() else None
 
-    def _refused(self, slots: tuple[int, ...], requests: tuple[str, ...], where: str) -> None:
-        """Called from inside the wrapped ``free`` (scheduler thread): count and log at once."""
-        if self.repairer is not None:
-            self.repairer.record(RepairKind.REFUSE, Pool.MAMBA, slots, requests, where, self.seq)
+    def _refused(
+        self, pool: Pool, slots: tuple[int, ...], requests: tuple[str, ...], where: str, page: int
+    ) -> None:
+        """Called from inside the wrapped free (scheduler thread): count and log at once."""
+        self.repairs.record(RepairKind.REFUSE, pool, slots, requests, where, self.seq, page=page)
 
     def _witnessed(self, site: CallSite) -> None:
         """The witness caught the chunk's wrong free again (scheduler thread, inside the free)."""

@@ -5,7 +5,7 @@ The #12994 chunk tripwire (:mod:`~poolwatch.probe.sglang.tripwires`) looks right
 free has returned by then, so its call site names only where the hook was called.  The seed free
 repeats at every chunk boundary of every chunked request, so after a first finding the probe arms
 a one-shot :class:`~poolwatch.probe.core.witness.FreeWitness` on the family's Mamba free paths (the
-ones guard v2 wraps, :data:`~poolwatch.probe.sglang.refuse.FREE_PATHS`): the next free of a slot
+ones guard v2 wraps, :data:`~poolwatch.probe.sglang.guard.paths.GUARD_PATHS`): the next free of a slot
 that the live chunked request still works in -- guard's *live* proof, read at the call -- is the
 same wrong free, and its engine call site is captured (``next_free``) and given to the finding.
 
@@ -19,17 +19,18 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.probe.core.witness import FreeWitness
-from poolwatch.probe.sglang.refuse import FREE_PATHS, FreePaths
+from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, MambaPaths
 
 __all__ = ["arm_mamba_witness"]
 
 
 def arm_mamba_witness(witness: FreeWitness, sched: Any, family: str) -> bool:
     """Arm ``witness`` on the Mamba free paths of ``family``; False when none could be armed."""
-    paths = FREE_PATHS.get(family)
+    family_paths = GUARD_PATHS.get(family)
     pool = getattr(sched, "req_to_token_pool", None)
-    if paths is None or pool is None or witness.armed or witness.fired:
+    if family_paths is None or pool is None or witness.armed or witness.fired:
         return False
+    paths = family_paths.mamba
     armed = witness.arm(
         getattr(pool, paths.allocator, None), "free", lambda ids, *_, **__: _frees_live(sched, paths, ids)
     )
@@ -38,7 +39,7 @@ def arm_mamba_witness(witness: FreeWitness, sched: Any, family: str) -> bool:
     return armed
 
 
-def _live(sched: Any, paths: FreePaths) -> tuple[Any, int | None]:
+def _live(sched: Any, paths: MambaPaths) -> tuple[Any, int | None]:
     """The live chunked request and the one slot it works in (``None``: no such request or slot)."""
     req = getattr(sched, "chunked_req", None)
     if req is None or req.finished():
@@ -52,7 +53,7 @@ def _live(sched: Any, paths: FreePaths) -> tuple[Any, int | None]:
     return req, int(flat[0]) if int(flat.numel()) == 1 else None
 
 
-def _frees_live(sched: Any, paths: FreePaths, free_index: Any) -> bool:
+def _frees_live(sched: Any, paths: MambaPaths, free_index: Any) -> bool:
     """The allocator's ``free(ids)`` frees the live chunked request's working slot."""
     _, slot = _live(sched, paths)
     if slot is None:
@@ -61,7 +62,7 @@ def _frees_live(sched: Any, paths: FreePaths, free_index: Any) -> bool:
     return slot in ids if isinstance(ids, list | tuple) else ids == slot
 
 
-def _is_live(sched: Any, paths: FreePaths, req: Any) -> bool:
+def _is_live(sched: Any, paths: MambaPaths, req: Any) -> bool:
     """``free_mamba_cache(req)`` frees the live chunked request's slot."""
     live, slot = _live(sched, paths)
     return live is not None and req is live and slot is not None

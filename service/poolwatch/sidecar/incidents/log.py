@@ -5,7 +5,9 @@ each tripwire and repair of a snapshot is an incident (:mod:`~poolwatch.sidecar.
 a new one is recorded with the rank's earlier moments from the store's history and saved at once;
 a known one takes its latest ids, counts and call site; every later snapshot of the same rank,
 source and boot adds a moment until :data:`~poolwatch.sidecar.incidents.record.AFTER` were kept.
-What changed is saved at most every :data:`SAVE_EVERY_S` seconds (and at shutdown, :meth:`flush`).
+A change of what the bundle says (ids, counts, a better call site, a moment kept) is saved at most
+every :data:`SAVE_EVERY_S` seconds; when a finding was last seen only with the next change or at
+shutdown (:meth:`flush`): a sidecar killed outright loses at most that.
 
 At most :data:`MAX_INCIDENTS` are kept (the one seen longest ago goes first).  The common snapshot
 -- no finding, no incident still collecting moments on its rank -- costs two truth tests.
@@ -71,6 +73,7 @@ class IncidentLog:
             collecting = self._open.get(rank, [])
             for record in collecting:
                 record.later(snap)
+                self._dirty = True
             self._open[rank] = [r for r in collecting if r.open and r.id in self._records]
             if not self._open[rank]:
                 del self._open[rank]

@@ -97,9 +97,10 @@ class IncidentRecord:
 
     def seen(self, snap: Snapshot, found: Found) -> bool:
         """The finding in a later snapshot: its latest ids, counts and requests, a better call site;
-        True when anything the bundle says changed."""
+        True when any of those changed (not merely when it was last seen: that is saved with the
+        next change, or at shutdown)."""
         body = self.body
-        before = (body["finding"], body["call_site"], body["last_seen_at"])
+        before = (body["finding"], body["call_site"])
         body["finding"] = {
             **finding_of(found),
             "hook": body["finding"]["hook"],
@@ -111,7 +112,7 @@ class IncidentRecord:
         body["last_seen_at"] = snap.taken_at
         body["times_seen"] += 1
         body["guard"] = guard_of(snap, found)
-        return (body["finding"], body["call_site"], body["last_seen_at"]) != before
+        return (body["finding"], body["call_site"]) != before
 
     def later(self, snap: Snapshot) -> None:
         """A later moment of the rank (until :data:`AFTER` were kept)."""

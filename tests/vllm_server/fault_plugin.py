@@ -1,4 +1,4 @@
-"""A vLLM general plugin that injects one double free into a real server, for the server test.
+"""A vLLM general plugin that injects one double free into a real server, for the server tests.
 
 Loaded by vLLM in EngineCore through a ``vllm.general_plugins`` entry point the test declares in a
 temporary ``.dist-info`` on ``PYTHONPATH``; inert unless ``POOLWATCH_TEST_FAULT=double_free``.  It
@@ -6,17 +6,36 @@ wraps ``Scheduler._free_blocks``: when a request asking for exactly :data:`FAULT
 finishes, vLLM frees its blocks as usual and then a stale copy of the list is freed again, the
 way a double free happens (``BlockPool.free_blocks`` checks nothing: each block goes to
 ``ref_cnt == -1`` and stays queued once, and vLLM notices only when an allocation pops it).  The
-ids freed twice go to stderr (the server's log) as ``poolwatch-test-fault: double free [ids]``.
+ids freed twice go to stderr (the server's log) as ``poolwatch-test-fault: double free [ids] at
+T``, T the wall time (``time.time()``) just before the second free, when the probe's free-time
+check runs.
+
+It also stamps vLLM's own crash: the ``created`` time of the record EngineCore's logger writes as
+"EngineCore encountered a fatal error" goes to stderr as ``poolwatch-test-fault: fatal error
+logged at T`` (vLLM's log line carries the second only).  Nothing of vLLM's output is changed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from typing import Any
 
 FAULT_MAX_TOKENS = 7
 MARK = "poolwatch-test-fault: double free"
+FATAL_MARK = "poolwatch-test-fault: fatal error logged at"
+FATAL = "EngineCore encountered a fatal error"
+
+
+class _Stamp(logging.Filter):
+    """Passes every record; notes when vLLM's fatal-error record was created."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(FATAL):
+            print(f"{FATAL_MARK} {record.created:.6f}", file=sys.stderr, flush=True)
+        return True
 
 
 def plugin() -> None:
@@ -24,6 +43,7 @@ def plugin() -> None:
         return
     from vllm.v1.core.sched.scheduler import Scheduler
 
+    logging.getLogger("vllm.v1.engine.core").addFilter(_Stamp())
     original = Scheduler._free_blocks
 
     def _free_blocks(self: Any, request: Any) -> None:
@@ -35,8 +55,9 @@ def plugin() -> None:
             ]
         original(self, request)
         if stale:
+            at = time.time()
             self.kv_cache_manager.block_pool.free_blocks(list(reversed(stale)))
             ids = sorted(b.block_id for b in stale)
-            print(f"{MARK} {ids}", file=sys.stderr, flush=True)
+            print(f"{MARK} {ids} at {at:.6f}", file=sys.stderr, flush=True)
 
     Scheduler._free_blocks = _free_blocks

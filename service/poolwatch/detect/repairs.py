@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.call_site import repair_site_sentence
 from poolwatch.detect.family import Seen
 from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.model import Pool, Repair, RepairKind
@@ -39,7 +40,9 @@ def _sentence(r: Repair) -> str:
     shown = ", ".join(str(s) for s in r.slots[:16]) + (" ..." if len(r.slots) > 16 else "")
     ids = "slot(s)" if r.page_size <= 1 else f"page(s) of {r.page_size} slots"
     who = f"; request(s) {', '.join(r.requests[:4])} may have a wrong state" if r.requests else ""
-    return f"The guard {did}; last: {ids} [{shown}] after {r.hook} at iteration {r.seq}{who}."
+    site = repair_site_sentence(r)
+    text = f"The guard {did}; last: {ids} [{shown}] after {r.hook} at iteration {r.seq}{who}."
+    return f"{text} {site}" if site else text
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ the final snapshot and its last word, and the opt-in guard (scheduler thread).
   work at which that check really runs (the one that crashes a broken rank; decided as the release
   decides, :func:`~poolwatch.probe.sglang.final.sglang_checks_now`), else at the sample rate;
 * :meth:`SglangProbe.after_prefill_chunk`: is the chunked request's Mamba slot on the free list?
-  (:func:`~poolwatch.probe.sglang.tripwires.chunk_tripwires`; new findings publish at once);
+  (:func:`~poolwatch.probe.sglang.tripwires.chunk_tripwires`; new findings publish at once); without
+  guard, a first finding arms a one-shot witness on the Mamba free paths, which names the line of
+  SGLang that makes the next identical wrong free (:mod:`~poolwatch.probe.sglang.witness`);
 * when SGLang's strict idle check is certain to raise at this hook, the snapshot is *final*: written
   into the discovery directory before the process is gone, and the rank waits (bounded) until its
   sidecar has collected it (:mod:`poolwatch.probe.core.last_word`);
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Phase, Pool, PoolAccount, RepairKind
+from poolwatch.model import CallSite, Phase, Pool, PoolAccount, RepairKind, TripwireKind
 from poolwatch.probe.census.proofs import PoolCensus
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
@@ -31,6 +33,7 @@ from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk
 from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.schedule import Due
+from poolwatch.probe.core.witness import FreeWitness
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
@@ -39,8 +42,11 @@ from poolwatch.probe.sglang.repair import census_of, repairer_for
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.snapshot import Sample
 from poolwatch.probe.sglang.tripwires import chunk_tripwires
+from poolwatch.probe.sglang.witness import arm_mamba_witness
 
 __all__ = ["SglangProbe"]
+
+_CHUNK_KINDS = (TripwireKind.FREE_AND_LIVE, TripwireKind.FREE_DUPLICATE)  # what the chunk tripwire finds
 
 
 class SglangProbe(Probe):
@@ -65,6 +71,7 @@ class SglangProbe(Probe):
         self._has_mamba = True  # until a sample shows the model has no Mamba pool
         self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
         self.last_word: Outcome | None = None  # how the wait for the sidecar ended (None: no final yet)
+        self.witness = FreeWitness(self.call_sites, self._witnessed, lambda: self.seq)
 
     @property
     def shape(self) -> Shape:
@@ -99,6 +106,8 @@ class SglangProbe(Probe):
         new = bool(found) and self.tripwires.add(found)
         if new:  # logged and (guard mode) quarantined before the next allocation can hand it out
             self._repair(census_of(found), {}, Phase.BUSY, hook)
+            if self.refuser is None:  # the free had returned: catch the line that makes the next one
+                arm_mamba_witness(self.witness, self.scheduler, self.shape.family)
         if new or self._refused_fresh():
             self.contain("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
@@ -172,6 +181,10 @@ class SglangProbe(Probe):
         """Called from inside the wrapped free (scheduler thread): count and log at once."""
         self.repairs.record(RepairKind.REFUSE, pool, slots, requests, where, self.seq, page=page)
 
+    def _witnessed(self, site: CallSite) -> None:
+        """The witness caught the chunk's wrong free again (scheduler thread, inside the free)."""
+        self.tripwires.witness(Pool.MAMBA, _CHUNK_KINDS, site)
+
     def _refused_fresh(self) -> bool:
         """A refusal not yet published (then the next hook publishes at once)."""
         if self.refuser is None or not self.refuser.fresh or not self._active():
@@ -181,6 +194,7 @@ class SglangProbe(Probe):
 
     def close(self) -> None:
         """Give the pool its own ``free`` back (detach)."""
+        self.witness.disarm()
         if self.refuser is not None:
             self.refuser.uninstall()
             self.refuser = None

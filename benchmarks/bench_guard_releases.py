@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.sglang_real.test_real_guard import OVERLAID, RELEASES, overlay_for  # noqa: E402
-from tests.sglang_real.test_real_sglang import venv_for  # noqa: E402
+from tests.sglang_real.venvs import venv_for  # noqa: E402
 
 __all__ = ["real_table"]
 

@@ -10,7 +10,7 @@ from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import MambaPool, Rank
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool
+from poolwatch.model import Pool, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.probe import SglangProbe
@@ -90,3 +90,23 @@ def test_without_a_checkpoint_pool_the_tree_counts_against_the_active_pool() -> 
     assert Pool.MAMBA_CKPT not in snap.pools
     assert snap.pools[Pool.MAMBA].evictable == 1
     assert gap(snap.pools[Pool.MAMBA]) == 0
+
+
+def test_a_tree_held_checkpoint_slot_on_the_free_list_is_named_by_slot_id() -> None:
+    rank, ckpt = rank_with_checkpoints()
+    ckpt.allocator.free(torch.tensor([1]))  # checkpoint slot 1 is a tree node's state
+    snap = sample(rank).latest
+    assert snap is not None
+    assert gap(snap.pools[Pool.MAMBA_CKPT]) == -1
+    named = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
+    assert (TripwireKind.FREE_AND_TREE, Pool.MAMBA_CKPT, (1,)) in named
+    assert all(t.pool is Pool.MAMBA_CKPT for t in snap.tripwires)  # active slot 1 stays free, unnamed
+
+
+def test_a_lost_checkpoint_slot_is_named_by_slot_id() -> None:
+    rank, ckpt = rank_with_checkpoints()
+    (lost,) = ckpt.alloc(1).tolist()
+    snap = sample(rank).latest
+    assert snap is not None
+    named = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
+    assert named == [(TripwireKind.MISSING, Pool.MAMBA_CKPT, (lost,))]

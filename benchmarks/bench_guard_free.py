@@ -76,7 +76,7 @@ def _flatten(values: list[Any]) -> Any:
     return torch.cat(values) if values else torch.empty((0,), dtype=torch.int64)
 
 
-def fastest(fn: Callable[[], None]) -> float:
+def fastest(fn: Callable[[], object]) -> float:
     rounds = []
     for _ in range(ROUNDS):
         started = time.perf_counter()

@@ -17,6 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.probe.vllm.fakes import Block, Scheduler
 
+from poolwatch.conservation import findings
+from poolwatch.detect.family import Seen
+from poolwatch.detect.repairs import GuardRepairs
+from poolwatch.detect.schema import AlertName, Severity
 from poolwatch.model import RepairKind, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
@@ -102,8 +106,15 @@ def test_a_double_free_is_refused_and_the_blocks_stay_queued_once_at_zero(
     assert_sound(sched)
     assert refused(probe) == ids(blocks)
     assert probe.tripwires.all() == ()  # averted: a repair (warning), not a DoubleFree page
-    assert probe.latest is not None
-    assert probe.latest.repairs[0].hook == "free_blocks"
+    snap = probe.latest
+    assert snap is not None
+    assert snap.repairs[0].hook == "free_blocks"
+    (signal,) = GuardRepairs().signals(Seen(snap, findings(snap)))
+    assert (signal.alert, signal.severity) == (AlertName.PROBE_REPAIRED, Severity.WARNING)
+    shown = ", ".join(str(b.block_id) for b in reversed(blocks))  # as freed
+    did = "refused to free 3 blocks already free or still listed by a request (a double or premature free)"
+    assert f"{did}; last: block(s) [{shown}] after free_blocks" in signal.description
+    assert "vLLM kept serving" in signal.description
     sched.pool.get_new_blocks(63)  # every free block handed out: vLLM's assert never fires
 
 

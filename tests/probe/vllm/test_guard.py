@@ -235,6 +235,25 @@ def test_blocks_freed_while_a_deferred_free_holds_them_are_refused_until_it_drai
         detach(sched)
 
 
+def test_a_deferred_entry_freed_early_is_judged_against_requests_newer_than_the_last_sample() -> None:
+    """(Found on real 0.33.0, tests/vllm_real/check_deferred.py.)  The entry's pop announced its
+    blocks, so the early free looks expected; a block a side owner still holds has the lists read
+    afresh, and the prefix a request took since the last sample is counted."""
+    sched, probe = make("0.33.0")
+    try:
+        blocks = sched.add("a", 2)
+        sched.schedule()
+        sched.add("b", 1, prefix=blocks)  # since the last sample
+        sched.deferred_frees.append((3, sched.managers[0].pop_blocks_for_free("a")))  # announced
+        sched.finish("a")
+        sched.pool.free_blocks(reversed(blocks))  # freed early: 2 -> 1 would leave b's prefix short
+        assert [b.ref_cnt for b in blocks] == [2, 2]
+        assert_sound(sched)
+        assert refused(probe) == ids(blocks)
+    finally:
+        detach(sched)
+
+
 # --- what is handed on ------------------------------------------------------------------------------
 
 
@@ -320,7 +339,7 @@ def _op(sched: Scheduler, op: str, k: int, names: list[str], stale: list[list[Bl
         if op == "shared_twice":
             sched.pool.free_blocks(reversed(stale[-1]))
     elif op == "defer" and hasattr(sched, "deferred_frees"):
-        sched.deferred_frees.append((k, lists.pop(rid)))
+        sched.deferred_frees.append((k, sched.managers[0].pop_blocks_for_free(rid)))  # announced
         sched.finish(rid)
     elif op == "drain" and getattr(sched, "deferred_frees", None):
         sched.pool.free_blocks(reversed(sched.deferred_frees.popleft()[1]))

@@ -17,7 +17,8 @@ which a request's own pop updates first (the wrapped ``pop_blocks_for_free``/``f
 occurrences stop owning, and its blocks are *expected* at a free), plus the owners beside the lists
 (``side``: the deferred frees, pending copy-on-write pairs and tail pins, read at each free:
 usually none).  A free that no pop announced -- a stale or copied table, a connector's release, a
-premature free -- or that lists a block twice is judged against the lists as they are at that
+premature free --, that lists a block twice, or that frees a block a side owner still holds (a
+deferred entry freed early: its pop announced it) is judged against the lists as they are at that
 moment (``resync``: the lists appended since the last sample read first), so the owners counted
 are exact; a free fully announced is judged against the lists last counted (those new since the
 last sample may own more: never a false finding).  Read-only: the list is looked at, never changed
@@ -92,8 +93,9 @@ def free_findings(
     if index is not None:
         every = list(map(_ID, blocks))
         twice = times is not None and max(times, default=1) > 1
-        if (not index.explained(every) or twice) and resync is not None:
-            resync()  # a free no pop announced, or listing a block twice: judge it against the lists now
+        held = bool(side) and not side.keys().isdisjoint(every)  # e.g. a deferred entry's, still queued
+        if (not index.explained(every) or twice or held) and resync is not None:
+            resync()  # unannounced, listing a block twice, or still held beside the lists: read them now
         ids = every if distinct is blocks else list(map(_ID, distinct))
         short = _short(distinct, ids, index, times, side or {})
         below += [ids[k] for k in short if ids[k] not in negative]

@@ -93,7 +93,7 @@ def free_findings(
     if index is not None:
         every = list(map(_ID, blocks))
         twice = times is not None and max(times, default=1) > 1
-        held = bool(side) and not side.keys().isdisjoint(every)  # e.g. a deferred entry's, still queued
+        held = side is not None and bool(side) and not side.keys().isdisjoint(every)  # a deferred entry's
         if (not index.explained(every) or twice or held) and resync is not None:
             resync()  # unannounced, listing a block twice, or still held beside the lists: read them now
         ids = every if distinct is blocks else list(map(_ID, distinct))

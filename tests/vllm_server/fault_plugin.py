@@ -6,7 +6,9 @@ wraps ``Scheduler._free_blocks``: when a request asking for exactly :data:`FAULT
 finishes, vLLM frees its blocks as usual and then a stale copy of the list is freed again, the
 way a double free happens (``BlockPool.free_blocks`` checks nothing: each block goes to
 ``ref_cnt == -1`` and stays queued once, and vLLM notices only when an allocation pops it).  The
-ids freed twice go to stderr (the server's log) as ``poolwatch-test-fault: double free [ids]``.
+ids freed twice go to stderr (the server's log) as ``poolwatch-test-fault: double free [ids] ref_cnt
+after [counts]`` (each block's ``ref_cnt`` once the stale free returned: -1 for a block freed twice
+from 1, unless the probe's guard refused it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def plugin() -> None:
         if stale:
             self.kv_cache_manager.block_pool.free_blocks(list(reversed(stale)))
             ids = sorted(b.block_id for b in stale)
-            print(f"{MARK} {ids}", file=sys.stderr, flush=True)
+            refs = [b.ref_cnt for b in sorted(stale, key=lambda b: b.block_id)]
+            print(f"{MARK} {ids} ref_cnt after {refs}", file=sys.stderr, flush=True)
 
     Scheduler._free_blocks = _free_blocks

@@ -108,27 +108,33 @@ def fault_plugin_path(root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
+@contextlib.contextmanager
+def serving(
+    tmp_path: Path, *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> Iterator[Served]:
+    """vLLM's API server on the tiny model with the probe and the fault plugin loaded, and a sidecar
+    watching the probe directory; ``env`` and ``args`` are added to the server's."""
     python = str(venv() / "bin" / "python")
     model, probes = tmp_path / "tiny-llama", tmp_path / "probes"
     probes.mkdir(mode=0o700)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    base = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
     writer = ROOT / "tests" / "vllm_server" / "tiny_model.py"
-    subprocess.run([python, str(writer), str(model)], env=env, check=True)
+    subprocess.run([python, str(writer), str(model)], env=base, check=True)
     vllm_port, sidecar_port = free_port(), free_port()
     vllm_env = {
-        **env,
+        **base,
         "POOLWATCH_PROBE": "1",
         "POOLWATCH_PROBE_DIR": str(probes),
         "POOLWATCH_TEST_FAULT": "double_free",
-        "PYTHONPATH": f"{fault_plugin_path(tmp_path / 'plugins')}{os.pathsep}{env['PYTHONPATH']}",
+        "PYTHONPATH": f"{fault_plugin_path(tmp_path / 'plugins')}{os.pathsep}{base['PYTHONPATH']}",
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: 8,192 blocks of 128 tokens for this model
         "PYTHONWARNINGS": "ignore",
+        **(env or {}),
     }
     vllm_env.pop("VLLM_PLUGINS", None)
     server = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     server += ["--host", "127.0.0.1", "--port", str(vllm_port), "--max-model-len", "512", "--enforce-eager"]
+    server += list(args)
     sidecar = [sys.executable, "-m", "poolwatch.cli", "serve", "--host", "127.0.0.1"]
     sidecar += ["--port", str(sidecar_port), "--probe-dir", str(probes), "--log-level", "warning"]
     sidecar += ["--scrape-interval", "0.2"]
@@ -141,15 +147,22 @@ def served(tmp_path: Path) -> Iterator[Served]:
         yield Served(url, str(model), f"http://127.0.0.1:{sidecar_port}", (vllm.log, side.log))
 
 
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    with serving(tmp_path) as running:
+        yield running
+
+
 def pool_gauges(metrics_url: str) -> dict[str, float]:
     """The vLLM block pool's figures on the sidecar's /metrics: each ``poolwatch_pool_slots`` state,
-    ``capacity``, ``gap``, the blocks named by ``tripwires`` (any kind) and the worker's ``engine``
-    (1.0 when it is ``vllm``); only ``tripwires`` before the sidecar has the probe's first snapshot."""
+    ``capacity``, ``gap``, the blocks named by ``tripwires`` (any kind), those guard ``repairs``
+    (any kind) and the worker's ``engine`` (1.0 when it is ``vllm``); only ``tripwires`` and
+    ``repairs`` before the sidecar has the probe's first snapshot."""
     try:
         text = httpx.get(metrics_url, timeout=5.0).text
     except httpx.HTTPError:
         return {}
-    out: dict[str, float] = {"tripwires": 0.0}
+    out: dict[str, float] = {"tripwires": 0.0, "repairs": 0.0}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
@@ -161,6 +174,8 @@ def pool_gauges(metrics_url: str) -> dict[str, float]:
                 out["gap"] = sample.value
             elif sample.name == "poolwatch_pool_tripwire_slots":
                 out["tripwires"] += sample.value
+            elif sample.name == "poolwatch_probe_repairs_total":
+                out["repairs"] += sample.value
             elif sample.name == "poolwatch_worker_info" and labels.get("source") == "probe":
                 out["vllm"] = 1.0 if labels.get("engine") == "vllm" else 0.0
     return out

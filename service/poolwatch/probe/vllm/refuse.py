@@ -145,10 +145,9 @@ class FreeRefuser:
         for kind, owner, listed in owner_lists(self.scheduler, self.shape, pool, Reading()):
             if kind == "stale":
                 continue
-            ids = list(map(_ID, listed))
-            if wanted.isdisjoint(ids):
+            if wanted.isdisjoint(map(_ID, listed)):  # C-level; most lists name none of them
                 continue
-            for i in ids:
+            for i in map(_ID, listed):
                 if i in wanted:
                     counts[i] = counts.get(i, 0) + 1
                     names.setdefault(i, []).append(owner)

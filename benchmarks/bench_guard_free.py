@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
+
 from poolwatch_emulator.radix import TreeNode
 from poolwatch_emulator.req_pool import MambaPool
 

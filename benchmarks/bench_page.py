@@ -1,7 +1,7 @@
 """The page as the on-call engineer receives it (issue 23): fault -> received notification, per
 fault class and load, through the stack as deployed.
 
-Each run starts, on 127.0.0.1 only, a fresh copy of what ``tests/e2e/test_e2e_as_deployed.py``
+Each run starts, on 127.0.0.1 only, a fresh copy of what ``tests/e2e/launch.py``
 starts (and with its helpers): one sidecar per pod with the environment and arguments of the
 rendered PD example (``tests/e2e/deployed.py``), real Prometheus with the rendered rules and
 PodMonitor scrape, real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its
@@ -27,7 +27,9 @@ their wall-clock timers, so "before the crash" is pessimistic here.
 
 Run: ``python benchmarks/bench_page.py [--runs 10] [--until-struck] [--quick] [--only CLASS]
 [--case light] [--loads 0.5,1,2] [--time-scale 4]`` (``--case light --runs 10``: the seed under
-light load and the unreachable variant, 10 seeded runs each).
+light load and the unreachable variant, 10 seeded runs each).  ``--engine vllm [--runs 5]
+[--loads busy,light]``: a real vLLM server on CPU with an injected double free instead of the
+emulated cluster (``bench_page_vllm.py``).
 Figures, never asserts.  Needs ``prometheus`` and ``prometheus-alertmanager`` on PATH.
 """
 
@@ -45,9 +47,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -55,14 +58,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
 from tests.e2e import deployed
-from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, http_ok, poll
-from tests.e2e.test_e2e_as_deployed import (
-    free_block,
+from tests.e2e.launch import (
     pods_from_manifests,
     start_alertmanager,
     start_prometheus,
     start_sidecar,
 )
+from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, free_ports, http_ok, poll
 
 from poolwatch.artifacts.notification_text import UPDATE_MARK
 from poolwatch.probe.core.config import ProbeConfig
@@ -72,6 +74,7 @@ from poolwatch_emulator.faults import FAULTS
 
 LOADS = (0.5, 1.0, 2.0)
 SEED_FAULT = "pd-chunked-mamba-double-free"
+R = TypeVar("R")
 IDS = re.compile(r"(?:slot|page)s?(?:\(s\))? \[\d")
 STARTUP = 60.0  # wall seconds for the fault to strike after the emulator starts
 
@@ -265,7 +268,7 @@ def one_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.N
         hooks = WebhookRecorder()
         cleanup.callback(hooks.stop)
         am_url, am_log = start_alertmanager(cleanup, root, hooks)
-        am_port, port_base = int(am_url.rsplit(":", 1)[1]), free_block(len(names))
+        am_port, port_base = int(am_url.rsplit(":", 1)[1]), free_ports(len(names))
         roles = {n: "decode" if n.startswith("decode") else "prefill" for n in names}
         pods = pods_from_manifests(root, rendered, am_port, port_base, roles)
         logs = [am_log] + [start_sidecar(cleanup, root, p) for p in pods]
@@ -383,18 +386,25 @@ def progress(run: Run) -> str:
     return f"struck, {paged}{', crashed' if run.crashed is not None else ''}"
 
 
-def tried_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.Namespace) -> Run:
-    """One run; a stack that fails to come up (a port taken between choosing and binding it by
-    another process on the machine, a slow start) is started again, fresh, up to three times,
-    then left out (a run with no strike) rather than ending the benchmark."""
+def retried(label: str, attempt: Callable[[], R]) -> R | list[str]:
+    """``attempt()``; a stack that fails to come up (a port taken between choosing and binding it by
+    another process on the machine, a slow start) is started again, fresh, up to three times;
+    then the three failures, for the caller to leave the run out rather than end the benchmark."""
     failures: list[str] = []
     for _ in range(3):
         try:
-            return one_run(c, load, seed, unreachable, args)
+            return attempt()
         except (AssertionError, OSError) as exc:
             failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            print(f"#   {c.name} {load:g}x seed {seed}: stack failed ({failures[-1]})", file=sys.stderr)
-    return Run(notes=[f"the stack failed three times: {failures}"])
+            print(f"#   {label}: stack failed ({failures[-1]})", file=sys.stderr)
+    return failures
+
+
+def tried_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.Namespace) -> Run:
+    """One run (:func:`retried`); a run whose stack failed three times is one with no strike."""
+    attempt = functools.partial(one_run, c, load, seed, unreachable, args)
+    run = retried(f"{c.name} {load:g}x seed {seed}", attempt)
+    return Run(notes=[f"the stack failed three times: {run}"]) if isinstance(run, list) else run
 
 
 def cell_runs(c: Case, load: float, unreachable: bool, args: argparse.Namespace, n: int) -> list[Run]:
@@ -421,7 +431,15 @@ def cells(args: argparse.Namespace) -> list[tuple[Case, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10, help="seeded runs a cell (default 10)")
+    parser.add_argument(
+        "--runs", type=int, default=None, help="seeded runs a cell (default 10; --engine vllm: 5 a load)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("sglang", "vllm"),
+        default="sglang",
+        help="vllm: a real vLLM server on CPU instead of the emulated SGLang cluster (bench_page_vllm.py)",
+    )
     parser.add_argument("--quick", action="store_true", help="2 runs a cell, the seed fault only")
     parser.add_argument("--only", default="", help="one fault class")
     parser.add_argument("--case", default="", help="only the cases whose name contains this (e.g. light)")
@@ -443,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
         "--unreachable-only", action="store_true", help="only the probe-unreachable variant (no cells)"
     )
     parser.add_argument("--no-unreachable", action="store_true", help="leave out the unreachable variant")
-    parser.add_argument("--loads", default="", help="comma-separated loads (default 0.5,1,2)")
+    parser.add_argument(
+        "--loads", default="", help="comma-separated loads (default 0.5,1,2; --engine vllm: busy,light)"
+    )
     parser.add_argument(
         "--updates", action="store_true", help="the leak and SWA cells only (the slot-id updates)"
     )
@@ -451,8 +471,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return child(json.loads(args.child))
-    runs_a_cell = 2 if args.quick else args.runs
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
+    if args.engine == "vllm":
+        import bench_page_vllm  # benchmarks/ (this script's directory is on sys.path)
+
+        done = bench_page_vllm.main(args)
+        print(f"# done {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
+        return done
+    runs_a_cell = 2 if args.quick else args.runs or 10
     print(
         "| case | load | struck/runs | crashed in the watch | received page before crash "
         "| received text names pool, rank, slot ids | fault -> page, wall s median / max "

@@ -13,13 +13,18 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from poolwatch.model import (
+    CallSite,
+    CallSiteKind,
     Exactness,
+    Frame,
     Incident,
     IncidentKind,
     Phase,
     Pool,
     PoolAccount,
     ProbeHealth,
+    Repair,
+    RepairKind,
     Role,
     Snapshot,
     Tripwire,
@@ -70,6 +75,14 @@ _wire_int = st.integers(min_value=0, max_value=2**40)
 _wire_rank = st.integers(min_value=0, max_value=65535)
 _wire_text = st.text(max_size=20)
 _wire_accounts = pool_accounts(st.none() | _wire_int, st.lists(_wire_text, max_size=3).map(tuple))
+_wire_call_sites = st.none() | st.builds(
+    CallSite,
+    kind=st.sampled_from(CallSiteKind),
+    frames=st.lists(st.builds(Frame, file=_wire_text, line=_wire_int, function=_wire_text), max_size=3).map(
+        tuple
+    ),
+    seq=_wire_int,
+)
 
 wire_snapshots = st.builds(
     Snapshot,
@@ -95,6 +108,21 @@ wire_snapshots = st.builds(
             slots=st.lists(_wire_int, max_size=4).map(tuple),
             first_seen_hook=_wire_text,
             seq=_wire_int,
+            call_site=_wire_call_sites,
+        ),
+        max_size=2,
+    ).map(tuple),
+    repairs=st.lists(
+        st.builds(
+            Repair,
+            kind=st.sampled_from(RepairKind),
+            pool=st.sampled_from(Pool),
+            count=_wire_int,
+            slots=st.lists(_wire_int, max_size=4).map(tuple),
+            hook=_wire_text,
+            seq=_wire_int,
+            requests=st.lists(_wire_text, max_size=2).map(tuple),
+            call_site=_wire_call_sites,
         ),
         max_size=2,
     ).map(tuple),

@@ -54,3 +54,18 @@ def test_every_engine_plugin_is_an_entry_point_of_the_package() -> None:
         if spec.plugin_group:
             module = entry.probe.partition(":")[0]
             assert f'[project.entry-points."{spec.plugin_group}"]\npoolwatch = "{module}:' in pyproject
+
+
+def test_every_release_table_is_generated_from_its_room_without_the_engine_installed() -> None:
+    # the sidecar's environment runs `poolwatch generate`: no engine, no torch
+    code = (
+        "import sys\nfrom poolwatch.engines import ENGINES, load\n"
+        "tables = [load(e.releases)() for e in ENGINES if e.releases]\n"
+        "print(len(tables), all(t.startswith('| family |') for t in tables))\n"
+        "print(sorted(m for m in ('torch', 'vllm', 'sglang') if m in sys.modules))\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == [f"{len(ENGINES)} True", "[]"]

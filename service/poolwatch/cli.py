@@ -19,7 +19,7 @@ from poolwatch import __version__
 
 __all__ = ["COMMANDS", "EMULATOR_INSTALL", "OPTIONAL", "TORCH_CPU_INSTALL", "main", "missing_hint"]
 
-COMMANDS: tuple[str, ...] = ("serve", "generate", "check", "replay")
+COMMANDS: tuple[str, ...] = ("serve", "generate", "check", "replay", "incident")
 # optional commands -> the distribution that provides them (an entry point of group ``poolwatch.commands``)
 OPTIONAL: dict[str, str] = {
     "demo": "poolwatch-emulator",

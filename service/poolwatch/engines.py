@@ -38,6 +38,9 @@ class EngineEntry:
     title: str  # how people write it ("SGLang", "vLLM")
     probe: str  # ``module:ATTR`` of the probe room's :class:`~poolwatch.probe.core.engine.Engine`
     sources: str = ""  # ``module:ATTR`` of the sources room's ``EngineSources`` ("" = none)
+    # ``module:function`` returning the Markdown table of the releases the probe reads, generated
+    # into ``docs/engines/<name>.md`` from the same data the probe consults ("" = none)
+    releases: str = ""
 
 
 ENGINES: tuple[EngineEntry, ...] = (
@@ -46,12 +49,14 @@ ENGINES: tuple[EngineEntry, ...] = (
         "SGLang",
         probe="poolwatch.probe.sglang.engine:SGLANG",
         sources="poolwatch.sources.sglang.engine:SOURCES",
+        releases="poolwatch.probe.sglang.release_table:markdown",
     ),
     EngineEntry(
         "vllm",
         "vLLM",
         probe="poolwatch.probe.vllm.engine:VLLM",
         sources="poolwatch.sources.vllm.engine:SOURCES",
+        releases="poolwatch.probe.vllm.release_table:markdown",
     ),
 )
 DEFAULT_ENGINE = "sglang"  # what a sidecar reads ``--metrics-urls`` and ``--log-paths`` as, unless told

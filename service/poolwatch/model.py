@@ -29,9 +29,13 @@ from typing import Any, TypeVar
 _T = TypeVar("_T")
 
 __all__ = [
+    "CallSite",
+    "CallSiteKind",
     "Exactness",
+    "Frame",
     "Incident",
     "IncidentKind",
+    "LEAK_KINDS",
     "Phase",
     "Pool",
     "PoolAccount",
@@ -135,13 +139,16 @@ class TripwireKind(enum.StrEnum):
     NULL_BLOCK = "null_block"  # the null block on the free queue, or another block marked null
 
 
+LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})  # slots lost, not freed twice
+
+
 class RepairKind(enum.StrEnum):
     """What the probe's opt-in guard did to a free list (``POOLWATCH_PROBE_GUARD=1``)."""
 
     QUARANTINE = "quarantine"  # took a slot a live request or the tree owns off the free list
     DEDUPLICATE = "deduplicate"  # removed a second entry of one slot from the free list
     RETURN = "return"  # at idle, gave back a slot proven to be in no set (a leak)
-    REFUSE = "refuse"  # refused a free of a slot still owned, before the pool's free ran (guard v2)
+    REFUSE = "refuse"  # refused a free of a slot still owned (or already free), before it ran (guard v2)
 
 
 class IncidentKind(enum.StrEnum):
@@ -190,6 +197,33 @@ class PoolAccount:
     unreadable: tuple[str, ...] = ()  # fields the source tried and failed to read
 
 
+class CallSiteKind(enum.StrEnum):
+    """Where the probe stood when it captured an engine call site (:class:`CallSite`)."""
+
+    FREE = "free"  # inside the engine's call of a free the probe wraps: the innermost frame made it
+    NEXT_FREE = "next_free"  # the free had returned before the probe looked: the next identical one
+    HOOK = "hook"  # at a scheduler hook, after the fact: where the engine called that hook, not the free
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame of the engine's code: no locals, no argument values."""
+
+    file: str  # relative to the directory holding the engine's package ("sglang/srt/...")
+    line: int
+    function: str  # its qualified name ("HybridReqToTokenPool.free")
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """The engine's frames above a finding or a guard action, innermost first (at most a few; the
+    probe's own frames and every other package's are left out), captured once per finding."""
+
+    kind: CallSiteKind
+    frames: tuple[Frame, ...]
+    seq: int = 0  # the scheduler iteration it was captured at (``next_free``: later than the finding)
+
+
 @dataclass(frozen=True, slots=True)
 class Tripwire:
     """A proven identity fault: these slot ids are where they must not be.  With ``page_size > 1``
@@ -204,6 +238,7 @@ class Tripwire:
     requests: tuple[str, ...] = ()  # the live requests involved (``live_shared``: both), when known
     page_size: int = 1
     total: int = 0  # how many ids the finding covers, exactly, when more than ``slots`` names (0: len(slots))
+    call_site: CallSite | None = None  # the engine's frames where it was found (None: not captured)
 
     @property
     def count(self) -> int:
@@ -226,6 +261,7 @@ class Repair:
     seq: int
     requests: tuple[str, ...] = ()
     page_size: int = 1
+    call_site: CallSite | None = None  # the engine's frames of the last action's ``hook`` (first seen there)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Any
 import promql_parser
 import pytest
 import yaml
-from tests.artifacts.dashboard_docs import DASHBOARDS
+from tests.artifacts.dashboard_docs import DASHBOARDS, INFO, children, is_engine_filtered, parse
 from tests.helpers import require_tool
 
 from poolwatch.artifacts.dashboards import fleet_dashboard
@@ -19,7 +19,6 @@ from poolwatch.artifacts.engines import filter_expr
 from poolwatch.catalog.metrics import by_name
 from poolwatch.detect.config import MixinConfig
 
-INFO = "poolwatch_worker_info"
 RANK = ("worker", "dp_rank", "tp_rank", "pp_rank")
 
 
@@ -32,42 +31,15 @@ def queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
 QUERIES = [(f"{name}: {where}", expr) for name, doc in DASHBOARDS.items() for where, expr in queries(doc)]
 
 
-def _is_filter(node: object) -> bool:
-    """``poolwatch_worker_info{engine!~"$engine"}`` (``$engine`` substituted by its name)."""
-    if not isinstance(node, promql_parser.VectorSelector) or node.name != INFO:
-        return False
-    return any(
-        m.name == "engine" and m.op == promql_parser.MatchOp.NotRe and m.value == "engine"
-        for m in node.matchers.matchers
-    )
-
-
-def _children(node: object) -> list[object]:
-    if isinstance(node, promql_parser.BinaryExpr):
-        return [node.lhs, node.rhs]
-    if isinstance(node, promql_parser.AggregateExpr):
-        return [c for c in (node.expr, node.param) if c is not None]
-    if isinstance(node, promql_parser.Call):
-        return list(node.args)
-    if isinstance(node, (promql_parser.ParenExpr, promql_parser.UnaryExpr, promql_parser.SubqueryExpr)):
-        return [node.expr]
-    return []
-
-
 def selectors(node: object, on: tuple[str, ...] | None = None) -> list[tuple[str, tuple[str, ...] | None]]:
     """(metric, the ``on`` labels of the engine filter it stands under, or None) for each selector."""
     if isinstance(node, promql_parser.MatrixSelector):
         node = node.vector_selector
     if isinstance(node, promql_parser.VectorSelector):
         return [(node.name or "", on)]
-    if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "unless" and _is_filter(node.rhs):
+    if is_engine_filtered(node):
         return selectors(node.lhs, tuple(node.modifier.matching.labels))
-    return [s for child in _children(node) for s in selectors(child, on)]
-
-
-def parse(expr: str) -> object:
-    expr = re.sub(r"\$(__rate_interval|__interval|__range)\b", "5m", expr)
-    return promql_parser.parse(re.sub(r"\$(\w+)", r"\1", expr))
+    return [s for child in children(node) for s in selectors(child, on)]
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))

@@ -41,10 +41,12 @@ def repo_copy(tmp_path: Path) -> Path:
 
 
 def tamper(text: str) -> str:
-    """A hand edit of generated text (in the README: inside the generated metric table)."""
-    marker = text.find("<!-- metrics:begin")
-    start = text.index("\n", marker) if marker >= 0 else 0
-    at = text.index("poolwatch", start)
+    """A hand edit of generated text: inside the first generated block of a Markdown page (the
+    README's metric table, an engine page's release table), else the first ``poolwatch``."""
+    block = re.search(r"<!-- [a-z]+:begin[^\n]*\n", text)
+    if block is not None:
+        return text[: block.end()] + "edited by hand " + text[block.end() :]
+    at = text.index("poolwatch")
     return text[:at] + "p00lwatch" + text[at + len("poolwatch") :]
 
 
@@ -64,6 +66,8 @@ def test_the_generators_cover_rules_prometheusrule_runbook_index_dashboards_and_
         "deploy/prometheus/poolwatch-rules.yml",
         "deploy/kubernetes/base/prometheusrule.yaml",
         "docs/runbooks/README.md",
+        "docs/engines/sglang.md",
+        "docs/engines/vllm.md",
     } <= set(GENERATED)
     assert {p for p in GENERATED if p.startswith("dashboards/")} == {
         f"dashboards/{p.name}" for p in (REPO / "dashboards").glob("*.json")

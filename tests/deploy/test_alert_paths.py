@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tests.deploy.k8s import (
+    KUSTOMIZATIONS,
     Doc,
     container,
     env_of,
@@ -23,7 +24,7 @@ from tests.deploy.k8s import (
 
 from poolwatch.settings.sidecar import Settings
 
-BUILDS = ["base", "pd"]
+BUILDS = sorted(KUSTOMIZATIONS)
 DEFAULT_URL = "http://alertmanager-operated.monitoring.svc:9093"
 
 

@@ -10,13 +10,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from tests.deploy.k8s import hadolint
 from tests.helpers import REPO, require_tool
 
 from poolwatch import __version__
@@ -37,11 +37,6 @@ def final_stage() -> list[tuple[str, str]]:
     steps = instructions()
     last_from = max(i for i, (op, _) in enumerate(steps) if op == "FROM")
     return steps[last_from:]
-
-
-def hadolint() -> str:
-    beside_python = Path(sys.executable).with_name("hadolint")
-    return str(beside_python) if beside_python.is_file() else require_tool("hadolint")
 
 
 def test_the_dockerfile_is_hadolint_clean() -> None:

@@ -96,6 +96,7 @@ def test_every_kustomization_and_the_component_render_only_images_with_a_registr
     assert set(found) >= {
         "deploy/kubernetes/base",
         "deploy/kubernetes/examples/pd",
+        "deploy/kubernetes/examples/vllm",
         "deploy/kubernetes/components/sidecar",
     }
     bad = {
@@ -134,11 +135,14 @@ def test_the_sidecar_image_everywhere_is_the_name_and_tag_the_build_produces(tmp
         for container, image in containers.items()
         if container.endswith("/poolwatch")
     }
-    assert len(sidecars) >= 4, sidecars  # base, PD prefill + decode, the component on one's own pod
+    assert len(sidecars) >= 5, sidecars  # base, PD prefill + decode, vLLM, the component on one's own pod
     assert set(sidecars.values()) == {built}
 
 
-@pytest.mark.parametrize("name", ["poolwatch", "sglang"])
+PLACEHOLDERS = ("poolwatch", "sglang", "vllm")
+
+
+@pytest.mark.parametrize("name", PLACEHOLDERS)
 def test_manifests_name_images_only_through_placeholders_that_kustomize_rewrites(name: str) -> None:
     raw = [
         line.strip()
@@ -148,5 +152,5 @@ def test_manifests_name_images_only_through_placeholders_that_kustomize_rewrites
         if line.strip().startswith("image:")
     ]
     assert raw, "the manifests name their images"
-    assert all(line in ("image: poolwatch", "image: sglang") for line in raw), raw
+    assert all(line in {f"image: {p}" for p in PLACEHOLDERS} for line in raw), raw
     assert f"image: {name}" in raw

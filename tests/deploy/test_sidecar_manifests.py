@@ -1,5 +1,6 @@
 """What the kustomize builds say about the sidecar: native, hardened, probed on real routes, wired
-to SGLang through shared volumes and environment, and configured with settings poolwatch accepts."""
+to its engine (SGLang, or vLLM for a workload labelled ``poolwatch.io/engine: vllm``) through shared
+volumes and environment, and configured with settings poolwatch accepts."""
 
 from __future__ import annotations
 
@@ -8,16 +9,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.deploy.k8s import Doc, container, env_of, load_all, of_kind, pods, read, workloads
+from tests.deploy.k8s import (
+    KUSTOMIZATIONS,
+    Doc,
+    container,
+    engine_pods,
+    env_of,
+    load_all,
+    of_kind,
+    pods,
+    read,
+    workloads,
+)
 
 from poolwatch import __version__
 from poolwatch.artifacts.dashboards import artifacts
 from poolwatch.detect.config import MixinConfig
+from poolwatch.engines import engine_entry, load
 from poolwatch.model import Role
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.settings.sidecar import Settings
 
-BUILDS = ["base", "pd"]
+BUILDS = sorted(KUSTOMIZATIONS)
+# what each engine's container must say beyond the shared wiring: its own consent variables and flags
+ENGINE_ENV = {
+    "sglang": {"POOLWATCH_PROBE": "1", "SGLANG_PLUGINS": "poolwatch"},
+    "vllm": {"POOLWATCH_PROBE": "1"},
+}
+ENGINE_COMMAND = {"sglang": ("sglang.launch_server", "--enable-metrics"), "vllm": ("vllm serve",)}
 
 
 def mounts(c: Doc) -> dict[str, Any]:
@@ -66,46 +85,75 @@ def test_the_sidecar_serves_metrics_on_9464_and_is_probed_on_real_routes(
         assert settings.server.port == 9464
 
 
+def test_every_example_is_built_and_the_vllm_example_is_one_of_them() -> None:
+    assert {"base", "pd", "vllm"} <= set(BUILDS)
+
+
 @pytest.mark.parametrize("build", BUILDS)
-def test_sglang_activates_the_probe_and_shares_its_directory_and_log_with_the_sidecar(
+def test_the_engine_activates_the_probe_and_shares_its_directory_and_log_with_the_sidecar(
     builds: dict[str, list[Doc]], build: str
 ) -> None:
-    for metadata, spec in pods(builds[build]):
-        sglang, sidecar = container(spec, "sglang", init=False), container(spec, "poolwatch", init=True)
-        sglang_env = env_of(sglang, metadata)
-        assert sglang_env["POOLWATCH_PROBE"] == "1"
-        assert sglang_env["SGLANG_PLUGINS"] == "poolwatch"
+    for engine, metadata, spec in engine_pods(builds[build]):
+        server, sidecar = container(spec, engine, init=False), container(spec, "poolwatch", init=True)
+        server_env = env_of(server, metadata)
+        assert ENGINE_ENV[engine].items() <= server_env.items()
+        assert load(engine_entry(engine).probe).consent(server_env)  # the engine's plugin acts
         settings = Settings.from_env(env_of(sidecar, metadata))
-        probe_dir = sglang_env["POOLWATCH_PROBE_DIR"]
+        assert settings.targets.engine == engine  # the formats of its /metrics and log
+        probe_dir = server_env["POOLWATCH_PROBE_DIR"]
         assert settings.targets.probe_dir == probe_dir
-        assert ProbeConfig.from_env(sglang_env).directory == probe_dir
-        shared = mounts(sglang)["poolwatch-probe"]["mountPath"]
+        assert ProbeConfig.from_env(server_env).directory == probe_dir
+        shared = mounts(server)["poolwatch-probe"]["mountPath"]
         assert mounts(sidecar)["poolwatch-probe"]["mountPath"] == shared
         assert probe_dir.startswith(
             shared + "/"
         )  # a directory the probe makes, not the world-writable volume
         (log_path,) = settings.targets.log_paths
-        log_dir = mounts(sidecar)["sglang-logs"]["mountPath"]
-        assert mounts(sglang)["sglang-logs"]["mountPath"] == log_dir
+        log_dir = mounts(sidecar)[f"{engine}-logs"]["mountPath"]
+        assert mounts(server)[f"{engine}-logs"]["mountPath"] == log_dir
         assert log_path.startswith(log_dir + "/")
-        assert f"tee -a {log_path}" in " ".join(sglang["args"])
-        assert settings.targets.metrics_urls == (f"http://127.0.0.1:{sglang['ports'][0]['containerPort']}",)
-        assert "--enable-metrics" in " ".join(sglang["args"])
+        command = " ".join(server["args"])
+        assert f"tee -a {log_path}" in command
+        assert all(part in command for part in ENGINE_COMMAND[engine])
+        assert settings.targets.metrics_urls == (f"http://127.0.0.1:{server['ports'][0]['containerPort']}",)
 
 
-@pytest.mark.parametrize(("build", "roles"), [("base", {"unified"}), ("pd", {"prefill", "decode"})])
+def test_no_pod_gets_a_container_of_an_engine_it_does_not_run(builds: dict[str, list[Doc]]) -> None:
+    """The component patches the container named after the workload's engine only: a vLLM pod never
+    gains a stray, image-less "sglang" container from SGLang's patch, nor the reverse."""
+    for build, docs in builds.items():
+        for engine, _, spec in engine_pods(docs):
+            assert [c["name"] for c in spec["containers"]] == [engine], build
+            volumes = {v["name"] for v in spec["volumes"]}
+            assert {f"{e}-logs" for e in ENGINE_ENV} & volumes == {f"{engine}-logs"}, build
+
+
+def test_the_vllm_example_runs_vllm_serve_in_place_of_sglang(builds: dict[str, list[Doc]]) -> None:
+    ((engine, metadata, spec),) = engine_pods(builds["vllm"])
+    assert engine == "vllm"
+    assert [w["metadata"]["name"] for w in workloads(builds["vllm"])] == ["vllm"]
+    assert metadata["labels"]["poolwatch.io/role"] == "unified"
+    (port,) = container(spec, "vllm", init=False)["ports"]
+    assert (port["name"], port["containerPort"]) == ("http", 8000)  # vLLM's API port, which serves /metrics
+    kinds = {d["kind"] for d in builds["vllm"]}
+    assert {"PodMonitor", "PrometheusRule", "ConfigMap"} <= kinds
+
+
+@pytest.mark.parametrize(
+    ("build", "roles"), [("base", {"unified"}), ("pd", {"prefill", "decode"}), ("vllm", {"unified"})]
+)
 def test_the_sidecar_takes_its_identity_from_the_downward_api(
     builds: dict[str, list[Doc]], build: str, roles: set[str]
 ) -> None:
     seen = set()
-    for metadata, spec in pods(builds[build]):
+    for engine, metadata, spec in engine_pods(builds[build]):
         sidecar = container(spec, "poolwatch", init=True)
         by_name = {v["name"]: v for v in sidecar["env"]}
         assert by_name["POOLWATCH_WORKER"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
         settings = Settings.from_env(env_of(sidecar, metadata))
         assert settings.identity.worker == "sglang-7d9f-abcde"
         assert (
-            env_of(container(spec, "sglang", init=False), metadata)["POOLWATCH_WORKER"]
+            env_of(container(spec, engine, init=False), metadata)["POOLWATCH_WORKER"]
             == settings.identity.worker
         )
         assert settings.identity.namespace == "inference"
@@ -164,9 +212,9 @@ def test_the_shared_volumes_are_bounded_and_the_sidecar_reads_the_secret_by_grou
     builds: dict[str, list[Doc]], build: str
 ) -> None:
     """Issue 24 items 2 and 9: the log volume has a size limit; the pod's fsGroup is the sidecar's group."""
-    for _, spec in pods(builds[build]):
+    for engine, _, spec in engine_pods(builds[build]):
         volumes = {v["name"]: v for v in spec["volumes"]}
-        assert volumes["sglang-logs"]["emptyDir"]["sizeLimit"]
+        assert volumes[f"{engine}-logs"]["emptyDir"]["sizeLimit"]
         assert volumes["poolwatch-probe"]["emptyDir"]["sizeLimit"]
         sidecar = container(spec, "poolwatch", init=True)
         assert spec["securityContext"]["fsGroup"] == sidecar["securityContext"]["runAsGroup"]

@@ -189,6 +189,7 @@ class Recorder(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow  # a minute or more: every receiver's delivery deadline runs out, retried
 def test_3_hostile_receivers_cost_a_bounded_read_and_delay_no_other_receiver(tmp_path: Path) -> None:
     good = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     threading.Thread(target=good.serve_forever, daemon=True).start()

@@ -365,8 +365,8 @@ def test_9_the_sidecar_serves_no_docs_pages_and_the_log_volume_is_bounded(tmp_pa
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    manifest = REPO / "deploy" / "kubernetes" / "components" / "sidecar" / "sidecar.yaml"
-    volumes = {
-        v["name"]: v for v in yaml.safe_load(manifest.read_text())["spec"]["template"]["spec"]["volumes"]
-    }
-    assert volumes["sglang-logs"]["emptyDir"]["sizeLimit"]
+    component = REPO / "deploy" / "kubernetes" / "components" / "sidecar"
+    for engine in ("sglang", "vllm"):  # each engine's patch brings its own log volume, bounded
+        patch = yaml.safe_load((component / f"{engine}.yaml").read_text())
+        volumes = {v["name"]: v for v in patch["spec"]["template"]["spec"]["volumes"]}
+        assert volumes[f"{engine}-logs"]["emptyDir"]["sizeLimit"]

@@ -29,7 +29,7 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from poolwatch.conservation import gap
 from poolwatch.model import Exactness, PoolAccount
 from poolwatch.probe.core.access import Reading
-from poolwatch.probe.sglang.host_census import host_account
+from poolwatch.probe.sglang.host_census import HostReader, host_account
 
 FAILED: list[str] = []
 
@@ -89,6 +89,15 @@ def main() -> int:
     b = read(sched)
     ok = mamba is not None and (b.size, b.available) == (64, 52) and group.available_size(PoolName.MAMBA) == 5
     report("a Mamba host alloc leaves the host (KV) account alone", ok, (b.size, b.available))
+    # what the probe reads at each sample: back-to-back samples after each alloc and free show
+    # SGLang's own figure (the walk budget is for tree walks; this account walks nothing)
+    reader, shown = HostReader(), []
+    for step in (lambda: group.alloc(8), lambda: group.free(taken[4:10]), lambda: group.alloc(2)):
+        step()
+        sampled = reader.read(sched, Reading())
+        shown.append((sampled.available if sampled is not None else None, group.available_size()))
+    ok = all(ours == theirs for ours, theirs in shown) and len({ours for ours, _ in shown}) == 3
+    report("back-to-back samples after an alloc, a free, an alloc: SGLang's own free count", ok, shown)
     wide, _ = unified(32, 4, dcp_size=2)
     w = read(wide)
     report("decode context parallelism: size is the logical size", (w.size, w.available) == (64, 64), w.size)

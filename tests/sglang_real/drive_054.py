@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from check_release import CONFIG, Batch, Driver, gaps, report
 from guard_flow import guard_checks
+from incident_flow import incident_checks
 from long_poll import LongPoll
 from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
 from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
@@ -140,6 +141,10 @@ class Driver054(Driver):
             )
         finally:
             self.mamba_size = MAMBA
+
+    def scenario_incident(self) -> None:
+        """The seed's alert text and incident bundle name SGLang's own freeing line (incident_flow.py)."""
+        incident_checks(self)
 
     def arrive(self, rid: str, ids: list[int], max_new: int = 4) -> Req:
         return Req(rid, "", ids, SamplingParams(max_new_tokens=max_new))
@@ -443,6 +448,8 @@ class Driver054(Driver):
             uninstall(Holder)
             shutil.rmtree(directory, ignore_errors=True)
 
+    # the release's process_prefill_chunk frees the chunked request's Mamba slot (#12432)
+    seed_live = True
     # the seed-final scenario drives 0.5.4's own scheduler order (its check runs while last_batch
     # still holds the finished batch) with 0.5.4's Holder; later families' drivers leave it out
     checks_with_last_batch_set = True
@@ -460,4 +467,5 @@ class Driver054(Driver):
             ("seed double free", self.scenario_seed),
             *final,
             ("guard mode", self.scenario_guard),
+            *([("incident bundle", self.scenario_incident)] if self.seed_live else []),
         ]

@@ -21,7 +21,20 @@ from tests.statuspage.server import serve
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import Exactness, Incident, IncidentKind, Phase, Pool, PoolAccount, Snapshot
+from poolwatch.model import (
+    CallSite,
+    CallSiteKind,
+    Exactness,
+    Frame,
+    Incident,
+    IncidentKind,
+    Phase,
+    Pool,
+    PoolAccount,
+    Repair,
+    RepairKind,
+    Snapshot,
+)
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
@@ -245,3 +258,40 @@ def test_hostile_text_in_a_worker_name_an_exception_and_a_target_name_is_shown_a
         assert page.title() != "pwned"
         assert HOSTILE in page.locator("#targets").inner_text()
         assert f"prefill-0{HOSTILE}" in page.locator("main").inner_text()
+
+
+def test_an_incident_shows_the_engine_lines_that_freed_the_slot_and_links_its_bundle(
+    page: Any, seed_snapshot: Snapshot, clock: FakeClock
+) -> None:
+    """The seed's wrong free, refused by guard inside ``mamba_pool.free``: the incident names
+    SGLang's own lines; a frame's text from a forged snapshot is shown as text, never parsed."""
+    site = CallSite(
+        CallSiteKind.FREE,
+        (
+            Frame("sglang/srt/mem_cache/memory_pool.py", 387, "HybridReqToTokenPool.free"),
+            Frame("sglang/srt/disaggregation/prefill.py", 599, f"process_prefill_chunk{HOSTILE}"),
+        ),
+        seq=3,
+    )
+    done = Repair(RepairKind.REFUSE, Pool.MAMBA, 9, (22,), "mamba_pool.free", 13, ("long2",), call_site=site)
+    store = SnapshotStore()
+    with serve(store, clock) as url:
+        store.put(dataclasses.replace(seed_snapshot, taken_at=clock.now, repairs=(done,)))
+        open_page(page, url)
+        page.wait_for_selector("#incidents li.incident[data-id]")
+        row = page.locator("#incidents li.incident").first
+        assert row.locator("strong").inner_text() == "guard refuse \u00b7 mamba \u00b7 9"
+        assert row.locator(".call-site .lead").inner_text() == "Freed by"
+        frames = row.locator(".frames li")
+        assert (
+            frames.nth(0).inner_text() == "sglang/srt/mem_cache/memory_pool.py:387 HybridReqToTokenPool.free"
+        )
+        assert HOSTILE in frames.nth(1).inner_text()
+        assert page.locator("img").count() == 0
+        bundle = row.locator("a", has_text="bundle").get_attribute("href")
+        assert bundle is not None
+        page.goto(f"{url}/{bundle}")
+        assert (
+            "| 1 | `sglang/srt/mem_cache/memory_pool.py` | 387 | `HybridReqToTokenPool.free` |"
+            in page.content()
+        )

@@ -100,3 +100,61 @@ def test_a_rank_whose_scheduler_crashed_says_crashed_and_a_silent_one_says_gone(
     assert call("rankStatus", {**busy, "stale": True}, [])["text"] == "gone"
     other_rank = alert("PoolwatchSchedulerCrashed", "critical", 5.0, tp_rank="3")
     assert call("rankStatus", busy, [other_rank])["text"] == "busy"
+
+
+SITE = {
+    "kind": "free",
+    "seq": 7,
+    "frames": [
+        {"file": "sglang/srt/mem_cache/memory_pool.py", "line": 387, "function": "HybridReqToTokenPool.free"},
+        {
+            "file": "sglang/srt/disaggregation/prefill.py",
+            "line": 599,
+            "function": "Mixin.process_prefill_chunk",
+        },
+    ],
+}
+
+
+def test_an_incident_names_the_engine_lines_that_freed_innermost_first() -> None:
+    view = call("callSiteView", SITE, "process_prefill_chunk")
+    assert view == {
+        "lead": "Freed by",
+        "frames": [
+            "sglang/srt/mem_cache/memory_pool.py:387 HybridReqToTokenPool.free",
+            "sglang/srt/disaggregation/prefill.py:599 Mixin.process_prefill_chunk",
+        ],
+    }
+
+
+def test_a_call_site_taken_at_a_hook_or_missing_says_the_line_is_not_known() -> None:
+    hook = call(
+        "callSiteView", {**SITE, "kind": "hook", "frames": SITE["frames"][1:]}, "process_prefill_chunk"
+    )
+    assert hook["lead"].startswith(
+        "The line that freed it is not known yet; found after process_prefill_chunk"
+    )
+    assert call("callSiteView", None, "x")["frames"] == []
+    again = call("callSiteView", {**SITE, "kind": "next_free", "seq": 12}, "x")
+    assert "caught again at iteration 12" in again["lead"]
+
+
+def test_an_incident_row_links_its_bundle_as_markdown_and_json() -> None:
+    item = {
+        "id": "pw-0123456789abcdef",
+        "rank": "prefill-0/dp0-tp0-pp0",
+        "record": "repair",
+        "kind": "refuse",
+        "pool": "mamba",
+        "count": 9,
+        "hook": "mamba_pool.free",
+        "engine": "sglang",
+        "release": "0.5.4.post1",
+        "first_seen_at": 1.0,
+        "call_site": SITE,
+    }
+    view = call("incidentView", item)
+    assert view["what"] == "guard refuse \u00b7 mamba \u00b7 9"
+    assert view["where"] == "prefill-0/dp0-tp0-pp0 \u00b7 sglang 0.5.4.post1"
+    assert view["markdown"] == "api/v1/incidents/pw-0123456789abcdef/bundle.md"
+    assert view["json"] == "api/v1/incidents/pw-0123456789abcdef"

@@ -55,7 +55,7 @@ def test_the_page_loads_nothing_from_outside_the_sidecar(name: str) -> None:
 async def test_the_page_asks_only_for_routes_the_sidecar_serves() -> None:
     script = (STATIC_DIR / "statuspage.js").read_text(encoding="utf-8")
     asked = set(re.findall(r'getJson\("([^"]+)"\)', script))
-    assert asked == {"api/v1/workers", "api/v1/targets", "api/v1/alerts"}
+    assert asked == {"api/v1/workers", "api/v1/targets", "api/v1/alerts", "api/v1/incidents"}
     async with asgi_client(sidecar()) as http:
         for path in asked:
             response = await http.get(f"/{path}")

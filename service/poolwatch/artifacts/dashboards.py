@@ -109,7 +109,8 @@ def _conservation_panels(config: MixinConfig) -> list[PanelSpec]:
             (Query(_GAP, f"{_RANK} {{{{pool}}}}"),),
             SLOTS,
             "size - available - evictable - protected - held - session_held. > 0: slots lost (leak); "
-            "< 0: slots counted twice (double free). Absent while it cannot be known.",
+            "< 0: slots counted twice (double free). Absent while it cannot be known (vLLM without "
+            "its probe: always, its /metrics and log give no gap).",
             width=24,
         ),
         table(
@@ -146,7 +147,8 @@ def _role_panels() -> list[PanelSpec]:
             "Free share by role and pool",
             (Query(free, _BY_ROLE),),
             "percentunit",
-            "Available slots over capacity, summed over the ranks of each role.",
+            "Available slots over capacity, summed over the ranks of each role (vLLM: free blocks "
+            "without a cached prefix; its probe reports every rank as unified).",
         ),
         series(
             "Slots lost and counted twice by role",
@@ -162,7 +164,8 @@ def _role_panels() -> list[PanelSpec]:
             "Queued requests by role",
             (Query(queues, "{{role}} {{queue}}"),),
             "suffix: requests",
-            "Requests in each scheduler queue (waiting, bootstrap, inflight, transfer, ...).",
+            "Requests in each scheduler queue (SGLang: waiting, bootstrap, inflight, transfer, ...; vLLM: "
+            "requests, running, waiting, kv_holding_waiting, deferred_frees, ...).",
         ),
         series(
             "Leak rate by role",

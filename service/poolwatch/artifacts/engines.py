@@ -16,6 +16,13 @@ and a pod's sidecar-wide series go only when the pod runs another engine.  The v
 :func:`engine_filtered` rewrites every panel and annotation query of a dashboard (``expr`` keys; a
 variable's ``label_values`` takes a series selector, not an expression); a test proves every
 selector of every query is filtered.
+
+What a rank exports differs by engine.  vLLM's one pool is ``full``, counted in blocks (the
+panels' "slots", :data:`BLOCKS`); it has no idle check of its own and its probe is read-only (no
+guard), so the metrics in :data:`SGLANG_ONLY` never exist for a vLLM rank.  A panel that reads one
+says so in its description (:func:`sglang_only`) and, where it is a stat, shows a text rather than
+"No data"; ``tests/artifacts/test_dashboard_vllm.py`` renders a vLLM rank's ``/metrics`` through
+the sidecar and checks every other rank-level query of both dashboards finds a series there.
 """
 
 from __future__ import annotations
@@ -27,17 +34,39 @@ from poolwatch.artifacts.grafana import Json, query_variable
 from poolwatch.catalog.metrics import by_name
 from poolwatch.catalog.spec import ALERT_LABELS
 
-__all__ = ["ENGINE", "ENGINE_INFO", "engine_filtered", "engine_variable", "filter_expr", "other_engines"]
+__all__ = [
+    "BLOCKS",
+    "ENGINE",
+    "ENGINE_INFO",
+    "SGLANG_ONLY",
+    "engine_filtered",
+    "engine_variable",
+    "filter_expr",
+    "other_engines",
+    "sglang_only",
+]
 
 ENGINE = 'engine=~"$engine"'  # the matcher of the variables that list ranks
 ENGINE_INFO = 'poolwatch_worker_info{engine!~"$engine"}'  # the ranks of the engines not chosen
 _RANK_JOIN = ("worker", "dp_rank", "tp_rank", "pp_rank")
+# said by every panel counted in slots: the unit is one, the engines' words for it are not
+BLOCKS = "vLLM's pool (full) counts KV-cache blocks: a slot there is one block."
+# metrics no vLLM rank exports, and why (a test checks both ways against a vLLM rank's /metrics)
+SGLANG_ONLY: dict[str, str] = {
+    "poolwatch_idle_check_strict": "SGLang's own idle check; vLLM has none",
+    "poolwatch_probe_repairs_total": "the probe's opt-in guard; vLLM's probe is read-only",
+}
 _SEL = r"(?:poolwatch_[a-z0-9_]+|ALERTS|up)(?:\{[^}]*\})?"
 # a range selector inside its function call, or an instant selector (not followed by ``{``, ``[``
 # or more of a name, so a shortened name or a brace-less prefix never matches)
 _SELECTOR = re.compile(
     rf"(?<![\w:\"])(?:(?P<call>[a-z_]+\((?P<range>{_SEL})\[[^\]]+\]\))|(?P<instant>{_SEL})(?![\[{{\w(]))"
 )
+
+
+def sglang_only(metric: str) -> str:
+    """The sentence a panel reading ``metric`` carries: what a vLLM rank shows there, and why."""
+    return f"SGLang only ({SGLANG_ONLY[metric]}): nothing for a vLLM rank."
 
 
 def engine_variable() -> Json:

@@ -10,6 +10,7 @@ test fails on a metric in neither.
 
 from __future__ import annotations
 
+from poolwatch.artifacts.engines import sglang_only
 from poolwatch.artifacts.grafana import PanelSpec, Query
 from poolwatch.artifacts.panels import series, stat, thresholds
 
@@ -44,6 +45,7 @@ NOT_CHARTED: dict[str, str] = {
 def health_panels(ns: str, sel: str) -> list[PanelSpec]:
     """``ns`` selects namespaces and pods, ``sel`` ranks (namespace, pod, role, worker)."""
     exact = f"poolwatch_pool_figures_exact{{{sel}}}"
+    info = "poolwatch_worker_info"
     return [
         PanelSpec("row", "poolwatch itself"),
         stat(
@@ -52,6 +54,15 @@ def health_panels(ns: str, sel: str) -> list[PanelSpec]:
             "none",
             "Pools judged only from the engine's own /metrics or log (no probe): a deficit there is "
             "seen late and a double free not at all.",
+            thresholds((None, "green"), (1, "orange")),
+        ),
+        stat(
+            "Ranks on unverified releases",
+            f'count({info}{{{sel}, release_verified="false"}}) or vector(0)',
+            "none",
+            "Ranks whose engine release the probe never read field by field and reads as the nearest "
+            "known one (a vLLM newer than its release table, say): findings stand, but check the "
+            "release table (docs/engines) and upgrade poolwatch.",
             thresholds((None, "green"), (1, "orange")),
         ),
         series(
@@ -79,8 +90,10 @@ def _probe_panel(sel: str) -> PanelSpec:
             Query(dropped, "dropped {{worker}} dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"),
         ),
         "suffix: slots",
-        "Slots the opt-in guard repaired since the rank started (PoolwatchProbeRepaired), and tripwire "
-        "findings the probe could not keep because its bounded log was full (the census saw more).",
+        "Slots the opt-in guard repaired since the rank started (PoolwatchProbeRepaired; "
+        + sglang_only("poolwatch_probe_repairs_total")
+        + "), and tripwire findings the probe could not keep because its bounded log was full (the "
+        "census saw more; every engine).",
         width=8,
     )
 

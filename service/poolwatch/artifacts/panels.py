@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.artifacts.engines import ENGINE, engine_filtered, engine_variable
+from poolwatch.artifacts.engines import BLOCKS, ENGINE, engine_filtered, engine_variable
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -150,15 +150,27 @@ def _cluster_matcher(config: MixinConfig) -> str:
     return f'{config.cluster_label}=~"${config.cluster_label}"' if config.cluster_label else ""
 
 
+def _described(description: str, unit: str) -> str:
+    """``description``, and for a panel counted in slots what a slot is in vLLM (:data:`BLOCKS`)."""
+    return f"{description} {BLOCKS}" if unit in (SLOTS, SLOTS_PER_SECOND) else description
+
+
 def thresholds(*steps: tuple[float | None, str]) -> Json:
     """``fieldConfig.defaults`` colouring values from each step's value upwards."""
     return {"thresholds": {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in steps]}}
 
 
 def stat(
-    title: str, expr: str, unit: str, description: str, defaults: Json | None = None, legend: str = ""
+    title: str,
+    expr: str,
+    unit: str,
+    description: str,
+    defaults: Json | None = None,
+    legend: str = "",
+    no_value: str = "",
 ) -> PanelSpec:
-    """A 4x4 stat of one instant query, its background coloured by ``defaults``' thresholds."""
+    """A 4x4 stat of one instant query, its background coloured by ``defaults``' thresholds;
+    ``no_value``: the text shown instead of "No data" (a figure one engine never has)."""
     options = {
         "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
         "colorMode": "background",
@@ -166,6 +178,7 @@ def stat(
         "textMode": "auto",
     }
     query = (Query(expr, legend, instant=True),)
+    extra = {"noValue": no_value} if no_value else {}
     return PanelSpec(
         "stat",
         title,
@@ -173,9 +186,9 @@ def stat(
         unit,
         width=4,
         height=4,
-        description=description,
+        description=_described(description, unit),
         options=options,
-        defaults=defaults or {},
+        defaults={**(defaults or {}), **extra},
     )
 
 
@@ -199,7 +212,7 @@ def series(
         queries,
         unit,
         width=width,
-        description=description,
+        description=_described(description, unit),
         options=options,
         custom=style,
     )
@@ -226,7 +239,7 @@ def table(
         title,
         (Query(expr, instant=True, table=True),),
         unit,
-        description=description,
+        description=_described(description, unit),
         overrides=(override,),
         extra={"transformations": [{"id": "organize", "options": {"excludeByName": hidden}}]},
     )

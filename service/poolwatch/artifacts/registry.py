@@ -6,7 +6,8 @@ them as imported functions, not names, so a renamed module fails at import; a te
 package and fails when a module defines a generator that is not listed here.  ``poolwatch
 generate`` writes what they return and ``poolwatch generate --check`` fails on any difference:
 the README tables, the rules file, the PrometheusRule, the runbook index, the dashboards and the
-Alertmanager configuration (plain and as an ``AlertmanagerConfig``).
+Alertmanager configuration (plain and as an ``AlertmanagerConfig``), and each engine page's
+release table.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from poolwatch.artifacts import alertmanager, dashboards, readme, rules
+from poolwatch.artifacts import alertmanager, dashboards, engine_docs, readme, rules
 from poolwatch.detect.config import MixinConfig
 
 __all__ = ["GENERATORS", "Generator", "drift", "render_all", "write_all"]
@@ -26,6 +27,7 @@ GENERATORS: tuple[Generator, ...] = (
     rules.artifacts,
     dashboards.artifacts,
     alertmanager.artifacts,
+    engine_docs.artifacts,
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poolwatch.artifacts.engines import ENGINE
+from poolwatch.artifacts.engines import ENGINE, sglang_only
 from poolwatch.artifacts.grafana import Json, PanelSpec, Query, alert_annotation, dashboard, query_variable
 from poolwatch.artifacts.panels import (
     SLOTS,
@@ -72,7 +72,10 @@ def _stacked_pool() -> PanelSpec:
         SLOTS,
         "Stacked: available, evictable, protected, held and session-held slots of the selected rank. "
         "The dashed line is the pool's size: a stack above it is a surplus (double free), "
-        "a stack below it a deficit (leak).",
+        "a stack below it a deficit (leak). vLLM: available and evictable are its free queue "
+        "(evictable: free blocks that keep a cached prefix), protected is always 0, session-held are "
+        "finished requests' blocks kept for a KV-connector transfer; without the probe only the "
+        "capacity line and no stack.",
         custom={"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60, "lineWidth": 1},
     )
     overrides = (*(_color(s, c) for s, c in STATE_COLORS.items()), capacity)
@@ -80,10 +83,54 @@ def _stacked_pool() -> PanelSpec:
     return replace(panel, overrides=overrides, extra=extra, height=9)
 
 
+_IDENTITY = "namespace, pod, worker, dp_rank, tp_rank, pp_rank"
+
+
+def _idle_check() -> PanelSpec:
+    """SGLang's idle check, or -1 for a rank whose probe reports none (vLLM's)."""
+    strict = f"poolwatch_idle_check_strict{{{_RANK}}}"
+    none = f'-1 * group by ({_IDENTITY}) (poolwatch_worker_info{{{_RANK}, source="probe"}})'
+    mapping = _mapping(
+        {
+            "1": ("crashes on imbalance", "red"),
+            "0": ("warns only", "green"),
+            "-1": ("none of its own", "blue"),
+        }
+    )
+    return stat(
+        "Engine idle check",
+        f"{strict} or on ({_IDENTITY}) {none}",
+        "none",
+        "Whether the engine's own idle check kills the server on an imbalance (SGLang's may, or only "
+        "warns). " + sglang_only("poolwatch_idle_check_strict") + " Its probe reports it has none "
+        "(so poolwatch's page is the only warning); without a probe the setting is unknown.",
+        mapping,
+        no_value="unknown (no probe)",
+    )
+
+
+def _release() -> PanelSpec:
+    """The engine and release the rank runs; orange when the probe reads it unverified."""
+    unverified = {  # the legend below names it
+        "matcher": {"id": "byRegexp", "options": ".*verified: false.*"},
+        "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": "orange"}}],
+    }
+    panel = stat(
+        "Release",
+        f"count by (engine, release, release_verified) (poolwatch_worker_info{{{_RANK}}})",
+        "none",
+        "The engine and release the rank runs. Orange: a release the probe never read field by field "
+        "(release_verified false), read as the nearest known one in unverified mode (a newer vLLM, "
+        "say): its findings stand, but check the release table (docs/engines).",
+        {"color": {"mode": "fixed", "fixedColor": "green"}},
+        legend="{{engine}} {{release}} (verified: {{release_verified}})",
+    )
+    return replace(panel, overrides=(unverified,), options={**panel.options, "textMode": "name"})
+
+
 def _now_panels() -> list[PanelSpec]:
     gap = f"poolwatch_pool_conservation_gap_slots{{{_RANK}}}"
     phase = _mapping({"1": ("idle", "green"), "0": ("busy", "blue")})
-    strict = _mapping({"1": ("crashes on imbalance", "red"), "0": ("warns only", "green")})
     return [
         PanelSpec("row", "Selected rank now"),
         stat(
@@ -105,17 +152,14 @@ def _now_panels() -> list[PanelSpec]:
             "Phase",
             f"poolwatch_worker_idle{{{_RANK}}}",
             "none",
-            "Idle in the engine's fully-idle sense (no request queued, running or transferring), or busy.",
+            "Idle in the engine's fully-idle sense (no request queued, running or transferring), or busy. "
+            "vLLM: idle when its scheduler holds no request and no deferred free; without the probe "
+            "only busy is known.",
             phase,
+            no_value="unknown",
         ),
-        stat(
-            "Engine idle check",
-            f"poolwatch_idle_check_strict{{{_RANK}}}",
-            "none",
-            "Whether the engine's own idle check kills the server on an imbalance (SGLang's may; vLLM "
-            "has none, so it only warns).",
-            strict,
-        ),
+        _idle_check(),
+        _release(),
         stat(
             "Firing alerts",
             f"count({firing(_ALERTS)}) or vector(0)",

@@ -48,13 +48,17 @@ def rank_panels() -> list[PanelSpec]:
             "Queue depths per rank",
             (Query(f"poolwatch_queue_requests{{{W}}}", f"{RANKS} {{{{queue}}}}"),),
             "suffix: requests",
-            "Requests in each scheduler queue; SGLang checks a pool only when all are empty.",
+            "Requests in each scheduler queue; SGLang checks a pool only when all are empty. vLLM's: "
+            "requests (all it holds), running, waiting, kv_holding_waiting, async_kv_waiting, "
+            "skipped_waiting (those its release has) and deferred_frees (block lists waiting for a "
+            "step to end); without the probe, running and waiting only.",
         ),
         series(
             "Tripwires per rank",
             (Query(f"poolwatch_pool_tripwire_slots{{{W}}}", f"{RANKS} {{{{pool}}}} {{{{kind}}}}"),),
             SLOTS,
-            "Slot ids proven misplaced, by kind (free_duplicate, free_and_live, ...).",
+            "Slot ids proven misplaced, by kind (free_duplicate, free_and_live, ...; vLLM's also "
+            "negative_ref, ref_below_owners, ref_above_owners, missing, null_block: docs/engines).",
         ),
     ]
 
@@ -73,14 +77,16 @@ def health_panels() -> list[PanelSpec]:
             "Incidents logged",
             (Query(incidents, "{{kind}}"),),
             "suffix: incidents",
-            "Accounting incidents the worker logged (leak detected, scheduler exception, ...).",
+            "Accounting incidents the worker logged (leak detected, scheduler exception, ...). vLLM logs "
+            "no leak check of its own: its incidents are EngineCore's fatal errors, read from its log.",
             custom={"drawStyle": "bars", "fillOpacity": 80},
         ),
         series(
             "Probe cost in the scheduler thread",
             costs,
             "s",
-            "Scheduler-thread time of the probe's last cheap sample and last identity census.",
+            "Scheduler-thread time of the probe's last cheap sample and last identity census (vLLM: "
+            "EngineCore's thread, the census being the walk of the block pool).",
         ),
         series(
             "Probe errors contained",

@@ -16,7 +16,10 @@ from poolwatch import fields
 from poolwatch.fields import MAX_ITEMS, MAX_NAME, MAX_TEXT, FieldError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model import (
+    CallSite,
+    CallSiteKind,
     Exactness,
+    Frame,
     Incident,
     IncidentKind,
     Phase,
@@ -33,6 +36,7 @@ from poolwatch.model import (
 )
 
 __all__ = [
+    "MAX_FRAMES",
     "MAX_LISTED",
     "MAX_QUEUES",
     "RELEASE_KEY",
@@ -40,6 +44,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SnapshotFormatError",
     "SnapshotVersionError",
+    "parse_call_site",
     "parse_snapshot_full",
 ]
 
@@ -51,6 +56,7 @@ RELEASE_KEY = "sglang_version"
 MAX_QUEUES = DEFAULT_LIMITS.max_queues  # POOLWATCH_MAX_QUEUES
 MAX_LISTED = DEFAULT_LIMITS.max_listed  # tripwires, repairs, incidents in one snapshot (POOLWATCH_MAX_LISTED)
 MAX_RANK = 65535
+MAX_FRAMES = 16  # engine frames in one call site (the probe captures at most 8)
 
 E = TypeVar("E", bound=enum.Enum)
 T = TypeVar("T")
@@ -145,6 +151,7 @@ def _tripwire(raw: object, where: str) -> Tripwire:
         requests=_list(d.get("requests", []), f"{where}.requests", _str),
         page_size=max(1, _int(d.get("page_size", 1), f"{where}.page_size")),
         total=_int(d.get("total", 0), f"{where}.total"),
+        call_site=_opt_call_site(d.get("call_site"), f"{where}.call_site"),
     )
 
 
@@ -159,6 +166,31 @@ def _repair(raw: object, where: str) -> Repair:
         seq=_int(d.get("seq", 0), f"{where}.seq"),
         requests=_list(d.get("requests", []), f"{where}.requests", _str),
         page_size=max(1, _int(d.get("page_size", 1), f"{where}.page_size")),
+        call_site=_opt_call_site(d.get("call_site"), f"{where}.call_site"),
+    )
+
+
+def _opt_call_site(raw: object, where: str) -> CallSite | None:
+    """A finding's engine call site; absent (every snapshot before it existed) or null: none."""
+    return None if raw is None else parse_call_site(raw, where)
+
+
+def parse_call_site(raw: object, where: str) -> CallSite:
+    """A call site as :func:`~poolwatch.codec.snapshot.dump_call_site` writes it."""
+    d = _mapping(raw, where)
+    return CallSite(
+        kind=_enum(CallSiteKind, d.get("kind"), f"{where}.kind"),
+        frames=_list(d.get("frames", []), f"{where}.frames", _frame, MAX_FRAMES),
+        seq=_int(d.get("seq", 0), f"{where}.seq"),
+    )
+
+
+def _frame(raw: object, where: str) -> Frame:
+    d = _mapping(raw, where)
+    return Frame(
+        file=_str(d.get("file", ""), f"{where}.file"),
+        line=_int(d.get("line", 0), f"{where}.line"),
+        function=_str(d.get("function", ""), f"{where}.function"),
     )
 
 

@@ -20,9 +20,9 @@ from poolwatch.codec.schema import (
     parse_snapshot_full,
 )
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Incident, PoolAccount, Repair, Snapshot, Tripwire, WorkerId
+from poolwatch.model import CallSite, Incident, PoolAccount, Repair, Snapshot, Tripwire, WorkerId
 
-__all__ = ["dump_snapshot", "dump_worker", "parse_snapshot"]
+__all__ = ["dump_call_site", "dump_snapshot", "dump_worker", "parse_snapshot"]
 
 
 def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
@@ -69,13 +69,29 @@ def _dump_tripwire(t: Tripwire) -> dict[str, Any]:
         del out["page_size"]  # slot ids: the form every earlier sidecar reads
     if t.total <= len(t.slots):
         del out["total"]  # every id named: the form every earlier sidecar reads
+    _put_call_site(out, t.call_site)
     return out
 
 
 def _dump_repair(r: Repair) -> dict[str, Any]:
     out = {**asdict(r), "kind": r.kind.value, "pool": r.pool.value, "slots": list(r.slots)}
     out["requests"] = list(r.requests)
+    _put_call_site(out, r.call_site)
     return out
+
+
+def dump_call_site(site: CallSite) -> dict[str, Any]:
+    """``{"kind", "seq", "frames": [{"file", "line", "function"}, ...]}``, innermost frame first."""
+    frames = [{"file": f.file, "line": f.line, "function": f.function} for f in site.frames]
+    return {"kind": site.kind.value, "seq": site.seq, "frames": frames}
+
+
+def _put_call_site(out: dict[str, Any], site: CallSite | None) -> None:
+    """A captured call site under ``call_site``; none: no key (the form every earlier sidecar reads)."""
+    if site is None:
+        del out["call_site"]
+    else:
+        out["call_site"] = dump_call_site(site)
 
 
 def _dump_incident(i: Incident) -> dict[str, Any]:

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 
 from poolwatch.conservation import Balance, Basis, Finding
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.call_site import tripwire_site_sentence
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen, crash_imminent, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
-from poolwatch.model import Phase, Pool, Snapshot, Tripwire, TripwireKind
+from poolwatch.model import LEAK_KINDS, Phase, Pool, Snapshot, Tripwire
 
 __all__ = ["PoolBalance"]
 
@@ -84,8 +85,8 @@ def _alert_for(balance: Balance, pool: Pool) -> AlertName:
     return AlertName.DOUBLE_FREE if balance is Balance.SURPLUS else AlertName.SLOT_LEAK
 
 
-# tripwires that prove slots lost (SlotLeak); every other kind proves a slot counted twice (DoubleFree)
-_LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})
+# tripwires that prove slots lost (SlotLeak, model.LEAK_KINDS); every other kind proves a slot
+# counted twice (DoubleFree)
 _BASIS = {
     Basis.EXACT: "exact figures from the in-process probe",
     Basis.NEGATIVE_USED: "SGLang's own used count is negative",
@@ -124,9 +125,11 @@ def _tripwire_sentence(t: Tripwire) -> str:
         shown += f" (the first {len(t.slots)} named)"
     requests = f", requests [{', '.join(t.requests[:8])}{' ...' if len(t.requests) > 8 else ''}]"
     ids = _plural(t.count) if t.page_size <= 1 else f"{_plural(t.count, 'page')} of {t.page_size} slots"
+    site = tripwire_site_sentence(t)
     return (
         f"Tripwire {t.kind.value}: {ids} [{shown}] first seen after "
         f"{t.first_seen_hook} at iteration {t.seq}{requests if t.requests else ''}."
+        + (f" {site}" if site else "")
     )
 
 
@@ -167,7 +170,7 @@ def _signals(snap: Snapshot, found: Mapping[Pool, Finding], cfg: DetectorConfig)
             slots[key] = max(slots[key], f.slots)
             waits[key] = _wait(f, snap.phase, cfg)
     for t in snap.tripwires:
-        key = (AlertName.SLOT_LEAK if t.kind in _LEAK_KINDS else AlertName.DOUBLE_FREE, t.pool)
+        key = (AlertName.SLOT_LEAK if t.kind in LEAK_KINDS else AlertName.DOUBLE_FREE, t.pool)
         parts[key].append(_tripwire_sentence(t))
         slots[key] = max(slots[key], t.count)
         waits[key] = (1, 0.0)  # an identity census is proof: no need to wait

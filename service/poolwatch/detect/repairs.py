@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.call_site import repair_site_sentence
 from poolwatch.detect.family import Seen
 from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.engines import UnknownEngine, engine_entry
@@ -25,7 +26,10 @@ _DID = {
     RepairKind.QUARANTINE: "took {n} off the free list (a live request or the tree owns it)",
     RepairKind.DEDUPLICATE: "removed duplicate free-list entries worth {n}",
     RepairKind.RETURN: "gave back {n} lost at idle (in no free list, tree or request)",
-    RepairKind.REFUSE: "refused to free {n} still owned (the chunked request's or a tree node's)",
+    RepairKind.REFUSE: (
+        "refused to free {n} still owned or already free (a live request's, a tree node's, "
+        "a released request row's)"
+    ),
 }
 # vLLM's guard refuses inside its block pool's free_blocks; its unit is the block
 _VLLM_REFUSE = "refused to free {n} already free or still listed by a request (a double or premature free)"
@@ -41,7 +45,9 @@ def _sentence(r: Repair, engine: str) -> str:
     shown = ", ".join(str(s) for s in r.slots[:16]) + (" ..." if len(r.slots) > 16 else "")
     ids = f"{unit}(s)" if r.page_size <= 1 else f"page(s) of {r.page_size} slots"
     who = f"; request(s) {', '.join(r.requests[:4])} may have a wrong state" if r.requests else ""
-    return f"The guard {did}; last: {ids} [{shown}] after {r.hook} at iteration {r.seq}{who}."
+    site = repair_site_sentence(r)
+    text = f"The guard {did}; last: {ids} [{shown}] after {r.hook} at iteration {r.seq}{who}."
+    return f"{text} {site}" if site else text
 
 
 def _title(engine: str) -> str:

@@ -22,6 +22,10 @@ from poolwatch import __version__
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.api import api_router
+from poolwatch.sidecar.incidents.api import incidents_router
+from poolwatch.sidecar.incidents.file import incidents_path
+from poolwatch.sidecar.incidents.log import IncidentLog
+from poolwatch.sidecar.incidents.redact import settings_summary
 from poolwatch.sidecar.lanes import Lanes, shared_limits
 from poolwatch.sidecar.metrics.collectors import (
     BuildInfoCollector,
@@ -110,6 +114,15 @@ def _store(settings: Settings, clock: Callable[[], float]) -> SnapshotStore:
     )
 
 
+def _incidents(settings: Settings, store: SnapshotStore, clock: Callable[[], float]) -> IncidentLog:
+    """The incidents the store's snapshots show, kept beside the alert state file (restored now)."""
+    about = {"version": __version__, "settings": settings_summary(settings)}
+    incidents = IncidentLog(store, about, incidents_path(settings.alerting.state_file), clock)
+    incidents.restore()
+    store.subscribe(incidents.observe)
+    return incidents
+
+
 def create_app(
     settings: Settings,
     *,
@@ -134,6 +147,7 @@ def create_app(
     if settings.identity.pod:  # who this sidecar serves: Prometheus' pod label must say the same
         own.append(SidecarInfoCollector(settings.identity.pod))
     exposition = build_exposition(store, clock, stale_after, [*own, *collectors])
+    incidents = _incidents(settings, store, clock)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -147,6 +161,7 @@ def create_app(
             finally:
                 await stop_within(task, STOP_SCRAPER_S)
                 await alerting.stop()
+                incidents.flush()
 
     # No /docs, /redoc or /openapi.json: FastAPI's pages load Swagger UI and ReDoc from a CDN, and a
     # monitoring sidecar pulls no third-party script into an operator's browser (issue 24 item 9).
@@ -161,6 +176,7 @@ def create_app(
     )
     app.state.store = store
     app.state.alerting = alerting
+    app.state.incidents = incidents
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
@@ -195,9 +211,8 @@ def create_app(
             return JSONResponse({"status": "ready", "fresh_ranks": fresh, "crash_looping": looping})
         return JSONResponse({"status": "not ready", "reason": "no rank has fresh data"}, status_code=503)
 
-    app.include_router(api_router(store, clock, stale_after))
-    app.include_router(alerting.router)
-    for router in routers:
+    own_routers = [api_router(store, clock, stale_after), alerting.router, incidents_router(incidents)]
+    for router in (*own_routers, *routers):
         app.include_router(router)
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="status")
     return app

@@ -143,7 +143,37 @@
     return { surplus, deficit, stale };
   }
 
-  window.poolwatch = { poolBar, gapView, normaliseAlerts, countProblems, age, rankText, rankStatus, stamp };
+  /** What an incident's call site says: a lead sentence and one "file:line function" line per
+   *  engine frame, innermost first (the line that called the free on top). */
+  function callSiteView(site, hook) {
+    if (!site || !site.frames || !site.frames.length) {
+      return { lead: "No engine frame was on the stack when it was found.", frames: [] };
+    }
+    const frames = site.frames.map((f) => `${f.file}:${f.line} ${f.function}`);
+    if (site.kind === "free") return { lead: "Freed by", frames };
+    if (site.kind === "next_free") {
+      return { lead: `The free had returned; the same free, caught again at iteration ${site.seq}, is made by`, frames };
+    }
+    return { lead: `The line that freed it is not known yet; found after ${hook || "a hook"}, which was called from`, frames };
+  }
+
+  /** One incident of GET api/v1/incidents as the page lists it. */
+  function incidentView(item) {
+    const what = `${item.record === "repair" ? "guard " : ""}${item.kind} \u00b7 ${item.pool} \u00b7 ${item.count}`;
+    return {
+      id: item.id,
+      what,
+      where: `${item.rank} \u00b7 ${item.engine} ${item.release}`.trim(),
+      since: item.first_seen_at,
+      site: callSiteView(item.call_site, item.hook),
+      markdown: `api/v1/incidents/${encodeURIComponent(item.id)}/bundle.md`,
+      json: `api/v1/incidents/${encodeURIComponent(item.id)}`,
+    };
+  }
+
+  window.poolwatch = {
+    poolBar, gapView, normaliseAlerts, countProblems, age, rankText, rankStatus, stamp, callSiteView, incidentView,
+  };
 
   // ---- rendering -------------------------------------------------------------------------
 
@@ -246,6 +276,32 @@
     if (!alerts.length) list.append(el("li", "alert none", "No alert is firing."));
   }
 
+  function renderIncidents(result) {
+    const section = document.getElementById("incidents-section");
+    const list = document.getElementById("incidents");
+    section.hidden = Boolean(result.missing);
+    const items = (result.doc || []).map(incidentView);
+    list.replaceChildren(...items.map((v) => {
+      const item = el("li", "incident");
+      item.dataset.id = v.id;
+      item.append(el("strong", "", v.what), el("span", "where", v.where));
+      if (v.since !== null && v.since !== undefined) item.append(el("span", "since", `since ${stamp(v.since * 1000)}`));
+      const site = el("div", "call-site");
+      site.append(el("span", "lead", v.site.lead));
+      const frames = el("ol", "frames");
+      frames.append(...v.site.frames.map((f) => el("li", "", f)));
+      site.append(frames);
+      item.append(site);
+      for (const [label, href] of [["bundle", v.markdown], ["json", v.json]]) {
+        const link = el("a", "", label);
+        link.href = href;
+        item.append(link);
+      }
+      return item;
+    }));
+    if (!items.length) list.append(el("li", "incident none", "No incident seen."));
+  }
+
   function renderTargets(targets) {
     const body = document.getElementById("targets");
     body.replaceChildren(...targets.map((t) => {
@@ -284,15 +340,17 @@
   async function refresh() {
     const connection = document.getElementById("connection");
     try {
-      const [workers, targets, alerts] = await Promise.all([
+      const [workers, targets, alerts, incidents] = await Promise.all([
         getJson("api/v1/workers"), getJson("api/v1/targets"), getJson("api/v1/alerts").catch(() => ({ missing: true })),
+        getJson("api/v1/incidents").catch(() => ({ missing: true })),
       ]);
-      const state = JSON.stringify([workers, targets, alerts]);
+      const state = JSON.stringify([workers, targets, alerts, incidents]);
       if (state !== lastState) {  // redraw only what changed: no flicker, selections survive
         renderWorkers(workers.doc || [], alerts.missing ? [] : normaliseAlerts(alerts.doc));
         renderSummary(workers.doc || []);
         renderTargets(targets.doc || []);
         renderAlerts(alerts);
+        renderIncidents(incidents);
         lastState = state;
       }
       connection.hidden = true;

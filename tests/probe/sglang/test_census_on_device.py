@@ -161,7 +161,7 @@ def test_the_device_benchmark_checks_its_censuses_where_it_runs(tmp_path: Path) 
     """``bench_probe_device.py --device cpu`` runs the CUDA benchmark's whole path (build, fault,
     place, census, compare) on the CPU: the benchmark itself stays working without a GPU."""
     out = tmp_path / "figures.json"
-    script = Path(__file__).parents[2] / "benchmarks" / "bench_probe_device.py"
+    script = Path(__file__).parents[3] / "benchmarks" / "bench_probe_device.py"
     done = subprocess.run(
         [sys.executable, str(script), "--device", "cpu", "--quick", "--json", str(out)],
         capture_output=True,

@@ -232,6 +232,33 @@ def test_the_host_walk_is_repeated_only_when_its_cost_fits_the_budget() -> None:
     assert gap(later[-1]) == -1  # read again once the budget allowed it
 
 
+def test_a_host_account_that_walks_nothing_is_read_at_every_sample() -> None:
+    # 0.5.23: the budget is for the tree walk; the KV host pool's free count is read each time
+    kv = HostKVCache(16, 1)
+    kv.free_slots = torch.arange(16, dtype=torch.int64)
+    sched = unified(kv)
+    reader = HostReader(budget=0.01, clock=Ticks(0.001))
+    seen = []
+    for free in (16, 12, 13, 4):  # an alloc, a free, an alloc: back to back, within any budget
+        kv.free_slots = torch.arange(free, dtype=torch.int64)
+        account = reader.read(sched, Reading())
+        assert account is not None
+        seen.append(account.available)
+    assert seen == [16, 12, 13, 4]
+
+
+def test_a_storage_backends_coarse_host_account_is_read_at_every_sample() -> None:
+    sched = hicache(12, 16, node([], ()))
+    sched.tree_cache.enable_storage = True
+    reader = HostReader(budget=0.01, clock=Ticks(0.001))
+    first = reader.read(sched, Reading())
+    sched.tree_cache.token_to_kv_pool_host.free_slots = torch.arange(9)
+    second = reader.read(sched, Reading())
+    assert first is not None
+    assert second is not None
+    assert (first.available, second.available) == (12, 9)
+
+
 def reference_walk(root: Any) -> tuple[int, int, int]:
     """The plain per-node walk: (evictable, protected, nodes with a host copy)."""
     ev = pr = n = 0

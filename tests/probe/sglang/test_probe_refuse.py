@@ -11,7 +11,7 @@ from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import MambaPool, Rank
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
-from poolwatch.conservation import findings
+from poolwatch.conservation import findings, gap
 from poolwatch.detect.alert import Signal
 from poolwatch.detect.family import Seen
 from poolwatch.detect.repairs import GuardRepairs
@@ -19,8 +19,8 @@ from poolwatch.model import Pool, RepairKind, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
+from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.probe import SglangProbe
-from poolwatch.probe.sglang.refuse import FreeRefuser
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,
@@ -35,6 +35,11 @@ def probe_for(rank: Rank, *, guard: bool, version: str = "0.5.4.post1", director
     clock = FakeClock()
     config = replace(CONFIG, guard=guard, release=version, directory=directory or CONFIG.directory)
     return SGLANG.new(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+
+
+def findings_gaps(snap: Snapshot) -> list[int]:
+    """Every exact pool gap of ``snap`` (0 where balanced)."""
+    return [g for a in snap.pools.values() if (g := gap(a)) is not None]
 
 
 def repair_signals(snap: Snapshot) -> list[Signal]:
@@ -170,9 +175,11 @@ def test_the_emulated_seed_fault_is_refused_on_every_strike_and_nothing_needs_re
     assert kinds == {RepairKind.REFUSE}  # no quarantine, no duplicate: the wrong free never ran
 
 
-def test_a_paged_swa_repair_counts_slots_and_names_page_ids(tmp_path: Path) -> None:
-    """One duplicated SWA page of 16 slots: the repair counts 16 slots (the gap's unit) and its
-    id is reported as a page id, in the snapshot, its JSON and the alert's sentence."""
+def test_the_emulated_swa_page_double_free_is_refused_in_slots_with_page_ids(tmp_path: Path) -> None:
+    """#27789's class on the emulator: a finishing request's last SWA page freed a second time,
+    straight on the pair's sliding-window side.  Guard v2 refuses it before it runs (nothing to
+    deduplicate afterwards); the refusal counts 16 slots (the gap's unit) and names the page id, in
+    the snapshot, its JSON and the alert's sentence."""
     fault = "swa-page-overcount"
     w = Watched(scenario(fault, "@step=40"), tmp_path, guard=True)
     w.run_until(lambda: fault in w.struck, 6000)
@@ -185,11 +192,13 @@ def test_a_paged_swa_repair_counts_slots_and_names_page_ids(tmp_path: Path) -> N
         for r in p.latest.repairs
     ]
     ((snap, repair),) = repairs
-    assert (repair.kind, repair.pool, repair.page_size) == (RepairKind.DEDUPLICATE, Pool.SWA, 16)
+    assert (repair.kind, repair.pool, repair.page_size) == (RepairKind.REFUSE, Pool.SWA, 16)
+    assert repair.hook == "token_to_kv_pool_allocator.swa_attn_allocator.free"
     assert repair.count == 16 * len(repair.slots)
     assert parse_snapshot(dump_snapshot(snap)).repairs == snap.repairs
+    assert all(g == 0 for g in findings_gaps(snap))  # the page never reached the free list twice
     (signal,) = [s for s in repair_signals(snap) if dict(s.labels).get("pool") == "swa"]
-    assert f"removed duplicate free-list entries worth {repair.count} slots" in signal.description
+    assert f"refused to free {repair.count} slots" in signal.description
     assert f"page(s) of 16 slots [{repair.slots[0]}]" in signal.description
     assert signal.value == 16.0
 
@@ -198,7 +207,7 @@ def test_a_refusal_stands_when_recording_it_fails() -> None:
     rank = Rank(kv=64, mamba=8, rows=4)
     req = rank.chunked("long", origin=40, chunk=16)
 
-    def broken(slots: tuple[int, ...], requests: tuple[str, ...], where: str) -> None:
+    def broken(pool: Pool, slots: tuple[int, ...], requests: tuple[str, ...], where: str, page: int) -> None:
         raise RuntimeError("no log")
 
     refuser = FreeRefuser(rank.sched, broken)

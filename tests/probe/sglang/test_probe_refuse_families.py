@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
+from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
+from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.shapes import SHAPES, shape_for_version
 from poolwatch_emulator.radix import TreeNode
 from poolwatch_emulator.req import Req, RequestSpec
@@ -32,14 +33,14 @@ def _rank(version: str) -> tuple[Any, HybridReqToTokenPool, FreeRefuser, Refusal
         8,
         first_row=shape.req_first_row,
         mamba_first_id=shape.mamba_first_id,
-        split_mamba_free=FREE_PATHS[shape.family].request_free,
+        split_mamba_free=GUARD_PATHS[shape.family].mamba.request_free,
     )
     root = TreeNode()
     sched = SimpleNamespace(req_to_token_pool=pool, tree_cache=SimpleNamespace(root_node=root))
     sched.chunked_req = _req("long")
     assert pool.alloc_for([sched.chunked_req]) is not None
     seen: Refusals = []
-    refuser = FreeRefuser(sched, lambda *a: seen.append(a), paths=FREE_PATHS[shape.family])
+    refuser = FreeRefuser(sched, lambda _pool, *a: seen.append(a[:3]), paths=GUARD_PATHS[shape.family])
     assert refuser.install()
     return sched, pool, refuser, seen
 
@@ -49,7 +50,7 @@ def _free_ids(pool: HybridReqToTokenPool) -> list[int]:
 
 
 def test_every_release_family_has_its_free_paths_stated() -> None:
-    assert set(FREE_PATHS) == {s.family for s in SHAPES}
+    assert set(GUARD_PATHS) == {s.family for s in SHAPES}
 
 
 @pytest.mark.parametrize("version", ["0.5.5.post3", "0.5.6"])
@@ -149,10 +150,11 @@ def test_the_0_5_23_family_wraps_mamba_allocator_and_free_mamba_cache_and_reads_
     )
     sched.tree_cache.root_node.children[1] = node
     seen: Refusals = []
-    refuser = FreeRefuser(sched, lambda *a: seen.append(a), paths=FREE_PATHS["0.5.23"])
+    refuser = FreeRefuser(sched, lambda _pool, *a: seen.append(a[:3]), paths=GUARD_PATHS["0.5.23"])
     assert refuser.install()
     refuser.refresh()
-    assert refuser.tree == {}  # no tree proof on the unified tree
+    assert refuser.mamba is not None
+    assert refuser.mamba.tree == {}  # no tree proof on the unified tree
     slot = int(chunked.kv.mamba_pool_idx)  # type: ignore[attr-defined]
     pool.free_mamba_cache(chunked)
     pool.mamba_allocator.free(chunked.kv.mamba_pool_idx.unsqueeze(0))  # type: ignore[attr-defined]

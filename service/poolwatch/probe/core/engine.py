@@ -9,7 +9,9 @@ An engine room (``poolwatch/probe/<engine>/``) hands the neutral probe one :clas
 * how to open a :class:`Reader` on one scheduler: who the rank is, how to read one
   :class:`EngineSample`, and which :class:`Census` objects it has;
 * what is truly extra (a :class:`~poolwatch.probe.core.probe.Probe` subclass), and whether its
-  scheduler calls no hook while idle (``keepalive``).
+  scheduler calls no hook while idle (``keepalive``);
+* which package is its code (``package``, by default the scheduler's top-level package): the frames
+  a call site keeps (:mod:`~poolwatch.probe.core.call_site`).
 
 Everything else -- when to sample and to census (:mod:`~poolwatch.probe.core.schedule`),
 containment, the snapshot, health, the kill switch and heartbeat, activation, attach and serving --
@@ -157,6 +159,13 @@ class Engine:
     release_env: str = ""  # the deprecated per-engine release variable (POOLWATCH_ENGINE_VERSION wins)
     consent: Callable[[Mapping[str, str]], bool] = field(default=_probe_consent)  # the plugin acts only then
     logger: str = ""  # the engine's own logger, which formats the probe's lines ("": the root logger)
+    package: str = ""  # the engine's top-level package, whose frames a call site keeps ("": the scheduler's)
+
+    @property
+    def code_package(self) -> str:
+        """The package whose frames are the engine's (``sglang``): ``package``, else the top-level
+        package of ``scheduler``."""
+        return self.package or self.scheduler.partition(":")[0].partition(".")[0]
 
     def new(self, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
         """A probe of this engine on ``scheduler`` (not attached: see ``lifecycle.attach``)."""

@@ -37,6 +37,7 @@ from poolwatch.identity import worker_name
 from poolwatch.model import Phase, ProbeHealth, Role, Snapshot, WorkerId
 from poolwatch.probe.census.report import census_envelope
 from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.call_site import CallSites
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
@@ -73,8 +74,9 @@ class Probe:
         self.boot_id = uuid.uuid4().hex[:16]
         self.started_at = wall()
         self.guard = Guard(config.max_consecutive_errors)
-        self.tripwires = TripwireLog()
-        self.repairs = RepairLog()  # what guard did (a room's guard records into it)
+        self.call_sites = CallSites(engine.code_package)  # the engine's frames of a finding
+        self.tripwires = TripwireLog(sites=self.call_sites)
+        self.repairs = RepairLog(self.call_sites)  # what guard did (a room's guard records into it)
         self.seq = 0
         self.publication = Publication()
         self.switch = KillSwitch(config.directory)

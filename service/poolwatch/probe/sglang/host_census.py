@@ -48,6 +48,8 @@ of the scheduler thread on it: after a walk that took ``t`` seconds the next one
 ``t / budget`` seconds, and the samples in between carry the last account (exact at the loop
 boundary it was read at; the host pool's gap does not depend on the device pools').  At those
 figures a 1,000-node tree is read about every 0.1 s sample and a 100,000-node one every 20 s.
+Only a walk is budgeted: a coarse account (0.5.23, a storage backend) walks nothing and is read at
+every sample.
 """
 
 from __future__ import annotations
@@ -213,7 +215,10 @@ def host_account(sched: Any, reading: Reading) -> PoolAccount | None:
 
 
 class HostReader:
-    """:func:`host_account`, walked again only when its last walk's cost fits the budget."""
+    """:func:`host_account`, with the tree walk budgeted: an exact account (one that walked the
+    tree) is carried until its walk's cost fits the budget again; an account that walks nothing
+    (0.5.23's unified pools, a storage backend's coarse one) is read at every sample, so
+    back-to-back samples show the host pool's free count as SGLang has it after each alloc or free."""
 
     __slots__ = ("_budget", "_clock", "_due", "_last")
 
@@ -223,10 +228,12 @@ class HostReader:
         self._due = 0.0
 
     def read(self, sched: Any, reading: Reading) -> PoolAccount | None:
-        """The host account: read now, or the last one while its walk's budget lasts."""
+        """The host account: read now, or the last walked one while its walk's budget lasts."""
         now = self._clock()
         if self._last is not None and now < self._due:
             return self._last
         account = host_account(sched, reading)
-        self._last, self._due = account, now + (self._clock() - now) / self._budget
+        walked = account is not None and account.exactness is Exactness.EXACT
+        self._last = account if walked else None
+        self._due = now + (self._clock() - now) / self._budget if walked else now
         return account

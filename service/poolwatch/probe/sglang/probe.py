@@ -5,13 +5,15 @@ the final snapshot and its last word, and the opt-in guard (scheduler thread).
   work at which that check really runs (the one that crashes a broken rank; decided as the release
   decides, :func:`~poolwatch.probe.sglang.final.sglang_checks_now`), else at the sample rate;
 * :meth:`SglangProbe.after_prefill_chunk`: is the chunked request's Mamba slot on the free list?
-  (:func:`~poolwatch.probe.sglang.tripwires.chunk_tripwires`; new findings publish at once);
+  (:func:`~poolwatch.probe.sglang.tripwires.chunk_tripwires`; new findings publish at once); without
+  guard, a first finding arms a one-shot witness on the Mamba free paths, which names the line of
+  SGLang that makes the next identical wrong free (:mod:`~poolwatch.probe.sglang.witness`);
 * when SGLang's strict idle check is certain to raise at this hook, the snapshot is *final*: written
   into the discovery directory before the process is gone, and the rank waits (bounded) until its
   sidecar has collected it (:mod:`poolwatch.probe.core.last_word`);
 * guard mode (``POOLWATCH_PROBE_GUARD=1``): the censuses' proofs are acted on
   (:class:`~poolwatch.probe.sglang.repair.Repairer`) and the wrong frees of the families whose free
-  paths were read are refused before they run (:class:`~poolwatch.probe.sglang.refuse.FreeRefuser`).
+  paths were read are refused before they run (:class:`~poolwatch.probe.sglang.guard.refuser.FreeRefuser`).
 
 Everything else -- the sample cadence, the census schedule, containment, the snapshot, the kill
 switch and heartbeat -- is :class:`~poolwatch.probe.core.probe.Probe`'s.
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Phase, Pool, PoolAccount, RepairKind
+from poolwatch.model import CallSite, Phase, Pool, PoolAccount, RepairKind, TripwireKind
 from poolwatch.probe.census.proofs import PoolCensus
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
@@ -31,15 +33,20 @@ from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk
 from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.schedule import Due
+from poolwatch.probe.core.witness import FreeWitness
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot
+from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
+from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.reader import SglangReader
-from poolwatch.probe.sglang.refuse import FREE_PATHS, FreeRefuser
 from poolwatch.probe.sglang.repair import census_of, repairer_for
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.snapshot import Sample
 from poolwatch.probe.sglang.tripwires import chunk_tripwires
+from poolwatch.probe.sglang.witness import arm_mamba_witness
 
 __all__ = ["SglangProbe"]
+
+_CHUNK_KINDS = (TripwireKind.FREE_AND_LIVE, TripwireKind.FREE_DUPLICATE)  # what the chunk tripwire finds
 
 
 class SglangProbe(Probe):
@@ -64,6 +71,7 @@ class SglangProbe(Probe):
         self._has_mamba = True  # until a sample shows the model has no Mamba pool
         self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
         self.last_word: Outcome | None = None  # how the wait for the sidecar ended (None: no final yet)
+        self.witness = FreeWitness(self.call_sites, self._witnessed, lambda: self.seq)
 
     @property
     def shape(self) -> Shape:
@@ -98,6 +106,8 @@ class SglangProbe(Probe):
         new = bool(found) and self.tripwires.add(found)
         if new:  # logged and (guard mode) quarantined before the next allocation can hand it out
             self._repair(census_of(found), {}, Phase.BUSY, hook)
+            if self.refuser is None:  # the free had returned: catch the line that makes the next one
+                arm_mamba_witness(self.witness, self.scheduler, self.shape.family)
         if new or self._refused_fresh():
             self.contain("sample", lambda: self._sample(hook))  # publish the proof (or repair) at once
 
@@ -159,16 +169,21 @@ class SglangProbe(Probe):
     # -- guard v2: refusing a wrong free before it runs -------------------------------------------
 
     def _refuser(self) -> FreeRefuser | None:
-        """Guard v2 on the release families whose free paths were read (``refuse``'s table); off on an
-        unverified release, as "return" is."""
-        paths = FREE_PATHS.get(self.shape.family) if self.release.verified else None
+        """Guard v2 on the release families whose free paths were read (``guard.paths``' table); off
+        on an unverified release, as "return" is."""
+        paths = GUARD_PATHS.get(self.shape.family) if self.release.verified else None
         refuser = FreeRefuser(self.scheduler, self._refused, lambda: self.disabled, paths) if paths else None
         return refuser if refuser is not None and refuser.install() else None
 
-    def _refused(self, slots: tuple[int, ...], requests: tuple[str, ...], where: str) -> None:
-        """Called from inside the wrapped ``free`` (scheduler thread): count and log at once."""
-        if self.repairer is not None:
-            self.repairer.record(RepairKind.REFUSE, Pool.MAMBA, slots, requests, where, self.seq)
+    def _refused(
+        self, pool: Pool, slots: tuple[int, ...], requests: tuple[str, ...], where: str, page: int
+    ) -> None:
+        """Called from inside the wrapped free (scheduler thread): count and log at once."""
+        self.repairs.record(RepairKind.REFUSE, pool, slots, requests, where, self.seq, page=page)
+
+    def _witnessed(self, site: CallSite) -> None:
+        """The witness caught the chunk's wrong free again (scheduler thread, inside the free)."""
+        self.tripwires.witness(Pool.MAMBA, _CHUNK_KINDS, site)
 
     def _refused_fresh(self) -> bool:
         """A refusal not yet published (then the next hook publishes at once)."""
@@ -179,6 +194,7 @@ class SglangProbe(Probe):
 
     def close(self) -> None:
         """Give the pool its own ``free`` back (detach)."""
+        self.witness.disarm()
         if self.refuser is not None:
             self.refuser.uninstall()
             self.refuser = None

@@ -15,9 +15,10 @@ family     mamba ids    req rows  held full KV         stale ``req`` pointers   
 0.5.23     1..size      1..size   ``req.kv`` records   none (``kv.holds_*``)     on_idle
 =========  ===========  ========  ===================  ========================  =============
 
-Where each family frees Mamba slots, and so where guard v2 refuses (keyed by ``Shape.family``), is
-:data:`poolwatch.probe.sglang.refuse.FREE_PATHS`: ``mamba_pool.free`` up to 0.5.6, plus
-``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` on 0.5.23.
+Where each family frees slots, and so where guard v2 refuses (keyed by ``Shape.family``), is
+:data:`poolwatch.probe.sglang.guard.paths.GUARD_PATHS`: ``mamba_pool.free`` up to 0.5.6, plus
+``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` and the int8
+checkpoint pool on 0.5.23; the KV allocator's row-view frees on every family.
 """
 
 from __future__ import annotations

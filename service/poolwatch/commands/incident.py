@@ -1,0 +1,117 @@
+"""``poolwatch incident``: list a sidecar's incidents, or export their bundles for an upstream report.
+
+``poolwatch incident export`` writes one Markdown and one JSON file per incident into ``--out``
+(``<id>.md``, ``<id>.json``): from a running sidecar's API (``--sidecar``, default
+``http://127.0.0.1:9464``), or, with the sidecar down, from its incidents file (``--file``: the
+``*.incidents.json`` beside its alert state file).  ``--id`` picks incidents (default: all).
+``poolwatch incident list`` prints one line per incident.  Exit 0 done, 1 no such incident, 2
+the sidecar or the file could not be read.  What a bundle holds and leaves out: docs/security.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from poolwatch.addresses import scrub_urls
+from poolwatch.sidecar.incidents.export import bundle_json, bundle_markdown
+from poolwatch.sidecar.incidents.file import read_incidents
+
+__all__ = ["DEFAULT_SIDECAR", "add_arguments", "file_bodies", "run", "sidecar_bodies", "write_bundle"]
+
+DEFAULT_SIDECAR = "http://127.0.0.1:9464"
+TIMEOUT_S = 10.0
+
+Bodies = Callable[[list[str]], list[dict[str, Any]]]  # wanted ids ([]: all) -> their bodies
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (("list", "one line per incident"), ("export", "write each incident's bundle")):
+        cmd = sub.add_parser(name, help=text, description=text)
+        where = cmd.add_mutually_exclusive_group()
+        where.add_argument(
+            "--sidecar", default=DEFAULT_SIDECAR, help=f"a sidecar's URL (default {DEFAULT_SIDECAR})"
+        )
+        where.add_argument(
+            "--file", default="", help="a sidecar's incidents file (*.incidents.json), read offline"
+        )
+        cmd.add_argument(
+            "--id", action="append", default=[], dest="ids", help="this incident only (repeatable)"
+        )
+        if name == "export":
+            cmd.add_argument("--out", default=".", help="the directory to write <id>.md and <id>.json into")
+
+
+def run(args: argparse.Namespace) -> int:
+    bodies = file_bodies(Path(args.file)) if args.file else sidecar_bodies(args.sidecar)
+    try:
+        found = bodies(list(args.ids))
+    except (httpx.HTTPError, OSError, ValueError) as exc:
+        print(f"poolwatch incident: {scrub_urls(str(exc)) or type(exc).__name__}", file=sys.stderr)
+        return 2
+    missing = sorted(set(args.ids) - {b["id"] for b in found})
+    for ident in missing:
+        print(f"poolwatch incident: no incident {ident!r}", file=sys.stderr)
+    if args.action == "list":
+        for body in found:
+            print(_line(body))
+    else:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for body in found:
+            for path in write_bundle(out, body):
+                print(path)
+    return 1 if missing else 0
+
+
+def write_bundle(out: Path, body: dict[str, Any]) -> list[Path]:
+    """``<id>.json`` and ``<id>.md`` of one incident into ``out``; returns their paths."""
+    ident = body["id"]
+    done = [out / f"{ident}.json", out / f"{ident}.md"]
+    done[0].write_text(json.dumps(bundle_json(body), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    done[1].write_text(bundle_markdown(body), encoding="utf-8")
+    return done
+
+
+def _line(body: dict[str, Any]) -> str:
+    f, e, site = body["finding"], body["engine"], body["call_site"]
+    top = site["frames"][0] if site and site["frames"] else None
+    where = f" {site['kind']}: {top['file']}:{top['line']} {top['function']}" if top else ""
+    what = f"{f['record']} {f['kind']} {f['pool']} x{f['count']}"
+    return f"{body['id']} {e['engine']} {e['release']} {what}{where}"
+
+
+def sidecar_bodies(url: str, transport: httpx.BaseTransport | None = None) -> Bodies:
+    """The bundles a running sidecar serves (``GET /api/v1/incidents`` and each one's)."""
+    base = url.rstrip("/")
+
+    def bodies(wanted: list[str]) -> list[dict[str, Any]]:
+        with httpx.Client(timeout=TIMEOUT_S, transport=transport) as client:
+            listed = client.get(f"{base}/api/v1/incidents")
+            listed.raise_for_status()
+            ids = [item["id"] for item in listed.json() if not wanted or item["id"] in wanted]
+            out = []
+            for ident in ids:
+                got = client.get(f"{base}/api/v1/incidents/{ident}")
+                got.raise_for_status()
+                out.append(got.json())  # the body and its figures: both render alike
+            return out
+
+    return bodies
+
+
+def file_bodies(path: Path) -> Bodies:
+    """The bundles in a sidecar's incidents file (read only; nothing on disk changes)."""
+
+    def bodies(wanted: list[str]) -> list[dict[str, Any]]:
+        records = sorted(read_incidents(path), key=lambda r: r.body["first_seen_at"], reverse=True)
+        return [r.body for r in records if not wanted or r.id in wanted]
+
+    return bodies

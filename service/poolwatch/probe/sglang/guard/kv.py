@@ -1,0 +1,180 @@
+"""Guard v2 on the full KV and SWA pools: refuse a free through a released request row, and a direct
+double free on the SWA pair's sides.
+
+A KV free names up to thousands of slots, and in SGLang they live on the device: reading them to
+the host at every free would synchronise the scheduler with the GPU on the healthy path.  So the
+KV proofs read *where the freed tensor comes from*, not what it holds (O(1), no device read):
+
+* **released row** (every family, every allocator): the freed tensor is a view of one
+  ``req_to_token`` row (its storage, offset and stride say which row and columns) and that row is
+  on the request pool's free list (:class:`~poolwatch.probe.sglang.guard.rows.RowBook`).  SGLang
+  frees a request's KV through its row only while the row is held, so every id in the call is a
+  stale pointer's (a second release of one request, a captured row used after the release): the
+  call is refused whole, through whichever entry point it came (``free``, ``free_swa``, 0.5.23's
+  ``free_full`` and ``*_segment`` frees; :data:`~poolwatch.probe.sglang.guard.paths.GUARD_PATHS`).
+* **free** (the SWA pair's two sides, up to 0.5.12): a call of ``full_attn_allocator.free`` or
+  ``swa_attn_allocator.free`` that does not come from the pair itself (no healthy path makes one
+  there) is checked id by id: a page already on that side's free list, or twice in the call, is
+  dropped and the rest freed -- the double free of a sliding-window page (#27789's class).  This
+  check reads the ids and the free list (a device read), only on that path.
+
+Calls nested in a wrapped one (the pair's ``free`` calling its ``free_swa`` and its sides) are
+the outer call's and pass through.  Any other tensor (eviction's node values, speculative
+decoding's rejected slots, a free group's concatenation) is freed as asked: not covered.
+Cost on the healthy path: about five tensor attribute reads and a set lookup per free.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from poolwatch.model import Pool
+from poolwatch.probe.sglang.guard.patch import Patch, patch
+from poolwatch.probe.sglang.guard.rows import RowBook
+from poolwatch.probe.sglang.guard.slots import Record
+
+__all__ = ["KvGuard", "RowView"]
+
+log = logging.getLogger("poolwatch.probe")
+_SIDES = (("full_attn_allocator", Pool.FULL), ("swa_attn_allocator", Pool.SWA))
+
+
+class RowView:
+    """How a tensor sits in ``req_to_token``: which row a one-row view reads (O(1), no read)."""
+
+    def __init__(self, table: Any) -> None:
+        self.root = table if table._base is None else table._base
+        self.offset = int(table.storage_offset())
+        self.stride, self.width = int(table.stride(0)), int(table.shape[1])
+
+    def row(self, t: Any) -> int | None:
+        """The row ``t`` is a 1-d view of, or ``None`` (another tensor, or a view over rows)."""
+        if getattr(t, "_base", None) is not self.root or t.dim() != 1:
+            return None
+        n = t.numel()
+        if n > 1 and t.stride(0) != 1:
+            return None
+        row, col = divmod(t.storage_offset() - self.offset, self.stride)
+        return row if col + n <= self.width else None
+
+
+class KvGuard:
+    """The wrapped KV free paths of one rank (installed only in guard mode)."""
+
+    def __init__(self, sched: Any, rows: RowBook, record: Record, paused: Callable[[], bool]) -> None:
+        self.sched, self.rows, self.record, self.paused = sched, rows, record, paused
+        self.view: RowView | None = None
+        self.patches: list[Patch] = []
+        self.depth = 0  # wrapped calls in progress: a nested one is the outer call's
+
+    def install(self, entries: tuple[tuple[str, Pool], ...], direct: bool) -> bool:
+        alloc = getattr(self.sched, "token_to_kv_pool_allocator", None)
+        table = getattr(getattr(self.sched, "req_to_token_pool", None), "req_to_token", None)
+        if alloc is None or table is None or getattr(table, "dim", lambda: 0)() != 2:
+            return False
+        self.view = RowView(table)
+        for name, pool in entries:
+            self._add(patch(alloc, name, self._entry(name, pool)))
+        for side, pool in _SIDES if direct else ():
+            owner = getattr(alloc, side, None)
+            if hasattr(owner, "free_pages") and hasattr(owner, "release_pages"):
+                self._add(patch(owner, "free", self._direct(owner, side, pool)))
+        return bool(self.patches)
+
+    def uninstall(self) -> None:
+        for done in self.patches:
+            done.undo()
+        self.patches = []
+
+    def _add(self, done: Patch | None) -> None:
+        if done is not None:
+            self.patches.append(done)
+
+    def _entry(self, name: str, pool: Pool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        where = f"token_to_kv_pool_allocator.{name}"
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def free(free_index: Any, *args: Any, **kwargs: Any) -> Any:
+                if self.depth or self.paused():
+                    return original(free_index, *args, **kwargs)
+                self.depth += 1
+                try:
+                    if self._released(free_index, pool, where):
+                        return None
+                    return original(free_index, *args, **kwargs)
+                finally:
+                    self.depth -= 1
+
+            return free
+
+        return make
+
+    def _released(self, free_index: Any, pool: Pool, where: str) -> bool:
+        """Whether the call frees through a released row (then it is recorded)."""
+        try:
+            if self.view is None or free_index.numel() == 0:
+                return False
+            row = self.view.row(free_index)
+            if row is None or not self.rows.released(row):
+                return False
+            ids = free_index.reshape(-1).tolist()
+        except Exception:  # never in SGLang's way: an unreadable call is freed as asked
+            log.debug("poolwatch guard: KV free check failed", exc_info=True)
+            return False
+        page = self._page()
+        shown = sorted({int(i) // page for i in ids}) if page > 1 else [int(i) for i in ids]
+        self.record(pool, shown, [], where, page)
+        return True
+
+    def _page(self) -> int:
+        page = getattr(getattr(self.sched, "token_to_kv_pool_allocator", None), "page_size", 1)
+        return page if isinstance(page, int) and page > 1 else 1
+
+    def _direct(self, side: Any, name: str, pool: Pool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        where = f"token_to_kv_pool_allocator.{name}.free"
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def free(free_index: Any, *args: Any, **kwargs: Any) -> Any:
+                if self.depth or self.paused():
+                    return original(free_index, *args, **kwargs)
+                self.depth += 1
+                try:
+                    keep = self._not_free(side, free_index, pool, where)
+                    if keep is None:
+                        return original(free_index, *args, **kwargs)
+                    return original(keep, *args, **kwargs) if int(keep.numel()) else None
+                finally:
+                    self.depth -= 1
+
+            return free
+
+        return make
+
+    def _not_free(self, side: Any, free_index: Any, pool: Pool, where: str) -> Any:
+        """``None`` to free the call as it is, else what to free: the ids whose page is neither on
+        this side's free list already nor earlier in the call (refusals recorded)."""
+        try:
+            if free_index.numel() == 0 or not getattr(side, "is_not_in_free_group", True):
+                return None  # inside a free group nothing reaches the list now: no proof
+            import torch
+
+            page = int(getattr(side, "page_size", 1) or 1)
+            ids = free_index.reshape(-1).tolist()
+            on_list = set(torch.cat((side.free_pages, side.release_pages)).tolist())
+        except Exception:
+            log.debug("poolwatch guard: direct KV free check failed", exc_info=True)
+            return None
+        keep, refused, seen = [], [], set(on_list)
+        for i in ids:
+            unit = int(i) // page
+            if unit in on_list or (page == 1 and unit in seen):
+                refused.append(unit)
+            else:
+                keep.append(i)
+                seen.add(unit)
+        if not refused:
+            return None
+        self.record(pool, sorted(set(refused)), [], where, page)
+        return torch.tensor(keep, dtype=free_index.dtype, device=free_index.device)

@@ -1,0 +1,96 @@
+"""Where each SGLang release family frees slots, and which proofs hold there (data, read in the wheels).
+
+Guard v2 wraps these free paths *on the instance* (never the class, never without guard mode) and
+refuses what one of its proofs shows to be still owned (:mod:`poolwatch.probe.sglang.guard`).  One
+:class:`GuardPaths` per family (keyed by ``Shape.family``):
+
+===========  ===========================  ================  ===============  ======================
+family       Mamba free(ids) wrapped      Mamba tree proof  checkpoint pool  KV entry points
+===========  ===========================  ================  ===============  ======================
+0.5.4        ``mamba_pool.free``          ``mamba_value``   --               ``free``, ``free_swa``
+0.5.5.post3  ``mamba_pool.free``          ``mamba_value``   --               as 0.5.4
+0.5.6        ``mamba_pool.free``          ``mamba_value``   --               as 0.5.4
+0.5.9        ``mamba_pool.free``,         ``mamba_value``   --               as 0.5.4
+0.5.10       + ``free_mamba_cache``                                          (the SWA pair's two
+0.5.12                                                                       sides: only the pair)
+0.5.23       ``mamba_allocator.free``,    the tree's        ``mamba_ckpt_    + ``free_full``,
+             + ``free_mamba_cache``       flattened values  pool.free``      the ``*_segment`` frees
+===========  ===========================  ================  ===============  ======================
+
+Why, per column (each read in the released wheel):
+
+* **Mamba**: up to 0.5.6 every Mamba free goes through ``mamba_pool.free`` (the row free's Mamba
+  default, the fork release, eviction by node, ChunkCache); from 0.5.9 ``free_mamba_cache(req)``
+  also frees the slot *and clears the pointer* (refused whole for the live chunked request); 0.5.23
+  moved the free list to ``mamba_allocator`` and the slot to ``req.kv``.
+* **tree proof**: up to 0.5.12 eviction frees the node's own ``mamba_value`` tensor (by identity)
+  before deleting the node; 0.5.23's unified tree tombstones the node's Mamba component
+  (``value = None``) *before* the eviction result is freed, so a free of a value the tree still
+  lists is never an eviction -- read through the tree's own ``all_mamba_values_flatten()``, which
+  the Rust tree core (0.5.23's default) answers too.
+* **checkpoint pool** (``--enable-int8-mamba-checkpoint``, 0.5.23): ``MambaCheckpointPool.free``;
+  its slots are held by tree nodes only (a commit that is not inserted is freed before any node
+  holds it), so the tree proof is its proof.
+* **KV**: every free of a request's KV through its ``req_to_token`` row (release, retract, the
+  chunk and session paths) runs while the row is held (the row is given back last); the entry
+  points are the allocator methods that take such a row view.  Up to 0.5.12 the SWA pair's
+  sub-allocators are called by the pair alone (``direct_kv``), so a direct call of their
+  ``free`` is off every healthy path; 0.5.23 calls them from its unified components too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poolwatch.model import Pool
+
+__all__ = ["GUARD_PATHS", "GuardPaths", "MambaPaths"]
+
+
+@dataclass(frozen=True, slots=True)
+class MambaPaths:
+    """The active Mamba pool's free paths of one family."""
+
+    allocator: str  # the attribute of ``req_to_token_pool`` whose ``free(ids)`` is wrapped
+    slot: tuple[str, ...]  # a request's working slot, as an attribute path
+    tree: str  # "node": each node's ``mamba_value``; "flat": the tree's ``all_mamba_values_flatten()``
+    request_free: bool  # ``req_to_token_pool.free_mamba_cache(req)`` clears the request's pointer
+
+
+@dataclass(frozen=True, slots=True)
+class GuardPaths:
+    """Every free path guard v2 wraps on one release family."""
+
+    family: str
+    mamba: MambaPaths
+    checkpoints: bool  # the int8 checkpoint pool's ``free`` (0.5.23)
+    kv_entries: tuple[tuple[str, Pool], ...]  # allocator methods taking a row view, the pool refused
+    direct_kv: bool  # the SWA pair's sub-allocators are called by the pair alone
+
+
+_ROW = MambaPaths("mamba_pool", ("mamba_pool_idx",), tree="node", request_free=False)
+_SPLIT = MambaPaths("mamba_pool", ("mamba_pool_idx",), tree="node", request_free=True)
+_ALLOCATOR = MambaPaths("mamba_allocator", ("kv", "mamba_pool_idx"), tree="flat", request_free=True)
+_KV = (("free", Pool.FULL), ("free_swa", Pool.SWA))
+_KV_0523 = (
+    *_KV,
+    ("free_full", Pool.FULL),
+    ("free_segment", Pool.FULL),
+    ("free_full_segment", Pool.FULL),
+    ("free_swa_segment", Pool.SWA),
+)
+
+
+def _legacy(family: str, mamba: MambaPaths) -> GuardPaths:
+    return GuardPaths(family, mamba, checkpoints=False, kv_entries=_KV, direct_kv=True)
+
+
+GUARD_PATHS: dict[str, GuardPaths] = {
+    "0.5.4": _legacy("0.5.4", _ROW),
+    "0.5.5.post3": _legacy("0.5.5.post3", _ROW),
+    "0.5.6": _legacy("0.5.6", _ROW),
+    "0.5.9": _legacy("0.5.9", _SPLIT),
+    "0.5.10": _legacy("0.5.10", _SPLIT),
+    "0.5.12": _legacy("0.5.12", _SPLIT),
+    "0.5.23": GuardPaths("0.5.23", _ALLOCATOR, checkpoints=True, kv_entries=_KV_0523, direct_kv=False),
+}

@@ -1,0 +1,157 @@
+"""Guard v2's one object per rank: every free path of the family wrapped, one record of what it refused.
+
+Built by the SGLang probe in guard mode on a release whose wheels were read
+(:data:`~poolwatch.probe.sglang.guard.paths.GUARD_PATHS`); given back on detach.  It installs:
+
+* the active Mamba pool's ``free(ids)`` (:class:`~poolwatch.probe.sglang.guard.slots.SlotGuard`,
+  proofs *live* and *tree*) and, from 0.5.9, ``free_mamba_cache(req)`` -- refused whole for the
+  live chunked request, since it also clears the request's pointer;
+* 0.5.23's int8 checkpoint pool's ``free`` (proof *tree*), whenever the pool exists (the pool
+  may be attached after the scheduler: each refresh looks again);
+* the KV allocator's entry points and the request pool's row book
+  (:class:`~poolwatch.probe.sglang.guard.kv.KvGuard`, proofs *released row* and *free*).
+
+Each refusal is recorded at once, from inside the wrapped free (scheduler thread), through
+``on_refuse`` -- the probe's :class:`~poolwatch.probe.core.repairs.RepairLog` -- and marks the
+rank ``fresh`` so the next hook publishes it.  A refusal stands even if recording it fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from poolwatch.model import Pool
+from poolwatch.probe.sglang.guard.kv import KvGuard
+from poolwatch.probe.sglang.guard.patch import Patch, patch
+from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, GuardPaths
+from poolwatch.probe.sglang.guard.rows import RowBook
+from poolwatch.probe.sglang.guard.slots import SlotGuard, chunked_slot, rid
+
+__all__ = ["FreeRefuser", "OnRefuse"]
+
+log = logging.getLogger("poolwatch.probe")
+# pool, ids (pages when page > 1), owners, the path refused, page size
+OnRefuse = Callable[[Pool, tuple[int, ...], tuple[str, ...], str, int], None]
+
+
+class FreeRefuser:
+    """The wrapped free paths of one rank (installed only in guard mode)."""
+
+    def __init__(
+        self,
+        sched: Any,
+        on_refuse: OnRefuse,
+        paused: Callable[[], bool] = lambda: False,
+        paths: GuardPaths = GUARD_PATHS["0.5.4"],
+    ) -> None:
+        self.sched, self.on_refuse, self.paused, self.paths = sched, on_refuse, paused, paths
+        self.live = chunked_slot(sched, paths.mamba.slot)
+        self.mamba: SlotGuard | None = None
+        self.checkpoints: SlotGuard | None = None
+        self.request: Patch | None = None  # free_mamba_cache
+        self.rows: RowBook | None = None
+        self.kv: KvGuard | None = None
+        self.refused = 0  # slots (pages: ids) refused since the probe started
+        self.fresh = False  # a refusal not yet published
+
+    # -- install / uninstall -------------------------------------------------------------------
+
+    def install(self) -> bool:
+        """Wrap every free path this rank has; False if it has none."""
+        pool = getattr(self.sched, "req_to_token_pool", None)
+        self._install_mamba(pool)
+        self._install_checkpoints(pool)
+        rows = RowBook(pool)
+        if rows.install():
+            kv = KvGuard(self.sched, rows, self._record, self.paused)
+            if kv.install(self.paths.kv_entries, self.paths.direct_kv):
+                self.rows, self.kv = rows, kv
+            else:
+                rows.uninstall()
+        return any((self.mamba, self.checkpoints, self.kv))
+
+    def _install_mamba(self, pool: Any) -> None:
+        mamba = self.paths.mamba
+        guard = SlotGuard(
+            Pool.MAMBA,
+            f"{mamba.allocator}.free",
+            self._record,
+            self.paused,
+            live=self.live,
+            tree=mamba.tree,
+        )
+        if not guard.install(getattr(pool, mamba.allocator, None)):
+            return
+        self.mamba = guard
+        if mamba.request_free:
+            self.request = patch(pool, "free_mamba_cache", self._wrap_request)
+
+    def _install_checkpoints(self, pool: Any) -> None:
+        ckpt = getattr(pool, "mamba_ckpt_pool", None)
+        if not self.paths.checkpoints or ckpt is None or self.checkpoints is not None:
+            return
+        guard = SlotGuard(Pool.MAMBA_CKPT, "mamba_ckpt_pool.free", self._record, self.paused, tree="flat")
+        if guard.install(ckpt):
+            self.checkpoints = guard
+
+    def uninstall(self) -> None:
+        for guard in (self.mamba, self.checkpoints, self.kv, self.rows):
+            if guard is not None:
+                guard.uninstall()
+        if self.request is not None:
+            self.request.undo()
+        self.mamba = self.checkpoints = self.kv = self.rows = self.request = None
+
+    # -- the tree index --------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Re-index the tree's Mamba values (at a Mamba census, a loop boundary).  The active pool's
+        tree proof is off while an int8 checkpoint pool holds the tree's states (their ids are the
+        checkpoint pool's)."""
+        pool = getattr(self.sched, "req_to_token_pool", None)
+        tree = getattr(self.sched, "tree_cache", None)
+        self._install_checkpoints(pool)
+        ckpt = getattr(pool, "mamba_ckpt_pool", None)
+        if self.mamba is not None:
+            if ckpt is None:
+                self.mamba.refresh(tree)
+            else:
+                self.mamba.tree = {}
+        if self.checkpoints is not None:
+            self.checkpoints.refresh(tree)
+
+    # -- free_mamba_cache(req) -----------------------------------------------------------------
+
+    def _wrap_request(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def free_request(req: Any, *args: Any, **kwargs: Any) -> Any:
+            """``free_mamba_cache(req, ...)``: refused whole for the live chunked request."""
+            try:
+                refuse = self._refuse_request(req)
+            except Exception:
+                log.debug("poolwatch guard: free_mamba_cache check failed", exc_info=True)
+                refuse = False
+            return None if refuse else original(req, *args, **kwargs)
+
+        return free_request
+
+    def _refuse_request(self, req: Any) -> bool:
+        """Whether ``req`` is the live chunked request (then the refusal is recorded)."""
+        if self.paused():
+            return False
+        live, chunked = self.live()
+        if live is None or req is not chunked:
+            return False
+        self._record(Pool.MAMBA, [live], [rid(req)], "free_mamba_cache", 1)
+        return True
+
+    # -- recording ---------------------------------------------------------------------------------
+
+    def _record(self, pool: Pool, refused: list[int], owners: list[str], where: str, page: int) -> None:
+        self.refused += len(refused)
+        self.fresh = True
+        try:  # the refusal stands even if recording it fails
+            self.on_refuse(pool, tuple(refused), tuple(dict.fromkeys(owners)), where, page)
+        except Exception:
+            log.warning("poolwatch guard: a refusal could not be recorded", exc_info=True)

@@ -1,0 +1,53 @@
+"""The release-family table of ``docs/engines/sglang.md``, generated from
+:data:`~poolwatch.probe.sglang.shapes.SHAPES` (the same data the readers consult).  Stdlib only."""
+
+from __future__ import annotations
+
+from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, SHAPES, HeldRule, Shape
+
+__all__ = ["markdown"]
+
+_HELD = {
+    HeldRule.SEQLEN: "`seqlen - 1` allocated (`fill_ids` while chunked), less the prefix",
+    HeldRule.ALLOCATED_PREFIX: "`kv_allocated_len - len(prefix_indices)`",
+    HeldRule.ALLOCATED_PROTECTED: "`kv_allocated_len - cache_protected_len`",
+    HeldRule.REQ_KV: "the same, under `req.kv`",
+}
+
+
+def _version(parts: tuple[int, ...]) -> str:
+    base, post = ".".join(map(str, parts[:3])), parts[3:4]
+    return f"{base}.post{post[0]}" if post and post[0] else base
+
+
+def _row(shape: Shape) -> str:
+    ids = "0..size-1" if shape.mamba_first_id == 0 else f"{shape.mamba_first_id}..size"
+    rows = "0..size-1" if shape.req_first_row == 0 else f"{shape.req_first_row}..size"
+    free_list = "`mamba_allocator`" if shape.mamba_allocator else "`mamba_pool`"
+    flags = "/".join(f"`{f}`" for f in shape.hybrid_flags)
+    extras = [
+        "stale pointers cleared" if shape.row_pointer_cleared else "stale pointers stay set",
+        "session-held" if shape.has_session_held else "",
+        "ping-pong slots" if shape.has_ping_pong else "",
+    ]
+    hooks = f"`{shape.loop_hook}`, `{shape.idle_hook}`"
+    return (
+        f"| {shape.family} | {ids} ({free_list}) | {rows} | {_HELD[shape.held_rule]} | {flags} | {hooks} "
+        f"| {', '.join(e for e in extras if e)} |"
+    )
+
+
+def markdown() -> str:
+    """One row per family, and what happens to a release outside them."""
+    head = [
+        "| family | Mamba ids (free list) | request rows | a request's private KV | hybrid flags "
+        "| hooks (loop, idle) | also |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    newest = _version(NEWEST_RELEASE)
+    tail = [
+        "",
+        f"A version maps to the newest family not newer than it. One newer than {newest} (or unreadable) "
+        f'is read as the newest family, *unverified*: guard\'s "return" and refusals stay off there.',
+    ]
+    return "\n".join([*head, *map(_row, SHAPES), *tail])

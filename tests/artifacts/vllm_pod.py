@@ -1,0 +1,150 @@
+"""What a vLLM pod's sidecar exports: its ``/metrics``, rendered by the sidecar's own app from vLLM
+ranks as each source sees them, for the dashboard tests to hold every panel against.
+
+* ``vllm-leaking``: the real vLLM probe (release 0.33.0) on the stand-in scheduler of
+  ``tests/probe/vllm/fakes.py``, leaking blocks for 400 s (a gap, a leak rate, an exhaustion
+  forecast, ``missing`` tripwires) and then freeing one request's blocks twice (``negative_ref``);
+* ``vllm-unverified``: the probe on 0.35.0, a release newer than any it read (``release_verified``
+  false), busy;
+* ``vllm-coarse``: no probe; the sidecar reads vLLM 0.32.0's own ``/metrics`` page and its log up
+  to EngineCore's fatal error (the real captures in ``tests/fixtures``).
+
+Everything a vLLM rank can show is here, so a rank-level metric missing from it is one vLLM never
+exports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from tests.helpers import FakeClock
+from tests.probe.vllm.fakes import Scheduler
+from tests.sources.vllm.fakes import LOGS, PAGES, local
+
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.settings.sidecar import Settings
+from poolwatch.sidecar.alerting import AlertWiring, build_alerting
+from poolwatch.sidecar.app import create_app
+from poolwatch.sidecar.scraper import Scraper
+from poolwatch.sidecar.store import SnapshotStore
+from poolwatch.sources import source_provider
+
+__all__ = ["Sample", "vllm_pod_metrics", "vllm_pod_samples"]
+
+Sample = tuple[str, dict[str, str]]  # a sample's name and labels
+NOW = local("2026-12-03 16:27:25")  # four seconds after the captured EngineCore died
+
+
+class _ProbeClock:
+    """Every read a second later, so every sample the probe is asked for is due."""
+
+    def __init__(self) -> None:
+        self.now = 1e9
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _probe(sched: Scheduler, worker: str, release: str) -> VllmProbe:
+    config = ProbeConfig(serve=False, sample_interval_s=0.01)
+    environ = {"POOLWATCH_WORKER": worker}
+    return VLLM.new(sched, config, release=vllm_release(release), environ=environ, clock=_ProbeClock())
+
+
+def _put(store: SnapshotStore, probe: VllmProbe, at: float) -> None:
+    snap = probe.sample_now(census=True)
+    assert snap is not None
+    store.put(replace(snap, taken_at=at))
+
+
+def _leaking(store: SnapshotStore) -> None:
+    sched = Scheduler(256)
+    probe = _probe(sched, "vllm-leaking", "0.33.0")
+    _put(store, probe, NOW - 410)  # the first idle census balances
+    for i in range(40):
+        rid = f"r{i}"
+        sched.add(rid, 2)
+        if i % 3:
+            sched.finish(rid)
+        else:  # aborted and forgotten by the scheduler, its blocks never returned
+            del sched.requests[rid]
+            sched.running = [r for r in sched.running if r.request_id != rid]
+        _put(store, probe, NOW - 400 + 10 * i)
+    blocks = sched.add("twice", 2)
+    sched.finish("twice")
+    sched.pool.free_blocks(blocks)  # the same list again
+    _put(store, probe, NOW - 1)
+
+
+def _unverified(store: SnapshotStore) -> None:
+    sched = Scheduler(64)
+    probe = _probe(sched, "vllm-unverified", "0.35.0")
+    _put(store, probe, NOW - 20)  # balanced at the first idle moment: read, unverified
+    sched.add("a", 3)
+    _put(store, probe, NOW - 1)
+
+
+def _vllm_server(request: httpx.Request) -> httpx.Response:
+    if request.url.path == "/metrics":
+        return httpx.Response(200, text=(PAGES / "v0.32.0-cpu-real.metrics.txt").read_text())
+    if request.url.path == "/version":
+        return httpx.Response(200, json={"version": "0.32.0"})
+    return httpx.Response(404)
+
+
+async def _coarse(settings: Settings, store: SnapshotStore, clock: FakeClock) -> None:
+    sources = source_provider(settings, clock)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(_vllm_server)) as client:
+        loop = Scraper(store, sources, settings.scrape, clock)
+        for _ in range(2):  # the second read finds the log quiet: its last record is whole
+            await loop.scrape_all(client)
+            clock.advance(1)
+    for source in sources():
+        source.close()
+
+
+async def _render(settings: Settings, store: SnapshotStore, clock: FakeClock, alerting: AlertWiring) -> str:
+    app = create_app(settings, store=store, sources=[], clock=clock, alerting=alerting)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as api:
+        return (await api.get("/metrics")).text
+
+
+async def _metrics(log: Path) -> str:
+    settings = Settings.from_env(
+        {
+            "POOLWATCH_ENGINE": "vllm",
+            "POOLWATCH_WORKER": "vllm-coarse",
+            "POOLWATCH_POD": "vllm-0",
+            "POOLWATCH_METRICS_URLS": "http://127.0.0.1:8000",
+            "POOLWATCH_LOG_PATHS": str(log),
+            "POOLWATCH_STALE_AFTER": "1e10",
+        }
+    )
+    clock = FakeClock(NOW)
+    store = SnapshotStore()
+    alerting = build_alerting(settings, store, clock)  # the detector judges every snapshot stored
+    _leaking(store)
+    _unverified(store)
+    await _coarse(settings, store, clock)
+    alerting.evaluate()
+    return await _render(settings, store, clock, alerting)
+
+
+def vllm_pod_metrics(tmp: Path) -> str:
+    """The pod sidecar's ``/metrics`` text (``tmp``: where the captured log is copied to be tailed)."""
+    log = tmp / "vllm.log"
+    shutil.copy(LOGS / "v0.32.0-cpu-real-double-free.log", log)
+    return asyncio.run(_metrics(log))
+
+
+def vllm_pod_samples(text: str) -> list[Sample]:
+    return [(s.name, dict(s.labels)) for f in text_string_to_metric_families(text) for s in f.samples]

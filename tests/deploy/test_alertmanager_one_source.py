@@ -1,5 +1,5 @@
 """The plain Alertmanager configuration and the PD example's AlertmanagerConfig come from one
-generator (poolwatch/artifacts/alertmanager.py) and say the same: the same routes, waits and
+generator (poolwatch/artifacts/alertmanager/) and say the same: the same routes, waits and
 receivers, the same three inhibit rules, the same templates; critical alerts leave at once."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from tests.deploy.k8s import Doc, load_all, read
 
-from poolwatch.artifacts.alertmanager import CONFIG_PATH, OBJECT_PATH
+from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH, OBJECT_PATH
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 
 CAMEL = {

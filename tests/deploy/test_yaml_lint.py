@@ -9,7 +9,7 @@ from tests.helpers import REPO
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
-from poolwatch.artifacts.alertmanager import CONFIG_PATH, OBJECT_PATH
+from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH, OBJECT_PATH
 
 CONFIG = YamlLintConfig(
     """

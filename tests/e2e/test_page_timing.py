@@ -22,7 +22,7 @@ from tests.e2e.deployed import SCALED, alertmanager_config
 from tests.e2e.stack import Process, WebhookRecorder, free_port, http_ok, poll
 from tests.helpers import REPO, require_tool
 
-from poolwatch.artifacts.alertmanager import CONFIG_PATH
+from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.schema import Severity
 from poolwatch.notify.alertmanager import AlertmanagerReceiver

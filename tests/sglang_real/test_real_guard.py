@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.sglang_real.test_real_sglang import ROOT, venv_for
+from tests.sglang_real.venvs import ROOT, venv_for
 
 OVERLAID = {"0.5.5.post3": "0.5.4.post1", "0.5.6": "0.5.4.post1", "0.5.10": "0.5.9", "0.5.12": "0.5.9"}
 RELEASES = ("0.5.4.post1", "0.5.5.post3", "0.5.6", "0.5.9", "0.5.10", "0.5.12", "0.5.23")

@@ -6,17 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
+from tests.sglang_real.venvs import ROOT, venv_for
 
-ROOT = Path(__file__).resolve().parents[2]
 CHECKS = {"0.5.4.post1": 6, "0.5.9": 7}  # 0.5.9 also runs SGLang's own evict_host
-
-
-def venv_for(version: str) -> Path:
-    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    return cache / "sglang-venvs" / version
 
 
 def run_checks(version: str, script: str, *args: str) -> list[dict[str, object]]:

@@ -13,17 +13,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
+from tests.sglang_real.venvs import ROOT, venv_for
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ("0.5.4.post1", "0.5.9", "0.5.23")
-
-
-def venv_for(version: str) -> Path:
-    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    return cache / "sglang-venvs" / version
 
 
 @pytest.mark.sglang

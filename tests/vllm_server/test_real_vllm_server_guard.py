@@ -28,7 +28,7 @@ import pytest
 
 from tests.e2e.stack import http_ok, poll
 from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS, MARK
-from tests.vllm_server.test_real_vllm_server import (
+from tests.vllm_server.served import (
     PREFIX,
     REQUESTS,
     Served,

@@ -97,6 +97,7 @@ def test_the_pod_exports_what_vllm_ranks_have(exported: list[Sample]) -> None:
     assert {i["engine"] for i in infos} == {"vllm"}
     assert {i["worker"]: i["release_verified"] for i in infos} == {
         "vllm-leaking": "true",
+        "vllm-guarded": "true",
         "vllm-unverified": "false",
         "vllm-coarse": "true",
     }
@@ -105,6 +106,8 @@ def test_the_pod_exports_what_vllm_ranks_have(exported: list[Sample]) -> None:
     }
     kinds = {labels["kind"] for name, labels in exported if name == "poolwatch_pool_tripwire_slots"}
     assert {"missing", "negative_ref"} <= kinds
+    refused = [labels for name, labels in exported if name == "poolwatch_probe_repairs_total"]
+    assert [(r["worker"], r["pool"], r["kind"]) for r in refused] == [("vllm-guarded", "full", "refuse")]
     assert {
         "poolwatch_pool_leak_rate_slots_per_second",
         "poolwatch_pool_exhaustion_eta_seconds",

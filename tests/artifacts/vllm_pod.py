@@ -4,6 +4,8 @@ ranks as each source sees them, for the dashboard tests to hold every panel agai
 * ``vllm-leaking``: the real vLLM probe (release 0.33.0) on the stand-in scheduler of
   ``tests/probe/vllm/fakes.py``, leaking blocks for 400 s (a gap, a leak rate, an exhaustion
   forecast, ``missing`` tripwires) and then freeing one request's blocks twice (``negative_ref``);
+* ``vllm-guarded``: the probe with guard on (``POOLWATCH_PROBE_GUARD=1``, 0.33.0) refusing a
+  double free (a ``refuse`` repair of pool ``full``);
 * ``vllm-unverified``: the probe on 0.35.0, a release newer than any it read (``release_verified``
   false), busy;
 * ``vllm-coarse``: no probe; the sidecar reads vLLM 0.32.0's own ``/metrics`` page and its log up
@@ -27,6 +29,7 @@ from tests.probe.vllm.fakes import Scheduler
 from tests.sources.vllm.fakes import LOGS, PAGES, local
 
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.probe import VllmProbe
 from poolwatch.settings.sidecar import Settings
@@ -84,6 +87,25 @@ def _leaking(store: SnapshotStore) -> None:
     _put(store, probe, NOW - 1)
 
 
+def _guarded(store: SnapshotStore) -> None:
+    """Attached as vLLM attaches it (the pool's ``free_blocks`` wrapped), guard on."""
+    sched = Scheduler(64)
+    config = ProbeConfig(serve=False, sample_interval_s=0.01, guard=True)
+    environ = {"POOLWATCH_WORKER": "vllm-guarded"}
+    release = vllm_release("0.33.0")
+    probe = attach(VLLM, sched, config, release=release, environ=environ, clock=_ProbeClock())
+    assert isinstance(probe, VllmProbe)
+    try:
+        _put(store, probe, NOW - 20)
+        blocks = sched.add("a", 3)
+        sched.schedule()
+        sched.finish("a")
+        sched.pool.free_blocks(blocks)  # the same list again: refused inside free_blocks
+        _put(store, probe, NOW - 1)
+    finally:
+        detach(sched)
+
+
 def _unverified(store: SnapshotStore) -> None:
     sched = Scheduler(64)
     probe = _probe(sched, "vllm-unverified", "0.35.0")
@@ -133,6 +155,7 @@ async def _metrics(log: Path) -> str:
     store = SnapshotStore()
     alerting = build_alerting(settings, store, clock)  # the detector judges every snapshot stored
     _leaking(store)
+    _guarded(store)
     _unverified(store)
     await _coarse(settings, store, clock)
     alerting.evaluate()

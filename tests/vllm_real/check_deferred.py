@@ -21,6 +21,7 @@ import tempfile
 import traceback
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,9 @@ def feed(sched: Any, rng: random.Random, n: int, prefix: str) -> None:
         sched.add_request(make_request(f"{prefix}{i}", prompt, rng.randrange(2, 24)))
 
 
-def started() -> tuple[Any, VllmProbe]:
+def started(config: ProbeConfig = CONFIG) -> tuple[Any, VllmProbe]:
     sched = make_deferring()
-    probe = attach(VLLM, sched, CONFIG, release=vllm_release(VERSION))
+    probe = attach(VLLM, sched, config, release=vllm_release(VERSION))
     probe.clock = Ticks()
     return sched, probe
 
@@ -241,6 +242,46 @@ def check_freed_while_deferred() -> None:
     detach(sched)
 
 
+def check_guard_freed_while_deferred() -> None:
+    """The same early free with guard on: refused inside ``free_blocks`` (the deferred entry still
+    owns every block), so the drain's free is the only one; vLLM's pool is sound by its own
+    structures after the refusal and after the drain, and its assert never fires."""
+    from tests.vllm_real.check_guard import pool_sound
+
+    rng = random.Random(12)
+    sched, probe = started(replace(CONFIG, guard=True))
+    pending: Pending = deque()
+    until_deferred(sched, pending, rng)
+    fence, blocks = sched.deferred_frees[0]
+    ids = {b.block_id for b in blocks if not b.is_null}
+    sched.kv_cache_manager.block_pool.free_blocks(list(reversed(blocks)))  # the early free: refused
+    refused = {s for r in probe.repairs.all() for s in r.slots}
+    owners = {o for r in probe.repairs.all() for o in r.requests}
+    sound_now = pool_sound(sched)
+    settle(sched, pending)  # the drain: the one free of these blocks
+    crash = run_until_assert(sched, pending, rng, 400)
+    settle(sched, pending)
+    final = probe.sample_now("final", census=True)
+    emit(
+        "guard_deferred_freed_early",
+        refused == ids
+        and f"deferred@{fence}" in owners
+        and sound_now == {}
+        and crash is None
+        and pool_sound(sched) == {}
+        and final is not None
+        and not final.tripwires,
+        ids=sorted(ids),
+        refused=sorted(refused),
+        owners=sorted(owners),
+        sound_after_refusal=sound_now,
+        vllm_assert=crash,
+        sound_at_end=pool_sound(sched),
+        tripwires=[t.kind.value for t in final.tripwires] if final else None,
+    )
+    detach(sched)
+
+
 def check_entry_lost() -> None:
     """A deferred entry dropped (its blocks never return): a deficit of exactly those blocks.  With
     a KV connector attached (the only way 0.33.0 defers), a block held beyond its owners may be a
@@ -272,6 +313,7 @@ def main() -> int:
         ("deferred_frees_clean", check_clean),
         ("deferred_freed_early", check_freed_while_deferred),
         ("deferred_entry_lost", check_entry_lost),
+        ("guard_deferred_freed_early", check_guard_freed_while_deferred),
     ]
     return run_checks(checks, set(sys.argv[1:]))
 

@@ -43,9 +43,9 @@ def prompt(rng: random.Random) -> list[int]:
     return shared + [rng.randrange(10, 900) for _ in range(rng.randrange(1, 40))]
 
 
-def started(hybrid: bool = False, blocks: int = 400) -> tuple[Any, VllmProbe]:
+def started(hybrid: bool = False, blocks: int = 400, config: ProbeConfig = CONFIG) -> tuple[Any, VllmProbe]:
     sched = make_scheduler(blocks, hybrid=hybrid)
-    probe = attach(VLLM, sched, CONFIG, release=vllm_release(VERSION))
+    probe = attach(VLLM, sched, config, release=vllm_release(VERSION))
     probe.clock = Ticks()
     return sched, probe
 
@@ -328,6 +328,8 @@ def check_plugin() -> None:
 
 
 def main() -> int:
+    from tests.vllm_real.check_guard import CHECKS as GUARD_CHECKS
+
     checks: list[tuple[str, Callable[[], None]]] = [
         ("clean_run", lambda: check_clean(False)),
         ("clean_run_hybrid", lambda: check_clean(True)),
@@ -337,6 +339,7 @@ def main() -> int:
         ("duplicate_in_one_free_42571", check_duplicate_in_one_free),
         ("leak_on_abort", check_leak_on_abort),
         ("premature_free", check_premature_free),
+        *GUARD_CHECKS,  # the same faults with guard on: refused, vLLM's pool sound after
         ("plugin_activation", check_plugin),  # last: it wraps the Scheduler class for good
     ]
     return run_checks(checks, set(sys.argv[1:]))

@@ -6,7 +6,9 @@ prefix caching, chunked prefill and aborts (plain, hybrid full + Mamba, and a po
 to preempt), and five injected faults -- a double free, a shared prefix freed twice (which vLLM never
 asserts on), the duplicate release in one free (vLLM #42571), a leak on abort, a premature free --
 each named by exact block ids before vLLM's own assert (the shared double free and the premature
-free at the free itself).  One release per family boundary that matters: 0.10.2 (the oldest),
+free at the free itself); and with guard on (``check_guard.py``), the same faults refused inside
+``free_blocks``, vLLM's pool sound by its own structures after each, its assert never firing, and
+no refusal in clean runs.  One release per family boundary that matters: 0.10.2 (the oldest),
 0.18.0 (skipped_waiting), 0.26.0 (deferred frees and copy-on-write), 0.33.0, 0.34.0 (the newest).
 Build the venvs first::
 
@@ -38,6 +40,13 @@ CHECKS = {
     "leak_on_abort",
     "premature_free",
     "plugin_activation",
+    # guard mode (check_guard.py): each fault refused, the pool sound after it; nothing refused clean
+    "guard_clean_run_preempting",
+    "guard_clean_run_hybrid",
+    "guard_double_free",
+    "guard_shared_double_free",
+    "guard_duplicate_in_one_free_42571",
+    "guard_premature_free",
 }
 
 
@@ -46,7 +55,12 @@ def venv_for(version: str) -> Path:
     return cache / "vllm-venvs" / version
 
 
-DEFERRED_CHECKS = {"deferred_frees_clean", "deferred_freed_early", "deferred_entry_lost"}
+DEFERRED_CHECKS = {
+    "deferred_frees_clean",
+    "deferred_freed_early",
+    "deferred_entry_lost",
+    "guard_deferred_freed_early",
+}
 
 
 def _run(version: str, script: str) -> tuple[list[dict[str, object]], subprocess.CompletedProcess[str]]:
@@ -91,9 +105,10 @@ def test_the_probe_names_every_injected_fault_in_real_vllm(version: str) -> None
 @pytest.mark.slow
 def test_deferred_frees_count_as_the_deferred_queues_and_a_fault_there_is_named() -> None:
     """0.33.0 defers frees under async scheduling with a consumer KV connector (check_deferred.py):
-    a long run with blocks on the deferred queue has no finding, no pin and gap 0; blocks freed
-    early while still queued are named (owner ``deferred@<fence>``) before vLLM's assert; a lost
-    entry is a deficit of exactly its blocks (counted as possible connector pins, not named)."""
+        a long run with blocks on the deferred queue has no finding, no pin and gap 0; blocks freed
+        early while still queued are named (owner ``deferred@<fence>``) before vLLM's assert; a lost
+        entry is a deficit of exactly its blocks (counted as possible connector pins, not named); with
+    guard on, the early free is refused and the drain's is the only one."""
     results, out = _run("0.33.0", "check_deferred.py")
     failed = [r for r in results if not r["ok"]]
     assert failed == [], json.dumps(failed, indent=1)[:6000]

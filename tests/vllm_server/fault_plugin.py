@@ -7,8 +7,9 @@ finishes, vLLM frees its blocks as usual and then a stale copy of the list is fr
 way a double free happens (``BlockPool.free_blocks`` checks nothing: each block goes to
 ``ref_cnt == -1`` and stays queued once, and vLLM notices only when an allocation pops it).  The
 ids freed twice go to stderr (the server's log) as ``poolwatch-test-fault: double free [ids] at
-T``, T the wall time (``time.time()``) just before the second free, when the probe's free-time
-check runs.
+T ref_cnt after [counts]``, T the wall time (``time.time()``) just before the second free, when the
+probe's free-time check runs, and each block's ``ref_cnt`` once the stale free returned (-1 for a
+block freed twice from 1, unless the probe's guard refused it).
 
 It also stamps vLLM's own crash: the ``created`` time of the record EngineCore's logger writes as
 "EngineCore encountered a fatal error" goes to stderr as ``poolwatch-test-fault: fatal error
@@ -58,6 +59,7 @@ def plugin() -> None:
             at = time.time()
             self.kv_cache_manager.block_pool.free_blocks(list(reversed(stale)))
             ids = sorted(b.block_id for b in stale)
-            print(f"{MARK} {ids} at {at:.6f}", file=sys.stderr, flush=True)
+            refs = [b.ref_cnt for b in sorted(stale, key=lambda b: b.block_id)]
+            print(f"{MARK} {ids} at {at:.6f} ref_cnt after {refs}", file=sys.stderr, flush=True)
 
     Scheduler._free_blocks = _free_blocks

@@ -16,7 +16,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,9 +107,16 @@ class Server:
     argv: list[str]
 
 
-def server(tmp: Path, port: int, probe_dir: Path, extra_env: Mapping[str, str] = {}) -> Server:
+def server(
+    tmp: Path,
+    port: int,
+    probe_dir: Path,
+    extra_env: Mapping[str, str] = {},
+    extra_args: Sequence[str] = (),
+) -> Server:
     """The model written to ``tmp`` and the command that serves it on ``port`` with the probe
-    (publishing in ``probe_dir``) and the fault plugin armed; ``extra_env`` on top (a pod's names)."""
+    (publishing in ``probe_dir``) and the fault plugin armed; ``extra_env`` on top (a pod's names,
+    ``POOLWATCH_PROBE_GUARD``), ``extra_args`` after vLLM's own (``--num-gpu-blocks-override``)."""
     python = str(venv_path() / "bin" / "python")
     model = tmp / "tiny-llama"
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
@@ -128,6 +135,7 @@ def server(tmp: Path, port: int, probe_dir: Path, extra_env: Mapping[str, str] =
     env.pop("VLLM_PLUGINS", None)
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512", "--enforce-eager"]
+    argv += extra_args
     return Server(python, model, env, argv)
 
 

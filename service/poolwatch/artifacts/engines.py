@@ -18,11 +18,12 @@ variable's ``label_values`` takes a series selector, not an expression); a test 
 selector of every query is filtered.
 
 What a rank exports differs by engine.  vLLM's one pool is ``full``, counted in blocks (the
-panels' "slots", :data:`BLOCKS`); it has no idle check of its own and its probe is read-only (no
-guard), so the metrics in :data:`SGLANG_ONLY` never exist for a vLLM rank.  A panel that reads one
-says so in its description (:func:`sglang_only`) and, where it is a stat, shows a text rather than
-"No data"; ``tests/artifacts/test_dashboard_vllm.py`` renders a vLLM rank's ``/metrics`` through
-the sidecar and checks every other rank-level query of both dashboards finds a series there.
+panels' "slots", :data:`BLOCKS`); it has no idle check of its own, so the metrics in
+:data:`SGLANG_ONLY` never exist for a vLLM rank (its guard's refusals, counted in blocks, do).
+A panel that reads one says so in its description (:func:`sglang_only`) and, where it is a stat,
+shows a text rather than "No data"; ``tests/artifacts/test_dashboard_vllm.py`` renders a vLLM
+rank's ``/metrics`` through the sidecar and checks every other rank-level query of both
+dashboards finds a series there.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ BLOCKS = "vLLM's pool (full) counts KV-cache blocks: a slot there is one block."
 # metrics no vLLM rank exports, and why (a test checks both ways against a vLLM rank's /metrics)
 SGLANG_ONLY: dict[str, str] = {
     "poolwatch_idle_check_strict": "SGLang's own idle check; vLLM has none",
-    "poolwatch_probe_repairs_total": "the probe's opt-in guard; vLLM's probe is read-only",
 }
 _SEL = r"(?:poolwatch_[a-z0-9_]+|ALERTS|up)(?:\{[^}]*\})?"
 # a range selector inside its function call, or an instant selector (not followed by ``{``, ``[``

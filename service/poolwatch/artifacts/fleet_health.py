@@ -10,7 +10,6 @@ test fails on a metric in neither.
 
 from __future__ import annotations
 
-from poolwatch.artifacts.engines import sglang_only
 from poolwatch.artifacts.grafana import PanelSpec, Query
 from poolwatch.artifacts.panels import series, stat, thresholds
 
@@ -90,10 +89,10 @@ def _probe_panel(sel: str) -> PanelSpec:
             Query(dropped, "dropped {{worker}} dp{{dp_rank}} tp{{tp_rank}} pp{{pp_rank}}"),
         ),
         "suffix: slots",
-        "Slots the opt-in guard repaired since the rank started (PoolwatchProbeRepaired; "
-        + sglang_only("poolwatch_probe_repairs_total")
-        + "), and tripwire findings the probe could not keep because its bounded log was full (the "
-        "census saw more; every engine).",
+        "Slots the opt-in guard repaired or refused to free since the rank started "
+        "(PoolwatchProbeRepaired; SGLang: quarantine, deduplicate, return, refuse, per pool; vLLM: "
+        "refuse only, in free_blocks, pool full, counted in blocks), and tripwire findings the probe "
+        "could not keep because its bounded log was full (the census saw more; every engine).",
         width=8,
     )
 

@@ -165,7 +165,7 @@ RANKS: tuple[MetricSpec, ...] = (
     _c(
         "poolwatch_probe_repairs_total",
         "Slots the probe's opt-in guard repaired (POOLWATCH_PROBE_GUARD=1), by pool and kind "
-        "(quarantine, deduplicate, return, refuse: a free of an owned slot refused before it ran).",
+        "(quarantine, deduplicate, return, refuse: a wrong free refused before it ran; vLLM counts blocks).",
         (*RANK_LABELS, "pool", "kind"),
         "probe",
     ),

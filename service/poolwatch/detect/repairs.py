@@ -17,6 +17,7 @@ from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.call_site import repair_site_sentence
 from poolwatch.detect.family import Seen
 from poolwatch.detect.schema import AlertName, Mode, Severity
+from poolwatch.engines import UnknownEngine, engine_entry
 from poolwatch.model import Pool, Repair, RepairKind
 
 __all__ = ["GuardRepairs"]
@@ -30,19 +31,30 @@ _DID = {
         "a released request row's)"
     ),
 }
+# vLLM's guard refuses inside its block pool's free_blocks; its unit is the block
+_VLLM_REFUSE = "refused to free {n} already free or still listed by a request (a double or premature free)"
 
 
-def _sentence(r: Repair) -> str:
-    """Counts are slots (the unit of the pool's gap); ids are slot ids, or page ids of
-    ``page_size`` slots each on a paged free list, and the sentence says which."""
-    n = f"{r.count} slot" + ("" if r.count == 1 else "s")
-    did = _DID[r.kind].format(n=n)
+def _sentence(r: Repair, engine: str) -> str:
+    """Counts are slots (the unit of the pool's gap; vLLM's blocks); ids are slot ids, or page
+    ids of ``page_size`` slots each on a paged free list, and the sentence says which."""
+    unit = "block" if engine == "vllm" else "slot"
+    n = f"{r.count} {unit}" + ("" if r.count == 1 else "s")
+    refuse = engine == "vllm" and r.kind is RepairKind.REFUSE
+    did = (_VLLM_REFUSE if refuse else _DID[r.kind]).format(n=n)
     shown = ", ".join(str(s) for s in r.slots[:16]) + (" ..." if len(r.slots) > 16 else "")
-    ids = "slot(s)" if r.page_size <= 1 else f"page(s) of {r.page_size} slots"
+    ids = f"{unit}(s)" if r.page_size <= 1 else f"page(s) of {r.page_size} slots"
     who = f"; request(s) {', '.join(r.requests[:4])} may have a wrong state" if r.requests else ""
     site = repair_site_sentence(r)
     text = f"The guard {did}; last: {ids} [{shown}] after {r.hook} at iteration {r.seq}{who}."
     return f"{text} {site}" if site else text
+
+
+def _title(engine: str) -> str:
+    try:
+        return engine_entry(engine).title
+    except UnknownEngine:
+        return engine or "The engine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +74,11 @@ class GuardRepairs:
             by_pool[repair.pool].append(repair)
         out = []
         for pool, repairs in sorted(by_pool.items(), key=lambda kv: list(Pool).index(kv[0])):
-            text = " ".join(_sentence(r) for r in repairs)
+            engine = snap.worker.engine
+            text = " ".join(_sentence(r, engine) for r in repairs)
             text += (
-                " SGLang kept serving; restart the worker at a quiet moment and report the fault upstream."
+                f" {_title(engine)} kept serving; restart the worker at a quiet moment and report the fault "
+                "upstream."
             )
             value = float(sum(r.count for r in repairs))
             labels = rank_labels(snap.worker, pool.value)

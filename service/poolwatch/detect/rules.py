@@ -190,16 +190,18 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
             AlertName.PROBE_REPAIRED,
             Scope.POOL,
             Mode.SAMPLED,
-            "The probe's guard repaired a memory-pool free list; SGLang kept serving.",
+            "The probe's guard repaired a free list or refused a wrong free; the engine kept serving.",
             "Guard mode (opt-in) quarantined a free-listed slot that was in use, removed a duplicate "
-            "free-list entry, or gave back a slot lost at idle. Fires at once, until the worker restarts.",
+            "free-list entry, gave back a slot lost at idle, or refused a wrong free before it ran (an "
+            "SGLang Mamba slot still owned, a vLLM block already free or still listed). Fires at once, "
+            "until the worker restarts.",
             (
                 PromRule(
                     Severity.WARNING,
                     "sum without (kind) (poolwatch_probe_repairs_total) > 0",
                     "0s",
                     f"The poolwatch guard on {q.WHERE} repaired {{{{ $value }}}} slot(s) of the "
-                    "{{ $labels.pool }} pool. SGLang kept serving; restart the worker at a quiet moment.",
+                    "{{ $labels.pool }} pool. The engine kept serving; restart the worker at a quiet moment.",
                     keep_firing_for=keep,
                 ),
             ),

@@ -59,7 +59,11 @@ class FreeQueue:
 
 
 class BlockPool:
-    def __init__(self, n: int) -> None:
+    """``two_pass``: free as 0.10-0.23 do (every count first, then each occurrence at 0 queued);
+    else as 0.24+ do (a block queued the moment it reaches 0)."""
+
+    def __init__(self, n: int, *, two_pass: bool = False) -> None:
+        self.two_pass = two_pass
         self.num_gpu_blocks = n
         self.blocks = [Block(i) for i in range(n)]
         self.free_block_queue = FreeQueue(self.blocks)
@@ -82,6 +86,14 @@ class BlockPool:
             b.ref_cnt += 1
 
     def free_blocks(self, blocks: Any) -> None:
+        if self.two_pass:
+            listed = list(blocks)
+            for b in listed:
+                b.ref_cnt -= 1
+            for b in listed:
+                if b.ref_cnt == 0 and not b.is_null:
+                    self.free_block_queue.append(b)
+            return
         for b in blocks:
             if b.is_null:
                 continue
@@ -95,9 +107,11 @@ class FullAttentionManager:
     block_pool: BlockPool
     req_to_blocks: defaultdict[str, list[Block]] = field(default_factory=lambda: defaultdict(list))
 
-    def free(self, rid: str) -> None:
-        blocks = self.req_to_blocks.pop(rid, [])
-        self.block_pool.free_blocks(list(reversed(blocks)))
+    def pop_blocks_for_free(self, rid: str) -> list[Block]:
+        return self.req_to_blocks.pop(rid, [])
+
+    def free(self, rid: str) -> None:  # as 0.24+: through its own pop_blocks_for_free
+        self.block_pool.free_blocks(list(reversed(self.pop_blocks_for_free(rid))))
 
 
 @dataclass
@@ -112,8 +126,10 @@ class Request:
 class Scheduler:
     """``requests``/``running``/``waiting`` and ``kv_cache_manager.coordinator.single_type_managers``."""
 
-    def __init__(self, n: int = 64, groups: int = 1, deferred: bool = True) -> None:
-        pool = BlockPool(n)
+    def __init__(
+        self, n: int = 64, groups: int = 1, deferred: bool = True, *, two_pass: bool = False
+    ) -> None:
+        pool = BlockPool(n, two_pass=two_pass)
         managers = tuple(FullAttentionManager(pool) for _ in range(groups))
         coordinator = type("Coordinator", (), {"single_type_managers": managers})()
         self.kv_cache_manager = type("KVCacheManager", (), {"block_pool": pool, "coordinator": coordinator})()
@@ -121,6 +137,8 @@ class Scheduler:
         self.running: list[Request] = []
         self.waiting: list[Request] = []
         self.kv_holding_waiting: list[Request] = []
+        self.skipped_waiting: list[Request] = []  # 0.18-0.30's name for it
+        self.async_kv_waiting: list[Request] = []  # 0.34
         if deferred:
             self.deferred_frees: deque[tuple[int, list[Block]]] = deque()
         self.steps = 0

@@ -89,6 +89,16 @@ def test_a_list_the_probe_has_not_counted_yet_is_read_before_a_block_is_named(sc
     assert named(probe) == {TripwireKind.REF_BELOW_OWNERS: (blocks[0].block_id,)}
 
 
+def test_blocks_freed_while_a_deferred_free_still_holds_them_are_named_at_the_free(sched: Scheduler) -> None:
+    probe = attached(sched)
+    blocks = sched.add("a", 2)
+    sched.schedule()
+    sched.deferred_frees.append((4, sched.managers[0].req_to_blocks.pop("a")))  # popped, returned later
+    sched.finish("a")
+    sched.pool.free_blocks(reversed(blocks))  # returned now, while the entry stays (#45357)
+    assert named(probe) == {TripwireKind.REF_BELOW_OWNERS: tuple(sorted(b.block_id for b in blocks))}
+
+
 def test_finishes_preemptions_prefix_hits_and_deferred_frees_name_nothing(sched: Scheduler) -> None:
     probe = attached(sched)
     for step in range(40):

@@ -13,7 +13,7 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_KV_CENSUS_INTERVAL`` 300        seconds between full-KV censuses while busy (1 to 86400)
 ``POOLWATCH_PROBE_CHUNK_TRIPWIRE``     1          ``0``: skip the check after each prefill chunk
 ``POOLWATCH_PROBE_MAX_ERRORS``         10         consecutive failed samples before giving up
-``POOLWATCH_PROBE_GUARD``              0          ``1``: repair free lists on exact proof (sglang/repair.py)
+``POOLWATCH_PROBE_GUARD``              0          ``1``: refuse wrong frees, repair free lists on exact proof
 ``POOLWATCH_PROBE_LAST_WORD_WAIT``     0.3        seconds a rank whose idle check will raise waits for the
                                                   sidecar to collect its final snapshot (0 = off, 0 to 5)
 ``POOLWATCH_ENGINE_VERSION``           installed  read the scheduler as this release of its engine
@@ -59,7 +59,7 @@ class ProbeConfig:
     kv_census_interval_s: float = 300.0
     idle_kv_census_gap_s: float = 30.0  # at idle the KV census runs at most this often
     chunk_tripwire: bool = True
-    guard: bool = False  # opt-in: repair free lists on exact proof; off while any kill switch is on
+    guard: bool = False  # opt-in: refuse wrong frees, repair free lists; off with any kill switch
     last_word_wait_s: float = 0.3  # 0: a doomed rank never waits for its sidecar (core/last_word.py)
     directory: str = field(default_factory=lambda: default_directory({}))
     port_base: int | None = None

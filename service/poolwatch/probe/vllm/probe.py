@@ -1,5 +1,5 @@
 """What the vLLM room adds to the neutral probe: its step hooks' meaning, the shape check, the
-free-time tripwire (EngineCore thread).
+free-time tripwire and the opt-in guard (EngineCore thread).
 
 * :meth:`VllmProbe.on_step`, before ``Scheduler.schedule``: the previous step is complete;
 * :meth:`VllmProbe.after_update`, after ``update_from_output``/``finish_requests``: once no request
@@ -7,17 +7,23 @@ free-time tripwire (EngineCore thread).
   idle, then no hook at all while idle: the endpoint's keepalive re-stamps the idle snapshot);
 * :meth:`VllmProbe.on_free`, inside the pool's ``free_blocks`` before it runs
   (:mod:`~poolwatch.probe.vllm.free_check`): a block freed at ``ref_cnt`` 0, listed twice in one
-  free, or left with fewer references than the lists that still name it (a shared prefix freed
+  free, or left with fewer references than the owners that still name it (a shared prefix freed
   twice, a premature free) is named at the free, before it can be handed to another request;
   :meth:`VllmProbe.on_pop`, before a manager pops a request's list, keeps the owners exact;
+* guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on a release never read and beside a
+  HiSparse manager): that wrong part of the free is refused before vLLM's own ``free_blocks`` runs
+  (:mod:`~poolwatch.probe.vllm.refuse`), recorded as a ``refuse`` repair from inside the free, and
+  the findings it averted are settled (a warning, PoolwatchProbeRepaired, not a DoubleFree page);
+  every kill switch turns it off with the probe;
 * at attach (:meth:`VllmProbe.start`), the shape check (:mod:`~poolwatch.probe.vllm.shape_check`):
   a field missing or changed refuses the scheduler, visibly; then the pool's ``free_blocks`` and the
   managers' pops are wrapped (:mod:`~poolwatch.probe.vllm.wrapping`) and one idle sample is taken;
 * an unverified release (one whose wheel was never read) is coarse until its first idle walk
   balances, and refused when it does not.
 
-Read-only: nothing here writes to vLLM's objects.  The sample cadence, the census schedule (the
-walk), containment, the snapshot, kill switch and heartbeat are the neutral
+Nothing here writes to vLLM's objects; in guard mode the wrapped free hands vLLM's own
+``free_blocks`` less than it was given.  The sample cadence, the census schedule (the walk),
+containment, the snapshot, kill switch and heartbeat are the neutral
 :class:`~poolwatch.probe.core.probe.Probe`'s.
 """
 
@@ -28,12 +34,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.model import Pool, RepairKind, Tripwire, TripwireKind
+from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.engine import EngineSample, Proof, ReadAsk
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.vllm.free_check import free_findings
 from poolwatch.probe.vllm.reader import VllmReader
+from poolwatch.probe.vllm.readers import hisparse, managers, side_owners
+from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal
 from poolwatch.probe.vllm.wrapping import unwrap, wrap_frees
 
 __all__ = ["VllmProbe"]
@@ -46,6 +55,8 @@ class VllmProbe(Probe):
     """One vLLM scheduler's probe."""
 
     reader: VllmReader
+    refuser: FreeRefuser | None = None  # guard mode, where it can be exact (set at start)
+    _mgrs: tuple[Any, ...] = ()  # the single-type managers (fixed once the scheduler is built)
 
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
@@ -60,23 +71,50 @@ class VllmProbe(Probe):
         else:
             self._last_hook = self.clock()
 
-    def on_free(self, blocks: Sequence[Any]) -> None:
-        """Inside ``BlockPool.free_blocks``, before it runs: name a double free at the free itself."""
+    def on_free(self, blocks: list[Any]) -> Sequence[list[Any]] | None:
+        """Inside ``BlockPool.free_blocks``, before it runs: name a double free at the free itself;
+        in guard mode, refuse its wrong part (the calls to make instead; None: as it came)."""
         if self.disabled:
-            return
+            return None
         try:
-            index = self.reader.index if self.reader.trusted else None
-            found = free_findings(blocks, index, self.reader.resync)
+            trusted = self.reader.trusted
+            index = self.reader.index if trusted else None
+            side = side_owners(self.scheduler, self.reader.shape, self._mgrs) if trusted else None
+            found = free_findings(blocks, index, self.reader.resync, side)
             if not found:
-                return
-            hook = "free_blocks"
-            new = self.tripwires.add(
-                Tripwire(_FREE_KINDS[kind], Pool.FULL, ids, hook, self.seq) for kind, ids in found.items()
-            )
-            if new and self.latest is not None:  # mid-step: publish the proof, read no figures
-                self._swap(replace(self.latest, tripwires=self.tripwires.all()))
+                return None
+            refusal = self.refuser.refuse(blocks, found) if self.refuser is not None else None
         except Exception as exc:
             self.guard.failed("free", exc)
+            return None
+        if refusal is not None:
+            self.contain("refuse", lambda: self._refused(refusal))
+            found = refusal.left
+        if found:
+            self.contain("free", lambda: self._named(found))
+        return refusal.calls if refusal is not None and refusal.refused else None
+
+    def _named(self, found: dict[str, tuple[int, ...]]) -> None:
+        hook = "free_blocks"
+        tripwires = (
+            Tripwire(_FREE_KINDS[kind], Pool.FULL, ids, hook, self.seq) for kind, ids in found.items()
+        )
+        if self.tripwires.add(tripwires) and self.latest is not None:  # mid-step: publish the proof
+            self._swap(replace(self.latest, tripwires=self.tripwires.all()))
+
+    def _refused(self, refusal: Refusal) -> None:
+        """Guard mode, inside the wrapped free (EngineCore thread): count and log the refusal at
+        once (the neutral record, so a call-site capture there sees vLLM's frames above), settle
+        what it averted and publish, reading no figures."""
+        if not refusal.refused:
+            return
+        self.repairs.record(
+            RepairKind.REFUSE, Pool.FULL, refusal.refused, refusal.requests, "free_blocks", self.seq
+        )
+        if refusal.settled:  # a finding about a block this refusal left sound (a walk's, before) is over
+            self.tripwires.settle(_FREE_KINDS.values(), Pool.FULL, refusal.settled)
+        if self.latest is not None:
+            self._swap(replace(self.latest, tripwires=self.tripwires.all(), repairs=self.repairs.all()))
 
     def on_pop(self, index: int, request_id: str, blocks: Any) -> None:
         """A manager pops a request's list to free it (finish, preemption, abort, a deferred free):
@@ -103,11 +141,30 @@ class VllmProbe(Probe):
                 release.version,
                 release.family,
             )
+        self._mgrs = managers(self.scheduler, Reading())
+        self.refuser = self._refuser() if self.config.guard else None
         self._wrapped = wrap_frees(self.scheduler, self.on_free, self.on_pop)
         self.idle("attach", fresh=True)
 
+    def _refuser(self) -> FreeRefuser | None:
+        """Guard mode where the owners can be counted exactly: a release whose wheel was read, and
+        no HiSparse manager (it lists pages it holds no reference to); else off, said once."""
+        why = ""
+        if not self.release.verified:
+            why = f"vLLM {self.release.version} is a release poolwatch has not read"
+        elif self.reader.shape.hisparse and hisparse(self._mgrs):
+            why = "a HiSparse manager lists blocks it holds no reference to: owners cannot be counted exactly"
+        if why:
+            log.warning("poolwatch guard: off on this scheduler (%s); the probe only watches", why)
+            return None
+        return FreeRefuser(self.scheduler, self.reader.shape)
+
     def close(self) -> None:
         unwrap(getattr(self, "_wrapped", ()))
+        self.refuser = None
+
+    def _health_extras(self) -> dict[str, bool]:
+        return {"guard": self.refuser is not None}
 
     def _after_census(
         self, due: Due, proofs: Sequence[Proof], sample: EngineSample, hook: str

@@ -38,6 +38,7 @@ __all__ = [
     "pin_lists",
     "queue_depths",
     "reserved_blocks",
+    "side_owners",
     "walk_free",
 ]
 
@@ -118,6 +119,31 @@ def reserved_blocks(pool: Any, mgrs: Iterable[Any], shape: VllmShape, reading: R
         sink = reading.attr(mgr, "sink_blocks", optional=True)
         if sink and reading.attr(mgr, "block_pool", optional=True) is pool:
             out += list(sink)
+    return out
+
+
+def side_owners(sched: Any, shape: VllmShape, mgrs: Iterable[Any]) -> dict[int, int]:
+    """Occurrences of each block in the owners beside the requests' lists: the deferred frees, the
+    pending copy-on-write pairs and the partial-tail pins, as far as the family has them ({} when
+    none holds anything: the usual case, a few attribute reads).  Read at every free, so plain
+    ``getattr``; the pool's own blocks only (``in_pool`` is left to the census: the guard is off
+    where another pool's blocks can appear, HiSparse)."""
+    lists: list[Iterable[Any]] = []
+    if shape.deferred_frees:
+        lists += [blocks for _fence, blocks in getattr(sched, "deferred_frees", ())]
+    if shape.cow:
+        for mgr in mgrs:
+            pending = getattr(mgr, "_pending_cow_copies", None)
+            if pending:
+                lists += list(pending)
+    if shape.tail_pins:
+        pins = getattr(getattr(sched, "kv_cache_manager", None), "_partial_tail_pins", None)
+        if pins:
+            lists += list(pins.values())
+    out: dict[int, int] = {}
+    for blocks in lists:
+        for i in map(_ID, blocks):
+            out[i] = out.get(i, 0) + 1
     return out
 
 

@@ -1,7 +1,10 @@
 """The instance methods the vLLM probe wraps beside the scheduler's hooks (EngineCore thread).
 
 * the block pool's ``free_blocks``: the probe looks at the list (``look(blocks)``), then vLLM frees it
-  untouched -- an iterator is materialised once and passed on as a list;
+  -- an iterator is materialised once and passed on as a list.  The look answers ``None`` (hand
+  the list on untouched: always, unless guard mode refused part of a faulty call) or the calls to
+  make instead (:mod:`~poolwatch.probe.vllm.refuse`: what is left of the list, in one call or, on a
+  two-pass family, in rounds; none when everything was refused);
 * each single-type manager's ``pop_blocks_for_free`` (0.24+) and ``free``: before vLLM pops a
   request's list, ``popped(manager index, request id, list)`` tells the holder index, so the free
   that follows is judged against the lists as they are after the pop.
@@ -32,15 +35,24 @@ def _managers(scheduler: object) -> Sequence[Any]:
     return tuple(getattr(coordinator, "single_type_managers", ()) or ())
 
 
-def _free(original: Callable[..., Any], look: Callable[[list[Any]], None]) -> Callable[..., Any]:
+Look = Callable[[list[Any]], Sequence[list[Any]] | None]  # None: hand the list on as it came
+
+
+def _free(original: Callable[..., Any], look: Look) -> Callable[..., Any]:
     @functools.wraps(original)
     def free_blocks(ordered_blocks: Any, *args: Any, **kwargs: Any) -> Any:
         blocks = list(ordered_blocks)  # an iterator would be spent by the look
         try:
-            look(blocks)
+            calls = look(blocks)
         except Exception:
             log.debug("poolwatch free tripwire failed", exc_info=True)
-        return original(blocks, *args, **kwargs)
+            calls = None
+        if calls is None:
+            return original(blocks, *args, **kwargs)
+        result = None
+        for part in calls:  # guard's answer: what is left of the list, in one call or in rounds
+            result = original(part, *args, **kwargs)
+        return result
 
     return free_blocks
 
@@ -48,19 +60,30 @@ def _free(original: Callable[..., Any], look: Callable[[list[Any]], None]) -> Ca
 Popped = Callable[[int, str, Any], None]  # (manager index, request id, its list as it is now)
 
 
-def _pop(original: Callable[..., Any], popped: Popped, index: int, mgr: Any) -> Callable[..., Any]:
+def _pop(
+    original: Callable[..., Any], popped: Popped, index: int, mgr: Any, inside: list[bool]
+) -> Callable[..., Any]:
+    """``inside``: shared by one manager's wrapped methods, so a pop made by its own wrapped ``free``
+    (0.24+: ``free`` calls ``pop_blocks_for_free``) is announced once, not twice."""
+
     @functools.wraps(original)
     def pop(request_id: Any, *args: Any, **kwargs: Any) -> Any:
+        if inside[0]:
+            return original(request_id, *args, **kwargs)
         try:
             popped(index, request_id, mgr.req_to_blocks.get(request_id, ()))
         except Exception:
             log.debug("poolwatch pop look failed", exc_info=True)
-        return original(request_id, *args, **kwargs)
+        inside[0] = True
+        try:
+            return original(request_id, *args, **kwargs)
+        finally:
+            inside[0] = False
 
     return pop
 
 
-def wrap_frees(scheduler: object, look: Callable[[list[Any]], None], popped: Popped) -> list[Wrapped]:
+def wrap_frees(scheduler: object, look: Look, popped: Popped) -> list[Wrapped]:
     """Wrap the pool's ``free_blocks`` and the managers' pops; what was wrapped (for :func:`unwrap`)."""
     done: list[Wrapped] = []
     pool = _pool(scheduler)
@@ -69,10 +92,11 @@ def wrap_frees(scheduler: object, look: Callable[[list[Any]], None], popped: Pop
         pool.free_blocks = _free(original, look)
         done.append((pool, "free_blocks"))
     for index, mgr in enumerate(_managers(scheduler)):
+        inside = [False]
         for name in ("pop_blocks_for_free", "free"):
             method = getattr(mgr, name, None)
             if callable(method) and name not in vars(mgr):
-                setattr(mgr, name, _pop(method, popped, index, mgr))
+                setattr(mgr, name, _pop(method, popped, index, mgr, inside))
                 done.append((mgr, name))
     return done
 

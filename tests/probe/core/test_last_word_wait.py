@@ -129,3 +129,22 @@ def test_the_bound_setting(raw: str | None, value: float) -> None:
 def test_a_bad_bound_is_refused_by_name(raw: str) -> None:
     with pytest.raises(ProbeConfigError, match="POOLWATCH_PROBE_LAST_WORD_WAIT"):
         ProbeConfig.from_env({"POOLWATCH_PROBE_LAST_WORD_WAIT": raw})
+
+
+def test_a_republication_of_the_same_seq_is_collected_only_once_that_copy_was_handed_over(
+    seed_snapshot: Snapshot,
+) -> None:
+    """vLLM's free-time finding republishes the step's snapshot (same seq) with its tripwire: the
+    copy handed over before it does not count, the one published at ``version`` does."""
+    clock = FakeClock(100.0)
+    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.1))
+    _attended(pub, seed_snapshot)  # the sidecar has the step's snapshot
+    found = replace(seed_snapshot, final=True)
+    pub.publish(found)
+    version = pub.version
+    assert not pub.wait_served(seed_snapshot.seq, 0.0, version)
+    pub.served(seed_snapshot)  # a stale copy handed over again: still not the proof
+    assert not pub.wait_served(seed_snapshot.seq, 0.0, version)
+    pub.served(found)
+    assert pub.wait_served(seed_snapshot.seq, 0.0, version)
+    assert pub.wait_served(seed_snapshot.seq, 0.0)  # by seq alone, as before

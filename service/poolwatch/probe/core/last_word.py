@@ -1,12 +1,14 @@
 """The last word waits, bounded: hold a rank that is about to die until its sidecar has the proof.
 
-When SGLang's strict idle check is certain to raise (:func:`~poolwatch.probe.sglang.final.check_fails`),
-the probe writes and publishes its final snapshot; the check then runs a few microseconds later and
-the process is gone.  The page leaves from the sidecar (long-poll -> Alertmanager -> receiver), and
-at light load the crash sometimes beat it (issue 23).  So the scheduler thread -- idle, its rank
-about to die anyway -- waits until the endpoint has *handed* that snapshot (or a later one) to a
-client (:meth:`~poolwatch.probe.core.publication.Publication.served`: the explicit signal the
-sidecar's long-poll produces), then a short grace for the sidecar's Alertmanager post, never more
+An engine room knows when its rank dies next: SGLang's strict idle check is certain to raise
+(:func:`~poolwatch.probe.sglang.final.check_fails`: the final snapshot is written and published, the
+check runs microseconds later), and vLLM's block freed at ``ref_cnt`` 0 fails vLLM's assert at the
+block's next allocation (one step later under load).  The page leaves from the sidecar (long-poll ->
+Alertmanager -> receiver), and the crash sometimes beat it (issue 23; vLLM under load, issue 32).
+So the scheduler thread -- its rank about to die anyway -- waits (``Probe.last_words``) until the
+endpoint has *handed* that snapshot (or a later one) to a client
+(:meth:`~poolwatch.probe.core.publication.Publication.served`: the explicit signal the sidecar's
+long-poll produces), then a short grace for the sidecar's Alertmanager post, never more
 than the bound (``POOLWATCH_PROBE_LAST_WORD_WAIT``).  No one collecting (nothing served and no
 long-poll for :data:`ATTENDED_S`), a bound of 0, or an endpoint that serves nothing: no wait at all.
 Cost: a crash that is already certain comes at most the bound later; a healthy rank never waits.
@@ -38,7 +40,7 @@ class Collected(Protocol):
 
     def attended(self, within: float) -> bool: ...
 
-    def wait_served(self, seq: int, timeout: float) -> bool: ...
+    def wait_served(self, seq: int, timeout: float, version: int = 0) -> bool: ...
 
 
 def await_collection(
@@ -46,17 +48,19 @@ def await_collection(
     seq: int,
     bound: float,
     *,
+    version: int = 0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], object] = time.sleep,
 ) -> Outcome:
-    """Wait (scheduler thread) until a client was handed the snapshot ``seq``, plus
-    :data:`GRACE_S`, all within ``bound`` seconds.  ``publication`` None: the probe serves nothing."""
+    """Wait (scheduler thread) until a client was handed the snapshot ``seq`` (as published at
+    ``version`` or later, when given), plus :data:`GRACE_S`, all within ``bound`` seconds.
+    ``publication`` None: the probe serves nothing."""
     if publication is None or bound <= 0:
         return Outcome.OFF
     if not publication.attended(ATTENDED_S):
         return Outcome.UNATTENDED
     started = clock()
-    if not publication.wait_served(seq, bound):
+    if not publication.wait_served(seq, bound, version):
         return Outcome.TIMED_OUT
     left = bound - (clock() - started)
     if left > 0:

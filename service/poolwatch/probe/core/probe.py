@@ -41,6 +41,7 @@ from poolwatch.probe.core.call_site import CallSites
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
+from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.core.schedule import CensusSchedule, Due
@@ -81,6 +82,7 @@ class Probe:
         self.publication = Publication()
         self.switch = KillSwitch(config.directory)
         self.publisher: Any = None  # set by lifecycle.attach when serving
+        self.last_word: Outcome | None = None  # how the last wait for the sidecar ended (None: none)
         self.reader = self._open()
         rules = ((c.name, c.rule(config), c.pools) for c in self.reader.censuses)
         self.schedule = CensusSchedule(rules)
@@ -265,6 +267,16 @@ class Probe:
     def _swap(self, snapshot: Snapshot | None) -> None:
         with self._lock:
             self.publication.publish(snapshot)
+
+    def last_words(self) -> None:
+        """The room knows this rank dies next: wait, bounded, until the sidecar was handed what is
+        published now (:mod:`~poolwatch.probe.core.last_word`); no wait when nothing is served."""
+        snap = self.latest
+        serving = self.config.serve and self.publisher is not None and snap is not None
+        publication = self.publication if serving else None
+        seq, version = (snap.seq, self.publication.version) if snap is not None else (0, 0)
+        bound = self.config.last_word_wait_s
+        self.last_word = await_collection(publication, seq, bound, version=version)
 
     def _publish_health(self) -> None:
         if self.latest is not None:

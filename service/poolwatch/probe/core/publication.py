@@ -51,7 +51,10 @@ class Publication:
         self._closed = False
         self._waiting = 0
         self._signed: tuple[int, str] = (-1, "")  # (version, signature): computed once per publish
-        self._served_seq = -1  # the highest seq a client was handed (the last word's "collected")
+        # the furthest a client was handed (the last word's "collected"): (seq, version), the version
+        # counted only when the snapshot handed over was the latest (a mid-step republication of the
+        # same seq, vLLM's free-time finding, is collected only once that one was handed over)
+        self._served: tuple[int, int] = (-1, 0)
         self._served_at = -float("inf")  # clock() of the last hand-over
 
     @property
@@ -79,7 +82,8 @@ class Publication:
         """A client was handed ``snapshot`` (HTTP thread, just before the send): wakes a scheduler
         thread waiting in :meth:`wait_served`."""
         with self._cond:
-            self._served_seq = max(self._served_seq, snapshot.seq)
+            mark = (snapshot.seq, self._version if snapshot is self._snapshot else 0)
+            self._served = max(self._served, mark)
             self._served_at = self._clock()
             self._cond.notify_all()
 
@@ -88,12 +92,13 @@ class Publication:
         the last ``within`` seconds (a sidecar that polls; a dead one stops counting)."""
         return self._waiting > 0 or self._clock() - self._served_at <= within
 
-    def wait_served(self, seq: int, timeout: float) -> bool:
-        """Block until a client was handed a snapshot of ``seq`` or later (True), at most ``timeout``
-        seconds (False), or the publication closes (False)."""
+    def wait_served(self, seq: int, timeout: float, version: int = 0) -> bool:
+        """Block until a client was handed a snapshot of ``seq`` or later (True) -- with ``version``,
+        of ``seq`` as published at that version or later --, at most ``timeout`` seconds (False),
+        or the publication closes (False)."""
         deadline = self._clock() + max(0.0, timeout)
         with self._cond:
-            while self._served_seq < seq:
+            while self._served < (seq, version):
                 remaining = deadline - self._clock()
                 if remaining <= 0 or self._closed:
                     return False

@@ -224,7 +224,7 @@ def _snapshot(req: Request, ctx: Context) -> Response:
     if snap is None:
         return Response(503, {"error": "no snapshot yet"})
     tag, body = ctx.encoded(snap)
-    ctx.publication.served(snap)  # the last word waits for this (probe.sglang.probe)
+    ctx.publication.served(snap)  # the last word waits for this (core/last_word.py)
     if HAVE in req.query and tag == _have(req.query):
         return Response(NOT_MODIFIED, b"", headers=((CLOCK_HEADER, clock_header(snap)), ("ETag", f'"{tag}"')))
     return Response(200, body, headers=(("ETag", f'"{tag}"'),))

@@ -30,7 +30,6 @@ from poolwatch.probe.census.proofs import PoolCensus
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk
-from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.core.witness import FreeWitness
@@ -70,7 +69,6 @@ class SglangProbe(Probe):
         self._suspicion = Suspicion()
         self._has_mamba = True  # until a sample shows the model has no Mamba pool
         self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
-        self.last_word: Outcome | None = None  # how the wait for the sidecar ended (None: no final yet)
         self.witness = FreeWitness(self.call_sites, self._witnessed, lambda: self.seq)
 
     @property
@@ -155,9 +153,7 @@ class SglangProbe(Probe):
                 self.guard.note("final", f"{type(exc).__name__}: {exc}")
         self._swap(snap)
         if final:  # the rank dies next anyway: let the sidecar collect it first (bounded)
-            serving = self.config.serve and self.publisher is not None
-            publication = self.publication if serving else None
-            self.last_word = await_collection(publication, snap.seq, self.config.last_word_wait_s)
+            self.last_words()
 
     def _health_extras(self) -> dict[str, bool]:
         guard = self.repairer is not None

@@ -8,7 +8,10 @@ free-time tripwire and the opt-in guard (EngineCore thread).
 * :meth:`VllmProbe.on_free`, inside the pool's ``free_blocks`` before it runs
   (:mod:`~poolwatch.probe.vllm.free_check`): a block freed at ``ref_cnt`` 0, listed twice in one
   free, or left with fewer references than the owners that still name it (a shared prefix freed
-  twice, a premature free) is named at the free, before it can be handed to another request;
+  twice, a premature free) is named at the free, before it can be handed to another request; a
+  block freed below ``ref_cnt`` 0 fails vLLM's assert at its next allocation (one step later under
+  load), so the free then waits, bounded, until the sidecar has that proof (the last word,
+  :meth:`~poolwatch.probe.core.probe.Probe.last_words`, as SGLang's doomed idle check does);
   :meth:`VllmProbe.on_pop`, before a manager pops a request's list, keeps the owners exact;
 * guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on a release never read and beside a
   HiSparse manager): that wrong part of the free is refused before vLLM's own ``free_blocks`` runs
@@ -101,6 +104,8 @@ class VllmProbe(Probe):
         )
         if self.tripwires.add(tripwires) and self.latest is not None:  # mid-step: publish the proof
             self._swap(replace(self.latest, tripwires=self.tripwires.all()))
+            if "negative_ref" in found:  # vLLM's assert fails at the block's next allocation
+                self.last_words()
 
     def _refused(self, refusal: Refusal) -> None:
         """Guard mode, inside the wrapped free (EngineCore thread): count and log the refusal at

@@ -28,7 +28,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import CallSiteKind, Pool, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.findings import CallSiteKind, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core.call_site import CallSites
 from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.core.tripwires import TripwireLog

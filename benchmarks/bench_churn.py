@@ -25,7 +25,7 @@ from dataclasses import replace
 from churn_rig import EPOCH, churn_rig, rss_mib  # benchmarks/churn_rig.py (on sys.path)
 from prometheus_client import CollectorRegistry, generate_latest
 
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.metrics.collectors import PoolCollector
 
 

@@ -51,7 +51,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import AlertName
 from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
-from poolwatch.model import RepairKind
+from poolwatch.model.findings import RepairKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench_guard_free import fastest
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch_emulator.allocator import TokenToKVPoolAllocator

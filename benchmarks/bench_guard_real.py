@@ -104,7 +104,7 @@ def _original(owner: Any, name: str) -> Any:
 
 def kv_rows(release: str, rank: Any) -> None:
     """Full KV: ``rank`` holds one live request (``held``: its row)."""
-    from poolwatch.model import Pool
+    from poolwatch.model.rank import Pool
 
     refuser = _probe(rank.sched)
     s, r = rank.sched, rank.held

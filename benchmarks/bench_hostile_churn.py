@@ -28,7 +28,7 @@ import httpx
 from churn_rig import EPOCH, Clock, churn_rig, rss_mib, settled_rss  # benchmarks/churn_rig.py (on sys.path)
 from prometheus_client.exposition import choose_encoder
 
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import IdentitySettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import build_exposition

@@ -27,16 +27,8 @@ import httpx
 from prometheus_client import generate_latest
 
 from poolwatch.codec.snapshot import dump_snapshot
-from poolwatch.model import (
-    Exactness,
-    Phase,
-    Pool,
-    PoolAccount,
-    ProbeHealth,
-    Role,
-    Snapshot,
-    WorkerId,
-)
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.scraper import Scraper

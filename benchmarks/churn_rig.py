@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from poolwatch.codec.snapshot import parse_snapshot
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import IdentitySettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting

@@ -243,7 +243,8 @@ def _after(prepare: Callable[[], None], fn: Callable[[], object], repeat: int = 
 def detector() -> dict[str, Any]:
     from poolwatch.detect.config import DetectorConfig
     from poolwatch.detect.detector import Detector
-    from poolwatch.model import Exactness, Phase, Pool, PoolAccount, ProbeHealth, Role, Snapshot, WorkerId
+    from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
+    from poolwatch.model.snapshot import ProbeHealth, Snapshot
     from poolwatch.target_health import TargetState
 
     def account(pool: Pool, size: int, avail: int, evict: int, prot: int, held: int) -> PoolAccount:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import settings
 
 from poolwatch.codec.snapshot import parse_snapshot
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from tests.helpers import FIXTURES, FakeClock
 
 # Property tests are deterministic: every run draws the same examples for a test (derandomize, which

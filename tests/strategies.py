@@ -12,25 +12,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from poolwatch.model import (
-    CallSite,
-    CallSiteKind,
-    Exactness,
-    Frame,
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    PoolAccount,
-    ProbeHealth,
-    Repair,
-    RepairKind,
-    Role,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-    WorkerId,
-)
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Exactness, IncidentKind, Phase, Pool, PoolAccount, Role, WorkerId
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 
 slot_counts = st.integers(min_value=0, max_value=10**7)
 

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = [
     "Balance",

@@ -26,7 +26,7 @@ import socket
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
-from poolwatch.model import SourceKind
+from poolwatch.model.rank import SourceKind
 
 __all__ = [
     "PLACEMENT_LABELS",

@@ -50,7 +50,7 @@ class FaultInfo:
     """What a fault breaks, where it is possible, and which real bug it reproduces."""
 
     name: str
-    pool: str  # a poolwatch.model.Pool value
+    pool: str  # a poolwatch.model.rank.Pool value
     sign: str  # "surplus" (double free, gap < 0) or "deficit" (leak, gap > 0)
     sglang_versions: str
     reference: str

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 from poolwatch_emulator.build import DisaggregationMode, RankSettings
 from poolwatch_emulator.clock import SimClock
 from poolwatch_emulator.logs import FileSink, LogSink, MemorySink, RankLog, rank_prefix

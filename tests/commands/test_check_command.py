@@ -16,7 +16,9 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.commands import check as check_command
 from poolwatch.commands.check import CheckResult, as_json, as_text, check
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.model import Pool, Snapshot, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 
 SGLANG = FIXTURES / "sglang"
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -13,7 +13,9 @@ from tests.helpers import free_port
 
 from poolwatch.cli import main
 from poolwatch.commands.incident import sidecar_bodies, write_bundle
-from poolwatch.model import CallSite, CallSiteKind, Frame, Pool, Snapshot, Tripwire, TripwireKind
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.incidents.export import bundle_json, bundle_markdown
 from poolwatch.sidecar.incidents.log import IncidentLog
 from poolwatch.sidecar.store import SnapshotStore

@@ -11,7 +11,7 @@ from tests.strategies import wire_snapshots
 
 from poolwatch.codec.schema import SnapshotFormatError, SnapshotVersionError
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 
 
 @given(wire_snapshots)

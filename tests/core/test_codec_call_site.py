@@ -10,17 +10,9 @@ import pytest
 
 from poolwatch.codec.schema import MAX_FRAMES, SnapshotFormatError
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
-from poolwatch.model import (
-    CallSite,
-    CallSiteKind,
-    Frame,
-    Pool,
-    Repair,
-    RepairKind,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-)
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 
 SITE = CallSite(
     CallSiteKind.FREE,

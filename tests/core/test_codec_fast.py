@@ -25,7 +25,7 @@ from poolwatch.codec.fast import common_snapshot
 from poolwatch.codec.schema import SCHEMA, SCHEMA_VERSION, SnapshotFormatError, parse_snapshot_full
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 
 
 def fast(doc: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot | None:

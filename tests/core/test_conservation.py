@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from tests.strategies import slot_counts
 
 from poolwatch.conservation import Balance, Basis, assess, assess_snapshot, describe, gap, used
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
+from poolwatch.model.snapshot import Snapshot
 
 
 def exact(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.identity import NoWorkerName, namespace_name, pod_name, target_worker, worker_name
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.engine import SGLANG

@@ -8,7 +8,7 @@ from poolwatch.detect.config import DetectorConfig
 from poolwatch.discovery.files import MAX_FILE_BYTES, MAX_FILES
 from poolwatch.errors import ConfigError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 from poolwatch.settings.sidecar import Settings, from_args
 from poolwatch.sources.prom_text import MAX_SAMPLES
 from poolwatch.sources.sglang.metrics import MAX_RANKS

@@ -20,7 +20,7 @@ from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState, rank_labels
 from poolwatch.detect.schema import Severity
-from poolwatch.model import Role, WorkerId
+from poolwatch.model.rank import Role, WorkerId
 from poolwatch.notify.alertmanager import postable_alerts
 
 NS = "qwen3-next-pd"

@@ -26,7 +26,7 @@ from poolwatch import __version__
 from poolwatch.artifacts.dashboards import artifacts
 from poolwatch.detect.config import MixinConfig
 from poolwatch.engines import engine_entry, load
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.settings.sidecar import Settings
 

@@ -16,7 +16,7 @@ from typing import Any
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG

@@ -12,7 +12,7 @@ import httpx
 from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import AlertSettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.store import SnapshotStore

@@ -7,18 +7,9 @@ from dataclasses import dataclass, field
 
 from tests.helpers import FakeClock
 
-from poolwatch.model import (
-    Exactness,
-    Incident,
-    Phase,
-    Pool,
-    PoolAccount,
-    ProbeHealth,
-    Role,
-    Snapshot,
-    Tripwire,
-    WorkerId,
-)
+from poolwatch.model.findings import Tripwire
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 
 WORKER = WorkerId("prefill-0", Role.PREFILL, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next")
 SIZES = {Pool.FULL: 10_000, Pool.MAMBA: 476, Pool.HOST: 20_000}

@@ -16,17 +16,9 @@ from poolwatch.detect.call_site import chain
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen
 from poolwatch.detect.repairs import GuardRepairs
-from poolwatch.model import (
-    CallSite,
-    CallSiteKind,
-    Frame,
-    Pool,
-    Repair,
-    RepairKind,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-)
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.notify.cause import cause
 
 FRAMES = (

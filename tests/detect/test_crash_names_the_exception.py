@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.incidents import LoggedIncidents, raised
-from poolwatch.model import Incident, IncidentKind, Snapshot
+from poolwatch.model.rank import IncidentKind
+from poolwatch.model.snapshot import Incident, Snapshot
 
 TRACEBACK = """Scheduler hit an exception: Traceback (most recent call last):
   File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2321, in run_scheduler_process

@@ -12,7 +12,8 @@ from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import Severity
 from poolwatch.errors import Reason
-from poolwatch.model import Incident, IncidentKind, Pool, PoolAccount, ProbeHealth, Snapshot
+from poolwatch.model.rank import IncidentKind, Pool, PoolAccount
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.sidecar.store import SnapshotStore
 
 CFG = DetectorConfig(

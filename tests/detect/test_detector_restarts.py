@@ -12,7 +12,7 @@ from tests.detect.streams import RankStream
 from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import AlertState
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.persist import decode_alerts, encode_alerts, load_alerts
 from poolwatch.sidecar.store import SnapshotStore

@@ -13,7 +13,8 @@ from poolwatch.detect.alert import Alert, AlertState, _labels
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import Severity
-from poolwatch.model import Phase, Pool, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Phase, Pool
 
 CFG = DetectorConfig(deficit_samples=3, resolve_samples=3, resolve_hold=5.0, coarse_hold=20.0)
 

@@ -14,7 +14,7 @@ from poolwatch.detect.alert import AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.trend import GapSeries, fit_slope
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 
 T0 = 1_761_907_243.0
 

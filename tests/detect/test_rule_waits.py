@@ -20,7 +20,9 @@ from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.rules import alert_definitions
 from poolwatch.detect.schema import AlertName, Mode, Severity
-from poolwatch.model import Incident, IncidentKind, Phase, Pool, ProbeHealth, Repair, RepairKind, Snapshot
+from poolwatch.model.findings import Repair, RepairKind
+from poolwatch.model.rank import IncidentKind, Phase, Pool
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.target_health import TargetState
 
 CONFIG = MixinConfig(

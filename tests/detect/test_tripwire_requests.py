@@ -9,7 +9,9 @@ from poolwatch.conservation import findings
 from poolwatch.detect.balance import PoolBalance
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen
-from poolwatch.model import Pool, Snapshot, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 
 
 def described(snap: Snapshot, wire: Tripwire) -> str:

@@ -12,19 +12,9 @@ from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import (
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    ProbeHealth,
-    Repair,
-    RepairKind,
-    Role,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-)
+from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import IncidentKind, Phase, Pool, Role
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 
 CONFIG = DetectorConfig(deficit_samples=2, resolve_samples=2, resolve_hold=3.0, trend_window=60.0)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import Exactness, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Pool, PoolAccount
 
 
 def _live(rank: Any) -> list[Any]:

@@ -14,7 +14,7 @@ from tests.emulator.emu_ledger import gaps
 from tests.emulator.emu_scenarios import HEAVY, cluster
 
 from poolwatch.conservation import Basis, assess_snapshot
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch_emulator import Cluster, ClusterConfig, attach_probes
 from poolwatch_emulator import cli as emulate
 

@@ -9,7 +9,7 @@ import pytest
 from tests.emulator.emu_ledger import gaps
 from tests.emulator.emu_scenarios import COW, DECODE_ABORTS, HEAVY, HICACHE, MAMBA, PLAIN, SWA, cluster
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch_emulator import FAULTS, Cluster
 from poolwatch_emulator.aborts import Abort
 

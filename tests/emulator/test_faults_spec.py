@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch_emulator import FAULTS, FaultSpec, parse_fault
 from poolwatch_emulator import faults as faults_module
 from poolwatch_emulator.faults import FaultPlan

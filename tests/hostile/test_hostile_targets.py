@@ -31,7 +31,7 @@ from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
-from poolwatch.model import ProbeHealth, Snapshot
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.webhook import WebhookReceiver

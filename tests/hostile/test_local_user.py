@@ -34,7 +34,7 @@ from poolwatch.discovery.files import SECRET_FILE, ensure_secret
 from poolwatch.discovery.final import final_name, sign_final
 from poolwatch.discovery.safety import UnsafePathError
 from poolwatch.errors import PayloadError
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG

@@ -26,7 +26,7 @@ from tests.helpers import FakeClock
 from tests.notify.fakes import alert
 
 from poolwatch.errors import DeliveryError
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.notify.alertmanager import MAX_ANSWER_BYTES, AlertmanagerReceiver, post_json
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.webhook import WebhookReceiver

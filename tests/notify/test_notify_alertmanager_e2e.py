@@ -21,7 +21,7 @@ from tests.helpers import FakeClock, require_tool
 
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import Phase, Pool
+from poolwatch.model.rank import Phase, Pool
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.paths import DETAIL_LABEL

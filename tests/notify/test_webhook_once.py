@@ -15,7 +15,7 @@ from tests.helpers import FakeClock
 from tests.notify.fakes import LABELS, FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import AlertState
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.sidecar.alerting import build_alerting

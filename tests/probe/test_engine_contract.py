@@ -20,7 +20,7 @@ from tests.probe.contract import DRIVERS, REGISTRY, Driver
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
 from poolwatch.engines import ENGINES, load
-from poolwatch.model import Phase, Pool
+from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.census.report import CENSUS_SCHEMA
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.hooks import ORIGINALS, hook_names

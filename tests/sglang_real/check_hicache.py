@@ -25,7 +25,7 @@ from sglang.srt.mem_cache.memory_pool_host import HostKVCache, MHATokenToKVPoolH
 from sglang.srt.mem_cache.radix_cache import TreeNode
 
 from poolwatch.conservation import gap
-from poolwatch.model import PoolAccount
+from poolwatch.model.rank import PoolAccount
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.sglang.host_census import host_account
 

@@ -27,7 +27,7 @@ from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from poolwatch.conservation import gap
-from poolwatch.model import Exactness, PoolAccount
+from poolwatch.model.rank import Exactness, PoolAccount
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.sglang.host_census import HostReader, host_account
 

@@ -26,7 +26,7 @@ os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
 
 
 from poolwatch.conservation import gap
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import probe_of
 

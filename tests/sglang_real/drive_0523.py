@@ -30,7 +30,8 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
 
-from poolwatch.model import Phase, Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.lifecycle import attach, detach, install
 from poolwatch.probe.sglang.engine import SGLANG
 

@@ -28,7 +28,8 @@ from sglang.srt.sampling.sampling_params import SamplingParams
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.discovery.files import ensure_secret, read_secret
 from poolwatch.discovery.final import read_final_dir
-from poolwatch.model import Phase, Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.lifecycle import detach, install, probe_of, uninstall

@@ -22,7 +22,8 @@ from sglang.srt.mem_cache.mamba_radix_cache import MambaRadixCache
 from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from poolwatch.model import Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.lifecycle import attach, detach, install
 from poolwatch.probe.sglang.engine import SGLANG
 

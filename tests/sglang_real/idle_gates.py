@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 from unittest.mock import MagicMock
 
-from poolwatch.model import Phase
+from poolwatch.model.rank import Phase
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.sglang.final import sglang_checks
 from poolwatch.probe.sglang.phase import gate_readings

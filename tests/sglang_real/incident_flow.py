@@ -34,7 +34,8 @@ from poolwatch.detect.balance import PoolBalance
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen
 from poolwatch.detect.repairs import GuardRepairs
-from poolwatch.model import CallSiteKind, Snapshot
+from poolwatch.model.findings import CallSiteKind
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings

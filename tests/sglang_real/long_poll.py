@@ -16,7 +16,7 @@ from typing import Protocol
 
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import signature
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.last_word import ATTENDED_S
 
 

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 from tests.helpers import FIXTURES, FakeClock
 
 from poolwatch.errors import Reason
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.app import process_collector
 from poolwatch.sidecar.store import SnapshotStore
 

@@ -12,7 +12,7 @@ from tests.helpers import FakeClock
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.health import TargetHealth
 from poolwatch.errors import ConfigError, Reason
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.alerting import alert_labels, build_alerting
 from poolwatch.sidecar.store import SnapshotStore
 

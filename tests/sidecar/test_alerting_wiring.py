@@ -13,7 +13,7 @@ from tests.detect.sidecar import FakeAlertmanager, Ticker, seeded, settings, set
 from tests.helpers import FakeClock
 
 from poolwatch.errors import ConfigError, Reason
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import AlertSettings, IdentitySettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting

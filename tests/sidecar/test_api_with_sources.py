@@ -11,7 +11,7 @@ import httpx
 from tests.helpers import FIXTURES, FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper

@@ -10,7 +10,7 @@ import pytest
 from tests.helpers import FIXTURES, FakeClock, asgi_client
 
 from poolwatch.errors import Reason
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper

@@ -18,7 +18,8 @@ from poolwatch.conservation import Finding, assess_snapshot, describe, findings,
 from poolwatch.detect.alert import rank_labels
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import Phase, PoolAccount, Snapshot
+from poolwatch.model.rank import Phase, PoolAccount
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.api import api_router
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.metrics.collectors import rank_labels as exporter_rank_labels

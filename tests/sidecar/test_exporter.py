@@ -14,16 +14,9 @@ from tests.helpers import FakeClock, require_tool
 from tests.sidecar.seeded import GOLDEN, PROCESS_FAMILIES, pinned, seed_store
 
 from poolwatch.catalog.metrics import CATALOG
-from poolwatch.model import (
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    ProbeHealth,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-)
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import IncidentKind, Phase, Pool
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
 

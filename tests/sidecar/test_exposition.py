@@ -14,7 +14,7 @@ from tests.sidecar.seeded import GOLDEN, PROCESS_FAMILIES, FrozenProcess, pinned
 from tests.strategies import overlapping_snapshots
 
 from poolwatch.errors import Reason
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import build_exposition, build_registry, create_app
 from poolwatch.sidecar.store import SnapshotStore

@@ -23,7 +23,7 @@ import pytest
 from tests.fleet_helpers import scrape_until
 
 from poolwatch.codec.snapshot import dump_snapshot
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target

@@ -13,7 +13,8 @@ import pytest
 from tests.fleet_helpers import RouteProbe, scrape_until
 from tests.helpers import FakeClock
 
-from poolwatch.model import ProbeHealth, Snapshot, SourceKind
+from poolwatch.model.rank import SourceKind
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.endpoint.routes import Context, answer, parse_head
 from poolwatch.settings.groups import ScrapeSettings

@@ -11,7 +11,8 @@ from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Snapshot, WorkerId
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, WorkerId
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
 

@@ -18,20 +18,9 @@ import httpx
 from tests.helpers import FakeClock, asgi_client
 
 from poolwatch.cli import main
-from poolwatch.model import (
-    CallSite,
-    CallSiteKind,
-    Frame,
-    Incident,
-    IncidentKind,
-    Pool,
-    ProbeHealth,
-    Repair,
-    RepairKind,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-)
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import IncidentKind, Pool
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.incidents.redact import settings_summary

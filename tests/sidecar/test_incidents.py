@@ -11,18 +11,9 @@ from pathlib import Path
 
 from tests.helpers import FakeClock, asgi_client
 
-from poolwatch.model import (
-    CallSite,
-    CallSiteKind,
-    Frame,
-    Pool,
-    ProbeHealth,
-    Repair,
-    RepairKind,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-)
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.incidents.export import bundle_json, bundle_markdown

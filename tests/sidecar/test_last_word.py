@@ -22,7 +22,7 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.files import ensure_secret
 from poolwatch.discovery.final import final_name, write_final
 from poolwatch.errors import Reason
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.scraper import FINAL_POLL_S, Scraper
 from poolwatch.sidecar.store import SnapshotStore

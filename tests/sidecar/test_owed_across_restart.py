@@ -17,7 +17,8 @@ from tests.detect.sidecar import seeded, settings
 from tests.helpers import FakeClock
 from tests.notify.fakes import FakeAlertmanager
 
-from poolwatch.model import Pool, Snapshot
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.persist import load_state

@@ -13,7 +13,7 @@ from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.errors import Reason
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.scraper import Scraper

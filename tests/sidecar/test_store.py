@@ -6,7 +6,8 @@ import pytest
 from tests.helpers import FakeClock
 
 from poolwatch.errors import Reason
-from poolwatch.model import Exactness, Incident, IncidentKind, PoolAccount, Snapshot
+from poolwatch.model.rank import Exactness, IncidentKind, PoolAccount
+from poolwatch.model.snapshot import Incident, Snapshot
 from poolwatch.sidecar.store import SnapshotStore
 
 

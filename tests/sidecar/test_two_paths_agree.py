@@ -25,7 +25,8 @@ from tests.helpers import FakeClock, require_tool
 
 from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import AlertState
-from poolwatch.model import Incident, IncidentKind, Pool, Role, WorkerId
+from poolwatch.model.rank import IncidentKind, Pool, Role, WorkerId
+from poolwatch.model.snapshot import Incident
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 from poolwatch.settings.groups import IdentitySettings
 from poolwatch.settings.sidecar import Settings

@@ -13,7 +13,8 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.directory import SkipReason, skip_reason
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.model import Snapshot, SourceKind
+from poolwatch.model.rank import SourceKind
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.targets import TargetSet, make_source

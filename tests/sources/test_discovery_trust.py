@@ -21,7 +21,7 @@ from poolwatch.discovery.files import SECRET_FILE, ensure_secret, load_secret, r
 from poolwatch.discovery.final import ForgedFinalError, final_name, read_final, sign_final, write_final
 from poolwatch.discovery.safety import UnsafePathError, default_directory
 from poolwatch.errors import PayloadError
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.final import FinalSnapshotSource, RankExited

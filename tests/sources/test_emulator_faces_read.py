@@ -12,7 +12,7 @@ from tests.helpers import FakeClock
 
 from poolwatch.commands import replay as replay_command
 from poolwatch.conservation import assess_snapshot, describe
-from poolwatch.model import IncidentKind, Phase, Pool
+from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.sources.base import Target
 from poolwatch.sources.sglang.log.source import SglangLogSource
 from poolwatch.sources.sglang.metrics import SglangMetricsSource

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import FakeClock
 
 from poolwatch.engines import EngineEntry, UnknownEngine, engine_names
-from poolwatch.model import SourceKind
+from poolwatch.model.rank import SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.engine import EngineSources, engine_sources, sniff_engine, sources_for, sources_of

@@ -16,7 +16,7 @@ from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.discovery.files import ensure_secret
 from poolwatch.discovery.final import final_name, write_final
 from poolwatch.errors import ScrapeError
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.final import FinalSnapshotSource, RankExited

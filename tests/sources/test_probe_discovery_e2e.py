@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from poolwatch.conservation import assess_snapshot, describe
-from poolwatch.model import Exactness, Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Exactness, Pool
 from poolwatch.probe.lifecycle import detach
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.scraper import Scraper

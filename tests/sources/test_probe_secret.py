@@ -21,7 +21,7 @@ from poolwatch.conservation import signature
 from poolwatch.discovery.auth import Verifier
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.discovery.files import ensure_secret, read_secret
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.endpoint import server as probe_server
 from poolwatch.probe.lifecycle import attach, detach

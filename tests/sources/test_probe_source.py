@@ -10,7 +10,9 @@ import pytest
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.model import Pool, Role, Snapshot, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Pool, Role
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.probe import ProbeSource, parse_probe_payload
 

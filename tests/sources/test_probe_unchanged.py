@@ -17,7 +17,8 @@ from poolwatch.codec.renewal import CLOCK_HEADER, clock_header, content_tag, ren
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.discovery.directory import read_discovery_dir
 from poolwatch.errors import PayloadError, Reason
-from poolwatch.model import ProbeHealth, Snapshot, SourceKind
+from poolwatch.model.rank import SourceKind
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.endpoint.routes import Context, Response, answer, parse_head

@@ -10,7 +10,7 @@ import httpx
 from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource

@@ -14,7 +14,8 @@ import httpx
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
-from poolwatch.model import Snapshot, SourceKind
+from poolwatch.model.rank import SourceKind
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource
 

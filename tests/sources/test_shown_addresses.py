@@ -16,7 +16,7 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import AlertName
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import ScrapeSettings, TargetSettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.scraper import Scraper

@@ -10,7 +10,7 @@ from tests.helpers import FakeClock
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.discovery.safety import default_directory
 from poolwatch.errors import ConfigError
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe import ProbeSource

@@ -21,20 +21,9 @@ from tests.statuspage.server import serve
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.model import (
-    CallSite,
-    CallSiteKind,
-    Exactness,
-    Frame,
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    PoolAccount,
-    Repair,
-    RepairKind,
-    Snapshot,
-)
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind
+from poolwatch.model.rank import Exactness, IncidentKind, Phase, Pool, PoolAccount
+from poolwatch.model.snapshot import Incident, Snapshot
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target

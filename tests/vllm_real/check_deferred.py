@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool, Snapshot, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release

@@ -19,7 +19,8 @@ from dataclasses import replace
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool, RepairKind
+from poolwatch.model.findings import RepairKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.lifecycle import detach
 from poolwatch.probe.vllm.probe import VllmProbe
 from tests.vllm_real.check_release import (

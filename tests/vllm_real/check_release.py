@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import CallSiteKind, Pool, Snapshot, TripwireKind
+from poolwatch.model.findings import CallSiteKind, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from poolwatch.model import WorkerId
+    from poolwatch.model.rank import WorkerId
 
 __all__ = [
     "ALERT_LABELS",

@@ -24,7 +24,8 @@ from typing import Any, TypeGuard
 from poolwatch.codec.schema import RELEASE_KEY
 from poolwatch.fields import MAX_INT, MAX_ITEMS, MAX_NAME, MAX_NUMBER, MAX_TEXT
 from poolwatch.limits import Limits
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, ProbeHealth, Role, Snapshot, WorkerId
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 
 __all__ = ["common_snapshot"]
 

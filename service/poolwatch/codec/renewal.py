@@ -30,7 +30,7 @@ from typing import Any
 
 from poolwatch import fields
 from poolwatch.conservation import share_findings
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["CLOCK_HEADER", "HAVE", "NOT_MODIFIED", "PROBE_CLOCK", "clock_header", "content_tag", "renew"]
 

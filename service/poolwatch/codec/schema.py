@@ -15,25 +15,9 @@ from typing import Any, TypeVar
 from poolwatch import fields
 from poolwatch.fields import MAX_ITEMS, MAX_NAME, MAX_TEXT, FieldError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import (
-    CallSite,
-    CallSiteKind,
-    Exactness,
-    Frame,
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    PoolAccount,
-    ProbeHealth,
-    Repair,
-    RepairKind,
-    Role,
-    Snapshot,
-    Tripwire,
-    TripwireKind,
-    WorkerId,
-)
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Exactness, IncidentKind, Phase, Pool, PoolAccount, Role, WorkerId
+from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 
 __all__ = [
     "MAX_FRAMES",

@@ -1,4 +1,4 @@
-"""The versioned JSON form of a :class:`~poolwatch.model.Snapshot` (probe -> sidecar, API, files).
+"""The versioned JSON form of a :class:`~poolwatch.model.snapshot.Snapshot` (probe -> sidecar, API, files).
 
 Pure and stdlib-only: the probe imports it inside SGLang's scheduler process.  ``parse_snapshot``
 checks every field and raises :class:`SnapshotFormatError` naming the first bad one, so a broken
@@ -20,7 +20,9 @@ from poolwatch.codec.schema import (
     parse_snapshot_full,
 )
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import CallSite, Incident, PoolAccount, Repair, Snapshot, Tripwire, WorkerId
+from poolwatch.model.findings import CallSite, Repair, Tripwire
+from poolwatch.model.rank import PoolAccount, WorkerId
+from poolwatch.model.snapshot import Incident, Snapshot
 
 __all__ = ["dump_call_site", "dump_snapshot", "dump_worker", "parse_snapshot"]
 

@@ -25,7 +25,8 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe
 from poolwatch.engines import DEFAULT_ENGINE
 from poolwatch.errors import Reason, ScrapeError
-from poolwatch.model import Snapshot, SourceKind
+from poolwatch.model.rank import SourceKind
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Target
 from poolwatch.sources.engine import EngineSources, SourceOptions, engine_sources, sources_of
 from poolwatch.sources.probe import SNAPSHOT_PATH, ProbeSource

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from poolwatch.catalog.spec import RANK_LABELS, rank_label_values
 from poolwatch.detect.schema import Severity
-from poolwatch.model import Role, Snapshot, WorkerId
+from poolwatch.model.rank import Role, WorkerId
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = [
     "Alert",

@@ -34,7 +34,9 @@ from poolwatch.detect.call_site import tripwire_site_sentence
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen, crash_imminent, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
-from poolwatch.model import LEAK_KINDS, Phase, Pool, Snapshot, Tripwire
+from poolwatch.model.findings import LEAK_KINDS, Tripwire
+from poolwatch.model.rank import Phase, Pool
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["PoolBalance"]
 

@@ -1,7 +1,7 @@
 """An engine call site in words, for an alert's text: which line of engine code made the wrong free.
 
 The probe captures the engine's own frames at a finding or a guard action
-(:class:`~poolwatch.model.CallSite`, innermost first).  An alert names at most :data:`SHOWN` of
+(:class:`~poolwatch.model.findings.CallSite`, innermost first).  An alert names at most :data:`SHOWN` of
 them, each as ``…/<file name>:<line> <function>`` joined by ``←`` (the caller on the right);
 the bundle and the status page show every frame with its path under the engine's package and its
 qualified name.  What each kind says:
@@ -22,7 +22,7 @@ Pure: text in, text out.
 
 from __future__ import annotations
 
-from poolwatch.model import LEAK_KINDS, CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire
+from poolwatch.model.findings import LEAK_KINDS, CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire
 
 __all__ = ["SHOWN", "chain", "repair_site_sentence", "tripwire_site_sentence"]
 

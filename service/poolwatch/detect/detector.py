@@ -34,7 +34,8 @@ from poolwatch.detect.rules import by_name
 from poolwatch.detect.schema import dashboard_link
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries
-from poolwatch.model import Pool, Snapshot, WorkerId
+from poolwatch.model.rank import Pool, WorkerId
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.target_health import TargetState
 
 __all__ = ["RESTARTED", "Detector"]

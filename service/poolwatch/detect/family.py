@@ -23,7 +23,8 @@ from poolwatch.conservation import Finding
 from poolwatch.detect.alert import Signal, Verdict
 from poolwatch.detect.schema import AlertName, Mode
 from poolwatch.detect.trend import Trend
-from poolwatch.model import Pool, Snapshot
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["Family", "SampledFamily", "Seen", "crash_imminent", "first_line", "where"]
 

@@ -6,7 +6,7 @@ ones (:func:`fitted`); :class:`ExhaustionForecast` makes each fitted trend a ver
 alert of its pool (a fitted trend judges it; none yet leaves it be) and, when the pool would run out
 of free slots within ``exhaustion_horizon``, a warning signal.
 :func:`best_trends` lists every pool's trend for the API, the probe's where a rank has two sources.
-Pools are taken in :class:`~poolwatch.model.Pool` order, looked up in a table built once.
+Pools are taken in :class:`~poolwatch.model.rank.Pool` order, looked up in a table built once.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.detect.trend import GapSeries, Trend
-from poolwatch.model import Pool, SourceKind, WorkerId
+from poolwatch.model.rank import Pool, SourceKind, WorkerId
 
 __all__ = ["ExhaustionForecast", "PoolTrend", "best_trends", "fitted"]
 

@@ -17,7 +17,7 @@ from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen, first_line, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.target_health import TargetState
 
 __all__ = ["ProbeDegradation", "Staleness", "TargetHealth"]

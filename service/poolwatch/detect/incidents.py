@@ -19,7 +19,8 @@ from poolwatch.detect.alert import Signal, rank_labels
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import crash_imminent, first_line, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
-from poolwatch.model import Incident, IncidentKind, Phase, Snapshot
+from poolwatch.model.rank import IncidentKind, Phase
+from poolwatch.model.snapshot import Incident, Snapshot
 
 __all__ = ["LoggedIncidents", "raised"]
 

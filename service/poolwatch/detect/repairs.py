@@ -1,7 +1,7 @@
 """The repair family: what the probe's opt-in guard repaired, as PoolwatchProbeRepaired.  Pure.
 
 A snapshot from a probe with ``POOLWATCH_PROBE_GUARD=1`` carries one
-:class:`~poolwatch.model.Repair` per pool and kind (a running count plus the last action's slot
+:class:`~poolwatch.model.findings.Repair` per pool and kind (a running count plus the last action's slot
 ids, hook, iteration and requests).  Any repair is a warning, per pool, for as long as the probe's
 boot lasts: the worker kept serving, but a fault happened, the state of the requests named may be
 wrong, and the worker should be restarted at a quiet moment (runbook PoolwatchProbeRepaired).
@@ -18,7 +18,8 @@ from poolwatch.detect.call_site import repair_site_sentence
 from poolwatch.detect.family import Seen
 from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.engines import UnknownEngine, engine_entry
-from poolwatch.model import Pool, Repair, RepairKind
+from poolwatch.model.findings import Repair, RepairKind
+from poolwatch.model.rank import Pool
 
 __all__ = ["GuardRepairs"]
 

@@ -15,7 +15,7 @@ from poolwatch.detect.config import (
     WORKER_DASHBOARD_UID,
 )
 from poolwatch.engines import DEFAULT_ENGINE
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 
 __all__ = [
     "AlertSettings",

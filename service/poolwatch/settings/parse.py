@@ -13,7 +13,7 @@ from typing import Any, get_type_hints
 from poolwatch.engines import engine_names
 from poolwatch.errors import ConfigError
 from poolwatch.limits import LimitError
-from poolwatch.model import Role
+from poolwatch.model.rank import Role
 
 __all__ = ["ENV_PREFIX", "build_group", "env_name"]
 

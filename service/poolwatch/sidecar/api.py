@@ -14,7 +14,8 @@ from pydantic import BaseModel
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import assess_snapshot
-from poolwatch.model import IncidentKind, Snapshot
+from poolwatch.model.rank import IncidentKind
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.target_health import TargetState
 

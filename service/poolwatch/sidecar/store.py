@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 from poolwatch.conservation import findings
 from poolwatch.errors import Reason
-from poolwatch.model import IncidentKind, Snapshot, SourceKind
+from poolwatch.model.rank import IncidentKind, SourceKind
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.target_health import TargetState
 
 __all__ = ["HISTORY_BUDGET", "PREFERENCE", "RankState", "SnapshotStore", "best_view"]

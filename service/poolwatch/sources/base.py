@@ -2,7 +2,7 @@
 
 A *target* is one place to read (a probe endpoint, an SGLang ``/metrics`` URL, a log file, a
 snapshot file); a *source* is the object that reads one target and turns what it finds into
-:class:`~poolwatch.model.Snapshot` values.  Sources keep per-target state (a log offset, the
+:class:`~poolwatch.model.snapshot.Snapshot` values.  Sources keep per-target state (a log offset, the
 last idle observation), so there is one source object per target.
 
 A source raises :class:`poolwatch.errors.ScrapeError` (with a bounded reason) for a failed
@@ -17,7 +17,8 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from poolwatch.model import Role, Snapshot, SourceKind
+from poolwatch.model.rank import Role, SourceKind
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["Source", "Target", "with_target_identity"]
 

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from poolwatch.engines import ENGINES, EngineEntry, UnknownEngine, engine_entry, load
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import SourceKind
+from poolwatch.model.rank import SourceKind
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.logfile.replay import ReplayReport, Row
 

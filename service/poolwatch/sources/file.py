@@ -19,7 +19,7 @@ from poolwatch.codec.schema import SnapshotFormatError
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
 

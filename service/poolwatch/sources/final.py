@@ -31,7 +31,7 @@ import httpx
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.discovery.final import ForgedFinalError, read_final
 from poolwatch.errors import PayloadError, Reason, ScrapeError
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target, with_target_identity
 
 __all__ = [

@@ -23,7 +23,7 @@ from poolwatch.discovery.auth import sign_request
 from poolwatch.discovery.final import final_stat
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target, with_target_identity
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.final import RankExited, load_final

@@ -28,7 +28,7 @@ from poolwatch.addresses import distinct, shown_url
 from poolwatch.engines import UnknownEngine
 from poolwatch.errors import ConfigError
 from poolwatch.identity import NoWorkerName, target_worker
-from poolwatch.model import Role, SourceKind
+from poolwatch.model.rank import Role, SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.engine import EngineSources, sources_of

@@ -29,7 +29,7 @@ from poolwatch.discovery.final import FINAL_SUFFIX, ForgedFinalError, final_name
 from poolwatch.discovery.safety import UnsafePathError, default_directory
 from poolwatch.errors import ConfigError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import SourceKind
+from poolwatch.model.rank import SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.engine import SourceOptions, sources_for

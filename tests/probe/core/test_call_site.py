@@ -10,7 +10,8 @@ from typing import Any
 
 from tests.probe.core.fake_engine.scheduler import Scheduler, line_of
 
-from poolwatch.model import CallSite, CallSiteKind, Frame, Pool, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core import hooks
 from poolwatch.probe.core.call_site import MAX_ENGINE_FRAMES, CallSites
 from poolwatch.probe.core.repairs import RepairLog

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from tests.helpers import FakeClock, FakeWait
 
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.core.last_word import ATTENDED_S, GRACE_S, Outcome, await_collection
 from poolwatch.probe.core.publication import Publication

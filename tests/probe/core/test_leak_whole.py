@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.balance import id_ranges
-from poolwatch.model import Phase, Pool, Snapshot, Tripwire, TripwireKind, WorkerId
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Phase, Pool, WorkerId
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.census.proofs import MAX_LEAK_IDS
 from poolwatch.probe.core.tripwires import TripwireLog
 

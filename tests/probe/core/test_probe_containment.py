@@ -8,7 +8,7 @@ import pytest
 from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import Rank
 
-from poolwatch.model import Phase, Pool
+from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.sglang.engine import SGLANG

@@ -15,7 +15,7 @@ from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.discovery.directory import read_discovery_dir, scan_discovery_dir
 from poolwatch.discovery.entry import DiscoveryEntry, DiscoveryFormatError, parse_discovery, write_discovery
 from poolwatch.discovery.files import read_secret
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.switch import DISABLE_FILE
 from poolwatch.probe.lifecycle import attach, detach

@@ -8,7 +8,7 @@ from dataclasses import replace
 from tests.helpers import FakeClock, FakeWait
 
 from poolwatch.conservation import signature
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.endpoint.routes import MAX_WAIT_S, BadRequest, wait_of
 from poolwatch.sources.base import Target

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.probe.core.fake_engine.scheduler import Scheduler, line_of
 
-from poolwatch.model import CallSite, CallSiteKind, Frame
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame
 from poolwatch.probe.core.call_site import CallSites
 from poolwatch.probe.core.witness import FreeWitness
 

@@ -14,7 +14,7 @@ from tests.probe.sglang.fakes import seed_rank
 
 from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
-from poolwatch.model import Phase, Pool, PoolAccount
+from poolwatch.model.rank import Phase, Pool, PoolAccount
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.final import residual, sglang_checks
 from poolwatch.probe.sglang.shapes import shape_for_version

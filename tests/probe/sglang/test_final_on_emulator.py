@@ -16,7 +16,8 @@ import pytest
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
-from poolwatch.model import Pool, Snapshot
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import install, uninstall
 from poolwatch.probe.sglang.engine import SGLANG

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from tests.probe.sglang.fakes import Rank
 
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
 from poolwatch.probe.census.proofs import busy_lost
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig

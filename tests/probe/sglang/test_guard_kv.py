@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.kv import KvGuard, RowView
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.rows import RowBook

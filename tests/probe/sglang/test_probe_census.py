@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.probe.sglang.fakes import Rank
 
-from poolwatch.model import Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import id_census
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.sglang.kv_census import kv_census

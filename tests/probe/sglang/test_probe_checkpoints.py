@@ -10,7 +10,8 @@ from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import MambaPool, Rank
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.probe import SglangProbe

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import id_census
 from poolwatch.probe.core.tripwires import TripwireLog
 

@@ -17,7 +17,9 @@ from poolwatch.conservation import gap
 from poolwatch.discovery.directory import read_discovery_dir
 from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
-from poolwatch.model import Pool, RepairKind, Snapshot, TripwireKind
+from poolwatch.model.findings import RepairKind, TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.probe import SglangProbe

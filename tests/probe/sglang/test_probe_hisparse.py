@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.conservation import gap
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
 from poolwatch.probe.sglang.shapes import shape_for_version
 from poolwatch.probe.sglang.snapshot import blur, hisparse_blurs
 

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from poolwatch.conservation import gap
-from poolwatch.model import Exactness, Pool, Snapshot
+from poolwatch.model.rank import Exactness, Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import install, probe_of, uninstall

@@ -17,7 +17,7 @@ from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import Rank
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang import mamba_census as census

@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from poolwatch.conservation import gap
-from poolwatch.model import Pool, Snapshot, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG

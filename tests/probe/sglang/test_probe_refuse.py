@@ -15,7 +15,9 @@ from poolwatch.conservation import findings, gap
 from poolwatch.detect.alert import Signal
 from poolwatch.detect.family import Seen
 from poolwatch.detect.repairs import GuardRepairs
-from poolwatch.model import Pool, RepairKind, Snapshot
+from poolwatch.model.findings import RepairKind
+from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG

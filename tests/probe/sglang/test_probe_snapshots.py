@@ -9,7 +9,9 @@ from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import Rank
 
 from poolwatch.conservation import Balance, assess_snapshot, gap
-from poolwatch.model import Exactness, Phase, Pool, Snapshot, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Exactness, Phase, Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.probe import SglangProbe

@@ -17,7 +17,8 @@ from typing import Any
 from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import GUARD_CONFIG, Rank
 
-from poolwatch.model import CallSiteKind, Pool, RepairKind, TripwireKind
+from poolwatch.model.findings import CallSiteKind, RepairKind, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.probe import SglangProbe

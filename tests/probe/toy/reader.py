@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.probe.census.proofs import PoolCensus, busy_lost, id_census
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.core.config import ProbeConfig

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.probe.vllm.fakes import Scheduler
 
-from poolwatch.model import TripwireKind
+from poolwatch.model.findings import TripwireKind
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach

@@ -21,7 +21,7 @@ from poolwatch.conservation import findings
 from poolwatch.detect.family import Seen
 from poolwatch.detect.repairs import GuardRepairs
 from poolwatch.detect.schema import AlertName, Severity
-from poolwatch.model import RepairKind, TripwireKind
+from poolwatch.model.findings import RepairKind, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release

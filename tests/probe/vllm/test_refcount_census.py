@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.model import Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
 

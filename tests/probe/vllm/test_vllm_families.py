@@ -13,7 +13,7 @@ import pytest
 from tests.probe.vllm.fakes import Block, Scheduler
 
 from poolwatch.conservation import gap
-from poolwatch.model import Exactness, Pool, Role
+from poolwatch.model.rank import Exactness, Pool, Role
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach

@@ -11,7 +11,9 @@ from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
-from poolwatch.model import Phase, Pool, Snapshot, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Phase, Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import activate, attach, detach, install, probe_of, uninstall
 from poolwatch.probe.vllm.engine import VLLM, vllm_release

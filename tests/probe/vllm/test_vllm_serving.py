@@ -16,7 +16,8 @@ from tests.probe.vllm.fakes import Scheduler
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import gap
 from poolwatch.discovery.directory import read_discovery_dir
-from poolwatch.model import Pool, TripwireKind
+from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.lifecycle import attach, detach

@@ -12,7 +12,7 @@ from tests.strategies import slot_counts
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.errors import PayloadError, Reason, ScrapeError
-from poolwatch.model import Phase, Pool, PoolAccount, Role
+from poolwatch.model.rank import Phase, Pool, PoolAccount, Role
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.sglang.gauges import ServerInfo, parse_server_info, pool_accounts, queues
 from poolwatch.sources.sglang.log.lines import Ranks

@@ -18,7 +18,7 @@ from poolwatch.commands.check import as_text, check
 from poolwatch.conservation import Balance, Basis, assess_snapshot, describe
 from poolwatch.errors import PayloadError, Reason
 from poolwatch.limits import Limits
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.vllm.gauges import EngineGauges, pool_account
 from poolwatch.sources.vllm.metrics import VllmMetricsSource, parse_metrics_page, parse_version

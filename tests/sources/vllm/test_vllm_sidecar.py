@@ -11,7 +11,7 @@ import httpx
 from tests.helpers import FakeClock
 from tests.sources.vllm.fakes import LOGS, PAGES, local
 
-from poolwatch.model import SourceKind
+from poolwatch.model.rank import SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.app import create_app

@@ -24,7 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 
 __all__ = ["MAX_IDS", "MAX_LEAK_IDS", "MAX_RETURN", "Owners", "PoolCensus", "busy_lost", "id_census"]
 

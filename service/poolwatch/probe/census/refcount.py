@@ -14,7 +14,7 @@ owner count, :func:`refcount_census` names every block that breaks one of these 
 for the owners' names of those blocks only).  A block whose
 count exceeds its owners is *pinned* when something outside the lists may legitimately hold it
 (``pins_possible``: a KV connector or offloader), else a leak: with no owner at all it is
-``orphaned`` (:attr:`~poolwatch.model.TripwireKind.MISSING`), with fewer owners than its count
+``orphaned`` (:attr:`~poolwatch.model.findings.TripwireKind.MISSING`), with fewer owners than its count
 ``ref_above_owners``.  A block with ``ref_cnt == 0`` that is not on the queue is lost as well.
 Each finding names at most :data:`~poolwatch.probe.census.proofs.MAX_IDS` ids (a leak, ``missing``:
 :data:`~poolwatch.probe.census.proofs.MAX_LEAK_IDS`); counts are complete.
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import not_
 
-from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
 
 __all__ = ["RefCensus", "refcount_census"]

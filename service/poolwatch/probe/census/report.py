@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.model import Phase
+from poolwatch.model.rank import Phase
 
 __all__ = ["CENSUS_SCHEMA", "census_envelope"]
 

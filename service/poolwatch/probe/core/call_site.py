@@ -13,7 +13,7 @@ What a frame gives: its file relative to the directory holding the engine's pack
 path and no user name reaches a page), its current line and its code's qualified name.  Never a
 local, an argument or anything a request carries.
 
-Where the probe stood (:class:`~poolwatch.model.CallSiteKind`): when the frame the innermost
+Where the probe stood (:class:`~poolwatch.model.findings.CallSiteKind`): when the frame the innermost
 engine frame called is one of the scheduler hooks' wrappers (:mod:`~poolwatch.probe.core.hooks`),
 the finding was made at a hook, after the fact (``hook``: the frames say where the engine called
 that hook, not where it freed); otherwise the capture ran inside an engine call the probe wraps (a
@@ -32,7 +32,7 @@ import os
 import sys
 from types import CodeType, FrameType
 
-from poolwatch.model import CallSite, CallSiteKind, Frame
+from poolwatch.model.findings import CallSite, CallSiteKind, Frame
 from poolwatch.probe.core import hooks
 
 __all__ = ["MAX_ENGINE_FRAMES", "MAX_WALK", "CallSites"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from poolwatch.model import ProbeHealth
+from poolwatch.model.snapshot import ProbeHealth
 
 __all__ = ["Guard"]
 

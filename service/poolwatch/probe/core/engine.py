@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from poolwatch.model import Phase, Pool, PoolAccount, Role, Tripwire, WorkerId
+from poolwatch.model.findings import Tripwire
+from poolwatch.model.rank import Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.hooks import Hook

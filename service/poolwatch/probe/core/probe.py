@@ -33,14 +33,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.identity import worker_name
-from poolwatch.model import Phase, ProbeHealth, Role, Snapshot, WorkerId
+from poolwatch.model.rank import Phase, Role, WorkerId
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.census.report import census_envelope
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.call_site import CallSites
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
+from poolwatch.probe.core.identity import RankIdentity
 from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.core.repairs import RepairLog
@@ -84,13 +85,15 @@ class Probe:
         self.publisher: Any = None  # set by lifecycle.attach when serving
         self.last_word: Outcome | None = None  # how the last wait for the sidecar ended (None: none)
         self.reader = self._open()
+        self.identity = RankIdentity(
+            engine.name, self.release, self.reader, worker=config.worker, environ=self.environ
+        )
         rules = ((c.name, c.rule(config), c.pools) for c in self.reader.censuses)
         self.schedule = CensusSchedule(rules)
         self.census: dict[str, Any] | None = None  # the last census detail (``GET /v1/census``)
         self.census_cost = 0.0  # seconds the last census took
         self.census_total = 0
         self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
-        self._identity: dict[Role, WorkerId] = {}  # by role: ranks, model and name are fixed
         self._last_sample = -float("inf")
         self._last_hook = clock()
         self._idle_seq = -1  # the iteration of the last idle hook
@@ -299,21 +302,8 @@ class Probe:
         )
 
     def worker(self, role: Role, reading: Reading) -> WorkerId:
-        """Who this rank is, in ``role`` (read once per role)."""
-        found = self._identity.get(role)
-        if found is None:
-            ranks = self.reader.identify(reading, role)
-            name = self.config.worker or worker_name(self.environ)
-            release = self.release
-            found = replace(
-                ranks,
-                worker=name,
-                engine=self.engine.name,
-                release=release.version,
-                release_verified=release.verified,
-            )
-            self._identity[role] = found
-        return found
+        """Who this rank is, in ``role`` (read once per role: :mod:`~poolwatch.probe.core.identity`)."""
+        return self.identity.of(role, reading)
 
     def announce(self, reading: Reading) -> tuple[WorkerId, int]:
         """Who the rank is and its index on the node (the endpoint's discovery file)."""

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from poolwatch.conservation import signature
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["Publication", "Wait"]
 

@@ -1,4 +1,4 @@
-"""What guard did, for every engine: one :class:`~poolwatch.model.Repair` per pool and kind.
+"""What guard did, for every engine: one :class:`~poolwatch.model.findings.Repair` per pool and kind.
 
 Guard is an engine room's (SGLang's repairs and refusals, vLLM's refused frees); the record of what
 it did is the probe's, so the snapshot, the log line and the alert read the same on every engine.
@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from poolwatch.model import CallSite, Pool, Repair, RepairKind
+from poolwatch.model.findings import CallSite, Repair, RepairKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS
 from poolwatch.probe.core.call_site import CallSites
 

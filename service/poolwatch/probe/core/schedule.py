@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from poolwatch.conservation import gap
-from poolwatch.model import Exactness, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Pool, PoolAccount
 
 __all__ = ["CENSUS_BUDGET", "GAP_CENSUS_EVERY_S", "CensusRule", "CensusSchedule", "Due", "exact_gaps"]
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from poolwatch.discovery.safety import trusted_owners
-from poolwatch.model import Phase, ProbeHealth, Snapshot, WorkerId
+from poolwatch.model.rank import Phase, WorkerId
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 
 __all__ = ["DISABLE_FILE", "HEARTBEAT_S", "KillSwitch", "heartbeat_snapshot"]
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from poolwatch.model import CallSite, CallSiteKind, Pool, Tripwire, TripwireKind
+from poolwatch.model.findings import CallSite, CallSiteKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS
 from poolwatch.probe.core.call_site import CallSites
 

@@ -3,7 +3,7 @@
 Some findings are made after the wrong free has returned: a tripwire that looks right after a
 scheduler hook (SGLang's chunk tripwire after ``process_prefill_chunk``) finds the slot on the free
 list, but the frame that freed it is gone, so its call site can only say where the hook was called
-(:class:`~poolwatch.model.CallSiteKind` ``hook``).  Engine faults of this kind repeat: the same line
+(:class:`~poolwatch.model.findings.CallSiteKind` ``hook``).  Engine faults of this kind repeat: the same line
 frees the same kind of slot for every request that takes the same path.  So after such a finding an
 engine room may arm a :class:`FreeWitness` on that pool's free path (an instance attribute
 shadowing the method, never the class): each call asks the room's ``wrong(*args)`` -- the same
@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import CallSite, CallSiteKind
+from poolwatch.model.findings import CallSite, CallSiteKind
 from poolwatch.probe.core.call_site import CallSites
 
 __all__ = ["FreeWitness"]

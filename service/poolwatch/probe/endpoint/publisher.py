@@ -23,7 +23,7 @@ from typing import Protocol
 
 from poolwatch.discovery.entry import DiscoveryEntry, remove_discovery, write_discovery
 from poolwatch.discovery.files import ensure_secret
-from poolwatch.model import WorkerId
+from poolwatch.model.rank import WorkerId
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard

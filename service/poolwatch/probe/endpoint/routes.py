@@ -29,7 +29,7 @@ from urllib.parse import parse_qs
 from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, clock_header, content_tag
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.auth import Verifier
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
 
 __all__ = [

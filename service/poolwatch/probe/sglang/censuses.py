@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import PoolCensus
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig

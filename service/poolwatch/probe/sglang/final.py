@@ -23,7 +23,8 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import gap, used
 from poolwatch.discovery.files import ensure_secret
 from poolwatch.discovery.final import final_name, write_final
-from poolwatch.model import Phase, Pool, PoolAccount, Snapshot
+from poolwatch.model.rank import Phase, Pool, PoolAccount
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
 from poolwatch.probe.sglang.requests import role_of

@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import Exactness, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.access import MISSING, Reading
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS, MAX_RETURN, PoolCensus, busy_lost
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import full_private_range

@@ -25,7 +25,7 @@ import operator
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import Owners, PoolCensus, busy_lost, id_census
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import mamba_slot_objects

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import Phase
+from poolwatch.model.rank import Phase
 from poolwatch.probe.core.access import Reading
 
 __all__ = ["gate_readings", "phase_of", "queue_depths"]

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import CallSite, Phase, Pool, PoolAccount, RepairKind, TripwireKind
+from poolwatch.model.findings import CallSite, RepairKind, TripwireKind
+from poolwatch.model.rank import Phase, Pool, PoolAccount
 from poolwatch.probe.census.proofs import PoolCensus
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from poolwatch.model import Role, WorkerId
+from poolwatch.model.rank import Role, WorkerId
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release

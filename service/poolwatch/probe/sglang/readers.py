@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import Exactness, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import Holdings
 from poolwatch.probe.sglang.shapes import Shape

@@ -41,7 +41,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import Phase, Pool, PoolAccount, Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Phase, Pool, PoolAccount
 from poolwatch.probe.census.proofs import PoolCensus
 from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, Shape, known_release

@@ -4,7 +4,7 @@ O(live requests), Python ints and ``len()`` only (no tensor contents, no GPU syn
 With a :class:`~poolwatch.probe.sglang.waiting.WaitingHolders` tracker and ``exact_waiting=False`` a
 long waiting queue is not walked: its copy-on-write Mamba holders are recalled from the last
 exact scan, and a Mamba gap found that way is checked with an exact scan before it is returned.
-The result is a plain :class:`poolwatch.model.Snapshot`; serialising it is the server thread's
+The result is a plain :class:`poolwatch.model.snapshot.Snapshot`; serialising it is the server thread's
 job, so the scheduler thread only builds it and swaps a reference.
 """
 
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from poolwatch.conservation import gap
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount, ProbeHealth, Snapshot, Tripwire, WorkerId
+from poolwatch.model.findings import Tripwire
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, WorkerId
+from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import holdings
 from poolwatch.probe.sglang.host_census import HostReader

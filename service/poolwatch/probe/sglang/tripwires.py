@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from poolwatch.model import Pool, Tripwire, TripwireKind
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.sglang.footprint import mamba_slot_objects

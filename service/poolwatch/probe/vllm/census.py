@@ -16,7 +16,8 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.model import Pool, Tripwire
+from poolwatch.model.findings import Tripwire
+from poolwatch.model.rank import Pool
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.vllm.readers import hisparse, managers, owner_lists, reserved_blocks, walk_free

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.model import Role, WorkerId
+from poolwatch.model.rank import Role, WorkerId
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.vllm.shapes import VllmShape
 

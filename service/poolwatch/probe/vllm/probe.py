@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Pool, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.findings import RepairKind, Tripwire, TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.engine import EngineSample, Proof, ReadAsk
 from poolwatch.probe.core.probe import Probe

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model import Exactness, Pool, PoolAccount, Role, WorkerId
+from poolwatch.model.rank import Exactness, Pool, PoolAccount, Role, WorkerId
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release

@@ -4,7 +4,7 @@ O(requests + blocks appended since the last sample): the free counter, and the d
 kind of holder lists, from the incremental :class:`~poolwatch.probe.vllm.holders.HolderIndex` (the
 lists of managers that edit them in place, the deferred frees, pins and reserved blocks are read
 afresh: they are few).  Mapped onto the pool account every engine shares
-(:class:`poolwatch.model.PoolAccount`)::
+(:class:`poolwatch.model.rank.PoolAccount`)::
 
     size          N - 1 (the null block is taken at start and never counted)
     available     free blocks without a hash      } their sum is the queue's counter, exact every
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.model import Exactness, Phase, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
 from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.vllm.holders import LIVE, STALE, Held, HolderIndex, lists_of
 from poolwatch.probe.vllm.readers import (

@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from poolwatch.model import LEAK_KINDS
+from poolwatch.model.findings import LEAK_KINDS
 
 __all__ = ["LEFT_OUT", "bundle_json", "bundle_markdown"]
 

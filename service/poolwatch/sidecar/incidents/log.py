@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from poolwatch.model import Repair, Snapshot, Tripwire
+from poolwatch.model.findings import Repair, Tripwire
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.incidents.file import load_incidents, save_incidents
 from poolwatch.sidecar.incidents.record import IncidentRecord, incident_id, new_record
 from poolwatch.sidecar.store import SnapshotStore

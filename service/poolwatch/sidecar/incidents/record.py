@@ -1,8 +1,8 @@
 """One incident as the sidecar keeps it: what was found, where, and the rank's figures around it.  Pure.
 
-An *incident* is one finding the probe proved (a :class:`~poolwatch.model.Tripwire`, kept from
+An *incident* is one finding the probe proved (a :class:`~poolwatch.model.findings.Tripwire`, kept from
 the hook and iteration where it was first seen) or one kind of guard action on one pool (a
-:class:`~poolwatch.model.Repair`, growing with every action), on one rank, source and boot.  Its id
+:class:`~poolwatch.model.findings.Repair`, growing with every action), on one rank, source and boot.  Its id
 is a hash of exactly that, so the same incident seen again -- by the next snapshot, or after a
 sidecar restart -- is the same record.
 
@@ -21,7 +21,8 @@ from typing import Any
 
 from poolwatch.codec.snapshot import dump_call_site
 from poolwatch.conservation import gap
-from poolwatch.model import CallSiteKind, Repair, Snapshot, Tripwire
+from poolwatch.model.findings import CallSiteKind, Repair, Tripwire
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.incidents.redact import model_name, request_name
 
 __all__ = ["AFTER", "BEFORE", "IncidentRecord", "incident_id", "moment", "new_record"]

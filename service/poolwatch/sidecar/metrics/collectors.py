@@ -19,7 +19,8 @@ from prometheus_client.registry import Collector
 
 from poolwatch.catalog.spec import rank_label_values
 from poolwatch.conservation import findings, used
-from poolwatch.model import Exactness, Phase, PoolAccount, Snapshot
+from poolwatch.model.rank import Exactness, Phase, PoolAccount
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.metrics.families import Families
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.target_health import TargetState

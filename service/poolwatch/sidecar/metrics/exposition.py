@@ -28,7 +28,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from poolwatch.model import IncidentKind, Snapshot
+from poolwatch.model.rank import IncidentKind
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.metrics.collectors import PoolCollector, TargetCollector
 from poolwatch.sidecar.metrics.families import Families, Sample, metric_family
 from poolwatch.sidecar.store import SnapshotStore

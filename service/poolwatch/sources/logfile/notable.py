@@ -7,7 +7,7 @@ of its own) and, per rank, the latest (the current figures); the rest are supers
 
 from __future__ import annotations
 
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["keep_notable"]
 

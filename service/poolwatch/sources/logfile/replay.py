@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from poolwatch.model import IncidentKind, Pool
+from poolwatch.model.rank import IncidentKind, Pool
 
 __all__ = ["POOLS", "UNATTRIBUTED", "UNDATED_DAY", "Problem", "ReplayReport", "Row"]
 

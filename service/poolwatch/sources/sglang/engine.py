@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from poolwatch.model import SourceKind
+from poolwatch.model.rank import SourceKind
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.engine import EngineSources, SourceOptions
 from poolwatch.sources.logfile.replay import Row

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from poolwatch.model import Pool, PoolAccount, Role
+from poolwatch.model.rank import Pool, PoolAccount, Role
 from poolwatch.sources.prom_text import Sample
 from poolwatch.sources.sglang.log.lines import Ranks
 

@@ -20,7 +20,8 @@ import httpx
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.identity import url_worker
 from poolwatch.limits import DEFAULT_LIMITS, Limits
-from poolwatch.model import Phase, Pool, PoolAccount, Role, Snapshot, SourceKind, WorkerId
+from poolwatch.model.rank import Phase, Pool, PoolAccount, Role, SourceKind, WorkerId
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_bytes, get_json, join_url

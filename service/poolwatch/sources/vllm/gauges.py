@@ -28,7 +28,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from poolwatch.model import Phase, Pool, PoolAccount
+from poolwatch.model.rank import Phase, Pool, PoolAccount
 from poolwatch.sources.prom_text import Sample
 
 __all__ = ["EngineGauges", "group_by_engine", "phase", "pool_account", "queues", "wanted"]

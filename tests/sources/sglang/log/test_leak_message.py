@@ -7,7 +7,7 @@ from tests.helpers import seed_issue
 from tests.strategies import slot_counts
 
 from poolwatch.conservation import assess, describe
-from poolwatch.model import Exactness, IncidentKind, Phase, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, IncidentKind, Phase, Pool, PoolAccount
 from poolwatch.sources.sglang.log.formats import LEAK_FORMATS
 from poolwatch.sources.sglang.log.leak_message import find_incidents, match_format, parse_leak_figures
 

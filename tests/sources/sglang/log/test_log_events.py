@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolwatch.model import IncidentKind, Pool, Role
+from poolwatch.model.rank import IncidentKind, Pool, Role
 from poolwatch.sources.sglang.log.events import (
     BatchStats,
     Capacity,

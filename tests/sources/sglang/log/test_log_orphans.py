@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.helpers import FIXTURES
 
-from poolwatch.model import IncidentKind, Pool
+from poolwatch.model.rank import IncidentKind, Pool
 from poolwatch.sources.sglang.log.events import RankIncident, UnattributedIncident, interpret
 from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
 from poolwatch.sources.sglang.log.state import LogFold

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from poolwatch.commands import replay as replay_command
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.sources.logfile.replay import UNATTRIBUTED, ReplayReport, Row
 from poolwatch.sources.sglang.log.events import BatchStats, RankIncident, interpret
 from poolwatch.sources.sglang.log.leak_message import parse_leak_figures

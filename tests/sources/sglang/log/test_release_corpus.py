@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import FIXTURES
 
 from poolwatch.commands import replay as replay_command
-from poolwatch.model import IncidentKind, Pool, Role
+from poolwatch.model.rank import IncidentKind, Pool, Role
 from poolwatch.sources.logfile.reader import LogReader
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.sglang.log.events import BatchStats, Capacity, interpret

@@ -8,7 +8,8 @@ import pytest
 from tests.helpers import FIXTURES, FakeClock
 
 from poolwatch.conservation import assess_snapshot, describe
-from poolwatch.model import IncidentKind, Phase, Pool, Role, Snapshot
+from poolwatch.model.rank import IncidentKind, Phase, Pool, Role
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.sglang.log.source import SglangLogSource
 

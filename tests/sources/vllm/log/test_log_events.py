@@ -6,7 +6,7 @@ import pytest
 from tests.sources.vllm.fakes import LOGS, assemble, file_events
 
 from poolwatch.conservation import assess_snapshot, describe
-from poolwatch.model import IncidentKind, Phase, Pool, PoolAccount, Role
+from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount, Role
 from poolwatch.sources.vllm.log.events import (
     Capacity,
     EngineDead,

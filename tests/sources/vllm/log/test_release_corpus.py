@@ -11,7 +11,7 @@ import pytest
 from tests.sources.vllm.fakes import DAY, LOGS, file_events
 
 from poolwatch.commands import replay as replay_command
-from poolwatch.model import IncidentKind, Pool
+from poolwatch.model.rank import IncidentKind, Pool
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.vllm.log.events import RankIncident, Startup, Stats
 from poolwatch.sources.vllm.log.replay import Replayer

@@ -10,7 +10,8 @@ import pytest
 from tests.helpers import FakeClock
 from tests.sources.vllm.fakes import LOGS, local
 
-from poolwatch.model import IncidentKind, Phase, Snapshot
+from poolwatch.model.rank import IncidentKind, Phase
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.vllm.log.source import VllmLogSource
 

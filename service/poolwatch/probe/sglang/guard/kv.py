@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import Record

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 
 __all__ = ["GUARD_PATHS", "GuardPaths", "MambaPaths"]
 

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.kv import KvGuard
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, GuardPaths

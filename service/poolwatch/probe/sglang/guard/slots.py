@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.tree_index import Owned, current_values, node_index, values_index
 

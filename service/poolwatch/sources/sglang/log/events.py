@@ -31,7 +31,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from poolwatch.model import Incident, IncidentKind, Pool, Role
+from poolwatch.model.rank import IncidentKind, Pool, Role
+from poolwatch.model.snapshot import Incident
 from poolwatch.sources.sglang.log.formats import BATCH_HEADS, CRASH_MARKERS, ROLE_KEYS
 from poolwatch.sources.sglang.log.leak_message import find_incidents, match_format
 from poolwatch.sources.sglang.log.lines import Ranks, clean, parse_line

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from poolwatch.model import IncidentKind, Pool
+from poolwatch.model.rank import IncidentKind, Pool
 
 __all__ = ["BATCH_HEADS", "CRASH_MARKERS", "LEAK_FORMATS", "LeakFormat", "ROLE_KEYS"]
 

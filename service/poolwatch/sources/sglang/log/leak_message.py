@@ -10,7 +10,7 @@ and the busy check's ``SWA Pool Mem Leak Detected!``), for example::
 
 The figures of a leak message were read by SGLang's check at one loop boundary while it judged
 the scheduler idle, i.e. with nothing held by requests (``uncached`` is what the busy check
-counts as held); they are returned as exact :class:`~poolwatch.model.PoolAccount` values.  Where
+counts as held); they are returned as exact :class:`~poolwatch.model.rank.PoolAccount` values.  Where
 a family's ``available_size`` already includes the evictable slots, evictable is not counted a
 second time.  A number followed by ``…`` (a line cut at its length bound) is not read.
 
@@ -27,7 +27,8 @@ import itertools
 import re
 from collections.abc import Sequence
 
-from poolwatch.model import Exactness, Incident, Pool, PoolAccount
+from poolwatch.model.rank import Exactness, Pool, PoolAccount
+from poolwatch.model.snapshot import Incident
 from poolwatch.sources.sglang.log.formats import LEAK_FORMATS, LeakFormat
 
 __all__ = ["find_incidents", "match_format", "parse_leak_figures"]

@@ -15,7 +15,8 @@ import math
 from collections.abc import Callable, Iterable
 
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe, used
-from poolwatch.model import IncidentKind, Pool, Snapshot
+from poolwatch.model.rank import IncidentKind, Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.logfile.replay import UNATTRIBUTED, Problem, ReplayReport, Row
 from poolwatch.sources.sglang.log.events import (
     BatchStats,

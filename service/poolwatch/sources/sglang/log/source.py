@@ -28,7 +28,7 @@ from dataclasses import replace
 import httpx
 
 from poolwatch.limits import DEFAULT_LIMITS
-from poolwatch.model import Snapshot
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.logfile.tail import LogTail
 from poolwatch.sources.sglang.log.events import interpret

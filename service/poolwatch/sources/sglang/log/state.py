@@ -19,17 +19,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from poolwatch.model import (
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    PoolAccount,
-    Role,
-    Snapshot,
-    SourceKind,
-    WorkerId,
-)
+from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount, Role, SourceKind, WorkerId
+from poolwatch.model.snapshot import Incident, Snapshot
 from poolwatch.sources.sglang.log.events import (
     BatchStats,
     Capacity,

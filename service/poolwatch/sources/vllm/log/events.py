@@ -25,7 +25,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from poolwatch.model import Incident, IncidentKind
+from poolwatch.model.rank import IncidentKind
+from poolwatch.model.snapshot import Incident
 from poolwatch.sources.vllm.log.crash import MAX_TEXT, crash_text, read_crash
 from poolwatch.sources.vllm.log.formats import (
     CAPACITY,

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from poolwatch.conservation import assess_snapshot, describe
-from poolwatch.model import Pool
+from poolwatch.model.rank import Pool
 from poolwatch.sources.logfile.replay import Problem, ReplayReport, Row
 from poolwatch.sources.vllm.log.events import (
     Capacity,

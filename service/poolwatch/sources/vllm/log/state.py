@@ -20,17 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poolwatch.model import (
-    Incident,
-    IncidentKind,
-    Phase,
-    Pool,
-    PoolAccount,
-    Role,
-    Snapshot,
-    SourceKind,
-    WorkerId,
-)
+from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount, Role, SourceKind, WorkerId
+from poolwatch.model.snapshot import Incident, Snapshot
 from poolwatch.sources.vllm.log.events import EngineDead, LogEvent, RankIncident, Startup, Stats
 
 __all__ = ["ENGINE", "SOURCE", "VllmLogFold", "rank_label", "stats_snapshot_pools"]

@@ -1,0 +1,124 @@
+"""Who a scheduler rank is, where figures come from, and what one pool holds."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["Exactness", "IncidentKind", "Phase", "Pool", "PoolAccount", "Role", "SourceKind", "WorkerId"]
+
+
+class Role(enum.StrEnum):
+    """The disaggregation role of a worker (SGLang's ``--disaggregation-mode``)."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    UNIFIED = "unified"
+
+
+class SourceKind(enum.StrEnum):
+    """Where a snapshot's figures come from (a target's ``source`` and a snapshot's)."""
+
+    PROBE = "probe"  # the in-process probe: exact figures
+    SGLANG_METRICS = "sglang-metrics"  # SGLang's /metrics and /get_server_info: coarse figures
+    SGLANG_LOG = "sglang-log"  # SGLang's log: incidents and the idle check's figures
+    VLLM_METRICS = "vllm-metrics"  # vLLM's /metrics: coarse figures (usage ratio, queues), never a gap
+    VLLM_LOG = "vllm-log"  # vLLM's log: EngineCore's fatal errors, its stats lines
+    FILE = "file"  # a snapshot file (a fixture, another tool)
+
+    @property
+    def channel(self) -> str:
+        """What the source reads, whatever the engine: ``probe``, ``metrics``, ``log`` or ``file``
+        (an engine's own kinds are named ``<engine>-metrics`` and ``<engine>-log``)."""
+        return self.value.rpartition("-")[2]
+
+    @property
+    def engine(self) -> str:
+        """The engine whose own ``/metrics`` or log this kind reads ("" for ``probe`` and ``file``)."""
+        return self.value.rpartition("-")[0]
+
+
+class Pool(enum.StrEnum):
+    """The pools poolwatch accounts for.
+
+    ``full``: full-attention token KV slots; ``swa``: sliding-window KV slots; ``mamba``: Mamba /
+    GDN recurrent-state slots (the active pool); ``req``: request rows of ``req_to_token_pool``;
+    ``mamba_ckpt``: the int8 checkpoint slots holding the tree's Mamba states
+    (``--enable-int8-mamba-checkpoint``, 0.5.23+; then the tree owns no active ``mamba`` slot);
+    ``host``: HiCache's host-memory KV slots (``--enable-hierarchical-cache``): ``evictable`` /
+    ``protected`` are the tree's host copies without / with a host lock, ``held`` the slots in
+    flight in the cache controller's operations (:mod:`poolwatch.probe.sglang.host_census`; on
+    0.5.23 the ``kv`` host pool only, size and available only).
+    """
+
+    FULL = "full"
+    SWA = "swa"
+    MAMBA = "mamba"
+    REQ = "req"
+    MAMBA_CKPT = "mamba_ckpt"
+    HOST = "host"
+
+
+class Phase(enum.StrEnum):
+    """``idle`` in SGLang's *fully idle* sense (every queue empty, no batch), else ``busy``."""
+
+    IDLE = "idle"
+    BUSY = "busy"
+    UNKNOWN = "unknown"
+
+
+class Exactness(enum.StrEnum):
+    """How much a source knows about a pool.
+
+    ``exact``: every term of the conservation equation was read at one loop boundary (the probe).
+    ``coarse``: only size, available and evictable (or a used count / usage ratio) are known.
+    """
+
+    EXACT = "exact"
+    COARSE = "coarse"
+
+
+class IncidentKind(enum.StrEnum):
+    """What a worker said about itself in its log."""
+
+    LEAK_DETECTED = "leak_detected"  # SGLang's idle check fired (crash or warning)
+    SCHEDULER_EXCEPTION = "scheduler_exception"  # "Scheduler hit an exception" -> server dies
+    TREE_SANITY_FAILED = "tree_sanity_failed"
+    BUSY_CHECK_FAILED = "busy_check_failed"  # "Mem Leak Detected!" assertion
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerId:
+    """One scheduler rank of one engine worker (a pod, or one server in central mode)."""
+
+    worker: str
+    role: Role = Role.UNIFIED
+    dp_rank: int = 0
+    tp_rank: int = 0
+    pp_rank: int = 0
+    model: str = ""
+    release: str = ""  # the engine's release (on the wire and the info metric also ``sglang_version``)
+    instance: str = ""
+    engine: str = "sglang"  # the serving engine (poolwatch.engines)
+    release_verified: bool = True  # False: a release its probe room never read, read as its nearest family
+
+    @property
+    def key(self) -> str:
+        """A stable identifier, also used in URLs: ``worker/dp0-tp1-pp0``."""
+        return f"{self.worker}/dp{self.dp_rank}-tp{self.tp_rank}-pp{self.pp_rank}"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolAccount:
+    """What one source knows of one pool at one moment.  ``None`` means unknown."""
+
+    pool: Pool
+    size: int | None
+    available: int | None = None
+    evictable: int | None = None
+    protected: int | None = None
+    held: int | None = None
+    session_held: int | None = None
+    used: int | None = None  # reported directly by SGLang when available/evictable are not
+    exactness: Exactness = Exactness.COARSE
+    unreadable: tuple[str, ...] = ()  # fields the source tried and failed to read

@@ -11,36 +11,32 @@ every release's formats); a line is parsed only once its newline has been writte
 A leak report in an orphan block (the log or excerpt starts inside it: its rank header is gone) is
 never folded into rank 0: it is held on the fold (``LogFold.unattributed``) and logged once.
 
-A snapshot is stamped with its line's time (not the scrape's), so lines read from a backlog
-are shown as old, never as current; a stamp in the future (a zone mismatch) is clamped to now.
+What is the same for every engine's log (reading, stamping, the rank cap's warning) is
+:class:`~poolwatch.sources.logfile.source.LogSource`'s.
 One log names at most ``max_log_ranks`` ranks (:class:`~poolwatch.sources.sglang.log.state.LogFold`);
 past it, further ranks are dropped and the first drop is logged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import replace
-
-import httpx
+from collections.abc import Callable, Iterable, Iterator
 
 from poolwatch.limits import DEFAULT_LIMITS
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Source, Target
-from poolwatch.sources.logfile.tail import LogTail
+from poolwatch.sources.base import Target
+from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.events import interpret
 from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
 from poolwatch.sources.sglang.log.state import LogFold
 
-__all__ = ["SglangLogSource", "keep_notable"]
+__all__ = ["SglangLogSource"]
 
 log = logging.getLogger("poolwatch.sources")
 
 
-class SglangLogSource(Source):
+class SglangLogSource(LogSource):
     """Follows one SGLang log file (all the ranks that write to it)."""
 
     def __init__(
@@ -52,61 +48,31 @@ class SglangLogSource(Source):
         max_read: int = 4 << 20,
         max_ranks: int = DEFAULT_LIMITS.max_log_ranks,
     ) -> None:
-        self._target = target
-        self._clock = clock
-        self._tail = LogTail(target.location, backfill=backfill, max_read=max_read)
+        super().__init__(target, clock, backfill=backfill, max_read=max_read)
         now = clock()  # dates 0.2.x time-of-day stamps and stamps lines read before any stamped one
         self._assembler = RecordAssembler(day=dt.date.fromtimestamp(now), at=now)
-        self._fold = LogFold(target.worker, target.role, instance=target.location, max_ranks=max_ranks)
-        self._warned = False
+        self._state = LogFold(target.worker, target.role, instance=target.location, max_ranks=max_ranks)
 
-    @property
-    def target(self) -> Target:
-        return self._target
+    def _feed(self, line: str) -> list[LogRecord]:
+        return self._assembler.feed(line)
 
-    async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
-        read = await asyncio.to_thread(self._tail.read)
-        records: list[LogRecord] = []
-        for line in read.lines:
-            records += self._assembler.feed(line)
-        if not read.lines and not read.more:
-            records += self._assembler.flush(final=False)  # the log is quiet: the pending record is whole
-        return self._snapshots(records)
+    def _quiet(self) -> list[LogRecord]:
+        return self._assembler.flush(final=False)
 
-    def close(self) -> None:
-        self._tail.close()
-
-    def _snapshots(self, records: Iterable[LogRecord]) -> list[Snapshot]:
-        now = self._clock()
-        snaps: list[Snapshot] = []
-        held = self._fold.unattributed_total
+    def _fold(self, records: Iterable[LogRecord]) -> Iterator[Snapshot]:
+        held = self._state.unattributed_total
         for record in records:
             for event in interpret(record):
-                snap = self._fold.apply(event)
+                snap = self._state.apply(event)
                 if snap is not None:
-                    snaps.append(snap if snap.taken_at <= now else replace(snap, taken_at=now))
-        if self._fold.unattributed_total > held:
+                    yield snap
+        if self._state.unattributed_total > held:
             log.warning(
                 "%s: %d incident(s) in a block whose rank header is not in the log; held unattributed: %s",
                 self._target.location,
-                self._fold.unattributed_total - held,
-                self._fold.unattributed[-1].message[:200],
+                self._state.unattributed_total - held,
+                self._state.unattributed[-1].message[:200],
             )
-        if self._fold.dropped and not self._warned:
-            self._warned = True
-            log.warning(
-                "event=log_ranks_capped path=%s max_log_ranks=%d: lines of further ranks are dropped",
-                self._target.location,
-                self._fold.max_ranks,
-            )
-        return keep_notable(snaps)
 
-
-def keep_notable(snaps: list[Snapshot]) -> list[Snapshot]:
-    """Per rank: every snapshot with an incident or a negative used count, and the last one."""
-    last = {s.worker.key: i for i, s in enumerate(snaps)}
-    return [s for i, s in enumerate(snaps) if last[s.worker.key] == i or _notable(s)]
-
-
-def _notable(snap: Snapshot) -> bool:
-    return bool(snap.incidents) or any((a.used or 0) < 0 for a in snap.pools.values())
+    def _capped(self) -> tuple[bool, int]:
+        return bool(self._state.dropped), self._state.max_ranks

@@ -9,11 +9,13 @@ the *first problem*: the earliest moment the accounting provably went wrong.  Pu
 from __future__ import annotations
 
 import datetime as dt
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from poolwatch.model.rank import IncidentKind, Pool
 
-__all__ = ["POOLS", "UNATTRIBUTED", "UNDATED_DAY", "Problem", "ReplayReport", "Row"]
+__all__ = ["POOLS", "UNATTRIBUTED", "UNDATED_DAY", "Problem", "ReplayReport", "Row", "Windows"]
 
 POOLS = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)  # the timeline's pool columns
 UNDATED_DAY = dt.date(2000, 1, 1)  # the day a log's time-of-day lines are put on when nothing dates them
@@ -65,3 +67,39 @@ class ReplayReport:
     @property
     def problem(self) -> bool:
         return self.first_problem is not None or IncidentKind.SCHEDULER_EXCEPTION.value in self.incidents
+
+
+class Windows:
+    """The rows of the current window, emitted in time order when it closes: per rank one summary
+    row (its batch or statistics lines over ``every`` seconds) and every other row as it came.
+    With ``every <= 0`` each row is emitted at once (:attr:`each`)."""
+
+    def __init__(self, emit: Callable[[Row], None], every: float) -> None:
+        self.emit, self.every = emit, every
+        self.summary: dict[str, Row] = {}  # the current window's summary row, by rank
+        self.rows: list[Row] = []  # the current window's other rows
+        self._window: float | None = None
+
+    @property
+    def each(self) -> bool:
+        return self.every <= 0
+
+    def advance(self, at: float) -> None:
+        """A line stamped ``at`` was read: close the window when ``at`` is past it."""
+        if self.each:
+            return
+        window = math.floor(at / self.every)
+        if self._window is not None and window != self._window:
+            self.close()
+        self._window = window
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        if self.each:
+            self.close()
+
+    def close(self) -> None:
+        for row in sorted([*self.summary.values(), *self.rows], key=lambda r: (r.at, r.rank)):
+            self.emit(row)
+        self.summary.clear()
+        self.rows.clear()

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import math
 from collections.abc import Callable, Iterable
 
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe, used
 from poolwatch.model.rank import IncidentKind, Pool
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.logfile.replay import UNATTRIBUTED, Problem, ReplayReport, Row
+from poolwatch.sources.logfile.replay import UNATTRIBUTED, Problem, ReplayReport, Row, Windows
 from poolwatch.sources.sglang.log.events import (
     BatchStats,
     RankIncident,
@@ -42,11 +41,7 @@ class Replayer:
     ) -> None:
         self._fold = LogFold(worker)
         self._assembler = RecordAssembler(day=day)  # ``day`` dates 0.2.x time-of-day prefixes
-        self._emit = emit
-        self._every = every
-        self._window: float | None = None
-        self._open: dict[str, Row] = {}  # the batch rows of the current window, by rank
-        self._incidents: list[Row] = []  # the incident rows of the current window
+        self._windows = Windows(emit, every)
         self.report = ReplayReport()
 
     def feed(self, lines: Iterable[str]) -> None:
@@ -58,7 +53,7 @@ class Replayer:
     def finish(self) -> ReplayReport:
         for record in self._assembler.flush():
             self._record(record)
-        self._close_window()
+        self._windows.close()
         self.report.split_records = self._assembler.overflowed
         return self.report
 
@@ -91,41 +86,37 @@ class Replayer:
     def _incident(self, event: RankIncident, snap: Snapshot, verdict: str) -> None:
         rank = _label(event.ranks)
         self.report.ranks.add(rank)
-        self._advance(event.incident.at)
+        self._windows.advance(event.incident.at)
         kind = event.incident.kind
         self.report.incidents[kind.value] = self.report.incidents.get(kind.value, 0) + 1
         figures = _account_figures(snap)
         row = Row(event.incident.at, rank, kind.value, figures=figures, verdict=verdict, dated=self._dated)
-        self._incidents.append(row)
-        if self._every <= 0:
-            self._close_window()
+        self._windows.add(row)
         if kind in ACCOUNTING or verdict:
             self._first(row, event.incident.message)
 
     def _unattributed(self, event: UnattributedIncident, detached: Snapshot) -> None:
         """A row under rank ``unattributed``: its figures and verdict are shown, no rank gets them."""
         self.report.unattributed += 1
-        self._advance(event.incident.at)
+        self._windows.advance(event.incident.at)
         kind = event.incident.kind
         self.report.incidents[kind.value] = self.report.incidents.get(kind.value, 0) + 1
         verdict = _verdict(assess_snapshot(detached))
         figures = _account_figures(detached)
         at, dated = event.incident.at, self._dated
         row = Row(at, UNATTRIBUTED, kind.value, figures=figures, verdict=verdict, dated=dated)
-        self._incidents.append(row)
-        if self._every <= 0:
-            self._close_window()
+        self._windows.add(row)
         if kind in ACCOUNTING or verdict:
             self._first(row, event.incident.message)
 
     def _batch(self, event: BatchStats, verdict: str) -> None:
         rank = _label(event.ranks)
         self.report.ranks.add(rank)
-        self._advance(event.at)
-        row = self._open.get(rank)
-        if row is None or self._every <= 0:
+        self._windows.advance(event.at)
+        row = self._windows.summary.get(rank)
+        if row is None or self._windows.each:
             row = Row(event.at, rank, event.kind, dated=self._dated)
-            self._open[rank] = row
+            self._windows.summary[rank] = row
         else:
             row.event = "batches"
         row.batches += 1
@@ -135,22 +126,8 @@ class Replayer:
         row.verdict = row.verdict or verdict
         if verdict:
             self._first(Row(event.at, rank, event.kind, verdict=verdict, dated=self._dated), "")
-        if self._every <= 0:
-            self._close_window()
-
-    def _advance(self, at: float) -> None:
-        if self._every <= 0:
-            return
-        window = math.floor(at / self._every)
-        if self._window is not None and window != self._window:
-            self._close_window()
-        self._window = window
-
-    def _close_window(self) -> None:
-        for row in sorted([*self._open.values(), *self._incidents], key=lambda r: (r.at, r.rank)):
-            self._emit(row)
-        self._open.clear()
-        self._incidents.clear()
+        if self._windows.each:
+            self._windows.close()
 
     def _first(self, row: Row, message: str) -> None:
         if self.report.first_problem is None:

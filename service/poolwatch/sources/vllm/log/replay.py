@@ -13,12 +13,11 @@ free queue's ``remove() called on an invalid block``).  Any crash makes the repl
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Callable, Iterable
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model.rank import Pool
-from poolwatch.sources.logfile.replay import Problem, ReplayReport, Row
+from poolwatch.sources.logfile.replay import Problem, ReplayReport, Row, Windows
 from poolwatch.sources.vllm.log.events import (
     Capacity,
     EngineDead,
@@ -48,11 +47,7 @@ class Replayer:
         """``day`` dates the stamps (vLLM prints no year): the file's day, else today."""
         self._fold = VllmLogFold(worker)
         self._assembler = RecordAssembler(Calendar(day or dt.date.today()))
-        self._emit = emit
-        self._every = every
-        self._window: float | None = None
-        self._open: dict[str, Row] = {}  # the statistics rows of the current window, by rank
-        self._events: list[Row] = []  # the other rows of the current window
+        self._windows = Windows(emit, every)
         self.report = ReplayReport()
 
     def feed(self, lines: Iterable[str]) -> None:
@@ -64,7 +59,7 @@ class Replayer:
     def finish(self) -> ReplayReport:
         for record in self._assembler.flush():
             self._record(interpret(record))
-        self._close_window()
+        self._windows.close()
         self.report.split_records = self._assembler.overflowed
         return self.report
 
@@ -85,10 +80,10 @@ class Replayer:
         snap = self._fold.apply(event)
         verdict = describe(assess_snapshot(snap)) if snap is not None and event.figures.negative else ""
         self.report.ranks.add(rank)
-        self._advance(event.at)
-        row = self._open.get(rank)
-        if row is None or self._every <= 0:
-            row = self._open[rank] = Row(event.at, rank, "stats")
+        self._windows.advance(event.at)
+        row = self._windows.summary.get(rank)
+        if row is None or self._windows.each:
+            row = self._windows.summary[rank] = Row(event.at, rank, "stats")
         f = event.figures
         row.batches += 1
         weight = (f.negative, False, abs(f.usage or 0.0))
@@ -102,8 +97,8 @@ class Replayer:
         row.verdict = row.verdict or verdict
         if verdict:
             self._first(Row(event.at, rank, "stats", verdict=verdict), "")
-        if self._every <= 0:
-            self._close_window()
+        if self._windows.each:
+            self._windows.close()
 
     def _incident(self, event: RankIncident | EngineDead) -> None:
         snap = self._fold.apply(event)
@@ -120,26 +115,10 @@ class Replayer:
 
     def _event_row(self, at: float, rank: str, event: str, verdict: str = "") -> Row:
         self.report.ranks.add(rank)
-        self._advance(at)
+        self._windows.advance(at)
         row = Row(at, rank, event, verdict=verdict)
-        self._events.append(row)
-        if self._every <= 0:
-            self._close_window()
+        self._windows.add(row)
         return row
-
-    def _advance(self, at: float) -> None:
-        if self._every <= 0:
-            return
-        window = math.floor(at / self._every)
-        if self._window is not None and window != self._window:
-            self._close_window()
-        self._window = window
-
-    def _close_window(self) -> None:
-        for row in sorted([*self._open.values(), *self._events], key=lambda r: (r.at, r.rank)):
-            self._emit(row)
-        self._open.clear()
-        self._events.clear()
 
     def _first(self, row: Row, message: str) -> None:
         if self.report.first_problem is None:

@@ -10,7 +10,7 @@ from tests.helpers import FakeClock
 from tests.probe.sglang.fakes import MambaPool, Rank
 
 from poolwatch.conservation import gap
-from poolwatch.model.findings import TripwireKind
+from poolwatch.model.findings import RepairKind, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.engine import SGLANG
@@ -111,3 +111,34 @@ def test_a_lost_checkpoint_slot_is_named_by_slot_id() -> None:
     assert snap is not None
     named = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
     assert named == [(TripwireKind.MISSING, Pool.MAMBA_CKPT, (lost,))]
+
+
+def guarded(rank: Rank) -> SglangProbe:
+    clock = FakeClock()
+    config = replace(CONFIG, guard=True)
+    probe = SGLANG.new(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    probe.sample_now()
+    return probe
+
+
+def test_guard_takes_a_tree_held_checkpoint_slot_off_its_free_list_and_names_it() -> None:
+    rank, ckpt = rank_with_checkpoints()
+    ckpt.allocator.free(torch.tensor([1]))  # checkpoint slot 1 is a tree node's state
+    active_free = sorted(rank.mamba.free_slots.tolist())
+    snap = guarded(rank).latest
+    assert snap is not None
+    assert 1 not in ckpt.allocator.free_slots.tolist()
+    assert sorted(rank.mamba.free_slots.tolist()) == active_free  # the active pool's slot 1 untouched
+    repairs = [(r.kind, r.pool, r.slots) for r in snap.repairs]
+    assert repairs == [(RepairKind.QUARANTINE, Pool.MAMBA_CKPT, (1,))]
+    assert gap(snap.pools[Pool.MAMBA_CKPT]) == 0
+    assert snap.tripwires == ()
+
+
+def test_without_guard_the_checkpoint_free_list_is_left_as_it_is() -> None:
+    rank, ckpt = rank_with_checkpoints()
+    ckpt.allocator.free(torch.tensor([1]))
+    snap = sample(rank).latest
+    assert snap is not None
+    assert 1 in ckpt.allocator.free_slots.tolist()
+    assert snap.repairs == ()

@@ -9,7 +9,8 @@ import http.client
 import json
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def served(tmp_path: Path) -> Iterator[tuple[SglangProbe, Rank, int]]:
 
 
 def request(
-    port: int, path: str, timeout: float = 10, headers: dict[str, str] | None = None
+    port: int, path: str, timeout: float = 40, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, object]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -50,6 +51,15 @@ def request(
         return resp.status, json.loads(resp.read())
     finally:
         conn.close()
+
+
+def until(ready: Callable[[], bool], within: float = 30.0) -> None:
+    """Wait for ``ready()``, failing after ``within`` seconds (a long-poll that ended early, on a
+    stalled machine, must fail the test, not hang the suite)."""
+    deadline = time.monotonic() + within
+    while not ready():
+        assert time.monotonic() < deadline, "not ready within the bound"
+        threading.Event().wait(0.01)
 
 
 def test_one_keep_alive_connection_serves_many_requests_over_http_1_1(
@@ -87,8 +97,7 @@ def test_extra_long_polls_get_503_at_once_and_a_publish_wakes_the_waiting_ones(
     ]
     for t in waiting:
         t.start()
-    while probe.publication.waiting < slots:
-        threading.Event().wait(0.01)
+    until(lambda: probe.publication.waiting >= slots)
     assert request(port, f"/v1/snapshot?sig={seen}&wait=30", timeout=5)[0] == 503  # refused, not queued
     assert request(port, "/healthz", timeout=5)[0] == 200  # one worker is always left for this
     probe.publication.publish(replace(probe.latest, boot_id="restarted"))  # a new signature
@@ -163,8 +172,7 @@ def test_stopping_the_server_ends_every_thread_even_with_a_long_poll_waiting(tmp
     port, seen = probe.publisher.server.port, signature(probe.latest)
     poll = threading.Thread(target=lambda: request(port, f"/v1/snapshot?sig={seen}&wait=30"))
     poll.start()
-    while probe.publication.waiting == 0 and poll.is_alive():
-        threading.Event().wait(0.01)
+    until(lambda: probe.publication.waiting > 0 or not poll.is_alive())
     detach(rank.sched)
     poll.join(timeout=10)
     assert not poll.is_alive()
@@ -192,8 +200,7 @@ def test_the_sidecar_that_shows_the_secret_gets_its_long_poll_while_hostile_clie
     assert secret is not None
     hostile: list[int] = []
     waiting = hold_long_polls(port, seen, probe_server.PUBLIC_LONG_POLLS, hostile)
-    while probe.publication.waiting < probe_server.PUBLIC_LONG_POLLS:
-        threading.Event().wait(0.01)
+    until(lambda: probe.publication.waiting >= probe_server.PUBLIC_LONG_POLLS)
     assert request(port, f"/v1/snapshot?sig={seen}&wait=30", timeout=5)[0] == 503  # an extra: refused
     wrong = {"Authorization": "Bearer " + "0" * len(secret)}
     assert request(port, f"/v1/snapshot?sig={seen}&wait=30", timeout=5, headers=wrong)[0] == 503
@@ -204,8 +211,7 @@ def test_the_sidecar_that_shows_the_secret_gets_its_long_poll_while_hostile_clie
         target=lambda: mine.append(request(port, f"/v1/snapshot?sig={seen}&wait=30", headers=sidecar)[0])
     )
     watch.start()
-    while probe.publication.waiting < probe_server.PUBLIC_LONG_POLLS + 1:
-        threading.Event().wait(0.01)
+    until(lambda: probe.publication.waiting >= probe_server.PUBLIC_LONG_POLLS + 1)
     assert request(port, "/healthz", timeout=5)[0] == 200  # and one worker is still left for this
     probe.publication.publish(replace(probe.latest, boot_id="restarted"))
     for t in [*waiting, watch]:

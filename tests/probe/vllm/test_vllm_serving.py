@@ -88,7 +88,9 @@ class Collector:
 
     def __enter__(self) -> Collector:
         self.thread.start()
-        while not self.got:  # attended: it was handed a snapshot before the fault
+        deadline = time.monotonic() + 30  # attended: it was handed a snapshot before the fault
+        while not self.got:
+            assert time.monotonic() < deadline, "no snapshot collected within 30 s"
             time.sleep(0.005)
         return self
 

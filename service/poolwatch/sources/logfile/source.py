@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from poolwatch.limits import DEFAULT_LIMITS
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.logfile.notable import keep_notable
@@ -43,11 +44,13 @@ class LogSource(Source):
         *,
         backfill: int = 1 << 20,
         max_read: int = 4 << 20,
+        max_ranks: int = DEFAULT_LIMITS.max_log_ranks,
     ) -> None:
         self._target = target
         self._clock = clock
         self._tail = LogTail(target.location, backfill=backfill, max_read=max_read)
         self._warned = False
+        self._begin(clock(), max_ranks)
 
     @property
     def target(self) -> Target:
@@ -66,6 +69,10 @@ class LogSource(Source):
         self._tail.close()
 
     # -- the engine room's part ---------------------------------------------------------------
+
+    def _begin(self, now: float, max_ranks: int) -> None:
+        """Make the record assembler and the rank fold (``now`` dates lines read before any stamp)."""
+        raise NotImplementedError
 
     def _feed(self, line: str) -> list[Any]:
         """The records ``line`` completes."""

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
-from poolwatch.limits import DEFAULT_LIMITS
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.events import interpret
 from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
@@ -39,18 +37,10 @@ log = logging.getLogger("poolwatch.sources")
 class SglangLogSource(LogSource):
     """Follows one SGLang log file (all the ranks that write to it)."""
 
-    def __init__(
-        self,
-        target: Target,
-        clock: Callable[[], float],
-        *,
-        backfill: int = 1 << 20,
-        max_read: int = 4 << 20,
-        max_ranks: int = DEFAULT_LIMITS.max_log_ranks,
-    ) -> None:
-        super().__init__(target, clock, backfill=backfill, max_read=max_read)
-        now = clock()  # dates 0.2.x time-of-day stamps and stamps lines read before any stamped one
+    def _begin(self, now: float, max_ranks: int) -> None:
+        # ``now`` dates 0.2.x time-of-day stamps and stamps lines read before any stamped one
         self._assembler = RecordAssembler(day=dt.date.fromtimestamp(now), at=now)
+        target = self._target
         self._state = LogFold(target.worker, target.role, instance=target.location, max_ranks=max_ranks)
 
     def _feed(self, line: str) -> list[LogRecord]:

@@ -15,11 +15,9 @@ dropped and the first drop is logged.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
-from poolwatch.limits import DEFAULT_LIMITS
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.vllm.log.events import interpret
 from poolwatch.sources.vllm.log.lines import Calendar
@@ -34,18 +32,9 @@ class VllmLogSource(LogSource):
 
     holders = "engines"
 
-    def __init__(
-        self,
-        target: Target,
-        clock: Callable[[], float],
-        *,
-        backfill: int = 1 << 20,
-        max_read: int = 4 << 20,
-        max_ranks: int = DEFAULT_LIMITS.max_log_ranks,
-    ) -> None:
-        super().__init__(target, clock, backfill=backfill, max_read=max_read)
-        now = clock()
+    def _begin(self, now: float, max_ranks: int) -> None:
         self._assembler = RecordAssembler(Calendar(dt.date.fromtimestamp(now)), at=now)
+        target = self._target
         self._state = VllmLogFold(target.worker, target.role, instance=target.location, max_ranks=max_ranks)
 
     def _feed(self, line: str) -> list[LogRecord]:

@@ -10,7 +10,8 @@ An engine room supplies a :class:`~poolwatch.probe.core.engine.Engine` spec and,
   when the room says this is the first idle hook after work (``fresh``);
 * a sample (:meth:`Probe._sample`): read -> the census schedule (:mod:`~poolwatch.probe.core.schedule`)
   -> the censuses due and their findings (tripwires, ``GET /v1/census``) -> contain every failure
-  -> publish one snapshot (``publication.publish`` swaps a reference and wakes the long-polls);
+  -> publish one snapshot (:mod:`~poolwatch.probe.core.stamping`: ``publication.publish`` swaps a
+  reference and wakes the long-polls);
 * while the probe is off (``POST /v1/disable``, the ``DISABLE`` file, or its containment gave up)
   nothing is read from the engine, but a pool-less heartbeat snapshot is published once a second so
   the kill switch stays visible (:mod:`poolwatch.probe.core.switch`);
@@ -33,8 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from poolwatch.model.rank import Phase, Role, WorkerId
-from poolwatch.model.snapshot import ProbeHealth, Snapshot
+from poolwatch.model.rank import Phase
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.census.report import census_envelope
 from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.call_site import CallSites
@@ -42,11 +43,12 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
 from poolwatch.probe.core.identity import RankIdentity
-from poolwatch.probe.core.last_word import Outcome, await_collection
+from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.core.schedule import CensusSchedule, Due
-from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
+from poolwatch.probe.core.stamping import Stamping
+from poolwatch.probe.core.switch import KillSwitch
 from poolwatch.probe.core.tripwires import TripwireLog
 
 __all__ = ["Clock", "Probe"]
@@ -55,8 +57,9 @@ Clock = Callable[[], float]
 QUIET_S = 1.0  # a keepalive re-stamps an idle snapshot only after this long without a hook
 
 
-class Probe:
-    """One scheduler rank's probe (a room subclasses it only for what is truly extra)."""
+class Probe(Stamping):
+    """One scheduler rank's probe (a room subclasses it only for what is truly extra); what it
+    publishes, and how, is :class:`~poolwatch.probe.core.stamping.Stamping`'s."""
 
     def __init__(
         self,
@@ -252,83 +255,3 @@ class Probe:
     def _deliver(self, sample: EngineSample, reading: Reading, hook: str, *, idle_hook: bool) -> None:
         """Publish the sample's snapshot (a room may add to it, or act after it)."""
         self._swap(self._snapshot(sample, reading))
-
-    def _health_extras(self) -> dict[str, bool]:
-        """The room's own health flags (``guard``, ``guard_return``)."""
-        return {}
-
-    # -- the snapshot ------------------------------------------------------------------------------
-
-    @property
-    def latest(self) -> Snapshot | None:
-        return self.publication.latest
-
-    @latest.setter
-    def latest(self, snapshot: Snapshot | None) -> None:
-        self._swap(snapshot)
-
-    def _swap(self, snapshot: Snapshot | None) -> None:
-        with self._lock:
-            self.publication.publish(snapshot)
-
-    def last_words(self) -> None:
-        """The room knows this rank dies next: wait, bounded, until the sidecar was handed what is
-        published now (:mod:`~poolwatch.probe.core.last_word`); no wait when nothing is served."""
-        snap = self.latest
-        serving = self.config.serve and self.publisher is not None and snap is not None
-        publication = self.publication if serving else None
-        seq, version = (snap.seq, self.publication.version) if snap is not None else (0, 0)
-        bound = self.config.last_word_wait_s
-        self.last_word = await_collection(publication, seq, bound, version=version)
-
-    def _publish_health(self) -> None:
-        if self.latest is not None:
-            self._swap(replace(self.latest, probe=self._health()))
-
-    def _snapshot(self, sample: EngineSample, reading: Reading) -> Snapshot:
-        return Snapshot(
-            worker=self.worker(sample.role, reading),
-            seq=self.seq,
-            taken_at=self.wall(),
-            phase=sample.phase,
-            pools=sample.pools,
-            source="probe",
-            queues=sample.queues,
-            tripwires=self.tripwires.all(),
-            repairs=self.repairs.all(),
-            probe=self._health(),
-            idle_check_strict=self.reader.idle_check_strict,
-            boot_id=self.boot_id,
-        )
-
-    def worker(self, role: Role, reading: Reading) -> WorkerId:
-        """Who this rank is, in ``role`` (read once per role: :mod:`~poolwatch.probe.core.identity`)."""
-        return self.identity.of(role, reading)
-
-    def announce(self, reading: Reading) -> tuple[WorkerId, int]:
-        """Who the rank is and its index on the node (the endpoint's discovery file)."""
-        return self.worker(Role.UNIFIED, reading), self.reader.local_index(reading)
-
-    def _health(self) -> ProbeHealth:
-        return self.guard.health(
-            sample_cost=self._sample_cost,
-            census_cost=self.census_cost,
-            census_total=self.census_total,
-            disabled=self.switch.off,
-            tripwires_dropped=self.tripwires.dropped,
-            **self._health_extras(),
-        )
-
-    def _heartbeat(self) -> None:
-        """Disabled: publish who we are and that we are off, with no pool figures (nothing read)."""
-        self.switch.last_heartbeat = self.clock()
-        self._swap(
-            heartbeat_snapshot(
-                self.latest,
-                lambda: self.worker(Role.UNIFIED, Reading()),
-                seq=self.seq,
-                taken_at=self.wall(),
-                health=self._health(),
-                boot_id=self.boot_id,
-            )
-        )

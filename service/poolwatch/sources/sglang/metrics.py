@@ -23,9 +23,8 @@ from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import Phase, Pool, PoolAccount, Role, SourceKind, WorkerId
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_bytes, get_json, join_url
-from poolwatch.sources.prom_text import PromTextError, TooManySamples, parse_samples
+from poolwatch.sources.metrics_page import parse_page
 from poolwatch.sources.sglang.gauges import (
     RankGauges,
     ServerInfo,
@@ -49,16 +48,7 @@ def parse_metrics_page(text: str, limits: Limits = DEFAULT_LIMITS) -> dict[Ranks
     """The SGLang gauges of a ``/metrics`` page by rank; raises ``PayloadError`` (parse, or
     too_large past ``limits.max_page_samples`` samples or ``limits.max_page_ranks`` ranks: one
     server's page never makes the sidecar hold unbounded series)."""
-    try:
-        ranks = group_by_rank(parse_samples(text, wanted, limits.max_page_samples))
-    except TooManySamples as exc:
-        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {exc}") from None
-    except PromTextError as exc:
-        raise scrape_failure(exc, "/metrics") from None
-    most = limits.max_page_ranks
-    if len(ranks) > most:
-        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {len(ranks)} ranks, more than {most}")
-    return ranks
+    return parse_page(text, wanted, group_by_rank, limits, "ranks")
 
 
 @dataclass(slots=True)

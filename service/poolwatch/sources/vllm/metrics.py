@@ -33,9 +33,8 @@ from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import SourceKind, WorkerId
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.failures import scrape_failure
 from poolwatch.sources.http import get_bytes, get_json, join_url
-from poolwatch.sources.prom_text import PromTextError, TooManySamples, parse_samples
+from poolwatch.sources.metrics_page import parse_page
 from poolwatch.sources.vllm.gauges import EngineGauges, group_by_engine, phase, pool_account, queues, wanted
 
 __all__ = ["ENGINE", "SOURCE", "VllmMetricsSource", "parse_metrics_page"]
@@ -48,16 +47,7 @@ VERSION_REFRESH_SECONDS = 300.0
 def parse_metrics_page(text: str, limits: Limits = DEFAULT_LIMITS) -> dict[int, EngineGauges]:
     """The vLLM gauges of a ``/metrics`` page by engine; raises ``PayloadError`` (parse, or
     too_large past ``limits.max_page_samples`` samples or ``limits.max_page_ranks`` engines)."""
-    try:
-        engines = group_by_engine(parse_samples(text, wanted, limits.max_page_samples))
-    except TooManySamples as exc:
-        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {exc}") from None
-    except PromTextError as exc:
-        raise scrape_failure(exc, "/metrics") from None
-    most = limits.max_page_ranks
-    if len(engines) > most:
-        raise PayloadError(Reason.TOO_LARGE, f"/metrics: {len(engines)} engines, more than {most}")
-    return engines
+    return parse_page(text, wanted, group_by_engine, limits, "engines")
 
 
 def parse_version(doc: object) -> str:

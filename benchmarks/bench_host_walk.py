@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.host_census import host_account
 from poolwatch_emulator.hicache import HostKVCache
 from poolwatch_emulator.radix import TreeNode

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach, install, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.kv_census import kv_census

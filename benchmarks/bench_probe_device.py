@@ -34,7 +34,7 @@ from typing import Any
 
 from bench_probe import NO_CENSUS, rank_with
 
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.kv_census import kv_census

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.census import walk_pool
 from poolwatch.probe.vllm.engine import VLLM, vllm_release

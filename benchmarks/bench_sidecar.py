@@ -34,7 +34,7 @@ from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 SERVER = r"""
 import asyncio, sys

@@ -245,7 +245,7 @@ def detector() -> dict[str, Any]:
     from poolwatch.detect.detector import Detector
     from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
     from poolwatch.model.snapshot import ProbeHealth, Snapshot
-    from poolwatch.target_health import TargetState
+    from poolwatch.target_state import TargetState
 
     def account(pool: Pool, size: int, avail: int, evict: int, prot: int, held: int) -> PoolAccount:
         return PoolAccount(pool, size, avail, evict, prot, held, 0, exactness=Exactness.EXACT)
@@ -342,7 +342,7 @@ def trend() -> dict[str, Any]:
 def probe() -> dict[str, Any]:
     from bench_probe import NO_CENSUS, rank_with
 
-    from poolwatch.probe.core.access import Reading
+    from poolwatch.probe.core.reading import Reading
     from poolwatch.probe.lifecycle import attach, detach
     from poolwatch.probe.sglang.engine import SGLANG
     from poolwatch.probe.sglang.mamba_census import mamba_census

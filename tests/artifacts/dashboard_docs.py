@@ -1,5 +1,5 @@
 """The dashboards as the artifact tests read them, every PromQL expression one carries, and the
-walk of a parsed expression that tells the ``$engine`` filter (:mod:`poolwatch.artifacts.engines`)
+walk of a parsed expression that tells the ``$engine`` filter (:mod:`poolwatch.artifacts.engine_filter`)
 from the selectors it filters."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from tests.artifacts.dashboard_docs import DASHBOARDS, INFO, children, is_engine
 from tests.helpers import require_tool
 
 from poolwatch.artifacts.dashboards import fleet_dashboard
-from poolwatch.artifacts.engines import filter_expr
+from poolwatch.artifacts.engine_filter import filter_expr
 from poolwatch.catalog.metrics import by_name
 from poolwatch.detect.config import MixinConfig
 

@@ -20,7 +20,7 @@ import pytest
 from tests.artifacts.dashboard_docs import DASHBOARDS, children, is_engine_filtered, parse
 from tests.artifacts.vllm_pod import Sample, vllm_pod_metrics, vllm_pod_samples
 
-from poolwatch.artifacts.engines import BLOCKS, SGLANG_ONLY, sglang_only
+from poolwatch.artifacts.engine_filter import BLOCKS, SGLANG_ONLY, sglang_only
 from poolwatch.artifacts.fleet_health import NOT_CHARTED
 from poolwatch.artifacts.panels import SLOTS, SLOTS_PER_SECOND
 from poolwatch.catalog.metrics import CATALOG, by_name

@@ -31,7 +31,7 @@ from tests.sources.vllm.fakes import LOGS, PAGES, local
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
-from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.app import create_app

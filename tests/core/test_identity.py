@@ -1,13 +1,13 @@
-"""The one authority that names a worker and its pod (poolwatch.identity)."""
+"""The one authority that names a worker and its pod (poolwatch.naming)."""
 
 from __future__ import annotations
 
 import pytest
 
-from poolwatch.identity import NoWorkerName, namespace_name, pod_name, target_worker, worker_name
 from poolwatch.model.rank import Role
-from poolwatch.probe.core.access import Reading
+from poolwatch.naming import NoWorkerName, namespace_name, pod_name, target_worker, worker_name
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings
 

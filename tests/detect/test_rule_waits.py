@@ -23,7 +23,7 @@ from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.model.findings import Repair, RepairKind
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
-from poolwatch.target_health import TargetState
+from poolwatch.target_state import TargetState
 
 CONFIG = MixinConfig(
     DetectorConfig(

@@ -38,7 +38,7 @@ from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 PLACES = MAX_OPEN + RESERVED_OPEN
 

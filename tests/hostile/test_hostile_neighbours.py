@@ -42,7 +42,7 @@ from tests.probe.sglang.fakes import Rank
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 
 pytestmark = pytest.mark.hostile
 

@@ -38,13 +38,13 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.repair import repairer_for
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, shape_for_version
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.persist import load_state
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.sglang.log.source import SglangLogSource
 from poolwatch.sources.targets import TargetSet
 

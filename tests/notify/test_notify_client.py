@@ -12,8 +12,8 @@ import pytest
 
 from poolwatch.errors import ConfigError
 from poolwatch.notify.client import build_client, tls_verify
-from poolwatch.settings.access import receiver_access
 from poolwatch.settings.groups import AlertSettings
+from poolwatch.settings.receivers import receiver_access
 
 
 async def seen_headers(settings: AlertSettings) -> httpx.Headers:

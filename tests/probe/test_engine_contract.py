@@ -24,10 +24,10 @@ from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.census.report import CENSUS_SCHEMA
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.hooks import ORIGINALS, hook_names
+from poolwatch.probe.core.kill_switch import HEARTBEAT_S
 from poolwatch.probe.core.post_import import _PostImport
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.schedule import GAP_CENSUS_EVERY_S
-from poolwatch.probe.core.switch import HEARTBEAT_S
 from poolwatch.probe.lifecycle import activate, attach, detach, install, probe_of, uninstall
 
 NAMES = [entry.name for entry in REGISTRY]

@@ -26,7 +26,7 @@ from sglang.srt.mem_cache.radix_cache import TreeNode
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import PoolAccount
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.host_census import host_account
 
 FAILED: list[str] = []

@@ -28,7 +28,7 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, PoolAccount
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.host_census import HostReader, host_account
 
 FAILED: list[str] = []

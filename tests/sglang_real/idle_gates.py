@@ -17,7 +17,7 @@ from typing import Any
 from unittest.mock import MagicMock
 
 from poolwatch.model.rank import Phase
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.final import sglang_checks
 from poolwatch.probe.sglang.phase import gate_readings
 from poolwatch.probe.sglang.shapes import shape_for_version

@@ -27,7 +27,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 RANKS = 1000
 WAIT = 0.5  # each probe answers a long-poll after this (its verdict never changes)

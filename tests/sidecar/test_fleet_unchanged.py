@@ -20,7 +20,7 @@ from poolwatch.probe.endpoint.routes import Context, answer, parse_head
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 RANKS = 1000
 WAIT = 0.5

@@ -28,7 +28,7 @@ from poolwatch.sidecar.scraper import FINAL_POLL_S, Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.final import FinalSnapshotSource
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 NOW = 1_761_907_243.0
 

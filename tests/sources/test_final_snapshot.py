@@ -20,7 +20,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.final import FinalSnapshotSource, RankExited
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.targets import TargetSet
 
 NOW = 1_761_907_243.0

@@ -26,9 +26,9 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.endpoint import server as probe_server
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.settings.sidecar import Settings
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.targets import TargetSet
 from poolwatch.sources.wire import WireClient
 

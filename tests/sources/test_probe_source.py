@@ -14,7 +14,7 @@ from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Pool, Role
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source, Target
-from poolwatch.sources.probe import ProbeSource, parse_probe_payload
+from poolwatch.sources.probe_source import ProbeSource, parse_probe_payload
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -25,7 +25,7 @@ from poolwatch.probe.endpoint.routes import Context, Response, answer, parse_hea
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.wire import WireClient
 
 PORT = 41234

@@ -13,7 +13,7 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 
 async def test_an_unchanged_probe_holds_every_long_poll_for_its_whole_wait(seed_snapshot: Snapshot) -> None:

@@ -17,7 +17,7 @@ from poolwatch.conservation import signature
 from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 # (boot id, ETag header) of each answer: the signature changes with the boot id; tags that need quoting
 ANSWERS = [("b0", '"0f1e"'), ("b0", '"2d3c"'), ("b 1|x", '"a b&c=d"'), ("b 1|x", 'W/"4b5a"'), ("b0", '"é+%"')]

@@ -13,7 +13,7 @@ from poolwatch.errors import ConfigError
 from poolwatch.model.rank import Role
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.sglang.log.source import SglangLogSource
 from poolwatch.sources.sglang.metrics import SglangMetricsSource
 from poolwatch.sources.target_config import load_targets_file, parse_targets_document, static_targets

@@ -22,7 +22,7 @@ from poolwatch.conservation import gap
 from poolwatch.model.findings import RepairKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.lifecycle import detach
-from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.probe.vllm.extras import VllmProbe
 from tests.vllm_real.check_release import (
     CONFIG,
     PREFIXES,

@@ -24,7 +24,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
-from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.probe.vllm.extras import VllmProbe
 from tests.vllm_real.harness import (
     VERSION,
     Ticks,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from poolwatch.artifacts.engines import ENGINE
+from poolwatch.artifacts.engine_filter import ENGINE
 from poolwatch.artifacts.fleet_health import health_panels
 from poolwatch.artifacts.grafana import (
     Json,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.artifacts.engines import BLOCKS, ENGINE, engine_filtered, engine_variable
+from poolwatch.artifacts.engine_filter import BLOCKS, ENGINE, engine_filtered, engine_variable
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -132,7 +132,7 @@ def _select(node: Any, matchers: str) -> Any:
 
 
 def configure(doc: Json, config: MixinConfig) -> Json:
-    """``doc`` with every panel query filtered by ``$engine`` (:mod:`poolwatch.artifacts.engines`),
+    """``doc`` with every panel query filtered by ``$engine`` (:mod:`poolwatch.artifacts.engine_filter`),
     the config's selector on every ``poolwatch_*`` query and, when the config names a cluster
     label, a variable for it that every such query matches."""
     doc = engine_filtered(doc, config.cluster_label)

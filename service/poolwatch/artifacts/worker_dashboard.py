@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poolwatch.artifacts.engines import ENGINE, sglang_only
+from poolwatch.artifacts.engine_filter import ENGINE, sglang_only
 from poolwatch.artifacts.grafana import Json, PanelSpec, Query, alert_annotation, dashboard, query_variable
 from poolwatch.artifacts.panels import (
     SLOTS,

@@ -29,7 +29,7 @@ from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Target
 from poolwatch.sources.engine import EngineSources, SourceOptions, engine_sources, sources_of
-from poolwatch.sources.probe import SNAPSHOT_PATH, ProbeSource
+from poolwatch.sources.probe_source import SNAPSHOT_PATH, ProbeSource
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CheckResult", "add_arguments", "check", "run"]
 

@@ -36,7 +36,7 @@ from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries
 from poolwatch.model.rank import Pool, WorkerId
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.target_health import TargetState
+from poolwatch.target_state import TargetState
 
 __all__ = ["RESTARTED", "Detector"]
 

@@ -18,7 +18,7 @@ from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import Seen, first_line, where
 from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.target_health import TargetState
+from poolwatch.target_state import TargetState
 
 __all__ = ["ProbeDegradation", "Staleness", "TargetHealth"]
 

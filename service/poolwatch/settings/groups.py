@@ -58,7 +58,7 @@ class TargetSettings:
 
 @dataclass(frozen=True, slots=True)
 class IdentitySettings:
-    """Who the watched worker is (:mod:`poolwatch.identity` decides every default)."""
+    """Who the watched worker is (:mod:`poolwatch.naming` decides every default)."""
 
     worker: str = ""  # "" = POD_NAME, then the host name
     role: Role = Role.UNIFIED

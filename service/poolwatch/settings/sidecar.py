@@ -18,8 +18,8 @@ from typing import Any
 
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.errors import ConfigError
-from poolwatch.identity import namespace_name, pod_name, worker_name
 from poolwatch.limits import Limits
+from poolwatch.naming import namespace_name, pod_name, worker_name
 from poolwatch.settings.groups import (
     AlertSettings,
     IdentitySettings,
@@ -74,7 +74,7 @@ class Settings:
 
     def with_default_worker(self, environ: Mapping[str, str]) -> Settings:
         """Fill the identity the flags and ``POOLWATCH_*`` left empty, the one way
-        :mod:`poolwatch.identity` names a worker and its pod."""
+        :mod:`poolwatch.naming` names a worker and its pod."""
         ident = self.identity
         filled = dataclasses.replace(
             ident,

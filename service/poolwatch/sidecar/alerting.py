@@ -37,8 +37,8 @@ from poolwatch.notify.delivery import Deliverer, DeliveryStats, Receiver
 from poolwatch.notify.outbox import INCIDENT_GATHER_S
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
-from poolwatch.settings.access import ReceiverAccess, receiver_access
 from poolwatch.settings.groups import AlertSettings
+from poolwatch.settings.receivers import ReceiverAccess, receiver_access
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.keeper import StateKeeper

@@ -17,7 +17,7 @@ from poolwatch.conservation import assess_snapshot
 from poolwatch.model.rank import IncidentKind
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.target_health import TargetState
+from poolwatch.target_state import TargetState
 
 __all__ = ["api_router"]
 

@@ -32,7 +32,7 @@ from poolwatch.conservation import findings
 from poolwatch.errors import Reason
 from poolwatch.model.rank import IncidentKind, SourceKind
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.target_health import TargetState
+from poolwatch.target_state import TargetState
 
 __all__ = ["HISTORY_BUDGET", "PREFERENCE", "RankState", "SnapshotStore", "best_view"]
 

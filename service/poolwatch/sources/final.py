@@ -5,7 +5,7 @@ pool out of balance), it writes the snapshot that proves it -- pool, sign, slot 
 the fault was first seen -- into the discovery directory (:func:`poolwatch.discovery.final.write_final`),
 signed with the node's secret, before SGLang raises.  The sidecar reads it in two places:
 
-* the rank's :class:`~poolwatch.sources.probe.ProbeSource`, when its request fails (the process is
+* the rank's :class:`~poolwatch.sources.probe_source.ProbeSource`, when its request fails (the process is
   gone but its discovery file is still there): it answers with the final snapshot once;
 * a :class:`FinalSnapshotSource`, for a final file whose rank no longer has a discovery file (the
   process removed it on its way out): it delivers the snapshot once.

@@ -27,8 +27,8 @@ import yaml
 from poolwatch.addresses import distinct, shown_url
 from poolwatch.engines import UnknownEngine
 from poolwatch.errors import ConfigError
-from poolwatch.identity import NoWorkerName, target_worker
 from poolwatch.model.rank import Role, SourceKind
+from poolwatch.naming import NoWorkerName, target_worker
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.engine import EngineSources, sources_of

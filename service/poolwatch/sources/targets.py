@@ -6,7 +6,7 @@ writes ``<worker>-dp<D>-tp<T>-pp<P>.json`` = ``{"url", "pid", "worker", "ranks",
 and go; a restarted rank has a new ``boot_id``).  With ``--probe-workers`` a sidecar follows only
 the probes of those workers (several pods sharing one host directory).  The pod's SGLang
 ``/metrics`` (``--metrics-urls``) and log (``--log-paths``) describe the same ranks; every worker
-name comes from :mod:`poolwatch.identity`, so all three merge into one rank per scheduler.  The
+name comes from :mod:`poolwatch.naming`, so all three merge into one rank per scheduler.  The
 role (``POOLWATCH_ROLE``, when not ``unified``) comes from the sidecar's own environment through
 :class:`~poolwatch.settings.sidecar.Settings`.
 
@@ -35,8 +35,8 @@ from poolwatch.sources.base import Source, Target
 from poolwatch.sources.engine import SourceOptions, sources_for
 from poolwatch.sources.file import FileSource
 from poolwatch.sources.final import FinalSnapshotSource, check_final
-from poolwatch.sources.probe import ProbeSource, watch_wait
 from poolwatch.sources.probe_dir import ProbeDirectoryWatch
+from poolwatch.sources.probe_source import ProbeSource, watch_wait
 from poolwatch.sources.target_config import (
     identity_labels,
     static_targets,

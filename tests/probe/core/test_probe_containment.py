@@ -12,7 +12,7 @@ from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

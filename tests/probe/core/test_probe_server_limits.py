@@ -24,7 +24,7 @@ from poolwatch.probe.endpoint import server as probe_server
 from poolwatch.probe.endpoint.server import ProbeServer
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from poolwatch.discovery.entry import DiscoveryEntry, DiscoveryFormatError, pars
 from poolwatch.discovery.files import read_secret
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.core.switch import DISABLE_FILE
+from poolwatch.probe.core.kill_switch import DISABLE_FILE
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 

@@ -16,7 +16,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.endpoint.routes import MAX_WAIT_S, BadRequest, wait_of
 from poolwatch.sources.base import Target
-from poolwatch.sources.probe import ProbeSource
+from poolwatch.sources.probe_source import ProbeSource
 
 
 def published(snap: Snapshot | None) -> Publication:

@@ -22,8 +22,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.kv_census import _gather_spans, _live_tokens, kv_census

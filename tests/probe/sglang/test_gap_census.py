@@ -15,8 +15,8 @@ from tests.probe.sglang.fakes import Rank
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
 from poolwatch.probe.census.proofs import busy_lost
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import GAP_CENSUS_EVERY_S, CensusSchedule, exact_gaps
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG

@@ -18,7 +18,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.lifecycle import detach, install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster, ClusterConfig
 from poolwatch_emulator.faults import parse_fault

@@ -10,7 +10,7 @@ from tests.probe.sglang.fakes import Rank
 from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import id_census
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.kv_census import kv_census
 from poolwatch.probe.sglang.mamba_census import mamba_census
 from poolwatch.probe.sglang.requests import collect_live

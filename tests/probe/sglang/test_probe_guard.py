@@ -22,7 +22,7 @@ from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, known_release, shape_for_version
 
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, Pool
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.host_census import HostReader, host_account, walk_host_values

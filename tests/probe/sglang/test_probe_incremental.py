@@ -18,12 +18,12 @@ from tests.probe.sglang.fakes import Rank
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang import mamba_census as census
 from poolwatch.probe.sglang.engine import SGLANG
+from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.footprint import _one
-from poolwatch.probe.sglang.probe import SglangProbe
 from poolwatch.probe.sglang.requests import collect_live
 from poolwatch.probe.sglang.shapes import SHAPES, HeldRule, shape_for_version
 from poolwatch.probe.sglang.snapshot import take_sample

@@ -21,8 +21,8 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
+from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
-from poolwatch.probe.sglang.probe import SglangProbe
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

@@ -14,7 +14,7 @@ from poolwatch.model.rank import Exactness, Phase, Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0, census_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir"

@@ -21,7 +21,7 @@ from poolwatch.model.findings import CallSiteKind, RepairKind, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.probe import SglangProbe
+from poolwatch.probe.sglang.extras import SglangProbe
 
 ENGINE = replace(SGLANG, package="tests.probe.sglang")
 

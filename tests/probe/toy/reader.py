@@ -7,9 +7,9 @@ from typing import Any
 
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.probe.census.proofs import PoolCensus, busy_lost, id_census
-from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import EngineSample, ReadAsk
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.core.schedule import CensusRule
 
 

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.model.findings import TripwireKind
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.holders import HolderIndex
-from poolwatch.probe.vllm.probe import VllmProbe
 from poolwatch.probe.vllm.sample import read_holders
 from poolwatch.probe.vllm.shapes import shape_for
 

@@ -25,7 +25,7 @@ from poolwatch.model.findings import RepairKind, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
-from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.refuse import admit
 
 GUARD = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-guard", guard=True)

@@ -14,11 +14,11 @@ from tests.probe.vllm.fakes import Block, Scheduler
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, Pool, Role
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
-from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.shape_check import check_shape
 from poolwatch.probe.vllm.shapes import SHAPES, shape_for
 

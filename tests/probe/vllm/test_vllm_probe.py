@@ -17,7 +17,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import activate, attach, detach, install, probe_of, uninstall
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
-from poolwatch.probe.vllm.probe import VllmProbe
+from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.shapes import UnknownVllmRelease, shape_for
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01)

@@ -67,7 +67,7 @@ class ProbeConfig:
     disabled: bool = False
     max_consecutive_errors: int = 10
     release: str = ""  # "" = the installed engine's release (POOLWATCH_ENGINE_VERSION)
-    worker: str = ""  # "" = POOLWATCH_WORKER, POD_NAME or the host name (poolwatch.identity)
+    worker: str = ""  # "" = POOLWATCH_WORKER, POD_NAME or the host name (poolwatch.naming)
 
     deprecated: tuple[str, ...] = ()  # deprecated variables these settings were read from (logged once)
 

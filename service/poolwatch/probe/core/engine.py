@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from poolwatch.model.findings import Tripwire
 from poolwatch.model.rank import Phase, Pool, PoolAccount, Role, WorkerId
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.hooks import Hook
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import CensusRule
 
 if TYPE_CHECKING:

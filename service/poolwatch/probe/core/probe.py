@@ -14,7 +14,7 @@ An engine room supplies a :class:`~poolwatch.probe.core.engine.Engine` spec and,
   reference and wakes the long-polls);
 * while the probe is off (``POST /v1/disable``, the ``DISABLE`` file, or its containment gave up)
   nothing is read from the engine, but a pool-less heartbeat snapshot is published once a second so
-  the kill switch stays visible (:mod:`poolwatch.probe.core.switch`);
+  the kill switch stays visible (:mod:`poolwatch.probe.core.kill_switch`);
 * an engine whose scheduler calls no hook while idle (``Engine.keepalive``) has its idle snapshot
   re-stamped from the endpoint's keepalive thread (:meth:`Probe.refresh_idle`).
 
@@ -37,18 +37,18 @@ from typing import Any
 from poolwatch.model.rank import Phase
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.census.report import census_envelope
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.call_site import CallSites
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
-from poolwatch.probe.core.identity import RankIdentity
+from poolwatch.probe.core.kill_switch import KillSwitch
 from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.core.rank_identity import RankIdentity
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.core.schedule import CensusSchedule, Due
 from poolwatch.probe.core.stamping import Stamping
-from poolwatch.probe.core.switch import KillSwitch
 from poolwatch.probe.core.tripwires import TripwireLog
 
 __all__ = ["Clock", "Probe"]

@@ -17,15 +17,15 @@ from typing import Any
 
 from poolwatch.model.rank import Role, WorkerId
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.engine import EngineSample, Reader
-from poolwatch.probe.core.identity import RankIdentity
+from poolwatch.probe.core.kill_switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.core.rank_identity import RankIdentity
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.repairs import RepairLog
-from poolwatch.probe.core.switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.core.tripwires import TripwireLog
 
 __all__ = ["Stamping"]
@@ -97,7 +97,7 @@ class Stamping:
         )
 
     def worker(self, role: Role, reading: Reading) -> WorkerId:
-        """Who this rank is, in ``role`` (read once per role: :mod:`~poolwatch.probe.core.identity`)."""
+        """Who this rank is, in ``role`` (read once per role: :mod:`~poolwatch.probe.core.rank_identity`)."""
         return self.identity.of(role, reading)
 
     def announce(self, reading: Reading) -> tuple[WorkerId, int]:

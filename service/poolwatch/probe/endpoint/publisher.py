@@ -24,9 +24,9 @@ from typing import Protocol
 from poolwatch.discovery.entry import DiscoveryEntry, remove_discovery, write_discovery
 from poolwatch.discovery.files import ensure_secret
 from poolwatch.model.rank import WorkerId
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.endpoint.routes import Servable
 from poolwatch.probe.endpoint.server import ProbeServer
 

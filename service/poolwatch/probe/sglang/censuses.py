@@ -19,9 +19,9 @@ from typing import Any
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import PoolCensus
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import EngineSample
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import CensusRule
 from poolwatch.probe.sglang.kv_census import kv_census
 from poolwatch.probe.sglang.mamba_census import checkpoint_census, mamba_census

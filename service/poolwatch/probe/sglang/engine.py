@@ -56,7 +56,7 @@ def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Map
 
 
 def _make(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
-    from poolwatch.probe.sglang.probe import SglangProbe
+    from poolwatch.probe.sglang.extras import SglangProbe
 
     return SglangProbe(engine, scheduler, config, **keywords)
 

@@ -8,7 +8,7 @@ out of balance -- both decided the way the release family's check decides them
 says), not by the probe's conservation gap.  Cost: one
 JSON encoding of the snapshot and one small atomic file write (``benchmarks/bench_probe.py``
 measures it; the goal is about 100 us).  The sidecar reads the file once the rank has vanished
-(:mod:`poolwatch.sources.probe`) and pages with the exact pool, sign, slot ids and hook.
+(:mod:`poolwatch.sources.probe_source`) and pages with the exact pool, sign, slot ids and hook.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from poolwatch.discovery.files import ensure_secret
 from poolwatch.discovery.final import final_name, write_final
 from poolwatch.model.rank import Phase, Pool, PoolAccount
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
 from poolwatch.probe.sglang.requests import role_of
 from poolwatch.probe.sglang.shapes import Shape

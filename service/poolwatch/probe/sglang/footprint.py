@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 from poolwatch.probe.sglang.totals import Memo, fast_totals, length_of

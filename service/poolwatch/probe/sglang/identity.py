@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.model.rank import Role, WorkerId
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 
 __all__ = ["ROLES", "local_index", "rank_identity"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS, MAX_RETURN, PoolCensus, busy_lost
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import full_private_range
 from poolwatch.probe.sglang.mamba_census import tree_values
 from poolwatch.probe.sglang.requests import LiveSet

@@ -27,9 +27,9 @@ from typing import Any
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import Owners, PoolCensus, busy_lost, id_census
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
-from poolwatch.probe.sglang.readers import checkpoint_pool
+from poolwatch.probe.sglang.pool_terms import checkpoint_pool
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 from poolwatch.probe.sglang.totals import mamba_holders

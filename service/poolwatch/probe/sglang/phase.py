@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from poolwatch.model.rank import Phase
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 
 __all__ = ["gate_readings", "phase_of", "queue_depths"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from poolwatch.model.rank import Role, WorkerId
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.censuses import KvCensus, MambaCensus
 from poolwatch.probe.sglang.identity import ROLES, local_index, rank_identity
 from poolwatch.probe.sglang.shapes import Shape, shape_or_newest

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.totals import Memo, same_items
 from poolwatch.probe.sglang.waiting import WaitingHolders, maybe_holding

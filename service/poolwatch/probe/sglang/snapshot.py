@@ -18,11 +18,11 @@ from poolwatch.conservation import gap
 from poolwatch.model.findings import Tripwire
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, WorkerId
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import holdings
 from poolwatch.probe.sglang.host_census import HostReader
 from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
-from poolwatch.probe.sglang.readers import pool_kinds, read_pools
+from poolwatch.probe.sglang.pool_terms import pool_kinds, read_pools
 from poolwatch.probe.sglang.requests import LiveSet, collect_live, role_of
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 from poolwatch.probe.sglang.totals import Memo

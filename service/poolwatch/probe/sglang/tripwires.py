@@ -12,7 +12,7 @@ from typing import Any
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
 from poolwatch.probe.sglang.mamba_census import mamba_free_list, rid_of
 from poolwatch.probe.sglang.shapes import Shape

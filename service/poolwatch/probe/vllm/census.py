@@ -19,8 +19,8 @@ from typing import Any
 from poolwatch.model.findings import Tripwire
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
-from poolwatch.probe.core.access import MISSING, Reading
-from poolwatch.probe.vllm.readers import hisparse, managers, owner_lists, reserved_blocks, walk_free
+from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.vllm.pool_terms import hisparse, managers, owner_lists, reserved_blocks, walk_free
 from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = ["Walk", "walk_pool"]

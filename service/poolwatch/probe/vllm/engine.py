@@ -55,7 +55,7 @@ def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Map
 
 
 def _make(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
-    from poolwatch.probe.vllm.probe import VllmProbe
+    from poolwatch.probe.vllm.extras import VllmProbe
 
     return VllmProbe(engine, scheduler, config, **keywords)
 

@@ -77,7 +77,8 @@ def free_findings(
     side: Mapping[int, int] | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """``{kind: block ids}`` this free will corrupt (empty when the free is sound); ``side``: the
-    occurrences of blocks in owners beside the lists (:func:`~poolwatch.probe.vllm.readers.side_owners`)."""
+    occurrences of blocks in owners beside the lists
+    (:func:`~poolwatch.probe.vllm.pool_terms.side_owners`)."""
     out: dict[str, tuple[int, ...]] = {}
     negative = tuple(b.block_id for b in blocks if b.ref_cnt <= 0 and not b.is_null)
     if negative:

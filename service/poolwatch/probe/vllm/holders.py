@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 
 __all__ = ["APPEND_ONLY", "HolderIndex", "Held", "Tracked"]
 

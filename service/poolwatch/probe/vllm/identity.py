@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.model.rank import Role, WorkerId
-from poolwatch.probe.core.access import Reading
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = ["local_index", "rank_identity", "vllm_version"]

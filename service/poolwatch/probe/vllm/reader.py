@@ -16,14 +16,14 @@ from dataclasses import replace
 from typing import Any
 
 from poolwatch.model.rank import Exactness, Pool, PoolAccount, Role, WorkerId
-from poolwatch.probe.core.access import MISSING, Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.core.schedule import CensusRule
 from poolwatch.probe.vllm.census import Walk, walk_pool
 from poolwatch.probe.vllm.holders import HolderIndex
 from poolwatch.probe.vllm.identity import local_index, rank_identity
-from poolwatch.probe.vllm.readers import block_pool
+from poolwatch.probe.vllm.pool_terms import block_pool
 from poolwatch.probe.vllm.sample import Kinds, read_holders, take_sample
 from poolwatch.probe.vllm.shape_check import check_shape
 from poolwatch.probe.vllm.shapes import VllmShape, shape_of_family

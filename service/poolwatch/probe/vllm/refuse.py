@@ -5,7 +5,7 @@ The check names the blocks this free would leave with fewer references than owne
 at ``ref_cnt`` 0, listed more often than it has references, or still listed by a live request, a
 deferred free, a copy-on-write pair or a pin).  For those blocks only, the owners are then counted
 exactly, the census's way (every list of every kind, read afresh:
-:func:`~poolwatch.probe.vllm.readers.owner_lists`), and each may lose at most
+:func:`~poolwatch.probe.vllm.pool_terms.owner_lists`), and each may lose at most
 ``ref_cnt - owners`` references in this free:
 
 ==========================  ====================================  ==================================
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.probe.core.access import MISSING, Reading
-from poolwatch.probe.vllm.readers import block_pool, in_pool, owner_lists
+from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.vllm.pool_terms import block_pool, in_pool, owner_lists
 from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = ["MAX_REQUESTS", "Admission", "FreeRefuser", "Refusal", "admit"]

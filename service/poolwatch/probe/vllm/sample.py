@@ -27,9 +27,9 @@ from operator import attrgetter
 from typing import Any
 
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.vllm.holders import LIVE, STALE, Held, HolderIndex, lists_of
-from poolwatch.probe.vllm.readers import (
+from poolwatch.probe.vllm.pool_terms import (
     block_pool,
     cow_lists,
     deferred_lists,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sized
 from typing import Any
 
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = ["check_shape"]

@@ -23,7 +23,7 @@ from poolwatch.model.rank import Exactness, Phase, PoolAccount
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.metrics.families import Families
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.target_health import TargetState
+from poolwatch.target_state import TargetState
 
 __all__ = ["SidecarInfoCollector", "BuildInfoCollector", "PoolCollector", "TargetCollector", "rank_labels"]
 

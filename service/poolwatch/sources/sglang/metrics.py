@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import httpx
 
 from poolwatch.errors import PayloadError, Reason, ScrapeError
-from poolwatch.identity import url_worker
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import Phase, Pool, PoolAccount, Role, SourceKind, WorkerId
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.naming import url_worker
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.http import get_bytes, get_json, join_url
 from poolwatch.sources.metrics_page import parse_page

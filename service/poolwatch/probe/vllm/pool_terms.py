@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = [

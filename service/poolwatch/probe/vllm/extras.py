@@ -39,13 +39,13 @@ from typing import Any
 
 from poolwatch.model.findings import RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.engine import EngineSample, Proof, ReadAsk
 from poolwatch.probe.core.probe import Probe
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.vllm.free_check import free_findings
+from poolwatch.probe.vllm.pool_terms import hisparse, managers, side_owners
 from poolwatch.probe.vllm.reader import VllmReader
-from poolwatch.probe.vllm.readers import hisparse, managers, side_owners
 from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal
 from poolwatch.probe.vllm.wrapping import unwrap, wrap_frees
 

@@ -28,10 +28,10 @@ from typing import Any
 from poolwatch.model.findings import CallSite, RepairKind, TripwireKind
 from poolwatch.model.rank import Phase, Pool, PoolAccount
 from poolwatch.probe.census.proofs import PoolCensus
-from poolwatch.probe.core.access import Reading
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk
 from poolwatch.probe.core.probe import Probe
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.core.witness import FreeWitness
 from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot

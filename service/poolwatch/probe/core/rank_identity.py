@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from poolwatch.identity import worker_name
 from poolwatch.model.rank import Role, WorkerId
-from poolwatch.probe.core.access import Reading
+from poolwatch.naming import worker_name
 from poolwatch.probe.core.engine import Reader, Release
+from poolwatch.probe.core.reading import Reading
 
 __all__ = ["RankIdentity"]
 

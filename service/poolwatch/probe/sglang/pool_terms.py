@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from poolwatch.model.rank import Exactness, Pool, PoolAccount
-from poolwatch.probe.core.access import MISSING, Reading
+from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import Holdings
 from poolwatch.probe.sglang.shapes import Shape
 

@@ -41,6 +41,12 @@ class EngineEntry:
     # ``module:function`` returning the Markdown table of the releases the probe reads, generated
     # into ``docs/engines/<name>.md`` from the same data the probe consults ("" = none)
     releases: str = ""
+    # what one unit of its pools is called in a page ("slot": SGLang's token/state slots, "block": vLLM's
+    # KV blocks); neutral code words its texts from this, never from the engine's name
+    unit: str = "slot"
+    # whether the engine checks its own pools when idle and dies on an imbalance (SGLang's strict idle
+    # check): a leak on such an engine is a crash to come; on one without, the capacity is only lost
+    idle_check: bool = False
 
 
 ENGINES: tuple[EngineEntry, ...] = (
@@ -50,6 +56,8 @@ ENGINES: tuple[EngineEntry, ...] = (
         probe="poolwatch.probe.sglang.engine:SGLANG",
         sources="poolwatch.sources.sglang.engine:SOURCES",
         releases="poolwatch.probe.sglang.release_table:markdown",
+        unit="slot",
+        idle_check=True,
     ),
     EngineEntry(
         "vllm",
@@ -57,6 +65,8 @@ ENGINES: tuple[EngineEntry, ...] = (
         probe="poolwatch.probe.vllm.engine:VLLM",
         sources="poolwatch.sources.vllm.engine:SOURCES",
         releases="poolwatch.probe.vllm.release_table:markdown",
+        unit="block",
+        idle_check=False,
     ),
 )
 DEFAULT_ENGINE = "sglang"  # what a sidecar reads ``--metrics-urls`` and ``--log-paths`` as, unless told

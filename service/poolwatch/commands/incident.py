@@ -33,7 +33,10 @@ Bodies = Callable[[list[str]], list[dict[str, Any]]]  # wanted ids ([]: all) -> 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for name, text in (("list", "one line per incident"), ("export", "write each incident's bundle")):
+    for name, text in (
+        ("list", "List the incidents, newest first: one line each with its rank, time, pool and call site."),
+        ("export", "Write each incident's bundle, <id>.md and <id>.json, to attach to an upstream issue."),
+    ):
         cmd = sub.add_parser(name, help=text, description=text)
         where = cmd.add_mutually_exclusive_group()
         where.add_argument(

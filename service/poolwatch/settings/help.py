@@ -16,6 +16,8 @@ HELP: dict[str, str] = {
     "host": "address to listen on (a pod's sidecar must be reachable by Prometheus; 127.0.0.1 for local use)",
     "port": "port of /metrics, the API and the status page (docs/deploy.md: why 9464)",
     "log_level": "debug, info, warning or error",
+    "log_format": "text (time level logger message) or json (one object per line: time, level, logger, "
+    "message, event)",
     "ready_requires_data": "opt-in: /readyz fails while no rank has fresh data (a native sidecar's "
     "readiness is the pod's, so this takes SGLang out of its Service)",
     # scrape

@@ -30,7 +30,7 @@ __all__ = [
     "summary",
 ]
 
-COMMANDS: tuple[str, ...] = ("serve", "generate", "check", "replay", "incident")
+COMMANDS: tuple[str, ...] = ("serve", "doctor", "generate", "check", "replay", "incident")
 # optional commands -> the distribution that provides them (an entry point of group ``poolwatch.commands``)
 OPTIONAL: dict[str, str] = {
     "demo": "poolwatch-emulator",

@@ -40,7 +40,7 @@ def test_the_top_level_help_names_every_engine_and_every_command() -> None:
     text = PARSER.format_help()
     for entry in ENGINES:
         assert entry.title in text
-    for name in ("serve", "generate", "check", "replay", "incident", *OPTIONAL):
+    for name in ("serve", "doctor", "generate", "check", "replay", "incident", *OPTIONAL):
         assert re.search(rf"^\s+{name}\s+\S", text, flags=re.M), f"{name} is not listed with a summary"
 
 

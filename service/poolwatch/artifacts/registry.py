@@ -20,14 +20,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from poolwatch.artifacts import alertmanager, dashboards, engine_docs, readme, rules
+from poolwatch.artifacts import alertmanager, dashboards, engine_docs, helm_chart, readme, rules
 from poolwatch.detect.config import MixinConfig
 
 __all__ = ["DEPLOYABLE", "DOCUMENTS", "GENERATORS", "Generator", "drift", "render_all", "write_all"]
 
 Generator = Callable[[Path, MixinConfig], Mapping[str, str]]
 
-DEPLOYABLE: tuple[Generator, ...] = (rules.artifacts, dashboards.artifacts, alertmanager.artifacts)
+DEPLOYABLE: tuple[Generator, ...] = (
+    rules.artifacts,
+    dashboards.artifacts,
+    alertmanager.artifacts,
+    helm_chart.artifacts,
+)
 DOCUMENTS: tuple[Generator, ...] = (readme.artifacts, engine_docs.artifacts)
 GENERATORS: tuple[Generator, ...] = (*DEPLOYABLE, *DOCUMENTS)
 

@@ -76,7 +76,8 @@ def sidecar_checks(
         return [*checks, refused]
     checks.append(directory_check(path, "sidecar", missing_ok=False))
     if not settings.targets.probe_dir:
-        checks[-1] = replace(checks[-1], says=f"{checks[-1].says} (the default: POOLWATCH_PROBE_DIR is not set)")
+        said = f"{checks[-1].says} (the default: POOLWATCH_PROBE_DIR is not set)"
+        checks[-1] = replace(checks[-1], says=said)
     if checks[-1].status is Status.FAIL:
         return checks
     ranks, skipped = announced(path, client)

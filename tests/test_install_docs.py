@@ -6,6 +6,7 @@ install (``pip install poolwatch``) appears only where the page says it is not o
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -32,11 +33,10 @@ def paragraph_of(text: str, needle: str) -> str:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
-def test_every_install_line_a_page_shows_is_run_by_a_test(page: object) -> None:
-    assert hasattr(page, "read_text")
+def test_every_install_line_a_page_shows_is_run_by_a_test(page: Path) -> None:
     ran = run_lines()
-    text = page.read_text(encoding="utf-8")  # type: ignore[attr-defined]
-    for shown in install_commands(page):  # type: ignore[arg-type]
+    text = page.read_text(encoding="utf-8")
+    for shown in install_commands(page):
         if shown in NEVER:
             continue
         if REGISTRY.search(shown):

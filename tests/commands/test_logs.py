@@ -25,16 +25,38 @@ from poolwatch.settings.sidecar import Settings
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+ .+")
 
 
+NAMES = ("poolwatch", "poolwatch.sidecar", "uvicorn", "uvicorn.error")
+
+
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
+    """The loggers as a fresh process has them (another test in this worker may have quieted them),
+    and as they were afterwards."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    saved = {
+        n: (lg.level, lg.propagate, lg.disabled, list(lg.handlers))
+        for n in NAMES
+        if (lg := logging.getLogger(n))
+    }
+    for name in NAMES:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.NOTSET)
+        logger.propagate, logger.disabled = True, False
+        for h in list(logger.handlers):
+            logger.removeHandler(h)
     yield
     for h in list(root.handlers):
         root.removeHandler(h)
     for h in handlers:
         root.addHandler(h)
     root.setLevel(level)
+    for name, (lvl, propagate, disabled, kept) in saved.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(lvl)
+        logger.propagate, logger.disabled = propagate, disabled
+        for h in kept:
+            logger.addHandler(h)
 
 
 def emit_both() -> None:
@@ -84,6 +106,7 @@ def test_a_bad_log_format_is_one_line_naming_the_variable() -> None:
         Settings.from_env({"POOLWATCH_LOG_FORMAT": "xml"})
 
 
+@pytest.mark.slow  # a real sidecar's start and stop (the formatters themselves are checked above)
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_a_real_sidecar_writes_every_line_in_the_chosen_format(fmt: str) -> None:
     port = free_port()

@@ -12,8 +12,8 @@ dependency)::
      "message": "event=state_file_write_recovered path=/tmp/a.json", "event": "state_file_write_recovered"}
 
 ``event`` is the first ``event=NAME`` field of a message (the sidecar logs state changes as
-``key=value`` fields); an exception's traceback is ``exception``.  uvicorn's own loggers are given
-no handler of their own (:data:`UVICORN_LOG_CONFIG`), so their lines take the same format.
+``key=value`` fields); an exception's traceback is ``exception``.  uvicorn's own loggers get no
+handler of their own and propagate (:data:`UVICORN_LOG_CONFIG`), so their lines take the same format.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ __all__ = ["FORMATS", "UVICORN_LOG_CONFIG", "JsonFormatter", "TextFormatter", "c
 
 FORMATS = ("text", "json")
 _EVENT = re.compile(r"(?:^|\s)event=(\S+)")
-# uvicorn's loggers propagate to the root logger and its handler (uvicorn.Config(log_config=...))
+# uvicorn's loggers, which get no handler of their own, propagate to the root logger and its handler
+# (uvicorn.Config(log_config=...)). Incremental: levels and propagation only, so applying it closes no
+# handler another part of the process (a test runner's capture) installed.
 UVICORN_LOG_CONFIG: dict[str, Any] = {
     "version": 1,
-    "disable_existing_loggers": False,
-    "loggers": {name: {"handlers": [], "propagate": True} for name in ("uvicorn", "uvicorn.error")},
+    "incremental": True,
+    "loggers": {name: {"propagate": True} for name in ("uvicorn", "uvicorn.error")},
 }
 
 

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import errno
-import logging
 import os
 import socket
 import sys
@@ -92,13 +91,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except ModuleNotFoundError:
         print(f"poolwatch demo: needs torch; its CPU build: {TORCH_CPU_INSTALL}", file=sys.stderr)
         return 2
-    configure("error", "text")
-    logging.getLogger("poolwatch").setLevel(logging.ERROR)
     try:
         listener = listen(args.port)
     except OSError as exc:
         print(taken_port_line(args.port, exc), file=sys.stderr)
         return 2
+    configure("error", "text")  # the story is the console's; only errors are logged, in the one format
     with listener:
         try:
             work = work_dir(args.work_dir, os.environ, time.time())

@@ -74,13 +74,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The root handler :func:`configure` installs (and replaces when called again)."""
+
+
 def configure(level: str, fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
     """Send every logger's records (the root's handler) to ``stream`` (stderr) in format ``fmt``
-    at ``level``; replaces the root's handlers, quiets httpx.  Returns the handler."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    at ``level``; replaces the handler an earlier call installed (no other), quiets httpx.
+    Returns the handler."""
+    handler = _Handler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
-    for old in list(root.handlers):
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())

@@ -6,16 +6,16 @@ An engine process rarely ends through ``atexit``: SGLang stops its schedulers wi
 process that has no handler of its own, and the OOM killer sends SIGKILL.  No handler inside the
 process can run then, and poolwatch installs none (it never changes how an engine reacts to a
 signal).  So, once a rank is announced, the probe starts one keeper: ``python -I -S -c`` with a
-dozen lines (:data:`KEEPER`; no site, no ``.pth``: it imports nothing of poolwatch or the engine,
-about 8 MB), which blocks reading a pipe whose only writer is the engine process.  When that
-process ends, in any way, the kernel closes the pipe, the keeper reads end-of-file, removes the
-discovery file if it still names this boot (a rank restarted under the same name has written its
-own by then, which stays), and exits.  A graceful stop (:meth:`Keeper.close`, the publisher's
-``stop``) removes the file itself and closes the pipe the same way.
+dozen lines (:data:`KEEPER`; no site, no ``.pth``: it imports nothing of poolwatch or the engine;
+about 10 MB resident, measured), which blocks reading a pipe whose only writer is the engine
+process.  When that process ends, in any way, the kernel closes the pipe; the keeper reads
+end-of-file, removes the discovery file if it still names this boot (a rank restarted under the
+same name has written its own by then, which stays), and exits.  A graceful stop
+(:meth:`Keeper.close`, the publisher's ``stop``) removes the file itself and closes the pipe.
 
-Cost: one process per announced rank for the rank's life, started once (about 20 ms, off the
-scheduler's steps: at attach).  A keeper that cannot start is noted in the probe's health; the
-rank stays announced, only its file may outlive it.
+Cost: one process per announced rank for the rank's life, started once at attach (off the
+scheduler's steps; its ``Popen`` returns in under a millisecond).  A keeper that cannot start is
+noted in the probe's health; the rank stays announced, only its file may outlive it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ generate`` writes what they return and ``poolwatch generate --check`` fails on a
 the README tables, the rules file, the PrometheusRule, the runbook index, the dashboards and the
 Alertmanager configuration (plain and as an ``AlertmanagerConfig``), and each engine page's
 release table.
+
+Two kinds: :data:`DEPLOYABLE` generators build from code alone (the rules, the dashboards, the
+Alertmanager configuration: what a user renders for their own labels from the installed package,
+``poolwatch generate --config ... --out DIR``); :data:`DOCUMENTS` rewrite blocks of the
+repository's own pages (the README's tables, the engine pages' release tables) and need a clone.
 """
 
 from __future__ import annotations
@@ -15,27 +20,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from poolwatch.artifacts import alertmanager, dashboards, engine_docs, readme, rules
+from poolwatch.artifacts import alertmanager, dashboards, engine_docs, helm_chart, readme, rules
 from poolwatch.detect.config import MixinConfig
 
-__all__ = ["GENERATORS", "Generator", "drift", "render_all", "write_all"]
+__all__ = ["DEPLOYABLE", "DOCUMENTS", "GENERATORS", "Generator", "drift", "render_all", "write_all"]
 
 Generator = Callable[[Path, MixinConfig], Mapping[str, str]]
 
-GENERATORS: tuple[Generator, ...] = (
-    readme.artifacts,
+DEPLOYABLE: tuple[Generator, ...] = (
     rules.artifacts,
     dashboards.artifacts,
     alertmanager.artifacts,
-    engine_docs.artifacts,
+    helm_chart.artifacts,
 )
+DOCUMENTS: tuple[Generator, ...] = (readme.artifacts, engine_docs.artifacts)
+GENERATORS: tuple[Generator, ...] = (*DEPLOYABLE, *DOCUMENTS)
 
 
-def render_all(root: Path, config: MixinConfig | None = None) -> dict[str, str]:
-    """Every artifact's expected content; two generators may not claim one path."""
+def render_all(
+    root: Path, config: MixinConfig | None = None, generators: tuple[Generator, ...] = GENERATORS
+) -> dict[str, str]:
+    """Every artifact's expected content (of ``generators``: default all); two generators may not
+    claim one path."""
     config = config or MixinConfig()
     out: dict[str, str] = {}
-    for generate in GENERATORS:
+    for generate in generators:
         for path, content in generate(root, config).items():
             if path in out:
                 raise ValueError(f"{path} is generated twice (second time by {generate.__module__})")
@@ -43,22 +52,32 @@ def render_all(root: Path, config: MixinConfig | None = None) -> dict[str, str]:
     return out
 
 
-def drift(root: Path, config: MixinConfig | None = None, out: Path | None = None) -> list[str]:
+def drift(
+    root: Path,
+    config: MixinConfig | None = None,
+    out: Path | None = None,
+    generators: tuple[Generator, ...] = GENERATORS,
+) -> list[str]:
     """Paths under ``out`` (default: ``root``) whose content differs from what the generators produce."""
     base = out or root
     stale = []
-    for path, content in sorted(render_all(root, config).items()):
+    for path, content in sorted(render_all(root, config, generators).items()):
         target = base / path
         if not target.is_file() or target.read_text(encoding="utf-8") != content:
             stale.append(path)
     return stale
 
 
-def write_all(root: Path, config: MixinConfig | None = None, out: Path | None = None) -> list[str]:
+def write_all(
+    root: Path,
+    config: MixinConfig | None = None,
+    out: Path | None = None,
+    generators: tuple[Generator, ...] = GENERATORS,
+) -> list[str]:
     """Write every artifact that changed under ``out`` (default: ``root``); returns the paths written."""
     base = out or root
     written = []
-    for path, content in sorted(render_all(root, config).items()):
+    for path, content in sorted(render_all(root, config, generators).items()):
         target = base / path
         if target.is_file() and target.read_text(encoding="utf-8") == content:
             continue

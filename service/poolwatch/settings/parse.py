@@ -102,3 +102,5 @@ def _check_range(name: str, value: Any) -> None:
         raise ConfigError(f"{env_name(name)}: expected one of {', '.join(engine_names())}, got {value!r}")
     if name == "log_level" and value.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{env_name(name)}: expected debug, info, warning or error, got {value!r}")
+    if name == "log_format" and value not in ("text", "json"):
+        raise ConfigError(f"{env_name(name)}: expected text or json, got {value!r}")

@@ -1,6 +1,6 @@
 """The shipped Alertmanager routing, generated twice from one description so the two cannot drift:
 the plain configuration (``deploy/alertmanager/alertmanager.yaml``, checked by ``amtool``) and the
-namespaced ``AlertmanagerConfig`` of the PD example (prometheus-operator).
+namespaced ``AlertmanagerConfig`` of the PD and vLLM examples (prometheus-operator).
 
 * **Routes**: critical poolwatch alerts leave Alertmanager as soon as they arrive (``group_wait:
   0s``: a double free corrupts outputs now and the rank dies at its next idle moment; the sidecar
@@ -24,7 +24,7 @@ import yaml
 
 from poolwatch.artifacts.alertmanager.crd import CRD_HEADER, crd_object
 from poolwatch.artifacts.alertmanager.plain import PLAIN_HEADER, plain_config
-from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH, OBJECT_PATH
+from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH, OBJECT_PATHS
 from poolwatch.detect.config import MixinConfig
 
 __all__ = ["artifacts"]
@@ -41,7 +41,5 @@ def _dump(header: str, doc: dict[str, Any]) -> str:
 def artifacts(root: Path, config: MixinConfig) -> dict[str, str]:
     """The plain configuration and the AlertmanagerConfig object."""
     del root  # built from code alone
-    return {
-        CONFIG_PATH: _dump(PLAIN_HEADER, plain_config(config)),
-        OBJECT_PATH: _dump(CRD_HEADER, crd_object(config)),
-    }
+    crd = _dump(CRD_HEADER, crd_object(config))
+    return {CONFIG_PATH: _dump(PLAIN_HEADER, plain_config(config)), **dict.fromkeys(OBJECT_PATHS, crd)}

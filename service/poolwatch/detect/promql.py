@@ -47,7 +47,8 @@ WHERE = (
     "pp {{ $labels.pp_rank }})"
 )
 # the tripwires that prove slots counted twice (PoolwatchDoubleFree) and lost (PoolwatchSlotLeak),
-# as the detector sorts them (poolwatch.model.findings.LEAK_KINDS)
+# as the detector sorts them (poolwatch.model.findings.LEAK_KINDS); two kinds may name the same ids
+# (a block below zero is also below its owners), so the value is the largest kind's, as the detector's
 SURPLUS_KINDS = "|".join(k.value for k in TripwireKind if k not in LEAK_KINDS)
 LOST_KINDS = "|".join(k.value for k in TripwireKind if k in LEAK_KINDS)
 CRASH_KINDS = "scheduler_exception|busy_check_failed|tree_sanity_failed"
@@ -93,11 +94,11 @@ def with_selector(expr: str, matchers: str) -> str:
 DOUBLE_FREE = (
     '(-poolwatch_pool_conservation_gap_slots{pool!="host"} > 0)\n'
     'or (-poolwatch_pool_used_slots{pool!="host"} > 0)\n'
-    f'or (sum without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{SURPLUS_KINDS}"}}) > 0)'
+    f'or (max without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{SURPLUS_KINDS}"}}) > 0)'
 )
 DEFICIT = (
     '(poolwatch_pool_conservation_gap_slots{pool!="host"} > 0'
-    f' or sum without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{LOST_KINDS}"}}) > 0)'
+    f' or max without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{LOST_KINDS}"}}) > 0)'
 )
 
 

@@ -4,6 +4,7 @@ a family's declared metrics are exactly the catalogued ones its rules read."""
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from pathlib import Path
 
@@ -74,3 +75,11 @@ def test_an_uncatalogued_metric_or_a_badly_named_alert_is_refused() -> None:
 def test_a_module_without_a_family_is_an_error_not_skipped() -> None:
     with pytest.raises(TypeError, match=r"stray_families\.stray must define FAMILY"):
         discover("tests.detect.stray_families")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_a_family_imports_no_other_family(module: str) -> None:
+    """Families share words through detect/evidence.py and detect/outcome.py, never each other."""
+    tree = ast.parse((Path(package.__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert {m for m in imported if m.startswith(package.__name__)} == set()

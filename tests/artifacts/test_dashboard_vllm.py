@@ -53,6 +53,8 @@ def filtered_selectors(node: object) -> list[promql_parser.VectorSelector]:
 def _matches(matcher: Any, labels: dict[str, str], variables: set[str]) -> bool:
     if matcher.name in TARGET_LABELS or matcher.value in variables:
         return True  # a dashboard variable (All) or a label only Prometheus' scrape adds
+    if matcher.name == "alertname":
+        return True  # which alerts fire is a moment's state, not what the engine exports
     value, op = labels.get(matcher.name, ""), matcher.op
     if op in (promql_parser.MatchOp.Re, promql_parser.MatchOp.NotRe):
         found = re.fullmatch(matcher.value, value) is not None

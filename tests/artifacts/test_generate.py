@@ -21,7 +21,8 @@ import poolwatch.artifacts
 from poolwatch.artifacts.registry import DEPLOYABLE, GENERATORS, drift, render_all
 from poolwatch.commands import generate
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertName
+from poolwatch.detect.rules import ALERTS
+from poolwatch.detect.schema import ALERT_NAME_PATTERN
 
 GENERATED = sorted(render_all(REPO))
 
@@ -148,7 +149,7 @@ def test_rules_with_a_selector_and_a_cluster_label_pass_promtool(tmp_path: Path)
     config.write_text('selector: job="poolwatch"\ncluster_label: cluster\n', encoding="utf-8")
     assert run("--root", str(REPO), "--config", str(config), "--out", str(tmp_path)) == 0
     rules = tmp_path / "deploy/prometheus/poolwatch-rules.yml"
-    assert "on (cluster, worker, role, dp_rank, tp_rank, pp_rank)" in rules.read_text()
+    assert "on (cluster, namespace, pod, worker, role, dp_rank, tp_rank, pp_rank)" in rules.read_text()
     result = subprocess.run(
         [promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False
     )
@@ -156,7 +157,7 @@ def test_rules_with_a_selector_and_a_cluster_label_pass_promtool(tmp_path: Path)
 
 
 def test_every_alert_name_matches_the_pattern_the_dashboards_select() -> None:
-    assert all(re.fullmatch(ALERT_NAME_PATTERN, name) for name in AlertName)
+    assert all(re.fullmatch(ALERT_NAME_PATTERN, name) for name in (a.name for a in ALERTS))
 
 
 def test_outside_a_clone_generate_writes_the_deployable_artifacts_under_out(tmp_path: Path) -> None:

@@ -15,8 +15,9 @@ from poolwatch.artifacts.grafana import (
     textbox_variable,
 )
 from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.families import balance, host_pool
 from poolwatch.detect.promql import with_selector
-from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertName, dashboard_path
+from poolwatch.detect.schema import ALERT_NAME_PATTERN, dashboard_path
 
 __all__ = [
     "ALERT_IDENTITY",
@@ -43,9 +44,8 @@ SLOTS = "suffix: slots"  # Grafana's custom-unit syntax; slots have no built-in 
 # the labels that make one alert (and one pool) on both paths: the rank's and where it runs
 POOL_IDENTITY = "namespace, pod, worker, dp_rank, tp_rank, pp_rank, pool"
 ALERT_IDENTITY = f"alertname, severity, role, {POOL_IDENTITY}, source, target, receiver"
-CONSERVATION_ALERTS = "|".join(
-    a.value for a in (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK, AlertName.HOST_POOL_GAP)
-)
+# the alerts of the families that judge a pool's balance: a pool they fire for is imbalanced
+CONSERVATION_ALERTS = "|".join((*balance.FAMILY.names, *host_pool.FAMILY.names))
 DRILLDOWN_LABELS = ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank", "pool")
 SLOTS_PER_SECOND = "suffix: slots/s"
 FIRING = f'alertname=~"{ALERT_NAME_PATTERN}", alertstate="firing"'

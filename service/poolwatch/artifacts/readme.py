@@ -1,4 +1,4 @@
-"""The README's generated tables (metrics from the catalogue, alerts from the alert definitions, the
+"""The README's generated tables (metrics from the catalogue, alerts from the detector families, the
 engines and the releases their probe reads from the same data as each engine page's release table),
 each between a begin and an end marker."""
 
@@ -10,17 +10,22 @@ from pathlib import Path
 from poolwatch.artifacts.blocks import replace_block
 from poolwatch.catalog.metrics import markdown_table
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.rules import ALERTS
+from poolwatch.detect.rules import FAMILIES
 from poolwatch.engines import ENGINES, load
 
 __all__ = ["BLOCKS", "alerts_table", "artifacts", "engines_table", "render"]
 
 
 def alerts_table() -> str:
-    rows = ["| alert | severity | meaning | runbook |", "|---|---|---|---|"]
-    for a in ALERTS:
-        severities = " / ".join(dict.fromkeys(s.value for s in a.severities))
-        rows.append(f"| `{a.name}` | {severities} | {a.meaning} | [{a.name}]({a.runbook_path}) |")
+    """Every alert, by family (the family named on its first row)."""
+    rows = ["| family | alert | severity | meaning | runbook |", "|---|---|---|---|---|"]
+    for family in FAMILIES:
+        for i, a in enumerate(family.alerts(MixinConfig())):
+            severities = " / ".join(dict.fromkeys(s.value for s in a.severities))
+            named = family.title if i == 0 else ""
+            rows.append(
+                f"| {named} | `{a.name}` | {severities} | {a.meaning} | [{a.name}]({a.runbook_path}) |"
+            )
     return "\n".join(rows)
 
 

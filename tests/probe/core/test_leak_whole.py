@@ -4,7 +4,7 @@ id named up to the wire's bound and the exact count beyond it, in the snapshot a
 from __future__ import annotations
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
-from poolwatch.detect.balance import id_ranges
+from poolwatch.detect.evidence import id_ranges
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Phase, Pool, WorkerId
 from poolwatch.model.snapshot import Snapshot

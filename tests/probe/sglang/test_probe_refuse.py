@@ -13,8 +13,8 @@ from tests.probe.sglang.fakes import MambaPool, Rank
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import findings, gap
 from poolwatch.detect.alert import Signal
+from poolwatch.detect.families.repairs import GuardRepairs
 from poolwatch.detect.family import Seen
-from poolwatch.detect.repairs import GuardRepairs
 from poolwatch.model.findings import RepairKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot

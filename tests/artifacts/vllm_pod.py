@@ -29,6 +29,7 @@ from tests.probe.vllm.fakes import Scheduler
 from tests.sources.vllm.fakes import LOGS, PAGES, local
 
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
@@ -59,7 +60,7 @@ class _ProbeClock:
 def _probe(sched: Scheduler, worker: str, release: str) -> VllmProbe:
     config = ProbeConfig(serve=False, sample_interval_s=0.01)
     environ = {"POOLWATCH_WORKER": worker}
-    return VLLM.new(sched, config, release=vllm_release(release), environ=environ, clock=_ProbeClock())
+    return new_probe(VLLM, sched, config, release=vllm_release(release), environ=environ, clock=_ProbeClock())
 
 
 def _put(store: SnapshotStore, probe: VllmProbe, at: float) -> None:

@@ -26,6 +26,7 @@ from poolwatch.codec.schema import SCHEMA, SCHEMA_VERSION, SnapshotFormatError, 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.probe.core.probe import new_probe
 
 
 def fast(doc: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot | None:
@@ -186,7 +187,7 @@ def test_every_sample_an_emulated_busy_rank_takes_gives_the_same_snapshot_on_eit
     clock = FakeClock()
     config = ProbeConfig(sample_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir")
     probes = [
-        SGLANG.new(s, config, environ={"POOLWATCH_WORKER": "w"}, clock=clock, wall=clock)
+        new_probe(SGLANG, s, config, environ={"POOLWATCH_WORKER": "w"}, clock=clock, wall=clock)
         for s in cluster.schedulers
     ]
     fast_taken = 0

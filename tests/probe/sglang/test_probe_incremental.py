@@ -19,6 +19,7 @@ from tests.probe.sglang.fakes import Rank
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang import mamba_census as census
 from poolwatch.probe.sglang.engine import SGLANG
@@ -67,7 +68,7 @@ class CountingQueue(list[Any]):
 
 
 def probe_for(rank: Rank, clock: FakeClock) -> SglangProbe:
-    return SGLANG.new(rank.sched, CONFIG, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    return new_probe(SGLANG, rank.sched, CONFIG, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
 
 
 def long_queue_rank(waiting: int) -> Rank:

@@ -27,6 +27,8 @@ import enum
 import re
 from dataclasses import dataclass
 
+from poolwatch.probe.core.engine import Release
+
 __all__ = [
     "NEWEST_RELEASE",
     "SHAPES",
@@ -36,6 +38,7 @@ __all__ = [
     "known_release",
     "parse_version",
     "shape_for_version",
+    "shape_of",
     "shape_or_newest",
 ]
 
@@ -215,6 +218,12 @@ def known_release(text: str) -> bool:
         return (*SHAPES[0].since, 0)[:4] <= parse_version(text) <= NEWEST_RELEASE
     except ValueError:
         return False
+
+
+def shape_of(release: Release) -> Shape:
+    """The family ``release`` is read as (:func:`~poolwatch.probe.sglang.engine.sglang_release` chose
+    it; a test may name an older one); by its version when no family has that name."""
+    return next((s for s in SHAPES if s.family == release.family), None) or shape_or_newest(release.version)
 
 
 def shape_or_newest(text: str) -> Shape:

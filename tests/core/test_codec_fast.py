@@ -178,7 +178,8 @@ def test_every_sample_an_emulated_busy_rank_takes_gives_the_same_snapshot_on_eit
     from poolwatch.probe.core.config import ProbeConfig
     from poolwatch.probe.sglang.engine import SGLANG
     from poolwatch_emulator.build import ModelShape
-    from poolwatch_emulator.cluster import Cluster, ClusterConfig
+    from poolwatch_emulator.cluster import Cluster
+    from poolwatch_emulator.cluster_config import ClusterConfig
     from poolwatch_emulator.workload import WorkloadConfig
 
     shape = ModelShape(full_kv_tokens=3072, mamba_slots=48, max_running_requests=12, context_len=2048)

@@ -31,7 +31,8 @@ from poolwatch.probe.sglang.snapshot import take_sample
 from poolwatch.probe.sglang.totals import Memo, fast_totals
 from poolwatch.probe.sglang.waiting import WaitingHolders
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.workload import WorkloadConfig
 
 CONFIG = ProbeConfig(

@@ -6,8 +6,8 @@ them as imported functions, not names, so a renamed module fails at import; a te
 package and fails when a module defines a generator that is not listed here.  ``poolwatch
 generate`` writes what they return and ``poolwatch generate --check`` fails on any difference:
 the README tables, the rules file, the PrometheusRule, the runbook index, the dashboards and the
-Alertmanager configuration (plain and as an ``AlertmanagerConfig``), and each engine page's
-release table.
+Alertmanager configuration (plain and as an ``AlertmanagerConfig``), each engine page's
+release table, and the import contracts that name the engine rooms (in ``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from poolwatch.artifacts import alertmanager, dashboards, engine_docs, readme, rules
+from poolwatch.artifacts import alertmanager, contracts, dashboards, engine_docs, readme, rules
 from poolwatch.detect.config import MixinConfig
 
 __all__ = ["GENERATORS", "Generator", "drift", "render_all", "write_all"]
@@ -28,6 +28,7 @@ GENERATORS: tuple[Generator, ...] = (
     dashboards.artifacts,
     alertmanager.artifacts,
     engine_docs.artifacts,
+    contracts.artifacts,
 )
 
 

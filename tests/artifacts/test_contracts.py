@@ -56,9 +56,8 @@ def test_a_room_folder_nobody_registered_is_in_the_contracts_all_the_same(tmp_pa
 
 
 def test_a_registered_room_is_in_the_contracts_even_before_its_folder_is() -> None:
-    toy = EngineEntry(
-        "toy", "Toy", probe="poolwatch.probe.toy.engine:TOY", sources="poolwatch.sources.toy.engine:S"
-    )
+    room = "poolwatch.sources.toy.engine:SOURCES"
+    toy = EngineEntry("toy", "Toy", probe="poolwatch.probe.toy.engine:TOY", sources=room, channels=("log",))
     assert {"poolwatch.probe.toy", "poolwatch.sources.toy"} <= set(rooms(PACKAGE, (*ENGINES, toy)))
     # a spec outside the package (the tests' reference toy) names no room of ours
     outside = EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY")

@@ -38,7 +38,7 @@ from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 
-SOURCE = SourceKind.SGLANG_METRICS
+SOURCE = SourceKind.of("sglang", "metrics")
 IDLE_CONFIRM_SECONDS = 35.0
 INFO_REFRESH_SECONDS = 300.0
 MAX_RANKS = DEFAULT_LIMITS.max_page_ranks  # scheduler ranks one server's page may show (TP x PP x DP)
@@ -146,4 +146,5 @@ class SglangMetricsSource(Source):
             model=gauges.model,
             release=self._info.version,
             instance=t.location,
+            engine=SOURCE.engine,
         )

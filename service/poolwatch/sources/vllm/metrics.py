@@ -39,8 +39,8 @@ from poolwatch.sources.vllm.gauges import EngineGauges, group_by_engine, phase, 
 
 __all__ = ["ENGINE", "SOURCE", "VllmMetricsSource", "parse_metrics_page"]
 
-SOURCE = SourceKind.VLLM_METRICS
 ENGINE = "vllm"
+SOURCE = SourceKind.of(ENGINE, "metrics")
 VERSION_REFRESH_SECONDS = 300.0
 
 

@@ -16,10 +16,18 @@ from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
 from poolwatch import __version__
+from poolwatch.engines import ENGINES
 
 __all__ = ["COMMANDS", "EMULATOR_INSTALL", "OPTIONAL", "TORCH_CPU_INSTALL", "main", "missing_hint"]
 
-COMMANDS: tuple[str, ...] = ("serve", "generate", "check", "replay", "incident")
+# each command's module (``add_arguments``, ``run``; its docstring's first line is its help)
+COMMANDS: dict[str, str] = {
+    "serve": "poolwatch.commands.serve",
+    "generate": "poolwatch.commands.generate",
+    "check": "poolwatch.commands.check",
+    "replay": "poolwatch.commands.replay.command",
+    "incident": "poolwatch.commands.incident",
+}
 # optional commands -> the distribution that provides them (an entry point of group ``poolwatch.commands``)
 OPTIONAL: dict[str, str] = {
     "demo": "poolwatch-emulator",
@@ -43,7 +51,7 @@ def installed_commands() -> Iterable[EntryPoint]:
 
 def _modules(plugins: Plugins) -> dict[str, ModuleType | None]:
     found: dict[str, ModuleType | None] = {
-        name: importlib.import_module(f"poolwatch.commands.{name}") for name in COMMANDS
+        name: importlib.import_module(module) for name, module in COMMANDS.items()
     }
     found |= dict.fromkeys(OPTIONAL)
     for ep in plugins():
@@ -79,8 +87,9 @@ def _summary(module: ModuleType, name: str) -> str:
 def build_parser(plugins: Plugins = installed_commands) -> argparse.ArgumentParser:
     """Every command; ``plugins`` lists the entry points of other distributions (tests pass
     their own)."""
+    engines = " and ".join(e.title for e in ENGINES)
     parser = argparse.ArgumentParser(
-        prog="poolwatch", description="Memory-pool conservation monitoring for SGLang."
+        prog="poolwatch", description=f"Memory-pool conservation monitoring for {engines}."
     )
     parser.add_argument("--version", action="version", version=f"poolwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

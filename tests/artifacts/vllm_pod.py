@@ -38,7 +38,7 @@ from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import source_provider
+from poolwatch.sources.targets import TargetSet
 
 __all__ = ["Sample", "vllm_pod_metrics", "vllm_pod_samples"]
 
@@ -124,7 +124,7 @@ def _vllm_server(request: httpx.Request) -> httpx.Response:
 
 
 async def _coarse(settings: Settings, store: SnapshotStore, clock: FakeClock) -> None:
-    sources = source_provider(settings, clock)
+    sources = TargetSet(settings, clock).current
     async with httpx.AsyncClient(transport=httpx.MockTransport(_vllm_server)) as client:
         loop = Scraper(store, sources, settings.scrape, clock)
         for _ in range(2):  # the second read finds the log quiet: its last record is whole

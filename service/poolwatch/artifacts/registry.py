@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from poolwatch.artifacts import alertmanager, contracts, dashboards, engine_docs, readme, rules
+from poolwatch.artifacts import contracts, dashboards, engine_docs, readme, rules
+from poolwatch.artifacts.alertmanager import configs as alertmanager
 from poolwatch.detect.config import MixinConfig
 
 __all__ = ["GENERATORS", "Generator", "drift", "render_all", "write_all"]

@@ -5,6 +5,8 @@ A node owns ``value`` (KV slot ids of its tokens) and, in a Mamba tree, ``mamba_
 evict, as in SGLang: the full lock runs from a node to the root; the Mamba lock is taken on the
 locked node alone.  Eviction is least-recently-used over unlocked leaves (``evict``) or unlocked
 Mamba states (``evict_mamba``: an internal node becomes a tombstone, a leaf is deleted).
+
+Kept whole: one tree whose counters move together (lock, insert, evict), as in SGLang's one file.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ default, not 256,000 snapshots), so memory stays bounded whatever the fleet's si
 Written by the scrape loop, read by the collectors and the API.  A lock keeps readers on other
 threads (the ``/metrics`` route runs in a worker thread) consistent; every operation is O(1) or
 O(ranks).
+
+Kept whole: one lock and all the state it guards (the latest snapshots, the histories and their
+shared budget, each rank's view).
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ What a room adds (SGLang's last word and guard, vLLM's free-time tripwire) is a 
 overrides the few methods marked as extension points.  Everything here runs on the engine's
 scheduler thread (the keepalive aside) and never raises into it: a failure is contained by
 :class:`~poolwatch.probe.core.containment.Guard` and shows in the probe's health.
+
+Kept whole: the skeleton every engine's probe shares -- entry points, the sample, the censuses, the
+extension points -- is the one class a room subclasses (what it publishes is ``stamping.py``).
 """
 
 from __future__ import annotations

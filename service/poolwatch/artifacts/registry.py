@@ -45,25 +45,26 @@ def render_all(root: Path, config: MixinConfig | None = None) -> dict[str, str]:
     return out
 
 
+def _changed(root: Path, config: MixinConfig | None, out: Path | None) -> list[tuple[str, Path, str]]:
+    """``(path, target, content)`` of every artifact whose file under ``out`` (default: ``root``)
+    differs from what the generators produce, or is missing."""
+    base = out or root
+    return [
+        (path, base / path, content)
+        for path, content in sorted(render_all(root, config).items())
+        if not (base / path).is_file() or (base / path).read_text(encoding="utf-8") != content
+    ]
+
+
 def drift(root: Path, config: MixinConfig | None = None, out: Path | None = None) -> list[str]:
     """Paths under ``out`` (default: ``root``) whose content differs from what the generators produce."""
-    base = out or root
-    stale = []
-    for path, content in sorted(render_all(root, config).items()):
-        target = base / path
-        if not target.is_file() or target.read_text(encoding="utf-8") != content:
-            stale.append(path)
-    return stale
+    return [path for path, _, _ in _changed(root, config, out)]
 
 
 def write_all(root: Path, config: MixinConfig | None = None, out: Path | None = None) -> list[str]:
     """Write every artifact that changed under ``out`` (default: ``root``); returns the paths written."""
-    base = out or root
     written = []
-    for path, content in sorted(render_all(root, config).items()):
-        target = base / path
-        if target.is_file() and target.read_text(encoding="utf-8") == content:
-            continue
+    for path, target, content in _changed(root, config, out):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         written.append(path)

@@ -25,9 +25,8 @@ from poolwatch.sidecar.incidents.log import IncidentLog
 from poolwatch.sidecar.incidents.redact import settings_summary
 from poolwatch.sidecar.lanes import Lanes, shared_limits
 from poolwatch.sidecar.metrics.collectors import (
-    BuildInfoCollector,
+    InfoCollector,
     PoolCollector,
-    SidecarInfoCollector,
     TargetCollector,
 )
 from poolwatch.sidecar.metrics.discovery import DiscoveryCollector
@@ -63,6 +62,19 @@ def process_collector() -> Collector:
     return ProcessCollector(registry=None)
 
 
+def _collectors(
+    store: SnapshotStore,
+    clock: Callable[[], float],
+    stale_after: float,
+    extra: Sequence[Collector],
+    process: Collector | None,
+) -> tuple[PoolCollector, TargetCollector, list[Collector]]:
+    """The ranks' collector, the targets' collector, and the rest: ``extra``, build info and
+    ``process`` (by default :func:`process_collector`)."""
+    rest = [*extra, InfoCollector("poolwatch_build_info", __version__), process or process_collector()]
+    return PoolCollector(store, clock, stale_after), TargetCollector(store), rest
+
+
 def build_registry(
     store: SnapshotStore,
     clock: Callable[[], float],
@@ -70,14 +82,13 @@ def build_registry(
     extra: Sequence[Collector] = (),
     process: Collector | None = None,
 ) -> CollectorRegistry:
-    """A fresh registry holding poolwatch's collectors, build info and ``process`` (by default
-    :func:`process_collector`; no platform or GC defaults): what :func:`build_exposition` renders,
-    collector by collector (the tests' uncached reference)."""
+    """A fresh registry holding poolwatch's collectors, build info and ``process`` (no platform or
+    GC defaults): what :func:`build_exposition` renders, collector by collector (the tests'
+    uncached reference)."""
     registry = CollectorRegistry()
-    for collector in (PoolCollector(store, clock, stale_after), TargetCollector(store), *extra):
+    pools, targets, rest = _collectors(store, clock, stale_after, extra, process)
+    for collector in (pools, targets, *rest):
         registry.register(collector)
-    registry.register(BuildInfoCollector(__version__))
-    registry.register(process or process_collector())
     return registry
 
 
@@ -89,9 +100,7 @@ def build_exposition(
     process: Collector | None = None,
 ) -> CachedExposition:
     """What :func:`build_registry` exposes, rendered from per-rank blocks cached per snapshot."""
-    pools, targets = PoolCollector(store, clock, stale_after), TargetCollector(store)
-    rest = [*extra, BuildInfoCollector(__version__), process or process_collector()]
-    return CachedExposition(store, pools, targets, rest)
+    return CachedExposition(store, *_collectors(store, clock, stale_after, extra, process))
 
 
 def _provider(
@@ -171,7 +180,7 @@ def create_app(
     stale_after = settings.detection.stale_after
     own = [alerting.collector, SupervisorCollector(alerting.supervisor), *discovery]
     if settings.identity.pod:  # who this sidecar serves: Prometheus' pod label must say the same
-        own.append(SidecarInfoCollector(settings.identity.pod))
+        own.append(InfoCollector("poolwatch_sidecar_info", settings.identity.pod))
     exposition = build_exposition(store, clock, stale_after, [*own, *collectors])
     incidents = _incidents(settings, store, clock)
 

@@ -82,7 +82,7 @@ def make_source(
         wait = watch_wait(settings.scrape.scrape_interval, settings.scrape.scrape_timeout)
         return ProbeSource(target, max_bytes, wait, final_path, limits, secret)
     if target.source == SourceKind.FILE:
-        return FileSource(target, clock, max_bytes, limits)
+        return FileSource(target, clock, max_bytes=max_bytes, limits=limits)
     room = sources_for(target.source)  # an engine's own /metrics or log: its room reads it
     if room is None:
         raise ConfigError(f"target {target.name}: unknown source {target.source!r}")

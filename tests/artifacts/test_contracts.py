@@ -6,6 +6,7 @@ contracts of old let through."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -18,9 +19,10 @@ from tests.helpers import REPO
 
 from poolwatch.artifacts.contracts import NEUTRAL, PROBE_FLOORS, contracts, neutral_modules, rooms
 from poolwatch.artifacts.registry import render_all
-from poolwatch.engines import ENGINES, EngineEntry
+from poolwatch.engines import ENGINES, EngineEntry, engine_names
 
 PACKAGE = REPO / "service" / "poolwatch"
+NEW = next(f"room{i}" for i in itertools.count() if f"room{i}" not in engine_names())  # a room no one has
 BIN = Path(sys.executable).parent
 
 
@@ -47,12 +49,12 @@ def test_every_registered_room_and_every_room_folder_is_in_the_committed_contrac
 def test_a_room_folder_nobody_registered_is_in_the_contracts_all_the_same(tmp_path: Path) -> None:
     package = tmp_path / "poolwatch"
     shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "probe" / "toy").mkdir()
-    (package / "probe" / "toy" / "__init__.py").write_text("")
+    (package / "probe" / NEW).mkdir()
+    (package / "probe" / NEW / "__init__.py").write_text("")
     text = contracts(package, ENGINES)
-    assert '"sglang | toy | vllm"' in text
-    assert text.count('"poolwatch.probe.toy",') == 2  # forbidden to neutral code, independent
-    assert '"poolwatch.probe.toy"' not in text.split("forbidden_modules")[0].split("source_modules")[1]
+    assert f'"{" | ".join(sorted([*engine_names(), NEW]))}"' in text
+    assert text.count(f'"poolwatch.probe.{NEW}",') == 2  # forbidden to neutral code, independent
+    assert f'"poolwatch.probe.{NEW}"' not in text.split("forbidden_modules")[0].split("source_modules")[1]
 
 
 def test_a_registered_room_is_in_the_contracts_even_before_its_folder_is() -> None:
@@ -90,10 +92,10 @@ def test_a_third_room_left_out_of_the_contracts_is_caught_and_generate_closes_th
     for path in ("pyproject.toml", "README.md", *render_all(REPO)):  # what generate reads and writes
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / path, tmp_path / path)
-    room = tmp_path / "service" / "poolwatch" / "probe" / "toy"
+    room = tmp_path / "service" / "poolwatch" / "probe" / NEW
     room.mkdir()
     (room / "__init__.py").write_text('"""A third room."""\n')
-    (room / "engine.py").write_text("from poolwatch.probe.sglang.engine import SGLANG\n\nTOY = SGLANG\n")
+    (room / "engine.py").write_text("from poolwatch.probe.sglang.engine import SGLANG\n\nSPEC = SGLANG\n")
     lint = [str(BIN / "lint-imports"), "--no-cache"]
 
     assert _run(lint, tmp_path).returncode == 0  # the contracts as committed do not know the room
@@ -105,4 +107,4 @@ def test_a_third_room_left_out_of_the_contracts_is_caught_and_generate_closes_th
     broken = _run(lint, tmp_path)
     assert broken.returncode == 1, broken.stdout
     assert "The engine rooms are independent of each other BROKEN" in broken.stdout.replace("\n", " ")
-    assert "poolwatch.probe.toy.engine -> poolwatch.probe.sglang.engine" in broken.stdout
+    assert f"poolwatch.probe.{NEW}.engine -> poolwatch.probe.sglang.engine" in broken.stdout

@@ -30,7 +30,15 @@ __all__ = [
     "summary",
 ]
 
-COMMANDS: tuple[str, ...] = ("serve", "doctor", "generate", "check", "replay", "incident")
+# each command's module (``add_arguments``, ``run``; its docstring's first paragraph is its help)
+COMMANDS: dict[str, str] = {
+    "serve": "poolwatch.commands.serve",
+    "doctor": "poolwatch.commands.doctor.command",
+    "generate": "poolwatch.commands.generate",
+    "check": "poolwatch.commands.check",
+    "replay": "poolwatch.commands.replay.command",
+    "incident": "poolwatch.commands.incident",
+}
 # optional commands -> the distribution that provides them (an entry point of group ``poolwatch.commands``)
 OPTIONAL: dict[str, str] = {
     "demo": "poolwatch-emulator",
@@ -60,7 +68,7 @@ def installed_commands() -> Iterable[EntryPoint]:
 
 def _modules(plugins: Plugins) -> dict[str, ModuleType | None]:
     found: dict[str, ModuleType | None] = {
-        name: importlib.import_module(f"poolwatch.commands.{name}") for name in COMMANDS
+        name: importlib.import_module(module) for name, module in COMMANDS.items()
     }
     found |= dict.fromkeys(OPTIONAL)
     for ep in plugins():

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TextIO
 
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faces import WorkerServer, attach_probes
 from poolwatch_emulator.faults import parse_fault
 from poolwatch_emulator.versions import RELEASES

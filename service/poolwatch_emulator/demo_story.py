@@ -59,7 +59,8 @@ class Story:
     def build(cls, args: argparse.Namespace, work: Path, out: TextIO) -> Story:
         """Build the cluster with the fault scheduled, its HTTP faces and its probes."""
         from poolwatch_emulator.build import ModelShape
-        from poolwatch_emulator.cluster import Cluster, ClusterConfig
+        from poolwatch_emulator.cluster import Cluster
+        from poolwatch_emulator.cluster_config import ClusterConfig
         from poolwatch_emulator.faces import WorkerServer, attach_probes
         from poolwatch_emulator.faults import FAULTS, parse_fault
 

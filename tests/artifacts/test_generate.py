@@ -42,9 +42,10 @@ def repo_copy(tmp_path: Path) -> Path:
 
 
 def tamper(text: str) -> str:
-    """A hand edit of generated text: inside the first generated block of a Markdown page (the
-    README's metric table, an engine page's release table), else the first ``poolwatch``."""
-    block = re.search(r"<!-- [a-z]+:begin[^\n]*\n", text)
+    """A hand edit of generated text: inside the first generated block of a hand-written file (the
+    README's metric table, an engine page's release table, pyproject's room contracts), else the
+    first ``poolwatch``."""
+    block = re.search(r"(?:<!-- |# )[a-z-]+:begin[^\n]*\n", text)
     if block is not None:
         return text[: block.end()] + "edited by hand " + text[block.end() :]
     at = text.index("poolwatch")

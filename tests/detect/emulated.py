@@ -25,7 +25,8 @@ from poolwatch.sources.sglang.log.events import interpret
 from poolwatch.sources.sglang.log.records import RecordAssembler
 from poolwatch.sources.sglang.log.state import LogFold
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faults import FAULTS, parse_fault
 from poolwatch_emulator.logs import MemorySink
 from poolwatch_emulator.workload import WorkloadConfig

@@ -23,7 +23,9 @@ __all__ = ["SCENARIOS", "Page", "pages"]
 Page = tuple[str, str, str]  # alert name, severity, description
 Scenario = Callable[[RankStream, FakeClock], list[Snapshot]]
 
-SGLANG = WorkerId("prefill-0", Role.PREFILL, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next")
+SGLANG = WorkerId(
+    "prefill-0", Role.PREFILL, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next", engine="sglang"
+)
 VLLM = WorkerId("vllm-0", Role.UNIFIED, model="llama", release="0.32.0", engine="vllm")
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from tests.helpers import FakeClock
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.sources.base import Target

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.artifacts.engine_filter import BLOCKS, ENGINE, engine_filtered, engine_variable
+from poolwatch.artifacts.engine_filter import ENGINE, engine_filtered, engine_variable, unit_note
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -151,8 +151,9 @@ def _cluster_matcher(config: MixinConfig) -> str:
 
 
 def _described(description: str, unit: str) -> str:
-    """``description``, and for a panel counted in slots what a slot is in vLLM (:data:`BLOCKS`)."""
-    return f"{description} {BLOCKS}" if unit in (SLOTS, SLOTS_PER_SECOND) else description
+    """``description``, and for a panel counted in slots what a slot is in each engine counting
+    other units (:func:`~poolwatch.artifacts.engine_filter.unit_note`)."""
+    return f"{description} {unit_note()}" if unit in (SLOTS, SLOTS_PER_SECOND) else description
 
 
 def thresholds(*steps: tuple[float | None, str]) -> Json:

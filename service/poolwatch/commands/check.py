@@ -122,7 +122,7 @@ async def check(
     while clock() + interval <= deadline:
         await sleep(interval)
         snaps = await metrics.scrape(client)
-    return CheckResult(url, room.metrics.value, tuple(snaps))
+    return CheckResult(url, room.metrics, tuple(snaps))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -97,11 +97,15 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"poolwatch generate: configuration error: {exc}", file=sys.stderr)
         return 2
-    if args.check:
-        stale = drift(root, config, args.out, generators)
-        for path in stale:
-            print(f"stale: {path} (run `poolwatch generate`)", file=sys.stderr)
-        return 1 if stale else 0
-    for path in write_all(root, config, args.out, generators):
-        print(f"wrote {path}")
+    try:
+        if args.check:
+            stale = drift(root, config, args.out, generators)
+            for path in stale:
+                print(f"stale: {path} (run `poolwatch generate`)", file=sys.stderr)
+            return 1 if stale else 0
+        for path in write_all(root, config, args.out, generators):
+            print(f"wrote {path}")
+    except ConfigError as exc:  # a hand-written file a generator writes into is not ready for it
+        print(f"poolwatch generate: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -7,7 +7,7 @@ reach ``--help`` undescribed.
 
 from __future__ import annotations
 
-from poolwatch.engines import engine_names
+from poolwatch.engines import read_engines
 
 __all__ = ["HELP", "SHOWN_DEFAULTS", "show_default"]
 
@@ -36,7 +36,7 @@ HELP: dict[str, str] = {
     "figures, comma-separated",
     "log_paths": "engine log files to follow, comma-separated",
     "engine": "the engine whose /metrics and log formats --metrics-urls and --log-paths are: "
-    + " or ".join(engine_names()),
+    + " or ".join(read_engines()),
     "snapshot_files": "JSON snapshot files to read (fixtures, other tools), comma-separated",
     "targets_file": "YAML list of targets with their workers (central mode)",
     "probe_workers": "follow only the discovered probes of these workers, comma-separated (empty: all)",

@@ -26,8 +26,12 @@ __all__ = [
     "EngineSources",
     "LogReplayer",
     "SourceOptions",
+    "LogSourceType",
+    "MetricsSourceType",
+    "ReplayerType",
     "engine_sources",
     "sniff_engine",
+    "source_kinds",
     "sources_for",
     "sources_of",
 ]
@@ -53,24 +57,62 @@ class LogReplayer(Protocol):
     def finish(self) -> ReplayReport: ...
 
 
+class MetricsSourceType(Protocol):
+    """How a room's ``/metrics`` source is built (its class)."""
+
+    def __call__(self, target: Target, clock: Clock, *, max_bytes: int, limits: Limits) -> Source: ...
+
+
+class LogSourceType(Protocol):
+    """How a room's log source is built (its class)."""
+
+    def __call__(self, target: Target, clock: Clock, *, max_ranks: int) -> Source: ...
+
+
+class ReplayerType(Protocol):
+    """How a room's replayer of a saved log is built (``poolwatch replay``)."""
+
+    def __call__(
+        self, worker: str, emit: Callable[[Row], None], every: float, day: dt.date | None = None
+    ) -> LogReplayer: ...
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSources:
-    """One engine's sources: what kinds of target it reads and how."""
+    """One engine's sources: what kinds of target it reads and how.  Its kinds are named after the
+    engine (``<engine>-metrics``, ``<engine>-log``); which it reads is also its registry entry's
+    ``channels`` (``tests/test_engines.py`` holds the two equal)."""
 
     engine: str  # the registry's name (poolwatch.engines)
-    metrics: SourceKind  # the kind of a target that is its ``/metrics`` page
-    log: SourceKind  # the kind of a target that is its log file
-    metrics_source: Callable[[Target, Clock, SourceOptions], Source]
-    log_source: Callable[[Target, Clock, SourceOptions], Source]
-    # (worker, emit, every, day) -> a replayer of a saved log (``poolwatch replay``)
-    replayer: Callable[[str, Callable[[Row], None], float, dt.date | None], LogReplayer]
+    log_source: LogSourceType  # reads its log file
+    replayer: ReplayerType  # replays a saved log (``poolwatch replay``)
     recognises: Callable[[str], bool]  # whether a raw log line is in one of the engine's formats
-    idle_confirm_s: float | None  # how long its /metrics must be watched to prove a rank idle (None: never)
+    metrics_source: MetricsSourceType | None = None  # reads its ``/metrics`` page (None: a log only)
+    # how long its /metrics must be watched to prove a rank idle (None: never)
+    idle_confirm_s: float | None = None
+
+    @property
+    def metrics(self) -> SourceKind:
+        """The kind of a target that is its ``/metrics`` page."""
+        return SourceKind.of(self.engine, "metrics")
+
+    @property
+    def log(self) -> SourceKind:
+        """The kind of a target that is its log file."""
+        return SourceKind.of(self.engine, "log")
+
+    @property
+    def kinds(self) -> tuple[SourceKind, ...]:
+        """The kinds it reads (its log's; its ``/metrics``' first when it has one)."""
+        return (self.metrics, self.log) if self.metrics_source is not None else (self.log,)
 
     def make(self, target: Target, clock: Clock, options: SourceOptions) -> Source:
         """The source that reads ``target`` (one of this engine's kinds)."""
-        factory = self.metrics_source if target.source is self.metrics else self.log_source
-        return factory(target, clock, options)
+        if target.source == self.log:
+            return self.log_source(target, clock, max_ranks=options.limits.max_log_ranks)
+        if target.source != self.metrics or self.metrics_source is None:
+            raise UnknownEngine(f"{target.source}: not a kind of target {self.engine}'s sources read")
+        return self.metrics_source(target, clock, max_bytes=options.max_bytes, limits=options.limits)
 
 
 def _rooms(entries: tuple[EngineEntry, ...]) -> list[EngineSources]:
@@ -89,7 +131,14 @@ def sources_of(engine: str, entries: tuple[EngineEntry, ...] = ENGINES) -> Engin
 
 def sources_for(kind: SourceKind, entries: tuple[EngineEntry, ...] = ENGINES) -> EngineSources | None:
     """The room whose ``/metrics`` or log kind ``kind`` is (None: a neutral kind, probe or file)."""
-    return next((r for r in _rooms(entries) if kind in (r.metrics, r.log)), None)
+    return next((r for r in _rooms(entries) if kind in r.kinds), None)
+
+
+def source_kinds(entries: tuple[EngineEntry, ...] = ENGINES) -> tuple[SourceKind, ...]:
+    """Every kind of target: ``probe``, the engines' own kinds as the registry lists them, ``file``
+    (no room is loaded)."""
+    engines = (SourceKind(kind) for entry in entries for kind in entry.source_kinds)
+    return (SourceKind.PROBE, *engines, SourceKind.FILE)
 
 
 def engine_sources(entries: tuple[EngineEntry, ...] = ENGINES) -> list[EngineSources]:

@@ -32,15 +32,9 @@ from poolwatch.commands.doctor.report import Check, Fault, Status
 from poolwatch.discovery.safety import default_directory
 from poolwatch.engines import engine_entry, load
 
-__all__ = ["CONSENT", "PTH", "engine_checks", "installed_engine"]
+__all__ = ["PTH", "engine_checks", "installed_engine"]
 
 PTH = "poolwatch-probe.pth"
-# what each engine's consent is, in a user's words (the spec's ``consent`` decides; this explains it)
-CONSENT: dict[str, str] = {
-    "sglang": "POOLWATCH_PROBE=1 (every release; the .pth activates it on 0.5.4-0.5.10) or "
-    "SGLANG_PLUGINS=poolwatch (0.5.12 and newer, appended to any plugins you list)",
-    "vllm": "POOLWATCH_PROBE=1 (vLLM loads poolwatch's vllm.general_plugins entry point in every process)",
-}
 _TRUE = {"1", "true", "yes", "on"}
 Find = Callable[[str], object | None]
 
@@ -76,14 +70,13 @@ def _installed(spec: Any, title: str, find: Find, site_dirs: Sequence[str]) -> l
             )
         ]
     out = [Check("installed", Status.OK, f"poolwatch with its {spec.plugin_group} entry point")]
-    if spec.name == "sglang" and not any((Path(d) / PTH).is_file() for d in site_dirs):
+    if spec.pth_needed_by and not any((Path(d) / PTH).is_file() for d in site_dirs):
         out.append(
             Check(
                 "installed",
                 Status.WARN,
-                f"no {PTH} in site-packages (an editable install): SGLang 0.5.4-0.5.10 need it, "
-                "0.5.12 and newer use SGLANG_PLUGINS",
-                "pip install the wheel (never `pip install -e`) for SGLang 0.5.4-0.5.10",
+                f"no {PTH} in site-packages (an editable install): {spec.pth_needed_by}",
+                f"pip install the wheel (never `pip install -e`) where {title} needs the {PTH}",
                 Fault.NO_PTH,
             )
         )
@@ -129,16 +122,17 @@ def _activated(spec: Any, title: str, environ: Mapping[str, str]) -> Check:
             "activated",
             Status.FAIL,
             f"no consent: {title} would load poolwatch, which then does nothing (installed is not consent)",
-            f"set {CONSENT.get(spec.name, 'POOLWATCH_PROBE=1')} in the engine's environment and restart it",
+            f"set {spec.consent_hint} in the engine's environment and restart it",
             Fault.NO_CONSENT,
         )
-    only = [n.strip() for n in environ.get("VLLM_PLUGINS", "").split(",") if n.strip()]
-    if spec.name == "vllm" and only and "poolwatch" not in only:
+    only = [n.strip() for n in environ.get(spec.plugins_env, "").split(",") if n.strip()]
+    if spec.plugins_env and only and "poolwatch" not in only:
         return Check(
             "activated",
             Status.FAIL,
-            f"VLLM_PLUGINS={','.join(only)} restricts the plugins vLLM loads; poolwatch is not among them",
-            "add poolwatch to VLLM_PLUGINS",
+            f"{spec.plugins_env}={','.join(only)} restricts the plugins {title} loads; poolwatch is not "
+            "among them",
+            f"add poolwatch to {spec.plugins_env}",
             Fault.NO_CONSENT,
         )
     return Check("activated", Status.OK, "the engine consents (its plugin or the .pth arms the probe)")

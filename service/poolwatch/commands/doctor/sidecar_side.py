@@ -47,7 +47,7 @@ def _reads(settings: Settings, environ: Mapping[str, str]) -> tuple[str, Check |
     except ConfigError:
         static = []
     if static:
-        names = ", ".join(sorted({t.source.value for t in static}))
+        names = ", ".join(sorted({str(t.source) for t in static}))
         return "", Check(
             "directory",
             Status.FAIL,

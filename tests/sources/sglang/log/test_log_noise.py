@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolwatch.commands.replay import stream_file
+from poolwatch.commands.replay.command import stream_file
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.sglang.log.events import RankIncident, interpret
 from poolwatch.sources.sglang.log.records import RecordAssembler

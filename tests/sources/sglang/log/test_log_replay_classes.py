@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import Pool
 from poolwatch.sources.logfile.replay import UNATTRIBUTED, ReplayReport, Row
 from poolwatch.sources.sglang.log.events import BatchStats, RankIncident, interpret

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import FIXTURES
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import IncidentKind, Pool, Role
 from poolwatch.sources.logfile.reader import LogReader
 from poolwatch.sources.logfile.replay import Row

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tests.sources.vllm.fakes import DAY, LOGS, file_events
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import IncidentKind, Pool
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.vllm.log.events import RankIncident, Startup, Stats

@@ -32,7 +32,7 @@ from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = ["LogFold", "SOURCE"]
 
-SOURCE = SourceKind.SGLANG_LOG
+SOURCE = SourceKind.of("sglang", "log")
 
 
 BOOT_WINDOW = 120.0  # startup lines this close together belong to one start of the server
@@ -168,7 +168,13 @@ class LogFold:
         incidents: tuple[Incident, ...],
     ) -> Snapshot:
         worker = WorkerId(
-            self._worker, self._current_role(), ranks.dp, ranks.tp, ranks.pp, instance=self._instance
+            self._worker,
+            self._current_role(),
+            ranks.dp,
+            ranks.tp,
+            ranks.pp,
+            instance=self._instance,
+            engine=SOURCE.engine,
         )
         return Snapshot(
             worker=worker,

@@ -26,8 +26,8 @@ from poolwatch.sources.vllm.log.events import EngineDead, LogEvent, RankIncident
 
 __all__ = ["ENGINE", "SOURCE", "VllmLogFold", "rank_label", "stats_snapshot_pools"]
 
-SOURCE = SourceKind.VLLM_LOG
 ENGINE = "vllm"
+SOURCE = SourceKind.of(ENGINE, "log")
 
 
 def rank_label(dp: int) -> str:

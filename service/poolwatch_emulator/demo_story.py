@@ -70,7 +70,7 @@ class Story:
         log_dir, probe_dir = work / "logs", work / "probes"
         log_dir.mkdir(parents=True, exist_ok=True)
         shape = ModelShape()
-        if FAULTS[fault.name].needs == "hicache":  # a plain model with HiCache's host tier
+        if "hicache" in FAULTS[fault.name].needs:  # a plain model with HiCache's host tier
             shape = ModelShape(mamba_slots=None, host_kv_tokens=2 * shape.full_kv_tokens)
         config = ClusterConfig(
             prefill=args.prefill, decode=args.decode, tp=args.tp, version=args.version,

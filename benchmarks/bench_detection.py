@@ -66,7 +66,7 @@ def case(fault: str, name: str = "", **overrides: Any) -> Case:
         "decode": int(not unified),
         "unified": int(unified),
         "version": info.emulated_versions[-1],
-        "shape": SWA if info.needs == "swa" else ModelShape(context_len=32_768),
+        "shape": SWA if "swa" in info.needs else ModelShape(context_len=32_768),
         "faults": (parse_fault(f"{fault}@step=40"),),
         "seed": 7,
         "epoch": EPOCH,

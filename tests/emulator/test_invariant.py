@@ -9,6 +9,7 @@ from tests.emulator.emu_ledger import imbalances
 from tests.emulator.emu_scenarios import HEAVY, MAMBA, PAGED, SWA, cluster
 
 from poolwatch_emulator import ModelShape
+from poolwatch_emulator.spec import SpecConfig
 
 CASES = [
     ("0.5.4.post1", True, MAMBA),
@@ -68,16 +69,25 @@ def test_tensor_and_data_parallel_ranks_balance_and_tp_ranks_keep_identical_book
             assert [r.rid for r in a.running_batch.reqs] == [r.rid for r in b.running_batch.reqs]
 
 
+LONG = [
+    (*CASES[0], 2.0, None),
+    (*CASES[6], 1.0, None),
+    # EAGLE speculative decoding (spec v2's draft reserve, verify and release), unified and PD
+    ("0.5.9", False, PAGED, 2.0, SpecConfig()),
+    ("0.5.12", True, MAMBA, 2.0, SpecConfig(num_steps=5, eagle_topk=2, num_draft_tokens=8)),
+]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [11, 12, 13])
-@pytest.mark.parametrize(("version", "pd", "shape", "rate"), [(*CASES[0], 2.0), (*CASES[6], 1.0)])
+@pytest.mark.parametrize(("version", "pd", "shape", "rate", "spec"), LONG)
 def test_the_invariant_holds_for_over_100k_steps_with_bursts_and_idle_gaps(
-    version: str, pd: bool, shape: ModelShape, rate: float, seed: int
+    version: str, pd: bool, shape: ModelShape, rate: float, spec: SpecConfig | None, seed: int
 ) -> None:
     """3 seeds x 34,000 steps = 102,000 checked loop boundaries per configuration, at a rate near
     the cluster's capacity (queues drain in the gaps, retraction under the bursts)."""
     workload = replace(HEAVY, rate=rate, burst_s=300.0, gap_s=60.0)
-    c = cluster(version, pd=pd, shape=shape, seed=seed, workload=workload)
+    c = cluster(version, pd=pd, shape=shape, seed=seed, workload=workload, speculative=spec)
     for _ in range(34_000):
         c.step()
         assert not c.crashed, [w.crash_message for w in c.crashed]

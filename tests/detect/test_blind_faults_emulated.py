@@ -179,3 +179,30 @@ def test_an_encoder_cache_stall_leaves_the_kv_pools_balanced_and_unpaged(tmp_pat
     assert (full.available or 0) + (full.evictable or 0) > len(rank.waiting_queue[0].origin_input_ids)
     assert "encoder" not in {p.value for p in snap.pools}
     assert _gap_pages(w) == []
+
+
+SPEC_CLEAN = [
+    ("spec-stranded-tail-page", {}),  # EAGLE, page 16, 0.5.9
+    ("spec-row-clamped-release", {}),  # topk 2, 8 drafts, requests to the context's end
+    ("spec-swa-frontier-off-by-one", {}),  # SWA + EAGLE, 0.5.12
+    ("spec-stranded-tail-page", {"prefill": 1, "decode": 1, "unified": 0}),  # PD
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fault", "overrides"), SPEC_CLEAN)
+def test_speculative_decoding_without_a_fault_balances_at_every_sample_and_nothing_fires(
+    fault: str, overrides: dict[str, int], tmp_path: Path
+) -> None:
+    """The draft reserve past the committed KV is the request's own (``kv_allocated_len``): the
+    probe counts it, every sample balances, no tripwire, no alert."""
+    w = _watch(fault, tmp_path, faults=(), **overrides)
+    for _ in range(600):
+        w.step()
+        for rank in w.cluster.schedulers:
+            probe = probe_of(rank)
+            if probe is not None and probe.latest is not None:
+                _balanced(probe.latest)
+    assert w.first_firing == {}
+    assert not w.cluster.crashed
+    assert sum(r.spec_num_accepted_tokens for r in w.cluster.schedulers) > 0

@@ -16,6 +16,7 @@ Run: ``python benchmarks/bench_blind.py [--horizon 120] [FAULT ...]``.  Figures,
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             signal = f"{r.crash} ({fmt(after)})" if r.crash else f"none in {args.horizon:g} s"
             effect_fixed = fixed.seen if fixed.shown is not None else "none"
             fixed_cell = f"{', '.join(sorted(fixed.alerts)) or 'none'} / {effect_fixed}"
-            ref = info.reference.split()[0].rstrip(";")
+            ref = re.search(r"\b[SVO]\d\d\b|#\d+", info.reference) or re.search(".+", info.reference)
+            ref = ref.group(0) if ref else ""
             print(
                 f"| {name} ({ref}) | {info.sign} | {fmt(r.shown)} | {r.seen} "
                 f"| {fmt(r.gap_page)} | {', '.join(sorted(r.alerts)) or 'none'} "

@@ -230,8 +230,8 @@ FAULTS: dict[str, FaultInfo] = {
             "radix-evictable-overcount", "full", "counter", "RadixCache with page_size > 1 (open on "
             "main, 2026-08); PR #10637 fixed an earlier key/value mix-up", "sglang#35270; PR #10637",
             (_S + "issues/35270", _S + "pull/10637"), _BOTH, ("paged",), _ALL,
-            "evicting a leaf takes one page less off evictable_size_ than it frees: the counter "
-            "over-counts, every id is free", COUNTER,
+            "evictable_size_ over-counts by whole pages while every id is free (#35270 counts shared "
+            "pages twice; the emulator leaves a page on the counter at an eviction)", COUNTER,
         ),
         FaultInfo(
             "encoder-credit-per-step", "encoder", "surplus", "vLLM 0.13 - 0.34.0 encoder-decoder "

@@ -239,7 +239,7 @@ class RadixTree:
             node = heapq.heappop(heap)
             freed += self._delete_leaf(node)
             if self._overcounts():
-                self.full_evictable_size_ += self.page_size  # #35270: a page less off the counter
+                self.full_evictable_size_ += self.page_size  # #35270's class: the counter over by a page
             parent = node.parent
             if parent is not None and self._evictable_leaf(parent):
                 heapq.heappush(heap, parent)

@@ -6,9 +6,10 @@ from dataclasses import replace
 
 import pytest
 from tests.emulator.emu_ledger import imbalances
-from tests.emulator.emu_scenarios import HEAVY, MAMBA, PAGED, SWA, cluster
+from tests.emulator.emu_scenarios import HEAVY, MAMBA, PAGED, PLAIN, SWA, cluster
 
 from poolwatch_emulator import ModelShape
+from poolwatch_emulator.encoder_cache import EncoderCacheConfig
 from poolwatch_emulator.spec import SpecConfig
 
 CASES = [
@@ -44,6 +45,23 @@ def test_every_pool_balances_at_every_loop_boundary_without_a_fault(
     version: str, pd: bool, shape: ModelShape
 ) -> None:
     seen = _run_checked(version, pd, shape, steps=600, seed=1)
+    assert seen["finished"] > 20
+
+
+ENCODER_CASES = [
+    # images shared by content hash, two a request, chunked prefill splitting them across chunks
+    (EncoderCacheConfig(kind="mm", cache_size=1024, compute_budget=512), True, 2),
+    # an encoder-decoder model: one audio input before the prompt, credited back once it ran
+    (EncoderCacheConfig(kind="enc-dec", cache_size=2048, compute_budget=1024), False, 1),
+]
+
+
+@pytest.mark.parametrize(("encoder", "in_prompt", "items"), ENCODER_CASES)
+def test_with_an_encoder_cache_every_pool_and_the_encoder_cache_balance(
+    encoder: EncoderCacheConfig, in_prompt: bool, items: int
+) -> None:
+    workload = replace(HEAVY, mm_fraction=0.7, mm_items=items, mm_embeds=128, mm_in_prompt=in_prompt)
+    seen = _run_checked("0.5.12", False, PLAIN, steps=600, seed=4, workload=workload, encoder_cache=encoder)
     assert seen["finished"] > 20
 
 

@@ -19,8 +19,9 @@ spec-row-clamped-release         full     deficit   SGLang spec v2 before       
                                                     2026-06
 spec-swa-frontier-off-by-one     full     surplus   SGLang 0.5.17 with the OOW   S09 PR #34870 (gate
                                                     free env on (SWA + EAGLE)    #34823)
-hicache-unlock-without-lock      full     surplus   SGLang fork, HiCache         O12 bytedance-iaas/sglang
-                                                    write_back                   PR #748; S13 #27666
+hicache-unlock-without-lock      full     in-flight SGLang fork, HiCache         O12 bytedance-iaas/sglang
+                                                    write_back (S13: its lock    PR #748; S13 #27666
+                                                    half)
 hicache-write-acks-undrained     full     stranded  SGLang HiCache <= 0.5.9      S14 PR #20049
 pd-prefill-stranded-kv           full     stranded  vLLM NIXL P side (V05);      V05 PR #20139, PR #25897;
                                                     SGLang NIXL sender           S20 PR #36988
@@ -39,10 +40,12 @@ encoder-waiting-holds-entries    encoder  stall     vLLM multimodal, before     
 
 Signs: *surplus* (a double free: the gap < 0), *deficit* (a leak: the gap > 0), *counter* (an
 engine counter lies, every id is where it belongs), *stranded* (the books balance, capacity is
-held by owners that no longer progress), *stall* (waiting requests, capacity free, nothing
-admitted).  The last three are the blind classes of issue 39: the conservation gap stays honest
-about the ids and pages nothing; :data:`STRANDED`, :data:`COUNTER`, :data:`STALL` and
-:data:`ENCODER` name the alerts its detectors will raise (names proposed here, the detectors are
+held by owners that no longer progress), *in-flight* (a slot freed while a live request still
+reads it: the books balance until it is handed out twice), *stall* (waiting requests, capacity
+free, nothing admitted).  The last four are the blind classes of issue 39: the conservation gap
+stays honest about the ids and pages nothing (a counter bug: it pages, misnamed as a double free);
+:data:`STRANDED`, :data:`COUNTER`, :data:`FREED_IN_FLIGHT`, :data:`STALL` and :data:`ENCODER` name
+the alerts its detectors will raise (names proposed here, the detectors are
 being built; rename them in this one place).
 
 The encoder cache is vLLM's (``EncoderCacheManager`` / ``EncoderDecoderCacheManager``): SGLang's
@@ -178,8 +181,9 @@ FAULTS: dict[str, FaultInfo] = {
             DOUBLE_FREE,
         ),
         FaultInfo(
-            "hicache-unlock-without-lock", "full", "in-flight", "an SGLang fork's HiCache write_back; "
-            "SGLang 0.5.11 - 0.5.20 decode radix + offload (S13)",
+            "hicache-unlock-without-lock", "full", "in-flight", "an SGLang fork's HiCache write_back (O12); "
+            "S13 (0.5.11 - 0.5.20 decode radix + offload) shares its lock half, protected taken off "
+            "without dec_lock_ref",
             "O12 bytedance-iaas/sglang PR #748; S13 sglang#27666 / PR #27687",
             ("https://github.com/bytedance-iaas/sglang/pull/748", _S + "issues/27666", _S + "pull/27687"),
             _BOTH, ("hicache",), _ALL,

@@ -13,6 +13,10 @@ still owed that the detector no longer holds -- a ``resolved`` that fell while t
 down -- are kept per receiver (``undelivered``) and owed again after a restart, so a webhook that
 comes back after the sidecar restarted still hears that its incident is over.
 
+What is written can always be read back: the writer keeps every text, count and the whole file
+within the reader's bounds (:mod:`poolwatch.sidecar.state_fit`), and says in the file (``cut``) and
+in the log (``event=state_file_cut``) what it had to shorten or leave out.
+
 The file is read and written only where no one else could have written it
 (:mod:`poolwatch.sidecar.state_file`): a planted file is refused, logged
 (``event=state_file_unsafe``) and left where it is; nothing is restored from it.
@@ -42,6 +46,14 @@ from poolwatch.detect.rules import by_name
 from poolwatch.detect.schema import Severity
 from poolwatch.discovery.safety import UnsafePathError
 from poolwatch.sidecar.state_file import read_state_bytes, write_state_bytes
+from poolwatch.sidecar.state_fit import (
+    MAX_ALERTS,
+    MAX_ENTRIES,
+    MAX_STATE_BYTES,
+    MAX_TEXT,
+    dumps,
+    fit_document,
+)
 
 __all__ = [
     "STATE_VERSION",
@@ -57,8 +69,6 @@ __all__ = [
 ]
 
 STATE_VERSION = 1
-MAX_STATE_BYTES = 4 << 20
-MAX_ALERTS = 10_000
 log = logging.getLogger("poolwatch.detect")
 
 
@@ -85,26 +95,25 @@ def encode_alerts(
     alerts: Sequence[Alert], told: Told | None = None, undelivered: Undelivered | None = None
 ) -> dict[str, Any]:
     """The JSON document of the firing ``alerts`` (others are not worth keeping) and the resolved
-    notices each receiver is still owed."""
+    notices each receiver is still owed, within what :func:`load_state` reads
+    (:func:`~poolwatch.sidecar.state_fit.fit_document`: what was cut is said in its ``cut``)."""
     told = told or {}
     owed = {
         name: [_encode_one(a) for a in items if a.state is AlertState.RESOLVED]
-        for name, items in sorted((undelivered or {}).items())
+        for name, items in (undelivered or {}).items()
     }
-    return {
-        "version": STATE_VERSION,
-        "alerts": [
-            {**_encode_one(a), "told": sorted(told.get(a.fingerprint, ()))}
-            for a in alerts
-            if a.state is AlertState.FIRING
-        ],
-        "undelivered": {name: items for name, items in owed.items() if items},
-    }
+    firing = [
+        {**_encode_one(a), "told": sorted(told.get(a.fingerprint, ()))}
+        for a in alerts
+        if a.state is AlertState.FIRING
+    ]
+    doc = fit_document(firing, {name: items for name, items in owed.items() if items})
+    return {"version": STATE_VERSION, **doc}
 
 
 def _strings(raw: object, where: str) -> dict[str, str]:
-    d = fields.mapping(raw, where, 64)
-    return {fields.text(k, where): fields.text(v, f"{where}.{k}", fields.MAX_TEXT) for k, v in d.items()}
+    d = fields.mapping(raw, where, MAX_ENTRIES)
+    return {fields.text(k, where): fields.text(v, f"{where}.{k}", MAX_TEXT) for k, v in d.items()}
 
 
 class UnknownAlertError(fields.FieldError):
@@ -121,7 +130,7 @@ def _decode_one(raw: Any, where: str) -> Alert:
     fired = item.get("fired_at")
     return Alert(
         name=name,
-        subject=fields.text(item.get("subject"), f"{where}.subject", fields.MAX_TEXT),
+        subject=fields.text(item.get("subject"), f"{where}.subject", MAX_TEXT),
         severity=fields.enumerated(Severity, item.get("severity"), f"{where}.severity"),
         state=AlertState.FIRING,
         labels=tuple(sorted(_strings(item.get("labels"), f"{where}.labels").items())),
@@ -143,7 +152,7 @@ def decode_told(doc: Any) -> dict[str, frozenset[str]]:
         except UnknownAlertError:  # skipped (decode_alerts warned once)
             continue
         names = raw.get("told", [])
-        if not isinstance(names, list) or len(names) > 64:
+        if not isinstance(names, list) or len(names) > MAX_ENTRIES:
             raise ValueError(f"alert {alert.name}: 'told' must be a list of receiver names")
         if names:
             out[alert.fingerprint] = frozenset(fields.text(n, f"{alert.name}.told") for n in names)
@@ -153,7 +162,7 @@ def decode_told(doc: Any) -> dict[str, frozenset[str]]:
 def decode_undelivered(doc: Any) -> dict[str, list[Alert]]:
     """The resolved notices each receiver is still owed (a state document without them: none)."""
     _check_version(doc)
-    owed = fields.mapping(doc.get("undelivered", {}), "undelivered", 64)
+    owed = fields.mapping(doc.get("undelivered", {}), "undelivered", MAX_ENTRIES)
     out = {}
     for receiver, raw in owed.items():
         where = f"undelivered[{fields.shown(receiver)}]"
@@ -198,7 +207,16 @@ def save_alerts(
     """Write atomically (:func:`~poolwatch.sidecar.state_file.write_state_bytes`); an unsafe
     directory raises :class:`~poolwatch.discovery.safety.UnsafePathError` (an ``OSError``)."""
     doc = encode_alerts(alerts, told, undelivered)
-    write_state_bytes(path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+    if "cut" in doc:
+        log.warning("event=state_file_cut path=%s %s", path, _said(doc["cut"]))
+    write_state_bytes(path, dumps(doc))
+
+
+def _said(cut: Any) -> str:
+    """A ``cut`` note as ``key=value`` fields (a hand-edited note: whatever it says, shown short)."""
+    if not isinstance(cut, dict):
+        return f"cut={fields.shown(cut)}"
+    return " ".join(f"cut_{str(k)[:20]!s}={fields.shown(v, 20)}" for k, v in list(cut.items())[:8])
 
 
 @dataclass(frozen=True)
@@ -228,7 +246,10 @@ def load_state(path: Path, now: float | None = None) -> LoadResult:
         if len(data) > MAX_STATE_BYTES:
             raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
         doc = json.loads(data.decode("utf-8"))
-        return LoadResult(decode_alerts(doc), told=decode_told(doc), undelivered=decode_undelivered(doc))
+        result = LoadResult(decode_alerts(doc), told=decode_told(doc), undelivered=decode_undelivered(doc))
+        if doc.get("cut"):  # the writer had to leave something out: said once more at the start
+            log.warning("event=state_file_cut path=%s %s", path, _said(doc["cut"]))
+        return result
     except (ValueError, RecursionError) as exc:
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
     aside = path.with_name(f"{path.name}.corrupt-{int(time.time() if now is None else now)}")

@@ -16,6 +16,7 @@ gap, the findings by kind and count) are kept around the first sighting: up to
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,15 @@ __all__ = ["AFTER", "BEFORE", "IncidentRecord", "incident_id", "moment", "new_re
 
 BEFORE = 6  # moments kept before the first sighting
 AFTER = 6  # moments kept after it
+# what one record holds at most, whatever a snapshot lists (the schema allows far more): each
+# incident's memory is bounded, and :mod:`.fit` makes it fit its share of the file exactly
+MAX_IDS = 1024  # slot ids of the finding named (its count says how many in all)
+MAX_REQUESTS = 64  # requests of the finding named (hashed)
+MAX_ACTIONS = 16  # guard actions on the finding's pool, each with at most MAX_ACTION_IDS ids
+MAX_ACTION_IDS = 64
+MAX_QUEUES = 16  # queues of a moment, each name at most QUEUE_NAME characters
+QUEUE_NAME = 64
+MAX_RANKS_SEEN = 64
 _FIGURES = ("size", "available", "evictable", "protected", "held", "session_held", "used")
 
 Found = Tripwire | Repair
@@ -54,11 +64,21 @@ def moment(snap: Snapshot) -> dict[str, Any]:
         "seq": snap.seq,
         "taken_at": snap.taken_at,
         "phase": snap.phase.value,
-        "queues": dict(snap.queues),
+        "queues": {k[:QUEUE_NAME]: v for k, v in list(snap.queues.items())[:MAX_QUEUES]},
         "pools": pools,
-        "tripwires": [{"kind": t.kind.value, "pool": t.pool.value, "count": t.count} for t in snap.tripwires],
-        "repairs": [{"kind": r.kind.value, "pool": r.pool.value, "count": r.count} for r in snap.repairs],
+        "tripwires": _by_kind(snap.tripwires),
+        "repairs": _by_kind(snap.repairs),
     }
+
+
+def _by_kind(found: Sequence[Found]) -> list[dict[str, Any]]:
+    """The findings of a moment by kind and pool, their counts summed (a snapshot may list a
+    thousand of one kind: a moment says how many, the finding itself which)."""
+    counts: dict[tuple[str, str], int] = {}
+    for f in found:
+        key = (f.kind.value, f.pool.value)
+        counts[key] = counts.get(key, 0) + f.count
+    return [{"kind": k, "pool": p, "count": n} for (k, p), n in counts.items()]
 
 
 def finding_of(found: Found) -> dict[str, Any]:
@@ -66,9 +86,9 @@ def finding_of(found: Found) -> dict[str, Any]:
     common = {
         "kind": found.kind.value,
         "pool": found.pool.value,
-        "ids": list(found.slots),
+        "ids": list(found.slots[:MAX_IDS]),
         "page_size": found.page_size,
-        "requests": sorted({request_name(r) for r in found.requests}),
+        "requests": sorted({request_name(r) for r in found.requests})[:MAX_REQUESTS],
     }
     if isinstance(found, Tripwire):
         return {
@@ -137,10 +157,16 @@ def guard_of(snap: Snapshot, found: Found) -> dict[str, Any]:
     health = snap.probe
     on = bool(health and health.guard)
     done = [
-        {"kind": r.kind.value, "count": r.count, "ids": list(r.slots), "hook": r.hook, "seq": r.seq}
+        {
+            "kind": r.kind.value,
+            "count": r.count,
+            "ids": list(r.slots[:MAX_ACTION_IDS]),
+            "hook": r.hook,
+            "seq": r.seq,
+        }
         for r in snap.repairs
         if r.pool is found.pool
-    ]
+    ][:MAX_ACTIONS]
     return {"enabled": on, "return_enabled": bool(health and health.guard_return), "actions": done}
 
 
@@ -153,7 +179,7 @@ def engine_of(snap: Snapshot, ranks_seen: list[str]) -> dict[str, Any]:
         "model": model_name(w.model),
         "role": w.role.value,
         "rank": {"dp": w.dp_rank, "tp": w.tp_rank, "pp": w.pp_rank},
-        "ranks_seen": ranks_seen,
+        "ranks_seen": ranks_seen[:MAX_RANKS_SEEN],
         "idle_check_strict": snap.idle_check_strict,
         "source": snap.source,
     }

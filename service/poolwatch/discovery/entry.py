@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from poolwatch.discovery.handle import held
 from poolwatch.discovery.safety import make_directory
+from poolwatch.inert import inert
 
 __all__ = [
     "DiscoveryEntry",
@@ -115,7 +116,7 @@ def _text(doc: dict[str, Any], name: str, limit: int) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise DiscoveryFormatError(f"{name}: not encodable text (a lone surrogate?)") from None
-    return value
+    return inert(value)
 
 
 def _small_int(doc: dict[str, Any], name: str, high: int) -> int:

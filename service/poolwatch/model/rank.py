@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from poolwatch.inert import inert
+
 __all__ = ["Exactness", "IncidentKind", "Phase", "Pool", "PoolAccount", "Role", "SourceKind", "WorkerId"]
 
 
@@ -101,6 +103,15 @@ class WorkerId:
     instance: str = ""
     engine: str = "sglang"  # the serving engine (poolwatch.engines)
     release_verified: bool = True  # False: a release its probe room never read, read as its nearest family
+
+    def __post_init__(self) -> None:
+        """Every name made inert (:mod:`poolwatch.inert`), whichever source built it: a worker,
+        model or release reaches metric labels, the API, alerts and bundles."""
+        for name in ("worker", "model", "release", "instance", "engine"):
+            value = getattr(self, name)
+            shown = inert(value)
+            if shown is not value:
+                object.__setattr__(self, name, shown)
 
     @property
     def key(self) -> str:

@@ -15,14 +15,15 @@ import json
 import time
 from typing import Any
 
+from poolwatch.inert import inert
 from poolwatch.model.findings import LEAK_KINDS
 
-__all__ = ["LEFT_OUT", "bundle_json", "bundle_markdown"]
+__all__ = ["LEFT_OUT", "bundle_json", "bundle_markdown", "figures"]
 
 LEFT_OUT = (
     "no prompt, token id, request text or log message (poolwatch never reads them);",
     "request ids only as the first 12 hex digits of their SHA-256;",
-    "no worker, pod, namespace or instance name; a model path on disk by its last component;",
+    "no worker, pod, namespace or instance name; a model by its last component (no directory);",
     "every URL as scheme://host:port; credentials and secret files only as <set>; files by base name.",
 )
 _STATES = ("size", "available", "evictable", "protected", "held", "session_held")
@@ -67,18 +68,49 @@ def bundle_json(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "figures": figures(body), "left_out": list(LEFT_OUT)}
 
 
-def _when(t: float) -> str:
+class Md(str):
+    """A piece of Markdown this module wrote itself (every untrusted value in it already escaped)."""
+
+    __slots__ = ()
+
+
+def _when(t: Any) -> str:
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < 1e11:
+        return "?"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
-def _cell(value: Any) -> str:
-    text = "?" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+def _code(value: Any, table: bool = True) -> Md:
+    """Any value from a body as inline code: nothing in it is Markdown (no heading, link,
+    emphasis or HTML), no control character reaches the page (:func:`~poolwatch.inert.inert`),
+    a backtick cannot close the span, and in a table a ``|`` cannot end the cell."""
+    text = inert(str(value)).replace("`", "'")
+    if not text:
+        return Md("")
+    return Md("`" + (text.replace("|", "\\|") if table else text) + "`")
 
 
-def _code(value: Any) -> str:
-    """``value`` as inline code (a backtick in it cannot close the span)."""
-    return "`" + str(value).replace("`", "'") + "`"
+def _num(value: Any) -> Md:
+    """A figure as it is; anything else a figure's place holds, as code (``?`` for unknown)."""
+    if value is None:
+        return Md("?")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Md(str(value))
+    return _code(value)
+
+
+def _cell(value: Any) -> Md:
+    if isinstance(value, Md):
+        return value
+    return _num(value)
+
+
+def _list(values: Any, limit: int = 64) -> Md:
+    """Values from a body, each as code, comma-separated (at most ``limit``, then ``...``)."""
+    if not isinstance(values, list):
+        return _code(values)
+    shown = ", ".join(_cell(v) for v in values[:limit])
+    return Md(shown + (", ..." if len(values) > limit else ""))
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
@@ -86,48 +118,71 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     return out + ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
 
 
-def _ids(finding: dict[str, Any]) -> str:
-    unit = "slot" if finding["page_size"] <= 1 else f"page of {finding['page_size']} slots"
-    shown = ", ".join(str(i) for i in finding["ids"][:64]) or "none named"
+def _labelled(rows: list[list[Any]]) -> list[list[Any]]:
+    """Rows of a two-column table whose first cell is this module's own word."""
+    return [[Md(label), value] for label, value in rows]
+
+
+def _ids(finding: dict[str, Any]) -> Md:
+    unit = "slot" if _int(finding["page_size"]) <= 1 else f"page of {_num(finding['page_size'])} slots"
+    shown = _list(finding["ids"]) if finding["ids"] else "none named"
+    count = _num(finding["count"])
     if finding["record"] == "repair":
-        return f"{unit} ids of the last action: {shown} ({finding['count']} slots in all)"
-    named, count = len(finding["ids"]), finding["count"]
-    return f"{unit} ids {shown}" + (f" (the first {named} of {count})" if count > named else "")
+        return Md(f"{unit} ids of the last action: {shown} ({count} slots in all)")
+    named = len(finding["ids"]) if isinstance(finding["ids"], list) else 0
+    more = _int(finding["count"]) > named
+    return Md(f"{unit} ids {shown}" + (f" (the first {named} of {count})" if more else ""))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _rank(rank: Any) -> Md:
+    if not isinstance(rank, dict):
+        return _code(rank)
+    return Md(f"dp{_num(rank.get('dp'))} tp{_num(rank.get('tp'))} pp{_num(rank.get('pp'))}")
 
 
 def _head(body: dict[str, Any]) -> list[str]:
     f, e = body["finding"], body["engine"]
-    rank = e["rank"]
-    where = f"rank dp{rank['dp']} tp{rank['tp']} pp{rank['pp']}"
     what = "guard action" if f["record"] == "repair" else "finding"
     rows = [
-        ["what", f"{what} {_code(f['kind'])} in the {_code(f['pool'])} pool: {f['count']} in all"],
+        ["what", Md(f"{what} {_code(f['kind'])} in the {_code(f['pool'])} pool: {_num(f['count'])} in all")],
         ["ids", _ids(f)],
-        ["first seen", f"{_when(body['first_seen_at'])}, after {_code(f['hook'])}, iteration {f['seq']}"],
-        ["last seen", f"{_when(body['last_seen_at'])} (in {body['times_seen']} snapshots)"],
-        ["requests (hashed)", ", ".join(f["requests"]) or "none known"],
+        [
+            "first seen",
+            Md(f"{_when(body['first_seen_at'])}, after {_code(f['hook'])}, iteration {_num(f['seq'])}"),
+        ],
+        ["last seen", Md(f"{_when(body['last_seen_at'])} (in {_num(body['times_seen'])} snapshots)")],
+        ["requests (hashed)", _list(f["requests"]) if f["requests"] else Md("none known")],
     ]
-    if "last_action" in f:
+    if isinstance(f.get("last_action"), dict):
+        last = f["last_action"]
         rows.append(
-            ["last action", f"after {_code(f['last_action']['hook'])}, iteration {f['last_action']['seq']}"]
+            ["last action", Md(f"after {_code(last.get('hook'))}, iteration {_num(last.get('seq'))}")]
         )
-    title = f"# poolwatch incident {body['id']}"
-    release = e["release"] or "(release unknown)"
+    title = f"# poolwatch incident {_code(body['id'], table=False)}"
+    release = _code(e["release"], table=False) if e["release"] else "(release unknown)"
     lead = (
-        f"{_code(f['kind'])} in the {_code(f['pool'])} pool of {e['engine']} {release}, {e['role']} {where}."
+        f"{_code(f['kind'], False)} in the {_code(f['pool'], False)} pool of {_code(e['engine'], False)} "
+        f"{release}, {_code(e['role'], False)} rank {_rank(e['rank'])}."
     )
-    return [title, "", lead, "", *_table(["", ""], rows)]
+    return [title, "", lead, "", *_table(["", ""], _labelled(rows))]
 
 
 def _call_site(body: dict[str, Any]) -> list[str]:
     site = body["call_site"]
     out = ["", "## The line that freed it", ""]
-    if site is None or not site["frames"]:
+    if not isinstance(site, dict) or not site.get("frames"):
         return [*out, _NO_SITE]
     leak = site["kind"] == "hook" and body["finding"]["kind"] in _LEAKS
-    out.append(_LEAK_SAYS if leak else _KIND_SAYS[site["kind"]].format(seq=site["seq"]))
+    said = _KIND_SAYS.get(site["kind"], _KIND_SAYS["hook"]).replace("{seq}", _num(site.get("seq")))
+    out.append(_LEAK_SAYS if leak else said)
     out.append("")
-    rows = [[n, _code(f["file"]), f["line"], _code(f["function"])] for n, f in enumerate(site["frames"], 1)]
+    rows = [
+        [n, _code(f["file"]), _num(f["line"]), _code(f["function"])] for n, f in enumerate(site["frames"], 1)
+    ]
     out += _table(["#", "file", "line", "function"], rows)
     out += [
         "",
@@ -149,29 +204,31 @@ def _guard(body: dict[str, Any]) -> list[str]:
     if not g["actions"]:
         return [*out, "It took no action on this pool."]
     rows = [
-        [a["kind"], a["count"], ", ".join(str(i) for i in a["ids"][:16]), a["hook"], a["seq"]]
-        for a in g["actions"]
+        [_code(a["kind"]), a["count"], _list(a["ids"], 16), _code(a["hook"]), a["seq"]] for a in g["actions"]
     ]
     return [*out, "", *_table(["action", "slots in all", "last ids", "last after", "iteration"], rows)]
 
 
 def _engine(body: dict[str, Any]) -> list[str]:
     e = body["engine"]
-    release = e["release"] or "unknown"
+    release = _code(e["release"]) if e["release"] else Md("unknown")
     if e["release"] and not e["release_verified"]:
-        release += " (newer than the newest release poolwatch read: read as its nearest family)"
-    strict = {True: "on", False: "off", None: "unknown"}[e["idle_check_strict"]]
+        release = Md(release + " (a release poolwatch never read: read as its nearest family, unverified)")
+    strict = {True: "on", False: "off"}.get(e["idle_check_strict"], "unknown")
     rows = [
-        ["engine", e["engine"]],
+        ["engine", _code(e["engine"])],
         ["release", release],
-        ["model", e["model"] or "unknown"],
-        ["role", e["role"]],
-        ["rank", f"dp{e['rank']['dp']} tp{e['rank']['tp']} pp{e['rank']['pp']}"],
-        ["ranks of this worker the sidecar saw", ", ".join(e["ranks_seen"]) or "this one"],
-        ["strict idle check", strict],
-        ["source", e["source"]],
+        ["model", _code(e["model"]) if e["model"] else Md("unknown")],
+        ["role", _code(e["role"])],
+        ["rank", _rank(e["rank"])],
+        [
+            "ranks of this worker the sidecar saw",
+            _list(e["ranks_seen"]) if e["ranks_seen"] else Md("this one"),
+        ],
+        ["strict idle check", Md(strict)],
+        ["source", _code(e["source"])],
     ]
-    return ["", "## Engine and rank", "", *_table(["", ""], rows)]
+    return ["", "## Engine and rank", "", *_table(["", ""], _labelled(rows))]
 
 
 def _figures(body: dict[str, Any]) -> list[str]:
@@ -180,20 +237,36 @@ def _figures(body: dict[str, Any]) -> list[str]:
         if m is None:
             continue
         for pool, a in m["pools"].items():
-            rows.append([pool, label, m["seq"], m["phase"], *(a[s] for s in _STATES), a["gap"]])
+            rows.append(
+                [_code(pool), Md(label), m["seq"], _code(m["phase"]), *(a[s] for s in _STATES), a["gap"]]
+            )
     head = ["pool", "moment", "iteration", "phase", *(s.replace("_", " ") for s in _STATES), "gap"]
     return ["", "## Pools before, at and after", "", *_table(head, rows), "", _GAP]
+
+
+def _found(items: Any) -> Md:
+    if not isinstance(items, list):
+        return _code(items)
+    return Md(", ".join(f"{_code(t['kind'])} {_code(t['pool'])} x{_num(t['count'])}" for t in items))
+
+
+def _offset(at: Any, start: Any) -> Md:
+    """Seconds from the first sighting, ``+1.000``; ``?`` when either is not a time."""
+    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in (at, start)):
+        return Md("?")
+    return Md(f"{at - start:+.3f}")
 
 
 def _timeline(body: dict[str, Any]) -> list[str]:
     start = body["first_seen_at"]
     rows = []
     for m in body["moments"]:
-        gaps = ", ".join(f"{p} {'?' if a['gap'] is None else a['gap']}" for p, a in m["pools"].items())
-        found = ", ".join(f"{t['kind']} {t['pool']} x{t['count']}" for t in m["tripwires"])
-        done = ", ".join(f"{r['kind']} {r['pool']} x{r['count']}" for r in m["repairs"])
-        queues = ", ".join(f"{k} {v}" for k, v in m["queues"].items())
-        rows.append([f"{m['taken_at'] - start:+.3f}", m["seq"], m["phase"], queues, gaps, found, done])
+        gaps = ", ".join(f"{_code(p)} {_num(a['gap'])}" for p, a in m["pools"].items())
+        queues = ", ".join(f"{_code(k)} {_num(v)}" for k, v in m["queues"].items())
+        found = [_found(m["tripwires"]), _found(m["repairs"])]
+        rows.append(
+            [_offset(m["taken_at"], start), m["seq"], _code(m["phase"]), Md(queues), Md(gaps), *found]
+        )
     head = ["t (s)", "iteration", "phase", "queues", "gaps", "findings", "guard actions"]
     return [
         "",
@@ -205,32 +278,35 @@ def _timeline(body: dict[str, Any]) -> list[str]:
     ]
 
 
+def _json_block(doc: Any) -> list[str]:
+    """A fenced JSON block no string in ``doc`` can close (a backtick is written ``\\u0060``)."""
+    text = json.dumps(doc, indent=1, sort_keys=True).replace("`", "\\u0060")
+    return ["```json", text, "```"]
+
+
 def _poolwatch(body: dict[str, Any]) -> list[str]:
     p = body["poolwatch"]
-    out = ["", "## poolwatch", "", f"Version {p['version']}."]
+    out = ["", "## poolwatch", "", f"Version {_code(p['version'], False)}."]
     if body["probe"] is not None:
-        out += [
-            "",
-            "Probe health:",
-            "",
-            "```json",
-            json.dumps(body["probe"], indent=1, sort_keys=True),
-            "```",
-        ]
-    out += [
-        "",
-        "Sidecar settings (redacted):",
-        "",
-        "```json",
-        json.dumps(p["settings"], indent=1, sort_keys=True),
-        "```",
-    ]
+        out += ["", "Probe health:", "", *_json_block(body["probe"])]
+    out += ["", "Sidecar settings (redacted):", "", *_json_block(p["settings"])]
     return out
 
 
+def _cut(body: dict[str, Any]) -> list[str]:
+    """What was shed to fit the incidents file (:mod:`~poolwatch.sidecar.incidents.fit`)."""
+    cut = body.get("cut")
+    if not isinstance(cut, dict) or not cut:
+        return []
+    said = ", ".join(f"{_num(n)} {_code(what, False)}" for what, n in sorted(cut.items(), key=str))
+    return ["", "## Cut to fit the sidecar's incidents file", "", f"Left out of this record: {said}."]
+
+
 def bundle_markdown(body: dict[str, Any]) -> str:
-    """The Markdown page of the bundle (what a maintainer reads first)."""
+    """The Markdown page of the bundle (what a maintainer reads first).  Every value from the body
+    is inert inline code or a figure (:func:`_code`), so a body from a hostile sidecar or file
+    cannot add a heading, a link or a control character to the page."""
     parts = [_head(body), _call_site(body), _guard(body), _engine(body), _figures(body), _timeline(body)]
-    parts.append(_poolwatch(body))
+    parts += [_poolwatch(body), _cut(body)]
     parts.append(["", "## Left out of this bundle", "", *(f"- {line}" for line in LEFT_OUT)])
     return "\n".join(line for part in parts for line in part) + "\n"

@@ -16,6 +16,7 @@ gap, the findings by kind and count) are kept around the first sighting: up to
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ from poolwatch.model.findings import CallSiteKind, Repair, Tripwire
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.incidents.redact import model_name, request_name
 
-__all__ = ["AFTER", "BEFORE", "IncidentRecord", "incident_id", "moment", "new_record"]
+__all__ = ["AFTER", "BEFORE", "INCIDENT_ID", "IncidentRecord", "incident_id", "moment", "new_record"]
 
 BEFORE = 6  # moments kept before the first sighting
 AFTER = 6  # moments kept after it
@@ -42,6 +43,7 @@ MAX_RANKS_SEEN = 64
 _FIGURES = ("size", "available", "evictable", "protected", "held", "session_held", "used")
 
 Found = Tripwire | Repair
+INCIDENT_ID = re.compile(r"pw-[0-9a-f]{16}")  # what :func:`incident_id` makes: the only ids served or written
 
 
 def incident_id(key: str, source: str, boot_id: str, found: Found) -> str:

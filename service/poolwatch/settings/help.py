@@ -26,6 +26,9 @@ HELP: dict[str, str] = {
     "history": "snapshots kept per rank for /api/v1/workers/{key}/history",
     "history_budget": "snapshots kept in all ranks' histories together: with many ranks each keeps"
     " this divided by their number (bounds memory at fleet scale)",
+    "history_bytes": "bytes all ranks' snapshots may weigh together: each rank and source holds its"
+    " share (at least 64 KiB), the oldest shed first, a heavier latest one named more briefly"
+    " (bounds memory at any snapshot size and rate)",
     # targets
     "probe_dir": "discovery directory where each scheduler rank's probe announces itself",
     "probe_urls": "probe endpoints to read, comma-separated",

@@ -110,7 +110,11 @@ def _provider(
 def _store(settings: Settings, clock: Callable[[], float]) -> SnapshotStore:
     scrape, fresh = settings.scrape, settings.detection.stale_after
     return SnapshotStore(
-        history=scrape.history, fresh_within=fresh, clock=clock, history_budget=scrape.history_budget
+        history=scrape.history,
+        fresh_within=fresh,
+        clock=clock,
+        history_budget=scrape.history_budget,
+        history_bytes=scrape.history_bytes,
     )
 
 

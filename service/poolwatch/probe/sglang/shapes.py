@@ -24,8 +24,9 @@ checkpoint pool on 0.5.23; the KV allocator's row-view frees on every family.
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
+
+from poolwatch import releases
 
 __all__ = [
     "NEWEST_RELEASE",
@@ -175,17 +176,15 @@ SHAPES: tuple[Shape, ...] = (
     ),
 )
 
-_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:\.?post(\d+))?")
-
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """``"0.5.5.post3"`` -> ``(0, 5, 5, 3)``; ``"0.5.9"`` -> ``(0, 5, 9, 0)``.  ValueError if unreadable."""
-    match = _VERSION.match(text)
-    if match is None:
-        raise ValueError(f"unreadable SGLang version {text!r}")
-    release = tuple(int(p) for p in match.group(1).split("."))
-    release = (*release, 0, 0, 0)[:3]
-    return (*release, int(match.group(2) or 0))
+    """``"0.5.5.post3"`` -> ``(0, 5, 5, 3)``; ``"0.5.9"`` -> ``(0, 5, 9, 0)`` (a pre-release,
+    development or local build: the release it leads to).  ValueError if it is not a release
+    number (:mod:`poolwatch.releases`)."""
+    version = releases.parse(text)
+    if version is None:
+        raise ValueError(f"unreadable SGLang version {text[:64]!r}")
+    return releases.key(version, post=True)
 
 
 def shape_for_version(text: str) -> Shape:
@@ -209,12 +208,13 @@ def installed_version() -> str:
 
 
 def known_release(text: str) -> bool:
-    """Whether ``text`` names a release of a family whose wheels were read: from the first family's
-    first release to :data:`NEWEST_RELEASE` (older, newer or unreadable: no)."""
-    try:
-        return (*SHAPES[0].since, 0)[:4] <= parse_version(text) <= NEWEST_RELEASE
-    except ValueError:
+    """Whether ``text`` names a final release of a family whose wheels were read: from the first
+    family's first release to :data:`NEWEST_RELEASE` (older, newer, unreadable, or a pre-release,
+    development or local build -- ``0.5.9rc1``, ``0.5.10.dev3``, ``0.5.9+rocm`` -- no)."""
+    version = releases.parse(text)
+    if version is None or not releases.final(version):
         return False
+    return (*SHAPES[0].since, 0)[:4] <= releases.key(version, post=True) <= NEWEST_RELEASE
 
 
 def shape_or_newest(text: str) -> Shape:

@@ -30,6 +30,7 @@ from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.families import Families, JudgedMemo
 from poolwatch.detect.family import Seen
 from poolwatch.detect.forecast import PoolTrend, best_trends, fitted
+from poolwatch.detect.probe_directory import DirectoryHealth
 from poolwatch.detect.rules import by_name
 from poolwatch.detect.schema import dashboard_link
 from poolwatch.detect.tracker import Tracker
@@ -97,6 +98,7 @@ class Detector:
         *,
         latest: Sequence[Snapshot] | None = None,
         targets: Sequence[TargetState] | None = None,
+        directory: DirectoryHealth | None = None,
     ) -> list[Alert]:
         """The timer's turn: hold times, and -- when the caller passes them -- staleness of the
         ``latest`` snapshot of every rank and the health of every scrape ``target``.  Returns
@@ -108,6 +110,9 @@ class Detector:
                 self._tracker.timed(stale.alerts, stale.signals(latest, now), now)
             if targets is not None:
                 self._tracker.timed(down.alerts, down.signals(targets, now), now)
+            if directory is not None:  # the probe directory the discovery scan judged
+                lost = self._families.directory
+                self._tracker.timed(lost.alerts, lost.signals(directory, now), now)
             self._tracker.tick(now)
             return self._labelled(self._tracker.alerts())
 

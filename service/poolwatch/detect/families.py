@@ -26,6 +26,7 @@ from poolwatch.detect.family import Family, SampledFamily, Seen
 from poolwatch.detect.forecast import ExhaustionForecast
 from poolwatch.detect.health import ProbeDegradation, Staleness, TargetHealth
 from poolwatch.detect.incidents import LoggedIncidents
+from poolwatch.detect.probe_directory import ProbeDirectoryHealth
 from poolwatch.detect.repairs import GuardRepairs
 
 __all__ = ["Families", "JudgedMemo"]
@@ -34,7 +35,7 @@ __all__ = ["Families", "JudgedMemo"]
 class Families:
     """The families of one detector, with its thresholds."""
 
-    __slots__ = ("_signals", "_signatures", "incidents", "sampled", "stale", "targets")
+    __slots__ = ("_signals", "_signatures", "directory", "incidents", "sampled", "stale", "targets")
 
     def __init__(self, config: DetectorConfig) -> None:
         self.sampled: tuple[SampledFamily, ...] = (
@@ -46,12 +47,13 @@ class Families:
         self.incidents = LoggedIncidents(config)
         self.stale = Staleness(config)
         self.targets = TargetHealth(config)
+        self.directory = ProbeDirectoryHealth(config)
         # bound once: they are called for every snapshot
         self._signals = tuple(family.signals for family in self.sampled)
         self._signatures = tuple(family.signature for family in self.sampled)
 
     def every(self) -> tuple[Family, ...]:
-        return (*self.sampled, self.incidents, self.stale, self.targets)
+        return (*self.sampled, self.incidents, self.stale, self.targets, self.directory)
 
     def signals(self, seen: Seen) -> list[Signal]:
         """Every sampled family's signals of ``seen``, in the order the families are listed."""

@@ -1,7 +1,7 @@
 """The meta-alerts: Prometheus watching poolwatch itself, for what a sidecar cannot say about itself.
 
-A sidecar that is down, cannot deliver its pages, has a crash-looping task, or lost the directory
-its probes announce themselves in is judged by Prometheus alone
+A sidecar that is down, cannot deliver its pages, or has a crash-looping task is judged by
+Prometheus alone
 (:attr:`~poolwatch.detect.schema.Mode.PROMETHEUS`): the detector never raises
 these, they exist as generated rules, runbooks and docs rows.  They are the tail of
 :func:`poolwatch.detect.rules.alert_definitions`, the one list of every alert.
@@ -88,34 +88,6 @@ def meta_alerts() -> tuple[AlertDef, ...]:
                     f"The {{{{ $labels.task }}}} task of the poolwatch sidecar of {where} keeps crashing "
                     "(3 times within 5 minutes); it is restarted with backoff, but what it does is not "
                     "being done meanwhile.",
-                ),
-            ),
-        ),
-        AlertDef(
-            AlertName.PROBE_DIRECTORY_LOST,
-            Scope.SIDECAR,
-            Mode.PROMETHEUS,
-            "The directory a sidecar's probes announce themselves in was replaced or is gone: new ranks "
-            "go unwatched and a dying rank's last word may not arrive.",
-            "A directory in which probes had announced themselves now names another directory, one "
-            "someone else could write (unsafe: another user swapped or opened it), or nothing (missing). "
-            "The sidecar keeps reading the directory it opened while it exists.",
-            (
-                PromRule(
-                    Severity.CRITICAL,
-                    'poolwatch_discovery_directory_lost{reason="unsafe"} == 1',
-                    "0s",
-                    f"The probe directory of {where}, where its probes had announced themselves, now "
-                    "names another directory or one another user could write: someone on the node "
-                    "tampered with it. The sidecar keeps reading the directory it opened; ranks that "
-                    "start now are not watched.",
-                ),
-                PromRule(
-                    Severity.WARNING,
-                    'poolwatch_discovery_directory_lost{reason="missing"} == 1',
-                    "1m",
-                    f"The probe directory of {where}, where its probes had announced themselves, is "
-                    "gone: ranks can no longer announce themselves or leave their last word.",
                 ),
             ),
         ),

@@ -15,6 +15,7 @@ from __future__ import annotations
 from poolwatch.detect import promql as q
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.meta_alerts import meta_alerts
+from poolwatch.detect.probe_directory import probe_directory_alerts
 from poolwatch.detect.schema import AlertDef, AlertName, Mode, PromRule, Scope, Severity
 
 __all__ = ["ALERTS", "alert_definitions", "by_name"]
@@ -235,6 +236,7 @@ def alert_definitions(config: MixinConfig | None = None) -> tuple[AlertDef, ...]
                 ),
             ),
         ),
+        *probe_directory_alerts(),  # judged by the sidecar too (detect/probe_directory.py)
         *meta_alerts(),
     )
 

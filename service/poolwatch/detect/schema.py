@@ -51,6 +51,7 @@ class AlertName(enum.StrEnum):
     PROBE_REPAIRED = "PoolwatchProbeRepaired"
     HOST_POOL_GAP = "PoolwatchHostPoolGap"
     PROBE_DIRECTORY_LOST = "PoolwatchProbeDirectoryLost"
+    PROBE_REFUSED = "PoolwatchProbeRefused"
     SIDECAR_IDENTITY_CROSSED = "PoolwatchSidecarIdentityCrossed"
 
 

@@ -18,6 +18,7 @@ from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
+from poolwatch.detect.probe_directory import DirectoryHealth
 from poolwatch.detect.rules import alert_definitions
 from poolwatch.detect.schema import AlertName, Mode, Severity
 from poolwatch.model.findings import Repair, RepairKind
@@ -38,6 +39,7 @@ CONFIG = MixinConfig(
     )
 )
 Step = Callable[[], list[Alert]]
+Case = Callable[[Detector, FakeClock, RankStream], Step]
 
 
 def seconds(duration: str) -> float:
@@ -109,6 +111,17 @@ def target_down(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return step
 
 
+def directory(health: DirectoryHealth) -> Case:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        def step() -> list[Alert]:
+            c.advance(1.0)
+            return d.evaluate(directory=health)
+
+        return step
+
+    return case
+
+
 def probe_disabled(d: Detector, c: FakeClock, s: RankStream) -> Step:
     s.probe = ProbeHealth(disabled=True, last_error="kill switch engaged")
     return observing(d, s.next)
@@ -128,7 +141,6 @@ def guard_repaired(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, lambda: replace(s.next(), repairs=(repair,)))
 
 
-Case = Callable[[Detector, FakeClock, RankStream], Step]
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
 CASES: list[tuple[AlertName, Severity, Case, bool]] = [
     (AlertName.DOUBLE_FREE, Severity.CRITICAL, surplus, STRICT),
@@ -145,6 +157,24 @@ CASES: list[tuple[AlertName, Severity, Case, bool]] = [
     (AlertName.PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
     (AlertName.HOST_POOL_GAP, Severity.CRITICAL, host_surplus, STRICT),
     (AlertName.HOST_POOL_GAP, Severity.WARNING, host_deficit, STRICT),
+    (
+        AlertName.PROBE_DIRECTORY_LOST,
+        Severity.CRITICAL,
+        directory(DirectoryHealth("/d", lost="unsafe")),
+        STRICT,
+    ),
+    (
+        AlertName.PROBE_DIRECTORY_LOST,
+        Severity.WARNING,
+        directory(DirectoryHealth("/d", lost="missing")),
+        STRICT,
+    ),
+    (
+        AlertName.PROBE_REFUSED,
+        Severity.WARNING,
+        directory(DirectoryHealth("/d", refused={"/d": "unsafe: x"})),
+        STRICT,
+    ),
 ]
 
 

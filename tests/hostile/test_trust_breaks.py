@@ -226,8 +226,8 @@ def test_3_an_export_from_a_sidecar_run_by_nobody_naming_paths_writes_nothing_ou
 def test_5_a_pre_release_whose_free_path_changed_keeps_every_block_and_junk_keeps_the_probe_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from tests.probe.vllm.test_free_path import GUARD, changed
-    from tests.probe.vllm.test_free_path import serve as requests
+    from tests.probe.vllm.free_first import GUARD, changed
+    from tests.probe.vllm.free_first import serve as requests
 
     from poolwatch.probe.lifecycle import activate, attach, detach
     from poolwatch.probe.vllm.engine import VLLM, vllm_release
@@ -306,7 +306,7 @@ print("swapped")
 
 def test_a_probe_directory_swapped_by_nobody_pages_the_sidecars_own_webhook(tmp_path: Path) -> None:
     require_nobody()
-    from tests.hostile.test_hostile_neighbours import probe_in
+    from tests.hostile.probes import probe_in
 
     from poolwatch.probe.lifecycle import detach
 

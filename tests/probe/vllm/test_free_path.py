@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.probe.vllm import fakes
 from tests.probe.vllm.fakes import Scheduler
+from tests.probe.vllm.free_first import GUARD, changed, serve
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
@@ -22,51 +22,14 @@ from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.free_path import FREES
 
-GUARD = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-path", guard=True)
-
-
-class FullAttentionManager(fakes.FullAttentionManager):
-    """A changed free path: the request's blocks freed first, its list popped after (a path the
-    probe's wrappers never see announced).  Its class name is vLLM's (the probe counts such lists
-    by it)."""
-
-    def release_request(self, rid: str) -> None:
-        self.block_pool.free_blocks(list(reversed(self.req_to_blocks[rid])))
-        del self.req_to_blocks[rid]
-
-
-class ChangedScheduler(Scheduler):
-    def finish(self, rid: str, *, keep_for_transfer: bool = False) -> None:
-        self.requests[rid].finished = True
-        self.running = [r for r in self.running if r.request_id != rid]
-        for m in self.managers:
-            m.release_request(rid)  # type: ignore[attr-defined]
-        del self.requests[rid]
-
-
-def changed(n: int = 64) -> ChangedScheduler:
-    sched = ChangedScheduler(n)
-    pool = sched.pool
-    sched.kv_cache_manager.coordinator.single_type_managers = (FullAttentionManager(pool),)
-    return sched
-
 
 @pytest.fixture
 def made() -> Iterator[list[object]]:
+    """Schedulers a test attached a probe to (detached when it ends)."""
     held: list[object] = []
     yield held
     for sched in held:
         detach(sched)
-
-
-def serve(sched: Scheduler, requests: int) -> None:
-    """``requests`` requests of 2 blocks each, one after another, each finished and the step over."""
-    for n in range(requests):
-        sched.schedule()
-        sched.add(f"r{n}", 2)
-        sched.schedule()
-        sched.finish(f"r{n}")
-        sched.update_from_output()
 
 
 @pytest.mark.parametrize("version", ["0.34.0rc1", "0.34.0.dev12+g1a2b3c4", "0.34.0+cu128"])

@@ -224,11 +224,17 @@ def test_an_incidents_file_never_passes_its_limit_and_every_record_is_read_back(
     incidents = IncidentLog(store, {"version": "9.9", **huge}, path)
     store.subscribe(incidents.observe)
     queues = {_name(f"q{i}"): i for i in range(32)}
-    for rank in range(100):
-        wire = largest_tripwire(TripwireKind.MISSING, Pool.FULL, rank)
-        for seq in range(20):  # moments before, at and after the first sighting
+    for rank in range(10):  # 10 ranks x 10 leaks, each as large as the probe makes one: 100 incidents
+        wires = tuple(
+            replace(
+                largest_tripwire(TripwireKind.MISSING, Pool.FULL, rank * 10 + n),
+                first_seen_hook=_name(f"h{n}"),
+            )
+            for n in range(10)
+        )
+        for seq in range(8):  # moments before, at and after the first sighting
             clock.advance(1)
-            snap = replace(rank_snapshot(seed_snapshot, rank, (wire,) if seq >= 6 else (), clock.now),
+            snap = replace(rank_snapshot(seed_snapshot, rank, wires if seq >= 6 else (), clock.now),
                            seq=seq, queues=queues)  # fmt: skip
             store.put(snap)
     incidents.flush()

@@ -30,6 +30,7 @@ from poolwatch.sidecar.state_file import read_state_bytes, remove_stale_temps, w
 __all__ = [
     "FILE_VERSION",
     "MAX_BYTES",
+    "MAX_RECORDS",
     "fit_records",
     "incidents_path",
     "load_incidents",
@@ -39,6 +40,7 @@ __all__ = [
 
 FILE_VERSION = 1
 MAX_BYTES = 8 << 20
+MAX_RECORDS = 100  # the records a sidecar keeps (IncidentLog's limit): each has this share of the file
 log = logging.getLogger("poolwatch.sidecar")
 
 
@@ -53,10 +55,13 @@ def incidents_path(state_file: str) -> Path | None:
 def fit_records(records: list[IncidentRecord], max_bytes: int = MAX_BYTES) -> list[IncidentRecord]:
     """The records, each made to fit its share of ``max_bytes`` (in place; what was shed is in its
     ``cut``); one that cannot is left out and logged."""
-    budget = record_budget(max_bytes, len(records))
+    budget = record_budget(max_bytes, max(len(records), MAX_RECORDS))  # steady: each fitted once per change
     kept = []
     for record in records:
-        if fit_body(record.body, budget):
+        if record.fitted == budget:  # unchanged since it was made to fit this share
+            kept.append(record)
+        elif fit_body(record.body, budget):
+            record.fitted = budget
             kept.append(record)
         else:
             log.error("event=incident_left_out id=%s error=larger than its %d bytes", record.id, budget)

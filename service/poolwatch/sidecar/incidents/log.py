@@ -25,13 +25,13 @@ from typing import Any
 
 from poolwatch.model.findings import Repair, Tripwire
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sidecar.incidents.file import fit_records, load_incidents, save_incidents
+from poolwatch.sidecar.incidents.file import MAX_RECORDS, fit_records, load_incidents, save_incidents
 from poolwatch.sidecar.incidents.record import IncidentRecord, incident_id, new_record
 from poolwatch.sidecar.store import SnapshotStore
 
 __all__ = ["MAX_INCIDENTS", "SAVE_EVERY_S", "IncidentLog"]
 
-MAX_INCIDENTS = 100
+MAX_INCIDENTS = MAX_RECORDS
 SAVE_EVERY_S = 5.0
 log = logging.getLogger("poolwatch.sidecar")
 

@@ -112,6 +112,7 @@ class IncidentRecord:
     rank: dict[str, str]  # key, source, boot_id: how later snapshots find it
     body: dict[str, Any]
     after: int = 0  # moments kept after the first sighting
+    fitted: int = 0  # the byte share its body was last made to fit (0: changed since: fit again)
 
     @property
     def open(self) -> bool:
@@ -135,6 +136,7 @@ class IncidentRecord:
         body["last_seen_at"] = snap.taken_at
         body["times_seen"] += 1
         body["guard"] = guard_of(snap, found)
+        self.fitted = 0
         return (body["finding"], body["call_site"]) != before
 
     def later(self, snap: Snapshot) -> None:
@@ -142,6 +144,7 @@ class IncidentRecord:
         if self.open and snap.taken_at > self.body["moments"][-1]["taken_at"]:
             self.body["moments"].append(moment(snap))
             self.after += 1
+            self.fitted = 0
 
 
 def _better(kept: dict[str, Any] | None, found: Found) -> dict[str, Any] | None:

@@ -198,9 +198,20 @@ def shape_for_version(text: str) -> Shape:
 
 
 def installed_version() -> str:
-    """The installed SGLang's version ("" when SGLang is not installed, e.g. the emulator)."""
+    """The running SGLang's version ("" when SGLang is not installed, e.g. the emulator): what its
+    own code says (``sglang.version.__version__``) once SGLang is imported -- the code that runs,
+    even where the package's metadata is another's (a source tree or a wheel's package put over
+    another release's environment) -- else its package metadata's."""
+    import sys
     from importlib import metadata
 
+    if "sglang" in sys.modules:
+        try:
+            from sglang.version import __version__ as running  # type: ignore[import-not-found]
+        except Exception:  # an SGLang without it, or one that fails to say: its metadata
+            running = None
+        if isinstance(running, str) and running:
+            return running
     try:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:

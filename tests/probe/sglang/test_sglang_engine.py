@@ -67,19 +67,16 @@ def test_an_override_that_is_no_release_number_is_refused_clearly(override: str)
         sglang_release(override, installed="0.5.23")
 
 
-def test_the_running_code_s_own_version_is_the_installed_release(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_running_code_s_own_version_is_the_installed_release() -> None:
     """A release's package put over another release's environment (the guard tier's overlays, a
     source tree) runs that release's code: its own ``sglang.version`` says which, not the metadata."""
-    import sys
     import types
 
     from poolwatch.probe.sglang.shapes import installed_version
 
     package, version = types.ModuleType("sglang"), types.ModuleType("sglang.version")
     version.__version__ = "0.5.10"  # type: ignore[attr-defined]
-    package.version = version  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sglang", package)
-    monkeypatch.setitem(sys.modules, "sglang.version", version)
-    assert installed_version() == "0.5.10"
-    release = sglang_release("0.5.10")
+    running = installed_version({"sglang": package, "sglang.version": version})
+    assert running == "0.5.10"
+    release = sglang_release("0.5.10", installed=running)
     assert (release.family, release.verified) == ("0.5.10", True)

@@ -24,6 +24,7 @@ checkpoint pool on 0.5.23; the KV allocator's row-view frees on every family.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from poolwatch import releases
@@ -197,19 +198,23 @@ def shape_for_version(text: str) -> Shape:
     return chosen
 
 
-def installed_version() -> str:
+def installed_version(modules: Mapping[str, object] | None = None) -> str:
     """The running SGLang's version ("" when SGLang is not installed, e.g. the emulator): what its
-    own code says (``sglang.version.__version__``) once SGLang is imported -- the code that runs,
-    even where the package's metadata is another's (a source tree or a wheel's package put over
-    another release's environment) -- else its package metadata's."""
+    own code says (``sglang.version.__version__``) once SGLang is imported (``modules``: the
+    process's, ``sys.modules``) -- the code that runs, even where the package's metadata is
+    another's (a source tree or a wheel's package put over another release's environment) -- else
+    its package metadata's."""
+    import importlib
     import sys
     from importlib import metadata
 
-    if "sglang" in sys.modules:
+    modules = sys.modules if modules is None else modules
+    if "sglang" in modules:
         try:
-            from sglang.version import __version__ as running  # type: ignore[import-not-found]
+            own = modules.get("sglang.version") or importlib.import_module("sglang.version")
         except Exception:  # an SGLang without it, or one that fails to say: its metadata
-            running = None
+            own = None
+        running = getattr(own, "__version__", None)
         if isinstance(running, str) and running:
             return running
     try:

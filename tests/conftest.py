@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
@@ -32,3 +34,15 @@ def clock() -> FakeClock:
 def seed_snapshot() -> Snapshot:
     """The seed incident (0.5.4.post1, PD prefill, idle): full balanced, Mamba surplus of 1."""
     return parse_snapshot(json.loads((FIXTURES / "seed-snapshot.json").read_text()))
+
+
+@pytest.fixture(autouse=True)
+def probe_logger_as_found() -> Iterator[None]:
+    """Each test finds ``poolwatch.probe``'s logger as a fresh process has it: an attach in an
+    earlier test routes it through that test's engine logger (``lifecycle._engine_logging``), which
+    a later test capturing the probe's lines would otherwise see twice."""
+    log = logging.getLogger("poolwatch.probe")
+    handlers, propagate, level = list(log.handlers), log.propagate, log.level
+    yield
+    log.handlers[:] = handlers
+    log.propagate, log.level = propagate, level

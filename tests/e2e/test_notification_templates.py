@@ -316,6 +316,13 @@ def test_hostile_text_reaches_slack_and_pagerduty_escaped_for_each(stack: Stack)
     assert found(("<!channel>", "<https://evil"), details) == []
     assert lines_starting(details, "Runbook:") == [f"Runbook: {RUNBOOK}"]
     assert {link["href"] for link in event["links"]} == {RUNBOOK, DASHBOARD}
+    # Alertmanager's own default details (firing, resolved) carried the raw exception text (issue 42)
+    custom = event["payload"]["custom_details"]
+    firing = custom["firing"]
+    assert found(("<!channel>", "<https://evil", "<script>", "\r"), firing) == []
+    assert "\u2039!channel\u203a" in firing
+    assert lines_starting(firing, "Runbook:") == [f"Runbook: {RUNBOOK}"]
+    assert (custom["num_firing"], custom["resolved"].strip()) == ("1", "")
 
 
 def test_hostile_text_reaches_email_escaped_and_injects_no_header(stack: Stack) -> None:

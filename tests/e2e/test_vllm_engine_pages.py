@@ -44,6 +44,7 @@ from poolwatch.artifacts.notification_text import CRASH_PATTERN
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -64,8 +65,13 @@ class _Clock:
 def _census(sched: Scheduler, worker: str, act: Any) -> Snapshot:
     """The probe's census of ``sched`` after ``act(sched)``, balanced before it."""
     config = ProbeConfig(serve=False, sample_interval_s=0.01)
-    probe = VLLM.new(
-        sched, config, release=vllm_release("0.33.0"), environ={"POOLWATCH_WORKER": worker}, clock=_Clock()
+    probe = new_probe(
+        VLLM,
+        sched,
+        config,
+        release=vllm_release("0.33.0"),
+        environ={"POOLWATCH_WORKER": worker},
+        clock=_Clock(),
     )
     assert probe.sample_now(census=True) is not None  # the first idle census balances: exact from now
     act(sched)

@@ -16,15 +16,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from rigs.sglang.releases import Check, Release, ServerArgs
+from rigs.sglang.releases import Check, Release
 
-__all__ = ["Batch", "Rank", "build", "publish_server_args", "rank_class"]
-
-MODEL = Path(__file__).resolve().parent / "tiny-qwen3-next"  # a weightless Qwen3-Next config
+__all__ = ["Batch", "Rank", "build", "rank_class"]
 
 
 def build(cls: Any, **kwargs: Any) -> Any:
@@ -50,38 +47,6 @@ class Batch:
         drop = chunked_req_to_exclude
         drop = drop if isinstance(drop, list) else [drop]
         self.reqs = [r for r in self.reqs if not r.finished() and all(r is not d for d in drop)]
-
-
-def publish_server_args(release: Release) -> None:
-    """The global ``ServerArgs`` the release's classes read, as the scheduler process sets it:
-    every field at its default (no ``__post_init__``: that would need a model), or on 0.5.23 one
-    resolved against a weightless Qwen3-Next config (the unified tree reads the Mamba chunk size)."""
-    import dataclasses
-
-    from sglang.srt import server_args as sa
-
-    if release.server_args is ServerArgs.NONE:
-        return
-    if release.server_args is ServerArgs.RESOLVED:
-        from sglang.srt.runtime_context import mamba_cache_chunk_size
-
-        args = sa.ServerArgs(
-            model_path=str(MODEL),
-            device="cpu",
-            mamba_radix_cache_strategy="no_buffer",
-            disable_overlap_schedule=True,
-        )
-        sa.set_global_server_args_for_scheduler(args)
-        mamba_cache_chunk_size()
-        return
-    args = sa.ServerArgs.__new__(sa.ServerArgs)
-    for f in dataclasses.fields(sa.ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            setattr(args, f.name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            setattr(args, f.name, f.default_factory())
-    args.page_size = 1
-    sa.set_global_server_args_for_scheduler(args)
 
 
 class Rank:
@@ -211,6 +176,25 @@ class Rank:
             get_running_batch=lambda: self.running_batch,
             scheduler_stage_metrics=None,
             get_chunked_req=lambda: self.chunked_req,
+        )
+
+    def add_checkpoint_pool(self) -> None:
+        """SGLang's own int8 Mamba checkpoint pool (what ``--enable-int8-mamba-checkpoint`` builds;
+        set directly: no global server-args context)."""
+        from sglang.srt.mem_cache.mamba_checkpoint_pool import MambaCheckpointPool
+
+        params = self.cache_params
+        heads, d_v, d_k = params.shape.temporal
+        self.req_to_token_pool.mamba_ckpt_pool = MambaCheckpointPool(
+            num_layers=1,
+            num_slots=2 * self.mamba_size,
+            num_heads=heads,
+            head_v_dim=d_v,
+            head_k_dim=d_k,
+            conv_shapes=list(params.shape.conv),
+            conv_dtype=params.dtype.conv,
+            device="cpu",
+            temporal_dtype=params.dtype.temporal,
         )
 
     # -- what the scheduler's loop calls (the release's hook names: rank_class) ------------------

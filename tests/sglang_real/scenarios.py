@@ -4,6 +4,7 @@ and guard v2's refusal of the split free API (run by ``check_release.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ from poolwatch.model.rank import Pool
 from rigs.checks import report
 from rigs.sglang.driver import Driver, gaps
 from rigs.sglang.releases import RowApi
+from rigs.timeline import Timeline
 from tests.sglang_real.agreement import agrees_at_idle, expect_balanced
 
 __all__ = ["scenarios"]
@@ -73,11 +75,14 @@ def chunked(d: Driver) -> None:
 
 def seed(d: Driver) -> None:
     """#12432 on a PD prefill rank: SGLang's own process_prefill_chunk frees the chunked request's
-    row with the default ``free_mamba_cache=True``, so its Mamba slot goes back on the free list."""
+    row with the default ``free_mamba_cache=True``, so its Mamba slot goes back on the free list.
+    The run is recorded in loop steps (:mod:`rigs.timeline`), as a real-bug entry records it."""
+    d.timeline = timeline = Timeline()
     s = d.new("prefill")
     c = d.arrive("c", list(range(200, 230)))
     d.prefill([c], chunk=8)
     slot = int(c.mamba_pool_idx)
+    timeline.wrong(d.steps, "process_prefill_chunk frees the chunked request's row with its Mamba slot")
     d.chunk_step()
     snap = d.probe.latest
     wires = [(t.kind, t.pool, t.slots, t.first_seen_hook) for t in snap.tripwires] if snap else []
@@ -100,6 +105,20 @@ def seed(d: Driver) -> None:
     report(
         "seed: SGLang's own idle check finds the leak the probe reported while busy",
         agrees_at_idle(d, "seed at idle"),
+    )
+    with contextlib.suppress(ValueError):
+        d.strict_check()  # as the server runs it: it raises
+    d.timeline = None
+    row = timeline.row()
+    report(
+        "seed, in loop steps: the probe names the slot at the wrong act, the page follows within two "
+        "steps, SGLang's own check raises later",
+        row["steps_to_finding"] == 0
+        and row["steps_to_page"] is not None
+        and row["steps_to_page"] <= 2
+        and row["steps_to_engine"] is not None
+        and row["steps_to_engine"] > row["steps_to_page"],
+        row,
     )
 
 

@@ -57,20 +57,22 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
-from tests.e2e import deployed
-from tests.e2e.launch import (
-    pods_from_manifests,
-    start_alertmanager,
-    start_prometheus,
-    start_sidecar,
-)
-from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, free_ports, http_ok, poll
 
 from poolwatch.artifacts.notification_text import UPDATE_MARK
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import probe_of
 from poolwatch_emulator import Cluster, WorkerServer, attach_probes, parse_fault
 from poolwatch_emulator.faults import FAULTS
+from rigs.stack import deployed
+from rigs.stack.launch import (
+    pods_from_manifests,
+    start_alertmanager,
+    start_prometheus,
+    start_sidecar,
+)
+from rigs.stack.processes import Process, free_ports, http_ok, poll
+from rigs.stack.prometheus import Prometheus
+from rigs.stack.receivers import Post, WebhookRecorder
 
 LOADS = (0.5, 1.0, 2.0)
 SEED_FAULT = "pd-chunked-mamba-double-free"

@@ -12,9 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
-from tests.e2e import deployed
-from tests.e2e.stack import Process, Prometheus, WebhookRecorder, free_port, http_ok, poll
-from tests.helpers import require_tool
+
+from rigs.stack import deployed
+from rigs.stack.processes import Process, free_port, http_ok, poll
+from rigs.stack.prometheus import Prometheus
+from rigs.stack.receivers import WebhookRecorder
+from rigs.venv import tool
 
 PODS = {"prefill-0": "prefill", "prefill-1": "prefill", "decode-0": "decode", "decode-1": "decode"}
 
@@ -54,7 +57,7 @@ def start_alertmanager(cleanup: contextlib.ExitStack, tmp: Path, hooks: WebhookR
     port = free_port()
     (tmp / "alertmanager.yml").write_text(deployed.alertmanager_config(hooks.url))
     argv = [
-        require_tool("prometheus-alertmanager"),
+        tool("prometheus-alertmanager"),
         f"--config.file={tmp / 'alertmanager.yml'}",
         f"--storage.path={tmp / 'alertmanager'}",
         f"--web.listen-address=127.0.0.1:{port}",
@@ -93,7 +96,7 @@ def start_prometheus(
     )
     port = free_port()
     argv = [
-        require_tool("prometheus"),
+        tool("prometheus"),
         f"--config.file={tmp / 'prometheus.yml'}",
         f"--storage.tsdb.path={tmp / 'prometheus'}",
         f"--web.listen-address=127.0.0.1:{port}",

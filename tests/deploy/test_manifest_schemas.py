@@ -9,7 +9,8 @@ import json
 import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
-from tests.deploy.k8s import Doc, of_kind
+
+from rigs.stack.manifests import Doc, of_kind
 
 VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]
 OPERATOR_GROUP = "monitoring.coreos.com"

@@ -26,20 +26,17 @@ from typing import Any
 
 import pytest
 from tests.e2e.grafana import PanelQuery, load, panel_queries, resolve_variables, substitute
-from tests.e2e.stack import (
-    LogWatcher,
-    Process,
+from tests.helpers import REPO, require_tool
+
+from rigs.stack.processes import LogWatcher, Process, free_port, http_ok, poll
+from rigs.stack.prometheus import (
     Prometheus,
     Scraped,
-    WebhookRecorder,
     alertmanager_config,
-    free_port,
-    http_ok,
-    poll,
     prometheus_config,
     run_alertmanager,
 )
-from tests.helpers import REPO, require_tool
+from rigs.stack.receivers import WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -18,8 +18,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from tests.e2e.deployed import SCALED, alertmanager_config
-from tests.e2e.stack import Process, WebhookRecorder, free_port, http_ok, poll
 from tests.helpers import REPO, require_tool
 
 from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH
@@ -28,6 +26,9 @@ from poolwatch.detect.schema import Severity
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
+from rigs.stack.deployed import SCALED, alertmanager_config
+from rigs.stack.processes import Process, free_port, http_ok, poll
+from rigs.stack.receivers import WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -42,12 +42,10 @@ import json
 import os
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,6 +55,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
+from page_figures import pct, retried, spread
 
 from poolwatch.artifacts.notification_text import UPDATE_MARK
 from poolwatch.probe.core.config import ProbeConfig
@@ -321,14 +320,6 @@ def one_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.N
 # --- the table --------------------------------------------------------------------------------
 
 
-def pct(n: int, d: int) -> str:
-    return "—" if d == 0 else f"{100 * n / d:.0f} %"
-
-
-def spread(xs: list[float]) -> str:
-    return "—" if not xs else f"{statistics.median(xs):.2f} / {max(xs):.2f}"
-
-
 def row(name: str, load: float, runs: list[Run]) -> str:
     struck = [r for r in runs if r.struck is not None]
     crashed = [r for r in struck if r.crashed is not None]
@@ -386,20 +377,6 @@ def progress(run: Run) -> str:
         return "not struck"
     paged = "not paged" if run.paged is None else f"paged {run.paged - run.struck:.2f} s after the fault"
     return f"struck, {paged}{', crashed' if run.crashed is not None else ''}"
-
-
-def retried(label: str, attempt: Callable[[], R]) -> R | list[str]:
-    """``attempt()``; a stack that fails to come up (a port taken between choosing and binding it by
-    another process on the machine, a slow start) is started again, fresh, up to three times;
-    then the three failures, for the caller to leave the run out rather than end the benchmark."""
-    failures: list[str] = []
-    for _ in range(3):
-        try:
-            return attempt()
-        except (AssertionError, OSError) as exc:
-            failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            print(f"#   {label}: stack failed ({failures[-1]})", file=sys.stderr)
-    return failures
 
 
 def tried_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.Namespace) -> Run:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_page import pct, retried, spread  # benchmarks/ (the script's directory is on sys.path)
+from page_figures import pct, retried, spread  # benchmarks/ (the script's directory is on sys.path)
 
 from rigs.vllm.page import LOADS, Load, PageRun, run_once
 from rigs.vllm.releases import server_venv

@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from rigs.table import in_tier, row
 from rigs.venv import Venv, cache_root
 
 __all__ = ["RELEASES", "Check", "Release", "RowApi", "ServerArgs", "Tier", "release", "tier"]
@@ -174,13 +175,9 @@ RELEASES: tuple[Release, ...] = (_0_5_4, _0_5_5, _0_5_6, _0_5_9, _0_5_10, _0_5_1
 
 def release(version: str) -> Release:
     """The table's row for ``version`` (a release outside the table is a clear error)."""
-    for row in RELEASES:
-        if row.version == version:
-            return row
-    known = ", ".join(r.version for r in RELEASES)
-    raise LookupError(f"SGLang {version} is not in the rigs' release table ({known})")
+    return row(RELEASES, version, "SGLang")
 
 
 def tier(name: Tier) -> tuple[str, ...]:
     """The releases ``name`` runs on, oldest first (a test's parameters)."""
-    return tuple(r.version for r in RELEASES if name in r.tiers)
+    return in_tier(RELEASES, name)

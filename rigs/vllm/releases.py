@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from rigs.table import in_tier, row
 from rigs.venv import Venv, cache_root
 
 __all__ = ["RELEASES", "Release", "Tier", "release", "server_venv", "tier"]
@@ -63,16 +64,12 @@ RELEASES: tuple[Release, ...] = (_0_10_2, _0_18_0, _0_26_0, _0_33_0, _0_34_0)
 
 def release(version: str) -> Release:
     """The table's row for ``version`` (a release outside the table is a clear error)."""
-    for row in RELEASES:
-        if row.version == version:
-            return row
-    known = ", ".join(r.version for r in RELEASES)
-    raise LookupError(f"vLLM {version} is not in the rigs' release table ({known})")
+    return row(RELEASES, version, "vLLM")
 
 
 def tier(name: Tier) -> tuple[str, ...]:
     """The releases ``name`` runs on, oldest first (a test's parameters)."""
-    return tuple(r.version for r in RELEASES if name in r.tiers)
+    return in_tier(RELEASES, name)
 
 
 def server_venv() -> Venv:

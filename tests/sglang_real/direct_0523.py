@@ -129,30 +129,38 @@ def int8_checkpoints(d: Driver) -> None:
     report("int8 checkpoints: SGLang's two Mamba checks pass at idle, as the probe says", not leak)
     held = s.tree_cache.all_mamba_values_flatten()[:1].clone()
     ckpt.free(held)  # a checkpoint slot the tree holds, freed behind its back (guard off)
-    leak = agrees_at_idle(d, "int8 checkpoints: a tree-held checkpoint slot on the free list")
-    snap = d.probe.latest
-    wires = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
-    report(
+    _named_at_idle(
+        d,
+        "a tree-held checkpoint slot on the free list",
         "int8 checkpoints, named by slot id: a tree-held checkpoint slot on the free list is a surplus of 1 "
         "on mamba_ckpt and the census names it (free_and_tree), as for the active pool",
-        leak
-        and gaps(snap)["mamba_ckpt"] == -1
-        and (TripwireKind.FREE_AND_TREE, Pool.MAMBA_CKPT, (int(held[0]),)) in wires,
-        {"gaps": gaps(snap), "slot": int(held[0]), "tripwires": [str(w) for w in wires]},
+        {"mamba_ckpt": -1},
+        (TripwireKind.FREE_AND_TREE, Pool.MAMBA_CKPT, (int(held[0]),)),
     )
     ckpt.allocator.free_slots = ckpt.allocator.free_slots[:-1]  # undo it: the same state as before
     lost = ckpt.alloc(1)  # a checkpoint slot nobody owns: the fault class the int8 check exists for
-    leak = agrees_at_idle(d, "int8 checkpoints: a lost checkpoint slot")
-    snap = d.probe.latest
-    wires = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
-    report(
+    _named_at_idle(
+        d,
+        "a lost checkpoint slot",
         "int8 checkpoints: a lost checkpoint slot is a deficit of 1 on mamba_ckpt only, as SGLang says, "
         "and the census names the slot at idle (missing)",
-        leak
-        and gaps(snap)["mamba_ckpt"] == 1
-        and gaps(snap)["mamba"] == 0
-        and (TripwireKind.MISSING, Pool.MAMBA_CKPT, (int(lost[0]),)) in wires,
-        {"gaps": gaps(snap), "slot": int(lost[0]), "tripwires": [str(w) for w in wires]},
+        {"mamba_ckpt": 1, "mamba": 0},
+        (TripwireKind.MISSING, Pool.MAMBA_CKPT, (int(lost[0]),)),
+    )
+
+
+def _named_at_idle(d: Driver, fault: str, label: str, gap: dict[str, int], wire: tuple[Any, ...]) -> None:
+    """After ``fault``, at the next idle boundary SGLang finds a leak, the pools show ``gap`` and the
+    census names ``wire`` (kind, pool, slots)."""
+    leak = agrees_at_idle(d, f"int8 checkpoints: {fault}")
+    snap = d.probe.latest
+    assert snap is not None
+    found = gaps(snap)
+    wires = [(t.kind, t.pool, t.slots) for t in snap.tripwires]
+    report(
+        label,
+        leak and all(found[k] == v for k, v in gap.items()) and wire in wires,
+        {"gaps": found, "slots": wire[2], "tripwires": [str(w) for w in wires]},
     )
 
 

@@ -1,9 +1,9 @@
 """The page as the on-call engineer receives it (issue 23): fault -> received notification, per
 fault class and load, through the stack as deployed.
 
-Each run starts, on 127.0.0.1 only, a fresh copy of what ``tests/e2e/launch.py``
+Each run starts, on 127.0.0.1 only, a fresh copy of what :mod:`rigs.stack.launch`
 starts (and with its helpers): one sidecar per pod with the environment and arguments of the
-rendered PD example (``tests/e2e/deployed.py``), real Prometheus with the rendered rules and
+rendered PD example (:mod:`rigs.stack.deployed`), real Prometheus with the rendered rules and
 PodMonitor scrape, real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its
 templates, every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder.  The
 emulated cluster is ``bench_detection.cases()``'s deployment of the fault class (the fault strikes

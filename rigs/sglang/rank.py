@@ -21,7 +21,11 @@ from typing import Any
 
 from rigs.sglang.releases import Check, Release
 
-__all__ = ["Batch", "Rank", "build", "rank_class"]
+__all__ = ["MAMBA_LAYER", "Batch", "Rank", "build", "rank_class"]
+
+# one tiny Mamba2 layer: its conv and temporal state make a slot a few hundred bytes on CPU
+MAMBA_LAYER = {"tp_world_size": 1, "intermediate_size": 32, "n_groups": 1, "num_heads": 2, "head_dim": 16,
+               "state_size": 4, "conv_kernel": 4}  # fmt: skip
 
 
 def build(cls: Any, **kwargs: Any) -> Any:
@@ -68,15 +72,7 @@ class Rank:
         from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-        shape = Mamba2StateShape.create(
-            tp_world_size=1,
-            intermediate_size=32,
-            n_groups=1,
-            num_heads=2,
-            head_dim=16,
-            state_size=4,
-            conv_kernel=4,
-        )
+        shape = Mamba2StateShape.create(**MAMBA_LAYER)
         self.cache_params = Mamba2CacheParams(shape=shape, layers=[0])
         self.req_to_token_pool = build(
             HybridReqToTokenPool,

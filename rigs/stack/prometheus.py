@@ -15,27 +15,63 @@ import yaml
 from rigs.stack.processes import Process, free_port, http_ok, poll
 from rigs.venv import tool
 
-__all__ = ["Prometheus", "Scraped", "alertmanager_config", "prometheus_config", "run_alertmanager"]
+__all__ = [
+    "Prometheus",
+    "Scraped",
+    "alertmanager_config",
+    "prometheus_config",
+    "run_alertmanager",
+    "run_prometheus",
+]
 
 
-def run_alertmanager(cleanup: contextlib.ExitStack, directory: Path, config: str) -> tuple[str, Process]:
-    """A real Alertmanager with ``config`` on a loopback port (its files in ``directory``), stopped by
-    ``cleanup``: its URL once ready, and its process."""
+def _serve(
+    cleanup: contextlib.ExitStack, directory: Path, name: str, config: str, *flags: str
+) -> tuple[str, Process]:
+    """The Prometheus-family server ``name`` (its Debian command) with ``config`` on a loopback port,
+    its files in ``directory``, stopped by ``cleanup``: its URL once ready, and its process."""
+    stem = "am" if name == "prometheus-alertmanager" else "prometheus"
     port = free_port()
-    (directory / "am.yml").write_text(config)
+    (directory / f"{stem}.yml").write_text(config)
     argv = [
-        tool("prometheus-alertmanager"),
-        f"--config.file={directory / 'am.yml'}",
-        f"--storage.path={directory / 'am'}",
+        tool(name),
+        f"--config.file={directory / f'{stem}.yml'}",
         f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",  # else its gossip binds 0.0.0.0:9094
     ]
-    process = Process("alertmanager", argv, directory / "am.log")
+    process = Process(stem, [*argv, *flags], directory / f"{stem}.log")
     cleanup.callback(process.stop)
     process.start()
     url = f"http://127.0.0.1:{port}"
-    poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager", logs=[process.log])
+    poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what=name, logs=[process.log])
     return url, process
+
+
+def run_alertmanager(cleanup: contextlib.ExitStack, directory: Path, config: str) -> tuple[str, Process]:
+    """A real Alertmanager with ``config`` (``directory/am.yml``, its data in ``directory/am``),
+    stopped by ``cleanup``: its URL once ready, and its process."""
+    # --cluster.listen-address= : else its gossip binds 0.0.0.0:9094
+    return _serve(
+        cleanup,
+        directory,
+        "prometheus-alertmanager",
+        config,
+        f"--storage.path={directory / 'am'}",
+        "--cluster.listen-address=",
+    )
+
+
+def run_prometheus(cleanup: contextlib.ExitStack, directory: Path, config: str) -> tuple[Prometheus, Process]:
+    """A real Prometheus with ``config`` (``directory/prometheus.yml``; alerts resent every second),
+    stopped by ``cleanup``: its query API once ready, and its process."""
+    url, process = _serve(
+        cleanup,
+        directory,
+        "prometheus",
+        config,
+        f"--storage.tsdb.path={directory / 'prometheus'}",
+        "--rules.alert.resend-delay=1s",
+    )
+    return Prometheus(url), process
 
 
 def alertmanager_config(webhook_url: str) -> str:

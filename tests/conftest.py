@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 
 import pytest
 from hypothesis import settings
 
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model.snapshot import Snapshot
+from rigs.venv import Unavailable
 from tests.helpers import FIXTURES, FakeClock
 
 # Property tests are deterministic: every run draws the same examples for a test (derandomize, which
@@ -23,6 +25,30 @@ from tests.helpers import FIXTURES, FakeClock
 settings.register_profile("poolwatch", deadline=None, derandomize=True)
 settings.register_profile("explore", deadline=None, database=None, max_examples=500, print_blob=True)
 settings.load_profile("poolwatch")
+
+
+def _unavailable(exc: Unavailable) -> None:
+    """What a rig could not find: a skip naming the command that makes it, or -- where its
+    ``require`` variable is 1 (``.ci/run``) -- a failure."""
+    if os.environ.get(exc.require) == "1":
+        pytest.fail(str(exc))
+    pytest.skip(str(exc))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    except Unavailable as exc:  # a fixture's rig
+        _unavailable(exc)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    except Unavailable as exc:
+        _unavailable(exc)
 
 
 @pytest.fixture

@@ -28,13 +28,15 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.deployed import alertmanager_config
-from tests.e2e.stack import SmtpRecorder, WebhookRecorder, poll, run_alertmanager
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.schema import Severity
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
+from rigs.stack.deployed import alertmanager_config
+from rigs.stack.processes import poll
+from rigs.stack.prometheus import run_alertmanager
+from rigs.stack.receivers import SmtpRecorder, WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

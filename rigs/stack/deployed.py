@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.deploy.k8s import Doc, container, kustomize, of_kind, workloads
-from tests.helpers import REPO
+
+from rigs.stack.manifests import Doc, container, kustomize, of_kind, workloads
+from rigs.venv import ROOT
 
 PD = "deploy/kubernetes/examples/pd"
-ROUTES = REPO / "deploy/alertmanager/alertmanager.yaml"
+ROUTES = ROOT / "deploy/alertmanager/alertmanager.yaml"
 POOLWATCH = [sys.executable, "-m", "poolwatch.cli"]
 # Alertmanager waits 5 m between two notifications of a group (so a resolution would arrive after
 # the test), Prometheus scrapes every 15 s and evaluates every 30 s: scaled down here
@@ -76,7 +77,7 @@ def render() -> Rendered:
 
 def image_command() -> list[str]:
     """The sidecar image's CMD (the manifest sets no command), run from this checkout."""
-    line = next(x for x in (REPO / "Dockerfile").read_text().splitlines() if x.startswith("CMD "))
+    line = next(x for x in (ROOT / "Dockerfile").read_text().splitlines() if x.startswith("CMD "))
     cmd: list[str] = json.loads(line.removeprefix("CMD "))
     assert cmd[0] == "poolwatch", cmd
     return [*POOLWATCH, *cmd[1:]]

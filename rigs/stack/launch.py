@@ -12,9 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
-from tests.e2e import deployed
-from tests.e2e.stack import Process, Prometheus, WebhookRecorder, free_port, http_ok, poll
-from tests.helpers import require_tool
+
+from rigs.stack import deployed
+from rigs.stack.processes import Process, free_port, http_ok, poll
+from rigs.stack.prometheus import Prometheus, run_prometheus
+from rigs.stack.receivers import WebhookRecorder
+from rigs.venv import tool
 
 PODS = {"prefill-0": "prefill", "prefill-1": "prefill", "decode-0": "decode", "decode-1": "decode"}
 
@@ -54,7 +57,7 @@ def start_alertmanager(cleanup: contextlib.ExitStack, tmp: Path, hooks: WebhookR
     port = free_port()
     (tmp / "alertmanager.yml").write_text(deployed.alertmanager_config(hooks.url))
     argv = [
-        require_tool("prometheus-alertmanager"),
+        tool("prometheus-alertmanager"),
         f"--config.file={tmp / 'alertmanager.yml'}",
         f"--storage.path={tmp / 'alertmanager'}",
         f"--web.listen-address=127.0.0.1:{port}",
@@ -88,18 +91,6 @@ def start_prometheus(
     """Prometheus with the rendered PrometheusRule's groups and the PodMonitor's scrape."""
     rules = tmp / "poolwatch-rules.yml"
     rules.write_text(yaml.safe_dump({"groups": rendered.rule_groups()}, sort_keys=False))
-    (tmp / "prometheus.yml").write_text(
-        deployed.prometheus_config(pods, rendered.pod_monitor(), am_port, rules)
-    )
-    port = free_port()
-    argv = [
-        require_tool("prometheus"),
-        f"--config.file={tmp / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp / 'prometheus'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--rules.alert.resend-delay=1s",
-    ]
-    process = start(cleanup, Process("prometheus", argv, tmp / "prometheus.log"))
-    prom = Prometheus(f"http://127.0.0.1:{port}")
-    poll(lambda: http_ok(f"{prom.url}/-/ready"), timeout=30, what="Prometheus", logs=[process.log])
+    config = deployed.prometheus_config(pods, rendered.pod_monitor(), am_port, rules)
+    prom, process = run_prometheus(cleanup, tmp, config)
     return prom, process.log

@@ -64,6 +64,7 @@ def test_a_log_is_told_by_its_lines_and_noise_is_nobodys() -> None:
     noise = (CORPUS / "no-sglang-lines.txt").read_text().splitlines()
     found = sniff_engine(sglang)
     assert found is not None
-    assert found.engine == "sglang"
+    assert found[0].engine == "sglang"
+    assert found[1].strong > 0  # the evidence: lines only SGLang writes
     assert sniff_engine(noise) is None
     assert sniff_engine([]) is None

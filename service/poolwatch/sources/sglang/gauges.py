@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from poolwatch.model.rank import Pool, PoolAccount, Role
+from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.prom_text import Sample
-from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = [
     "RankGauges",

@@ -34,12 +34,14 @@ from poolwatch.sources.logfile.prefixes import strip
 __all__ = ["AssemblyStats", "LineAssembler", "Logical", "Wraps"]
 
 CUT = "\u2026"  # a line cut at its length bound ends with this (reader.py, tail.py)
+_PREFIX_PIECE = 200  # a piece of a line this short may hold the start of a prefix a terminal cut
 _BAR = re.compile(
     r"(?:[^\r|]{0,200}?: *)?\d{1,3}%(?:\|[^|\r]{0,300}\||\s+Completed\s+\|)"
     r" ?[\d.]{1,12}[kMG]?/[\d.?]{1,12}[kMG]? \[[^\]\r]{0,400}\]"
 )
-_STARTS = re.compile(
+_STARTS = re.compile(  # what begins a line of its own: a traceback, an exception, a file, a process tag
     r"Traceback \(|[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit)\b|\S{1,500}\.py:\d|File \""
+    r"|\([^()]{1,90} pid=\d"
 )
 _WHOLE_FIELD = re.compile(r"[A-Za-z_][\w.()]*=-?\d+(?:,|$| )")
 _VALUE_END = frozenset("0123456789%)]}.!")  # a value or a sentence ended: a new word is a new line
@@ -145,12 +147,25 @@ class LineAssembler:
     def _logical(self, text: str) -> list[Logical]:
         head = self._reader.read(text)
         pending = self._pending
-        if head is None and pending is not None and (joint := self._joint(pending, text)) is not None:
-            self._pending = _joined(pending, joint + text)
-            self.stats.rejoined["wrap"] += 1
-            return []
+        if head is None and pending is not None:
+            joined = self._rejoined(pending, text)
+            if joined is not None:
+                self._pending = joined
+                self.stats.rejoined["wrap"] += 1
+                return []
         self._pending = Logical(text, head)
         return [] if pending is None else [pending]
+
+    def _rejoined(self, pending: Logical, text: str) -> Logical | None:
+        """``pending`` and ``text`` as one line when ``text`` is the rest of it, else ``None``: the
+        rest of a line whose prefix a narrow terminal cut (only the two together have a prefix), or
+        the rest of a message (:meth:`_joint`)."""
+        if pending.head is None and len(pending.text) <= _PREFIX_PIECE and not pending.text.endswith(CUT):
+            head = self._reader.read(pending.text + text)
+            if head is not None:
+                return Logical(pending.text + text, head)
+        joint = self._joint(pending, text)
+        return None if joint is None else _joined(pending, joint + text)
 
     def _joint(self, prev: Logical, text: str) -> str | None:
         """What goes between ``prev`` and ``text`` when ``text`` is the rest of a wrapped line
@@ -162,13 +177,19 @@ class LineAssembler:
             return None
         if self._completes_marker(before, text):
             return ""
-        if not self._wraps.fields.search(before):
-            return None
-        joint = _joint_of(before[-1], text)
+        joint = _joint_of(before[-2:], text)
         if joint is None:
             return None
+        if not self._wraps.fields.search(before) and not self._straddles(before, joint, text):
+            return None  # neither the line nor a figure across the joint is the dialect's
         carries = self._wraps.fields.search(text) is not None
         return joint if carries or (joint == "" and len(text) <= 16 and not before[-1].isspace()) else None
+
+    def _straddles(self, before: str, joint: str, text: str) -> bool:
+        """A figure of the dialect's runs across the joint (``throughput:`` / `` 6335.3 tokens/s``)."""
+        head = before[-48:]
+        around = head + joint + text[:48]
+        return any(m.start() < len(head) < m.end() for m in self._wraps.fields.finditer(around))
 
     def _completes_marker(self, before: str, text: str) -> bool:
         for marker in self._wraps.markers:
@@ -178,10 +199,13 @@ class LineAssembler:
         return False
 
 
-def _joint_of(a: str, text: str) -> str | None:
-    """The joint between a line ending in ``a`` and ``text``: "" inside a token or at a separator,
-    " " after a comma, ``None`` where a value ends and a new word or tag begins (a line break)."""
-    b = text[0]
+def _joint_of(end: str, text: str) -> str | None:
+    """The joint between a line ending in ``end`` (its last two characters) and ``text``: "" inside a
+    token or at a separator, " " after a comma, ``None`` where a value or a sentence ends and a new
+    word or tag begins (a line break).  ``self.`` + ``token_to_kv...`` is a name cut in two."""
+    a, b = end[-1], text[0]
+    if a == "." and end[:1].isalpha():
+        return ""  # a dotted name cut after its dot
     if b.isspace() and a in _VALUE_END and _starts_anew(text.lstrip()):
         return None  # a value, then an indented tag or field: a new line with a leading space
     if a == "," and not b.isspace():

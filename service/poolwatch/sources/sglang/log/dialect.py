@@ -46,7 +46,10 @@ DIALECT = LogDialect(
     interpret=interpret,
     marks=marks,
     wraps=Wraps(
-        fields=re.compile(r"(?:#[\w \-]{1,30}|\b[a-z][a-z ()/_]{1,40}): -?\d|[\w)]=-?\d"),
+        fields=re.compile(  # a batch line's items, a report's name=number fields, or their heads
+            r"(?:#[\w \-]{1,30}|\b[a-z][a-z ()/_]{1,40}): -?\d|[A-Za-z_][\w.()]*=-?\d"
+            r"|(?:Prefill|Decode) batch|memory leak detected!|Mem Leak Detected!"
+        ),
         markers=(*CRASH_STARTS, "memory leak detected!", "Mem Leak Detected!"),
         alone=alone,
     ),

@@ -58,7 +58,7 @@ DIALECT = LogDialect(
     interpret=interpret,
     marks=marks,
     wraps=Wraps(
-        fields=re.compile(r"[A-Za-z][A-Za-z ]{0,40}: -?\d"),
+        fields=re.compile(r"[A-Za-z][A-Za-z ]{0,40}: -?\d|Engine \d{1,6}:|Engines Aggregated:"),
         markers=tuple(marker for marker, _ in FATAL),
     ),
     framing=Framing(repeats_head=True, tag=_tag, opens_record=opens_record),

@@ -180,21 +180,28 @@ class LineAssembler:
         joint = _joint_of(before[-2:], text)
         if joint is None:
             return None
-        if not self._wraps.fields.search(before) and not self._straddles(before, joint, text):
+        straddles = self._straddles(before, joint, text)
+        if not self._wraps.fields.search(before) and not straddles:
             return None  # neither the line nor a figure across the joint is the dialect's
-        carries = self._wraps.fields.search(text) is not None
-        return joint if carries or (joint == "" and len(text) <= 16 and not before[-1].isspace()) else None
+        carries = straddles or self._wraps.fields.search(text) is not None
+        tail = joint == "" and len(text) <= 16 and not before[-1].isspace() and not text[0].isspace()
+        return joint if carries or tail else None  # the rest carries figures, or is a short tail ("5%")
 
     def _straddles(self, before: str, joint: str, text: str) -> bool:
         """A figure of the dialect's runs across the joint (``throughput:`` / `` 6335.3 tokens/s``)."""
         head = before[-48:]
         around = head + joint + text[:48]
-        return any(m.start() < len(head) < m.end() for m in self._wraps.fields.finditer(around))
+        return any(
+            m.start() < len(head) < _number_end(around, m.end()) for m in self._wraps.fields.finditer(around)
+        )
 
     def _completes_marker(self, before: str, text: str) -> bool:
+        """A marker of the dialect's runs across the joint (``memory leak det`` / ``ected!``)."""
         for marker in self._wraps.markers:
             n = len(marker)
-            if marker not in before and marker in before[-n:] + text[:n]:
+            head = before[-n:]
+            at = (head + text[:n]).find(marker)
+            if marker not in before and 0 <= at < len(head) < at + n:
                 return True
         return False
 
@@ -206,7 +213,7 @@ def _joint_of(end: str, text: str) -> str | None:
     a, b = end[-1], text[0]
     if a == "." and end[:1].isalpha():
         return ""  # a dotted name cut after its dot
-    if b.isspace() and a in _VALUE_END and _starts_anew(text.lstrip()):
+    if b.isspace() and a in _VALUE_END and a not in ".!]" and _starts_anew(text.lstrip()):
         return None  # a value, then an indented tag or field: a new line with a leading space
     if a == "," and not b.isspace():
         return " "
@@ -215,6 +222,13 @@ def _joint_of(end: str, text: str) -> str | None:
     if (a in _VALUE_END and (b.isalpha() or b in "[(")) or (b in "[(" and not a.isalpha()):
         return None
     return ""  # inside a token
+
+
+def _number_end(text: str, at: int) -> int:
+    """Where the number a figure's match ends inside (its first digit) ends: ``size=50|00``."""
+    while at < len(text) and (text[at].isdigit() or text[at] == "."):
+        at += 1
+    return at
 
 
 def _starts_anew(text: str) -> bool:

@@ -24,6 +24,17 @@ from poolwatch.sources.sglang.log.lines import SglangReader, alone, ray_tag, sal
 
 __all__ = ["DIALECT"]
 
+# the reports' markers, whole, for joining one a terminal cut in two
+REPORT_MARKERS = (
+    "token_to_kv_pool_allocator memory leak detected!",
+    "req_to_token_pool memory leak detected!",
+    "pool memory leak detected!",
+    "KV cache pool leak detected!",
+    "Memory pool leak detected!",
+    "Pool Mem Leak Detected!",
+    "Mem Leak Detected!",
+)
+
 
 def _tag(text: str) -> tuple[str | None, Ranks | None, str]:
     return None, None, ray_tag(text)  # a Ray actor's tag names no rank: the line continues the record
@@ -48,9 +59,9 @@ DIALECT = LogDialect(
     wraps=Wraps(
         fields=re.compile(  # a batch line's items, a report's name=number fields, or their heads
             r"(?:#[\w \-]{1,30}|\b[a-z][a-z ()/_]{1,40}): -?\d|[A-Za-z_][\w.()]*=-?\d"
-            r"|(?:Prefill|Decode) batch|memory leak detected!|Mem Leak Detected!"
+            r"|(?:Prefill|Decode) batch|memory leak detected!|Mem Leak Detected!|Warning: "
         ),
-        markers=(*CRASH_STARTS, "memory leak detected!", "Mem Leak Detected!"),
+        markers=(*CRASH_STARTS, *REPORT_MARKERS),
         alone=alone,
     ),
     framing=Framing(tag=_tag, salvage=salvage, multiline=_multiline, prefixed_only=_prefixed_release),

@@ -103,10 +103,22 @@ def find_reports(lines: Sequence[str], at: float, *, first: bool = True, rest: b
 
 
 def _report(lines: Sequence[str], index: int, fmt: LeakFormat, at: float) -> Report:
+    fmt = _family(lines, index, fmt)
     figure_lines = _figure_lines(lines, index, fmt)
     pools = parse_leak_figures(figure_lines, fmt=fmt)
     message = "\n".join(figure_lines)[:_MAX_MESSAGE]
     return Report(Incident(fmt.kind, message, at, pools), _error(fmt, pools, message))
+
+
+def _family(lines: Sequence[str], index: int, fmt: LeakFormat) -> LeakFormat:
+    """The report's family, told by what follows its marker even when that went onto the next
+    line (0.4.6's ``detected! available_size=N, protected_size=`` and 0.5's bare marker differ only
+    there: reading one as the other would count evictable twice)."""
+    line = lines[index]
+    if index + 1 >= len(lines) or _FIELD.search(line) or not _FIELD.search(lines[index + 1]):
+        return fmt
+    joined = report_at(f"{line.rstrip()} {lines[index + 1].lstrip()}")
+    return joined if isinstance(joined, LeakFormat) else fmt
 
 
 def _figure_lines(lines: Sequence[str], start: int, fmt: LeakFormat) -> list[str]:

@@ -71,6 +71,8 @@ _PREALLOC = "#prealloc-req"
 _PREFILL_ITEMS = frozenset({"#new-seq", "#new-token", "#cached-token"})
 _DECODE_ITEMS = frozenset({"#token", "#full token", "#swa token", "mamba num", "gen throughput (token/s)"})
 # "key: number" items, separated by ", " (0.2+) or ". " (0.1.x); ASCII digits only.
+_HEAD_WORDS = ("Decode batch", "Prefill batch", "new fill batch")
+_REMNANT = re.compile(r"(?P<words>[A-Za-z ]{0,14})(?: \[\d{1,12}\])?[.,]? ?")
 _ITEM = re.compile(r"(?:^|, |\. )([#A-Za-z][\w #\-]*?): (-?[0-9]+(?:\.[0-9]+)?)(?=[,.%\s]|$)")
 
 
@@ -84,9 +86,14 @@ def capacity_of(message: str, at: float, ranks: Ranks) -> PoolSize | None:
     return None
 
 
-def parse_batch_line(message: str, at: float, ranks: Ranks | None) -> Figures | None:
+def parse_batch_line(
+    message: str, at: float, ranks: Ranks | None, *, salvaged: bool = False
+) -> Figures | None:
     """A batch statistics line of any release, or ``None`` when ``message`` is not one; one whose
-    head is damaged is read by its items (``damaged``)."""
+    head is damaged is read by its items (``damaged``) when what stands before them is what is left
+    of a batch head (``\ufffd\ufffdcode batch [1203], #running-req: 4, ...``) or the line's prefix
+    was damaged too (``salvaged``): never a line that quotes a batch line after its own words (a
+    request's ``rid`` or prompt, ``Abort queued request. req.rid='Decode batch, #running-req: 0'``)."""
     if "batch" in message:
         for head in BATCH_HEADS:
             m = head.match(message)
@@ -95,11 +102,22 @@ def parse_batch_line(message: str, at: float, ranks: Ranks | None) -> Figures | 
                 iteration = int(m["iter"]) if m["iter"] else None
                 return _batch(kind, iteration, _ITEM.findall(message[m.end() :]), at, ranks)
     items = batch_items_of(message)
-    if not items:
+    if not items or not (salvaged or _remnant(message)):
         return None
     keys = {key for key, _ in items}
     kind = "prefill" if keys & _PREFILL_ITEMS else "decode" if keys & _DECODE_ITEMS else "batch"
     return replace(_batch(kind, None, items, at, ranks), damaged=True)
+
+
+def _remnant(message: str) -> bool:
+    """What stands before the first item is what is left of a batch head: damaged bytes, then the
+    end of ``Decode batch`` / ``Prefill batch`` / ``new fill batch`` (and its ``[iteration]``)."""
+    first = _ITEM.search(message)
+    if first is None:
+        return False
+    lead = "".join(c for c in message[: first.start(1)] if c.isascii() and c.isprintable())
+    m = _REMNANT.fullmatch(lead)
+    return m is not None and any(head.endswith(m["words"]) for head in _HEAD_WORDS)
 
 
 def batch_items_of(text: str) -> list[tuple[str, str]]:

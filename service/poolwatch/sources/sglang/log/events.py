@@ -53,7 +53,7 @@ def interpret(record: LogRecord) -> list[LogEvent]:
     if record.headless and not record.damaged:  # 0.1.x wrote no prefix: any line may be a batch line
         events += [e for line in lines if (e := _line_event(line, record.at, ranks)) is not None]
     else:
-        head = _line_event(record.message, record.at, ranks)
+        head = _line_event(record.message, record.at, ranks, salvaged=record.damaged)
         if head is not None:
             if not record.continuation:
                 return [head]  # a batch or startup line is one line: nothing else to look for
@@ -77,9 +77,9 @@ def _assert(record: LogRecord, ranks: Ranks | None) -> list[LogEvent]:
     return [] if error is None else [Note(record.at, ranks, "allocator assert", error)]
 
 
-def _line_event(message: str, at: float, ranks: Ranks) -> LogEvent | None:
+def _line_event(message: str, at: float, ranks: Ranks, *, salvaged: bool = False) -> LogEvent | None:
     """The one-line event ``message`` is: a batch line or a startup line naming a pool size."""
-    return parse_batch_line(message, at, ranks) or capacity_of(message, at, ranks)
+    return parse_batch_line(message, at, ranks, salvaged=salvaged) or capacity_of(message, at, ranks)
 
 
 def _crash_error(lines: tuple[str, ...]) -> PoolError | None:

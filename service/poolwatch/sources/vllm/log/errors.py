@@ -39,6 +39,7 @@ class ErrorRule:
     bugs: tuple[str, ...] = ()
     func: str = ""  # the traceback frame's function it is raised in ("" when any)
     proven: bool = True  # False: worth a row, proves no fault alone
+    files: tuple[str, ...] = ()  # a warning's logger position: the source files it is written from
 
 
 CRASH_RULES: tuple[ErrorRule, ...] = (
@@ -122,6 +123,7 @@ WARNING_RULES: tuple[ErrorRule, ...] = (
         "blocks still held at a prefix-cache reset (a leak only when nothing was running)",
         ("V13", "V02", "V05"),
         proven=False,
+        files=("block_pool.py", "prefix_caching_block.py"),  # V1, V0
     ),
     ErrorRule(
         "unrecognized-request",
@@ -131,6 +133,7 @@ WARNING_RULES: tuple[ErrorRule, ...] = (
         "a decode worker read blocks of a request the prefill no longer holds",
         ("V04",),
         proven=False,
+        files=("_connector.py",),  # a KV connector's (nixl_connector.py)
     ),
     ErrorRule(
         "expired-blocks",
@@ -140,5 +143,6 @@ WARNING_RULES: tuple[ErrorRule, ...] = (
         "blocks held for a decode worker that never read them, released only at the timeout",
         ("V05",),
         proven=False,
+        files=("_connector.py",),
     ),
 )

@@ -42,15 +42,19 @@ from poolwatch.sources.vllm.log.crash import MAX_TEXT, crash_error, crash_text, 
 from poolwatch.sources.vllm.log.errors import WARNING_RULES
 from poolwatch.sources.vllm.log.formats import (
     CAPACITY,
+    CAPACITY_FILES,
     CLIENT_DEAD,
     CLIENT_PROCESSES,
     FATAL,
     FATAL_FILE,
     FATAL_LEVEL,
     FT_BUSY_LOOP,
+    FT_FILES,
     FT_NO_RECOVERY,
     FT_STATUS,
     STARTUP,
+    STARTUP_FILES,
+    STATS_FILES,
 )
 from poolwatch.sources.vllm.log.lines import VllmReader, rank_of, split_tag
 from poolwatch.sources.vllm.log.stats import StatsFigures, parse_stats_line
@@ -60,6 +64,7 @@ __all__ = ["interpret", "marks"]
 _CRASH = IncidentKind.SCHEDULER_EXCEPTION
 _FATAL = tuple(marker for marker, _ in FATAL)
 _UNNAMED = PoolError(ErrorClass.COUNTER, "vLLM's own block-pool check failed (an assert of no known shape)")
+_FRAME = '  File "'  # a traceback's frame line
 _MARKS = VllmReader()  # reads prefixes for :func:`marks` only
 
 
@@ -68,7 +73,7 @@ def interpret(record: LogRecord) -> list[LogEvent]:
     if record.headless or not record.attributed:
         return []  # no prefix, no logger position: nothing vLLM says about itself
     message = record.message
-    stats = parse_stats_line(message)
+    stats = parse_stats_line(message) if record.source_file.endswith(STATS_FILES) else None
     if stats is not None:
         return [_figures(record.at, stats)]
     ranks = record.ranks
@@ -94,15 +99,16 @@ def _figures(at: float, stats: StatsFigures) -> Figures:
 
 
 def _engine_event(record: LogRecord, message: str, ranks: Ranks) -> LogEvent | None:
-    if (m := STARTUP.match(message)) is not None:
+    where = record.source_file
+    if (m := STARTUP.match(message)) is not None and where.endswith(STARTUP_FILES):
         return Start(record.at, ranks, m["release"])
-    if (m := CAPACITY.match(message)) is not None:
+    if (m := CAPACITY.match(message)) is not None and where.endswith(CAPACITY_FILES):
         return Note(record.at, ranks, f"kv {m['tokens']} tokens")
     if message.startswith(_FATAL) and record.level == FATAL_LEVEL and record.source_file == FATAL_FILE:
         crash = read_crash(record.lines)
         error = crash_error(crash) or (_UNNAMED if crash.in_pool else None)
         return RankIncident(ranks, Incident(_CRASH, crash_text(record.lines), record.at), error)
-    if message.startswith("[FT] "):
+    if message.startswith("[FT] ") and where.endswith(FT_FILES):
         return _ft_event(record, message, ranks)
     return None
 
@@ -119,9 +125,13 @@ def _ft_event(record: LogRecord, message: str, ranks: Ranks) -> LogEvent | None:
 
 def _client_dead(record: LogRecord) -> Dead | None:
     for index, line in enumerate(record.lines):
-        for pattern, _, exception_line in CLIENT_DEAD:
-            if exception_line != (index > 0) or (m := pattern.match(line)) is None:
-                continue  # the EngineDeadError is a traceback's exception line, the others begin a message
+        for pattern, _, files in CLIENT_DEAD:
+            if files and (index > 0 or not record.source_file.endswith(files)):
+                continue  # a message of its own, from its logger's file
+            if not files and not _exception_line(record, index):
+                continue  # the EngineDeadError: the exception line that ends a logged traceback
+            if (m := pattern.match(line)) is None:
+                continue
             named = m.groupdict().get("process")
             text = line if index == 0 else f"{record.message}\n{line}"
             said = f"EngineCore died (seen by the API server): {text}"[:MAX_TEXT]
@@ -129,9 +139,19 @@ def _client_dead(record: LogRecord) -> Dead | None:
     return None
 
 
+def _exception_line(record: LogRecord, index: int) -> bool:
+    """``record.lines[index]`` is the exception line of a traceback the record logged at ERROR: a
+    line not indented right after an indented one, a frame (``  File "...", line N``) before it (an
+    excerpt may begin inside the traceback, after its head)."""
+    lines = record.lines
+    if record.level != FATAL_LEVEL or index == 0 or lines[index][:1].isspace():
+        return False
+    return lines[index - 1][:1].isspace() and any(line.startswith(_FRAME) for line in lines[:index])
+
+
 def _warning(record: LogRecord, message: str) -> list[LogEvent]:
     for rule in WARNING_RULES:
-        if rule.text.match(message):
+        if rule.text.match(message) and record.source_file.endswith(rule.files):
             error = PoolError(rule.cls, rule.what, bugs=rule.bugs, proven=rule.proven)
             ranks = record.ranks if record.stream else Ranks()  # untagged: the one engine's
             return [Note(record.at, ranks, rule.name, error)]

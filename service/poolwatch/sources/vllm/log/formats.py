@@ -22,16 +22,20 @@ from poolwatch.sources.vllm.log.errors import WARNING_RULES
 
 __all__ = [
     "CAPACITY",
+    "CAPACITY_FILES",
     "CLIENT_DEAD",
     "CLIENT_PROCESSES",
     "FATAL",
     "FATAL_FILE",
     "FATAL_LEVEL",
     "FT_BUSY_LOOP",
+    "FT_FILES",
     "FT_NO_RECOVERY",
     "FT_STATUS",
     "STARTUP",
+    "STARTUP_FILES",
     "STATS_FAMILIES",
+    "STATS_FILES",
     "STATS_HEAD",
     "opens_record",
 ]
@@ -57,10 +61,15 @@ STATS_FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 STATS_HEAD = re.compile(r"(?:Engine (?P<engine>\d{1,6})|(?P<engines>\d{1,6}) Engines Aggregated): ")
 
-# Where each marker counts (issue 42's log truth): every marker below must *begin* a message, and
-# the crash markers only in EngineCore's own position -- level ERROR, source file core.py, the
-# process tag an EngineCore's (or none, before 0.10.2) -- so a request id or a prompt holding the
-# text (``--enable-log-requests``: ``Received request <id>: prompt: ...``) never reads as one.
+# Where each marker counts (issue 42's log truth): every marker below must *begin* a message, in
+# its logger's own position -- the source file the prefix's ``[file:line]`` names, and for the
+# crash markers level ERROR, source file core.py and the process tag an EngineCore's (or none,
+# before 0.10.2) -- so a request id or a prompt holding the text (``--enable-log-requests``:
+# ``Received request <id>: prompt: ...``), or another logger's line quoting it, never reads as one.
+STATS_FILES = ("loggers.py", "metrics.py")  # vllm.v1.metrics.loggers (V0: vllm.engine.metrics)
+STARTUP_FILES = ("core.py", "llm_engine.py")  # vllm.v1.engine.core (V0: vllm.engine.llm_engine)
+CAPACITY_FILES = ("kv_cache_utils.py",)  # vllm.v1.core.kv_cache_utils
+FT_FILES = ("engine_core_sentinel.py",)  # vllm.v1.fault_tolerance.engine_core_sentinel
 
 # EngineCore (logger vllm.v1.engine.core), every release: the first line of a new engine, and the
 # two ways it dies -- logged with the traceback that follows (logger.exception).  The V1 previews
@@ -89,15 +98,23 @@ FT_NO_RECOVERY = re.compile(r"\[FT\] No recovery within \d{1,9}s timeout\.")
 # The API server's side of a dead EngineCore (logger vllm.v1.engine.async_llm / core_client): each
 # begins a message, except the EngineDeadError, which is the exception line of the API server's
 # traceback (a line of its own inside that record).  (pattern, releases, an exception line)
-CLIENT_DEAD: tuple[tuple[re.Pattern[str], str, bool], ...] = (
-    (
+CLIENT_DEAD: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
+    (  # the exception line of a traceback the API server logged at ERROR (any of its files)
         re.compile(r"(?:[\w.]+\.)?EngineDeadError: EngineCore encountered an issue\. See stack trace"),
         "0.10.2-0.34.0 (EngineDeadError)",
-        True,
+        (),
     ),
-    (re.compile(r"Engine core proc (?P<process>[\w.\-]{1,64}) died unexpectedly"), "0.10.2-0.19.1", False),
-    (re.compile(r"\[shutdown\] MPClient: engine core exited unexpectedly"), "0.23.0-0.34.0", False),
-    (re.compile(r"Request \S{1,200} failed \(engine dead\)\."), "0.10.2-0.34.0", False),
+    (
+        re.compile(r"Engine core proc (?P<process>[\w.\-]{1,64}) died unexpectedly"),
+        "0.10.2-0.19.1",
+        ("core_client.py",),
+    ),
+    (
+        re.compile(r"\[shutdown\] MPClient: engine core exited unexpectedly"),
+        "0.23.0-0.34.0",
+        ("core_client.py",),
+    ),
+    (re.compile(r"Request \S{1,200} failed \(engine dead\)\."), "0.10.2-0.34.0", ("async_llm.py",)),
 )
 CLIENT_PROCESSES = (
     "",

@@ -48,7 +48,7 @@ from bench_detection import SIGN, Case, cases
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.schema import AlertName
+from poolwatch.detect.families.repairs import PROBE_REPAIRED
 from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model.findings import RepairKind
@@ -106,7 +106,7 @@ def exact_page(detector: Detector, fault: str, worker: str) -> tuple[bool, bool]
         labels = dict(a.labels)
         if a.state is not AlertState.FIRING or labels.get("worker") != worker:
             continue
-        if a.name in (SIGN[info.sign], AlertName.PROBE_REPAIRED) and labels.get("pool") == info.pool:
+        if a.name in (SIGN[info.sign], PROBE_REPAIRED) and labels.get("pool") == info.pool:
             return True, bool(_IDS.search(a.annotations.get("description", "")))
     return False, False
 

@@ -97,7 +97,7 @@ def log_case(ranks: int, cap: int) -> None:
         log = Path(tmp) / "sglang.log"
         log.touch()  # followed from its start: every line is new, none left to the 1 MiB backfill
         source = LogSource(
-            Target("log", SourceKind.SGLANG_LOG, str(log), "w"),
+            Target("log", SourceKind("sglang-log"), str(log), "w"),
             clock,
             DIALECT,
             max_read=64 << 20,

@@ -81,7 +81,15 @@ def payload(rank: int, now: float) -> Snapshot:
 
     return Snapshot(
         worker=WorkerId(
-            "qwen3-next-prefill-0", Role.PREFILL, 0, rank, 0, "Qwen3-Next-80B-A3B", "0.5.12", "10.0.0.7"
+            "qwen3-next-prefill-0",
+            Role.PREFILL,
+            0,
+            rank,
+            0,
+            "Qwen3-Next-80B-A3B",
+            "0.5.12",
+            "10.0.0.7",
+            engine="sglang",
         ),
         seq=48211,
         taken_at=now,

@@ -256,7 +256,7 @@ def detector() -> dict[str, Any]:
             Pool.MAMBA: account(Pool.MAMBA, 476, 300, 100, 40, 37),
             Pool.REQ: account(Pool.REQ, 158, 120, 0, 0, 38),
         }
-        worker = WorkerId(f"w{rank // 8}", Role.DECODE, 0, rank % 8, 0, "m", "0.5.12", "")
+        worker = WorkerId(f"w{rank // 8}", Role.DECODE, 0, rank % 8, 0, "m", "0.5.12", "", engine="sglang")
         return Snapshot(worker=worker, seq=seq, taken_at=at, phase=Phase.BUSY, pools=pools, source="probe",
                         queues={"waiting": 3, "running": 38}, probe=ProbeHealth(samples_total=seq),
                         idle_check_strict=True, boot_id="b")  # fmt: skip

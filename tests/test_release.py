@@ -5,7 +5,6 @@ torch's CPU build (no CUDA), and so does what ``poolwatch demo`` says to run wit
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import tarfile
@@ -17,6 +16,7 @@ import pytest
 from poolwatch import __version__
 from poolwatch.cli import TORCH_CPU_INSTALL
 from tests.helpers import REPO
+from tests.install_lines import marked_blocks
 from tests.release_env import clone, cpu_torch_index, localise, user_env, venv_report
 
 PTH = "poolwatch-probe.pth"
@@ -124,12 +124,10 @@ def test_the_sdist_builds_the_same_wheel_files(dist: Path) -> None:
 
 
 def install_block() -> list[str]:
-    """The README's "Today, from a clone" shell block, one command per line."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("\n## Install\n") : readme.index("\n## Install the probe into SGLang")]
-    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
-    (today,) = [b for b in blocks if b.startswith("git clone ")]
-    return [line.split("  #")[0].strip() for line in today.splitlines() if line.strip()]
+    """The README's install blocks a new user runs in one shell from a clone: the wheel, then the
+    emulator (tests/install_lines.py reads the marked blocks)."""
+    blocks = marked_blocks()
+    return [*blocks["wheel"], *blocks["emulator"]]
 
 
 def test_the_readme_install_block_starts_from_a_clone_and_installs_the_built_wheels() -> None:
@@ -151,8 +149,6 @@ def test_the_readme_the_demo_hint_and_bootstrap_install_torch_cpu_build_before_t
     emulator = lines.index(f"pip install dist/poolwatch_emulator-{__version__}-py3-none-any.whl")
     assert [line for line in lines if "torch" in line] == [TORCH_CPU_INSTALL]
     assert lines.index(TORCH_CPU_INSTALL) < emulator
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert readme.count(TORCH_CPU_INSTALL) >= 2  # once published, too
     bootstrap = (REPO / "scripts" / "bootstrap").read_text(encoding="utf-8")
     index = TORCH_CPU_INSTALL.split("--index-url ")[1]
     torch_step = bootstrap.index('-c scripts/constraints.txt "${torch_index[@]}" torch')
@@ -182,11 +178,33 @@ def test_the_readme_install_block_works_line_by_line_in_a_fresh_clone_with_cpu_t
     assert torch.endswith("+cpu")
     assert not [d for d in listed if d.lower().startswith("nvidia")]
     assert size < VENV_BOUND
-    # the git route builds the same wheel, .pth included
-    (site / PTH).unlink()
-    url = f"git+{repo.as_uri()}@main"  # (PEP 508's "name @ url" wants a host in the URL)
-    run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--force-reinstall", url], env=env)
-    assert (site / PTH).is_file()
+    # the installed package renders rules, dashboards and the chart's files for a user's labels,
+    # outside any clone
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "sidecar.yaml").write_text('selector: job="poolwatch"\n', encoding="utf-8")
+    poolwatch = str(venv / "bin" / "poolwatch")
+    run([poolwatch, "generate", "--config", "sidecar.yaml", "--out", "mine"], cwd=elsewhere, env=env)
+    rules = (elsewhere / "mine/deploy/helm/poolwatch/files/poolwatch-rules.yml").read_text(encoding="utf-8")
+    assert 'job="poolwatch"' in rules
+    doctor = subprocess.run(
+        [poolwatch, "doctor", "--side", "sidecar"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert doctor.returncode in (0, 1), doctor.stderr
+    assert "verdict:" in doctor.stdout
+    # the README's git line, as written, in a clean venv of its own: the same wheel, .pth included
+    (git_line,) = marked_blocks()["git"]
+    other = tmp_path / "git-venv"
+    run([sys.executable, "-m", "venv", str(other)])
+    run(["bash", "-c", localise(git_line, cpu_index, repo)], cwd=tmp_path, env=user_env(other / "bin"))
+    other_site = next((other / "lib").glob("python3*/site-packages"))
+    assert (other_site / PTH).is_file()
+    run([str(other / "bin" / "poolwatch"), "--version"], env=env)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""poolwatch: memory-pool conservation monitoring for SGLang.
+"""poolwatch: memory-pool conservation monitoring for LLM serving engines (SGLang, vLLM).
 
 The public surface is small on purpose; everything else is private to its module.
 """

@@ -16,10 +16,29 @@ from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
 from poolwatch import __version__
+from poolwatch.engines import ENGINES
 
-__all__ = ["COMMANDS", "EMULATOR_INSTALL", "OPTIONAL", "TORCH_CPU_INSTALL", "main", "missing_hint"]
+__all__ = [
+    "COMMANDS",
+    "EMULATOR_INSTALL",
+    "OPTIONAL",
+    "TORCH_CPU_INSTALL",
+    "HelpFormatter",
+    "build_parser",
+    "main",
+    "missing_hint",
+    "summary",
+]
 
-COMMANDS: tuple[str, ...] = ("serve", "generate", "check", "replay", "incident")
+# each command's module (``add_arguments``, ``run``; its docstring's first paragraph is its help)
+COMMANDS: dict[str, str] = {
+    "serve": "poolwatch.commands.serve",
+    "doctor": "poolwatch.commands.doctor.command",
+    "generate": "poolwatch.commands.generate",
+    "check": "poolwatch.commands.check",
+    "replay": "poolwatch.commands.replay.command",
+    "incident": "poolwatch.commands.incident",
+}
 # optional commands -> the distribution that provides them (an entry point of group ``poolwatch.commands``)
 OPTIONAL: dict[str, str] = {
     "demo": "poolwatch-emulator",
@@ -36,6 +55,12 @@ ENTRY_POINT_GROUP = "poolwatch.commands"
 Plugins = Callable[[], Iterable[EntryPoint]]
 
 
+def engines_named() -> str:
+    """The engines poolwatch watches, as a user writes them (``SGLang and vLLM``)."""
+    names = [e.title for e in ENGINES]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
 def installed_commands() -> Iterable[EntryPoint]:
     """The sub-commands other installed distributions register (the emulator's)."""
     return entry_points(group=ENTRY_POINT_GROUP)
@@ -43,7 +68,7 @@ def installed_commands() -> Iterable[EntryPoint]:
 
 def _modules(plugins: Plugins) -> dict[str, ModuleType | None]:
     found: dict[str, ModuleType | None] = {
-        name: importlib.import_module(f"poolwatch.commands.{name}") for name in COMMANDS
+        name: importlib.import_module(module) for name, module in COMMANDS.items()
     }
     found |= dict.fromkeys(OPTIONAL)
     for ep in plugins():
@@ -71,16 +96,37 @@ def _missing(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def _summary(module: ModuleType, name: str) -> str:
-    doc = (module.__doc__ or name).strip().splitlines()[0]
-    return doc.split(": ", 1)[1] if doc.startswith("``") and ": " in doc else doc
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, with each option's real default appended unless its text already says
+    it (an option whose default is None or False has none to state): no default is written by hand."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        quiet = default is None or default is False or default in ("", [], argparse.SUPPRESS)
+        if quiet or not action.option_strings or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def summary(doc: str | None, name: str) -> str:
+    """A command's one-line summary: its module docstring's first paragraph, whole, without its
+    ``poolwatch NAME:`` lead or reST markup, starting with a capital."""
+    first = " ".join((doc or name).strip().split("\n\n", 1)[0].split())
+    if first.startswith("``") and ": " in first:
+        first = first.split(": ", 1)[1]
+    first = first.replace("``", "")
+    return first[:1].upper() + first[1:]
 
 
 def build_parser(plugins: Plugins = installed_commands) -> argparse.ArgumentParser:
     """Every command; ``plugins`` lists the entry points of other distributions (tests pass
     their own)."""
     parser = argparse.ArgumentParser(
-        prog="poolwatch", description="Memory-pool conservation monitoring for SGLang."
+        prog="poolwatch",
+        description=f"Memory-pool conservation monitoring for {engines_named()}: a Prometheus sidecar, "
+        "an in-process probe, alerts and dashboards.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"poolwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -90,8 +136,8 @@ def build_parser(plugins: Plugins = installed_commands) -> argparse.ArgumentPars
             cmd.add_argument("rest", nargs=argparse.REMAINDER)
             cmd.set_defaults(_run=_missing(name), _missing=True)
             continue
-        doc = _summary(module, name)
-        cmd = sub.add_parser(name, help=doc, description=doc)
+        doc = summary(module.__doc__, name)
+        cmd = sub.add_parser(name, help=doc, description=doc, formatter_class=HelpFormatter)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CHANNELS",
     "DEFAULT_ENGINE",
     "ENGINES",
     "EngineEntry",
@@ -25,7 +26,12 @@ __all__ = [
     "engine_entry",
     "engine_names",
     "load",
+    "read_engine",
+    "read_engines",
 ]
+
+
+CHANNELS = ("metrics", "log")  # an engine's own faces poolwatch can read, in the order targets list them
 
 
 class UnknownEngine(ValueError):
@@ -38,6 +44,10 @@ class EngineEntry:
     title: str  # how people write it ("SGLang", "vLLM")
     probe: str  # ``module:ATTR`` of the probe room's :class:`~poolwatch.probe.core.engine.Engine`
     sources: str = ""  # ``module:ATTR`` of the sources room's ``EngineSources`` ("" = none)
+    # its own faces the sidecar reads without a probe, through that room: its ``/metrics`` dialect
+    # ("metrics") and its log dialect ("log"); () for a probe-only engine.  Target kinds are named
+    # after them (``<name>-metrics``, ``<name>-log``: :attr:`source_kinds`)
+    channels: tuple[str, ...] = ()
     # ``module:function`` returning the Markdown table of the releases the probe reads, generated
     # into ``docs/engines/<name>.md`` from the same data the probe consults ("" = none)
     releases: str = ""
@@ -48,6 +58,18 @@ class EngineEntry:
     # check): a leak on such an engine is a crash to come; on one without, the capacity is only lost
     idle_check: bool = False
 
+    def __post_init__(self) -> None:
+        if bool(self.sources) != bool(self.channels):
+            raise ValueError(f"engine {self.name!r}: a sources room and its channels go together")
+        unknown = set(self.channels) - set(CHANNELS)
+        if unknown or (self.channels and "log" not in self.channels):
+            raise ValueError(f"engine {self.name!r}: channels are 'log' and, optionally, 'metrics'")
+
+    @property
+    def source_kinds(self) -> tuple[str, ...]:
+        """The kinds of target its sources room reads (``poolwatch.model.rank.SourceKind`` values)."""
+        return tuple(f"{self.name}-{c}" for c in CHANNELS if c in self.channels)
+
 
 ENGINES: tuple[EngineEntry, ...] = (
     EngineEntry(
@@ -55,6 +77,7 @@ ENGINES: tuple[EngineEntry, ...] = (
         "SGLang",
         probe="poolwatch.probe.sglang.engine:SGLANG",
         sources="poolwatch.sources.sglang.engine:SOURCES",
+        channels=("metrics", "log"),
         releases="poolwatch.probe.sglang.release_table:markdown",
         unit="slot",
         idle_check=True,
@@ -64,6 +87,7 @@ ENGINES: tuple[EngineEntry, ...] = (
         "vLLM",
         probe="poolwatch.probe.vllm.engine:VLLM",
         sources="poolwatch.sources.vllm.engine:SOURCES",
+        channels=("metrics", "log"),
         releases="poolwatch.probe.vllm.release_table:markdown",
         unit="block",
         idle_check=False,
@@ -74,6 +98,27 @@ DEFAULT_ENGINE = "sglang"  # what a sidecar reads ``--metrics-urls`` and ``--log
 
 def engine_names(entries: tuple[EngineEntry, ...] = ENGINES) -> tuple[str, ...]:
     return tuple(e.name for e in entries)
+
+
+def read_engines(entries: tuple[EngineEntry, ...] = ENGINES) -> tuple[str, ...]:
+    """The engines whose own ``/metrics`` or log the sidecar can read (those with a sources room)."""
+    return tuple(e.name for e in entries if e.channels)
+
+
+def read_engine(name: str, entries: tuple[EngineEntry, ...] = ENGINES) -> EngineEntry:
+    """The entry of ``name``, an engine whose own ``/metrics`` or log the sidecar reads
+    (``POOLWATCH_ENGINE``); :class:`UnknownEngine` says why not, and which engines are."""
+    readable = ", ".join(read_engines(entries))
+    entry = next((e for e in entries if e.name == name), None)
+    if entry is None:
+        raise UnknownEngine(f"expected one of {readable}, got {name!r}")
+    if not entry.channels:
+        raise UnknownEngine(
+            f"{name!r} has no /metrics or log poolwatch reads: its ranks are read by its probe only "
+            f"(they announce themselves in POOLWATCH_PROBE_DIR, or list them in POOLWATCH_PROBE_URLS); "
+            f"expected one of {readable}"
+        )
+    return entry
 
 
 def engine_entry(name: str, entries: tuple[EngineEntry, ...] = ENGINES) -> EngineEntry:

@@ -9,7 +9,8 @@ crash, named fault reproductions, a seeded workload, and the faces a real worker
 from __future__ import annotations
 
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faces import WorkerServer, attach_probes, metrics_text, server_info
 from poolwatch_emulator.faults import FAULTS, FaultInfo, FaultSpec, parse_fault
 from poolwatch_emulator.scheduler import Scheduler

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TextIO
 
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faces import WorkerServer, attach_probes
 from poolwatch_emulator.faults import parse_fault
 from poolwatch_emulator.versions import RELEASES
@@ -25,8 +26,8 @@ __all__ = ["add_arguments", "config_from_args", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
-    a("--prefill", type=int, default=1, help="PD prefill workers (default 1)")
-    a("--decode", type=int, default=1, help="PD decode workers (default 1)")
+    a("--prefill", type=int, default=1, help="PD prefill workers")
+    a("--decode", type=int, default=1, help="PD decode workers")
     a("--unified", type=int, default=0, help="non-PD workers (use with --prefill 0 --decode 0)")
     a("--tp", type=int, default=1, help="tensor-parallel ranks per worker")
     a("--dp", type=int, default=1, help="data-parallel ranks per worker")
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME@T",
         help="inject a fault: NAME, NAME@30s, NAME@step=500, NAME@p=0.01",
     )
-    a("--seed", type=int, default=0)
+    a("--seed", type=int, default=0, help="seed of the emulated traffic (the same seed, the same run)")
     a("--log-dir", type=Path, default=None, help="write each worker's SGLang-shaped log here")
     a(
         "--probe-dir",
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--dt", type=float, default=0.25, help="simulated seconds per scheduler iteration")
     a("--port-base", type=int, default=0, help="first HTTP port (0 = ephemeral ports)")
-    a("--full-kv-tokens", type=int, default=131_072)
+    a("--full-kv-tokens", type=int, default=131_072, help="full-attention KV pool size per rank, in tokens")
     a("--mamba-slots", type=int, default=1024, help="Mamba pool size per rank (0 = no Mamba pool)")
     a("--swa-kv-tokens", type=int, default=0, help="sliding-window pool size (SWA-hybrid model)")
     a(
@@ -64,9 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="HiCache host pool size (--enable-hierarchical-cache; needs --mamba-slots 0)",
     )
-    a("--page-size", type=int, default=1)
-    a("--max-running", type=int, default=256)
-    a("--chunked-prefill-size", type=int, default=4096)
+    a("--page-size", type=int, default=1, help="tokens per KV page (SGLang's --page-size)")
+    a("--max-running", type=int, default=256, help="running requests per rank at most")
+    a("--chunked-prefill-size", type=int, default=4096, help="prefill chunk in tokens")
     a("--rate", type=float, default=1.5, help="requests per simulated second during bursts")
     a("--no-strict-idle-check", action="store_true", help="SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE=0")
 

@@ -3,6 +3,10 @@
 Everything runs in this process on 127.0.0.1: the emulated SGLang workers (with the real in-process
 probe attached to every rank, SGLang-shaped ``/metrics`` and log files), and the sidecar (scrape,
 detect, ``/metrics``, the API and the status page).  The console tells the story as it happens.
+
+What a run leaves is kept in its work directory (``--work-dir``; by default a new one per run under
+:func:`demo_home`): the workers' logs, the probes' directory, and the sidecar's alert state with its
+incidents file beside it, which ``poolwatch incident list|export --file`` reads after the demo.
 """
 
 from __future__ import annotations
@@ -11,36 +15,61 @@ import argparse
 import asyncio
 import contextlib
 import errno
-import logging
+import os
 import socket
 import sys
-import tempfile
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
 import uvicorn
 
 from poolwatch.cli import TORCH_CPU_INSTALL
+from poolwatch.commands.logs import UVICORN_LOG_CONFIG, configure
 from poolwatch.errors import ConfigError
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
+from poolwatch.sidecar.incidents.file import incidents_path
 from poolwatch_emulator.demo_story import Story
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "demo_home", "run", "state_file", "work_dir"]
+
+
+def demo_home(environ: Mapping[str, str]) -> Path:
+    """Where demo runs are kept: ``$XDG_STATE_HOME/poolwatch/demo``, else
+    ``~/.local/state/poolwatch/demo``."""
+    state = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME") or Path.home(), ".local", "state"))
+    return Path(state, "poolwatch", "demo")
+
+
+def work_dir(given: Path | None, environ: Mapping[str, str], now: float) -> Path:
+    """The run's work directory: ``given``, else a new one under :func:`demo_home` named by the
+    UTC time; made private to this user (0700)."""
+    path = given or demo_home(environ) / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def state_file(work: Path) -> Path:
+    """The sidecar's alert state file in ``work``; its incidents are kept beside it."""
+    folder = work / "sidecar"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / "alerts.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
-    a("--port", type=int, default=9464, help="the sidecar's port on 127.0.0.1 (default 9464)")
+    a("--port", type=int, default=9464, help="the sidecar's port on 127.0.0.1")
     a("--healthy", type=float, default=30.0, help="simulated seconds of healthy traffic before the fault")
     a("--fault", default="pd-chunked-mamba-double-free", help="fault to inject (see `poolwatch emulate`)")
     a("--version", default="0.5.4.post1", help="SGLang release whose bookkeeping is emulated")
-    a("--prefill", type=int, default=1)
-    a("--decode", type=int, default=1)
-    a("--tp", type=int, default=2)
+    a("--prefill", type=int, default=1, help="PD prefill workers")
+    a("--decode", type=int, default=1, help="PD decode workers")
+    a("--tp", type=int, default=2, help="tensor-parallel ranks per worker (one probe each)")
     a("--time-scale", type=float, default=2.0, help="simulated seconds per wall second")
     a("--duration", type=float, default=0.0, help="wall seconds to run (0 = until Ctrl-C)")
-    a("--seed", type=int, default=0)
+    a("--seed", type=int, default=0, help="seed of the emulated traffic (the same seed, the same run)")
     a(
         "--guard",
         action="store_true",
@@ -50,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--work-dir",
         type=Path,
         default=None,
-        help="where logs and probe discovery files go (default: a temp dir)",
+        help="where the run's logs, probe directory, alert state and incidents are kept after it "
+        "(default: a new directory per run under $XDG_STATE_HOME/poolwatch/demo, else "
+        "~/.local/state/poolwatch/demo)",
     )
 
 
@@ -60,17 +91,17 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except ModuleNotFoundError:
         print(f"poolwatch demo: needs torch; its CPU build: {TORCH_CPU_INSTALL}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
     try:
         listener = listen(args.port)
     except OSError as exc:
         print(taken_port_line(args.port, exc), file=sys.stderr)
         return 2
-    with listener, tempfile.TemporaryDirectory(prefix="poolwatch-demo-") as tmp:
-        work = args.work_dir or Path(tmp)
+    configure("error", "text")  # the story is the console's; only errors are logged, in the one format
+    with listener:
         try:
+            work = work_dir(args.work_dir, os.environ, time.time())
             story = Story.build(args, work, out)
-        except (ValueError, ConfigError) as exc:
+        except (OSError, ValueError, ConfigError) as exc:
             print(f"poolwatch demo: {exc}", file=sys.stderr)
             return 2
         try:
@@ -113,12 +144,13 @@ def taken_port_line(port: int, exc: OSError) -> str:
     )
 
 
-def sidecar_settings(port: int, probe_dir: Path) -> Settings:
+def sidecar_settings(port: int, probe_dir: Path, state: Path) -> Settings:
     return Settings.from_values(
         {
             "host": "127.0.0.1",
             "port": str(port),
             "probe_dir": str(probe_dir),
+            "state_file": str(state),  # the incidents are kept beside it, after the demo too
             "scrape_interval": "0.5",
             "evaluate_interval": "0.5",
             "log_level": "warning",
@@ -129,8 +161,13 @@ def sidecar_settings(port: int, probe_dir: Path) -> Settings:
 
 
 async def _serve(story: Story, args: argparse.Namespace, listener: socket.socket) -> int:
-    app = create_app(sidecar_settings(args.port, story.probe_dir))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning"))
+    settings = sidecar_settings(args.port, story.probe_dir, state_file(story.work))
+    story.incidents_file = incidents_path(settings.alerting.state_file)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=args.port, log_level="warning", log_config=UVICORN_LOG_CONFIG
+    )
+    server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[listener]))
     while not server.started:
         if serving.done():

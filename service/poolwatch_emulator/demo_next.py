@@ -1,7 +1,8 @@
 """What ``poolwatch demo`` prints at its end: where a newcomer looks next.
 
-The status page and ``/metrics`` of the demo's sidecar, the runbook of every alert that fired, and
-the Grafana dashboards with how to load them.  Paths are the clone's where the demo runs in one
+The status page and ``/metrics`` of the demo's sidecar, the runbook of every alert that fired, the
+Grafana dashboards with how to load them, and the incidents file the run left with the commands
+that list and export it.  Paths are the clone's where the demo runs in one
 (``scripts/demo`` does), links to the repository otherwise (an installed wheel carries neither
 the runbooks nor the dashboards).
 """
@@ -33,9 +34,23 @@ def _deploy_doc(root: Path) -> str:
     return f"{where}#grafana-dashboards"
 
 
-def where_next(url: str, fired: Mapping[str, str], root: Path) -> str:
+def _incidents(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    if not path.is_file():
+        return [f"  incidents    none recorded (they would be kept in {path})"]
+    out = path.parent / "incidents"
+    return [
+        f"  incidents    kept in {path}",
+        f"               poolwatch incident list --file {path}",
+        f"               poolwatch incident export --file {path} --out {out}",
+    ]
+
+
+def where_next(url: str, fired: Mapping[str, str], root: Path, incidents: Path | None = None) -> str:
     """The closing block: ``url`` is the demo sidecar's, ``fired`` maps each alert that fired to
-    its ``runbook_url``, ``root`` is where the demo runs (a clone, or anywhere)."""
+    its ``runbook_url``, ``root`` is where the demo runs (a clone, or anywhere), ``incidents`` the
+    sidecar's incidents file (None: the sidecar kept none)."""
     runbooks = [_runbook(name, link, root) for name, link in sorted(fired.items())]
     lines = [
         "where to look next:",
@@ -47,5 +62,6 @@ def where_next(url: str, fired: Mapping[str, str], root: Path) -> str:
         f"  dashboards   {_dashboards(root)}",
         "               import by hand: Grafana > Dashboards > New > Import, paste the JSON, pick Prometheus",
         f"               in a cluster (ConfigMap, file provisioning): {_deploy_doc(root)}",
+        *_incidents(incidents),
     ]
     return "\n".join(lines)

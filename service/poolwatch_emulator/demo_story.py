@@ -42,6 +42,7 @@ class Story:
     servers: list[WorkerServer]
     probe_dir: Path
     log_dir: Path
+    work: Path
     fault: FaultSpec
     time_scale: float
     out: TextIO
@@ -49,6 +50,7 @@ class Story:
     alerting: AlertWiring | None = None
     first_alert: float | None = None  # unix time the sidecar fired its first alert
     url: str = ""  # the sidecar's
+    incidents_file: Path | None = None  # where the sidecar keeps its incidents (kept after the demo)
     fired: dict[str, str] = field(default_factory=dict)  # alert name -> its runbook_url
     _said: set[str] = field(default_factory=set)
     _next_heartbeat: float = HEARTBEAT_S / 4
@@ -57,7 +59,8 @@ class Story:
     def build(cls, args: argparse.Namespace, work: Path, out: TextIO) -> Story:
         """Build the cluster with the fault scheduled, its HTTP faces and its probes."""
         from poolwatch_emulator.build import ModelShape
-        from poolwatch_emulator.cluster import Cluster, ClusterConfig
+        from poolwatch_emulator.cluster import Cluster
+        from poolwatch_emulator.cluster_config import ClusterConfig
         from poolwatch_emulator.faces import WorkerServer, attach_probes
         from poolwatch_emulator.faults import FAULTS, parse_fault
 
@@ -77,7 +80,7 @@ class Story:
         servers = [WorkerServer(w).start() for w in cluster.workers]
         guard = bool(getattr(args, "guard", False))
         attach_probes(cluster, probe_dir, guard=guard)
-        return cls(cluster, servers, probe_dir, log_dir, fault, args.time_scale, out, guard)
+        return cls(cluster, servers, probe_dir, log_dir, work, fault, args.time_scale, out, guard)
 
     def say(self, key: str, text: str) -> None:
         if key not in self._said:
@@ -95,7 +98,7 @@ class Story:
             f"  metrics      {url}/metrics",
             f"  alerts       {url}/api/v1/alerts",
             f"  workers      {faces}",
-            f"  logs         {self.log_dir}",
+            f"  kept in      {self.work} (logs, probes, the sidecar's alerts and incidents)",
             f"  pools/rank   full KV {shape.full_kv_tokens} tokens, {_second_pool(shape)}; "
             f"TP {c.config.tp}; time runs {self.time_scale:g}x",
             f"  scenario     healthy traffic, then `{self.fault}`"
@@ -204,7 +207,7 @@ class Story:
         done = sum(r.emu_finished_total for r in self.cluster.schedulers)
         alive = f"; {done} requests finished" if not self.cluster.crashed else ""
         print(f"demo over: {lead}; crashed workers: {crashed}{alive}", file=self.out, flush=True)
-        print(where_next(self.url, self.fired, Path.cwd()), file=self.out, flush=True)
+        print(where_next(self.url, self.fired, Path.cwd(), self.incidents_file), file=self.out, flush=True)
 
     def close(self) -> None:
         self.cluster.stop()

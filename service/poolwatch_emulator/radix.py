@@ -5,6 +5,8 @@ A node owns ``value`` (KV slot ids of its tokens) and, in a Mamba tree, ``mamba_
 evict, as in SGLang: the full lock runs from a node to the root; the Mamba lock is taken on the
 locked node alone.  Eviction is least-recently-used over unlocked leaves (``evict``) or unlocked
 Mamba states (``evict_mamba``: an internal node becomes a tombstone, a leaf is deleted).
+
+Kept whole: one tree whose counters move together (lock, insert, evict), as in SGLang's one file.
 """
 
 from __future__ import annotations
@@ -105,20 +107,24 @@ class RadixTree:
         new.children[self._child_key(child.key)] = child
         return new
 
+    def _step(self, node: TreeNode, key: list[int]) -> tuple[TreeNode, int] | None:
+        """The child of ``node`` that ``key`` goes on into, split where they part, and how many of
+        ``key``'s tokens it matched; None where the match ends."""
+        child = node.children.get(self._child_key(key))
+        if child is None:
+            return None
+        n = self._match_len(child.key, key)
+        if n == 0:
+            return None
+        return (self._split_node(child, n) if n < len(child.key) else child), n
+
     def walk(self, key: list[int]) -> tuple[list[torch.Tensor], TreeNode, list[torch.Tensor], TreeNode]:
         """Match ``key``: (all values, deepest node, values up to the deepest Mamba node, it)."""
         node, values = self.root_node, []
         best_values, best = [], self.root_node
         self._touch(node)
-        while key:
-            child = node.children.get(self._child_key(key))
-            if child is None:
-                break
-            n = self._match_len(child.key, key)
-            if n == 0:
-                break
-            if n < len(child.key):
-                child = self._split_node(child, n)
+        while key and (step := self._step(node, key)) is not None:
+            child, n = step
             assert child.value is not None
             values.append(child.value)
             node, key = child, key[n:]
@@ -132,15 +138,8 @@ class RadixTree:
     ) -> tuple[int, bool]:
         """Insert; returns (tokens already in the tree, whether a Mamba value already existed)."""
         node, done = self.root_node, 0
-        while key:
-            child = node.children.get(self._child_key(key))
-            if child is None:
-                break
-            n = self._match_len(child.key, key)
-            if n == 0:
-                break
-            if n < len(child.key):
-                child = self._split_node(child, n)
+        while key and (step := self._step(node, key)) is not None:
+            child, n = step
             node, key, value, done = child, key[n:], value[n:], done + n
             self._touch(node)
         if key:

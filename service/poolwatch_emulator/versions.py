@@ -15,7 +15,7 @@ release        mamba ids      req rows    chunked req row    mamba free API     
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["RELEASES", "IdleGate", "MessageStyle", "Release", "parse_release"]
 
@@ -62,62 +62,36 @@ class Release:
         return self.idle_gate is IdleGate.FULLY_IDLE
 
 
-RELEASES: dict[str, Release] = {
-    "0.5.4.post1": Release(
-        name="0.5.4.post1",
-        mamba_first_id=0,
-        req_first_row=0,
-        keeps_row_across_chunks=False,
-        split_mamba_free=False,
-        honours_strict_env=False,
-        idle_gate=IdleGate.CALLERS,
-        message=MessageStyle.TOKEN_TO_KV,
-        disagg_prefill_getter=False,
-        hybrid_attr_names=("is_hybrid", "is_hybrid_gdn"),
-        engine_type_by_role=False,
-        has_mamba_usage_gauge=False,
-        has_raw_pool_gauges=False,
-        has_max_total_gauge=False,
-        bootstrap_gauge="sglang:num_prefill_prealloc_queue_reqs",
-        log_style="0.5.4",
-    ),
-    "0.5.9": Release(
-        name="0.5.9",
-        mamba_first_id=1,
-        req_first_row=0,
-        keeps_row_across_chunks=True,
-        split_mamba_free=True,
-        honours_strict_env=True,
-        idle_gate=IdleGate.SELF,
-        message=MessageStyle.TOKEN_TO_KV_PAGES,
-        disagg_prefill_getter=True,
-        hybrid_attr_names=("is_hybrid_swa", "is_hybrid_ssm"),
-        engine_type_by_role=True,
-        has_mamba_usage_gauge=True,
-        has_raw_pool_gauges=False,
-        has_max_total_gauge=True,
-        bootstrap_gauge="sglang:num_prefill_prealloc_queue_reqs",
-        log_style="0.5.9",
-    ),
-    "0.5.12": Release(
-        name="0.5.12",
-        mamba_first_id=1,
-        req_first_row=1,
-        keeps_row_across_chunks=True,
-        split_mamba_free=True,
-        honours_strict_env=True,
-        idle_gate=IdleGate.FULLY_IDLE,
-        message=MessageStyle.POOL,
-        disagg_prefill_getter=True,
-        hybrid_attr_names=("is_hybrid_swa", "is_hybrid_ssm"),
-        engine_type_by_role=True,
-        has_mamba_usage_gauge=True,
-        has_raw_pool_gauges=True,
-        has_max_total_gauge=True,
-        bootstrap_gauge="sglang:num_prefill_bootstrap_queue_reqs",
-        log_style="0.5.12",
-    ),
-}
+# each release is the one before it with what changed
+_054 = Release(
+    name="0.5.4.post1",
+    mamba_first_id=0,
+    req_first_row=0,
+    keeps_row_across_chunks=False,
+    split_mamba_free=False,
+    honours_strict_env=False,
+    idle_gate=IdleGate.CALLERS,
+    message=MessageStyle.TOKEN_TO_KV,
+    disagg_prefill_getter=False,
+    hybrid_attr_names=("is_hybrid", "is_hybrid_gdn"),
+    engine_type_by_role=False,
+    has_mamba_usage_gauge=False,
+    has_raw_pool_gauges=False,
+    has_max_total_gauge=False,
+    bootstrap_gauge="sglang:num_prefill_prealloc_queue_reqs",
+    log_style="0.5.4",
+)
+_059 = replace(
+    _054, name="0.5.9", mamba_first_id=1, keeps_row_across_chunks=True, split_mamba_free=True,
+    honours_strict_env=True, idle_gate=IdleGate.SELF, message=MessageStyle.TOKEN_TO_KV_PAGES,
+    disagg_prefill_getter=True, hybrid_attr_names=("is_hybrid_swa", "is_hybrid_ssm"),
+    engine_type_by_role=True, has_mamba_usage_gauge=True, has_max_total_gauge=True, log_style="0.5.9",
+)  # fmt: skip
+_0512 = replace(
+    _059, name="0.5.12", req_first_row=1, idle_gate=IdleGate.FULLY_IDLE, message=MessageStyle.POOL,
+    has_raw_pool_gauges=True, bootstrap_gauge="sglang:num_prefill_bootstrap_queue_reqs", log_style="0.5.12",
+)  # fmt: skip
+RELEASES: dict[str, Release] = {r.name: r for r in (_054, _059, _0512)}
 
 
 def parse_release(name: str) -> Release:

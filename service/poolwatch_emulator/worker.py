@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 from poolwatch.model.rank import Role
 from poolwatch_emulator.build import DisaggregationMode, RankSettings
 from poolwatch_emulator.clock import SimClock
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.logs import FileSink, LogSink, MemorySink, RankLog, rank_prefix
 from poolwatch_emulator.scheduler import Abort, Scheduler
 from poolwatch_emulator.versions import Release
 
 if TYPE_CHECKING:
-    from poolwatch_emulator.cluster import ClusterConfig
     from poolwatch_emulator.pd import Transfer
     from poolwatch_emulator.req import RequestSpec
 

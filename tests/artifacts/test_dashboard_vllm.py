@@ -1,7 +1,7 @@
 """With ``$engine`` = vLLM every panel of both dashboards makes sense: each rank-level selector of
 each query (outside the engine filter) finds a series in what a vLLM pod's sidecar exports
 (:mod:`tests.artifacts.vllm_pod`: the probe's ranks and a coarse one, rendered through the
-sidecar's own ``/metrics``), or its metric is one no vLLM rank has (``SGLANG_ONLY``) and the panel
+sidecar's own ``/metrics``), or its metric is one no vLLM rank has (``IDLE_CHECK_ONLY``) and the panel
 says so; a panel counted in slots says what a slot is in vLLM.
 
 Sidecar-wide metrics (targets, notifications, tasks, versions: no rank labels) and Prometheus' own
@@ -20,7 +20,7 @@ import pytest
 from tests.artifacts.dashboard_docs import DASHBOARDS, children, is_engine_filtered, parse
 from tests.artifacts.vllm_pod import Sample, vllm_pod_metrics, vllm_pod_samples
 
-from poolwatch.artifacts.engine_filter import BLOCKS, SGLANG_ONLY, sglang_only
+from poolwatch.artifacts.engine_filter import IDLE_CHECK_ONLY, idle_check_only, unit_note
 from poolwatch.artifacts.fleet_health import NOT_CHARTED
 from poolwatch.artifacts.panels import SLOTS, SLOTS_PER_SECOND
 from poolwatch.catalog.metrics import CATALOG, by_name
@@ -53,6 +53,8 @@ def filtered_selectors(node: object) -> list[promql_parser.VectorSelector]:
 def _matches(matcher: Any, labels: dict[str, str], variables: set[str]) -> bool:
     if matcher.name in TARGET_LABELS or matcher.value in variables:
         return True  # a dashboard variable (All) or a label only Prometheus' scrape adds
+    if matcher.name == "alertname":
+        return True  # which alerts fire is a moment's state, not what the engine exports
     value, op = labels.get(matcher.name, ""), matcher.op
     if op in (promql_parser.MatchOp.Re, promql_parser.MatchOp.NotRe):
         found = re.fullmatch(matcher.value, value) is not None
@@ -77,9 +79,9 @@ def problems(panel: Panel, exported: list[Sample], variables: set[str]) -> list[
             metric = selector.name or ""
             if not rank_level(metric) or finds_a_series(selector, exported, variables):
                 continue
-            if metric not in SGLANG_ONLY:
+            if metric not in IDLE_CHECK_ONLY:
                 out.append(f"{target['refId']}: {selector} finds no vLLM series")
-            elif sglang_only(metric) not in panel["description"]:
+            elif idle_check_only(metric) not in panel["description"]:
                 out.append(f"{target['refId']}: reads {metric} and does not say it is SGLang's only")
     return out
 
@@ -132,7 +134,7 @@ def test_a_query_on_a_metric_vllm_lacks_is_caught(exported: list[Sample]) -> Non
     assert problems(panel(strict), exported, variables) == [
         "A: reads poolwatch_idle_check_strict and does not say it is SGLang's only"
     ]
-    assert problems(panel(strict, sglang_only("poolwatch_idle_check_strict")), exported, variables) == []
+    assert problems(panel(strict, idle_check_only("poolwatch_idle_check_strict")), exported, variables) == []
     (found,) = problems(panel('poolwatch_pool_slots{pool="mamba"}'), exported, variables)
     assert "finds no vLLM series" in found
 
@@ -142,20 +144,20 @@ def test_the_sglang_only_metrics_are_exactly_the_charted_rank_metrics_no_vllm_ra
 ) -> None:
     names = {name for name, _ in exported}
     lacking = {s.name for s in CATALOG if not s.standard and rank_level(s.name)} - names
-    assert set(SGLANG_ONLY) == lacking - set(NOT_CHARTED)
+    assert set(IDLE_CHECK_ONLY) == lacking - set(NOT_CHARTED)
 
 
 def test_a_stat_on_an_sglang_only_metric_shows_a_text_instead_of_no_data() -> None:
     for where, _, panel in PANELS:
         exprs = " ".join(t["expr"] for t in panel.get("targets", []))
-        if panel["type"] == "stat" and any(m in exprs for m in SGLANG_ONLY):
+        if panel["type"] == "stat" and any(m in exprs for m in IDLE_CHECK_ONLY):
             assert panel["fieldConfig"]["defaults"]["noValue"], where
 
 
 def test_every_panel_counted_in_slots_says_what_a_slot_is_in_vllm() -> None:
     for where, _, panel in PANELS:
         if panel["type"] != "row" and panel["fieldConfig"]["defaults"]["unit"] in (SLOTS, SLOTS_PER_SECOND):
-            assert BLOCKS in panel["description"], where
+            assert unit_note() in panel["description"], where
 
 
 def test_the_vllm_pod_renders_with_its_log_copied(tmp_path: Path) -> None:

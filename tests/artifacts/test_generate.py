@@ -18,10 +18,11 @@ import yaml
 from tests.helpers import REPO, require_tool
 
 import poolwatch.artifacts
-from poolwatch.artifacts.registry import GENERATORS, drift, render_all
+from poolwatch.artifacts.registry import DEPLOYABLE, GENERATORS, drift, render_all
 from poolwatch.commands import generate
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertName
+from poolwatch.detect.rules import ALERTS
+from poolwatch.detect.schema import ALERT_NAME_PATTERN
 
 GENERATED = sorted(render_all(REPO))
 
@@ -41,9 +42,10 @@ def repo_copy(tmp_path: Path) -> Path:
 
 
 def tamper(text: str) -> str:
-    """A hand edit of generated text: inside the first generated block of a Markdown page (the
-    README's metric table, an engine page's release table), else the first ``poolwatch``."""
-    block = re.search(r"<!-- [a-z]+:begin[^\n]*\n", text)
+    """A hand edit of generated text: inside the first generated block of a hand-written file (the
+    README's metric table, an engine page's release table, pyproject's room contracts), else the
+    first ``poolwatch``."""
+    block = re.search(r"(?:<!-- |# )[a-z-]+:begin[^\n]*\n", text)
     if block is not None:
         return text[: block.end()] + "edited by hand " + text[block.end() :]
     at = text.index("poolwatch")
@@ -148,7 +150,7 @@ def test_rules_with_a_selector_and_a_cluster_label_pass_promtool(tmp_path: Path)
     config.write_text('selector: job="poolwatch"\ncluster_label: cluster\n', encoding="utf-8")
     assert run("--root", str(REPO), "--config", str(config), "--out", str(tmp_path)) == 0
     rules = tmp_path / "deploy/prometheus/poolwatch-rules.yml"
-    assert "on (cluster, worker, role, dp_rank, tp_rank, pp_rank)" in rules.read_text()
+    assert "on (cluster, namespace, pod, worker, role, dp_rank, tp_rank, pp_rank)" in rules.read_text()
     result = subprocess.run(
         [promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False
     )
@@ -156,4 +158,33 @@ def test_rules_with_a_selector_and_a_cluster_label_pass_promtool(tmp_path: Path)
 
 
 def test_every_alert_name_matches_the_pattern_the_dashboards_select() -> None:
-    assert all(re.fullmatch(ALERT_NAME_PATTERN, name) for name in AlertName)
+    assert all(re.fullmatch(ALERT_NAME_PATTERN, name) for name in (a.name for a in ALERTS))
+
+
+def test_outside_a_clone_generate_writes_the_deployable_artifacts_under_out(tmp_path: Path) -> None:
+    """What a user of the installed package runs for their own labels: no README, no docs."""
+    elsewhere = tmp_path / "not-a-clone"
+    elsewhere.mkdir()
+    (tmp_path / "sidecar.yaml").write_text('selector: job="poolwatch"\ncluster_label: cluster\n')
+    out = tmp_path / "mine"
+    argv = ["--root", str(elsewhere), "--config", str(tmp_path / "sidecar.yaml"), "--out", str(out)]
+    assert run(*argv) == 0
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == sorted(render_all(REPO, MixinConfig(), DEPLOYABLE))
+    assert "README.md" not in written
+    assert not [p for p in written if p.startswith("docs/engines/")]
+    rules = (out / "deploy/prometheus/poolwatch-rules.yml").read_text()
+    assert 'job="poolwatch"' in rules
+    assert run(*argv, "--check") == 0
+    (out / "deploy/prometheus/poolwatch-rules.yml").write_text("edited\n")
+    assert run(*argv, "--check") == 1
+
+
+def test_outside_a_clone_without_out_generate_says_what_to_give_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("--root", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "is not a clone of poolwatch: give --out DIR" in err
+    assert not list(tmp_path.iterdir())

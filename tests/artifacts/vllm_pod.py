@@ -29,6 +29,7 @@ from tests.probe.vllm.fakes import Scheduler
 from tests.sources.vllm.fakes import LOGS, PAGES, local
 
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
@@ -37,7 +38,7 @@ from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import source_provider
+from poolwatch.sources.targets import TargetSet
 
 __all__ = ["Sample", "vllm_pod_metrics", "vllm_pod_samples"]
 
@@ -59,7 +60,7 @@ class _ProbeClock:
 def _probe(sched: Scheduler, worker: str, release: str) -> VllmProbe:
     config = ProbeConfig(serve=False, sample_interval_s=0.01)
     environ = {"POOLWATCH_WORKER": worker}
-    return VLLM.new(sched, config, release=vllm_release(release), environ=environ, clock=_ProbeClock())
+    return new_probe(VLLM, sched, config, release=vllm_release(release), environ=environ, clock=_ProbeClock())
 
 
 def _put(store: SnapshotStore, probe: VllmProbe, at: float) -> None:
@@ -123,7 +124,7 @@ def _vllm_server(request: httpx.Request) -> httpx.Response:
 
 
 async def _coarse(settings: Settings, store: SnapshotStore, clock: FakeClock) -> None:
-    sources = source_provider(settings, clock)
+    sources = TargetSet(settings, clock).current
     async with httpx.AsyncClient(transport=httpx.MockTransport(_vllm_server)) as client:
         loop = Scraper(store, sources, settings.scrape, clock)
         for _ in range(2):  # the second read finds the log quiet: its last record is whole

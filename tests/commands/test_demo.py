@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,8 +28,10 @@ pytestmark = pytest.mark.slow
 
 class Demo:
     def __init__(self, port: int, *extra: str, duration: int = 60) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix="poolwatch-demo-test-"))  # what a run keeps
         cmd = [sys.executable, "-m", "poolwatch.cli", "demo", "--port", str(port), "--healthy", "10",
-               "--time-scale", "2", "--duration", str(duration), *extra]  # fmt: skip
+               "--time-scale", "2", "--duration", str(duration), "--work-dir", str(self.work),
+               *extra]  # fmt: skip
         self.url = f"http://127.0.0.1:{port}"
         # from the repository root, as scripts/demo runs it
         out, err = subprocess.PIPE, subprocess.STDOUT
@@ -63,6 +66,7 @@ class Demo:
         self.proc.wait(timeout=20)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +110,22 @@ def test_with_the_guard_the_seed_fault_is_repaired_and_the_worker_keeps_serving(
         guarded.wait_for("where to look next")
         guarded.wait_for("PoolwatchProbeRepaired: docs/runbooks/PoolwatchProbeRepaired.md")
         guarded.wait_for("dashboards/poolwatch-fleet.json")
+        # the run's incidents outlive it, and the end says where and how to export them
+        kept = guarded.work / "sidecar" / "alerts.incidents.json"
+        assert f"kept in {kept}" in guarded.wait_for("  incidents    kept in")
+        export = guarded.wait_for("poolwatch incident export --file").split()  # poolwatch incident export ...
+        assert guarded.proc.wait(timeout=30) == 0
+        listed = subprocess.run(
+            [sys.executable, "-m", "poolwatch.cli", "incident", "list", "--file", str(kept)],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert "refuse mamba" in listed.stdout, listed.stdout
+        assert "prefill-0/dp0-tp" in listed.stdout
+        done = subprocess.run(
+            [sys.executable, "-m", "poolwatch.cli", *export[1:]],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert done.stdout.count(".md") >= 1
     finally:
         guarded.stop()
 

@@ -13,6 +13,7 @@ from tests.helpers import REPO
 
 from poolwatch.detect.config import RUNBOOK_BASE_URL
 from poolwatch.detect.rules import alert_definitions
+from poolwatch_emulator.demo import demo_home, state_file, work_dir
 from poolwatch_emulator.demo_next import DASHBOARDS_URL, REPO_URL, where_next
 from poolwatch_emulator.demo_story import Story
 
@@ -57,9 +58,38 @@ def test_when_nothing_fired_it_says_so(tmp_path: Path) -> None:
 def test_the_story_ends_with_where_to_look_next() -> None:
     out = io.StringIO()
     cluster: Any = SimpleNamespace(crashed=[], schedulers=[])
-    story = Story(cluster, [], Path("probes"), Path("logs"), Any, 2.0, out, url=URL, fired=dict(FIRED))
+    story = Story(
+        cluster, [], Path("probes"), Path("logs"), Path("."), Any, 2.0, out, url=URL, fired=dict(FIRED)
+    )
     story.finish()
     over, *rest = out.getvalue().splitlines()
     assert over.startswith("demo over:")
     assert rest[0] == "where to look next:"
     assert any(name in line for line in rest for name in FIRED)
+
+
+def test_the_end_says_where_the_incidents_are_kept_and_how_to_export_them(tmp_path: Path) -> None:
+    kept = tmp_path / "sidecar" / "alerts.incidents.json"
+    kept.parent.mkdir()
+    assert "none recorded (they would be kept in" in where_next(URL, FIRED, tmp_path, kept)
+    kept.write_text("{}")
+    lines = where_next(URL, FIRED, tmp_path, kept).splitlines()
+    assert f"  incidents    kept in {kept}" in lines
+    assert f"               poolwatch incident list --file {kept}" in lines
+    assert (
+        f"               poolwatch incident export --file {kept} --out {tmp_path / 'sidecar' / 'incidents'}"
+        in lines
+    )
+
+
+def test_a_demo_run_is_kept_in_a_new_private_directory_under_the_state_home(tmp_path: Path) -> None:
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path / "home")}
+    assert demo_home(env) == tmp_path / "state" / "poolwatch" / "demo"
+    assert demo_home({"HOME": str(tmp_path / "home")}) == tmp_path / "home/.local/state/poolwatch/demo"
+    first = work_dir(None, env, 0.0)
+    assert first == demo_home(env) / "19700101T000000Z"
+    assert first.stat().st_mode & 0o777 == 0o700
+    assert work_dir(None, env, 61.0) != first
+    assert state_file(first) == first / "sidecar" / "alerts.json"
+    given = tmp_path / "mine"
+    assert work_dir(given, env, 0.0) == given

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import pytest
 from tests.helpers import free_port
 
 from poolwatch.cli import main
-from poolwatch.commands.incident import sidecar_bodies, write_bundle
+from poolwatch.commands.incident import (
+    file_summaries,
+    list_line,
+    sidecar_bodies,
+    sidecar_summaries,
+    write_bundle,
+)
 from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
@@ -68,10 +75,13 @@ def test_export_from_the_saved_file_and_list_one_line_each(
     ident = log.listed()[0]["id"]
     assert main(["incident", "list", "--file", str(saved)]) == 0
     line = capsys.readouterr().out.strip()
+    seen = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(seed_snapshot.taken_at + 2))
     assert line == (
-        f"{ident} sglang 0.5.4.post1 tripwire ref_below_owners full x1 "
+        f"{ident}  {seen}  {seed_snapshot.worker.key}  sglang 0.5.4.post1  "
+        "tripwire ref_below_owners full x1  "
         "free: vllm/v1/core/single_type_kv_cache_manager.py:604 SingleTypeKVCacheManager.free"
     )
+    assert "qwen3-next-prefill-0/dp0-tp0-pp0" in line  # the rank: worker and its dp, tp, pp
     assert (
         main(["incident", "export", "--file", str(saved), "--id", ident, "--out", str(tmp_path / "out")]) == 0
     )
@@ -88,3 +98,14 @@ def test_an_unknown_id_is_exit_1_and_an_unreadable_source_exit_2(
     assert main(["incident", "list", "--file", str(tmp_path / "none.json")]) == 2
     assert main(["incident", "list", "--sidecar", f"http://127.0.0.1:{free_port()}"]) == 2
     assert "poolwatch incident:" in capsys.readouterr().err
+
+
+def test_the_list_from_a_running_sidecar_names_rank_and_time_as_the_file_does(
+    seed_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    saved = tmp_path / "alerts.incidents.json"
+    log = _incidents(seed_snapshot, saved)
+    served = sidecar_summaries("http://sidecar:9464", transport=_serving(log))([])
+    from_file = file_summaries(saved)([])
+    assert [list_line(s) for s in served] == [list_line(s) for s in from_file]
+    assert served[0]["rank"] == seed_snapshot.worker.key

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import FIXTURES, seed_issue
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.logfile.replayer import Replayer
 from poolwatch.sources.sglang.log.dialect import DIALECT

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from poolwatch.cli import build_parser
-from poolwatch.settings.help import HELP, show_default
+from poolwatch.settings.help import HELP, SHOWN_DEFAULTS, show_default
 from poolwatch.settings.sidecar import _GROUPS
 
 SETTINGS = [f for group in _GROUPS.values() for f in fields(group)]
@@ -31,7 +31,8 @@ def test_every_setting_has_one_help_line_and_every_help_line_a_setting() -> None
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda f: f.name)
 def test_serve_help_shows_each_flag_with_its_meaning_default_and_variable(setting: Field[Any]) -> None:
     flag, env = "--" + setting.name.replace("_", "-"), f"POOLWATCH_{setting.name.upper()}"
-    expected = f"{flag}VALUE{HELP[setting.name]}(default:{show_default(setting.default)};env{env})"
+    shown = SHOWN_DEFAULTS.get(setting.name) or show_default(setting.default)
+    expected = f"{flag}VALUE{HELP[setting.name]}(default:{shown};env{env})"
     assert re.sub(r"\s+", "", expected) in serve_help(), f"{flag} is not described as expected"
 
 

@@ -26,6 +26,7 @@ from poolwatch.codec.schema import SCHEMA, SCHEMA_VERSION, SnapshotFormatError, 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.probe.core.probe import new_probe
 
 
 def fast(doc: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot | None:
@@ -177,7 +178,8 @@ def test_every_sample_an_emulated_busy_rank_takes_gives_the_same_snapshot_on_eit
     from poolwatch.probe.core.config import ProbeConfig
     from poolwatch.probe.sglang.engine import SGLANG
     from poolwatch_emulator.build import ModelShape
-    from poolwatch_emulator.cluster import Cluster, ClusterConfig
+    from poolwatch_emulator.cluster import Cluster
+    from poolwatch_emulator.cluster_config import ClusterConfig
     from poolwatch_emulator.workload import WorkloadConfig
 
     shape = ModelShape(full_kv_tokens=3072, mamba_slots=48, max_running_requests=12, context_len=2048)
@@ -186,7 +188,7 @@ def test_every_sample_an_emulated_busy_rank_takes_gives_the_same_snapshot_on_eit
     clock = FakeClock()
     config = ProbeConfig(sample_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir")
     probes = [
-        SGLANG.new(s, config, environ={"POOLWATCH_WORKER": "w"}, clock=clock, wall=clock)
+        new_probe(SGLANG, s, config, environ={"POOLWATCH_WORKER": "w"}, clock=clock, wall=clock)
         for s in cluster.schedulers
     ]
     fast_taken = 0

@@ -7,6 +7,7 @@ import pytest
 from poolwatch.model.rank import Role
 from poolwatch.naming import NoWorkerName, namespace_name, pod_name, target_worker, worker_name
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings
@@ -35,7 +36,7 @@ def test_the_probe_and_the_sidecar_of_one_pod_name_the_worker_alike() -> None:
     for environ in ({"POD_NAME": "decode-1"}, {}, {"POOLWATCH_WORKER": "d"}):
         sidecar = Settings.from_values({}, environ).identity.worker
         probe = (
-            SGLANG.new(object(), ProbeConfig(serve=False), environ=environ)
+            new_probe(SGLANG, object(), ProbeConfig(serve=False), environ=environ)
             .worker(Role.DECODE, Reading())
             .worker
         )

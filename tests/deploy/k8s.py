@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from tests.helpers import REPO, require_tool
 from poolwatch.settings.sidecar import Settings
 
 EXAMPLES = "deploy/kubernetes/examples"
+VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]  # the Kubernetes releases the manifests are valid for
+OPERATOR_GROUP = "monitoring.coreos.com"
 ENGINE_LABEL = "poolwatch.io/engine"  # on a workload: the engine whose container the component patches
 DEFAULT_ENGINE = "sglang"  # a workload without the label
 Doc = dict[str, Any]
@@ -124,3 +127,25 @@ def repo_path(path: str) -> Path:
 
 def sidecar_settings(docs: list[Doc]) -> list[Settings]:
     return [Settings.from_env(env_of(container(spec, "poolwatch", init=True), md)) for md, spec in pods(docs)]
+
+
+def core(docs: list[Doc]) -> list[Doc]:
+    return [d for d in docs if not d["apiVersion"].startswith(OPERATOR_GROUP)]
+
+
+def operator_objects(docs: list[Doc]) -> list[Doc]:
+    return [d for d in docs if d["apiVersion"].startswith(OPERATOR_GROUP)]
+
+
+def validate_operator_object(doc: Doc) -> None:
+    """Validate against the CRD model; a field the model dropped was unknown to the schema."""
+    # imported here: the CRD models take ~3 s to import, paid only by the tests that use them
+    from cloudcoil.models.prometheus_operator import v1, v1alpha1
+
+    models = {f"{OPERATOR_GROUP}/v1": v1, f"{OPERATOR_GROUP}/v1alpha1": v1alpha1}
+    model = getattr(models[doc["apiVersion"]], doc["kind"])
+    dumped = model.model_validate(doc).model_dump(by_alias=True, exclude_unset=True, mode="json")
+    assert dumped == doc, (
+        f"{doc['kind']} {doc['metadata']['name']} has fields its CRD does not know: "
+        + json.dumps(doc, sort_keys=True)
+    )

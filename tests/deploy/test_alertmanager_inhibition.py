@@ -38,7 +38,11 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
 def direct(name: str, severity: Severity, pod: str, tp: int = 0, **target: str) -> dict[str, Any]:
     """The sidecar's copy of an alert, as its Alertmanager client posts it (a rank's labels, or a
     target's with its worker), with the namespace and pod the sidecar adds."""
-    own = {"worker": pod, **target} if target else dict(rank_labels(WorkerId(pod, Role.PREFILL, 0, tp, 0)))
+    own = (
+        {"worker": pod, **target}
+        if target
+        else dict(rank_labels(WorkerId(pod, Role.PREFILL, 0, tp, 0, engine="sglang")))
+    )
     labels = tuple(sorted({**own, "namespace": NS, "pod": pod}.items()))
     now = FakeClock().now
     alert = Alert(name, pod, severity, AlertState.FIRING, labels, {"summary": name}, 1.0, now, fired_at=now)

@@ -4,37 +4,18 @@ match their CRD schemas exactly (no unknown field survives)."""
 from __future__ import annotations
 
 import copy
-import json
 
 import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
-from tests.deploy.k8s import Doc, of_kind
-
-VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]
-OPERATOR_GROUP = "monitoring.coreos.com"
-
-
-def core(docs: list[Doc]) -> list[Doc]:
-    return [d for d in docs if not d["apiVersion"].startswith(OPERATOR_GROUP)]
-
-
-def operator_objects(docs: list[Doc]) -> list[Doc]:
-    return [d for d in docs if d["apiVersion"].startswith(OPERATOR_GROUP)]
-
-
-def validate_operator_object(doc: Doc) -> None:
-    """Validate against the CRD model; a field the model dropped was unknown to the schema."""
-    # imported here: the CRD models take ~3 s to import, paid only by the tests that use them
-    from cloudcoil.models.prometheus_operator import v1, v1alpha1
-
-    models = {f"{OPERATOR_GROUP}/v1": v1, f"{OPERATOR_GROUP}/v1alpha1": v1alpha1}
-    model = getattr(models[doc["apiVersion"]], doc["kind"])
-    dumped = model.model_validate(doc).model_dump(by_alias=True, exclude_unset=True, mode="json")
-    assert dumped == doc, (
-        f"{doc['kind']} {doc['metadata']['name']} has fields its CRD does not know: "
-        + json.dumps(doc, sort_keys=True)
-    )
+from tests.deploy.k8s import (
+    VERSIONS,
+    Doc,
+    core,
+    of_kind,
+    operator_objects,
+    validate_operator_object,
+)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -41,10 +41,14 @@ def test_it_derives_the_vllm_image_the_example_deploys() -> None:
     assert [args for op, args in instructions() if op == "FROM"] == ["${VLLM_IMAGE}"]
 
 
-def test_it_installs_this_poolwatch_and_fails_unless_vllm_would_find_the_plugin() -> None:
+def test_it_installs_this_poolwatchs_wheel_and_fails_unless_vllm_would_find_the_plugin() -> None:
+    """poolwatch is not on a package index yet: the wheel built in the clone is copied in and installed."""
     assert arg_defaults()["POOLWATCH_VERSION"] == __version__
+    wheel = "poolwatch-${POOLWATCH_VERSION}-py3-none-any.whl"
+    assert [args for op, args in instructions() if op == "COPY"] == [f"dist/{wheel} /tmp/"]
     (run,) = [args for op, args in instructions() if op == "RUN"]
-    assert 'pip install --no-cache-dir "poolwatch==${POOLWATCH_VERSION}"' in run
+    assert f'pip install --no-cache-dir "/tmp/{wheel}"' in run
+    assert "poolwatch==" not in run
     assert " -e " not in run
     assert "entry_points(group='vllm.general_plugins', name='poolwatch')" in run
 

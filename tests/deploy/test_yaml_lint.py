@@ -9,7 +9,7 @@ from tests.helpers import REPO
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
-from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH, OBJECT_PATH
+from poolwatch.artifacts.registry import DEPLOYABLE, render_all
 
 CONFIG = YamlLintConfig(
     """
@@ -23,11 +23,14 @@ rules:
 """
 )
 GENERATED = {  # written by `poolwatch generate` (checked by --check, amtool and the CRD models instead)
-    REPO / "deploy/kubernetes/base/prometheusrule.yaml",
-    REPO / CONFIG_PATH,
-    REPO / OBJECT_PATH,
+    REPO / path for path in render_all(REPO, generators=DEPLOYABLE) if path.endswith((".yaml", ".yml"))
 }
-FILES = sorted({*REPO.glob("deploy/**/*.yaml"), REPO / "dashboards/kustomization.yaml"} - GENERATED)
+HELM_TEMPLATES = set(
+    REPO.glob("deploy/helm/**/templates/*.yaml")
+)  # Go templates (their output: test_helm_chart)
+FILES = sorted(
+    {*REPO.glob("deploy/**/*.yaml"), REPO / "dashboards/kustomization.yaml"} - GENERATED - HELM_TEMPLATES
+)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(REPO)) for p in FILES])

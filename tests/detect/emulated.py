@@ -26,7 +26,8 @@ from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.logfile.fold import LogFold
 from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faults import FAULTS, parse_fault
 from poolwatch_emulator.logs import MemorySink
 from poolwatch_emulator.workload import WorkloadConfig

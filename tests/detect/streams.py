@@ -11,7 +11,9 @@ from poolwatch.model.findings import Tripwire
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 
-WORKER = WorkerId("prefill-0", Role.PREFILL, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next")
+WORKER = WorkerId(
+    "prefill-0", Role.PREFILL, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next", engine="sglang"
+)
 SIZES = {Pool.FULL: 10_000, Pool.MAMBA: 476, Pool.HOST: 20_000}
 
 

@@ -11,11 +11,11 @@ from tests.helpers import FakeClock
 from tests.notify.fakes import alert
 
 from poolwatch.conservation import findings
-from poolwatch.detect.balance import PoolBalance
 from poolwatch.detect.call_site import chain
 from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.families.balance import PoolBalance
+from poolwatch.detect.families.repairs import GuardRepairs
 from poolwatch.detect.family import Seen
-from poolwatch.detect.repairs import GuardRepairs
 from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.incidents import LoggedIncidents, raised
+from poolwatch.detect.families.incidents import LoggedIncidents, raised
 from poolwatch.model.rank import IncidentKind
 from poolwatch.model.snapshot import Incident, Snapshot
 

@@ -11,15 +11,23 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from tests.detect.streams import RankStream, coarse, exact
+from tests.detect.streams import WORKER, RankStream, coarse, exact
 from tests.helpers import FakeClock
 
 from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
+from poolwatch.detect.families.balance import DOUBLE_FREE, SLOT_LEAK
+from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
+from poolwatch.detect.families.host_pool import HOST_POOL_GAP
+from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
+from poolwatch.detect.families.probe_health import PROBE_DEGRADED
+from poolwatch.detect.families.repairs import PROBE_REPAIRED
+from poolwatch.detect.families.staleness import SNAPSHOT_STALE
+from poolwatch.detect.families.targets import TARGET_DOWN
 from poolwatch.detect.rules import alert_definitions
-from poolwatch.detect.schema import AlertName, Mode, Severity
+from poolwatch.detect.schema import Mode, Severity
 from poolwatch.model.findings import Repair, RepairKind
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
@@ -48,10 +56,11 @@ def seconds(duration: str) -> float:
     raise ValueError(duration)
 
 
-def rule_wait(name: AlertName, severity: Severity) -> float:
+def rule_wait(name: str, severity: Severity) -> float:
+    """The ``for:`` of the alert's rules of that severity (one per engine: they must agree)."""
     rules = rule_groups(CONFIG)[0]["rules"]
-    [rule] = [r for r in rules if r["alert"] == name and r["labels"]["severity"] == severity]
-    return seconds(rule.get("for", "0s"))
+    [wait] = {r.get("for", "0s") for r in rules if r["alert"] == name and r["labels"]["severity"] == severity}
+    return seconds(wait)
 
 
 def observing(detector: Detector, make: Callable[[], Snapshot]) -> Step:
@@ -76,6 +85,10 @@ def host_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
 
 def coarse_idle_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, lambda: s.next(coarse(Pool.FULL, 5), phase=Phase.IDLE))
+
+
+def large_idle_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    return observing(d, lambda: s.next(coarse(Pool.FULL, 600), phase=Phase.IDLE))
 
 
 def steady_leak(d: Detector, c: FakeClock, s: RankStream) -> Step:
@@ -130,29 +143,34 @@ def guard_repaired(d: Detector, c: FakeClock, s: RankStream) -> Step:
 
 Case = Callable[[Detector, FakeClock, RankStream], Step]
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
-CASES: list[tuple[AlertName, Severity, Case, bool]] = [
-    (AlertName.DOUBLE_FREE, Severity.CRITICAL, surplus, STRICT),
-    (AlertName.SLOT_LEAK, Severity.CRITICAL, coarse_idle_deficit, STRICT),
-    (AlertName.SLOT_LEAK, Severity.WARNING, coarse_idle_deficit, WARNS),
-    (AlertName.POOL_EXHAUSTION_FORECAST, Severity.WARNING, steady_leak, WARNS),
-    (AlertName.IDLE_CHECK_FAILED, Severity.CRITICAL, logged(IncidentKind.LEAK_DETECTED), STRICT),
-    (AlertName.IDLE_CHECK_FAILED, Severity.WARNING, logged(IncidentKind.LEAK_DETECTED), WARNS),
-    (AlertName.SCHEDULER_CRASHED, Severity.CRITICAL, logged(IncidentKind.SCHEDULER_EXCEPTION), STRICT),
-    (AlertName.SNAPSHOT_STALE, Severity.WARNING, gone_quiet, STRICT),
-    (AlertName.TARGET_DOWN, Severity.WARNING, target_down, STRICT),
-    (AlertName.PROBE_DEGRADED, Severity.WARNING, probe_disabled, STRICT),
-    (AlertName.PROBE_DEGRADED, Severity.INFO, probe_errors, STRICT),
-    (AlertName.PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
-    (AlertName.HOST_POOL_GAP, Severity.CRITICAL, host_surplus, STRICT),
-    (AlertName.HOST_POOL_GAP, Severity.WARNING, host_deficit, STRICT),
+VLLM = None  # a vLLM rank: no idle check of its own
+CASES: list[tuple[str, Severity, Case, bool | None]] = [
+    (DOUBLE_FREE, Severity.CRITICAL, surplus, STRICT),
+    (SLOT_LEAK, Severity.CRITICAL, coarse_idle_deficit, STRICT),
+    (SLOT_LEAK, Severity.WARNING, coarse_idle_deficit, WARNS),
+    (SLOT_LEAK, Severity.WARNING, coarse_idle_deficit, VLLM),
+    (SLOT_LEAK, Severity.CRITICAL, large_idle_deficit, VLLM),
+    (DOUBLE_FREE, Severity.CRITICAL, surplus, VLLM),
+    (POOL_EXHAUSTION_FORECAST, Severity.WARNING, steady_leak, WARNS),
+    (IDLE_CHECK_FAILED, Severity.CRITICAL, logged(IncidentKind.LEAK_DETECTED), STRICT),
+    (IDLE_CHECK_FAILED, Severity.WARNING, logged(IncidentKind.LEAK_DETECTED), WARNS),
+    (SCHEDULER_CRASHED, Severity.CRITICAL, logged(IncidentKind.SCHEDULER_EXCEPTION), STRICT),
+    (SNAPSHOT_STALE, Severity.WARNING, gone_quiet, STRICT),
+    (TARGET_DOWN, Severity.WARNING, target_down, STRICT),
+    (PROBE_DEGRADED, Severity.WARNING, probe_disabled, STRICT),
+    (PROBE_DEGRADED, Severity.INFO, probe_errors, STRICT),
+    (PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
+    (HOST_POOL_GAP, Severity.CRITICAL, host_surplus, STRICT),
+    (HOST_POOL_GAP, Severity.WARNING, host_deficit, STRICT),
 ]
 
 
-def detector_wait(name: AlertName, severity: Severity, case: Case, strict: bool) -> float:
+def detector_wait(name: str, severity: Severity, case: Case, strict: bool | None) -> float:
     """Seconds from the first sighting of the alert to its firing, one-second steps."""
     clock = FakeClock()
     detector = Detector(CONFIG, clock)
-    step = case(detector, clock, RankStream(clock, strict=strict))
+    worker = replace(WORKER, engine="vllm") if strict is VLLM else WORKER
+    step = case(detector, clock, RankStream(clock, worker=worker, strict=strict))
     seen = None
     for _ in range(3600):
         mine = [a for a in step() if a.name == name and a.severity is severity]
@@ -166,15 +184,17 @@ def detector_wait(name: AlertName, severity: Severity, case: Case, strict: bool)
 
 def test_every_rule_of_every_alert_the_detector_raises_has_a_case() -> None:
     judged = {Mode.SAMPLED, Mode.EVENT, Mode.TIMED}  # the other alerts are Prometheus' alone
-    raised = {a.name.value for a in alert_definitions(CONFIG) if a.mode in judged}
+    raised = {a.name for a in alert_definitions(CONFIG) if a.mode in judged}
     rules = {(r["alert"], r["labels"]["severity"]) for r in rule_groups(CONFIG)[0]["rules"]}
-    assert {r for r in rules if r[0] in raised} == {(n.value, s.value) for n, s, _, _ in CASES}
+    assert {r for r in rules if r[0] in raised} == {(n, s.value) for n, s, _, _ in CASES}
 
 
 @pytest.mark.parametrize(
-    ("name", "severity", "case", "strict"), CASES, ids=[f"{n.value}-{s.value}" for n, s, _, _ in CASES]
+    ("name", "severity", "case", "strict"),
+    CASES,
+    ids=[f"{n}-{s.value}{'-vllm' if e is VLLM else ''}" for n, s, _, e in CASES],
 )
 def test_the_rule_waits_as_long_as_the_detector(
-    name: AlertName, severity: Severity, case: Case, strict: bool
+    name: str, severity: Severity, case: Case, strict: bool | None
 ) -> None:
     assert detector_wait(name, severity, case, strict) == rule_wait(name, severity)

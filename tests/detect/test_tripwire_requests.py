@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from poolwatch.conservation import findings
-from poolwatch.detect.balance import PoolBalance
 from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.families.balance import PoolBalance
 from poolwatch.detect.family import Seen
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Pool

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faults import parse_fault
 from poolwatch_emulator.hicache import HostKVCache
 

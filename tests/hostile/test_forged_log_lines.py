@@ -22,7 +22,7 @@ from tests.helpers import FakeClock
 from tests.sources.logs import replayed
 from tests.sources.vllm.fakes import local
 
-from poolwatch.model.rank import IncidentKind, SourceKind
+from poolwatch.model.rank import IncidentKind
 from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.dialect import LogDialect
 from poolwatch.sources.logfile.source import LogSource
@@ -128,11 +128,11 @@ def replay_says(dialect: LogDialect, lines: list[str]) -> list[str]:
     return said
 
 
-async def live_says(dialect: LogDialect, kind: SourceKind, lines: list[str], tmp_path: Path) -> list[str]:
+async def live_says(dialect: LogDialect, lines: list[str], tmp_path: Path) -> list[str]:
     """Every incident the live source (what the sidecar pages from) reports for ``lines``."""
     log = tmp_path / "engine.log"
     log.write_text("\n".join(lines) + "\n")
-    source = LogSource(Target("log", kind, str(log), "w"), FakeClock(NOW), dialect)
+    source = LogSource(Target("log", dialect.source, str(log), "w"), FakeClock(NOW), dialect)
     try:
         async with httpx.AsyncClient() as client:
             snaps = await source.scrape(client) + await source.scrape(client)
@@ -148,7 +148,7 @@ async def test_19_a_vllm_request_id_or_prompt_holding_a_marker_pages_nothing(
 ) -> None:
     lines = vllm_request_lines(forged, head)
     assert replay_says(VLLM, lines) == []
-    assert await live_says(VLLM, SourceKind.VLLM_LOG, lines, tmp_path) == []
+    assert await live_says(VLLM, lines, tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -166,27 +166,27 @@ async def test_19_a_vllm_fatal_marker_outside_enginecores_position_is_not_a_cras
     line: str, tmp_path: Path
 ) -> None:
     assert [s for s in replay_says(VLLM, [line]) if "scheduler_exception" in s] == []
-    assert await live_says(VLLM, SourceKind.VLLM_LOG, [line], tmp_path) == []
+    assert await live_says(VLLM, [line], tmp_path) == []
 
 
 @pytest.mark.parametrize("forged", list(SGLANG_TEXTS.values()), ids=list(SGLANG_TEXTS))
 async def test_19_an_sglang_rid_or_prompt_holding_a_marker_pages_nothing(forged: str, tmp_path: Path) -> None:
     lines = sglang_request_lines(forged)
     assert replay_says(SGLANG, lines) == []
-    assert await live_says(SGLANG, SourceKind.SGLANG_LOG, lines, tmp_path) == []
+    assert await live_says(SGLANG, lines, tmp_path) == []
 
 
 async def test_19_the_genuine_crash_after_every_forgery_still_pages(tmp_path: Path) -> None:
     """Anchoring blinds nothing: after every forged line, the engine's own crash is one incident."""
     vllm = [line for forged in VLLM_IDS.values() for line in vllm_request_lines(forged)]
     vllm += vllm_genuine_crash()
-    assert await live_says(VLLM, SourceKind.VLLM_LOG, vllm, tmp_path) == ["w/dp0-tp0-pp0 scheduler_exception"]
+    assert await live_says(VLLM, vllm, tmp_path) == ["w/dp0-tp0-pp0 scheduler_exception"]
     report, _ = replayed(VLLM, vllm)
     assert report.incidents == {IncidentKind.SCHEDULER_EXCEPTION.value: 1}
 
     sglang = [line for forged in SGLANG_TEXTS.values() for line in sglang_request_lines(forged)]
     sglang += sglang_genuine_crash()
-    live = await live_says(SGLANG, SourceKind.SGLANG_LOG, sglang, tmp_path)
+    live = await live_says(SGLANG, sglang, tmp_path)
     assert sorted(live) == ["w/dp0-tp0-pp0 leak_detected", "w/dp0-tp0-pp0 scheduler_exception"]
     report, _ = replayed(SGLANG, sglang)
     assert report.incidents.get(IncidentKind.SCHEDULER_EXCEPTION.value) == 1

@@ -40,7 +40,7 @@ from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import source_provider
+from poolwatch.sources.targets import TargetSet
 
 MEMORY_LIMIT = 256 << 20  # deploy/kubernetes: the sidecar container's memory limit
 ROUNDS = 12
@@ -201,7 +201,7 @@ async def run_suite(
     transport = httpx.MockTransport(fleet)
     store = SnapshotStore(clock=clock)
     alerting = build_alerting(settings, store, clock, transport=transport)
-    provider = source_provider(settings, clock)
+    provider = TargetSet(settings, clock).current
     scraper = Scraper(store, provider, settings.scrape, clock)
     app = create_app(settings, store=store, sources=[], clock=clock, alerting=alerting)
     if measure:

@@ -313,7 +313,7 @@ async def test_7_a_log_naming_20000_ranks_keeps_at_most_max_log_ranks() -> None:
         log = base / "sglang.log"
         run_as_nobody(WRITE_LOG, str(log))
         source = LogSource(
-            Target("log", SourceKind.SGLANG_LOG, str(log), "w"), lambda: 4e9, DIALECT, max_read=8 << 20
+            Target("log", SourceKind("sglang-log"), str(log), "w"), lambda: 4e9, DIALECT, max_read=8 << 20
         )
         try:
             async with httpx.AsyncClient() as client:

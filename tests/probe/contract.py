@@ -18,7 +18,11 @@ from tests.probe.vllm.fakes import Scheduler as VllmFake
 from poolwatch.engines import ENGINES, EngineEntry, load
 from poolwatch.probe.core.engine import Engine
 
-TOY_ENTRY = EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY")
+# the reference engine, unless the registry ships one of that name (then the shipped room is driven)
+TOY_ENTRY = next(
+    (e for e in ENGINES if e.name == TOY.name),
+    EngineEntry(TOY.name, "Toy", probe="tests.probe.toy.engine:TOY"),
+)
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ def _toy_leak(sched: Any, n: int) -> None:
 
 
 TOY_DRIVER = Driver(
-    spec=TOY,
+    spec=load(TOY_ENTRY.probe),
     release="1.0",
     cls=ToyScheduler,
     new=lambda cls: cls(256),
@@ -144,4 +148,6 @@ TOY_DRIVER = Driver(
 )
 
 DRIVERS = {"sglang": SGLANG_DRIVER, "vllm": VLLM_DRIVER, "toy": TOY_DRIVER}
-REGISTRY = (*ENGINES, TOY_ENTRY)  # every engine poolwatch ships, and the reference one
+REGISTRY = (
+    ENGINES if TOY_ENTRY in ENGINES else (*ENGINES, TOY_ENTRY)
+)  # every engine shipped, and the reference

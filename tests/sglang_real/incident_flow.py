@@ -30,10 +30,10 @@ from check_release import CONFIG, report
 
 from poolwatch import __version__
 from poolwatch.conservation import findings
-from poolwatch.detect.balance import PoolBalance
 from poolwatch.detect.config import DetectorConfig
+from poolwatch.detect.families.balance import PoolBalance
+from poolwatch.detect.families.repairs import GuardRepairs
 from poolwatch.detect.family import Seen
-from poolwatch.detect.repairs import GuardRepairs
 from poolwatch.model.findings import CallSiteKind
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.lifecycle import attach, detach, probe_of

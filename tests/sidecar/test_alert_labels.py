@@ -10,7 +10,8 @@ from tests.detect.sidecar import seeded, settings
 from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
-from poolwatch.detect.health import TargetHealth
+from poolwatch.detect.families.targets import TargetHealth
+from poolwatch.detect.family import Tick
 from poolwatch.errors import ConfigError, Reason
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.alerting import alert_labels, build_alerting
@@ -45,7 +46,7 @@ def test_a_down_target_carries_its_worker_from_the_scrape_to_the_alert(clock: Fa
     store.record_failure("probe:prefill-0/dp0-tp0-pp0", "probe", 2.0, Reason.CONNECT, "refused", "prefill-0")
     (state,) = store.targets()
     assert state.worker == "prefill-0"
-    (signal,) = TargetHealth(DetectorConfig()).signals([state], clock.now)
+    (signal,) = TargetHealth(DetectorConfig()).signals(Tick(clock.now, targets=[state])) or ()
     assert dict(signal.labels) == {
         "source": "probe",
         "target": "probe:prefill-0/dp0-tp0-pp0",

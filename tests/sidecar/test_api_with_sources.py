@@ -16,7 +16,7 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import build_sources, source_provider
+from poolwatch.sources.targets import TargetSet
 
 SGLANG = FIXTURES / "sglang"
 
@@ -77,7 +77,7 @@ async def scrape_into_store(
     settings: Settings, seed: Snapshot, clock: FakeClock, rounds: int
 ) -> SnapshotStore:
     store = SnapshotStore()
-    sources = source_provider(settings, clock)
+    sources = TargetSet(settings, clock).current
     loop = Scraper(store, sources, settings.scrape, clock)
     async with httpx.AsyncClient(transport=httpx.MockTransport(fleet(seed))) as client:
         for _ in range(rounds):
@@ -155,7 +155,7 @@ async def test_workers_history_targets_and_metrics_serve_every_source(
 
 
 def test_build_sources_gives_one_source_per_configured_target(tmp_path: Path, clock: FakeClock) -> None:
-    sources = build_sources(central_settings(tmp_path), clock)
+    sources = list(TargetSet(central_settings(tmp_path), clock).current())
     assert [s.target.source for s in sources] == ["probe", "sglang-metrics", "sglang-log"]
     for source in sources:
         getattr(source, "close", lambda: None)()

@@ -16,7 +16,8 @@ from tests.helpers import FakeClock
 from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.publication import Publication
-from poolwatch.probe.endpoint.routes import Context, answer, parse_head
+from poolwatch.probe.endpoint.messages import parse_head
+from poolwatch.probe.endpoint.routes import Context, answer
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target

@@ -16,7 +16,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
 
-WORKER = WorkerId("hicache-0")
+WORKER = WorkerId("hicache-0", engine="sglang")
 HOST = {
     "worker": "hicache-0",
     "role": "unified",

@@ -42,7 +42,9 @@ COMPARED = (
     "PoolwatchDoubleFree|PoolwatchSlotLeak|PoolwatchSchedulerCrashed|PoolwatchIdleCheckFailed|"
     "PoolwatchSnapshotStale"
 )
-WORKER = WorkerId("decode-0", Role.DECODE, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next")
+WORKER = WorkerId(
+    "decode-0", Role.DECODE, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next", engine="sglang"
+)
 CHECKPOINTS = {  # time -> what both paths must be firing then
     30: set(),
     90: {"PoolwatchDoubleFree"},

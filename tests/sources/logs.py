@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.sources.logfile.assembler import LineAssembler
 from poolwatch.sources.logfile.dialect import LogDialect
 from poolwatch.sources.logfile.events import LogEvent

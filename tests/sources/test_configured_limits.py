@@ -51,7 +51,7 @@ async def test_a_snapshot_over_the_configured_queue_cap_is_refused_as_schema(see
 async def test_a_metrics_page_over_the_configured_rank_cap_is_refused_as_too_large() -> None:
     page = "".join(f'sglang:num_running_reqs{{dp_rank="{i}"}} 0\n' for i in range(3))
     source = make_source(
-        Target("m", SourceKind.SGLANG_METRICS, URL, "w"), settings(max_page_ranks="2"), lambda: 0.0
+        Target("m", SourceKind("sglang-metrics"), URL, "w"), settings(max_page_ranks="2"), lambda: 0.0
     )
 
     def handle(request: httpx.Request) -> httpx.Response:

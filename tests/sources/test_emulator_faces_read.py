@@ -10,9 +10,9 @@ import httpx
 import pytest
 from tests.helpers import FakeClock
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.conservation import assess_snapshot, describe
-from poolwatch.model.rank import IncidentKind, Phase, Pool, SourceKind
+from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.dialect import DIALECT
@@ -53,7 +53,7 @@ async def test_the_log_source_follows_an_emulated_worker_while_it_runs(tmp_path:
     c = scenarios.cluster("0.5.12", pd=False, log_dir=tmp_path, idle_check_strict=False,
                           faults=("mamba-cow-leak-on-abort",), workload=scenarios.COW)  # fmt: skip
     (log,) = tmp_path.glob("*.log")
-    source = LogSource(Target("log", SourceKind.SGLANG_LOG, str(log), "unified-0"), FakeClock(4e9), DIALECT)
+    source = LogSource(Target("log", DIALECT.source, str(log), "unified-0"), FakeClock(4e9), DIALECT)
     snaps = []
     async with httpx.AsyncClient() as client:
         for _ in range(40):

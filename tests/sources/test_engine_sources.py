@@ -3,6 +3,7 @@ name or by source kind in the registry; nothing neutral names an engine (pyproje
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,14 @@ from poolwatch.engines import EngineEntry, UnknownEngine, engine_names
 from poolwatch.model.rank import SourceKind
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
-from poolwatch.sources.engine import EngineSources, engine_sources, sniff_engine, sources_for, sources_of
+from poolwatch.sources.engine import (
+    EngineSources,
+    engine_sources,
+    sniff_engine,
+    source_kinds,
+    sources_for,
+    sources_of,
+)
 from poolwatch.sources.target_config import static_targets
 from poolwatch.sources.targets import make_source
 
@@ -22,13 +30,23 @@ CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-logs"
 def test_every_engine_kind_belongs_to_exactly_one_room_and_names_it() -> None:
     rooms = engine_sources()
     assert {r.engine for r in rooms} <= set(engine_names())
-    for kind in SourceKind:
-        owners = [r.engine for r in rooms if kind in (r.metrics, r.log)]
+    for kind in source_kinds():
+        owners = [r.engine for r in rooms if kind in r.kinds]
         if kind.channel in ("probe", "file"):
             assert owners == []
             assert kind.engine == ""
         else:
             assert owners == [kind.engine], kind
+
+
+def test_the_kinds_are_the_registrys_without_loading_a_room() -> None:
+    assert source_kinds() == tuple(
+        SourceKind(k) for k in ("probe", "sglang-metrics", "sglang-log", "vllm-metrics", "vllm-log", "file")
+    )
+    log_only = EngineEntry(
+        "toy", "Toy", probe="tests.probe.toy.engine:TOY", sources="tests.no.such:ROOM", channels=("log",)
+    )
+    assert source_kinds((log_only,)) == (SourceKind.PROBE, SourceKind("toy-log"), SourceKind.FILE)
 
 
 @pytest.mark.parametrize("room", engine_sources(), ids=lambda r: r.engine)
@@ -37,25 +55,25 @@ def test_a_rooms_kinds_are_built_by_that_room(room: EngineSources) -> None:
     settings = Settings.from_env({})
     for kind, where in ((room.metrics, "http://127.0.0.1:30000"), (room.log, "/logs/w.log")):
         source = make_source(Target(f"{kind}:{where}", kind, where, "w"), settings, clock)
-        assert source.target.source is kind
+        assert source.target.source == kind
         assert sources_for(kind) is room
 
 
 def test_the_engine_setting_picks_whose_metrics_and_logs_the_flags_name() -> None:
     env = {"POOLWATCH_METRICS_URLS": "http://127.0.0.1:30000", "POOLWATCH_LOG_PATHS": "/logs/a.log"}
     kinds = [t.source for t in static_targets(Settings.from_env(env))]
-    assert kinds == [SourceKind.SGLANG_METRICS, SourceKind.SGLANG_LOG]  # the default engine
+    assert kinds == [SourceKind("sglang-metrics"), SourceKind("sglang-log")]  # the default engine
 
 
 def test_an_engine_without_a_sources_room_is_one_clear_error() -> None:
     probe_only = (EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY"),)
     with pytest.raises(UnknownEngine, match="engine 'toy' has no /metrics or log source"):
         sources_of("toy", probe_only)
-    assert sources_for(SourceKind.SGLANG_METRICS, probe_only) is None
+    assert sources_for(SourceKind("sglang-metrics"), probe_only) is None
 
 
 def test_an_unknown_engine_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(UnknownEngine, match="known: sglang, vllm"):
+    with pytest.raises(UnknownEngine, match=re.escape(f"(known: {', '.join(engine_names())})")):
         sources_of("tgi")
 
 

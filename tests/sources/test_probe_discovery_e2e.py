@@ -18,7 +18,7 @@ from poolwatch.probe.lifecycle import detach
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import source_provider
+from poolwatch.sources.targets import TargetSet
 
 emulator = pytest.importorskip("poolwatch_emulator")
 scenarios = pytest.importorskip("tests.emulator.emu_scenarios")
@@ -40,7 +40,7 @@ async def test_discovered_probes_report_the_seed_double_free_exactly(
 ) -> None:
     settings = Settings.from_env({"POOLWATCH_PROBE_DIR": str(tmp_path), "POOLWATCH_WORKER": "sidecar-pod"})
     store = SnapshotStore()
-    loop = Scraper(store, source_provider(settings, time.time), settings.scrape)
+    loop = Scraper(store, TargetSet(settings, time.time).current, settings.scrape)
     async with httpx.AsyncClient(timeout=5.0) as client:
         for _ in range(100):
             seed_cluster.run_steps(50)

@@ -21,7 +21,8 @@ from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.publication import Publication
-from poolwatch.probe.endpoint.routes import Context, Response, answer, parse_head
+from poolwatch.probe.endpoint.messages import Response, parse_head
+from poolwatch.probe.endpoint.routes import Context, answer
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.sources.base import Target

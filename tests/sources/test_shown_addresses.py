@@ -15,7 +15,7 @@ from poolwatch.addresses import distinct, scrub_urls, shown_host, shown_url
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.schema import AlertName
+from poolwatch.detect.families.targets import TARGET_DOWN
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import ScrapeSettings, TargetSettings
 from poolwatch.settings.sidecar import Settings
@@ -81,7 +81,7 @@ async def test_a_probe_target_down_says_the_rank_and_the_error_not_the_signed_ur
     assert state.last_error == "GET http://127.0.0.1:41234: HTTP 500"
     detector = Detector(DetectorConfig(target_down_for=0.0), clock)
     alerts = detector.evaluate(clock.now, latest=store.latest(), targets=store.targets())
-    (down,) = [a for a in alerts if a.name == AlertName.TARGET_DOWN]
+    (down,) = [a for a in alerts if a.name == TARGET_DOWN]
     text = down.annotations["description"]
     assert "probe:prefill-0/dp0-tp1-pp0" in text
     assert "HTTP 500" in text

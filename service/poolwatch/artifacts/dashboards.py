@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from poolwatch.artifacts.engine_filter import ENGINE
+from poolwatch.artifacts.family_panels import family_panels
 from poolwatch.artifacts.fleet_health import health_panels
 from poolwatch.artifacts.grafana import (
     Json,
@@ -220,7 +221,8 @@ def fleet_dashboard(config: MixinConfig | None = None) -> Json:
         ),
         query_variable("pool", "Pool", f"label_values(poolwatch_pool_capacity_slots{{{_NS}}}, pool)"),
     ]
-    panels = [*_now_panels(), *_conservation_panels(config), *_role_panels(), *_target_panels()]
+    panels = [*_now_panels(), *_conservation_panels(config), *family_panels(_SEL)]
+    panels += [*_role_panels(), *_target_panels()]
     panels += health_panels(_NS, _SEL)
     doc = dashboard(
         uid=config.fleet_dashboard_uid,

@@ -17,13 +17,14 @@ and a pod's sidecar-wide series go only when the pod runs another engine.  The v
 variable's ``label_values`` takes a series selector, not an expression); a test proves every
 selector of every query is filtered.
 
-What a rank exports differs by engine.  vLLM's one pool is ``full``, counted in blocks (the
-panels' "slots", :data:`BLOCKS`); it has no idle check of its own, so the metrics in
-:data:`SGLANG_ONLY` never exist for a vLLM rank (its guard's refusals, counted in blocks, do).
-A panel that reads one says so in its description (:func:`sglang_only`) and, where it is a stat,
-shows a text rather than "No data"; ``tests/artifacts/test_dashboard_vllm.py`` renders a vLLM
-rank's ``/metrics`` through the sidecar and checks every other rank-level query of both
-dashboards finds a series there.
+What a rank exports differs by engine, and the registry (:mod:`poolwatch.engines`) says how: an
+engine whose pool unit is not a slot (vLLM's KV blocks) is named in every panel counted in slots
+(:func:`unit_note`); an engine with no idle check of its own never exports the metrics in
+:data:`IDLE_CHECK_ONLY` (its guard's refusals, counted in its unit, it does).  A panel that reads
+one says so in its description (:func:`idle_check_only`) and, where it is a stat, shows a text
+rather than "No data"; ``tests/artifacts/test_dashboard_vllm.py`` renders a vLLM rank's
+``/metrics`` through the sidecar and checks every other rank-level query of both dashboards finds
+a series there.
 """
 
 from __future__ import annotations
@@ -34,27 +35,27 @@ from typing import Any
 from poolwatch.artifacts.grafana import Json, query_variable
 from poolwatch.catalog.metrics import by_name
 from poolwatch.catalog.spec import ALERT_LABELS
+from poolwatch.engines import ENGINES, EngineEntry
 
 __all__ = [
-    "BLOCKS",
     "ENGINE",
     "ENGINE_INFO",
-    "SGLANG_ONLY",
+    "IDLE_CHECK_ONLY",
     "engine_filtered",
     "engine_variable",
     "filter_expr",
+    "idle_check_only",
     "other_engines",
-    "sglang_only",
+    "unit_note",
 ]
 
 ENGINE = 'engine=~"$engine"'  # the matcher of the variables that list ranks
 ENGINE_INFO = 'poolwatch_worker_info{engine!~"$engine"}'  # the ranks of the engines not chosen
 _RANK_JOIN = ("worker", "dp_rank", "tp_rank", "pp_rank")
-# said by every panel counted in slots: the unit is one, the engines' words for it are not
-BLOCKS = "vLLM's pool (full) counts KV-cache blocks: a slot there is one block."
-# metrics no vLLM rank exports, and why (a test checks both ways against a vLLM rank's /metrics)
-SGLANG_ONLY: dict[str, str] = {
-    "poolwatch_idle_check_strict": "SGLang's own idle check; vLLM has none",
+# metrics a rank exports only when its engine has an idle check of its own (EngineEntry.idle_check),
+# and what they read (a test checks both ways against a vLLM rank's /metrics)
+IDLE_CHECK_ONLY: dict[str, str] = {
+    "poolwatch_idle_check_strict": "own idle check",
 }
 _SEL = r"(?:poolwatch_[a-z0-9_]+|ALERTS|up)(?:\{[^}]*\})?"
 # a range selector inside its function call, or an instant selector (not followed by ``{``, ``[``
@@ -64,9 +65,22 @@ _SELECTOR = re.compile(
 )
 
 
-def sglang_only(metric: str) -> str:
-    """The sentence a panel reading ``metric`` carries: what a vLLM rank shows there, and why."""
-    return f"SGLang only ({SGLANG_ONLY[metric]}): nothing for a vLLM rank."
+def unit_note(entries: tuple[EngineEntry, ...] = ENGINES) -> str:
+    """Said by every panel counted in slots: the unit is one, the engines' words for it are not."""
+    return " ".join(
+        f"{e.title}'s pool (full) counts KV-cache {e.unit}s: a slot there is one {e.unit}."
+        for e in entries
+        if e.unit != "slot"
+    )
+
+
+def idle_check_only(metric: str, entries: tuple[EngineEntry, ...] = ENGINES) -> str:
+    """The sentence a panel reading ``metric`` carries: what a rank of an engine without an idle
+    check of its own shows there, and why."""
+    having = " and ".join(e.title for e in entries if e.idle_check)
+    lacking = " or ".join(e.title for e in entries if not e.idle_check)
+    reason = f"{having}'s {IDLE_CHECK_ONLY[metric]}; {lacking} has none"
+    return f"{having} only ({reason}): nothing for a {lacking} rank."
 
 
 def engine_variable() -> Json:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolwatch.engines import engine_names
+
 __all__ = [
     "DATASOURCE",
     "Json",
@@ -220,7 +222,7 @@ def dashboard(
         "uid": uid,
         "title": title,
         "description": description,
-        "tags": ["poolwatch", "sglang", "vllm"],
+        "tags": ["poolwatch", *engine_names()],
         "editable": True,
         "graphTooltip": 1,  # shared crosshair
         "refresh": "30s",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from poolwatch.engines import ENGINES
 from poolwatch.notify.paths import PATH_LABEL, RULES, SUPERSEDED
 
 __all__ = [
@@ -72,6 +73,10 @@ PLAIN = Flavor("plain text", (_CONTROL, ("<", "\u2039"), (">", "\u203a")))
 HTML = Flavor("html", (_CONTROL,))  # Alertmanager renders an email's HTML with html/template
 
 
+# whose own check kills a rank at its next idle moment (the engines with an idle check of their own)
+_STRICT_CHECK = " and ".join(f"{e.title}'s" for e in ENGINES if e.idle_check) + " strict idle check"
+
+
 def _place(cluster_label: str, bold: tuple[str, str], e: Flavor) -> str:
     b0, b1 = bold
     # the configured cluster label, else a "cluster" label (external labels often add one)
@@ -93,7 +98,7 @@ def _alert(cluster_label: str, bold: tuple[str, str], newline: str, e: Flavor) -
     n = newline
     return (
         f'{{{{ if and (eq .Status "firing") (match "{CRASH_PATTERN}" .Annotations.description) }}}}'
-        f"{b0}WILL CRASH AT ITS NEXT IDLE MOMENT{b1} (SGLang's strict idle check){n}{{{{ end }}}}"
+        f"{b0}WILL CRASH AT ITS NEXT IDLE MOMENT{b1} ({_STRICT_CHECK}){n}{{{{ end }}}}"
         f"{b0}{e('.Labels.alertname')}{b1} ({e('.Labels.severity')}, {{{{ .Status }}}}): "
         f"{e('.Annotations.summary')}{n}"
         f"{_place(cluster_label, bold, e)}{n}"

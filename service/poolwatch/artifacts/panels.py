@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolwatch.artifacts.engine_filter import BLOCKS, ENGINE, engine_filtered, engine_variable
+from poolwatch.artifacts.engine_filter import ENGINE, engine_filtered, engine_variable, unit_note
 from poolwatch.artifacts.grafana import (
     Json,
     PanelSpec,
@@ -15,8 +15,9 @@ from poolwatch.artifacts.grafana import (
     textbox_variable,
 )
 from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.families import balance, host_pool
 from poolwatch.detect.promql import with_selector
-from poolwatch.detect.schema import ALERT_NAME_PATTERN, AlertName, dashboard_path
+from poolwatch.detect.schema import ALERT_NAME_PATTERN, dashboard_path
 
 __all__ = [
     "ALERT_IDENTITY",
@@ -43,9 +44,8 @@ SLOTS = "suffix: slots"  # Grafana's custom-unit syntax; slots have no built-in 
 # the labels that make one alert (and one pool) on both paths: the rank's and where it runs
 POOL_IDENTITY = "namespace, pod, worker, dp_rank, tp_rank, pp_rank, pool"
 ALERT_IDENTITY = f"alertname, severity, role, {POOL_IDENTITY}, source, target, receiver"
-CONSERVATION_ALERTS = "|".join(
-    a.value for a in (AlertName.DOUBLE_FREE, AlertName.SLOT_LEAK, AlertName.HOST_POOL_GAP)
-)
+# the alerts of the families that judge a pool's balance: a pool they fire for is imbalanced
+CONSERVATION_ALERTS = "|".join((*balance.FAMILY.names, *host_pool.FAMILY.names))
 DRILLDOWN_LABELS = ("namespace", "worker", "dp_rank", "tp_rank", "pp_rank", "pool")
 SLOTS_PER_SECOND = "suffix: slots/s"
 FIRING = f'alertname=~"{ALERT_NAME_PATTERN}", alertstate="firing"'
@@ -151,8 +151,9 @@ def _cluster_matcher(config: MixinConfig) -> str:
 
 
 def _described(description: str, unit: str) -> str:
-    """``description``, and for a panel counted in slots what a slot is in vLLM (:data:`BLOCKS`)."""
-    return f"{description} {BLOCKS}" if unit in (SLOTS, SLOTS_PER_SECOND) else description
+    """``description``, and for a panel counted in slots what a slot is in each engine counting
+    other units (:func:`~poolwatch.artifacts.engine_filter.unit_note`)."""
+    return f"{description} {unit_note()}" if unit in (SLOTS, SLOTS_PER_SECOND) else description
 
 
 def thresholds(*steps: tuple[float | None, str]) -> Json:

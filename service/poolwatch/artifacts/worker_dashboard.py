@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poolwatch.artifacts.engine_filter import ENGINE, sglang_only
+from poolwatch.artifacts.engine_filter import ENGINE, idle_check_only
+from poolwatch.artifacts.family_panels import family_panels
 from poolwatch.artifacts.grafana import Json, PanelSpec, Query, alert_annotation, dashboard, query_variable
 from poolwatch.artifacts.panels import (
     SLOTS,
@@ -102,7 +103,7 @@ def _idle_check() -> PanelSpec:
         f"{strict} or on ({_IDENTITY}) {none}",
         "none",
         "Whether the engine's own idle check kills the server on an imbalance (SGLang's may, or only "
-        "warns). " + sglang_only("poolwatch_idle_check_strict") + " Its probe reports it has none "
+        "warns). " + idle_check_only("poolwatch_idle_check_strict") + " Its probe reports it has none "
         "(so poolwatch's page is the only warning); without a probe the setting is unknown.",
         mapping,
         no_value="unknown (no probe)",
@@ -209,7 +210,12 @@ def worker_dashboard(config: MixinConfig | None = None) -> Json:
         title="poolwatch / worker",
         description="One worker's memory pools (SGLang's pools or vLLM's block pools), rank by rank: "
         "where every slot is and whether they add up.",
-        panels=[*_now_panels(), *rank_panels(), *health_panels()],
+        panels=[
+            *_now_panels(),
+            *rank_panels(),
+            *health_panels(),
+            *family_panels(_ALERTS, sidecar_wide=False),
+        ],
         variables=variables,
         annotations=[alert_annotation(ALERT_NAME_PATTERN, 'worker="$worker"')],
         links=dashboard_links(),

@@ -131,7 +131,9 @@ def _worker(raw: object) -> WorkerId | None:
         or type(verified) is not bool
     ):
         return None
-    return WorkerId(name, role_, ranks[0], ranks[1], ranks[2], model, release, instance, engine, verified)
+    return WorkerId(
+        name, role_, ranks[0], ranks[1], ranks[2], model, release, instance, verified, engine=engine
+    )
 
 
 def _pools(raw: object) -> dict[Pool, PoolAccount] | None:

@@ -4,6 +4,9 @@
 :class:`SnapshotFormatError` naming the first bad one; it accepts any shape the schema allows and
 is the reference :mod:`poolwatch.codec.fast` is pinned against.  :mod:`poolwatch.codec.snapshot` puts the
 two paths behind ``parse_snapshot``.  Pure and stdlib-only (the probe imports the codec).
+
+Kept whole: one schema's parser, a small checker per field, read top to bottom beside
+:func:`~poolwatch.codec.snapshot.dump_snapshot`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import httpx
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import Balance, Basis, Finding, assess_snapshot, describe
-from poolwatch.engines import DEFAULT_ENGINE, UnknownEngine
+from poolwatch.engines import DEFAULT_ENGINE
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import Snapshot
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--source",
-        choices=("auto", "probe", *(room.engine for room in engine_sources() if room.metrics is not None)),
+        choices=("auto", "probe", *(room.engine for room in engine_sources())),
         default="auto",
         help=f"what URL is (auto: a probe, else a {DEFAULT_ENGINE} server)",
     )
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="SECONDS",
         help="an engine server only: read for this long ("
-        + "; ".join(_idle_help(r) for r in engine_sources() if r.metrics is not None)
+        + "; ".join(_idle_help(r) for r in engine_sources())
         + ")",
     )
     parser.add_argument(
@@ -115,17 +115,14 @@ async def check(
             if source == "probe" or unreachable or url.rstrip("/").endswith(SNAPSHOT_PATH):
                 raise
     room = sources_of(DEFAULT_ENGINE if source == "auto" else source)
-    if room.metrics is None:
-        raise UnknownEngine(f"engine {room.engine!r} has no /metrics page to check")
-    kind = room.metrics
-    target = Target(f"{kind}:{url}", kind, url, worker)
+    target = Target(f"{room.metrics}:{url}", room.metrics, url, worker)
     metrics = room.make(target, clock, SourceOptions())
     snaps = await metrics.scrape(client)
     deadline = clock() + window
     while clock() + interval <= deadline:
         await sleep(interval)
         snaps = await metrics.scrape(client)
-    return CheckResult(url, kind.value, tuple(snaps))
+    return CheckResult(url, room.metrics, tuple(snaps))
 
 
 def run(args: argparse.Namespace) -> int:

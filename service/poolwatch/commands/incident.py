@@ -4,8 +4,10 @@
 (``<id>.md``, ``<id>.json``): from a running sidecar's API (``--sidecar``, default
 ``http://127.0.0.1:9464``), or, with the sidecar down, from its incidents file (``--file``: the
 ``*.incidents.json`` beside its alert state file).  ``--id`` picks incidents (default: all).
-``poolwatch incident list`` prints one line per incident.  Exit 0 done, 1 no such incident, 2
-the sidecar or the file could not be read.  What a bundle holds and leaves out: docs/security.md.
+``poolwatch incident list`` prints one line per incident, newest first: its id, when it was first
+seen (UTC), its rank, engine and release, what was found and the line of engine code that did it.
+Exit 0 done, 1 no such incident, 2 the sidecar or the file could not be read.  What a bundle
+holds and leaves out: docs/security.md.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,8 +25,19 @@ import httpx
 from poolwatch.addresses import scrub_urls
 from poolwatch.sidecar.incidents.export import bundle_json, bundle_markdown
 from poolwatch.sidecar.incidents.file import read_incidents
+from poolwatch.sidecar.incidents.log import incident_summary
 
-__all__ = ["DEFAULT_SIDECAR", "add_arguments", "file_bodies", "run", "sidecar_bodies", "write_bundle"]
+__all__ = [
+    "DEFAULT_SIDECAR",
+    "add_arguments",
+    "file_bodies",
+    "file_summaries",
+    "list_line",
+    "run",
+    "sidecar_bodies",
+    "sidecar_summaries",
+    "write_bundle",
+]
 
 DEFAULT_SIDECAR = "http://127.0.0.1:9464"
 TIMEOUT_S = 10.0
@@ -33,7 +47,10 @@ Bodies = Callable[[list[str]], list[dict[str, Any]]]  # wanted ids ([]: all) -> 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for name, text in (("list", "one line per incident"), ("export", "write each incident's bundle")):
+    for name, text in (
+        ("list", "List the incidents, newest first: one line each with its rank, time, pool and call site."),
+        ("export", "Write each incident's bundle, <id>.md and <id>.json, to attach to an upstream issue."),
+    ):
         cmd = sub.add_parser(name, help=text, description=text)
         where = cmd.add_mutually_exclusive_group()
         where.add_argument(
@@ -50,9 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    bodies = file_bodies(Path(args.file)) if args.file else sidecar_bodies(args.sidecar)
+    if args.action == "list":
+        fetch = file_summaries(Path(args.file)) if args.file else sidecar_summaries(args.sidecar)
+    else:
+        fetch = file_bodies(Path(args.file)) if args.file else sidecar_bodies(args.sidecar)
     try:
-        found = bodies(list(args.ids))
+        found = fetch(list(args.ids))
     except (httpx.HTTPError, OSError, ValueError) as exc:
         print(f"poolwatch incident: {scrub_urls(str(exc)) or type(exc).__name__}", file=sys.stderr)
         return 2
@@ -60,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
     for ident in missing:
         print(f"poolwatch incident: no incident {ident!r}", file=sys.stderr)
     if args.action == "list":
-        for body in found:
-            print(_line(body))
+        for summary in found:
+            print(list_line(summary))
     else:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -80,12 +100,38 @@ def write_bundle(out: Path, body: dict[str, Any]) -> list[Path]:
     return done
 
 
-def _line(body: dict[str, Any]) -> str:
-    f, e, site = body["finding"], body["engine"], body["call_site"]
+def list_line(s: dict[str, Any]) -> str:
+    """One incident of ``GET /api/v1/incidents``: id, first seen (UTC), rank, engine and release,
+    what was found, and where the engine's code did it."""
+    site = s["call_site"]
     top = site["frames"][0] if site and site["frames"] else None
-    where = f" {site['kind']}: {top['file']}:{top['line']} {top['function']}" if top else ""
-    what = f"{f['record']} {f['kind']} {f['pool']} x{f['count']}"
-    return f"{body['id']} {e['engine']} {e['release']} {what}{where}"
+    where = f"  {site['kind']}: {top['file']}:{top['line']} {top['function']}" if top else ""
+    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(s["first_seen_at"]))
+    what = f"{s['record']} {s['kind']} {s['pool']} x{s['count']}"
+    return f"{s['id']}  {when}  {s['rank']}  {s['engine']} {s['release']}  {what}{where}"
+
+
+def sidecar_summaries(url: str, transport: httpx.BaseTransport | None = None) -> Bodies:
+    """The incident list a running sidecar serves (``GET /api/v1/incidents``), newest first."""
+    base = url.rstrip("/")
+
+    def summaries(wanted: list[str]) -> list[dict[str, Any]]:
+        with httpx.Client(timeout=TIMEOUT_S, transport=transport) as client:
+            listed = client.get(f"{base}/api/v1/incidents")
+            listed.raise_for_status()
+            return [item for item in listed.json() if not wanted or item["id"] in wanted]
+
+    return summaries
+
+
+def file_summaries(path: Path) -> Bodies:
+    """The incident list of a sidecar's incidents file, newest first, as its API lists it."""
+
+    def summaries(wanted: list[str]) -> list[dict[str, Any]]:
+        records = sorted(read_incidents(path), key=lambda r: r.body["first_seen_at"], reverse=True)
+        return [incident_summary(r) for r in records if not wanted or r.id in wanted]
+
+    return summaries
 
 
 def sidecar_bodies(url: str, transport: httpx.BaseTransport | None = None) -> Bodies:

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import logging
 import os
 import resource
 import sys
@@ -32,6 +31,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from poolwatch.commands.logs import UVICORN_LOG_CONFIG, configure
 from poolwatch.commands.quiet_server import QuietServer
 from poolwatch.errors import ConfigError
 from poolwatch.settings.sidecar import Settings, add_flags, from_args
@@ -107,6 +107,7 @@ def server_config(app: FastAPI, settings: Settings, *, http: type[GuardedH11] = 
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
+        log_config=UVICORN_LOG_CONFIG,  # uvicorn's lines take poolwatch's one format (commands/logs.py)
         http=http,
         access_log=False,
         timeout_keep_alive=KEEP_ALIVE_S,
@@ -124,9 +125,7 @@ def _build(args: argparse.Namespace) -> tuple[Settings, FastAPI]:
     """Settings and app; a bad setting (in the flags, the environment, or a file they name)
     raises ``ConfigError``."""
     settings = from_args(args, os.environ)
-    level = settings.server.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure(settings.server.log_level, settings.server.log_format)
     return settings, create_app(settings)
 
 

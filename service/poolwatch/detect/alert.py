@@ -43,7 +43,7 @@ def rank_labels(worker: WorkerId, pool: str = "") -> Labels:
 
 @functools.lru_cache(maxsize=1 << 14)
 def _labels(identity: tuple[str, Role, int, int, int], pool: str) -> Labels:
-    pairs = dict(zip(RANK_LABELS, rank_label_values(WorkerId(*identity)), strict=True))
+    pairs = dict(zip(RANK_LABELS, rank_label_values(WorkerId(*identity, engine="")), strict=True))
     if pool:
         pairs["pool"] = pool
     return tuple(sorted(pairs.items()))

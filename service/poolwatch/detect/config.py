@@ -88,7 +88,7 @@ class MixinConfig:
     """What the detector, the Prometheus rules and the dashboards share.
 
     ``detector``              the thresholds (the rules' ``for:`` and bounds come from them);
-    ``runbook_base_url``      where ``<AlertName>.md`` runbooks live (alerts' ``runbook_url``);
+    ``runbook_base_url``      where ``<alert name>.md`` runbooks live (alerts' ``runbook_url``);
     ``dashboard_url``         Grafana's base URL, prefixed to alerts' ``dashboard_url``;
     ``fleet_dashboard_uid`` / ``worker_dashboard_uid``  the generated dashboards' uids;
     ``selector``              PromQL label matchers added to every ``poolwatch_*`` selector of the

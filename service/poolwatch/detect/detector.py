@@ -11,7 +11,7 @@ source's trend windows start over, and a restart also ends the rank's log
 incidents (a crash or failed idle check read before the new boot resolves at once, as the
 generated rules do by comparing the incident and restart timestamps).  Alerts with the same labels from
 two sources are merged into one.  What each snapshot, log line and timer turn shows is judged by
-the alert families (:class:`~poolwatch.detect.families.Families`); the state machine itself is
+the families' judges (:class:`~poolwatch.detect.judges.Judges`); the state machine itself is
 :class:`~poolwatch.detect.tracker.Tracker`; a lock makes the detector safe to read from the
 ``/metrics`` thread.
 """
@@ -27,13 +27,12 @@ from dataclasses import dataclass, field, replace
 from poolwatch.conservation import Basis, findings
 from poolwatch.detect.alert import Alert, Signal, forget_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.families import Families, JudgedMemo
-from poolwatch.detect.family import Seen
-from poolwatch.detect.forecast import PoolTrend, best_trends, fitted
+from poolwatch.detect.family import Seen, Tick
+from poolwatch.detect.judges import JudgedMemo, Judges
 from poolwatch.detect.rules import by_name
 from poolwatch.detect.schema import dashboard_link
 from poolwatch.detect.tracker import Tracker
-from poolwatch.detect.trend import GapSeries
+from poolwatch.detect.trend import GapSeries, PoolTrend, best_trends, fitted
 from poolwatch.model.rank import Pool, WorkerId
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.target_state import TargetState
@@ -73,7 +72,7 @@ class Detector:
         self._extra = {k: v for k, v in (extra_labels or {}).items() if v}  # e.g. the namespace
         self._ranks: dict[str, _Rank] = {}
         self._incident_at: dict[str, dict[str, float]] = {}  # rank key -> alert -> last read
-        self._families = Families(self._cfg)
+        self._judges = Judges(self._cfg)
         self._tracker = Tracker(self._cfg, self._annotate)
         self._lock = threading.Lock()
         self._memo = memo
@@ -85,9 +84,9 @@ class Detector:
         with self._lock:
             rank = self._rank(subject, snap, now)
             seen = Seen(snap, findings(snap), fitted(rank.series), self._errors_before(rank, snap))
-            families = self._families
-            judged = rank.judged.judged_by(seen, families) if self._memo else families.judged(seen)
-            self._tracker.sample(subject, families.signals(seen), judged, (snap.boot_id, snap.seq), now)
+            judges = self._judges
+            judged = rank.judged.judged_by(seen, judges) if self._memo else judges.judged(seen)
+            self._tracker.sample(subject, judges.signals(seen), judged, (snap.boot_id, snap.seq), now)
             if snap.incidents:
                 self._incidents(snap, now)
 
@@ -103,11 +102,8 @@ class Detector:
         every alert."""
         now = self._clock() if now is None else now
         with self._lock:
-            stale, down = self._families.stale, self._families.targets
-            if latest is not None:
-                self._tracker.timed(stale.alerts, stale.signals(latest, now), now)
-            if targets is not None:
-                self._tracker.timed(down.alerts, down.signals(targets, now), now)
+            for alerts, signals in self._judges.ticked(Tick(now, latest, targets)):
+                self._tracker.timed(alerts, signals, now)
             self._tracker.tick(now)
             return self._labelled(self._tracker.alerts())
 
@@ -188,7 +184,7 @@ class Detector:
             self._tracker.forget(lambda sig: sig.subject == key and sig.alert in ended, RESTARTED, now)
 
     def _incidents(self, snap: Snapshot, now: float) -> None:
-        signals = self._families.incidents.signals(snap, now)
+        signals = self._judges.events_of(snap, now)
         if signals:
             self._incident_at.setdefault(snap.worker.key, {}).update((s.alert, now) for s in signals)
             self._tracker.events(signals, now)

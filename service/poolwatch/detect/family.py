@@ -1,32 +1,54 @@
-"""What an alert family is: the alerts it raises, its signals and -- for a sampled family -- its
-verdicts, in one object.  Pure.
+"""What a detector family is: one module of :mod:`poolwatch.detect.families` declaring, in one
+:class:`Family` value named ``FAMILY``, its alerts (PromQL, severity, text, runbook), the catalogue
+metrics its rules read, and the judge the sidecar's detector runs for it.  Pure.
 
-A family judges one or more alerts of one :class:`~poolwatch.detect.schema.Mode` from one kind of
-input.  A :class:`SampledFamily` judges every snapshot of a rank-source as the detector
-:class:`Seen` it: its :meth:`~SampledFamily.signals` are bad samples, and its
-:meth:`~SampledFamily.judged` verdicts say which of its alert instances the snapshot can tell at
-all (for those, no signal is a clean sample; the others are left be).  Which verdicts those are
-depends only on the snapshot's :meth:`~SampledFamily.signature`, so the detector rebuilds them only
-when the signature changes (:mod:`poolwatch.detect.families`).  Event and timed families
-(:mod:`.incidents`, :mod:`.health`) have only signals: an event fires at once, and a timed family's
-verdict is every instance of its alerts.
+A family's alerts are all of one :class:`~poolwatch.detect.schema.Mode`, and its judge is of that
+mode:
 
-The sentences every family writes about a rank (:func:`where`, :func:`first_line`) are here too.
+* a :class:`SampledJudge` judges every snapshot of a rank-source as the detector :class:`Seen` it:
+  its :meth:`~SampledJudge.signals` are bad samples, and its :meth:`~SampledJudge.judged` verdicts
+  say which of its alert instances the snapshot can tell at all (for those, no signal is a clean
+  sample; the others are left be).  Which verdicts those are depends only on the snapshot's
+  :meth:`~SampledJudge.signature`, so the detector rebuilds them only when the signature changes
+  (:mod:`poolwatch.detect.judges`);
+* an :class:`EventJudge` reads the log lines a snapshot carries: an event fires at once;
+* a :class:`TimedJudge` is asked on the evaluation timer (:class:`Tick`), and its verdict is every
+  instance of its alerts;
+* a family of :attr:`~poolwatch.detect.schema.Mode.PROMETHEUS` alerts has no judge: only
+  Prometheus can tell (the sidecar watching itself).
+
+The sentences every family writes about a rank (:func:`where`, :func:`first_line`) are here too;
+what an engine will do next with a finding is :mod:`poolwatch.detect.outcome`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from poolwatch.catalog.metrics import by_name
+from poolwatch.catalog.spec import MetricSpec
 from poolwatch.conservation import Finding
 from poolwatch.detect.alert import Signal, Verdict
-from poolwatch.detect.schema import AlertName, Mode
+from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.schema import AlertDef, Mode
 from poolwatch.detect.trend import Trend
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.target_state import TargetState
 
-__all__ = ["Family", "SampledFamily", "Seen", "crash_imminent", "first_line", "where"]
+__all__ = [
+    "EventJudge",
+    "Family",
+    "SampledJudge",
+    "Seen",
+    "Tick",
+    "TimedJudge",
+    "first_line",
+    "uses",
+    "where",
+]
 
 
 class Seen(NamedTuple):
@@ -39,18 +61,16 @@ class Seen(NamedTuple):
     errors_before: int | None = None  # the probe's error count at the start of its window (same boot)
 
 
-class Family(Protocol):
-    """Every family: the alerts it raises, all of one mode."""
+class Tick(NamedTuple):
+    """One turn of the evaluation timer: what the caller passed (``None``: not this turn)."""
 
-    @property
-    def alerts(self) -> tuple[AlertName, ...]: ...
-
-    @property
-    def mode(self) -> Mode: ...
+    now: float
+    latest: Sequence[Snapshot] | None = None  # the latest snapshot of every rank
+    targets: Sequence[TargetState] | None = None  # every scrape target's health
 
 
-class SampledFamily(Family, Protocol):
-    """A family judged on every snapshot of a rank-source."""
+class SampledJudge(Protocol):
+    """A sampled family's judge: every snapshot of a rank-source."""
 
     def signals(self, seen: Seen) -> list[Signal]:
         """The bad samples ``seen`` shows (at most one per alert instance)."""
@@ -65,14 +85,74 @@ class SampledFamily(Family, Protocol):
         ...
 
 
+class EventJudge(Protocol):
+    """An event family's judge: the log lines a snapshot carries."""
+
+    def signals(self, snap: Snapshot, now: float) -> list[Signal]:
+        """The alerts the lines in ``snap`` raise (one per alert and rank; old lines skipped)."""
+        ...
+
+
+class TimedJudge(Protocol):
+    """A timed family's judge: every instance of its alerts, on the timer."""
+
+    def signals(self, tick: Tick) -> list[Signal] | None:
+        """The instances in trouble now; ``None`` when this turn brings nothing it reads."""
+        ...
+
+
+def uses(*names: str) -> tuple[MetricSpec, ...]:
+    """The catalogue entries named (a name that is not catalogued fails at import)."""
+    return tuple(by_name(name) for name in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One detector family, as the detector, the rules generator, the runbook index, the README
+    and the dashboards see it (each iterates :data:`poolwatch.detect.rules.FAMILIES`).
+
+    ``name``     its module's name in :mod:`poolwatch.detect.families`;
+    ``title``    how the docs and the dashboards name it ("Pool balance");
+    ``about``    one sentence: what it watches;
+    ``metrics``  the catalogue entries its rules read (:func:`uses`; a test holds them to the rules);
+    ``alerts``   its alert definitions, thresholds and waits from a config;
+    ``sampled`` / ``event`` / ``timed``  the judge's factory for its mode (none: Prometheus alone).
+    """
+
+    name: str
+    title: str
+    about: str
+    metrics: tuple[MetricSpec, ...]
+    alerts: Callable[[MixinConfig], tuple[AlertDef, ...]]
+    sampled: Callable[[DetectorConfig], SampledJudge] | None = None
+    event: Callable[[DetectorConfig], EventJudge] | None = None
+    timed: Callable[[DetectorConfig], TimedJudge] | None = None
+
+    def __post_init__(self) -> None:
+        modes = {a.mode for a in self.alerts(MixinConfig())}
+        if len(modes) != 1:
+            raise ValueError(f"family {self.name}: its alerts are of {len(modes)} modes, not one")
+        judges = {Mode.SAMPLED: self.sampled, Mode.EVENT: self.event, Mode.TIMED: self.timed}
+        given = {mode for mode, factory in judges.items() if factory is not None}
+        wanted = modes - {Mode.PROMETHEUS}
+        if given != wanted:
+            raise ValueError(
+                f"family {self.name}: alerts of mode {modes.pop()} need a judge of that mode only"
+            )
+
+    @property
+    def mode(self) -> Mode:
+        return self.alerts(MixinConfig())[0].mode
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Its alerts' names, in definition order."""
+        return tuple(a.name for a in self.alerts(MixinConfig()))
+
+
 def where(snap: Snapshot) -> str:
     w = snap.worker
     return f"{w.worker} ({w.role.value}, dp {w.dp_rank} tp {w.tp_rank} pp {w.pp_rank})"
-
-
-def crash_imminent(snap: Snapshot) -> bool:
-    """SGLang's idle check raises on an imbalance unless it was relaxed (unknown = the default)."""
-    return snap.idle_check_strict is not False
 
 
 def first_line(message: str, limit: int = 300) -> str:

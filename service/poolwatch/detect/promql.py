@@ -1,15 +1,24 @@
-"""PromQL and template fragments of the generated rules (used by :mod:`poolwatch.detect.rules`).
+"""PromQL and template fragments of the generated rules (used by the detector families,
+:mod:`poolwatch.detect.families`).
 
 Thresholds come from a :class:`~poolwatch.detect.config.DetectorConfig` (the fragments that
-depend on one are functions of it), so the sidecar's detector and Prometheus agree.  Only
-catalogued ``poolwatch_*`` metrics may appear (a test checks).
+depend on one are functions of it), so the sidecar's detector and Prometheus agree.  Which
+tripwire kinds prove a double free or a leak comes from the model
+(:data:`~poolwatch.model.findings.LEAK_KINDS`), as the detector reads them.  A rule tells engines
+apart by the ``engine`` label of the rank's ``poolwatch_worker_info`` (:func:`on_engines`,
+:func:`unless_engines`, :func:`apart`), joined on the rank's identity in Prometheus
+(:func:`rank_on`); the engines are the registry's (:mod:`poolwatch.engines`), never named here.
+Only catalogued ``poolwatch_*`` metrics may appear (a test checks).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from poolwatch.detect.config import DetectorConfig
+from poolwatch.engines import EngineEntry
+from poolwatch.model.findings import LEAK_KINDS, TripwireKind
 
 __all__ = [
     "SCRAPE_LABELS",
@@ -21,10 +30,14 @@ __all__ = [
     "HOST_SURPLUS",
     "RANK",
     "WHERE",
+    "apart",
     "duration",
     "incidents_logged",
     "large",
     "not_strict",
+    "on_engines",
+    "rank_on",
+    "unless_engines",
     "with_selector",
 ]
 
@@ -33,7 +46,11 @@ WHERE = (
     "{{ $labels.worker }} ({{ $labels.role }}, dp {{ $labels.dp_rank }} tp {{ $labels.tp_rank }} "
     "pp {{ $labels.pp_rank }})"
 )
-SURPLUS_KINDS = "free_duplicate|free_and_live|free_and_tree|over_size|out_of_range"
+# the tripwires that prove slots counted twice (PoolwatchDoubleFree) and lost (PoolwatchSlotLeak),
+# as the detector sorts them (poolwatch.model.findings.LEAK_KINDS); two kinds may name the same ids
+# (a block below zero is also below its owners), so the value is the largest kind's, as the detector's
+SURPLUS_KINDS = "|".join(k.value for k in TripwireKind if k not in LEAK_KINDS)
+LOST_KINDS = "|".join(k.value for k in TripwireKind if k in LEAK_KINDS)
 CRASH_KINDS = "scheduler_exception|busy_check_failed|tree_sanity_failed"
 _METRIC = re.compile(r"(?<![\w:])(poolwatch_[a-z0-9_]+)(?:\{([^}]*)\})?")
 
@@ -77,22 +94,56 @@ def with_selector(expr: str, matchers: str) -> str:
 DOUBLE_FREE = (
     '(-poolwatch_pool_conservation_gap_slots{pool!="host"} > 0)\n'
     'or (-poolwatch_pool_used_slots{pool!="host"} > 0)\n'
-    f'or (sum without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{SURPLUS_KINDS}"}}) > 0)'
+    f'or (max without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{SURPLUS_KINDS}"}}) > 0)'
 )
 DEFICIT = (
     '(poolwatch_pool_conservation_gap_slots{pool!="host"} > 0'
-    ' or sum without (kind) (poolwatch_pool_tripwire_slots{kind="missing"}) > 0)'
+    f' or max without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{LOST_KINDS}"}}) > 0)'
 )
+
 
 HOST_SURPLUS = '-poolwatch_pool_conservation_gap_slots{pool="host"} > 0'
 HOST_DEFICIT = 'poolwatch_pool_conservation_gap_slots{pool="host"} > 0'
 
 
+def rank_on(cluster_label: str = "") -> str:
+    """``on (...)`` the labels that make one rank in Prometheus: the cluster's (when one is
+    configured), the pod's (two namespaces may each run a ``prefill-0``) and the rank's."""
+    labels = (cluster_label, "namespace", "pod", RANK)
+    return f"on ({', '.join(label for label in labels if label)})"
+
+
 def not_strict(cluster_label: str = "") -> str:
     """Ranks whose idle check only warns; an absent poolwatch_idle_check_strict means unknown,
-    which is SGLang's default: strict."""
-    on = f"{cluster_label}, {RANK}" if cluster_label else RANK
-    return f"on ({on}) poolwatch_idle_check_strict == 0"
+    which is the engine's default: strict (:func:`unless_engines` sets apart the engines with no
+    idle check at all)."""
+    return f"{rank_on(cluster_label)} poolwatch_idle_check_strict == 0"
+
+
+def _info(engines: Iterable[EngineEntry]) -> str:
+    names = "|".join(e.name for e in engines)
+    return f'poolwatch_worker_info{{engine=~"{names}"}}'
+
+
+def on_engines(engines: Iterable[EngineEntry], cluster_label: str = "") -> str:
+    """``and ...``: only the ranks that run one of ``engines``."""
+    return f"and {rank_on(cluster_label)} {_info(engines)}"
+
+
+def unless_engines(engines: Iterable[EngineEntry], cluster_label: str = "") -> str:
+    """``unless ...``: every rank but those known to run one of ``engines`` (a rank whose engine is
+    not known yet stays: "" when ``engines`` is empty)."""
+    engines = tuple(engines)
+    return f"unless {rank_on(cluster_label)} {_info(engines)}" if engines else ""
+
+
+def apart(expr: str, engines: Iterable[EngineEntry], cluster_label: str = "") -> str:
+    """``expr`` for every rank but those known to run one of ``engines`` (:func:`unless_engines`)."""
+    unless = unless_engines(engines, cluster_label)
+    if not unless:
+        return expr
+    block = "\n".join("  " + line for line in expr.splitlines())
+    return f"(\n{block}\n)\n{unless}"
 
 
 def large(cfg: DetectorConfig) -> str:

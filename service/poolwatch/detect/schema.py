@@ -1,26 +1,27 @@
 """What an alert definition is made of: the alert vocabulary and the links an alert carries.
 
-Names are CamelCase with the ``Poolwatch`` prefix (:class:`AlertName`).  ``severity`` is
+Names are CamelCase with the ``Poolwatch`` prefix (:data:`ALERT_NAME`, checked when an
+:class:`AlertDef` is made); each is written once, in the family module that raises it.  ``severity`` is
 ``critical`` (pages), ``warning`` (a ticket) or ``info``.  Each alert has a static ``summary``, a
 ``description`` with the figures, a ``runbook_url`` derived from its name
 (``docs/runbooks/<Name>.md``) and a ``dashboard_url`` (:func:`dashboard_link`, the dashboard for
-its :class:`Scope` with that scope's variables set).  The alerts themselves are the data in
-:mod:`poolwatch.detect.rules`; the detector judges each one in a family
-(:mod:`poolwatch.detect.families`).
+its :class:`Scope` with that scope's variables set).  The alerts themselves are the data of the detector
+families (:mod:`poolwatch.detect.families`, listed by :data:`poolwatch.detect.rules.FAMILIES`).
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from poolwatch.detect.config import MixinConfig
 
 __all__ = [
+    "ALERT_NAME",
     "ALERT_NAME_PATTERN",
     "AlertDef",
-    "AlertName",
     "Mode",
     "PromRule",
     "Scope",
@@ -30,28 +31,8 @@ __all__ = [
 ]
 
 
-ALERT_NAME_PATTERN = "Poolwatch.*"  # matches every AlertName (dashboards select ALERTS with it)
-
-
-class AlertName(enum.StrEnum):
-    """The name of every alert: the detector, the rules, the runbooks and the tests say these."""
-
-    DOUBLE_FREE = "PoolwatchDoubleFree"
-    SLOT_LEAK = "PoolwatchSlotLeak"
-    POOL_EXHAUSTION_FORECAST = "PoolwatchPoolExhaustionForecast"
-    IDLE_CHECK_FAILED = "PoolwatchIdleCheckFailed"
-    SCHEDULER_CRASHED = "PoolwatchSchedulerCrashed"
-    SNAPSHOT_STALE = "PoolwatchSnapshotStale"
-    TARGET_DOWN = "PoolwatchTargetDown"
-    PROBE_DEGRADED = "PoolwatchProbeDegraded"
-    SIDECAR_DOWN = "PoolwatchSidecarDown"
-    NOT_SCRAPED = "PoolwatchNotScraped"
-    NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
-    TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
-    PROBE_REPAIRED = "PoolwatchProbeRepaired"
-    HOST_POOL_GAP = "PoolwatchHostPoolGap"
-    PROBE_DIRECTORY_LOST = "PoolwatchProbeDirectoryLost"
-    SIDECAR_IDENTITY_CROSSED = "PoolwatchSidecarIdentityCrossed"
+ALERT_NAME_PATTERN = "Poolwatch.*"  # matches every alert name (dashboards select ALERTS with it)
+ALERT_NAME = re.compile(r"Poolwatch(?:[A-Z][a-z0-9]+)+")  # what an alert name must look like
 
 
 class Severity(enum.StrEnum):
@@ -87,16 +68,29 @@ class PromRule:
     for_: str
     description: str  # a Go template over $labels and $value
     keep_firing_for: str = ""  # hysteresis: a flickering condition does not resolve and re-fire
+    # the one engine this rule is written for, also its alerts' ``engine`` label (two rules of one
+    # alert and severity must differ in a label); "" = any other engine, or one not known yet
+    engine: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class AlertDef:
-    name: AlertName
+    """One alert: its name, what one instance is about, how the detector judges it, its static
+    summary, one sentence for the alert index, and its Prometheus rules (one or more per severity;
+    two rules of one severity must never match the same series)."""
+
+    name: str
     scope: Scope
     mode: Mode
     summary: str
     meaning: str  # one sentence for the alert index
     prometheus: tuple[PromRule, ...]
+
+    def __post_init__(self) -> None:
+        if not ALERT_NAME.fullmatch(self.name):
+            raise ValueError(f"alert name {self.name!r} is not CamelCase with the Poolwatch prefix")
+        if not self.prometheus:
+            raise ValueError(f"{self.name} has no Prometheus rule")
 
     @property
     def runbook_path(self) -> str:
@@ -107,7 +101,8 @@ class AlertDef:
 
     @property
     def severities(self) -> tuple[Severity, ...]:
-        return tuple(r.severity for r in self.prometheus)
+        """Its rules' severities, each once, in rule order."""
+        return tuple(dict.fromkeys(r.severity for r in self.prometheus))
 
 
 _SCOPE_VARS = {

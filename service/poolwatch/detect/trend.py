@@ -17,14 +17,24 @@ removals as there are points, so rounding never accumulates and the cost stays O
 The points are two arrays of doubles (16 bytes a point, not the ~110 of a tuple of two floats):
 1,000 ranks with four pools each hold about a million points over a 900 s window.
 :func:`fit_slope` is the plain batch fit (the reference the tests compare with).
+
+The detector keeps one :class:`GapSeries` per pool of each rank as one source sees it and hands each
+snapshot the fitted ones (:func:`fitted`, read by the forecast family); :func:`best_trends` lists
+every pool's trend for the API and the exporter, the probe's where a rank has two sources.  Pools are
+taken in :class:`~poolwatch.model.rank.Pool` order, looked up in a table built once.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["GapSeries", "Trend", "fit_slope"]
+from poolwatch.model.rank import Pool, SourceKind, WorkerId
+
+__all__ = ["GapSeries", "PoolTrend", "Trend", "best_trends", "fit_slope", "fitted"]
+
+_ORDER = {pool: index for index, pool in enumerate(Pool)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +170,34 @@ class _Sums:
         if self.rises == 0 and self.falls == 0:
             return 0.0
         return (self.sty - self.st * self.sy / self.n) / sxx
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTrend:
+    worker: WorkerId
+    pool: Pool
+    trend: Trend
+
+
+def fitted(series: Mapping[Pool, GapSeries]) -> tuple[tuple[Pool, Trend], ...]:
+    """The pools of one rank-source with a fitted trend, in pool order, with their trends."""
+    out = []
+    for pool in sorted(series, key=_ORDER.__getitem__):
+        trend = series[pool].trend()
+        if trend is not None:
+            out.append((pool, trend))
+    return tuple(out)
+
+
+def best_trends(ranks: Iterable[tuple[WorkerId, str, Mapping[Pool, GapSeries]]]) -> list[PoolTrend]:
+    """Every pool's fitted trend (``(worker, source, series)`` per rank-source), one per rank and
+    pool: of two sources of one rank, the probe's (exact) wins; ordered by rank, then pool."""
+    best: dict[tuple[str, Pool], tuple[bool, PoolTrend]] = {}
+    for worker, source, series in ranks:
+        probe = source == SourceKind.PROBE
+        for pool, gaps in series.items():
+            trend = gaps.trend()
+            key = (worker.key, pool)
+            if trend is not None and (key not in best or (probe and not best[key][0])):
+                best[key] = (probe, PoolTrend(worker, pool, trend))
+    return [best[k][1] for k in sorted(best, key=lambda k: (k[0], _ORDER[k[1]]))]

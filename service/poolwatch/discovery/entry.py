@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from poolwatch.discovery.handle import held
 from poolwatch.discovery.safety import make_directory
+from poolwatch.fields import FieldError, text
 
 __all__ = [
     "DiscoveryEntry",
@@ -108,14 +109,10 @@ def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any
 
 
 def _text(doc: dict[str, Any], name: str, limit: int) -> str:
-    value: str = _field(doc, name, str)
-    if len(value) > limit:
-        raise DiscoveryFormatError(f"{name}: longer than {limit} characters")
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise DiscoveryFormatError(f"{name}: not encodable text (a lone surrogate?)") from None
-    return value
+        return text(_field(doc, name, str), name, limit)  # bounded, encodable (poolwatch.fields)
+    except FieldError as exc:
+        raise DiscoveryFormatError(str(exc)) from None
 
 
 def _small_int(doc: dict[str, Any], name: str, high: int) -> int:

@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-__all__ = ["Exactness", "IncidentKind", "Phase", "Pool", "PoolAccount", "Role", "SourceKind", "WorkerId"]
+__all__ = [
+    "ENGINE_CHANNELS",
+    "NEUTRAL_CHANNELS",
+    "Exactness",
+    "IncidentKind",
+    "Phase",
+    "Pool",
+    "PoolAccount",
+    "Role",
+    "SourceKind",
+    "WorkerId",
+]
 
 
 class Role(enum.StrEnum):
@@ -16,26 +29,50 @@ class Role(enum.StrEnum):
     UNIFIED = "unified"
 
 
-class SourceKind(enum.StrEnum):
-    """Where a snapshot's figures come from (a target's ``source`` and a snapshot's)."""
+class SourceKind(str):
+    """Where a snapshot's figures come from (a target's ``source`` and a snapshot's): a string, as on
+    the wire and in a targets file.
 
-    PROBE = "probe"  # the in-process probe: exact figures
-    SGLANG_METRICS = "sglang-metrics"  # SGLang's /metrics and /get_server_info: coarse figures
-    SGLANG_LOG = "sglang-log"  # SGLang's log: incidents and the idle check's figures
-    VLLM_METRICS = "vllm-metrics"  # vLLM's /metrics: coarse figures (usage ratio, queues), never a gap
-    VLLM_LOG = "vllm-log"  # vLLM's log: EngineCore's fatal errors, its stats lines
-    FILE = "file"  # a snapshot file (a fixture, another tool)
+    The neutral kinds are :attr:`PROBE` (the in-process probe: exact figures) and :attr:`FILE` (a
+    snapshot file: a fixture, another tool).  An engine's own faces, read without a probe, are
+    ``<engine>-metrics`` (its ``/metrics``: coarse figures) and ``<engine>-log`` (its log: incidents,
+    and figures where it prints them) -- ``sglang-metrics``, ``vllm-log`` -- for the engines whose
+    registry entry lists those channels (:attr:`poolwatch.engines.EngineEntry.channels`; a targets
+    file is checked against it).  A value of neither form is a ``ValueError``.
+    """
+
+    __slots__ = ()
+    PROBE: ClassVar[SourceKind]
+    FILE: ClassVar[SourceKind]
+
+    def __new__(cls, value: str) -> SourceKind:
+        engine, dash, channel = value.rpartition("-")
+        neutral = not dash and channel in NEUTRAL_CHANNELS
+        if not neutral and not (channel in ENGINE_CHANNELS and _ENGINE_NAME.fullmatch(engine)):
+            raise ValueError(f"{value!r} is not a source kind (probe, file, <engine>-metrics, <engine>-log)")
+        return super().__new__(cls, value)
+
+    @classmethod
+    def of(cls, engine: str, channel: str) -> SourceKind:
+        """The kind of ``engine``'s own ``channel`` (``metrics`` or ``log``)."""
+        return cls(f"{engine}-{channel}")
 
     @property
     def channel(self) -> str:
-        """What the source reads, whatever the engine: ``probe``, ``metrics``, ``log`` or ``file``
-        (an engine's own kinds are named ``<engine>-metrics`` and ``<engine>-log``)."""
-        return self.value.rpartition("-")[2]
+        """What the source reads, whatever the engine: ``probe``, ``metrics``, ``log`` or ``file``."""
+        return self.rpartition("-")[2]
 
     @property
     def engine(self) -> str:
         """The engine whose own ``/metrics`` or log this kind reads ("" for ``probe`` and ``file``)."""
-        return self.value.rpartition("-")[0]
+        return self.rpartition("-")[0]
+
+
+NEUTRAL_CHANNELS = ("probe", "file")  # the kinds that are their own channel, whatever the engine
+ENGINE_CHANNELS = ("metrics", "log")  # an engine's own faces, read without a probe
+_ENGINE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+SourceKind.PROBE = SourceKind("probe")
+SourceKind.FILE = SourceKind("file")
 
 
 class Pool(enum.StrEnum):
@@ -99,7 +136,10 @@ class WorkerId:
     model: str = ""
     release: str = ""  # the engine's release (on the wire and the info metric also ``sglang_version``)
     instance: str = ""
-    engine: str = "sglang"  # the serving engine (poolwatch.engines)
+    # the serving engine (poolwatch.engines), said by whoever builds one ("": not known); keyword-only
+    # and required, so no source can forget it (the wire's default for a snapshot naming none is the
+    # codec's, for compatibility)
+    engine: str = field(kw_only=True)
     release_verified: bool = True  # False: a release its probe room never read, read as its nearest family
 
     @property

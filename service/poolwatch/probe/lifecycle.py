@@ -36,7 +36,7 @@ from poolwatch.probe.core import hooks
 from poolwatch.probe.core.config import ProbeConfig, armed_config
 from poolwatch.probe.core.engine import Engine, Release, UnknownRelease
 from poolwatch.probe.core.post_import import on_import
-from poolwatch.probe.core.probe import Clock, Probe
+from poolwatch.probe.core.probe import Clock, Probe, new_probe
 
 __all__ = [
     "activate",
@@ -110,7 +110,7 @@ def attach(
         return existing
     config = _config(spec, config)
     times = {k: v for k, v in (("clock", clock), ("wall", wall)) if v is not None}
-    probe = spec.new(scheduler, config, release=release, environ=environ, **times)
+    probe = new_probe(spec, scheduler, config, release=release, environ=environ, **times)
     hooks.adopt(scheduler, probe, spec.hooks, Probe)
     probe.contain("start", probe.start)  # a half-built scheduler: counted, never raised
     if config.serve if serve is None else serve:

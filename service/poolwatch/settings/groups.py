@@ -31,6 +31,7 @@ class ServerSettings:
     host: str = "0.0.0.0"  # a sidecar must be reachable by Prometheus; tests and the demo use 127.0.0.1
     port: int = 9464
     log_level: str = "info"
+    log_format: str = "text"  # or "json": one JSON object per line (poolwatch.commands.logs)
     ready_requires_data: bool = False  # opt-in: /readyz fails while no rank has fresh data (gates the pod!)
 
 

@@ -7,15 +7,17 @@ reach ``--help`` undescribed.
 
 from __future__ import annotations
 
-from poolwatch.engines import engine_names
+from poolwatch.engines import read_engines
 
-__all__ = ["HELP", "show_default"]
+__all__ = ["HELP", "SHOWN_DEFAULTS", "show_default"]
 
 HELP: dict[str, str] = {
     # server
     "host": "address to listen on (a pod's sidecar must be reachable by Prometheus; 127.0.0.1 for local use)",
     "port": "port of /metrics, the API and the status page (docs/deploy.md: why 9464)",
     "log_level": "debug, info, warning or error",
+    "log_format": "text (time level logger message) or json (one object per line: time, level, logger, "
+    "message, event)",
     "ready_requires_data": "opt-in: /readyz fails while no rank has fresh data (a native sidecar's "
     "readiness is the pod's, so this takes SGLang out of its Service)",
     # scrape
@@ -27,13 +29,14 @@ HELP: dict[str, str] = {
     "history_budget": "snapshots kept in all ranks' histories together: with many ranks each keeps"
     " this divided by their number (bounds memory at fleet scale)",
     # targets
-    "probe_dir": "discovery directory where each scheduler rank's probe announces itself",
+    "probe_dir": "discovery directory where each scheduler rank's probe announces itself (the probe's "
+    "POOLWATCH_PROBE_DIR)",
     "probe_urls": "probe endpoints to read, comma-separated",
     "metrics_urls": "engine servers whose own /metrics (SGLang: and /get_server_info) give coarse "
     "figures, comma-separated",
     "log_paths": "engine log files to follow, comma-separated",
     "engine": "the engine whose /metrics and log formats --metrics-urls and --log-paths are: "
-    + " or ".join(engine_names()),
+    + " or ".join(read_engines()),
     "snapshot_files": "JSON snapshot files to read (fixtures, other tools), comma-separated",
     "targets_file": "YAML list of targets with their workers (central mode)",
     "probe_workers": "follow only the discovered probes of these workers, comma-separated (empty: all)",
@@ -92,6 +95,15 @@ HELP: dict[str, str] = {
     "max_discovery_file_bytes": "size of one discovery file in bytes (a larger one is skipped)",
     "max_discovery_files": "discovery files read per scan (the rest are skipped)",
     "max_log_ranks": "scheduler ranks one engine's log may name (a new one past it is dropped, logged once)",
+}
+
+
+# A default that is not the field's own value but a rule (the field stays "" until the sources decide):
+# the sidecar reads the probes' default directory when no other target is configured
+# (``poolwatch.sources.targets.TargetSet``, ``poolwatch.discovery.safety.default_directory``).
+SHOWN_DEFAULTS: dict[str, str] = {
+    "probe_dir": "/run/poolwatch if this user may write there, else $XDG_RUNTIME_DIR/poolwatch, else "
+    "/tmp/poolwatch, as the probe; none when another target is set",
 }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, get_type_hints
 
-from poolwatch.engines import engine_names
+from poolwatch.engines import UnknownEngine, read_engine
 from poolwatch.errors import ConfigError
 from poolwatch.limits import LimitError
 from poolwatch.model.rank import Role
@@ -98,7 +98,12 @@ def _check_range(name: str, value: Any) -> None:
         raise ConfigError(f"{env_name(name)}: must be at least {_MINIMUM[name]}, got {value}")
     if name in _MAXIMUM and value > _MAXIMUM[name]:
         raise ConfigError(f"{env_name(name)}: must be at most {_MAXIMUM[name]}, got {value}")
-    if name == "engine" and value not in engine_names():
-        raise ConfigError(f"{env_name(name)}: expected one of {', '.join(engine_names())}, got {value!r}")
+    if name == "engine":
+        try:
+            read_engine(value)
+        except UnknownEngine as exc:
+            raise ConfigError(f"{env_name(name)}: {exc}") from None
     if name == "log_level" and value.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"{env_name(name)}: expected debug, info, warning or error, got {value!r}")
+    if name == "log_format" and value not in ("text", "json"):
+        raise ConfigError(f"{env_name(name)}: expected text or json, got {value!r}")

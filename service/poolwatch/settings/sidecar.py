@@ -27,7 +27,7 @@ from poolwatch.settings.groups import (
     ServerSettings,
     TargetSettings,
 )
-from poolwatch.settings.help import HELP, show_default
+from poolwatch.settings.help import HELP, SHOWN_DEFAULTS, show_default
 from poolwatch.settings.parse import build_group, env_name
 
 __all__ = ["Settings", "add_flags", "from_args"]
@@ -108,7 +108,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         section = parser.add_argument_group(group_name)
         for f in fields(group):
             flag = "--" + f.name.replace("_", "-")
-            text = f"{HELP[f.name]} (default: {show_default(f.default)}; env {env_name(f.name)})"
+            shown = SHOWN_DEFAULTS.get(f.name) or show_default(f.default)
+            text = f"{HELP[f.name]} (default: {shown}; env {env_name(f.name)})"
             section.add_argument(
                 flag, dest=f"setting_{f.name}", metavar="VALUE", help=text.replace("%", "%%")
             )

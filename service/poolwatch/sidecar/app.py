@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import httpx
-from fastapi import APIRouter, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from poolwatch import __version__
@@ -28,13 +25,14 @@ from poolwatch.sidecar.incidents.log import IncidentLog
 from poolwatch.sidecar.incidents.redact import settings_summary
 from poolwatch.sidecar.lanes import Lanes, shared_limits
 from poolwatch.sidecar.metrics.collectors import (
-    BuildInfoCollector,
+    InfoCollector,
     PoolCollector,
-    SidecarInfoCollector,
     TargetCollector,
 )
 from poolwatch.sidecar.metrics.discovery import DiscoveryCollector
 from poolwatch.sidecar.metrics.exposition import CachedExposition
+from poolwatch.sidecar.metrics.route import metrics_router
+from poolwatch.sidecar.readiness import readiness_router
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import SupervisorCollector
@@ -44,7 +42,6 @@ from poolwatch.sources.targets import TargetSet
 __all__ = ["build_exposition", "build_registry", "create_app", "process_collector"]
 
 STATIC_DIR = Path(__file__).parent.parent / "static"
-GZIP_LEVEL = 1  # /metrics compresses ~10x at level 1; higher levels cost more CPU than they save
 STOP_SCRAPER_S = 2.0  # SIGTERM: the scrape loop gets this long to close its lanes, then is left
 
 
@@ -65,6 +62,19 @@ def process_collector() -> Collector:
     return ProcessCollector(registry=None)
 
 
+def _collectors(
+    store: SnapshotStore,
+    clock: Callable[[], float],
+    stale_after: float,
+    extra: Sequence[Collector],
+    process: Collector | None,
+) -> tuple[PoolCollector, TargetCollector, list[Collector]]:
+    """The ranks' collector, the targets' collector, and the rest: ``extra``, build info and
+    ``process`` (by default :func:`process_collector`)."""
+    rest = [*extra, InfoCollector("poolwatch_build_info", __version__), process or process_collector()]
+    return PoolCollector(store, clock, stale_after), TargetCollector(store), rest
+
+
 def build_registry(
     store: SnapshotStore,
     clock: Callable[[], float],
@@ -72,14 +82,13 @@ def build_registry(
     extra: Sequence[Collector] = (),
     process: Collector | None = None,
 ) -> CollectorRegistry:
-    """A fresh registry holding poolwatch's collectors, build info and ``process`` (by default
-    :func:`process_collector`; no platform or GC defaults): what :func:`build_exposition` renders,
-    collector by collector (the tests' uncached reference)."""
+    """A fresh registry holding poolwatch's collectors, build info and ``process`` (no platform or
+    GC defaults): what :func:`build_exposition` renders, collector by collector (the tests'
+    uncached reference)."""
     registry = CollectorRegistry()
-    for collector in (PoolCollector(store, clock, stale_after), TargetCollector(store), *extra):
+    pools, targets, rest = _collectors(store, clock, stale_after, extra, process)
+    for collector in (pools, targets, *rest):
         registry.register(collector)
-    registry.register(BuildInfoCollector(__version__))
-    registry.register(process or process_collector())
     return registry
 
 
@@ -91,9 +100,7 @@ def build_exposition(
     process: Collector | None = None,
 ) -> CachedExposition:
     """What :func:`build_registry` exposes, rendered from per-rank blocks cached per snapshot."""
-    pools, targets = PoolCollector(store, clock, stale_after), TargetCollector(store)
-    rest = [*extra, BuildInfoCollector(__version__), process or process_collector()]
-    return CachedExposition(store, pools, targets, rest)
+    return CachedExposition(store, *_collectors(store, clock, stale_after, extra, process))
 
 
 def _provider(
@@ -123,6 +130,34 @@ def _incidents(settings: Settings, store: SnapshotStore, clock: Callable[[], flo
     return incidents
 
 
+def _lifespan(
+    settings: Settings,
+    transport: httpx.AsyncBaseTransport | None,
+    scraper: Scraper,
+    alerting: AlertWiring,
+    incidents: IncidentLog,
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """What runs while the app serves: the HTTP client, the scrape loop and alerting, started in
+    that order and stopped in reverse (the scrape loop within :data:`STOP_SCRAPER_S`); the
+    incidents are saved last."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        limits, timeout = shared_limits(settings.scrape), settings.scrape.scrape_timeout
+        async with httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits) as client:
+            lanes = Lanes(settings.scrape) if transport is None else None  # one per watched probe
+            task = alerting.supervisor.start("poolwatch-scraper", lambda: scraper.run(client, lanes))
+            await alerting.start()
+            try:
+                yield
+            finally:
+                await stop_within(task, STOP_SCRAPER_S)
+                await alerting.stop()
+                incidents.flush()
+
+    return lifespan
+
+
 def create_app(
     settings: Settings,
     *,
@@ -145,27 +180,14 @@ def create_app(
     stale_after = settings.detection.stale_after
     own = [alerting.collector, SupervisorCollector(alerting.supervisor), *discovery]
     if settings.identity.pod:  # who this sidecar serves: Prometheus' pod label must say the same
-        own.append(SidecarInfoCollector(settings.identity.pod))
+        own.append(InfoCollector("poolwatch_sidecar_info", settings.identity.pod))
     exposition = build_exposition(store, clock, stale_after, [*own, *collectors])
     incidents = _incidents(settings, store, clock)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        limits, timeout = shared_limits(settings.scrape), settings.scrape.scrape_timeout
-        async with httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits) as client:
-            lanes = Lanes(settings.scrape) if transport is None else None  # one per watched probe
-            task = alerting.supervisor.start("poolwatch-scraper", lambda: scraper.run(client, lanes))
-            await alerting.start()
-            try:
-                yield
-            finally:
-                await stop_within(task, STOP_SCRAPER_S)
-                await alerting.stop()
-                incidents.flush()
 
     # No /docs, /redoc or /openapi.json: FastAPI's pages load Swagger UI and ReDoc from a CDN, and a
     # monitoring sidecar pulls no third-party script into an operator's browser (issue 24 item 9).
     # The API is documented in README.md; ``app.openapi()`` still builds the schema for tools.
+    lifespan = _lifespan(settings, transport, scraper, alerting, incidents)
     app = FastAPI(
         title="poolwatch",
         version=__version__,
@@ -174,44 +196,15 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
-    app.state.store = store
-    app.state.alerting = alerting
-    app.state.incidents = incidents
-
-    @app.get("/metrics", include_in_schema=False)
-    def metrics(request: Request) -> Response:
-        try:
-            encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        except (ValueError, TypeError):  # an Accept the library cannot parse: the plain text format
-            encoder, content_type = choose_encoder("")
-        body = exposition.render(encoder, clock())
-        headers = {"Vary": "Accept-Encoding"}
-        if gzip_accepted(request.headers.get("accept-encoding", "")):
-            body, headers["Content-Encoding"] = gzip.compress(body, compresslevel=GZIP_LEVEL), "gzip"
-        return Response(body, media_type=content_type, headers=headers)
-
-    @app.get("/healthz", summary="Liveness: the process answers")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", summary="Readiness: the sidecar serves (opt-in: and has fresh data)")
-    def readyz() -> JSONResponse:
-        """Ready once it serves: a native sidecar's readiness is the pod's, so by default poolwatch
-        never takes SGLang out of its Service; freshness is a metric and an alert instead.  With
-        ``ready_requires_data`` it is not ready while no rank has fresh data or a background task is
-        crash-looping; ``crash_looping`` always lists such tasks."""
-        now = clock()
-        fresh = sum(1 for s in store.latest() if now - s.taken_at <= stale_after)
-        looping = alerting.supervisor.crash_looping()
-        strict = settings.server.ready_requires_data
-        if strict and looping:
-            reason = f"crash-looping: {', '.join(looping)}"
-            return JSONResponse({"status": "not ready", "reason": reason, "crash_looping": looping}, 503)
-        if fresh or not strict:
-            return JSONResponse({"status": "ready", "fresh_ranks": fresh, "crash_looping": looping})
-        return JSONResponse({"status": "not ready", "reason": "no rank has fresh data"}, status_code=503)
-
-    own_routers = [api_router(store, clock, stale_after), alerting.router, incidents_router(incidents)]
+    app.state.store, app.state.alerting, app.state.incidents = store, alerting, incidents
+    ready = settings.server.ready_requires_data
+    own_routers = [
+        metrics_router(exposition, clock),
+        readiness_router(store, clock, stale_after, alerting.supervisor.crash_looping, requires_data=ready),
+        api_router(store, clock, stale_after),
+        alerting.router,
+        incidents_router(incidents),
+    ]
     for router in (*own_routers, *routers):
         app.include_router(router)
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="status")

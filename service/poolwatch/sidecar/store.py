@@ -18,10 +18,14 @@ default, not 256,000 snapshots), so memory stays bounded whatever the fleet's si
 Written by the scrape loop, read by the collectors and the API.  A lock keeps readers on other
 threads (the ``/metrics`` route runs in a worker thread) consistent; every operation is O(1) or
 O(ranks).
+
+Kept whole: one lock and all the state it guards (the latest snapshots, the histories and their
+shared budget, each rank's view).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import Counter, deque
@@ -40,11 +44,12 @@ HISTORY_BUDGET = 16384  # snapshots kept in all the histories together (~3.5 KB 
 PREFERENCE = ("probe", "file", "metrics", "log")  # by channel (SourceKind.channel): exact first
 
 
-_RANK = {kind.value: PREFERENCE.index(kind.channel) for kind in SourceKind}
-
-
+@functools.lru_cache(maxsize=256)
 def _preference(source: str) -> int:
-    return _RANK.get(source, len(PREFERENCE))  # not a kind (a snapshot file may name anything): last
+    try:
+        return PREFERENCE.index(SourceKind(source).channel)
+    except ValueError:  # not a kind (a snapshot file may name anything): last
+        return len(PREFERENCE)
 
 
 def best_view(snaps: Iterable[Snapshot], fresh_within: float) -> Snapshot:

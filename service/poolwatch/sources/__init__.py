@@ -1,26 +1,11 @@
-"""Sources of snapshots, one per target: ``probe``, ``sglang-metrics``, ``sglang-log``, ``file``.
+"""Sources of snapshots, one per target, one kind per module: the probe's endpoint
+(``probe_source.py``, found in the discovery directory by ``probe_dir.py``), a snapshot file
+(``file.py``), a final snapshot a dying rank left (``final.py``), and each engine's own ``/metrics``
+and log, read by that engine's room (``sglang/``, ``vllm/``; its kinds are ``<engine>-metrics`` and
+``<engine>-log``, listed in :mod:`poolwatch.engines`) through :mod:`~poolwatch.sources.engine`.
 
-:func:`source_provider` is what the scrape loop asks every cycle (the probe discovery directory
-is re-read each time); :func:`build_sources` is one look at it.  Both come from
-:class:`poolwatch.sources.targets.TargetSet`, which raises ``ConfigError`` for a bad targets file.
+:class:`~poolwatch.sources.targets.TargetSet` keeps the current sources (``current()`` is asked
+every scrape cycle: targets come and go); the static targets -- flags, ``POOLWATCH_*`` and the
+targets file -- are :mod:`~poolwatch.sources.target_config`'s, which raises ``ConfigError`` for a
+bad one.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable, Sequence
-
-from poolwatch.settings.sidecar import Settings
-from poolwatch.sources.base import Source
-from poolwatch.sources.targets import TargetSet
-
-__all__ = ["build_sources", "source_provider"]
-
-
-def source_provider(settings: Settings, clock: Callable[[], float]) -> Callable[[], Sequence[Source]]:
-    """The current sources, asked again every scrape cycle (targets come and go)."""
-    return TargetSet(settings, clock).current
-
-
-def build_sources(settings: Settings, clock: Callable[[], float]) -> list[Source]:
-    """The sources configured now (static targets, and the probes discovered at this moment)."""
-    return list(source_provider(settings, clock)())

@@ -11,16 +11,19 @@ read; the scrape loop records it and carries on with the other targets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from poolwatch.errors import ScrapeError
+from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import Role, SourceKind
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.sources.http import get_json, join_url
 
-__all__ = ["Source", "Target", "with_target_identity"]
+__all__ = ["BoundedSource", "Source", "Target", "with_target_identity"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,43 @@ class Source(Protocol):
         """True when a target that stopped answering has left a last word not yet delivered (a
         probe's final snapshot): the loop, backing off, scrapes again at once."""
         return False
+
+
+class BoundedSource(Source):
+    """A source that reads at most ``max_bytes`` of its target per scrape and parses it within
+    ``limits`` (a snapshot file, an engine's ``/metrics`` page): what its constructor keeps."""
+
+    def __init__(
+        self,
+        target: Target,
+        clock: Callable[[], float],
+        *,
+        max_bytes: int = 4 << 20,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        self._target = target
+        self._clock = clock
+        self._max_bytes = max_bytes
+        self._limits = limits
+        self._asked: dict[str, float] = {}  # when each side document was last asked for
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    async def side_document(self, client: httpx.AsyncClient, path: str, every_s: float) -> Any:
+        """The JSON document at ``path`` of the target (a server's static facts: its sizes, its
+        release), asked for at most every ``every_s`` seconds; None between, and when it fails
+        (such a document is optional: what it says stays as it was)."""
+        now = self._clock()
+        last = self._asked.get(path)
+        if last is not None and now - last < every_s:
+            return None
+        self._asked[path] = now
+        try:
+            return await get_json(client, join_url(self._target.location, path), self._max_bytes)
+        except ScrapeError:
+            return None
 
 
 def with_target_identity(snap: Snapshot, target: Target) -> Snapshot:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.errors import Reason, ScrapeError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Source, Target
+from poolwatch.sources.base import BoundedSource
 from poolwatch.sources.failures import scrape_failure
 
 __all__ = ["FileSource", "parse_snapshot_document"]
@@ -36,24 +35,8 @@ def parse_snapshot_document(text: str, limits: Limits = DEFAULT_LIMITS) -> list[
         raise scrape_failure(exc, "snapshot document") from None
 
 
-class FileSource(Source):
+class FileSource(BoundedSource):
     """Reads a snapshot file on every scrape."""
-
-    def __init__(
-        self,
-        target: Target,
-        clock: Callable[[], float],
-        max_bytes: int = 4 << 20,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> None:
-        self._target = target
-        self._clock = clock
-        self._max_bytes = max_bytes
-        self._limits = limits
-
-    @property
-    def target(self) -> Target:
-        return self._target
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         text = await asyncio.to_thread(self._read)

@@ -31,11 +31,10 @@ from poolwatch.model.rank import Role, SourceKind
 from poolwatch.naming import NoWorkerName, target_worker
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
-from poolwatch.sources.engine import EngineSources, sources_of
+from poolwatch.sources.engine import EngineSources, source_kinds, sources_of
 
-__all__ = ["KINDS", "identity_labels", "load_targets_file", "parse_targets_document", "static_targets"]
+__all__ = ["identity_labels", "load_targets_file", "parse_targets_document", "static_targets"]
 
-KINDS = tuple(SourceKind)
 _LOCATION_KEY = {"probe": "url", "metrics": "url", "log": "path", "file": "path"}  # by SourceKind.channel
 
 
@@ -61,9 +60,9 @@ def _target(item: Any, where: str) -> tuple[Target, bool]:
     """The entry's target, and whether it was given its name (else the name is made from it)."""
     if not isinstance(item, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(item).__name__}")
-    given = item.get("source")
-    if given not in KINDS:
-        raise ConfigError(f"{where}.source: expected one of {', '.join(KINDS)}, got {given!r}")
+    given, kinds = item.get("source"), source_kinds()
+    if given not in kinds:
+        raise ConfigError(f"{where}.source: expected one of {', '.join(kinds)}, got {given!r}")
     kind = SourceKind(given)
     key = _LOCATION_KEY[kind.channel]
     location = _text(item, key, where, required=True)
@@ -160,7 +159,7 @@ def _kind(engine: EngineSources | None, channel: str, setting: str) -> SourceKin
 
 def _flag_worker(kind: SourceKind, location: str, own: str) -> str:
     try:
-        return target_worker(kind, location, pod_worker="" if kind is SourceKind.FILE else own)
+        return target_worker(kind, location, pod_worker="" if kind == SourceKind.FILE else own)
     except NoWorkerName:
         raise ConfigError(
             "POOLWATCH_LOG_PATHS: with several POOLWATCH_METRICS_URLS servers a log cannot be told "
@@ -171,6 +170,6 @@ def _flag_worker(kind: SourceKind, location: str, own: str) -> str:
 def _name(kind: SourceKind, location: str) -> str:
     """A target's name: a file's name, else the URL as shown (no user, password, path or query;
     the log's path is the operator's own)."""
-    if kind is SourceKind.FILE:
+    if kind == SourceKind.FILE:
         return f"file:{Path(location).name}"
     return f"{kind}:{shown_url(location)}" if kind.channel in ("probe", "metrics") else f"{kind}:{location}"

@@ -77,12 +77,12 @@ def make_source(
     """The source object that reads ``target`` (a probe's final snapshot is looked for at
     ``final_path`` when the probe stops answering; a discovered probe is shown ``secret``)."""
     max_bytes, limits = settings.scrape.max_body_bytes, settings.limits
-    if target.source is SourceKind.PROBE:
+    if target.source == SourceKind.PROBE:
         # watch the probe: an answer as soon as its verdict changes, else once per interval
         wait = watch_wait(settings.scrape.scrape_interval, settings.scrape.scrape_timeout)
         return ProbeSource(target, max_bytes, wait, final_path, limits, secret)
-    if target.source is SourceKind.FILE:
-        return FileSource(target, clock, max_bytes, limits)
+    if target.source == SourceKind.FILE:
+        return FileSource(target, clock, max_bytes=max_bytes, limits=limits)
     room = sources_for(target.source)  # an engine's own /metrics or log: its room reads it
     if room is None:
         raise ConfigError(f"target {target.name}: unknown source {target.source!r}")

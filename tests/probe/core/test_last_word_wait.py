@@ -13,7 +13,8 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
 from poolwatch.probe.core.last_word import ATTENDED_S, GRACE_S, Outcome, await_collection
 from poolwatch.probe.core.publication import Publication
-from poolwatch.probe.endpoint.routes import Context, Request, answer
+from poolwatch.probe.endpoint.messages import Request
+from poolwatch.probe.endpoint.routes import Context, answer
 
 
 def _attended(pub: Publication, snap: Snapshot) -> None:

@@ -4,7 +4,7 @@ id named up to the wire's bound and the exact count beyond it, in the snapshot a
 from __future__ import annotations
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
-from poolwatch.detect.balance import id_ranges
+from poolwatch.detect.evidence import id_ranges
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Phase, Pool, WorkerId
 from poolwatch.model.snapshot import Snapshot
@@ -40,12 +40,12 @@ def test_past_the_bound_the_ids_stop_and_the_count_stays_exact() -> None:
 
 def test_the_count_survives_the_wire_and_an_old_reader_still_reads_the_ids() -> None:
     trip = leak(range(10, 20), total=5000)
-    snap = Snapshot(WorkerId("w"), 1, 0.0, Phase.BUSY, {}, "probe", tripwires=(trip,))
+    snap = Snapshot(WorkerId("w", engine="sglang"), 1, 0.0, Phase.BUSY, {}, "probe", tripwires=(trip,))
     doc = dump_snapshot(snap)
     assert doc["tripwires"][0]["total"] == 5000
     assert parse_snapshot(doc).tripwires == (trip,)
     every = dump_snapshot(
-        Snapshot(WorkerId("w"), 1, 0.0, Phase.BUSY, {}, "probe", tripwires=(leak(range(3)),))
+        Snapshot(WorkerId("w", engine="sglang"), 1, 0.0, Phase.BUSY, {}, "probe", tripwires=(leak(range(3)),))
     )
     assert "total" not in every["tripwires"][0]  # every id named: the form earlier sidecars read
 

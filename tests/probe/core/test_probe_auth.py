@@ -11,7 +11,8 @@ from typing import Any
 
 from poolwatch.discovery.auth import MAX_SKEW_S, sign_request
 from poolwatch.probe.core.publication import Publication
-from poolwatch.probe.endpoint.routes import Context, Request, answer
+from poolwatch.probe.endpoint.messages import Request
+from poolwatch.probe.endpoint.routes import Context, answer
 
 SECRET = "ab" * 32
 

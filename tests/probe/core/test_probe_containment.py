@@ -11,6 +11,7 @@ from tests.probe.sglang.fakes import Rank
 from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 
@@ -24,7 +25,7 @@ CONFIG = ProbeConfig(
 
 def make(sched: object) -> SglangProbe:
     clock = FakeClock()
-    return SGLANG.new(sched, CONFIG, environ={}, clock=clock, wall=clock)
+    return new_probe(SGLANG, sched, CONFIG, environ={}, clock=clock, wall=clock)
 
 
 class Exploding:

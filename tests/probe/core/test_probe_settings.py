@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from poolwatch.discovery.safety import default_directory
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.shapes import HeldRule, parse_version, shape_for_version
 
 
@@ -131,7 +132,7 @@ def test_a_probe_on_an_unreadable_version_reads_it_as_the_newest_family() -> Non
     from poolwatch.probe.core.config import ProbeConfig
     from poolwatch.probe.sglang.engine import SGLANG
 
-    probe = SGLANG.new(object(), ProbeConfig(serve=False, release="main-dev"), environ={})
+    probe = new_probe(SGLANG, object(), ProbeConfig(serve=False, release="main-dev"), environ={})
     assert probe.shape.family == "0.5.23"
 
 

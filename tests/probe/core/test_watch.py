@@ -14,7 +14,8 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
-from poolwatch.probe.endpoint.routes import MAX_WAIT_S, BadRequest, wait_of
+from poolwatch.probe.endpoint.messages import BadRequest
+from poolwatch.probe.endpoint.routes import MAX_WAIT_S, wait_of
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe_source import ProbeSource
 

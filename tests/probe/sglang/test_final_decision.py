@@ -15,6 +15,7 @@ from tests.probe.sglang.fakes import seed_rank
 from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
 from poolwatch.model.rank import Phase, Pool, PoolAccount
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.final import residual, sglang_checks
 from poolwatch.probe.sglang.shapes import shape_for_version
@@ -26,7 +27,7 @@ def test_0_5_4s_check_runs_at_its_hook_while_last_batch_still_holds_the_finished
     rank, _ = seed_rank()
     clock = FakeClock()
     config = replace(CONFIG, directory=str(tmp_path), sample_interval_s=1.0, census_interval_s=10.0)
-    probe = SGLANG.new(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    probe = new_probe(SGLANG, rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
     probe.on_loop_boundary("recv_requests")
     rank.sched.chunked_req = None  # the request finished; last_batch still holds its batch
     assert rank.sched.last_batch is not None

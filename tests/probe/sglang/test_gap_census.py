@@ -25,7 +25,8 @@ from poolwatch.probe.sglang.mamba_census import mamba_census
 from poolwatch.probe.sglang.requests import collect_live
 from poolwatch.probe.sglang.shapes import shape_for_version
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faults import parse_fault
 from poolwatch_emulator.workload import WorkloadConfig
 

@@ -20,7 +20,8 @@ from poolwatch.probe.lifecycle import detach, install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faults import parse_fault
 from poolwatch_emulator.scheduler import Scheduler
 from poolwatch_emulator.workload import WorkloadConfig

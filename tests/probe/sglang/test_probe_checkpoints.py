@@ -13,6 +13,7 @@ from poolwatch.conservation import gap
 from poolwatch.model.findings import RepairKind, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 
@@ -52,8 +53,8 @@ def rank_with_checkpoints() -> tuple[Rank, CheckpointPool]:
 
 def sample(rank: Rank) -> SglangProbe:
     clock = FakeClock()
-    probe = SGLANG.new(
-        rank.sched, replace(CONFIG), environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock
+    probe = new_probe(
+        SGLANG, rank.sched, replace(CONFIG), environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock
     )
     probe.sample_now()
     return probe
@@ -116,7 +117,7 @@ def test_a_lost_checkpoint_slot_is_named_by_slot_id() -> None:
 def guarded(rank: Rank) -> SglangProbe:
     clock = FakeClock()
     config = replace(CONFIG, guard=True)
-    probe = SGLANG.new(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    probe = new_probe(SGLANG, rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
     probe.sample_now()
     return probe
 

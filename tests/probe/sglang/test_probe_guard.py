@@ -21,6 +21,8 @@ from poolwatch.model.findings import RepairKind, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
+from poolwatch.probe.core.engine import Release
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, known_release, shape_for_version
@@ -29,7 +31,7 @@ from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, known_release, shape_f
 def probe_for(rank: Rank, *, guard: bool, directory: str = CONFIG.directory) -> SglangProbe:
     clock = FakeClock()
     config = replace(CONFIG, guard=guard, directory=directory)
-    return SGLANG.new(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    return new_probe(SGLANG, rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
 
 
 def free_mamba(rank: Rank) -> list[int]:
@@ -141,7 +143,7 @@ def test_no_final_snapshot_where_sglangs_idle_check_only_warns(tmp_path: Path) -
     clock = FakeClock()
     config = replace(CONFIG, directory=str(tmp_path), release="0.5.6")
     environ = {"POOLWATCH_WORKER": "w0", "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "0"}
-    probe = SGLANG.new(rank.sched, config, environ=environ, clock=clock, wall=clock)
+    probe = new_probe(SGLANG, rank.sched, config, environ=environ, clock=clock, wall=clock)
     probe.on_idle("self_check_during_idle")
     assert read_final_dir(tmp_path, read_secret(tmp_path) or "") == []
 
@@ -164,9 +166,9 @@ def test_on_a_release_newer_than_the_newest_known_guard_never_returns_but_still_
     config = replace(CONFIG, guard=True, release="0.6.0")
     clock = FakeClock()
     with caplog.at_level(logging.WARNING, logger="poolwatch.probe"):
-        probe = SGLANG.new(
-            rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock,
-            shape=shape_for_version("0.5.4.post1"),
+        probe = new_probe(
+            SGLANG, rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock,
+            release=Release("0.6.0", shape_for_version("0.5.4.post1").family, verified=False),
         )  # fmt: skip
     assert [r for r in caplog.records if "newer than the newest release" in r.message]
     probe.on_idle("self_check_during_idle")
@@ -177,9 +179,9 @@ def test_on_a_release_newer_than_the_newest_known_guard_never_returns_but_still_
     assert snap.probe is not None
     assert (snap.probe.guard, snap.probe.guard_return) == (True, False)
     seeded, slot = seed_rank()  # quarantine still runs there
-    guarded = SGLANG.new(
-        seeded.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock,
-        shape=shape_for_version("0.5.4.post1"),
+    guarded = new_probe(
+        SGLANG, seeded.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock,
+        release=Release("0.6.0", shape_for_version("0.5.4.post1").family, verified=False),
     )  # fmt: skip
     guarded.after_prefill_chunk("process_prefill_chunk")
     assert slot not in free_mamba(seeded)

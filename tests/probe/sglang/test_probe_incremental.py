@@ -19,6 +19,7 @@ from tests.probe.sglang.fakes import Rank
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang import mamba_census as census
 from poolwatch.probe.sglang.engine import SGLANG
@@ -30,7 +31,8 @@ from poolwatch.probe.sglang.snapshot import take_sample
 from poolwatch.probe.sglang.totals import Memo, fast_totals
 from poolwatch.probe.sglang.waiting import WaitingHolders
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.workload import WorkloadConfig
 
 CONFIG = ProbeConfig(
@@ -67,7 +69,7 @@ class CountingQueue(list[Any]):
 
 
 def probe_for(rank: Rank, clock: FakeClock) -> SglangProbe:
-    return SGLANG.new(rank.sched, CONFIG, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    return new_probe(SGLANG, rank.sched, CONFIG, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
 
 
 def long_queue_rank(waiting: int) -> Rank:

@@ -15,7 +15,8 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch_emulator.build import ModelShape
-from poolwatch_emulator.cluster import Cluster, ClusterConfig
+from poolwatch_emulator.cluster import Cluster
+from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faults import parse_fault
 from poolwatch_emulator.scheduler import Scheduler
 from poolwatch_emulator.workload import WorkloadConfig

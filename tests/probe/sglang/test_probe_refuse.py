@@ -13,12 +13,13 @@ from tests.probe.sglang.fakes import MambaPool, Rank
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import findings, gap
 from poolwatch.detect.alert import Signal
+from poolwatch.detect.families.repairs import GuardRepairs
 from poolwatch.detect.family import Seen
-from poolwatch.detect.repairs import GuardRepairs
 from poolwatch.model.findings import RepairKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
@@ -36,7 +37,7 @@ CONFIG = ProbeConfig(
 def probe_for(rank: Rank, *, guard: bool, version: str = "0.5.4.post1", directory: str = "") -> SglangProbe:
     clock = FakeClock()
     config = replace(CONFIG, guard=guard, release=version, directory=directory or CONFIG.directory)
-    return SGLANG.new(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    return new_probe(SGLANG, rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
 
 
 def findings_gaps(snap: Snapshot) -> list[int]:

@@ -13,6 +13,7 @@ from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Exactness, Phase, Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 
@@ -24,7 +25,7 @@ CONFIG = ProbeConfig(
 def probe_for(rank: Rank, version: str = "0.5.4.post1", clock: FakeClock | None = None) -> SglangProbe:
     clock = clock or FakeClock()
     config = replace(CONFIG, release=version)
-    return SGLANG.new(rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
+    return new_probe(SGLANG, rank.sched, config, environ={"POOLWATCH_WORKER": "w0"}, clock=clock, wall=clock)
 
 
 def busy_rank() -> Rank:

@@ -1,15 +1,13 @@
 """The toy engine's spec: its scheduler class, its two hooks, its (single) release, its reader.
 
-No probe subclass: the neutral probe's ``step`` and ``idle`` are the hooks' calls."""
+No probe subclass (no ``probe``): the neutral probe's ``step`` and ``idle`` are the hooks' calls."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import Engine, Reader, Release, UnknownRelease
-from poolwatch.probe.core.probe import Probe
 
 RELEASE = "1.0"
 
@@ -27,15 +25,10 @@ def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Map
     return ToyReader(scheduler)
 
 
-def _make(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
-    return Probe(engine, scheduler, config, **keywords)
-
-
 TOY = Engine(
     name="toy",
     scheduler="tests.probe.toy.scheduler:ToyScheduler",
     hooks=((("step",), "before", "step"), (("idle",), "before", "idle")),
     release=toy_release,
     open=_open,
-    make=_make,
 )

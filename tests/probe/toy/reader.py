@@ -66,7 +66,7 @@ class ToyReader:
 
     def identify(self, reading: Reading, role: Role) -> WorkerId:
         rank = reading.attr(self.scheduler, "rank", optional=True)
-        return WorkerId(worker="", role=role, dp_rank=rank if isinstance(rank, int) else 0)
+        return WorkerId(worker="", role=role, dp_rank=rank if isinstance(rank, int) else 0, engine="toy")
 
     def local_index(self, reading: Reading) -> int:
         rank = reading.attr(self.scheduler, "rank", optional=True)

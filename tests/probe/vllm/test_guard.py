@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from tests.probe.vllm.fakes import Block, Scheduler
 
 from poolwatch.conservation import findings
+from poolwatch.detect.families.repairs import PROBE_REPAIRED, GuardRepairs
 from poolwatch.detect.family import Seen
-from poolwatch.detect.repairs import GuardRepairs
-from poolwatch.detect.schema import AlertName, Severity
+from poolwatch.detect.schema import Severity
 from poolwatch.model.findings import RepairKind, TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
@@ -110,7 +110,7 @@ def test_a_double_free_is_refused_and_the_blocks_stay_queued_once_at_zero(
     assert snap is not None
     assert snap.repairs[0].hook == "free_blocks"
     (signal,) = GuardRepairs().signals(Seen(snap, findings(snap)))
-    assert (signal.alert, signal.severity) == (AlertName.PROBE_REPAIRED, Severity.WARNING)
+    assert (signal.alert, signal.severity) == (PROBE_REPAIRED, Severity.WARNING)
     shown = ", ".join(str(b.block_id) for b in reversed(blocks))  # as freed
     did = "refused to free 3 blocks already free or still listed by a request (a double or premature free)"
     assert f"{did}; last: block(s) [{shown}] after free_blocks" in signal.description

@@ -15,6 +15,7 @@ from tests.probe.vllm.fakes import Block, Scheduler
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, Pool, Role
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
@@ -149,7 +150,7 @@ def test_from_0_14_a_dense_models_dp_engines_are_told_apart_by_data_parallel_ind
     for version, rank in (("0.13.0", 0), ("0.14.0", 3), ("0.34.0", 3)):
         sched = Scheduler(16)
         sched.vllm_config = config  # type: ignore[attr-defined]
-        probe = VLLM.new(sched, CONFIG, release=vllm_release(version))
+        probe = new_probe(VLLM, sched, CONFIG, release=vllm_release(version))
         assert probe.worker(Role.UNIFIED, Reading()).dp_rank == rank, version
         assert probe.reader.local_index(Reading()) == rank
 
@@ -161,7 +162,7 @@ def test_sink_blocks_are_reserved_not_leaked_where_the_family_has_them() -> None
         sink.block_pool, sink.req_to_blocks = sched.pool, {}
         sink.sink_blocks = [sched.pool.free_block_queue.popleft() for _ in range(2)]  # off the queue at 0
         sched.kv_cache_manager.coordinator.single_type_managers = (*sched.managers, sink)
-        probe = VLLM.new(sched, CONFIG, release=vllm_release(version))
+        probe = new_probe(VLLM, sched, CONFIG, release=vllm_release(version))
         snap = probe.sample_now(census=True)
         assert snap is not None
         assert (gap(snap.pools[Pool.FULL]) == 0) is reserved, version
@@ -170,7 +171,7 @@ def test_sink_blocks_are_reserved_not_leaked_where_the_family_has_them() -> None
 
 def test_deferred_frees_own_their_blocks_and_another_pools_blocks_are_not_counted() -> None:
     sched = Scheduler(64)
-    probe = VLLM.new(sched, CONFIG, release=vllm_release("0.33.0"))
+    probe = new_probe(VLLM, sched, CONFIG, release=vllm_release("0.33.0"))
     blocks = sched.add("a", 3)
     sched.managers[0].req_to_blocks.pop("a")
     del sched.requests["a"]
@@ -192,7 +193,7 @@ def test_partial_tail_pins_own_their_blocks_in_0_27_and_0_28_only() -> None:
         sched = Scheduler(64)
         pinned = sched.pool.get_new_blocks(2)
         sched.kv_cache_manager._partial_tail_pins = {"gone": pinned}  # type: ignore[attr-defined]
-        probe = VLLM.new(sched, CONFIG, release=vllm_release(version))
+        probe = new_probe(VLLM, sched, CONFIG, release=vllm_release(version))
         snap = probe.sample_now(census=True)
         assert snap is not None
         assert (gap(snap.pools[Pool.FULL]) == 0) is owned, version
@@ -203,7 +204,7 @@ def test_every_family_names_its_queues_in_the_snapshot() -> None:
         sched = Scheduler(16)
         for name in shape.queues:
             setattr(sched, name, [])
-        probe = VLLM.new(sched, CONFIG, release=vllm_release(".".join(map(str, shape.low))))
+        probe = new_probe(VLLM, sched, CONFIG, release=vllm_release(".".join(map(str, shape.low))))
         snap = probe.sample_now()
         assert snap is not None
         assert set(shape.queues) <= set(snap.queues), shape.family

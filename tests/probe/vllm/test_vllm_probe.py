@@ -15,6 +15,7 @@ from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Phase, Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.lifecycle import activate, attach, detach, install, probe_of, uninstall
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
@@ -33,8 +34,8 @@ class Clock:
 
 
 def probe_for(sched: Scheduler, version: str = "0.33.0") -> VllmProbe:
-    return VLLM.new(
-        sched, CONFIG, release=vllm_release(version), environ={"POOLWATCH_WORKER": "w"}, clock=Clock()
+    return new_probe(
+        VLLM, sched, CONFIG, release=vllm_release(version), environ={"POOLWATCH_WORKER": "w"}, clock=Clock()
     )
 
 
@@ -302,7 +303,9 @@ def test_the_former_release_variable_still_reads_with_a_deprecation_line(
 def test_an_idle_snapshot_is_restamped_not_left_to_go_stale() -> None:
     sched = Scheduler(16)
     wall = iter(float(t) for t in range(100, 200))
-    probe = VLLM.new(sched, CONFIG, release=vllm_release("0.33.0"), clock=Clock(), wall=lambda: next(wall))
+    probe = new_probe(
+        VLLM, sched, CONFIG, release=vllm_release("0.33.0"), clock=Clock(), wall=lambda: next(wall)
+    )
     assert not probe.refresh_idle()  # nothing published yet
     first = snap(probe)
     assert first.phase is Phase.IDLE

@@ -17,9 +17,9 @@ from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources import source_provider
 from poolwatch.sources.engine import sniff_engine
 from poolwatch.sources.target_config import static_targets
+from poolwatch.sources.targets import TargetSet
 
 REAL_LOG = LOGS / "v0.32.0-cpu-real-double-free.log"
 
@@ -46,7 +46,7 @@ def pod_settings(log: Path) -> Settings:
 
 def test_the_engine_setting_makes_the_flags_name_vllms_metrics_and_log(tmp_path: Path) -> None:
     kinds = [t.source for t in static_targets(pod_settings(tmp_path / "vllm.log"))]
-    assert kinds == [SourceKind.VLLM_METRICS, SourceKind.VLLM_LOG]
+    assert kinds == [SourceKind("vllm-metrics"), SourceKind("vllm-log")]
 
 
 def test_a_vllm_log_is_told_from_an_sglang_log_by_its_lines() -> None:
@@ -68,7 +68,7 @@ async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_pat
     clock = FakeClock(local("2026-12-03 16:27:25"))  # four seconds after EngineCore died
     store = SnapshotStore()
     alerting = build_alerting(settings, store, clock)  # the detector judges every snapshot stored
-    sources = source_provider(settings, clock)
+    sources = TargetSet(settings, clock).current
     async with httpx.AsyncClient(transport=httpx.MockTransport(vllm_server)) as client:
         loop = Scraper(store, sources, settings.scrape, clock)
         for _ in range(2):  # the second read finds the log quiet: its last record is whole

@@ -14,6 +14,9 @@ from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 
 CONFIG_PATH = "deploy/alertmanager/alertmanager.yaml"
 OBJECT_PATH = "deploy/kubernetes/examples/pd/alertmanagerconfig.yaml"
+# the same object in every example that deploys to a stack of its own (the stack routes what nothing
+# routes to `null`: without it, no poolwatch alert would reach a receiver)
+OBJECT_PATHS = (OBJECT_PATH, "deploy/kubernetes/examples/vllm/alertmanagerconfig.yaml")
 SECRET = "poolwatch-receivers"  # the Secret the AlertmanagerConfig reads its receivers' keys from
 BRIDGE = "http://incident-bridge.monitoring.svc:8080"
 PAGE, TICKET, NULL = "poolwatch-page", "poolwatch-ticket", "null"

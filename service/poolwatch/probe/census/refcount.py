@@ -69,21 +69,13 @@ class RefCensus:
         return not any(self.counts.values())
 
     def tripwires(self, hook: str, seq: int) -> list[Tripwire]:
-        kinds = {
-            "free_duplicate": TripwireKind.FREE_DUPLICATE,
-            "null_block": TripwireKind.NULL_BLOCK,
-            "free_and_live": TripwireKind.FREE_AND_LIVE,
-            "negative_ref": TripwireKind.NEGATIVE_REF,
-            "ref_below_owners": TripwireKind.REF_BELOW_OWNERS,
-            "ref_above_owners": TripwireKind.REF_ABOVE_OWNERS,
-            "missing": TripwireKind.MISSING,
-        }
+        """One tripwire per finding (a finding is named as its :class:`TripwireKind`)."""
         out: list[Tripwire] = []
         for name, ids in self.findings().items():
             if ids:
                 reqs = sorted({o for i in ids for o in self.owners.get(i, ())})[:MAX_IDS]
                 total = self.counts.get(name, 0)
-                out.append(Tripwire(kinds[name], self.pool, ids, hook, seq, tuple(reqs), total=total))
+                out.append(Tripwire(TripwireKind(name), self.pool, ids, hook, seq, tuple(reqs), total=total))
         return out
 
 
@@ -144,6 +136,45 @@ def _suspects(ref_cnt: Sequence[int], owned: Mapping[int, int], queued: set[int]
     return sorted(i for i in out if 0 <= i < n)
 
 
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """What the lines of one block are checked on."""
+
+    ref: int  # its ref_cnt
+    listed: int  # its owners (its ref_cnt itself where the owner lists are not exact)
+    queued: bool  # on the free queue
+
+
+PINNED = "pinned"  # held beyond its owners where something may pin it: counted, never a finding
+_BEYOND_OWNERS = "beyond_owners"  # a count above the owners off the queue: pinned, a lost reference or a leak
+# The per-block decision: each line a block may break, and what breaking it is called; a block may
+# break several, and the last three are exclusive (fewer references than owners, more, or none and
+# no owner off the queue).
+_LINES: tuple[tuple[str, Callable[[_Block], bool]], ...] = (
+    ("negative_ref", lambda b: b.ref < 0),
+    ("free_and_live", lambda b: b.queued and (b.ref > 0 or b.listed > 0)),
+    ("ref_below_owners", lambda b: b.ref < b.listed),
+    (_BEYOND_OWNERS, lambda b: b.ref > b.listed and not b.queued),
+    ("missing", lambda b: b.ref == 0 == b.listed and not b.queued),
+)
+
+
+def _block_findings(block: _Block, pins_possible: bool) -> list[str]:
+    """The findings of one block, in the order of :data:`_LINES` (:data:`PINNED` for a count above
+    its owners that something may pin)."""
+    out = []
+    for name, broken in _LINES:
+        if broken(block):
+            out.append(_beyond_owners(block, pins_possible) if name == _BEYOND_OWNERS else name)
+    return out
+
+
+def _beyond_owners(block: _Block, pins_possible: bool) -> str:
+    if pins_possible:
+        return PINNED
+    return "ref_above_owners" if block.listed else "missing"  # a lost reference; with no owner, a leak
+
+
 def refcount_census(
     pool: Pool,
     *,
@@ -176,26 +207,15 @@ def refcount_census(
             found.add("null_block", block)
     pinned = 0
     for block in _suspects(ref_cnt, owned, on_queue, null_id):
-        ref = ref_cnt[block]
-        listed = owned.get(block, 0) if owners_exact else ref
-        queued = block in on_queue
+        ref, queued = ref_cnt[block], block in on_queue
         if block in reserved and ref == 0 and not queued and not owned.get(block, 0):
-            continue
-        if ref < 0:
-            found.add("negative_ref", block)
-        if queued and (ref > 0 or listed):
-            found.add("free_and_live", block)
-        if ref < listed:
-            found.add("ref_below_owners", block)
-        elif ref > listed and not queued:
-            if pins_possible:
+            continue  # taken off the queue for good by the engine
+        listed = owned.get(block, 0) if owners_exact else ref
+        for name in _block_findings(_Block(ref, listed, queued), pins_possible):
+            if name == PINNED:
                 pinned += 1
-            elif listed:
-                found.add("ref_above_owners", block)
             else:
-                found.add("missing", block)
-        elif ref == 0 and not listed and not queued:
-            found.add("missing", block)
+                found.add(name, block)
     named = {i for ids in found.ids.values() for i in ids}
     labels = names(named) if names is not None and named else {}
     return RefCensus(

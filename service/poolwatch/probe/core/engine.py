@@ -6,10 +6,11 @@ An engine room (``poolwatch/probe/<engine>/``) hands the neutral probe one :clas
   names, "before"/"after", probe method)``), each hook calling a :class:`~poolwatch.probe.core.probe.
   Probe` entry point;
 * how to tell its release (:attr:`Engine.release`: a :class:`Release`, or :class:`UnknownRelease`);
-* how to open a :class:`Reader` on one scheduler: who the rank is, how to read one
+* its one factory, ``open``: a :class:`Reader` on one scheduler -- who the rank is, how to read one
   :class:`EngineSample`, and which :class:`Census` objects it has;
-* what is truly extra (a :class:`~poolwatch.probe.core.probe.Probe` subclass), and whether its
-  scheduler calls no hook while idle (``keepalive``);
+* what is truly extra (``probe``: the ``module:Class`` of a :class:`~poolwatch.probe.core.probe.Probe`
+  subclass, named rather than imported, so neither the spec nor this module imports the probe), and
+  whether its scheduler calls no hook while idle (``keepalive``);
 * which package is its code (``package``, by default the scheduler's top-level package): the frames
   a call site keeps (:mod:`~poolwatch.probe.core.call_site`).
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from poolwatch.model.findings import Tripwire
 from poolwatch.model.rank import Phase, Pool, PoolAccount, Role, WorkerId
@@ -30,9 +31,6 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.hooks import Hook
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import CensusRule
-
-if TYPE_CHECKING:
-    from poolwatch.probe.core.probe import Probe
 
 __all__ = [
     "Census",
@@ -146,28 +144,30 @@ def _probe_consent(environ: Mapping[str, str]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Engine:
-    """One engine room's spec (see the module docstring).  ``open`` and ``make`` may import the
-    room's heavier modules lazily: the spec itself is imported at activation, in every process."""
+    """One engine room's spec (see the module docstring).  ``open`` may import the room's heavier
+    modules lazily, and ``probe`` is a name: the spec itself is imported at activation, in every
+    process, and a probe is built from it by :func:`~poolwatch.probe.core.probe.new_probe`."""
 
     name: str  # the ``engine`` label; :mod:`poolwatch.engines` lists it under this name
     scheduler: str  # ``module:Class`` of the scheduler class to wrap
     hooks: tuple[Hook, ...]
     release: Callable[[str], Release]  # the release to read, given an override ("" = installed)
-    open: Opener  # a Reader on one scheduler
-    make: Callable[..., Probe]  # (engine, scheduler, config, **keywords) -> the room's Probe (sub)class
+    open: Opener  # the one factory: a Reader on one scheduler
+    probe: str = ""  # ``module:Class`` of the room's Probe subclass ("": the neutral Probe)
     plugin_group: str = ""  # the engine's plugin entry-point group (its ``*_plugin`` function)
     keepalive: bool = False  # its scheduler calls no hook while idle: re-stamp the idle snapshot
     release_env: str = ""  # the deprecated per-engine release variable (POOLWATCH_ENGINE_VERSION wins)
     consent: Callable[[Mapping[str, str]], bool] = field(default=_probe_consent)  # the plugin acts only then
     logger: str = ""  # the engine's own logger, which formats the probe's lines ("": the root logger)
     package: str = ""  # the engine's top-level package, whose frames a call site keeps ("": the scheduler's)
+    # how a user gives consent, in their words (``poolwatch doctor`` says it; ``consent`` decides)
+    consent_hint: str = "POOLWATCH_PROBE=1"
+    # why the engine needs the ``.pth`` file, for the releases that do ("" = it never does)
+    pth_needed_by: str = ""
+    plugins_env: str = ""  # the variable that restricts which plugins the engine loads ("" = none)
 
     @property
     def code_package(self) -> str:
         """The package whose frames are the engine's (``sglang``): ``package``, else the top-level
         package of ``scheduler``."""
         return self.package or self.scheduler.partition(":")[0].partition(".")[0]
-
-    def new(self, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
-        """A probe of this engine on ``scheduler`` (not attached: see ``lifecycle.attach``)."""
-        return self.make(self, scheduler, config, **keywords)

@@ -22,6 +22,9 @@ What a room adds (SGLang's last word and guard, vLLM's free-time tripwire) is a 
 overrides the few methods marked as extension points.  Everything here runs on the engine's
 scheduler thread (the keepalive aside) and never raises into it: a failure is contained by
 :class:`~poolwatch.probe.core.containment.Guard` and shows in the probe's health.
+
+Kept whole: the skeleton every engine's probe shares -- entry points, the sample, the censuses, the
+extension points -- is the one class a room subclasses (what it publishes is ``stamping.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from poolwatch.engines import load
 from poolwatch.model.rank import Phase
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.census.report import census_envelope
@@ -51,7 +55,7 @@ from poolwatch.probe.core.schedule import CensusSchedule, Due
 from poolwatch.probe.core.stamping import Stamping
 from poolwatch.probe.core.tripwires import TripwireLog
 
-__all__ = ["Clock", "Probe"]
+__all__ = ["Clock", "Probe", "new_probe"]
 
 Clock = Callable[[], float]
 QUIET_S = 1.0  # a keepalive re-stamps an idle snapshot only after this long without a hook
@@ -87,7 +91,7 @@ class Probe(Stamping):
         self.switch = KillSwitch(config.directory)
         self.publisher: Any = None  # set by lifecycle.attach when serving
         self.last_word: Outcome | None = None  # how the last wait for the sidecar ended (None: none)
-        self.reader = self._open()
+        self.reader: Reader = engine.open(scheduler, config, self.release, self.environ)
         self.identity = RankIdentity(
             engine.name, self.release, self.reader, worker=config.worker, environ=self.environ
         )
@@ -232,10 +236,6 @@ class Probe(Stamping):
 
     # -- extension points (a room's subclass) -----------------------------------------------------
 
-    def _open(self) -> Reader:
-        """This scheduler's reader (the room's ``Engine.open``)."""
-        return self.engine.open(self.scheduler, self.config, self.release, self.environ)
-
     def start(self) -> None:
         """Attached (and serving, when it serves): the room's own set-up (a free wrapped, a first look)."""
 
@@ -255,3 +255,12 @@ class Probe(Stamping):
     def _deliver(self, sample: EngineSample, reading: Reading, hook: str, *, idle_hook: bool) -> None:
         """Publish the sample's snapshot (a room may add to it, or act after it)."""
         self._swap(self._snapshot(sample, reading))
+
+
+def new_probe(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
+    """A probe of ``engine`` on ``scheduler`` (not attached: see ``lifecycle.attach``): the room's
+    subclass named by ``Engine.probe`` (imported now), else the neutral :class:`Probe`."""
+    cls = load(engine.probe) if engine.probe else Probe
+    if not (isinstance(cls, type) and issubclass(cls, Probe)):
+        raise TypeError(f"{engine.name}: Engine.probe {engine.probe!r} is not a Probe subclass")
+    return cls(engine, scheduler, config, **keywords)

@@ -19,7 +19,8 @@ import threading
 from collections.abc import Callable
 
 from poolwatch.probe.endpoint.conn import Conn
-from poolwatch.probe.endpoint.routes import Context, Request, Response, answer, long_poll
+from poolwatch.probe.endpoint.messages import Request, Response
+from poolwatch.probe.endpoint.routes import Context, answer, long_poll
 
 __all__ = ["PUBLIC_LONG_POLLS", "RESERVED_LONG_POLLS", "SEND_TIMEOUT_S", "WORKERS", "Handlers"]
 

@@ -10,11 +10,17 @@ port, or is taken, still serves, on any free port, and notes why.
 
 An engine that calls no hook while idle (vLLM's EngineCore blocks on its input queue) passes
 ``keepalive``: one more thread calls it every :data:`KEEPALIVE_S` until :meth:`Publisher.stop`.
+
+An announced rank's file is removed when its process ends however it ends, SIGKILL included
+(:mod:`poolwatch.probe.endpoint.keeper`).  Attaching logs one line through ``poolwatch.probe``
+(the engine's own format): the engine, release, rank, endpoint and directory, or why the rank is
+not announced.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -26,13 +32,16 @@ from poolwatch.discovery.files import ensure_secret
 from poolwatch.model.rank import WorkerId
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.engine import Engine, Release
 from poolwatch.probe.core.reading import Reading
+from poolwatch.probe.endpoint.keeper import Keeper
 from poolwatch.probe.endpoint.routes import Servable
 from poolwatch.probe.endpoint.server import ProbeServer
 
 __all__ = ["KEEPALIVE_S", "Announced", "Identify", "Publisher"]
 
 KEEPALIVE_S = 1.0
+log = logging.getLogger("poolwatch.probe")
 Identify = Callable[[Reading], tuple[WorkerId, int]]  # -> (the worker, its local index on the node)
 
 
@@ -43,6 +52,8 @@ class Announced(Servable, Protocol):
     guard: Guard
     boot_id: str
     started_at: float
+    engine: Engine
+    release: Release
 
 
 class Publisher:
@@ -54,6 +65,7 @@ class Publisher:
         self.probe, self.identify, self.keepalive = probe, identify, keepalive
         self.server: ProbeServer | None = None
         self.path: Path | None = None
+        self.keeper: Keeper | None = None
         self.secret: str | None = None  # the node's, once adopted: it also signs a final snapshot
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,12 +89,39 @@ class Publisher:
             self.path = write_discovery(probe.config.directory, entry)
         except OSError as exc:
             probe.guard.note("discovery", f"{type(exc).__name__}: {exc}")
+        self._keep(entry.boot_id)
+        self._say_attached(entry)
         if self.keepalive is not None:
             self._stopping.clear()
             self._thread = threading.Thread(target=self._keep_alive, name="poolwatch-idle", daemon=True)
             self._thread.start()
         atexit.register(self.stop)
         return url
+
+    def _keep(self, boot_id: str) -> None:
+        if self.path is None:
+            return
+        try:
+            self.keeper = Keeper(self.path, boot_id)
+        except OSError as exc:  # no process to spare: the file may outlive the rank, nothing else
+            self.probe.guard.note("keeper", f"{type(exc).__name__}: {exc}")
+
+    def _say_attached(self, entry: DiscoveryEntry) -> None:
+        rank = f"{entry.worker} dp{entry.dp_rank}-tp{entry.tp_rank}-pp{entry.pp_rank}"
+        release = self.probe.release
+        version = f"{release.version or '(not installed)'} read as {release.family}"
+        version += "" if release.verified else " (unverified: a release poolwatch never read)"
+        what = f"poolwatch probe attached: {self.probe.engine.name} {version}, {rank} serving {entry.url}"
+        guard = "on" if self.probe.config.guard else "off"
+        if self.path is not None:
+            log.info("%s, announced in %s (guard %s)", what, self.path.parent, guard)
+        else:
+            log.warning(
+                "%s, NOT announced in %s: %s; the sidecar will not find it (`poolwatch doctor` says why)",
+                what,
+                self.probe.config.directory,
+                self.probe.guard.last_error or "unknown",
+            )
 
     def _keep_alive(self) -> None:
         while not self._stopping.wait(KEEPALIVE_S):
@@ -120,6 +159,9 @@ class Publisher:
         if self.path is not None:
             remove_discovery(self.path)
             self.path = None
+        if self.keeper is not None:
+            self.keeper.close()
+            self.keeper = None
         if self.server is not None:
             self.server.stop()
             self.server = None

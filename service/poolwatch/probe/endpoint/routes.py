@@ -1,7 +1,8 @@
 """What the probe's endpoint answers: one parsed request head in, one bounded response out.
 
-No sockets here (:mod:`poolwatch.probe.endpoint.server` owns them).  Every input is bounded before it is
-used: the head is at most :data:`MAX_HEAD_BYTES`, ``wait`` is a finite number clamped to
+No sockets here (:mod:`poolwatch.probe.endpoint.server` owns them), and no HTTP framing
+(:mod:`poolwatch.probe.endpoint.messages` parses the head, at most ``MAX_HEAD_BYTES``, and encodes
+the response).  Every input is bounded before it is used: ``wait`` is a finite number clamped to
 ``[0, MAX_WAIT_S]`` (``nan``, ``inf`` and words are a 400), a long-poll needs one of a few
 slots, which the server takes before a thread answers (:func:`long_poll`; none free: 503 at
 once), and the mutating endpoints answer only a loopback client that names the probe's own
@@ -31,29 +32,11 @@ from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.auth import Verifier
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
+from poolwatch.probe.endpoint.messages import BadRequest, Request, Response
 
-__all__ = [
-    "MAX_HEAD_BYTES",
-    "MAX_WAIT_S",
-    "BadRequest",
-    "Context",
-    "Request",
-    "Response",
-    "answer",
-    "authorized",
-    "long_poll",
-    "parse_head",
-]
+__all__ = ["MAX_WAIT_S", "Context", "Servable", "answer", "authorized", "long_poll", "wait_of"]
 
-MAX_HEAD_BYTES = 8192
-MAX_HEADERS = 48
 MAX_WAIT_S = 30.0
-_REASONS = {200: "OK", 304: "Not Modified", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 413: "Content Too Large", 503: "Service Unavailable"}  # fmt: skip
-
-
-class BadRequest(ValueError):
-    """A request head that is not a small, well-formed HTTP/1.x head."""
 
 
 class Servable(Protocol):
@@ -68,40 +51,6 @@ class Servable(Protocol):
     def disable(self) -> None: ...
 
     def enable(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    keep_alive: bool
-    peer: str = ""
-    trusted: bool = False  # the I/O thread verified its signature (a nonce is good for one check)
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    status: int
-    doc: Any  # a JSON-ready value, or bytes already encoded (a 304 has none)
-    close: bool = False
-    headers: tuple[tuple[str, str], ...] = ()
-
-    def encode(self, keep_alive: bool) -> bytes:
-        body = self.doc if isinstance(self.doc, bytes) else json.dumps(self.doc).encode()
-        connection = "keep-alive" if keep_alive and not self.close else "close"
-        extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers)
-        if self.status == 503:
-            extra += "Retry-After: 1\r\n"
-        framing = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        if self.status == NOT_MODIFIED:
-            framing, body = "", b""  # no body, and no length of one
-        head = (
-            f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Error')}\r\n{framing}"
-            f"Connection: {connection}\r\n{extra}Server: poolwatch-probe\r\n\r\n"
-        )
-        return head.encode("ascii") + body
 
 
 @dataclass
@@ -134,28 +83,6 @@ class Context:
     def snapshot_body(self, snap: Snapshot) -> bytes:
         """The JSON of ``snap``, encoded once however many clients ask for it."""
         return self.encoded(snap)[1]
-
-
-def parse_head(raw: bytes, peer: str = "") -> Request:
-    """One request head (without the blank line); raises :class:`BadRequest`."""
-    if len(raw) > MAX_HEAD_BYTES:
-        raise BadRequest("request head too large")
-    lines = raw.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not parts[1].startswith("/"):
-        raise BadRequest("malformed request line")
-    if len(lines) - 1 > MAX_HEADERS:
-        raise BadRequest("too many headers")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise BadRequest("malformed header line")
-        headers[name.lower()] = value.strip()
-    token = headers.get("connection", "").lower()
-    keep_alive = token != "close" if parts[2] == "HTTP/1.1" else token == "keep-alive"
-    path, _, query = parts[1].partition("?")
-    return Request(parts[0], path, query, headers, keep_alive, peer)
 
 
 def wait_of(query: str) -> tuple[str, float]:

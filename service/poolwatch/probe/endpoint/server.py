@@ -32,6 +32,10 @@ How it stays out of the scheduler's way (the scheduler thread only calls
   cannot keep a restarting sidecar out (its pen of waiting connections bounds how fast such a
   neighbour's connections go round, within the same :data:`RATE`);
 * connections are HTTP/1.1 keep-alive, so a watching sidecar reuses one TCP connection.
+
+Kept whole: the I/O thread's loop -- accept, read, dispatch, hand back, take back -- is one state
+machine over one selector and the connections it owns; what stands alone is apart already
+(``conn.py``, ``handlers.py``, ``routes.py``, ``messages.py``).
 """
 
 from __future__ import annotations
@@ -45,16 +49,8 @@ from dataclasses import replace
 
 from poolwatch.probe.endpoint.conn import Admission, Conn, Pacer, Waker, try_send
 from poolwatch.probe.endpoint.handlers import PUBLIC_LONG_POLLS, Handlers
-from poolwatch.probe.endpoint.routes import (
-    MAX_HEAD_BYTES,
-    BadRequest,
-    Context,
-    Request,
-    Response,
-    Servable,
-    authorized,
-    parse_head,
-)
+from poolwatch.probe.endpoint.messages import MAX_HEAD_BYTES, BadRequest, Request, Response, parse_head
+from poolwatch.probe.endpoint.routes import Context, Servable, authorized
 
 __all__ = [
     "HEAD_TIMEOUT_S",

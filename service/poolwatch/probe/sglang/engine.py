@@ -25,12 +25,10 @@ the room's heavier modules load only when a scheduler gets a probe.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import Engine, Reader, Release
 from poolwatch.probe.core.hooks import Hook
-from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.sglang.shapes import installed_version, known_release, shape_or_newest
 
 __all__ = ["HOOKS", "SGLANG", "sglang_plugin"]
@@ -55,12 +53,6 @@ def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Map
     return SglangReader(scheduler, config, release, environ)
 
 
-def _make(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
-    from poolwatch.probe.sglang.extras import SglangProbe
-
-    return SglangProbe(engine, scheduler, config, **keywords)
-
-
 def _consent(environ: Mapping[str, str]) -> bool:
     names = {n.strip() for n in environ.get("SGLANG_PLUGINS", "").split(",")}
     return "poolwatch" in names or environ.get("POOLWATCH_PROBE", "") == "1"
@@ -72,10 +64,13 @@ SGLANG = Engine(
     hooks=HOOKS,
     release=sglang_release,
     open=_open,
-    make=_make,
+    probe="poolwatch.probe.sglang.extras:SglangProbe",
     plugin_group="sglang.srt.plugins",
     release_env="POOLWATCH_SGLANG_VERSION",
     consent=_consent,
+    consent_hint="POOLWATCH_PROBE=1 (every release; the .pth activates it on 0.5.4-0.5.10) or "
+    "SGLANG_PLUGINS=poolwatch (0.5.12 and newer, appended to any plugins you list)",
+    pth_needed_by="SGLang 0.5.4-0.5.10 need it, 0.5.12 and newer use SGLANG_PLUGINS",
 )
 
 

@@ -54,16 +54,7 @@ class SglangProbe(Probe):
 
     reader: SglangReader
 
-    def __init__(
-        self,
-        engine: Engine,
-        scheduler: object,
-        config: ProbeConfig,
-        *,
-        shape: Shape | None = None,
-        **keywords: Any,
-    ) -> None:
-        self._shape = shape  # read the scheduler as this family, whatever the release (tests)
+    def __init__(self, engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> None:
         super().__init__(engine, scheduler, config, **keywords)
         self.repairer = repairer_for(self.shape, self.release.version, self.repairs) if config.guard else None
         self.refuser = self._refuser() if self.repairer is not None else None  # guard v2
@@ -75,9 +66,6 @@ class SglangProbe(Probe):
     @property
     def shape(self) -> Shape:
         return self.reader.shape
-
-    def _open(self) -> SglangReader:
-        return SglangReader(self.scheduler, self.config, self.release, self.environ, shape=self._shape)
 
     # -- the hooks (scheduler thread) ----------------------------------------------------------
 

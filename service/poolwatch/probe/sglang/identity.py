@@ -35,6 +35,7 @@ def rank_identity(sched: Any, reading: Reading, role: Role) -> WorkerId:
         tp_rank=_rank(sched, reading, "tp_rank"),
         pp_rank=_rank(sched, reading, "pp_rank"),
         model=_model(sched, reading),
+        engine="sglang",
     )
 
 

@@ -4,6 +4,9 @@ The terms come from the same accessors SGLang's own checks use (reference §1.2-
 the release family (:mod:`poolwatch.probe.sglang.shapes`) and by what the scheduler object has.  A term
 that cannot be read is ``None`` and named in ``PoolAccount.unreadable``; the rest still count.
 All reads are Python ints or ``len()`` of free lists: no GPU synchronisation.
+
+Kept whole: one reader per pool, every term of the one equation, read through the same accessors
+SGLang's checks use.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, SHAPES, HeldRule, Shape
 
-__all__ = ["markdown"]
+__all__ = ["markdown", "summary"]
 
 _HELD = {
     HeldRule.SEQLEN: "`seqlen - 1` allocated (`fill_ids` while chunked), less the prefix",
@@ -51,3 +51,12 @@ def markdown() -> str:
         f'is read as the newest family, *unverified*: guard\'s "return" and refusals stay off there.',
     ]
     return "\n".join([*head, *map(_row, SHAPES), *tail])
+
+
+def summary() -> str:
+    """The releases read, in one line (the README's engines table)."""
+    first, newest = _version(SHAPES[0].since), _version(NEWEST_RELEASE)
+    return (
+        f"{first} to {newest}, every release family ({len(SHAPES)}); a newer release is read as the newest "
+        "family, *unverified*"
+    )

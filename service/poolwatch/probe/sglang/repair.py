@@ -32,6 +32,9 @@ the full-KV ``free_pages``/``release_pages`` pair of ``TokenToKVPoolAllocator`` 
 touched.  What a repair cannot undo: the work a wrong free already did (0.5.4's
 ``MambaPool.free`` zeroes the slot's recurrent state, so that one request continues from a zeroed
 state), and a slot two requests already shared.
+
+Kept whole: what guard does to a free list and which free lists of which family it may touch are
+read together, or not at all.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from poolwatch.probe.core.engine import Release
 
 __all__ = [
     "NEWEST_RELEASE",
@@ -36,6 +38,7 @@ __all__ = [
     "known_release",
     "parse_version",
     "shape_for_version",
+    "shape_of",
     "shape_or_newest",
 ]
 
@@ -74,106 +77,34 @@ class Shape:
 _LEGACY = ("is_hybrid", "is_hybrid_gdn")
 _MODERN = ("is_hybrid_swa", "is_hybrid_ssm")
 
-SHAPES: tuple[Shape, ...] = (
-    Shape(
-        "0.5.4",
-        (0, 5, 4),
-        0,
-        0,
-        HeldRule.SEQLEN,
-        False,
-        _LEGACY,
-        "recv_requests",
-        "self_check_during_idle",
-        False,
-        False,
-        False,
-    ),
-    Shape(
-        "0.5.5.post3",
-        (0, 5, 5, 3),
-        0,
-        0,
-        HeldRule.ALLOCATED_PREFIX,
-        False,
-        _LEGACY,
-        "recv_requests",
-        "self_check_during_idle",
-        False,
-        False,
-        False,
-    ),
-    Shape(
-        "0.5.6",
-        (0, 5, 6),
-        0,
-        0,
-        HeldRule.ALLOCATED_PROTECTED,
-        False,
-        _LEGACY,
-        "recv_requests",
-        "self_check_during_idle",
-        False,
-        False,
-        False,
-    ),
-    Shape(
-        "0.5.9",
-        (0, 5, 9),
-        1,
-        0,
-        HeldRule.ALLOCATED_PROTECTED,
-        True,
-        _MODERN,
-        "recv_requests",
-        "self_check_during_idle",
-        False,
-        False,
-        True,
-    ),
-    Shape(
-        "0.5.10",
-        (0, 5, 10),
-        1,
-        0,
-        HeldRule.ALLOCATED_PROTECTED,
-        True,
-        _MODERN,
-        "recv_requests",
-        "self_check_during_idle",
-        False,
-        True,
-        True,
-    ),
-    Shape(
-        "0.5.12",
-        (0, 5, 12),
-        1,
-        1,
-        HeldRule.ALLOCATED_PROTECTED,
-        True,
-        _MODERN,
-        "recv_requests",
-        "on_idle",
-        False,
-        True,
-        True,
-    ),
-    Shape(
-        "0.5.23",
-        (0, 5, 23),
-        1,
-        1,
-        HeldRule.REQ_KV,
-        True,
-        _MODERN,
-        "ingest_requests",
-        "on_idle",
-        True,
-        True,
-        True,
-    ),
+# each family is the one before it with what changed (the module docstring's table)
+_054 = Shape(
+    family="0.5.4",
+    since=(0, 5, 4),
+    mamba_first_id=0,
+    req_first_row=0,
+    held_rule=HeldRule.SEQLEN,
+    row_pointer_cleared=False,
+    hybrid_flags=_LEGACY,
+    loop_hook="recv_requests",
+    idle_hook="self_check_during_idle",
+    mamba_allocator=False,
+    has_session_held=False,
+    has_ping_pong=False,
 )
+_0553 = replace(_054, family="0.5.5.post3", since=(0, 5, 5, 3), held_rule=HeldRule.ALLOCATED_PREFIX)
+_056 = replace(_0553, family="0.5.6", since=(0, 5, 6), held_rule=HeldRule.ALLOCATED_PROTECTED)
+_059 = replace(
+    _056, family="0.5.9", since=(0, 5, 9), mamba_first_id=1, row_pointer_cleared=True, hybrid_flags=_MODERN,
+    has_ping_pong=True,
+)  # fmt: skip
+_0510 = replace(_059, family="0.5.10", since=(0, 5, 10), has_session_held=True)
+_0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_hook="on_idle")
+_0523 = replace(
+    _0512, family="0.5.23", since=(0, 5, 23), held_rule=HeldRule.REQ_KV, loop_hook="ingest_requests",
+    mamba_allocator=True,
+)  # fmt: skip
+SHAPES: tuple[Shape, ...] = (_054, _0553, _056, _059, _0510, _0512, _0523)
 
 _VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:\.?post(\d+))?")
 
@@ -215,6 +146,12 @@ def known_release(text: str) -> bool:
         return (*SHAPES[0].since, 0)[:4] <= parse_version(text) <= NEWEST_RELEASE
     except ValueError:
         return False
+
+
+def shape_of(release: Release) -> Shape:
+    """The family ``release`` is read as (:func:`~poolwatch.probe.sglang.engine.sglang_release` chose
+    it; a test may name an older one); by its version when no family has that name."""
+    return next((s for s in SHAPES if s.family == release.family), None) or shape_or_newest(release.version)
 
 
 def shape_or_newest(text: str) -> Shape:

@@ -23,12 +23,10 @@ imported at activation: the room's heavier modules load only when a scheduler ge
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.engine import Engine, Reader, Release
 from poolwatch.probe.core.hooks import Hook
-from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.vllm.identity import vllm_version
 from poolwatch.probe.vllm.shapes import release_of
 
@@ -54,23 +52,20 @@ def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Map
     return VllmReader(scheduler, config, release)
 
 
-def _make(engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> Probe:
-    from poolwatch.probe.vllm.extras import VllmProbe
-
-    return VllmProbe(engine, scheduler, config, **keywords)
-
-
 VLLM = Engine(
     name="vllm",
     scheduler="vllm.v1.core.sched.scheduler:Scheduler",
     hooks=HOOKS,
     release=vllm_release,
     open=_open,
-    make=_make,
+    probe="poolwatch.probe.vllm.extras:VllmProbe",
     plugin_group="vllm.general_plugins",
     keepalive=True,
     release_env="POOLWATCH_VLLM_VERSION",
     logger="vllm",
+    consent_hint="POOLWATCH_PROBE=1 (vLLM loads poolwatch's vllm.general_plugins entry point in every "
+    "process)",
+    plugins_env="VLLM_PLUGINS",
 )
 
 

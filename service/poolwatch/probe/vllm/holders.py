@@ -16,6 +16,10 @@ rebuilds the index from scratch and counts any drift in the probe's health.
 
 The occurrence counts serve the free-time check too (:mod:`~poolwatch.probe.vllm.free_check`): a
 block that a free would leave with fewer references than the lists that still name it.
+
+Kept whole: one incremental index whose invariant -- the counted lists, the pops awaiting their free
+and the occurrence counts agree -- every method keeps; the walk that rebuilds it from scratch is
+``census.py``.
 """
 
 from __future__ import annotations

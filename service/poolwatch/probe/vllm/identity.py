@@ -51,7 +51,11 @@ def _model(sched: Any, reading: Reading) -> str:
 def rank_identity(sched: Any, reading: Reading, shape: VllmShape) -> WorkerId:
     """The EngineCore's data-parallel rank and model (``worker`` left for the neutral probe)."""
     return WorkerId(
-        worker="", role=Role.UNIFIED, dp_rank=_rank(sched, reading, shape), model=_model(sched, reading)
+        worker="",
+        role=Role.UNIFIED,
+        dp_rank=_rank(sched, reading, shape),
+        model=_model(sched, reading),
+        engine="vllm",
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from poolwatch.probe.vllm.shapes import READ, SHAPES, Version, VllmShape
 
-__all__ = ["markdown"]
+__all__ = ["markdown", "summary"]
 
 _READS = (  # what a family's flag makes the probe read, in the table's words
     ("deferred_frees", "`deferred_frees` entries own their blocks"),
@@ -63,3 +63,12 @@ def markdown() -> str:
         "is refused.",
     ]
     return "\n".join(rows)
+
+
+def summary() -> str:
+    """The releases read, in one line (the README's engines table)."""
+    first, newest = _name(SHAPES[0].low), _name(max(READ))
+    return (
+        f"V1, {first} to {newest} ({len(READ)} releases read); a newer release is read as the newest family "
+        f"not newer than it, *unverified*; one older than {first} is refused"
+    )

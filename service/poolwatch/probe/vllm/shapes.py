@@ -23,7 +23,7 @@ KV cache group) and ``KVCacheBlock`` (``block_id``, ``ref_cnt`` a plain int, ``i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from poolwatch.probe.core.engine import Release, UnknownRelease
 
@@ -68,58 +68,53 @@ class VllmShape:
 
 
 _Q = ("running", "waiting")
-SHAPES: tuple[VllmShape, ...] = (
-    VllmShape("v0.10", (0, 10, 2), (0, 13, 0), _Q, note="the first V1 release read"),
-    VllmShape(
-        "v0.14", (0, 14, 0), (0, 17, 1), _Q, sink_blocks=True, dp_index=True,
-        note="sink blocks reserved; a dense model's DP rank is data_parallel_index; touch() flat",
-    ),
-    VllmShape(
-        "v0.18", (0, 18, 0), (0, 23, 0), (*_Q, "skipped_waiting"), sink_blocks=True, dp_index=True,
-        note="skipped_waiting queue; KVCacheBlock has slots; the CPU-offload connector pins GPU blocks",
-    ),
-    VllmShape(
-        "v0.24", (0, 24, 0), (0, 25, 1), (*_Q, "skipped_waiting"), deferred_frees=True, sink_blocks=True,
-        dp_index=True, single_pass_free=True,
-        note="deferred_frees (fenced by step); free_blocks queues at 0 in one pass",
-    ),
-    VllmShape(
-        "v0.26", (0, 26, 0), (0, 26, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
-        sink_blocks=True, dp_index=True, single_pass_free=True,
-        note="copy-on-write of a shared tail (_pending_cow_copies, retained copies deferred)",
-    ),
-    VllmShape(
-        "v0.27", (0, 27, 0), (0, 28, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
-        tail_pins=True, sink_blocks=True, dp_index=True, single_pass_free=True,
-        note="KVCacheManager._partial_tail_pins own blocks; fault-tolerant busy loop",
-    ),
-    VllmShape(
-        "v0.29", (0, 29, 0), (0, 29, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
-        sink_blocks=True, dp_index=True, single_pass_free=True,
-        note="_partial_tail_pins gone again (the connector pins instead)",
-    ),
-    VllmShape(
-        "v0.30", (0, 30, 0), (0, 30, 0), (*_Q, "skipped_waiting"), deferred_frees=True, cow=True,
-        block_pool_ref="ref", dp_index=True, single_pass_free=True, hisparse=True,
-        note="KVCacheBlock.pool (free_blocks forwards others' blocks); HiSparse host pools; no sinks",
-    ),
-    VllmShape(
-        "v0.31", (0, 31, 0), (0, 32, 0), (*_Q, "kv_holding_waiting"), deferred_frees=True, cow=True,
-        block_pool_ref="ref", dp_index=True, single_pass_free=True, hisparse=True,
-        note="kv_holding_waiting replaces skipped_waiting",
-    ),
-    VllmShape(
-        "v0.33", (0, 33, 0), (0, 33, 0), (*_Q, "kv_holding_waiting"), deferred_frees=True, cow=True,
-        block_pool_ref="ref", null_counted=True, dp_index=True, single_pass_free=True, hisparse=True,
-        note="touch() and free_blocks() skip the null block (its ref_cnt stays 0)",
-    ),
-    VllmShape(
-        "v0.34", (0, 34, 0), (0, 34, 0), (*_Q, "kv_holding_waiting", "async_kv_waiting"), deferred_frees=True,
-        cow=True, block_pool_ref="weakref", null_counted=True, dp_index=True, single_pass_free=True,
-        hisparse=True,
-        note="async_kv_waiting queue; KVCacheBlock.pool is a weakref; block_hash a plain field",
-    ),
-)  # fmt: skip
+# each family is the one before it with what changed (``note``: the docs table's words for it)
+# fmt: off
+_V10 = VllmShape("v0.10", (0, 10, 2), (0, 13, 0), _Q, note="the first V1 release read")
+_V14 = replace(
+    _V10, family="v0.14", low=(0, 14, 0), last=(0, 17, 1), sink_blocks=True, dp_index=True,
+    note="sink blocks reserved; a dense model's DP rank is data_parallel_index; touch() flat",
+)
+_V18 = replace(
+    _V14, family="v0.18", low=(0, 18, 0), last=(0, 23, 0), queues=(*_Q, "skipped_waiting"),
+    note="skipped_waiting queue; KVCacheBlock has slots; the CPU-offload connector pins GPU blocks",
+)
+_V24 = replace(
+    _V18, family="v0.24", low=(0, 24, 0), last=(0, 25, 1), deferred_frees=True, single_pass_free=True,
+    note="deferred_frees (fenced by step); free_blocks queues at 0 in one pass",
+)
+_V26 = replace(
+    _V24, family="v0.26", low=(0, 26, 0), last=(0, 26, 0), cow=True,
+    note="copy-on-write of a shared tail (_pending_cow_copies, retained copies deferred)",
+)
+_V27 = replace(
+    _V26, family="v0.27", low=(0, 27, 0), last=(0, 28, 0), tail_pins=True,
+    note="KVCacheManager._partial_tail_pins own blocks; fault-tolerant busy loop",
+)
+_V29 = replace(
+    _V27, family="v0.29", low=(0, 29, 0), last=(0, 29, 0), tail_pins=False,
+    note="_partial_tail_pins gone again (the connector pins instead)",
+)
+_V30 = replace(
+    _V29, family="v0.30", low=(0, 30, 0), last=(0, 30, 0), sink_blocks=False, block_pool_ref="ref",
+    hisparse=True,
+    note="KVCacheBlock.pool (free_blocks forwards others' blocks); HiSparse host pools; no sinks",
+)
+_V31 = replace(
+    _V30, family="v0.31", low=(0, 31, 0), last=(0, 32, 0), queues=(*_Q, "kv_holding_waiting"),
+    note="kv_holding_waiting replaces skipped_waiting",
+)
+_V33 = replace(
+    _V31, family="v0.33", low=(0, 33, 0), last=(0, 33, 0), null_counted=True,
+    note="touch() and free_blocks() skip the null block (its ref_cnt stays 0)",
+)
+_V34 = replace(
+    _V33, family="v0.34", low=(0, 34, 0), last=(0, 34, 0),
+    queues=(*_Q, "kv_holding_waiting", "async_kv_waiting"), block_pool_ref="weakref",
+    note="async_kv_waiting queue; KVCacheBlock.pool is a weakref; block_hash a plain field",
+)
+# fmt: on
+SHAPES: tuple[VllmShape, ...] = (_V10, _V14, _V18, _V24, _V26, _V27, _V29, _V30, _V31, _V33, _V34)
 NEWEST = SHAPES[-1]
 # every release whose wheel was read (PyPI's final releases from 0.10.2 on; docs/engines/vllm.md)
 READ: frozenset[Version] = frozenset(

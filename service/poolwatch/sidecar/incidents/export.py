@@ -209,23 +209,13 @@ def _poolwatch(body: dict[str, Any]) -> list[str]:
     p = body["poolwatch"]
     out = ["", "## poolwatch", "", f"Version {p['version']}."]
     if body["probe"] is not None:
-        out += [
-            "",
-            "Probe health:",
-            "",
-            "```json",
-            json.dumps(body["probe"], indent=1, sort_keys=True),
-            "```",
-        ]
-    out += [
-        "",
-        "Sidecar settings (redacted):",
-        "",
-        "```json",
-        json.dumps(p["settings"], indent=1, sort_keys=True),
-        "```",
-    ]
-    return out
+        out += _json_block("Probe health:", body["probe"])
+    return out + _json_block("Sidecar settings (redacted):", p["settings"])
+
+
+def _json_block(title: str, doc: Any) -> list[str]:
+    """``title`` and ``doc`` as a fenced JSON block (keys sorted), after a blank line."""
+    return ["", title, "", "```json", json.dumps(doc, indent=1, sort_keys=True), "```"]
 
 
 def bundle_markdown(body: dict[str, Any]) -> str:

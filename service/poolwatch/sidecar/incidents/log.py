@@ -29,7 +29,7 @@ from poolwatch.sidecar.incidents.file import load_incidents, save_incidents
 from poolwatch.sidecar.incidents.record import IncidentRecord, incident_id, new_record
 from poolwatch.sidecar.store import SnapshotStore
 
-__all__ = ["MAX_INCIDENTS", "SAVE_EVERY_S", "IncidentLog"]
+__all__ = ["MAX_INCIDENTS", "SAVE_EVERY_S", "IncidentLog", "incident_summary"]
 
 MAX_INCIDENTS = 100
 SAVE_EVERY_S = 5.0
@@ -126,7 +126,7 @@ class IncidentLog:
         """One line per incident, newest first: its id, rank, what and when (the operator's list)."""
         with self._lock:
             records = sorted(self._records.values(), key=lambda r: r.body["first_seen_at"], reverse=True)
-            return [_summary(r) for r in records]
+            return [incident_summary(r) for r in records]
 
     def bundle(self, ident: str) -> dict[str, Any] | None:
         """The bundle's JSON document of incident ``ident`` (None: no such incident)."""
@@ -159,7 +159,8 @@ def _same(a: Snapshot, b: Snapshot) -> bool:
     return a.source == b.source and a.boot_id == b.boot_id
 
 
-def _summary(record: IncidentRecord) -> dict[str, Any]:
+def incident_summary(record: IncidentRecord) -> dict[str, Any]:
+    """One incident's line in ``GET /api/v1/incidents``: its id, rank, what and when."""
     body = record.body
     finding, engine = body["finding"], body["engine"]
     site = body["call_site"]

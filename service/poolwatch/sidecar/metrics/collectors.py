@@ -25,7 +25,7 @@ from poolwatch.sidecar.metrics.families import Families
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.target_state import TargetState
 
-__all__ = ["SidecarInfoCollector", "BuildInfoCollector", "PoolCollector", "TargetCollector", "rank_labels"]
+__all__ = ["InfoCollector", "PoolCollector", "TargetCollector", "rank_labels"]
 
 _STATES = ("available", "evictable", "protected", "held", "session_held")
 
@@ -209,33 +209,22 @@ class TargetCollector(Collector):
             fam.add("poolwatch_target_scrape_errors_total", (*labels, reason.value), count)
 
 
-class BuildInfoCollector(Collector):
-    def __init__(self, version: str) -> None:
-        self._version = version
+class InfoCollector(Collector):
+    """One static fact as an ``_info`` metric of value 1, the fact its one label: the build's
+    version, or the pod this sidecar serves (so Prometheus can tell when it reads one pod's sidecar
+    as another's, ``PoolwatchSidecarIdentityCrossed``)::
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(Families(("poolwatch_build_info",)))
-
-    def collect(self) -> Iterator[Metric]:
-        fam = Families(("poolwatch_build_info",))
-        fam.add("poolwatch_build_info", (self._version,), 1)
-        return iter(fam)
-
-
-class SidecarInfoCollector(Collector):
-    """The pod this sidecar serves, so Prometheus can tell when it reads one pod's sidecar as
-    another's (``PoolwatchSidecarIdentityCrossed``)::
-
+        poolwatch_build_info{version="0.1.0"} 1.0
         poolwatch_sidecar_info{sidecar_pod="decode-0"} 1.0
     """
 
-    def __init__(self, pod: str) -> None:
-        self._pod = pod
+    def __init__(self, name: str, value: str) -> None:
+        self._name, self._value = name, value
 
     def describe(self) -> Iterator[Metric]:
-        return iter(Families(("poolwatch_sidecar_info",)))
+        return iter(Families((self._name,)))
 
     def collect(self) -> Iterator[Metric]:
-        fam = Families(("poolwatch_sidecar_info",))
-        fam.add("poolwatch_sidecar_info", (self._pod,), 1)
+        fam = Families((self._name,))
+        fam.add(self._name, (self._value,), 1)
         return iter(fam)

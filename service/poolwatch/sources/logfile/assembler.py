@@ -19,6 +19,9 @@ What reaches poolwatch is rarely one engine line per file line.  The assembler u
 
 The last line is held until the next shows whether it continues it (:meth:`flush` releases it).
 :attr:`stats` says what was stripped, joined, split and dropped; ``poolwatch replay`` prints it.
+
+Kept whole: the stages share one held line and one count of what was done; the joint rules
+(:func:`_joint_of` and the methods around it) are the one decision whether two pieces are one line.
 """
 
 from __future__ import annotations

@@ -47,7 +47,6 @@ class LogDialect:
     """One engine's log, as the neutral pipeline needs to know it (see the module docstring)."""
 
     engine: str  # the registry's name (poolwatch.engines)
-    source: SourceKind  # the kind of a target that is this engine's log
     reader: Callable[[dt.date | None], HeadReader]  # a fresh prefix reader; the day dates stamps without one
     interpret: Callable[[LogRecord], list[LogEvent]]
     marks: Callable[[str], Mark | None]  # on a line without collectors' prefixes
@@ -56,3 +55,8 @@ class LogDialect:
     unglue: Callable[[str], list[str]] = _whole
     holders: str = "ranks"  # what one rank of its log is called, in the rank cap's warning
     stall_bugs: tuple[str, ...] = ()  # bug-zoo ids a stall on this engine may be
+
+    @property
+    def source(self) -> SourceKind:
+        """The kind of a target that is this engine's log (``<engine>-log``)."""
+        return SourceKind.of(self.engine, "log")

@@ -21,6 +21,9 @@ inside a traceback): once a prefixed line shows the log has prefixes they go out
 release that prefixes its lines.  A damaged prefix the dialect can still read (``salvage``) is a
 record of its own, ``damaged``.  A record is bounded (``max_lines``, ``max_chars``): the lines past
 the bound start a headless record of the same writer, so no line is lost.
+
+Kept whole: one state machine (the open records, the orphan block, the interjection inside a
+traceback) that every line passes through once; its two framings share the same state and bounds.
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import httpx
 
-from poolwatch.errors import PayloadError, Reason, ScrapeError
+from poolwatch.errors import PayloadError, Reason
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import Phase, Pool, PoolAccount, Role, SourceKind, WorkerId
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.naming import url_worker
-from poolwatch.sources.base import Source, Target
-from poolwatch.sources.http import get_bytes, get_json, join_url
+from poolwatch.sources.base import BoundedSource, Target
+from poolwatch.sources.http import get_bytes, join_url
 from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.metrics_page import parse_page
 from poolwatch.sources.sglang.gauges import (
@@ -38,7 +38,7 @@ from poolwatch.sources.sglang.gauges import (
 
 __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 
-SOURCE = SourceKind.SGLANG_METRICS
+SOURCE = SourceKind.of("sglang", "metrics")
 IDLE_CONFIRM_SECONDS = 35.0
 INFO_REFRESH_SECONDS = 300.0
 MAX_RANKS = DEFAULT_LIMITS.max_page_ranks  # scheduler ranks one server's page may show (TP x PP x DP)
@@ -72,7 +72,7 @@ class IdleWatch:
         return Phase.IDLE if now - self._since >= self.confirm else Phase.UNKNOWN
 
 
-class SglangMetricsSource(Source):
+class SglangMetricsSource(BoundedSource):
     """Reads one SGLang server: every scheduler rank its ``/metrics`` shows."""
 
     def __init__(
@@ -84,41 +84,23 @@ class SglangMetricsSource(Source):
         idle_confirm: float = IDLE_CONFIRM_SECONDS,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
-        self._target = target
-        self._limits = limits
-        self._clock = clock
-        self._max_bytes = max_bytes
+        super().__init__(target, clock, max_bytes=max_bytes, limits=limits)
         self._idle_confirm = idle_confirm
         self._watches: dict[Ranks, IdleWatch] = {}
         self._info = ServerInfo()
-        self._info_at: float | None = None
         self._seq = 0
-
-    @property
-    def target(self) -> Target:
-        return self._target
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         body = await get_bytes(client, join_url(self._target.location, "/metrics"), self._max_bytes)
         ranks = parse_metrics_page(body.decode("utf-8", errors="replace"), self._limits)
         if not ranks:
             raise PayloadError(Reason.PARSE, "/metrics: no sglang: scheduler gauges (--enable-metrics off?)")
-        await self._refresh_info(client)
+        info = await self.side_document(client, "/get_server_info", INFO_REFRESH_SECONDS)
+        if info is not None:  # sizes change only on a restart; 0.5.12+ gauges carry them anyway
+            self._info = parse_server_info(info)
         now = self._clock()
         self._seq += 1
         return [self._snapshot(r, g, now) for r, g in sorted(ranks.items())]
-
-    async def _refresh_info(self, client: httpx.AsyncClient) -> None:
-        """Sizes change only on a restart: re-read them every few minutes; optional."""
-        now = self._clock()
-        if self._info_at is not None and now - self._info_at < INFO_REFRESH_SECONDS:
-            return
-        self._info_at = now
-        try:
-            doc = await get_json(client, join_url(self._target.location, "/get_server_info"), self._max_bytes)
-        except ScrapeError:
-            return  # sizes stay unknown; 0.5.12+ gauges carry them anyway
-        self._info = parse_server_info(doc)
 
     def _snapshot(self, ranks: Ranks, gauges: RankGauges, now: float) -> Snapshot:
         pools = pool_accounts(gauges, self._info, ranks.dp)
@@ -146,4 +128,5 @@ class SglangMetricsSource(Source):
             model=gauges.model,
             release=self._info.version,
             instance=t.location,
+            engine=SOURCE.engine,
         )

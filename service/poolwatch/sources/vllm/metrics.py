@@ -23,24 +23,24 @@ without it leave the release unknown).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import httpx
 
-from poolwatch.errors import PayloadError, Reason, ScrapeError
+from poolwatch.errors import PayloadError, Reason
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import SourceKind, WorkerId
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.naming import url_worker
-from poolwatch.sources.base import Source, Target
-from poolwatch.sources.http import get_bytes, get_json, join_url
+from poolwatch.sources.base import BoundedSource
+from poolwatch.sources.http import get_bytes, join_url
 from poolwatch.sources.metrics_page import parse_page
 from poolwatch.sources.vllm.gauges import EngineGauges, group_by_engine, phase, pool_account, queues, wanted
 
 __all__ = ["ENGINE", "SOURCE", "VllmMetricsSource", "parse_metrics_page"]
 
-SOURCE = SourceKind.VLLM_METRICS
 ENGINE = "vllm"
+SOURCE = SourceKind.of(ENGINE, "metrics")
 VERSION_REFRESH_SECONDS = 300.0
 
 
@@ -56,28 +56,12 @@ def parse_version(doc: object) -> str:
     return version[:64] if isinstance(version, str) else ""
 
 
-class VllmMetricsSource(Source):
+class VllmMetricsSource(BoundedSource):
     """Reads one vLLM server: every EngineCore its ``/metrics`` shows."""
 
-    def __init__(
-        self,
-        target: Target,
-        clock: Callable[[], float],
-        *,
-        max_bytes: int = 4 << 20,
-        limits: Limits = DEFAULT_LIMITS,
-    ) -> None:
-        self._target = target
-        self._clock = clock
-        self._max_bytes = max_bytes
-        self._limits = limits
-        self._release = ""
-        self._release_at: float | None = None
-        self._seq = 0
-
-    @property
-    def target(self) -> Target:
-        return self._target
+    # per instance once first set (immutable defaults: nothing is shared)
+    _release = ""  # the server's release, from /version
+    _seq = 0
 
     async def scrape(self, client: httpx.AsyncClient) -> list[Snapshot]:
         body = await get_bytes(client, join_url(self._target.location, "/metrics"), self._max_bytes)
@@ -86,21 +70,12 @@ class VllmMetricsSource(Source):
             raise PayloadError(
                 Reason.PARSE, "/metrics: no vllm: gauges (a vLLM server with --disable-log-stats?)"
             )
-        await self._refresh_release(client)
+        version = await self.side_document(client, "/version", VERSION_REFRESH_SECONDS)
+        if version is not None:
+            self._release = parse_version(version)
         now = self._clock()
         self._seq += 1
         return [self._snapshot(g, now) for _, g in sorted(engines.items())]
-
-    async def _refresh_release(self, client: httpx.AsyncClient) -> None:
-        now = self._clock()
-        if self._release_at is not None and now - self._release_at < VERSION_REFRESH_SECONDS:
-            return
-        self._release_at = now
-        try:
-            doc = await get_json(client, join_url(self._target.location, "/version"), self._max_bytes)
-        except ScrapeError:
-            return  # the release stays as it was
-        self._release = parse_version(doc)
 
     def _snapshot(self, gauges: EngineGauges, now: float) -> Snapshot:
         account = pool_account(gauges)

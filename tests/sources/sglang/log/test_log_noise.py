@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.sources.logs import records
 
-from poolwatch.commands.replay import stream_file
+from poolwatch.commands.replay.command import stream_file
 from poolwatch.sources.logfile.events import RankIncident
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.logfile.replayer import Replayer

@@ -22,7 +22,7 @@ def lines(path: Path) -> list[str]:
 
 
 def fold() -> LogFold:
-    return LogFold("prefill-0", engine="sglang", source=SourceKind.SGLANG_LOG)
+    return LogFold("prefill-0", engine="sglang", source=SourceKind("sglang-log"))
 
 
 def test_the_orphaned_leak_report_is_held_unattributed_and_folded_into_no_rank() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from tests.sources.logs import events, records
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import Pool
 from poolwatch.sources.logfile.events import Figures, RankIncident
 from poolwatch.sources.logfile.replay import UNATTRIBUTED, ReplayReport, Row

@@ -13,7 +13,7 @@ from tests.helpers import FIXTURES
 from tests.sources.logs import file_lines, replay_cli
 from tests.sources.logs import records as dialect_records
 
-from poolwatch.commands import replay as replay_command
+from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import IncidentKind, Pool, Role
 from poolwatch.sources.logfile.events import Figures, PoolSize
 from poolwatch.sources.logfile.records import LogRecord

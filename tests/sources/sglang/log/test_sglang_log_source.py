@@ -30,7 +30,7 @@ def open_log() -> Iterator[Callable[..., LogSource]]:
 
     def make(path: Path, role: Role = Role.UNIFIED, now: float = FAR_FUTURE) -> LogSource:
         made.append(
-            LogSource(Target("log", SourceKind.SGLANG_LOG, str(path), "w0", role), FakeClock(now), DIALECT)
+            LogSource(Target("log", SourceKind("sglang-log"), str(path), "w0", role), FakeClock(now), DIALECT)
         )
         return made[-1]
 
@@ -264,7 +264,7 @@ async def test_one_log_names_at_most_max_log_ranks_and_the_first_drop_is_logged(
     log = tmp_path / "sglang.log"  # issue 24 item 7: 20,000 TP tags once cost 653 MB
     log.write_text("".join(decode_line(tp) for tp in range(3000)))
     source = LogSource(
-        Target("log", SourceKind.SGLANG_LOG, str(log), "w0"), FakeClock(FAR_FUTURE), DIALECT, max_ranks=100
+        Target("log", SourceKind("sglang-log"), str(log), "w0"), FakeClock(FAR_FUTURE), DIALECT, max_ranks=100
     )
     try:
         snaps = await drain(source, client)
@@ -279,7 +279,7 @@ def test_a_rank_silent_long_enough_gives_its_place_and_a_new_boot_forgets_all() 
     from poolwatch.sources.logfile.fold import RANK_IDLE_S, LogFold
     from poolwatch.sources.logfile.heads import Ranks
 
-    fold = LogFold("w0", max_ranks=2, engine="sglang", source=SourceKind.SGLANG_LOG)
+    fold = LogFold("w0", max_ranks=2, engine="sglang", source=SourceKind("sglang-log"))
     batch = lambda tp, at: Figures(at, Ranks(0, tp, 0), "decode")  # noqa: E731
     assert fold.apply(batch(0, 0.0)) is not None
     assert fold.apply(batch(1, 1.0)) is not None

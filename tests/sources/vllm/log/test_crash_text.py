@@ -3,7 +3,7 @@ tail, bounded."""
 
 from __future__ import annotations
 
-from poolwatch.detect.incidents import raised
+from poolwatch.detect.families.incidents import raised
 from poolwatch.sources.vllm.log.crash import MAX_TEXT, crash_text, read_crash
 
 SP = "/usr/local/lib/python3.12/dist-packages/vllm"

@@ -17,7 +17,7 @@ API = "(APIServer pid=1) INFO 10-31 10:40:43 [loggers.py:335] "
 
 
 def fold(max_ranks: int = 1024) -> LogFold:
-    return LogFold("w", Role.UNIFIED, "/logs/w.log", max_ranks, engine="vllm", source=SourceKind.VLLM_LOG)
+    return LogFold("w", Role.UNIFIED, "/logs/w.log", max_ranks, engine="vllm", source=SourceKind("vllm-log"))
 
 
 def stats(engine: str, usage: str, running: int, waiting: int = 0) -> Figures:

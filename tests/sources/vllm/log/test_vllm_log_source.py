@@ -31,7 +31,7 @@ def open_log() -> Iterator[Callable[..., LogSource]]:
     made: list[LogSource] = []
 
     def make(path: Path, clock: FakeClock | None = None, max_ranks: int = 1024) -> LogSource:
-        target = Target("log", SourceKind.VLLM_LOG, str(path), "w0")
+        target = Target("log", SourceKind("vllm-log"), str(path), "w0")
         made.append(LogSource(target, clock or FakeClock(NOW), DIALECT, max_ranks=max_ranks))
         return made[-1]
 

@@ -41,6 +41,9 @@ log = logging.getLogger("poolwatch.probe")
 _SIDES = (("full_attn_allocator", Pool.FULL), ("swa_attn_allocator", Pool.SWA))
 
 
+_NOTHING = object()  # what a wrapped free frees instead of a released row's ids: nothing
+
+
 class RowView:
     """How a tensor sits in ``req_to_token``: which row a one-row view reads (O(1), no read)."""
 
@@ -94,6 +97,12 @@ class KvGuard:
 
     def _entry(self, name: str, pool: Pool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         where = f"token_to_kv_pool_allocator.{name}"
+        return self._wrap(lambda free_index: _NOTHING if self._released(free_index, pool, where) else None)
+
+    def _wrap(self, instead: Callable[[Any], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A free that asks ``instead(free_index)`` what to free: None, the call as it came; else the
+        ids it returns (nothing at all when there are none).  Never re-entered (a free inside a
+        free is SGLang's own), and as it came while guard is paused."""
 
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             def free(free_index: Any, *args: Any, **kwargs: Any) -> Any:
@@ -101,9 +110,12 @@ class KvGuard:
                     return original(free_index, *args, **kwargs)
                 self.depth += 1
                 try:
-                    if self._released(free_index, pool, where):
+                    keep = instead(free_index)
+                    if keep is None:
+                        return original(free_index, *args, **kwargs)
+                    if keep is _NOTHING or not int(keep.numel()):
                         return None
-                    return original(free_index, *args, **kwargs)
+                    return original(keep, *args, **kwargs)
                 finally:
                     self.depth -= 1
 
@@ -134,23 +146,7 @@ class KvGuard:
 
     def _direct(self, side: Any, name: str, pool: Pool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         where = f"token_to_kv_pool_allocator.{name}.free"
-
-        def make(original: Callable[..., Any]) -> Callable[..., Any]:
-            def free(free_index: Any, *args: Any, **kwargs: Any) -> Any:
-                if self.depth or self.paused():
-                    return original(free_index, *args, **kwargs)
-                self.depth += 1
-                try:
-                    keep = self._not_free(side, free_index, pool, where)
-                    if keep is None:
-                        return original(free_index, *args, **kwargs)
-                    return original(keep, *args, **kwargs) if int(keep.numel()) else None
-                finally:
-                    self.depth -= 1
-
-            return free
-
-        return make
+        return self._wrap(lambda free_index: self._not_free(side, free_index, pool, where))
 
     def _not_free(self, side: Any, free_index: Any, pool: Pool, where: str) -> Any:
         """``None`` to free the call as it is, else what to free: the ids whose page is neither on

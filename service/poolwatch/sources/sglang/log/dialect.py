@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from poolwatch.model.rank import SourceKind
 from poolwatch.sources.logfile.assembler import Wraps
 from poolwatch.sources.logfile.dialect import LogDialect
 from poolwatch.sources.logfile.heads import Ranks
@@ -52,7 +51,6 @@ def _prefixed_release(lines: Sequence[str]) -> bool:
 
 DIALECT = LogDialect(
     engine="sglang",
-    source=SourceKind.SGLANG_LOG,
     reader=SglangReader,
     interpret=interpret,
     marks=marks,

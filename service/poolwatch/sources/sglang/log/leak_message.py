@@ -22,6 +22,9 @@ are then *unknown*, never the 0 a whole report would imply: only a surplus the f
 there prove whatever the missing ones are (the missing ones all counts that cannot be negative) is
 kept, as a bound.  A figure that cannot be right (a negative term, ``protected`` above the pool) is
 a counter error: the pool's figures prove no sign.
+
+Kept whole: where a report counts, which lines are its figures and what a cut report still proves
+are one reading of one report; split apart, a part could read a figure the others had ruled out.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 
-from poolwatch.model.rank import SourceKind
 from poolwatch.sources.logfile.assembler import Wraps
 from poolwatch.sources.logfile.dialect import LogDialect
 from poolwatch.sources.logfile.heads import Ranks
@@ -53,7 +52,6 @@ def unglue(text: str) -> list[str]:
 
 DIALECT = LogDialect(
     engine="vllm",
-    source=SourceKind.VLLM_LOG,
     reader=VllmReader,
     interpret=interpret,
     marks=marks,

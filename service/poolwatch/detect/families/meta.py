@@ -1,27 +1,46 @@
-"""The meta-alerts: Prometheus watching poolwatch itself, for what a sidecar cannot say about itself.
+"""The meta family: Prometheus watching poolwatch itself, for what a sidecar cannot say about itself.
 
-A sidecar that is down, cannot deliver its pages, has a crash-looping task, or lost the directory
-its probes announce themselves in is judged by Prometheus alone
-(:attr:`~poolwatch.detect.schema.Mode.PROMETHEUS`): the detector never raises
-these, they exist as generated rules, runbooks and docs rows.  They are the tail of
-:func:`poolwatch.detect.rules.alert_definitions`, the one list of every alert.
+A sidecar that is down, is scraped by no one, cannot deliver its pages, has a crash-looping task,
+lost the directory its probes announce themselves in, or answers under another pod's name is judged
+by Prometheus alone (:attr:`~poolwatch.detect.schema.Mode.PROMETHEUS`): the family has no judge, the
+detector never raises these; they exist as generated rules, runbooks and docs rows.  Besides the
+catalogue's metrics its rules read Prometheus' own ``up``.
 """
 
 from __future__ import annotations
 
-from poolwatch.detect.schema import AlertDef, AlertName, Mode, PromRule, Scope, Severity
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, uses
+from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 
-__all__ = ["meta_alerts"]
+__all__ = [
+    "FAMILY",
+    "NOTIFICATIONS_FAILING",
+    "NOT_SCRAPED",
+    "PROBE_DIRECTORY_LOST",
+    "SIDECAR_DOWN",
+    "SIDECAR_IDENTITY_CROSSED",
+    "TASK_CRASH_LOOPING",
+]
+
+SIDECAR_DOWN = "PoolwatchSidecarDown"
+NOT_SCRAPED = "PoolwatchNotScraped"
+NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
+TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
+PROBE_DIRECTORY_LOST = "PoolwatchProbeDirectoryLost"
+SIDECAR_IDENTITY_CROSSED = "PoolwatchSidecarIdentityCrossed"
 
 
-def meta_alerts() -> tuple[AlertDef, ...]:
-    """Prometheus watching poolwatch: what the sidecar cannot say about itself."""
+def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
+    """Prometheus watching poolwatch: what the sidecar cannot say about itself (no threshold of
+    ``config`` applies)."""
+    del config
     where = "{{ $labels.namespace }}/{{ $labels.pod }}"
     delivery = 'increase(poolwatch_notifications_total{outcome=~"failed|dropped"}[5m])'
     sent = 'increase(poolwatch_notifications_total{outcome="sent"}[5m])'
     return (
         AlertDef(
-            AlertName.SIDECAR_DOWN,
+            SIDECAR_DOWN,
             Scope.SIDECAR,
             Mode.PROMETHEUS,
             "Prometheus cannot scrape a poolwatch sidecar: its SGLang server's memory pools are not watched.",
@@ -37,7 +56,7 @@ def meta_alerts() -> tuple[AlertDef, ...]:
             ),
         ),
         AlertDef(
-            AlertName.NOT_SCRAPED,
+            NOT_SCRAPED,
             Scope.SIDECAR,
             Mode.PROMETHEUS,
             "Prometheus scrapes no poolwatch sidecar at all: nothing is watched, and nothing else says so.",
@@ -55,7 +74,7 @@ def meta_alerts() -> tuple[AlertDef, ...]:
             ),
         ),
         AlertDef(
-            AlertName.NOTIFICATIONS_FAILING,
+            NOTIFICATIONS_FAILING,
             Scope.SIDECAR,
             Mode.PROMETHEUS,
             "A poolwatch sidecar cannot deliver its alerts: its fast pages do not arrive.",
@@ -74,7 +93,7 @@ def meta_alerts() -> tuple[AlertDef, ...]:
             ),
         ),
         AlertDef(
-            AlertName.TASK_CRASH_LOOPING,
+            TASK_CRASH_LOOPING,
             Scope.SIDECAR,
             Mode.PROMETHEUS,
             "A poolwatch sidecar task keeps crashing: part of its watching or paging has stopped.",
@@ -92,7 +111,7 @@ def meta_alerts() -> tuple[AlertDef, ...]:
             ),
         ),
         AlertDef(
-            AlertName.PROBE_DIRECTORY_LOST,
+            PROBE_DIRECTORY_LOST,
             Scope.SIDECAR,
             Mode.PROMETHEUS,
             "The directory a sidecar's probes announce themselves in was replaced or is gone: new ranks "
@@ -120,7 +139,7 @@ def meta_alerts() -> tuple[AlertDef, ...]:
             ),
         ),
         AlertDef(
-            AlertName.SIDECAR_IDENTITY_CROSSED,
+            SIDECAR_IDENTITY_CROSSED,
             Scope.SIDECAR,
             Mode.PROMETHEUS,
             "Prometheus reads one pod's sidecar under another pod's name: its rule alerts would name a "
@@ -144,3 +163,18 @@ def meta_alerts() -> tuple[AlertDef, ...]:
             ),
         ),
     )
+
+
+FAMILY = Family(
+    name="meta",
+    title="The sidecar itself",
+    about="Prometheus watching poolwatch: a sidecar down, scraped by no one, not delivering, crash-looping, "
+    "its probe directory lost, or answering under another pod's name.",
+    metrics=uses(
+        "poolwatch_notifications_total",
+        "poolwatch_task_crash_looping",
+        "poolwatch_discovery_directory_lost",
+        "poolwatch_sidecar_info",
+    ),
+    alerts=alerts,
+)

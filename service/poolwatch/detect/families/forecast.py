@@ -1,0 +1,93 @@
+"""The forecast family: each pool's fitted leak rate as PoolwatchPoolExhaustionForecast.  Pure.
+
+The detector fits each pool's gap over time (:mod:`poolwatch.detect.trend`) and hands every snapshot
+its rank-source's fitted trends (:attr:`~poolwatch.detect.family.Seen.fits`); each fitted trend is a
+verdict on the forecast alert of its pool (none yet leaves it be) and, when the pool would run out of
+free slots within ``exhaustion_horizon``, a warning signal.  The exporter publishes the same fit as
+``poolwatch_pool_exhaustion_eta_seconds``, which the rule reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poolwatch.detect import promql as q
+from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.family import Family, Seen, uses, where
+from poolwatch.detect.outcome import facts
+from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.model.rank import Pool
+
+__all__ = ["FAMILY", "POOL_EXHAUSTION_FORECAST", "ExhaustionForecast"]
+
+POOL_EXHAUSTION_FORECAST = "PoolwatchPoolExhaustionForecast"
+
+
+@dataclass(frozen=True, slots=True)
+class ExhaustionForecast:
+    """The family's judge: every snapshot, from its rank-source's fitted trends."""
+
+    config: DetectorConfig
+
+    def signals(self, seen: Seen) -> list[Signal]:
+        """A warning for every fitted pool that runs out within the horizon."""
+        cfg, snap = self.config, seen.snap
+        out: list[Signal] = []
+        for pool, trend in seen.fits:
+            if trend.eta is None or trend.eta >= cfg.exhaustion_horizon:
+                continue
+            unit = facts(snap.worker.engine).unit
+            text = (
+                f"The {pool.value} pool of {where(snap)} loses {trend.rate * 3600:.1f} {unit}s per hour; "
+                f"at that rate it has no free {unit} left in {trend.eta / 3600:.1f} h."
+            )
+            wait = (cfg.deficit_samples, cfg.forecast_for)
+            labels = rank_labels(snap.worker, pool.value)
+            subject = sampled_subject(snap)
+            out.append(
+                Signal(POOL_EXHAUSTION_FORECAST, subject, Severity.WARNING, labels, text, trend.eta, *wait)
+            )
+        return out
+
+    def signature(self, seen: Seen) -> tuple[Pool, ...]:
+        """The pools with a fitted trend."""
+        return tuple([pool for pool, _ in seen.fits])
+
+    def judged(self, seen: Seen) -> set[Verdict]:
+        worker = seen.snap.worker
+        return {(POOL_EXHAUSTION_FORECAST, rank_labels(worker, pool.value)) for pool, _ in seen.fits}
+
+
+def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
+    d = config.detector
+    return (
+        AlertDef(
+            POOL_EXHAUSTION_FORECAST,
+            Scope.POOL,
+            Mode.SAMPLED,
+            "A leaking memory pool will run out of free slots within hours.",
+            f"The fitted leak rate exhausts the pool's free and evictable slots within "
+            f"{d.exhaustion_horizon / 3600:g} h.",
+            (
+                PromRule(
+                    Severity.WARNING,
+                    f"poolwatch_pool_exhaustion_eta_seconds < {d.exhaustion_horizon:g}",
+                    f"{q.duration(d.forecast_for)}",
+                    f"At the current leak rate the {{{{ $labels.pool }}}} pool on {q.WHERE} runs out of free "
+                    "slots in {{ $value | humanizeDuration }}.",
+                    keep_firing_for=q.duration(d.resolve_hold),
+                ),
+            ),
+        ),
+    )
+
+
+FAMILY = Family(
+    name="forecast",
+    title="Exhaustion forecast",
+    about="When a leaking pool runs out of free slots, from the fitted rate at which its gap grows.",
+    metrics=uses("poolwatch_pool_exhaustion_eta_seconds"),
+    alerts=alerts,
+    sampled=ExhaustionForecast,
+)

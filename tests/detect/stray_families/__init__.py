@@ -1,0 +1,1 @@
+"""A families package with a module that declares no family (test_families.py: discovery refuses it)."""

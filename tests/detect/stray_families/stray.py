@@ -1,0 +1,3 @@
+"""A module of a families package that forgot its ``FAMILY``."""
+
+VALUE = 1

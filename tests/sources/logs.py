@@ -29,7 +29,7 @@ def records(
     **bounds: int,
 ) -> list[LogRecord]:
     """The records ``lines`` make (``final``: the input ends here; else a live log gone quiet)."""
-    assembler = LineAssembler(dialect.reader(day), dialect.wraps, dialect.unglue)
+    assembler = LineAssembler(dialect.reader(day), dialect.wraps, dialect.unglue, dialect.own_lead)
     grouped = RecordAssembler(dialect.framing, **bounds)
     out: list[LogRecord] = []
     for line in lines:

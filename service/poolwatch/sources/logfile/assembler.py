@@ -87,8 +87,15 @@ class Logical:
 class LineAssembler:
     """Physical lines in, the engine's lines out (one line late: see the module docstring)."""
 
-    def __init__(self, reader: HeadReader, wraps: Wraps, unglue: Callable[[str], list[str]] = _whole) -> None:
+    def __init__(
+        self,
+        reader: HeadReader,
+        wraps: Wraps,
+        unglue: Callable[[str], list[str]] = _whole,
+        own_lead: re.Pattern[str] | None = None,
+    ) -> None:
         self._reader = reader
+        self._own_lead = own_lead
         self._wraps = wraps
         self._unglue = unglue
         self._pending: Logical | None = None
@@ -97,7 +104,7 @@ class LineAssembler:
 
     def feed(self, line: str) -> list[Logical]:
         self.stats.lines += 1
-        stripped = strip(line)
+        stripped = strip(line, self._own_lead)
         self.stats.stripped.update(stripped.kinds)
         text = stripped.text
         if self._partial is not None:

@@ -18,6 +18,7 @@ A third engine's log is its room's dialect module and one :class:`LogDialect`; n
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,6 +56,9 @@ class LogDialect:
     unglue: Callable[[str], list[str]] = _whole
     holders: str = "ranks"  # what one rank of its log is called, in the rank cap's warning
     stall_bugs: tuple[str, ...] = ()  # bug-zoo ids a stall on this engine may be
+    # the start of its own prefix when that begins like a collector's (an RFC 3339 time): kept, not
+    # stripped (:func:`~poolwatch.sources.logfile.prefixes.strip`); None: its prefix never does
+    own_lead: re.Pattern[str] | None = None
 
     @property
     def source(self) -> SourceKind:

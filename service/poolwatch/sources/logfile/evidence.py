@@ -66,14 +66,15 @@ def weigh(lines: Iterable[str], dialects: Sequence[LogDialect]) -> list[Evidence
         count += 1
         text = strip(line).text
         for dialect, evidence in zip(dialects, found, strict=True):
-            mark = dialect.marks(text)
+            own = text if dialect.own_lead is None else strip(line, dialect.own_lead).text
+            mark = dialect.marks(own)
             if mark is None:
                 continue
             evidence.kinds[mark.what] += 1
             if mark.strong:
                 evidence.strong += 1
                 if evidence.first is None:
-                    evidence.first = (number, text[:_SHOWN])
+                    evidence.first = (number, own[:_SHOWN])
             else:
                 evidence.weak += 1
     for evidence in found:

@@ -17,7 +17,9 @@ programs may have put their own prefix in front, one or several deep::
 plus ANSI colour codes anywhere, NUL bytes (``copytruncate``'s hole) and a ``\\r`` line end.
 :func:`strip` takes them off (each kind counted by name) and says whether the collector marked the
 line *partial* (CRI ``P``, a json-file record without its newline): its rest comes in the next record.
-What the engine itself writes first (its time, ranks, process tag) is the dialect's, never taken here.
+What the engine itself writes first (its time, ranks, process tag) is the dialect's, never taken here:
+a dialect whose own prefix begins like a collector's (an RFC 3339 time, as Rust's ``tracing`` and
+Go's loggers print) names it (``keep``), and the peeling stops where the rest is the engine's line.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ class Stripped:
     partial: bool = False  # the collector says the line goes on in its next record
 
 
-def strip(line: str) -> Stripped:
-    """``line`` without its line end and every collector's or launcher's prefix."""
+def strip(line: str, keep: re.Pattern[str] | None = None) -> Stripped:
+    """``line`` without its line end and every collector's or launcher's prefix (none of the engine's
+    own: peeling stops where ``keep``, the start of the engine's own prefix, matches)."""
     kinds: list[str] = []
     text = line.rstrip("\n")
     if text.endswith("\r"):
@@ -82,7 +85,7 @@ def strip(line: str) -> Stripped:
         kinds.append("ansi")
     partial = False
     for _ in range(_DEPTH):
-        if not _maybe_lead(text):
+        if not _maybe_lead(text) or (keep is not None and keep.match(text)):
             break
         if text[:8] == '{"log":"':
             decoded = _docker_json(text)

@@ -62,7 +62,7 @@ class Replayer:
         """``day`` dates stamps that carry no date (a time of day) or no year."""
         self._dialect = dialect
         self._reader = dialect.reader(day)
-        self._lines = LineAssembler(self._reader, dialect.wraps, dialect.unglue)
+        self._lines = LineAssembler(self._reader, dialect.wraps, dialect.unglue, dialect.own_lead)
         self._records = RecordAssembler(dialect.framing)
         self._fold = LogFold(worker, engine=dialect.engine, source=dialect.source)
         self._windows = Windows(emit, every)

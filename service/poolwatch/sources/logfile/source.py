@@ -62,7 +62,7 @@ class LogSource(Source):
         now = clock()
         # ``now`` dates stamps without a date or year, and lines read before any stamped one
         reader = dialect.reader(dt.date.fromtimestamp(now))
-        self._lines = LineAssembler(reader, dialect.wraps, dialect.unglue)
+        self._lines = LineAssembler(reader, dialect.wraps, dialect.unglue, dialect.own_lead)
         self._records = RecordAssembler(dialect.framing, at=now)
         self._fold = LogFold(
             target.worker,

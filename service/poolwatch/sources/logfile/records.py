@@ -12,7 +12,9 @@ frames its messages is its dialect's (:class:`Framing`):
 * an engine that does not (SGLang) has one current record: lines without a prefix continue it;
   another writer's one-line message inside an unfinished traceback is an *interjection* (a record
   of its own, the traceback goes on); a line in Python's own stderr shape (``Traceback (most recent
-  call last):``, ``path.py:N: UserWarning: ...``) starts a headless record of its own.
+  call last):``, ``path.py:N: UserWarning: ...``) starts a headless record of its own, except a
+  traceback right after an error-level message (``logger.exception``'s shape), which is that
+  message's.
 
 For every engine: lines before the log's first prefixed line are an *orphan* (an excerpt that starts
 inside a traceback): once a prefixed line shows the log has prefixes they go out with
@@ -40,6 +42,13 @@ TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)\b")
 _STDERR_START = re.compile(r"Traceback \(most recent call last\):|\S{1,500}\.py:\d{1,7}: \w*Warning: ")
 _MAX_HELD = 16
+_ERROR_LEVELS = frozenset(["ERROR", "CRITICAL", "FATAL"])
+
+
+def _logs_its_traceback(current: _Open, line: str) -> bool:
+    """``logger.exception``'s shape: an error-level message, its traceback on the very next line
+    (not Python's own stderr, which no prefix introduces)."""
+    return not current.rest and current.level in _ERROR_LEVELS and line.startswith(TRACEBACK)
 
 
 def _untagged(text: str) -> tuple[str | None, Ranks | None, str]:
@@ -249,7 +258,9 @@ class RecordAssembler:
                     return self._extend(candidate, rest)
             return self._replace("", self._fresh(rest, "", None, orphan))
         current = self._open.get("")
-        if current is not None and (current.traceback or not _STDERR_START.match(rest)):
+        if current is not None and (
+            current.traceback or not _STDERR_START.match(rest) or _logs_its_traceback(current, rest)
+        ):
             return self._extend(current, rest)
         done = self.flush(final=False) if current is not None else []
         self._open[""] = self._fresh(rest, self._last_stream, self._last_ranks, orphan)

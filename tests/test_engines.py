@@ -83,7 +83,7 @@ def test_the_engine_setting_names_an_engine_with_a_sources_room_or_says_why_not(
     assert read_engines(entries) == tuple(e.name for e in ENGINES if e.sources)
     with pytest.raises(UnknownEngine, match=r"'toy' has no /metrics or log poolwatch reads: .*probe only"):
         read_engine("toy", entries)
-    with pytest.raises(UnknownEngine, match=r"expected one of sglang, vllm, got 'tgi'"):
+    with pytest.raises(UnknownEngine, match=f"expected one of {', '.join(read_engines())}, got 'tgi'"):
         read_engine("tgi", entries)
 
 

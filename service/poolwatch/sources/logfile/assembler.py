@@ -76,7 +76,9 @@ class AssemblyStats:
     unglued: int = 0  # physical lines that held several engine lines
 
 
-@dataclass(frozen=True, slots=True)
+# one per line: not frozen, which costs five times as much to build (benchmarks/bench_replay.py);
+# never changed once made
+@dataclass(slots=True)
 class Logical:
     """One line as the engine wrote it, and its prefix as the dialect read it."""
 
@@ -105,7 +107,8 @@ class LineAssembler:
     def feed(self, line: str) -> list[Logical]:
         self.stats.lines += 1
         stripped = strip(line, self._own_lead)
-        self.stats.stripped.update(stripped.kinds)
+        if stripped.kinds:
+            self.stats.stripped.update(stripped.kinds)
         text = stripped.text
         if self._partial is not None:
             text, self._partial = self._partial + text, None
@@ -114,7 +117,8 @@ class LineAssembler:
             self._partial = text
             return []
         out: list[Logical] = []
-        for segment in self._segments(text):
+        segments = self._segments(text) if "\r" in text or "%" in text else (text,)  # most lines: neither
+        for segment in segments:
             pieces = self._unglue(segment)
             self.stats.unglued += len(pieces) > 1
             for piece in pieces:

@@ -67,7 +67,9 @@ class PoolError:
         return f"{self.cls.value}{pool}: {self.what}{bugs}"
 
 
-@dataclass(frozen=True, slots=True)
+# one per line: not frozen, which costs five times as much to build (benchmarks/bench_replay.py);
+# never changed once made
+@dataclass(slots=True)
 class Figures:
     """One batch or statistics line."""
 

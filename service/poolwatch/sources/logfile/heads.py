@@ -27,7 +27,9 @@ class Ranks:
         return f"dp{self.dp}-tp{self.tp}-pp{self.pp}"
 
 
-@dataclass(frozen=True, slots=True)
+# one per line: not frozen, which costs five times as much to build (benchmarks/bench_replay.py);
+# never changed once made
+@dataclass(slots=True)
 class Head:
     """The prefix of a line that starts a message, and the message after it."""
 

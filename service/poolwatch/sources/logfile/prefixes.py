@@ -60,10 +60,13 @@ _LEADS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("compose", re.compile(r"[\w.\-]{1,128} +\| ")),
 )
 _MONTHS = frozenset(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"])
+_ENGINE_FIRST = frozenset("[(")  # what an engine's own line starts with (SGLang's time, vLLM's tag)
 _DEPTH = 4  # prefixes nest (journald around CRI around a launcher), never deeper than this
 
 
-@dataclass(frozen=True, slots=True)
+# one per line: not frozen, which costs five times as much to build (benchmarks/bench_replay.py);
+# never changed once made
+@dataclass(slots=True)
 class Stripped:
     text: str
     kinds: tuple[str, ...] = ()  # what was taken off, outermost first ("cri", "ansi", ...)
@@ -73,8 +76,10 @@ class Stripped:
 def strip(line: str, keep: re.Pattern[str] | None = None) -> Stripped:
     """``line`` without its line end and every collector's or launcher's prefix (none of the engine's
     own: peeling stops where ``keep``, the start of the engine's own prefix, matches)."""
-    kinds: list[str] = []
     text = line.rstrip("\n")
+    if text[:1] in _ENGINE_FIRST and "\x1b" not in text and text[-1:] != "\r":
+        return Stripped(text)  # an engine's own line as most are: no lead of ours starts with "[" or "("
+    kinds: list[str] = []
     if text.endswith("\r"):
         text = text.rstrip("\r")
     if text[:1] == "\x00":

@@ -83,7 +83,9 @@ class Framing:
     )
 
 
-@dataclass(frozen=True, slots=True)
+# one per line: not frozen, which costs five times as much to build (benchmarks/bench_replay.py);
+# never changed once made
+@dataclass(slots=True)
 class LogRecord:
     """One log message: its first line (prefix removed) and the lines that continue it."""
 

@@ -54,7 +54,11 @@ def test_a_vllm_log_is_told_from_an_sglang_log_by_its_lines() -> None:
     sglang = sniff_engine(
         (LOGS.parent / "sglang-logs" / "v0.5.12-swa-busy-check.log").read_text().splitlines()
     )
-    assert (vllm and vllm.engine, sglang and sglang.engine) == ("vllm", "sglang")
+    assert vllm is not None
+    assert sglang is not None
+    assert (vllm[0].engine, sglang[0].engine) == ("vllm", "sglang")
+    assert vllm[1].strong > 0
+    assert vllm[1].first is not None
 
 
 async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from poolwatch.detect.families.balance import DOUBLE_FREE, SLOT_LEAK
 from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
 from poolwatch.detect.families.host_pool import HOST_POOL_GAP
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
+from poolwatch.detect.families.probe_directory import PROBE_DIRECTORY_LOST, PROBE_REFUSED
 from poolwatch.detect.families.probe_health import PROBE_DEGRADED
 from poolwatch.detect.families.repairs import PROBE_REPAIRED
 from poolwatch.detect.families.staleness import SNAPSHOT_STALE
@@ -31,7 +32,7 @@ from poolwatch.detect.schema import Mode, Severity
 from poolwatch.model.findings import Repair, RepairKind
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
-from poolwatch.target_state import TargetState
+from poolwatch.target_state import DirectoryHealth, TargetState
 
 CONFIG = MixinConfig(
     DetectorConfig(
@@ -46,6 +47,7 @@ CONFIG = MixinConfig(
     )
 )
 Step = Callable[[], list[Alert]]
+Case = Callable[[Detector, FakeClock, RankStream], Step]
 
 
 def seconds(duration: str) -> float:
@@ -122,6 +124,17 @@ def target_down(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return step
 
 
+def directory(health: DirectoryHealth) -> Case:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        def step() -> list[Alert]:
+            c.advance(1.0)
+            return d.evaluate(directory=health)
+
+        return step
+
+    return case
+
+
 def probe_disabled(d: Detector, c: FakeClock, s: RankStream) -> Step:
     s.probe = ProbeHealth(disabled=True, last_error="kill switch engaged")
     return observing(d, s.next)
@@ -141,7 +154,6 @@ def guard_repaired(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, lambda: replace(s.next(), repairs=(repair,)))
 
 
-Case = Callable[[Detector, FakeClock, RankStream], Step]
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
 VLLM = None  # a vLLM rank: no idle check of its own
 CASES: list[tuple[str, Severity, Case, bool | None]] = [
@@ -162,6 +174,9 @@ CASES: list[tuple[str, Severity, Case, bool | None]] = [
     (PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
     (HOST_POOL_GAP, Severity.CRITICAL, host_surplus, STRICT),
     (HOST_POOL_GAP, Severity.WARNING, host_deficit, STRICT),
+    (PROBE_DIRECTORY_LOST, Severity.CRITICAL, directory(DirectoryHealth("/d", lost="unsafe")), STRICT),
+    (PROBE_DIRECTORY_LOST, Severity.WARNING, directory(DirectoryHealth("/d", lost="missing")), STRICT),
+    (PROBE_REFUSED, Severity.WARNING, directory(DirectoryHealth("/d", refused={"/d": "unsafe: x"})), STRICT),
 ]
 
 

@@ -28,13 +28,15 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.deployed import alertmanager_config
-from tests.e2e.stack import SmtpRecorder, WebhookRecorder, poll, run_alertmanager
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.schema import Severity
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
+from rigs.stack.deployed import alertmanager_config
+from rigs.stack.processes import poll
+from rigs.stack.prometheus import run_alertmanager
+from rigs.stack.receivers import SmtpRecorder, WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -316,6 +318,13 @@ def test_hostile_text_reaches_slack_and_pagerduty_escaped_for_each(stack: Stack)
     assert found(("<!channel>", "<https://evil"), details) == []
     assert lines_starting(details, "Runbook:") == [f"Runbook: {RUNBOOK}"]
     assert {link["href"] for link in event["links"]} == {RUNBOOK, DASHBOARD}
+    # Alertmanager's own default details (firing, resolved) carried the raw exception text (issue 42)
+    custom = event["payload"]["custom_details"]
+    firing = custom["firing"]
+    assert found(("<!channel>", "<https://evil", "<script>", "\r"), firing) == []
+    assert "\u2039!channel\u203a" in firing
+    assert lines_starting(firing, "Runbook:") == [f"Runbook: {RUNBOOK}"]
+    assert (custom["num_firing"], custom["resolved"].strip()) == ("1", "")
 
 
 def test_hostile_text_reaches_email_escaped_and_injects_no_header(stack: Stack) -> None:

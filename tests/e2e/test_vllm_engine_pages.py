@@ -33,18 +33,21 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.deploy.k8s import kustomize
-from tests.e2e import deployed
-from tests.e2e.launch import start_alertmanager, start_prometheus, start_sidecar
-from tests.e2e.stack import Prometheus, WebhookRecorder, free_port, http_ok, poll
 from tests.probe.vllm.fakes import Scheduler
-from tests.vllm_server.page import EXAMPLE, example_pod
 
 from poolwatch.artifacts.notification_text import CRASH_PATTERN
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from rigs.stack import deployed
+from rigs.stack.launch import start_alertmanager, start_prometheus, start_sidecar
+from rigs.stack.manifests import kustomize
+from rigs.stack.processes import free_port, http_ok, poll
+from rigs.stack.prometheus import Prometheus
+from rigs.stack.receivers import WebhookRecorder
+from rigs.vllm.page import EXAMPLE, example_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -64,8 +67,13 @@ class _Clock:
 def _census(sched: Scheduler, worker: str, act: Any) -> Snapshot:
     """The probe's census of ``sched`` after ``act(sched)``, balanced before it."""
     config = ProbeConfig(serve=False, sample_interval_s=0.01)
-    probe = VLLM.new(
-        sched, config, release=vllm_release("0.33.0"), environ={"POOLWATCH_WORKER": worker}, clock=_Clock()
+    probe = new_probe(
+        VLLM,
+        sched,
+        config,
+        release=vllm_release("0.33.0"),
+        environ={"POOLWATCH_WORKER": worker},
+        clock=_Clock(),
     )
     assert probe.sample_now(census=True) is not None  # the first idle census balances: exact from now
     act(sched)

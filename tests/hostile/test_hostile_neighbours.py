@@ -36,13 +36,10 @@ import pytest
 from tests.helpers import FIXTURES
 from tests.hostile.local_user import NOBODY, require_nobody, run_as_nobody, spawn_as_nobody
 from tests.hostile.neighbours import HOG, RECEIVERS
+from tests.hostile.probes import probe_in
 from tests.hostile.sidecar_process import samples, serve
-from tests.probe.sglang.fakes import Rank
 
-from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.lifecycle import attach, detach
-from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.extras import SglangProbe
+from poolwatch.probe.lifecycle import detach
 
 pytestmark = pytest.mark.hostile
 
@@ -76,15 +73,6 @@ def volume() -> Iterator[Path]:
         yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def probe_in(directory: Path) -> tuple[SglangProbe, Rank]:
-    """A real probe (root) on a fake scheduler rank, announced in ``directory``."""
-    rank = Rank()
-    config = ProbeConfig(sample_interval_s=0.0, directory=str(directory), release="0.5.9", worker="w")
-    probe = attach(SGLANG, rank.sched, config)
-    rank.sched.recv_requests()
-    return probe, rank
 
 
 def first_scrape(url: str, target: str = TARGET) -> dict[tuple[str, str], float]:

@@ -14,7 +14,8 @@ from poolwatch.commands.replay import command as replay_command
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.sources.base import Target
-from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.logfile.source import LogSource
+from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.sglang.metrics import SglangMetricsSource
 
 emulator = pytest.importorskip("poolwatch_emulator")
@@ -52,7 +53,7 @@ async def test_the_log_source_follows_an_emulated_worker_while_it_runs(tmp_path:
     c = scenarios.cluster("0.5.12", pd=False, log_dir=tmp_path, idle_check_strict=False,
                           faults=("mamba-cow-leak-on-abort",), workload=scenarios.COW)  # fmt: skip
     (log,) = tmp_path.glob("*.log")
-    source = SglangLogSource(Target("log", "sglang-log", str(log), "unified-0"), FakeClock(4e9))
+    source = LogSource(Target("log", DIALECT.source, str(log), "unified-0"), FakeClock(4e9), DIALECT)
     snaps = []
     async with httpx.AsyncClient() as client:
         for _ in range(40):

@@ -14,8 +14,8 @@ from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.model.rank import Phase, Pool, PoolAccount, Role
 from poolwatch.sources.base import Source, Target
+from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.sglang.gauges import ServerInfo, parse_server_info, pool_accounts, queues
-from poolwatch.sources.sglang.log.lines import Ranks
 from poolwatch.sources.sglang.metrics import IdleWatch, SglangMetricsSource, parse_metrics_page
 
 SGLANG = FIXTURES / "sglang"

@@ -1,4 +1,4 @@
-"""Shared helpers of the vLLM sources tests: the fixture folders, a record assembler over a file."""
+"""Shared helpers of the vLLM sources tests: the fixture folders, vLLM's dialect over lines or a file."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tests.helpers import FIXTURES
+from tests.sources.logs import file_lines, records
 
-from poolwatch.sources.logfile.reader import LogReader
-from poolwatch.sources.vllm.log.events import LogEvent, interpret
-from poolwatch.sources.vllm.log.lines import Calendar
-from poolwatch.sources.vllm.log.records import LogRecord, RecordAssembler
+from poolwatch.sources.logfile.events import LogEvent
+from poolwatch.sources.logfile.records import LogRecord
+from poolwatch.sources.vllm.log.dialect import DIALECT
 
 LOGS = FIXTURES / "vllm-logs"
 PAGES = FIXTURES / "vllm"
@@ -24,16 +24,12 @@ def local(stamp: str) -> float:
 
 
 def assemble(lines: Iterable[str], day: dt.date = DAY) -> list[LogRecord]:
-    assembler = RecordAssembler(Calendar(day))
-    out: list[LogRecord] = []
-    for line in lines:
-        out += assembler.feed(line)
-    return out + assembler.flush()
+    return records(DIALECT, lines, day)
 
 
 def file_records(path: Path, day: dt.date = DAY) -> list[LogRecord]:
-    return assemble((line for chunk in LogReader(path).chunks() for line in chunk), day)
+    return assemble(file_lines(path), day)
 
 
 def file_events(path: Path, day: dt.date = DAY) -> list[LogEvent]:
-    return [e for r in file_records(path, day) for e in interpret(r)]
+    return [e for r in file_records(path, day) for e in DIALECT.interpret(r)]

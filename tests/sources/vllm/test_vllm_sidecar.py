@@ -54,7 +54,11 @@ def test_a_vllm_log_is_told_from_an_sglang_log_by_its_lines() -> None:
     sglang = sniff_engine(
         (LOGS.parent / "sglang-logs" / "v0.5.12-swa-busy-check.log").read_text().splitlines()
     )
-    assert (vllm and vllm.engine, sglang and sglang.engine) == ("vllm", "sglang")
+    assert vllm is not None
+    assert sglang is not None
+    assert (vllm[0].engine, sglang[0].engine) == ("vllm", "sglang")
+    assert vllm[1].strong > 0
+    assert vllm[1].first is not None
 
 
 async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_path: Path) -> None:
@@ -100,3 +104,37 @@ async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_pat
     assert 'engine="vllm"' in metrics
     assert 'release="0.32.0"' in metrics
     assert 'alertname="PoolwatchSchedulerCrashed"' in metrics
+
+
+async def test_escape_sequences_from_vllms_version_and_labels_reach_no_label_and_no_api(
+    tmp_path: Path,
+) -> None:
+    """ANSI and clipboard (OSC 52) sequences in ``/version`` and a model label arrive inert:
+    ``/metrics`` and the API show them as visible signs, never as the bytes a terminal obeys."""
+    hostile = "0.32.0\x1b]52;c;cG93bmVk\x07\x1b[2J\r"
+    page = (PAGES / "v0.32.0-cpu-real.metrics.txt").read_text()
+    page = page.replace('model_name="', 'model_name="\x1b[31m')
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/version":
+            return httpx.Response(200, json={"version": hostile})
+        return httpx.Response(200, text=page) if request.url.path == "/metrics" else httpx.Response(404)
+
+    settings = pod_settings(tmp_path / "vllm.log")
+    clock = FakeClock()
+    store = SnapshotStore()
+    sources = TargetSet(settings, clock).current
+    async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as client:
+        await Scraper(store, sources, settings.scrape, clock).scrape_all(client)
+    for source in sources():
+        source.close()
+    app = create_app(settings, store=store, sources=[], clock=clock)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as api:
+        metrics = (await api.get("/metrics")).text
+        workers = (await api.get("/api/v1/workers")).text
+    for text in (metrics, workers):
+        assert not any(c in text for c in "\x1b\x07\r")
+        assert "\\u001b" not in text
+    assert 'release=""' in metrics  # not a release number: unknown, never shown
+    assert "cG93bmVk" not in metrics + workers
+    assert "␛[31m" in metrics  # the model label's escape, inert

@@ -47,8 +47,11 @@ def markdown() -> str:
     newest = _version(NEWEST_RELEASE)
     tail = [
         "",
-        f"A version maps to the newest family not newer than it. One newer than {newest} (or unreadable) "
-        f'is read as the newest family, *unverified*: guard\'s "return" and refusals stay off there.',
+        f"A version maps to the newest family not newer than it. One newer than {newest} (or unreadable), "
+        "and any pre-release, development or local build (`0.5.9rc1`, `0.5.10.dev3+g1a2b`, `0.5.9+rocm`), "
+        f'is read as its family *unverified*: guard\'s "return" and refusals stay off there. '
+        "`POOLWATCH_ENGINE_VERSION` chooses the family a build is read as, never that it was read; "
+        "a value that is no release number (PEP 440) keeps the probe off.",
     ]
     return "\n".join([*head, *map(_row, SHAPES), *tail])
 

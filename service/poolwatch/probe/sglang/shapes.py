@@ -24,9 +24,10 @@ checkpoint pool on 0.5.23; the KV allocator's row-view frees on every family.
 from __future__ import annotations
 
 import enum
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from poolwatch import releases
 from poolwatch.probe.core.engine import Release
 
 __all__ = [
@@ -106,17 +107,15 @@ _0523 = replace(
 )  # fmt: skip
 SHAPES: tuple[Shape, ...] = (_054, _0553, _056, _059, _0510, _0512, _0523)
 
-_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:\.?post(\d+))?")
-
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """``"0.5.5.post3"`` -> ``(0, 5, 5, 3)``; ``"0.5.9"`` -> ``(0, 5, 9, 0)``.  ValueError if unreadable."""
-    match = _VERSION.match(text)
-    if match is None:
-        raise ValueError(f"unreadable SGLang version {text!r}")
-    release = tuple(int(p) for p in match.group(1).split("."))
-    release = (*release, 0, 0, 0)[:3]
-    return (*release, int(match.group(2) or 0))
+    """``"0.5.5.post3"`` -> ``(0, 5, 5, 3)``; ``"0.5.9"`` -> ``(0, 5, 9, 0)`` (a pre-release,
+    development or local build: the release it leads to).  ValueError if it is not a release
+    number (:mod:`poolwatch.releases`)."""
+    version = releases.parse(text)
+    if version is None:
+        raise ValueError(f"unreadable SGLang version {text[:64]!r}")
+    return releases.key(version, post=True)
 
 
 def shape_for_version(text: str) -> Shape:
@@ -129,10 +128,25 @@ def shape_for_version(text: str) -> Shape:
     return chosen
 
 
-def installed_version() -> str:
-    """The installed SGLang's version ("" when SGLang is not installed, e.g. the emulator)."""
+def installed_version(modules: Mapping[str, object] | None = None) -> str:
+    """The running SGLang's version ("" when SGLang is not installed, e.g. the emulator): what its
+    own code says (``sglang.version.__version__``) once SGLang is imported (``modules``: the
+    process's, ``sys.modules``) -- the code that runs, even where the package's metadata is
+    another's (a source tree or a wheel's package put over another release's environment) -- else
+    its package metadata's."""
+    import importlib
+    import sys
     from importlib import metadata
 
+    modules = sys.modules if modules is None else modules
+    if "sglang" in modules:
+        try:
+            own = modules.get("sglang.version") or importlib.import_module("sglang.version")
+        except Exception:  # an SGLang without it, or one that fails to say: its metadata
+            own = None
+        running = getattr(own, "__version__", None)
+        if isinstance(running, str) and running:
+            return running
     try:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
@@ -140,12 +154,13 @@ def installed_version() -> str:
 
 
 def known_release(text: str) -> bool:
-    """Whether ``text`` names a release of a family whose wheels were read: from the first family's
-    first release to :data:`NEWEST_RELEASE` (older, newer or unreadable: no)."""
-    try:
-        return (*SHAPES[0].since, 0)[:4] <= parse_version(text) <= NEWEST_RELEASE
-    except ValueError:
+    """Whether ``text`` names a final release of a family whose wheels were read: from the first
+    family's first release to :data:`NEWEST_RELEASE` (older, newer, unreadable, or a pre-release,
+    development or local build -- ``0.5.9rc1``, ``0.5.10.dev3``, ``0.5.9+rocm`` -- no)."""
+    version = releases.parse(text)
+    if version is None or not releases.final(version):
         return False
+    return (*SHAPES[0].since, 0)[:4] <= releases.key(version, post=True) <= NEWEST_RELEASE
 
 
 def shape_of(release: Release) -> Shape:

@@ -1,4 +1,5 @@
-"""The fault catalogue: each fault a named reproduction of a real accounting bug class.
+"""The fault catalogue: each fault a named reproduction of a real accounting bug class.  Kept whole:
+one table of data, the single source of every fault's facts (the demo, scenarios, tests, benchmarks).
 
 Bug-zoo ids are ``/work/shared/bug-zoo.md``'s (S = SGLang, V = vLLM, O = other engines and forks).
 

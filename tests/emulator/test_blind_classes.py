@@ -61,9 +61,9 @@ def test_a_prefill_keeps_the_kv_of_a_request_its_decode_side_dropped_for_ever() 
     assert first.where == "disagg_prefill_inflight_queue"
     assert first.tokens > 0
     assert first.owner in {r.rid for r in prefill.disagg_prefill_inflight_queue}
-    c.run_for(60.0)
+    c.run_for(30.0)
     holds = truth.stranded(prefill)
-    assert first.owner in {h.owner for h in holds}  # a minute on, still held
+    assert first.owner in {h.owner for h in holds}  # 30 s on, still held
     assert sum(h.tokens for h in holds) >= first.tokens
     for r in c.schedulers:
         _balanced(r)
@@ -153,10 +153,11 @@ def test_an_unlock_without_its_lock_unprotects_a_live_prefix_and_its_slots_are_f
     assert truth.prefix_freed(r) > 0
     fixed = _cluster(name, armed=False)
     fr = fixed.schedulers[0]
-    for _ in range(600):
+    for i in range(600):
         fixed.step()
-        assert truth.lock_deficit(fr) == 0
-        assert truth.prefix_freed(fr) == 0
+        if i % 5 == 0:  # the walks are the costly part
+            assert truth.lock_deficit(fr) == 0
+            assert truth.prefix_freed(fr) == 0
     assert not fixed.crashed
 
 

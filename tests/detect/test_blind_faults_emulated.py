@@ -28,8 +28,9 @@ from poolwatch_emulator.scheduler import Scheduler
 GAP_PAGES = ("PoolwatchDoubleFree", "PoolwatchSlotLeak", "PoolwatchHostPoolGap")
 
 
-def _watch(fault: str, directory: Path, **overrides: object) -> Watched:
-    return Watched(scenario_config(fault, epoch=EPOCH, **overrides), directory)  # type: ignore[arg-type]
+def _watch(fault: str, directory: Path, *, guard: bool = False, **overrides: object) -> Watched:
+    config = scenario_config(fault, epoch=EPOCH, **overrides)  # type: ignore[arg-type]
+    return Watched(config, directory, guard=guard)
 
 
 def _snap(rank: Scheduler) -> Snapshot:
@@ -195,14 +196,18 @@ def test_speculative_decoding_without_a_fault_balances_at_every_sample_and_nothi
     fault: str, overrides: dict[str, int], tmp_path: Path
 ) -> None:
     """The draft reserve past the committed KV is the request's own (``kv_allocated_len``): the
-    probe counts it, every sample balances, no tripwire, no alert."""
-    w = _watch(fault, tmp_path, faults=(), **overrides)
+    probe counts it, every sample balances, no tripwire, no alert; guard (on) refuses and repairs
+    nothing."""
+    w = _watch(fault, tmp_path, guard=True, faults=(), **overrides)
     for _ in range(600):
         w.step()
         for rank in w.cluster.schedulers:
             probe = probe_of(rank)
             if probe is not None and probe.latest is not None:
                 _balanced(probe.latest)
+                assert probe.latest.repairs == ()
+    probes = [p for rank in w.cluster.schedulers if (p := probe_of(rank)) is not None]
+    assert sum(p.refuser.refused for p in probes if p.refuser is not None) == 0
     assert w.first_firing == {}
     assert not w.cluster.crashed
     assert sum(r.spec_num_accepted_tokens for r in w.cluster.schedulers) > 0

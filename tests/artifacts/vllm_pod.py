@@ -26,7 +26,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers import FakeClock
 from tests.probe.vllm.fakes import Scheduler
-from tests.sources.vllm.fakes import LOGS, PAGES, local
+from tests.sources.vllm.fakes import LOGS, local, read_server_and_log
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
@@ -36,9 +36,7 @@ from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.app import create_app
-from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources.targets import TargetSet
 
 __all__ = ["Sample", "vllm_pod_metrics", "vllm_pod_samples"]
 
@@ -115,25 +113,6 @@ def _unverified(store: SnapshotStore) -> None:
     _put(store, probe, NOW - 1)
 
 
-def _vllm_server(request: httpx.Request) -> httpx.Response:
-    if request.url.path == "/metrics":
-        return httpx.Response(200, text=(PAGES / "v0.32.0-cpu-real.metrics.txt").read_text())
-    if request.url.path == "/version":
-        return httpx.Response(200, json={"version": "0.32.0"})
-    return httpx.Response(404)
-
-
-async def _coarse(settings: Settings, store: SnapshotStore, clock: FakeClock) -> None:
-    sources = TargetSet(settings, clock).current
-    async with httpx.AsyncClient(transport=httpx.MockTransport(_vllm_server)) as client:
-        loop = Scraper(store, sources, settings.scrape, clock)
-        for _ in range(2):  # the second read finds the log quiet: its last record is whole
-            await loop.scrape_all(client)
-            clock.advance(1)
-    for source in sources():
-        source.close()
-
-
 async def _render(settings: Settings, store: SnapshotStore, clock: FakeClock, alerting: AlertWiring) -> str:
     app = create_app(settings, store=store, sources=[], clock=clock, alerting=alerting)
     transport = httpx.ASGITransport(app=app)
@@ -158,7 +137,7 @@ async def _metrics(log: Path) -> str:
     _leaking(store)
     _guarded(store)
     _unverified(store)
-    await _coarse(settings, store, clock)
+    await read_server_and_log(settings, store, clock)
     alerting.evaluate()
     return await _render(settings, store, clock, alerting)
 

@@ -8,7 +8,10 @@ import contextlib
 import os
 import shutil
 import socket
+import sys
 import threading
+import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -79,6 +82,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def serve_argv(port: int, *flags: str) -> list[str]:
+    """``poolwatch serve`` on loopback ``port`` as this interpreter runs it, with ``flags``."""
+    loopback = ("--host", "127.0.0.1", "--port", str(port))
+    return [sys.executable, "-m", "poolwatch.cli", "serve", *loopback, *flags]
+
+
+def await_healthy(url: str, deadline_s: float = 60.0) -> bool:
+    """Poll ``url``'s ``/healthz`` until it answers (a loaded machine needs a moment); whether it did."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 @contextlib.asynccontextmanager

@@ -24,17 +24,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, free_port
 
 WAVE = 1100  # the 1,100 idle connections
 SERVER_FDS = 1024  # ... against a process limited to 1,024 file descriptors
 STALE_AFTER = 5.0  # a scrape loop starved this long would show here as a stale snapshot
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def balanced_snapshot(path: Path) -> Path:

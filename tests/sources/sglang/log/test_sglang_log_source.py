@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,10 +22,7 @@ FAR_FUTURE = 4_000_000_000.0
 
 @pytest.fixture
 def open_log(log_source: Callable[..., LogSource]) -> Callable[..., LogSource]:
-    def make(path: Path, role: Role = Role.UNIFIED, now: float = FAR_FUTURE) -> LogSource:
-        return log_source(DIALECT, path, FakeClock(now), role)
-
-    return make
+    return functools.partial(log_source, DIALECT, clock=FakeClock(FAR_FUTURE))
 
 
 def summary(snaps: list[Snapshot]) -> list[tuple[str, str, list[str], str]]:
@@ -148,7 +146,7 @@ async def test_a_report_is_held_until_the_log_goes_quiet_or_moves_on(
 async def test_lines_stamped_in_the_future_are_clamped_to_now(
     open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
-    source = open_log(LOGS / "v0.5.9-pd-decode.log", now=1_000.0)
+    source = open_log(LOGS / "v0.5.9-pd-decode.log", clock=FakeClock(1_000.0))
     snaps = await drain(source, client)
     assert snaps
     assert all(s.taken_at == 1_000.0 for s in snaps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,10 +23,7 @@ EC = "(EngineCore pid=12) ERROR 12-03 16:29:{s:02d} [core.py:1512] "
 
 @pytest.fixture
 def open_log(log_source: Callable[..., LogSource]) -> Callable[..., LogSource]:
-    def make(path: Path, clock: FakeClock | None = None, max_ranks: int = 1024) -> LogSource:
-        return log_source(DIALECT, path, clock or FakeClock(NOW), max_ranks=max_ranks)
-
-    return make
+    return functools.partial(log_source, DIALECT, clock=FakeClock(NOW))
 
 
 def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., LogSource]) -> None:

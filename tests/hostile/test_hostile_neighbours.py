@@ -21,9 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +32,7 @@ from typing import ClassVar
 import httpx
 import pytest
 from tests.helpers import FIXTURES
-from tests.hostile.local_user import NOBODY, require_nobody, run_as_nobody, spawn_as_nobody
+from tests.hostile.local_user import NOBODY, arena, require_nobody, run_as_nobody, spawn_as_nobody
 from tests.hostile.neighbours import HOG, RECEIVERS
 from tests.hostile.probes import probe_in
 from tests.hostile.sidecar_process import samples, serve
@@ -67,12 +65,8 @@ def nobody() -> None:
 @pytest.fixture
 def volume() -> Iterator[Path]:
     """A Kubernetes emptyDir's root as the pod sees it: root's, world-writable, not sticky."""
-    base = Path(tempfile.mkdtemp(prefix="poolwatch-volume-"))
-    try:
-        base.chmod(0o777)
+    with arena(0o777, "poolwatch-volume-") as base:
         yield base
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def first_scrape(url: str, target: str = TARGET) -> dict[tuple[str, str], float]:

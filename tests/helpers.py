@@ -46,6 +46,18 @@ class FakeClock:
         self.now += seconds
 
 
+class SteppingClock:
+    """A clock every read of which is ``step`` seconds later (a probe asked for a sample finds every
+    sample due); it starts at 1e9, later than the real clock that stamped an attach sample."""
+
+    def __init__(self, now: float = 1e9, step: float = 1.0) -> None:
+        self.now, self.step = now, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
 class FakeWait:
     """Stands in for ``Condition.wait``: the fake clock passes (at most ``step`` per call) and
     ``during`` runs with the condition released, as another thread would run during a real wait."""

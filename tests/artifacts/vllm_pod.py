@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, SteppingClock
 from tests.probe.vllm.fakes import Scheduler
 from tests.sources.vllm.fakes import LOGS, local, read_server_and_log
 
@@ -44,21 +44,11 @@ Sample = tuple[str, dict[str, str]]  # a sample's name and labels
 NOW = local("2026-12-03 16:27:25")  # four seconds after the captured EngineCore died
 
 
-class _ProbeClock:
-    """Every read a second later, so every sample the probe is asked for is due."""
-
-    def __init__(self) -> None:
-        self.now = 1e9
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 def _probe(sched: Scheduler, worker: str, release: str) -> VllmProbe:
     config = ProbeConfig(serve=False, sample_interval_s=0.01)
     environ = {"POOLWATCH_WORKER": worker}
-    return new_probe(VLLM, sched, config, release=vllm_release(release), environ=environ, clock=_ProbeClock())
+    clock = SteppingClock()
+    return new_probe(VLLM, sched, config, release=vllm_release(release), environ=environ, clock=clock)
 
 
 def _put(store: SnapshotStore, probe: VllmProbe, at: float) -> None:
@@ -92,7 +82,7 @@ def _guarded(store: SnapshotStore) -> None:
     config = ProbeConfig(serve=False, sample_interval_s=0.01, guard=True)
     environ = {"POOLWATCH_WORKER": "vllm-guarded"}
     release = vllm_release("0.33.0")
-    probe = attach(VLLM, sched, config, release=release, environ=environ, clock=_ProbeClock())
+    probe = attach(VLLM, sched, config, release=release, environ=environ, clock=SteppingClock())
     assert isinstance(probe, VllmProbe)
     try:
         _put(store, probe, NOW - 20)

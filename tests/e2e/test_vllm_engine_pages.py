@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.helpers import SteppingClock
 from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.artifacts.notification_text import CRASH_PATTERN
@@ -55,15 +56,6 @@ LEAK, DOUBLE = "PoolwatchSlotLeak", "PoolwatchDoubleFree"
 LEAKING, FREED_TWICE = "vllm-0", "vllm-1"  # the two ranks' workers
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1e9
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 def _census(sched: Scheduler, worker: str, act: Any) -> Snapshot:
     """The probe's census of ``sched`` after ``act(sched)``, balanced before it."""
     config = ProbeConfig(serve=False, sample_interval_s=0.01)
@@ -73,7 +65,7 @@ def _census(sched: Scheduler, worker: str, act: Any) -> Snapshot:
         config,
         release=vllm_release("0.33.0"),
         environ={"POOLWATCH_WORKER": worker},
-        clock=_Clock(),
+        clock=SteppingClock(),
     )
     assert probe.sample_now(census=True) is not None  # the first idle census balances: exact from now
     act(sched)

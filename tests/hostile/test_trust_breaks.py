@@ -316,33 +316,22 @@ def test_a_probe_directory_swapped_by_nobody_pages_the_sidecars_own_webhook(tmp_
     require_nobody()
     from tests.hostile.probes import probe_in
 
-    from poolwatch.probe.lifecycle import detach
-
-    with arena() as volume:
-        volume.chmod(0o777)  # an emptyDir's root: world-writable, not sticky
-        _, rank = probe_in(volume / "probe")  # the probe seals it (sticky)
-        try:
-            with webhook() as hook:
-                env = {
-                    "POOLWATCH_WORKER": "w",
-                    "POOLWATCH_PROBE_DIR": str(volume / "probe"),
-                    "POOLWATCH_WEBHOOK_URLS": hook,
-                }
-                with serve(env, tmp_path / "sidecar.log") as url:
-                    until(
-                        lambda: any(n == "poolwatch_target_up" for n, _ in samples(url)),
-                        60,
-                        "the first scrape",
-                    )
-                    volume.chmod(0o777)  # a layout the probe could not seal (the bit taken off)
-                    assert (
-                        run_as_nobody(SWAP, str(volume / "probe"), str(volume / "moved")).strip() == "swapped"
-                    )
-                    (page,) = until(
-                        lambda: paged("PoolwatchProbeDirectoryLost"), 40, "the sidecar's own page"
-                    )
-        finally:
-            detach(rank.sched)
+    # an emptyDir's root (world-writable, not sticky), which the probe seals (sticky)
+    with arena(0o777) as volume, probe_in(volume / "probe"), webhook() as hook:
+        env = {
+            "POOLWATCH_WORKER": "w",
+            "POOLWATCH_PROBE_DIR": str(volume / "probe"),
+            "POOLWATCH_WEBHOOK_URLS": hook,
+        }
+        with serve(env, tmp_path / "sidecar.log") as url:
+            until(
+                lambda: any(n == "poolwatch_target_up" for n, _ in samples(url)),
+                60,
+                "the first scrape",
+            )
+            volume.chmod(0o777)  # a layout the probe could not seal (the bit taken off)
+            assert run_as_nobody(SWAP, str(volume / "probe"), str(volume / "moved")).strip() == "swapped"
+            (page,) = until(lambda: paged("PoolwatchProbeDirectoryLost"), 40, "the sidecar's own page")
     assert (page["labels"]["severity"], page["labels"]["reason"]) == ("critical", "unsafe")
 
 

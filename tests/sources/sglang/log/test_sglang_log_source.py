@@ -12,7 +12,7 @@ from tests.sources.logs import drain
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model.rank import IncidentKind, Phase, Pool, Role, SourceKind
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Source, Target
+from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.dialect import DIALECT
 
@@ -30,10 +30,6 @@ def summary(snaps: list[Snapshot]) -> list[tuple[str, str, list[str], str]]:
         (s.worker.key, s.phase.value, [i.kind.value for i in s.incidents], describe(assess_snapshot(s)))
         for s in snaps
     ]
-
-
-def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., LogSource]) -> None:
-    assert isinstance(open_log(LOGS / "v0.5.9-pd-decode.log"), Source)
 
 
 async def test_the_0_5_4_post1_pd_prefill_crash_is_a_mamba_double_free_on_both_ranks(

@@ -13,7 +13,6 @@ from tests.sources.logs import drain
 from tests.sources.vllm.fakes import LOGS, local
 
 from poolwatch.model.rank import IncidentKind, Phase
-from poolwatch.sources.base import Source
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.vllm.log.dialect import DIALECT
 
@@ -24,10 +23,6 @@ EC = "(EngineCore pid=12) ERROR 12-03 16:29:{s:02d} [core.py:1512] "
 @pytest.fixture
 def open_log(log_source: Callable[..., LogSource]) -> Callable[..., LogSource]:
     return functools.partial(log_source, DIALECT, clock=FakeClock(NOW))
-
-
-def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., LogSource]) -> None:
-    assert isinstance(open_log(LOGS / "v0.30.0-s4-xpu.log"), Source)
 
 
 async def test_the_real_double_free_is_one_crash_and_the_latest_figures(

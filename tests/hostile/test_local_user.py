@@ -25,6 +25,7 @@ import pytest
 import yaml
 from tests.helpers import REPO
 from tests.hostile.local_user import NOBODY, arena, require_nobody, run_as_nobody, spawn_as_nobody
+from tests.hostile.probes import probe_in
 from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.snapshot import dump_snapshot
@@ -69,14 +70,8 @@ def sidecar_targets(directory: Path, **env: str) -> TargetSet:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[SglangProbe]:
     """A real probe (root) serving on loopback, announced in a directory only root may write."""
-    rank = Rank()
-    config = ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path / "node"), release="0.5.9", worker="w")
-    probe = attach(SGLANG, rank.sched, config)
-    rank.sched.recv_requests()
-    try:
+    with probe_in(tmp_path / "node") as probe:
         yield probe
-    finally:
-        detach(rank.sched)
 
 
 def listener(

@@ -8,9 +8,12 @@ import datetime as dt
 from collections.abc import Iterable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from poolwatch.commands.replay import command as replay_command
+from poolwatch.model.snapshot import Snapshot
+from poolwatch.sources.base import Source
 from poolwatch.sources.logfile.assembler import LineAssembler
 from poolwatch.sources.logfile.dialect import LogDialect
 from poolwatch.sources.logfile.events import LogEvent
@@ -55,6 +58,11 @@ def replayed(
     replayer = Replayer(dialect, "w", rows.append, every=every, day=day)
     replayer.feed(lines)
     return replayer.finish(), rows
+
+
+async def drain(source: Source, client: httpx.AsyncClient) -> list[Snapshot]:
+    """Everything a log source says until the file is worked off and the log has gone quiet."""
+    return await source.scrape(client) + await source.scrape(client)
 
 
 def replay_cli(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> tuple[int, str, str]:

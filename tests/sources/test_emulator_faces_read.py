@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.helpers import FakeClock
+from tests.sources.sglang.fakes import sglang_server
 
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.conservation import assess_snapshot, describe
@@ -23,14 +24,7 @@ scenarios = pytest.importorskip("tests.emulator.emu_scenarios")
 
 
 def faces(worker: object) -> Callable[[httpx.Request], httpx.Response]:
-    def handle(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/metrics":
-            return httpx.Response(200, content=emulator.metrics_text(worker))
-        if request.url.path == "/get_server_info":
-            return httpx.Response(200, json=emulator.server_info(worker))
-        return httpx.Response(404)
-
-    return handle
+    return sglang_server(emulator.metrics_text(worker), emulator.server_info(worker))
 
 
 def test_the_seed_fault_in_the_emulated_prefill_log_replays_to_a_mamba_double_free(

@@ -4,6 +4,7 @@ name or by source kind in the registry; nothing neutral names an engine (pyproje
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from tests.helpers import FakeClock
 from poolwatch.engines import ENGINES, EngineEntry, UnknownEngine, engine_names
 from poolwatch.model.rank import SourceKind
 from poolwatch.settings.sidecar import Settings
-from poolwatch.sources.base import Target
+from poolwatch.sources.base import Source, Target
 from poolwatch.sources.engine import (
     EngineSources,
     engine_sources,
@@ -21,6 +22,7 @@ from poolwatch.sources.engine import (
     sources_for,
     sources_of,
 )
+from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.target_config import static_targets
 from poolwatch.sources.targets import make_source
 
@@ -58,6 +60,15 @@ def test_a_rooms_kinds_are_built_by_that_room(room: EngineSources) -> None:
         source = make_source(Target(f"{kind}:{where}", kind, where, "w"), settings, clock)
         assert source.target.source == kind
         assert sources_for(kind) is room
+
+
+@pytest.mark.parametrize("room", engine_sources(), ids=lambda r: r.engine)
+def test_every_rooms_log_source_fits_the_source_protocol(
+    room: EngineSources, log_source: Callable[..., LogSource], tmp_path: Path
+) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("")
+    assert isinstance(log_source(room.log_dialect, log, FakeClock()), Source)
 
 
 def test_the_engine_setting_picks_whose_metrics_and_logs_the_flags_name() -> None:

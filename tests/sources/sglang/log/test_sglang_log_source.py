@@ -1,16 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from tests.helpers import FIXTURES, FakeClock
+from tests.sources.logs import drain
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model.rank import IncidentKind, Phase, Pool, Role, SourceKind
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Source, Target
+from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.dialect import DIALECT
 
@@ -19,31 +21,8 @@ FAR_FUTURE = 4_000_000_000.0
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:  # unused by the log source, required by the protocol
-        yield c
-
-
-@pytest.fixture
-def open_log() -> Iterator[Callable[..., LogSource]]:
-    made: list[LogSource] = []
-
-    def make(path: Path, role: Role = Role.UNIFIED, now: float = FAR_FUTURE) -> LogSource:
-        made.append(
-            LogSource(Target("log", SourceKind("sglang-log"), str(path), "w0", role), FakeClock(now), DIALECT)
-        )
-        return made[-1]
-
-    yield make
-    for source in made:
-        source.close()
-
-
-async def drain(source: LogSource, client: httpx.AsyncClient) -> list[Snapshot]:
-    """Everything the source says until the file is worked off and the log has gone quiet."""
-    out = await source.scrape(client)
-    out += await source.scrape(client)
-    return out
+def open_log(log_source: Callable[..., LogSource]) -> Callable[..., LogSource]:
+    return functools.partial(log_source, DIALECT, clock=FakeClock(FAR_FUTURE))
 
 
 def summary(snaps: list[Snapshot]) -> list[tuple[str, str, list[str], str]]:
@@ -51,10 +30,6 @@ def summary(snaps: list[Snapshot]) -> list[tuple[str, str, list[str], str]]:
         (s.worker.key, s.phase.value, [i.kind.value for i in s.incidents], describe(assess_snapshot(s)))
         for s in snaps
     ]
-
-
-def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., LogSource]) -> None:
-    assert isinstance(open_log(LOGS / "v0.5.9-pd-decode.log"), Source)
 
 
 async def test_the_0_5_4_post1_pd_prefill_crash_is_a_mamba_double_free_on_both_ranks(
@@ -167,27 +142,37 @@ async def test_a_report_is_held_until_the_log_goes_quiet_or_moves_on(
 async def test_lines_stamped_in_the_future_are_clamped_to_now(
     open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
-    source = open_log(LOGS / "v0.5.9-pd-decode.log", now=1_000.0)
+    source = open_log(LOGS / "v0.5.9-pd-decode.log", clock=FakeClock(1_000.0))
     snaps = await drain(source, client)
     assert snaps
     assert all(s.taken_at == 1_000.0 for s in snaps)
 
 
-async def test_a_rotated_log_is_followed_without_losing_lines(
-    tmp_path: Path, open_log: Callable[..., LogSource], client: httpx.AsyncClient
+DECODE = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
+
+
+@pytest.mark.parametrize(
+    ("last", "used"),
+    [
+        # the first line waited for the next one to show it was whole
+        pytest.param(f"[2026-01-01 00:00:02 TP0] {DECODE.format(n=-2)}\n", [1, -2, 3], id="followed-whole"),
+        # cut: the writer died mid-line
+        pytest.param(f"[2026-01-01 00:00:02 TP0] {DECODE.format(n=-4)}"[:-20], [1, 3], id="cut-never-read"),
+    ],
+)
+async def test_a_rotated_log_is_followed_without_losing_lines_and_its_cut_last_line_never_read(
+    last: str, used: list[int], tmp_path: Path, open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     path = tmp_path / "sglang.log"
-    decode = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
-    path.write_text(f"[2026-01-01 00:00:01 TP0] {decode.format(n=1)}\n")
+    path.write_text(f"[2026-01-01 00:00:01 TP0] {DECODE.format(n=1)}\n")
     source = open_log(path)
     await source.scrape(client)
     with path.open("a") as out:
-        out.write(f"[2026-01-01 00:00:02 TP0] {decode.format(n=-2)}\n")
+        out.write(last)
     path.rename(tmp_path / "sglang.log.1")
-    path.write_text(f"[2026-01-01 00:00:03 TP0] {decode.format(n=3)}\n")
+    path.write_text(f"[2026-01-01 00:00:03 TP0] {DECODE.format(n=3)}\n")
     snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
-    used = [s.pools[Pool.FULL].used for s in snaps]
-    assert used == [1, -2, 3]  # the first line waited for the next one to show it was whole
+    assert [s.pools[Pool.FULL].used for s in snaps] == used
 
 
 LEAK_HEAD = (
@@ -233,22 +218,6 @@ async def test_a_line_is_read_only_once_its_newline_is_written(
     assert await source.scrape(client) == []  # the finished line continues nothing: it starts a record
     tail = await drain(source, client)
     assert "surplus" not in " ".join(describe(assess_snapshot(s)) for s in first + tail)
-
-
-async def test_a_rotated_files_unterminated_last_line_is_never_read(
-    tmp_path: Path, open_log: Callable[..., LogSource], client: httpx.AsyncClient
-) -> None:
-    path = tmp_path / "sglang.log"
-    decode = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
-    path.write_text(f"[2026-01-01 00:00:01 TP0] {decode.format(n=5)}\n")
-    source = open_log(path)
-    await source.scrape(client)
-    with path.open("a") as out:
-        out.write(f"[2026-01-01 00:00:02 TP0] {decode.format(n=-4)}"[:-20])  # cut: the writer died mid-line
-    path.rename(tmp_path / "sglang.log.1")
-    path.write_text(f"[2026-01-01 00:00:03 TP0] {decode.format(n=3)}\n")
-    snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
-    assert [s.pools[Pool.FULL].used for s in snaps] == [5, 3]
 
 
 def decode_line(tp: int, second: int = 10) -> str:

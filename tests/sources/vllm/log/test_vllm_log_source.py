@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from tests.helpers import FakeClock
+from tests.sources.logs import drain
 from tests.sources.vllm.fakes import LOGS, local
 
-from poolwatch.model.rank import IncidentKind, Phase, SourceKind
-from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Source, Target
+from poolwatch.model.rank import IncidentKind, Phase
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.vllm.log.dialect import DIALECT
 
@@ -21,32 +21,8 @@ EC = "(EngineCore pid=12) ERROR 12-03 16:29:{s:02d} [core.py:1512] "
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:  # unused by the log source, required by the protocol
-        yield c
-
-
-@pytest.fixture
-def open_log() -> Iterator[Callable[..., LogSource]]:
-    made: list[LogSource] = []
-
-    def make(path: Path, clock: FakeClock | None = None, max_ranks: int = 1024) -> LogSource:
-        target = Target("log", SourceKind("vllm-log"), str(path), "w0")
-        made.append(LogSource(target, clock or FakeClock(NOW), DIALECT, max_ranks=max_ranks))
-        return made[-1]
-
-    yield make
-    for source in made:
-        source.close()
-
-
-async def drain(source: LogSource, client: httpx.AsyncClient) -> list[Snapshot]:
-    """Everything the source says until the file is worked off and the log has gone quiet."""
-    return await source.scrape(client) + await source.scrape(client)
-
-
-def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., LogSource]) -> None:
-    assert isinstance(open_log(LOGS / "v0.30.0-s4-xpu.log"), Source)
+def open_log(log_source: Callable[..., LogSource]) -> Callable[..., LogSource]:
+    return functools.partial(log_source, DIALECT, clock=FakeClock(NOW))
 
 
 async def test_the_real_double_free_is_one_crash_and_the_latest_figures(

@@ -19,6 +19,7 @@ from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.families.balance import DOUBLE_FREE, SLOT_LEAK
+from poolwatch.detect.families.counters import COUNTER_DRIFT
 from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
 from poolwatch.detect.families.host_pool import HOST_POOL_GAP
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
@@ -31,6 +32,7 @@ from poolwatch.detect.schema import Mode, Severity
 from poolwatch.model.findings import Repair, RepairKind
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
+from poolwatch.model.witness import CounterWitness
 from poolwatch.target_state import TargetState
 
 CONFIG = MixinConfig(
@@ -141,6 +143,15 @@ def guard_repaired(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, lambda: replace(s.next(), repairs=(repair,)))
 
 
+def counter_drift(figure: str, reported: int) -> Callable[[Detector, FakeClock, RankStream], Step]:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        witness = CounterWitness(Pool.FULL, figure, "counter()", reported, 10, 5, 5, 0.0)
+        s.probe = ProbeHealth()
+        return observing(d, lambda: replace(s.next(exact(Pool.FULL, 0)), witnesses=(witness,)))
+
+    return case
+
+
 Case = Callable[[Detector, FakeClock, RankStream], Step]
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
 VLLM = None  # a vLLM rank: no idle check of its own
@@ -162,6 +173,10 @@ CASES: list[tuple[str, Severity, Case, bool | None]] = [
     (PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
     (HOST_POOL_GAP, Severity.CRITICAL, host_surplus, STRICT),
     (HOST_POOL_GAP, Severity.WARNING, host_deficit, STRICT),
+    (COUNTER_DRIFT, Severity.CRITICAL, counter_drift("protected", 41), STRICT),
+    (COUNTER_DRIFT, Severity.WARNING, counter_drift("protected", 41), WARNS),
+    (COUNTER_DRIFT, Severity.CRITICAL, counter_drift("available", 11), VLLM),
+    (COUNTER_DRIFT, Severity.WARNING, counter_drift("available", 8), VLLM),
 ]
 
 

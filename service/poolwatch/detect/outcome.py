@@ -14,6 +14,11 @@ of its pools is called, whether it checks its own pools when idle).  No engine i
   allocated, and the engine exits with every request in flight.  No crash at an idle moment is
   ever promised for it.
 
+An engine counter the probe's census found off (:func:`drift_outcome`) is judged the same way: an
+engine whose idle check sums that counter finds the pool off at its next idle moment (a crash when
+strict); an engine with no idle check trusts a free count above its free queue at the allocation that
+drains the queue, and fails its assertion there.
+
 An engine name no entry has (a snapshot from a newer probe) gets the most careful reading: no idle
 check, so no crash promised, and its units called slots.
 """
@@ -23,11 +28,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Sequence
 
+from poolwatch.detect.schema import Severity
 from poolwatch.engines import EngineEntry, UnknownEngine, engine_entry
 from poolwatch.model.findings import TripwireKind
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.model.witness import CounterWitness
 
-__all__ = ["crash_imminent", "double_free_outcome", "facts", "leak_outcome", "units"]
+__all__ = ["crash_imminent", "double_free_outcome", "drift_outcome", "facts", "leak_outcome", "units"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -94,3 +101,46 @@ def leak_outcome(snap: Snapshot, large: bool) -> str:
     if large:
         text += " So large a share of the pool lost makes requests wait and be preempted sooner meanwhile."
     return text
+
+
+def drift_outcome(snap: Snapshot, found: Sequence[CounterWitness]) -> tuple[Severity, int, str]:
+    """What follows engine counters the census found off on ``snap``'s rank (one pool's witnesses):
+    the severity, the alert's value (the largest drift that decides it, in units) and the words."""
+    entry = facts(snap.worker.engine)
+    worst = max((abs(w.drift) for w in found), default=0)
+    if entry.idle_check:
+        below = [w for w in found if w.reported < 0]
+        negative = (
+            f" {below[0].counter} is below zero: {entry.title}'s pool usage computed from it is negative, "
+            "which its pool statistics reject where they check it (a crash at the next metrics or log line)."
+            if below
+            else ""
+        )
+        if crash_imminent(snap):
+            return (
+                Severity.CRITICAL,
+                worst,
+                f"{entry.title}'s idle check sums this counter: at its next idle moment it finds the pool "
+                f"off and, strict on this rank, crashes the server.{negative}",
+            )
+        return (
+            Severity.WARNING,
+            worst,
+            f"{entry.title}'s idle check sums this counter: it only warns here, at every idle moment, until "
+            f"the worker restarts.{negative}",
+        )
+    above = max((w.drift for w in found if w.figure == "available" and w.drift > 0), default=0)
+    if above:
+        return (
+            Severity.CRITICAL,
+            above,
+            f"{entry.title}'s allocator trusts this free count: an allocation that takes the last free "
+            f"{entry.unit}s walks past the end of the free queue and fails {entry.title}'s assertion, and "
+            "the engine exits with every request in flight.",
+        )
+    return (
+        Severity.WARNING,
+        worst,
+        f"{entry.title} has no idle check of its own: nothing fails for it, but its capacity is counted "
+        "wrong until the worker restarts.",
+    )

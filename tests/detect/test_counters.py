@@ -68,15 +68,35 @@ def test_a_protected_drift_on_a_strict_sglang_rank_pages_critical_at_once_and_no
     assert SLOT_LEAK not in seen
 
 
-def test_a_relaxed_sglang_rank_gets_a_warning_and_a_counter_below_zero_is_named() -> None:
+def test_a_relaxed_sglang_rank_gets_a_warning_for_a_drift_its_idle_check_only_warns_on() -> None:
+    s = _stream(strict=False)
+    seen = _run(s, [_with(s.next(exact(Pool.FULL, 0)), PROTECTED) for _ in range(3)])
+    alert = seen[COUNTER_DRIFT][0]
+    assert alert.severity is Severity.WARNING
+    assert "finds the pool off by 41 slots and, it only warns here" in alert.annotations["description"]
+
+
+def test_a_counter_below_zero_is_critical_even_on_a_relaxed_rank_and_is_named() -> None:
     s = _stream(strict=False)
     seen = _run(s, [_with(s.next(exact(Pool.FULL, 0)), NEGATIVE) for _ in range(3)])
     alert = seen[COUNTER_DRIFT][0]
-    assert alert.severity is Severity.WARNING
+    assert alert.severity is Severity.CRITICAL
     text = alert.annotations["description"]
     assert "reads -12 slots; the census counts 12" in text
     assert "is below zero" in text
     assert alert.value == 24
+
+
+def test_a_drift_that_cancels_what_the_ids_show_says_the_idle_check_sees_nothing() -> None:
+    """#27666's shape: protected subtracted by hand by exactly what a real double free added."""
+    cancels = CounterWitness(Pool.FULL, "protected", "tree_cache.protected_size()", 0, 12, 20, 8, 1.0)
+    s = _stream(strict=True)
+    trip = Tripwire(TripwireKind.FREE_AND_TREE, Pool.FULL, tuple(range(1, 13)), "recv_requests", 30)
+    seen = _run(s, [_with(s.next(exact(Pool.FULL, -12), tripwires=(trip,)), cancels) for _ in range(2)])
+    alert = seen[COUNTER_DRIFT][0]
+    assert alert.severity is Severity.WARNING
+    assert "they balance: the drift hides what the ids show" in alert.annotations["description"]
+    assert DOUBLE_FREE in seen  # the ids' own finding pages as itself
 
 
 def test_vllm_free_count_above_its_queue_is_critical_with_the_assertion_ahead() -> None:

@@ -8,9 +8,11 @@ a double free or a leak -- the pool's figures and gap are then the census's, whi
 family judges -- but it is not harmless either, and what follows is the engine's (the words from
 :mod:`poolwatch.detect.outcome`):
 
-* an engine whose idle check sums these counters (SGLang's) finds the pool off at its next idle
-  moment: a crash where that check is strict (critical), a warning at every idle moment where it is
-  relaxed (warning);
+* an engine whose idle check sums these counters (SGLang's) sees the pool as the counters say: off
+  by the pool's census gap less the drift -- a crash at its next idle moment where that is not zero
+  and the check is strict (critical, #12774); nothing where the drift cancels what the ids show
+  (warning: the balance family pages the ids, #27666); a counter below zero fails its pool
+  statistics' usage assertion, strict or not (critical);
 * an engine with no idle check (vLLM): a free count above the queue is a count its allocator
   trusts -- an allocation that takes the last free units walks past the end of the queue and fails
   the engine's assertion (critical); any other drift keeps capacity out of use (warning).
@@ -24,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from poolwatch.conservation import gap
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
@@ -57,7 +60,8 @@ class CounterDrift:
         entry = facts(snap.worker.engine)
         out = []
         for pool, found in sorted(by_pool.items(), key=lambda kv: _ORDER[kv[0]]):
-            severity, value, outcome = drift_outcome(snap, found)
+            account = snap.pools.get(pool)
+            severity, value, outcome = drift_outcome(snap, found, None if account is None else gap(account))
             said = " ".join(witness_sentence(w, entry.unit) for w in found)
             text = (
                 f"An engine counter of the {pool.value} pool of {where(snap)} disagrees with the probe's "
@@ -109,31 +113,41 @@ def _unchecked_rules(e: EngineEntry, config: MixinConfig, keep: str) -> tuple[Pr
     )
 
 
+def _acts(not_strict: str) -> str:
+    """Where an engine with an idle check acts on the drift: its check sees the pool off (the
+    counters' sum less the census's gap is not zero) and is strict, or a counter is below zero."""
+    below = " or ".join(
+        f'(sum without (state) (poolwatch_pool_slots{{state="{f}"}})\n'
+        f'   + sum without (counter) (poolwatch_pool_counter_drift_slots{{counter="{f}"}}) < 0)'
+        for f in ("protected", "evictable")
+    )
+    return f"(\n  ({_SEEN}\n  unless {not_strict})\n  or {below}\n)"
+
+
+_SEEN = (
+    "(sum without (counter) (poolwatch_pool_counter_drift_slots)"
+    " - poolwatch_pool_conservation_gap_slots) != 0"
+)
+
+
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
     keep, cl = q.duration(config.detector.resolve_hold), config.cluster_label
     checkers = " or ".join(e.title for e in _CHECKED) or "the engine"
     off = f"An engine counter of {_OF} is off by {{{{ $value }}}} slot(s) from the probe's census"
     dies = (
-        f"{off}; no slot is lost or freed twice for it, but {checkers}'s idle check sums this counter: "
-        "unless it is relaxed, the server crashes at its next idle moment. Drain and restart the worker."
+        f"{off}, and {checkers} will act on it: its idle check finds the pool off at its next idle moment "
+        "and, strict, crashes the server; or a counter below zero fails its pool statistics' usage assertion "
+        "at the next metrics or log line. Drain and restart the worker."
     )
     warns = (
-        f"{off}; {checkers}'s idle check only warns here, at every idle moment, until the worker restarts."
+        f"{off}; {checkers}'s checks do not act on it here (the idle check is relaxed, or the drift cancels "
+        "what the ids show: see the tripwires). Restart the worker at a quiet moment."
     )
+    acts = _acts(q.not_strict(cl))
     rules = [
+        PromRule(Severity.CRITICAL, q.apart(f"{_DRIFT} > 0\nand {acts}", _UNCHECKED, cl), "0s", dies, keep),
         PromRule(
-            Severity.CRITICAL,
-            q.apart(f"{_DRIFT} > 0\nunless {q.not_strict(cl)}", _UNCHECKED, cl),
-            "0s",
-            dies,
-            keep,
-        ),
-        PromRule(
-            Severity.WARNING,
-            q.apart(f"{_DRIFT} > 0\nand {q.not_strict(cl)}", _UNCHECKED, cl),
-            "0s",
-            warns,
-            keep,
+            Severity.WARNING, q.apart(f"{_DRIFT} > 0\nunless {acts}", _UNCHECKED, cl), "0s", warns, keep
         ),
     ]
     for e in _UNCHECKED:
@@ -158,7 +172,11 @@ FAMILY = Family(
     about="Whether the engine's own pool counters (tree evictable and protected counts, free counts) agree "
     "with the probe's census of the ids.",
     metrics=uses(
-        "poolwatch_pool_counter_drift_slots", "poolwatch_idle_check_strict", "poolwatch_worker_info"
+        "poolwatch_pool_counter_drift_slots",
+        "poolwatch_pool_conservation_gap_slots",
+        "poolwatch_pool_slots",
+        "poolwatch_idle_check_strict",
+        "poolwatch_worker_info",
     ),
     alerts=alerts,
     sampled=CounterDrift,

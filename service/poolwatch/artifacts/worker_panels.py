@@ -58,7 +58,8 @@ def rank_panels() -> list[PanelSpec]:
             (Query(f"poolwatch_pool_tripwire_slots{{{W}}}", f"{RANKS} {{{{pool}}}} {{{{kind}}}}"),),
             SLOTS,
             "Slot ids proven misplaced, by kind (free_duplicate, free_and_live, ...; vLLM's also "
-            "negative_ref, ref_below_owners, ref_above_owners, missing, null_block: docs/engines).",
+            "negative_ref, ref_below_owners, ref_above_owners, missing, null_block, freed_in_flight: "
+            "docs/engines).",
         ),
         series(
             "Counter drift per rank",

@@ -55,7 +55,8 @@ RANKS: tuple[MetricSpec, ...] = (
         "poolwatch_pool_tripwire_slots",
         "Slot ids the probe's identity census proved misplaced, by kind "
         "(free_duplicate, free_and_live, free_and_tree, over_size, out_of_range, missing; vLLM's block "
-        "pools also negative_ref, ref_below_owners, ref_above_owners, null_block).",
+        "pools also negative_ref, ref_below_owners, ref_above_owners, null_block, and freed_in_flight: "
+        "freed while an in-flight step lists them, a KV transfer able to refill them first).",
         (*POOL_LABELS, "kind"),
         "slots",
     ),

@@ -34,7 +34,7 @@ from poolwatch.detect.family import Family, Seen, uses
 from poolwatch.detect.outcome import crash_imminent, double_free_outcome, facts, leak_outcome
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 from poolwatch.engines import ENGINES, EngineEntry
-from poolwatch.model.findings import LEAK_KINDS, Tripwire
+from poolwatch.model.findings import LEAK_KINDS, TIMING_KINDS, Tripwire
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 
@@ -83,7 +83,9 @@ def _finding_alert(f: Finding) -> str | None:
     return DOUBLE_FREE if f.balance is Balance.SURPLUS else SLOT_LEAK
 
 
-def _tripwire_alert(t: Tripwire) -> str:
+def _tripwire_alert(t: Tripwire) -> str | None:
+    if t.kind in TIMING_KINDS:  # freed too early, not twice: :mod:`.in_flight`'s
+        return None
     return SLOT_LEAK if t.kind in LEAK_KINDS else DOUBLE_FREE
 
 

@@ -24,6 +24,7 @@ from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
 from poolwatch.detect.families.host_pool import HOST_POOL_GAP
 from poolwatch.detect.families.in_flight import FREED_IN_FLIGHT
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
+from poolwatch.detect.families.probe_directory import PROBE_DIRECTORY_LOST, PROBE_REFUSED
 from poolwatch.detect.families.probe_health import PROBE_DEGRADED
 from poolwatch.detect.families.repairs import PROBE_REPAIRED
 from poolwatch.detect.families.staleness import SNAPSHOT_STALE
@@ -34,7 +35,7 @@ from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.model.witness import CounterWitness
-from poolwatch.target_state import TargetState
+from poolwatch.target_state import DirectoryHealth, TargetState
 
 CONFIG = MixinConfig(
     DetectorConfig(
@@ -49,6 +50,7 @@ CONFIG = MixinConfig(
     )
 )
 Step = Callable[[], list[Alert]]
+Case = Callable[[Detector, FakeClock, RankStream], Step]
 
 
 def seconds(duration: str) -> float:
@@ -125,6 +127,17 @@ def target_down(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return step
 
 
+def directory(health: DirectoryHealth) -> Case:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        def step() -> list[Alert]:
+            c.advance(1.0)
+            return d.evaluate(directory=health)
+
+        return step
+
+    return case
+
+
 def probe_disabled(d: Detector, c: FakeClock, s: RankStream) -> Step:
     s.probe = ProbeHealth(disabled=True, last_error="kill switch engaged")
     return observing(d, s.next)
@@ -159,7 +172,6 @@ def counter_drift(figure: str, reported: int) -> Callable[[Detector, FakeClock, 
     return case
 
 
-Case = Callable[[Detector, FakeClock, RankStream], Step]
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
 VLLM = None  # a vLLM rank: no idle check of its own
 CASES: list[tuple[str, Severity, Case, bool | None]] = [
@@ -185,6 +197,9 @@ CASES: list[tuple[str, Severity, Case, bool | None]] = [
     (COUNTER_DRIFT, Severity.WARNING, counter_drift("protected", 41), WARNS),
     (COUNTER_DRIFT, Severity.CRITICAL, counter_drift("available", 11), VLLM),
     (COUNTER_DRIFT, Severity.WARNING, counter_drift("available", 8), VLLM),
+    (PROBE_DIRECTORY_LOST, Severity.CRITICAL, directory(DirectoryHealth("/d", lost="unsafe")), STRICT),
+    (PROBE_DIRECTORY_LOST, Severity.WARNING, directory(DirectoryHealth("/d", lost="missing")), STRICT),
+    (PROBE_REFUSED, Severity.WARNING, directory(DirectoryHealth("/d", refused={"/d": "unsafe: x"})), STRICT),
 ]
 
 

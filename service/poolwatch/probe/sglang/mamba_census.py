@@ -96,7 +96,7 @@ def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
             return [flatten()]
         except RuntimeError:  # nodes, but none with such a value: SGLang's cat of nothing
             pass
-    if root is None:  # a chunk cache: no tree (what it counts protected, its requests hold)
+    if root is None:  # a ChunkCache (PD decode): no tree; 0.5.4's counts live requests' KV as protected
         return []
     values, stack = [], [root]
     while stack:

@@ -18,7 +18,7 @@ from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.censuses import KvCensus, MambaCensus
 from poolwatch.probe.sglang.identity import ROLES, local_index, rank_identity
-from poolwatch.probe.sglang.shapes import Shape, shape_of
+from poolwatch.probe.sglang.shapes import Shape, for_tree, shape_of
 from poolwatch.probe.sglang.snapshot import idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
 from poolwatch.probe.sglang.waiting import WaitingHolders
@@ -37,7 +37,7 @@ class SglangReader:
         environ: Mapping[str, str],
     ) -> None:
         self.scheduler = scheduler
-        self.shape: Shape = shape_of(release)
+        self.shape: Shape = for_tree(shape_of(release), _tree_of(scheduler))
         self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
         self.memo = Memo()
         self.idle_check_strict: bool | None = idle_check_strict(self.shape, environ)
@@ -60,3 +60,12 @@ class SglangReader:
 
     def local_index(self, reading: Reading) -> int:
         return local_index(self.scheduler, reading)
+
+
+def _tree_of(scheduler: object) -> object:
+    """The scheduler's prefix tree, or None where reading it fails (a hostile or half-built
+    scheduler: the family's own shape is read then, and the probe never raises into the engine)."""
+    try:
+        return getattr(scheduler, "tree_cache", None)
+    except Exception:
+        return None

@@ -4,8 +4,7 @@ free or leak for it); a queue that holds a block twice is a double free the walk
 
 from __future__ import annotations
 
-from tests.probe.vllm.fakes import Scheduler
-from tests.probe.vllm.test_vllm_probe import probe_for
+from tests.probe.vllm.fakes import Scheduler, probe_for
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool

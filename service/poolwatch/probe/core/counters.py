@@ -31,7 +31,7 @@ from poolwatch.model.rank import Exactness, Pool, PoolAccount
 from poolwatch.model.witness import COUNTER_FIGURES, CounterWitness
 from poolwatch.probe.census.readings import CounterReading
 
-__all__ = ["CounterBook", "CounterReading", "readings_of"]
+__all__ = ["CounterBook", "readings_of"]
 
 _FIGURES = ("size", "available", "evictable", "protected", "held", "session_held")
 

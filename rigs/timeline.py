@@ -9,7 +9,7 @@ the probe's own *finding* (a tripwire naming slots, a refused or repaired free, 
 balance), and through the sidecar's :class:`~poolwatch.detect.detector.Detector` with the shipped
 thresholds, whose first critical alert firing is the *page*.  Every alert that fires is kept too,
 whatever its severity (``alerts``: each name's first firing step and severity; ``alert``: the first
-of them), so a warning-severity detector -- a stranded hold, a counter disagreement -- is on the
+critical or warning one), so a warning-severity detector -- a stranded hold, a counter disagreement -- is on the
 record beside the page.  The detector's clock is the engine's steps (``seconds_per_step`` each), so
 its hold times are counted in steps too.
 """
@@ -94,13 +94,15 @@ class Timeline:
 
     @property
     def alert(self) -> Fired | None:
-        """The first alert that fired, of any severity (``None``: none did)."""
-        return next(iter(self.alerts.values()), None)
+        """The first alert that fired and asks for someone -- critical (a page) or warning (a
+        ticket); an info alert is context (``None``: none did)."""
+        wanted = (Severity.CRITICAL.value, Severity.WARNING.value)
+        return next((f for f in self.alerts.values() if f.severity in wanted), None)
 
     def row(self) -> dict[str, Any]:
         """The record: each mark's step and what it was (``None``: never), and the steps from the
-        wrong act to each of the others; ``alert`` (step, name, severity) is the first alert that
-        fired of any severity and ``alerts`` every alert's first firing, ``{name: [step, severity]}``."""
+        wrong act to each of the others; ``alert`` (step, name, severity) is the first critical or
+        warning alert that fired and ``alerts`` every alert's first firing, ``{name: [step, severity]}``."""
         marks = {
             "wrong_act": self.wrong_act,
             "finding": self.finding,

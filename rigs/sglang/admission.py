@@ -51,7 +51,8 @@ class _Socket:
 class _NoGrammars:
     """A grammar manager with no grammar waiting (0.5.9+ asks it before admitting)."""
 
-    grammar_queue: list[Any] = []
+    def __init__(self) -> None:
+        self.grammar_queue: list[Any] = []
 
     def has_waiting_grammars(self) -> bool:
         return False
@@ -134,5 +135,3 @@ class Admission:
         if not refused:
             self.sched.waiting_queue.append(incoming)
         return refused
-
-

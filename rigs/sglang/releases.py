@@ -90,6 +90,8 @@ class Release:
     cow_at_match: bool = True  # any prefix match forks a copy-on-write Mamba slot (0.5.23: only a
     # match at a multiple of its Mamba chunk size, where the tree keeps states)
     plugins: bool = False  # SGLang loads ``sglang.srt.plugins`` entry points (else the probe's .pth)
+    sessions: str = ""  # streaming sessions: "" none, "aware" (SessionAwareCache), "streaming" (session/)
+    token_array: bool = False  # Req.origin_input_ids is an array('q') (a list before)
 
     @property
     def overlaid(self) -> bool:
@@ -135,16 +137,21 @@ _0_5_4 = Release(
     seed_live=True,
 )
 _0_5_5_0 = replace(_0_5_4, version="0.5.5", insert_flag=True, tiers=_BUGS)  # abort_request frees a COW slot
+_0_5_5_2 = replace(  # the offload manager's release no longer goes through the tree (S12)
+    _0_5_5_0, version="0.5.5.post2", kv_lens="req", server_args=ServerArgs.DEFAULTS, seed_live=False
+)
 _0_5_5 = replace(
     _0_5_4,
     version="0.5.5.post3",
     kv_lens="req",
     insert_flag=True,
     server_args=ServerArgs.DEFAULTS,
-    tiers=_GUARD,
+    tiers=_GUARD | _BUGS,
     seed_live=False,
 )
-_0_5_6 = replace(_0_5_5, version="0.5.6", tree_params=True, hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"))
+_0_5_6 = replace(
+    _0_5_5, version="0.5.6", tree_params=True, hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), tiers=_GUARD
+)
 _0_5_9 = replace(
     _0_5_6,
     version="0.5.9",
@@ -155,8 +162,17 @@ _0_5_9 = replace(
     grammar="grammar_manager",
     tiers=_ALL - {Tier.WHEEL},
 )
-_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD | _BUGS)
-_0_5_12 = replace(_0_5_10, version="0.5.12", idle_hook="on_idle", check=Check.POOLS, plugins=True)
+_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD | _BUGS, sessions="aware")
+_0_5_11 = replace(
+    _0_5_10,
+    version="0.5.11",
+    idle_hook="on_idle",
+    check=Check.POOLS,
+    plugins=True,
+    sessions="streaming",
+    tiers=_BUGS,
+)
+_0_5_12 = replace(_0_5_11, version="0.5.12", tiers=_GUARD | _BUGS)
 _0_5_23 = replace(
     _0_5_12,
     version="0.5.23",
@@ -171,8 +187,20 @@ _0_5_23 = replace(
     tiers=_ALL,
     mamba_allocator=True,
     checkpoints=True,
+    token_array=True,
 )
-RELEASES: tuple[Release, ...] = (_0_5_4, _0_5_5_0, _0_5_5, _0_5_6, _0_5_9, _0_5_10, _0_5_12, _0_5_23)
+RELEASES: tuple[Release, ...] = (
+    _0_5_4,
+    _0_5_5_0,
+    _0_5_5_2,
+    _0_5_5,
+    _0_5_6,
+    _0_5_9,
+    _0_5_10,
+    _0_5_11,
+    _0_5_12,
+    _0_5_23,
+)
 
 
 def release(version: str) -> Release:

@@ -33,7 +33,7 @@ class Steps:
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         req = Req(rid, "", ids, SamplingParams(max_new_tokens=max_new), **fields)
-        if self.release.unified_tree:  # release_kv_cache appends output_ids' array to it
+        if self.release.token_array:  # release_kv_cache appends output_ids' array to it
             req.origin_input_ids = array.array(req.output_ids.typecode, req.origin_input_ids)
         return req
 
@@ -181,7 +181,7 @@ class Steps:
             s.tree_cache.cache_finished_req(req, is_insert=insert)
         else:  # 0.5.4's MambaRadixCache always inserts
             s.tree_cache.cache_finished_req(req)
-        if not self.release.legacy:
+        if not self.release.legacy and req.req_pool_idx is not None:  # (a session keeps the row)
             start, end = req.pop_overallocated_kv_cache()
             assert start == end
             s.req_to_token_pool.free(req)

@@ -30,7 +30,14 @@ def cow_waiting(
     ``PrefillAdder`` finds no room.  Returns the driver, ``w`` and the COW slot ``w`` holds (``None``
     where the release frees it at the refusal)."""
     d = Driver(release, timeline=timeline)
-    d.new("null", kv=256, mamba=16, rows=8, context=512, server={"max_running_requests": 8, "pp_max_micro_batch_size": 8})
+    d.new(
+        "null",
+        kv=256,
+        mamba=16,
+        rows=8,
+        context=512,
+        server={"max_running_requests": 8, "pp_max_micro_batch_size": 8},
+    )
     d.open_admission(priority=priority, max_queued=max_queued)
     a = d.arrive("a", list(range(40)), max_new=2)
     d.admit(a)

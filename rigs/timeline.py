@@ -10,8 +10,8 @@ balance), and through the sidecar's :class:`~poolwatch.detect.detector.Detector`
 thresholds, whose first critical alert firing is the *page*.  Every alert that fires is kept too,
 whatever its severity (``alerts``: each name's first firing step and severity; ``alert``: the first
 critical or warning one), so a warning-severity detector -- a stranded hold, a counter
-disagreement -- is on the record beside the page.  The detector's clock is the engine's steps (``seconds_per_step`` each), so
-its hold times are counted in steps too.
+disagreement -- is on the record beside the page.  The detector's clock is the engine's steps
+(``seconds_per_step`` each), so its hold times are counted in steps too.
 """
 
 from __future__ import annotations

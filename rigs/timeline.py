@@ -57,6 +57,7 @@ class Timeline:
     page: Mark | None = None
     engine: Mark | None = None
     alerts: dict[str, Fired] = field(default_factory=dict)  # each alert's first firing, in order
+    snapshots: int = 0  # how many snapshots the probe published (0: it read nothing)
     _step: int = 0
     _detector: Detector | None = None
 
@@ -78,6 +79,7 @@ class Timeline:
         """One snapshot the probe published at engine step ``step``."""
         if snap is None:
             return
+        self.snapshots += 1
         self._step = step
         if self.finding is None:
             said = _finding(snap)
@@ -113,6 +115,7 @@ class Timeline:
         first = self.alert
         out["alert"] = (first.step, first.name, first.severity) if first else None
         out["alerts"] = {f.name: [f.step, f.severity] for f in self.alerts.values()}
+        out["snapshots"] = self.snapshots
         start = self.wrong_act.step if self.wrong_act else None
         steps: dict[str, Mark | Fired | None] = {**marks, "alert": first}
         for name in ("finding", "page", "alert", "engine"):

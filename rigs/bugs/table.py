@@ -11,8 +11,9 @@ The verdicts come from the rows, so from whatever detectors the checkout has whe
   fired), *named, not paged*, *named after the engine's signal*, *missed*, *misdiagnosed* (a
   counter bug paged as a double free or a slot leak: the slots are fine), or *not reproduced* (the
   trigger did not strike);
-* control: *silent*, *false alarm* (a finding or an alert on the fixed release), or *struck* (the
-  wrong act happened on the control: it is no control).
+* control: *silent*, *false alarm* (a finding or an alert on the fixed release), *blind* (the probe
+  published nothing there: silence that proves nothing), or *struck* (the wrong act happened on the
+  control: it is no control).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def verdict(bug: Bug, row: dict[str, Any] | None) -> str:
         return "not run"
     if not row["struck"]:
         return "not reproduced"
+    if row.get("snapshots") == 0:
+        return "missed (the probe published nothing)"
     found, alert, wrong = _step(row["finding"]), _step(row.get("alert")), _step(row["wrong_act"])
     if wrong is not None and any(s is not None and s < wrong for s in (found, alert)):
         return "alarm before the wrong act (a false alarm on the healthy pool)"
@@ -70,6 +73,8 @@ def control(row: dict[str, Any] | None) -> str:
         return "not run"
     if row["struck"]:
         return "struck (no control)"
+    if row.get("snapshots") == 0:
+        return "blind (the probe published nothing)"
     said = [row["finding"][1]] if row["finding"] else []
     said += sorted(n for n, (_, severity) in row.get("alerts", {}).items() if severity != "info")
     tail = "; the engine signals" if row["engine"] else ""

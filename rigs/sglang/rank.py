@@ -178,28 +178,31 @@ class Rank:
         }
         common = {
             "is_hybrid_swa": False,
-            "is_hybrid_ssm": True,
+            "is_hybrid_ssm": self.cache_params is not None,
             "full_tokens_per_layer": None,
             "swa_tokens_per_layer": None,
             "max_total_num_tokens": self.max_total_num_tokens,
+            "get_last_batch": lambda: self.last_batch,
+            "get_running_batch": lambda: self.running_batch,
         }
-        self.pool_stats_observer = SchedulerPoolStatsObserver(
+        self.pool_stats_observer = build(  # (the keywords the release's dataclass takes)
+            SchedulerPoolStatsObserver,
             **pools,
             **common,
             session_controller=sessions or SimpleNamespace(sessions={}),
             hisparse_coordinator=None,
             enable_hisparse=False,
         )
-        self.invariant_checker = SchedulerInvariantChecker(
+        self.invariant_checker = build(
+            SchedulerInvariantChecker,
             **pools,
             **common,
             disaggregation_mode=self.disaggregation_mode,
             page_size=1,
             pool_stats_observer=self.pool_stats_observer,
-            get_last_batch=lambda: self.last_batch,
-            get_running_batch=lambda: self.running_batch,
             scheduler_stage_metrics=None,
             get_chunked_req=lambda: self.chunked_req,
+            server_args=getattr(self, "server_args", None),
         )
 
     def add_checkpoint_pool(self) -> None:

@@ -29,7 +29,16 @@ from dataclasses import dataclass, replace
 from rigs.table import in_tier, row
 from rigs.venv import Venv, cache_root
 
-__all__ = ["RELEASES", "Check", "Release", "RowApi", "ServerArgs", "Tier", "release", "tier"]
+__all__ = ["LAYERS", "RELEASES", "Check", "Release", "RowApi", "ServerArgs", "Tier", "release", "tier"]
+
+# Packages an overlay's release pins unlike its base venv, installed once (``--no-deps``) into a
+# shared layer that goes on ``PYTHONPATH`` after the overlay: 0.5.13 - 0.5.21 pin a transformers
+# older than 0.5.23's, whose own model registrations clash with theirs.
+_HUB = ("tokenizers==0.22.2", "huggingface-hub==1.9.0")
+LAYERS: dict[str, tuple[str, ...]] = {
+    "transformers-5.8.1": ("transformers==5.8.1", *_HUB),
+    "transformers-5.12.1": ("transformers==5.12.1", *_HUB),
+}
 
 
 class RowApi(enum.StrEnum):
@@ -92,6 +101,9 @@ class Release:
     plugins: bool = False  # SGLang loads ``sglang.srt.plugins`` entry points (else the probe's .pth)
     sessions: str = ""  # streaming sessions: "" none, "aware" (SessionAwareCache), "streaming" (session/)
     token_array: bool = False  # Req.origin_input_ids is an array('q') (a list before)
+    layer: str = ""  # a LAYERS entry the overlay runs with
+    fill_len: bool = False  # a round's fill is Req.fill_len over full_untruncated_fill_ids (not fill_ids)
+    chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
 
     @property
     def overlaid(self) -> bool:
@@ -113,6 +125,7 @@ class Release:
             overlay=overlay,
             overlay_build=f"scripts/sglang_overlay.py {self.version}",
             env=(("HF_HUB_OFFLINE", "1"), ("SGLANG_MAMBA_SSM_DTYPE", "float32")),
+            layers=(root / "layers" / f"sglang-{self.layer}",) if self.layer else (),
         )
 
 
@@ -173,6 +186,18 @@ _0_5_11 = replace(
     tiers=_BUGS,
 )
 _0_5_12 = replace(_0_5_11, version="0.5.12", tiers=_GUARD | _BUGS)
+_0_5_13 = replace(  # on 0.5.23's venv: the scheduler components, the Mamba slot allocator
+    _0_5_12,
+    version="0.5.13",
+    base="0.5.23",
+    check=Check.CHECKER,
+    mamba_allocator=True,
+    token_array=True,
+    fill_len=True,
+    chunk_count="inflight_middle_chunks",
+    layer="transformers-5.8.1",
+    tiers=_BUGS,
+)
 _0_5_23 = replace(
     _0_5_12,
     version="0.5.23",
@@ -199,6 +224,7 @@ RELEASES: tuple[Release, ...] = (
     _0_5_10,
     _0_5_11,
     _0_5_12,
+    _0_5_13,
     _0_5_23,
 )
 

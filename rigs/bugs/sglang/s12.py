@@ -44,12 +44,12 @@ def run(release: str) -> dict[str, Any]:
     r.sampling_params.normalize(None)
     r.output_ids = [5]  # the first token, sampled by the prefill rank
     d.transferred(r)  # the transfer lands: row and KV
-    d.boundary()
+    d.loop()
     d.prebuilt([r])  # the request runs: ChunkCache counts its KV protected
-    d.boundary()
+    d.loop()
     while not d.decode_one(r):
-        d.boundary()
-    d.boundary()  # the turn it finished in: its KV is being copied to host
+        d.loop()
+    d.loop()  # the turn it finished in: its KV is being copied to host
     step = turn(d)
     d.offload_done()  # the trigger: the copy is done, the release's own release of the request
     tree = d.sched.tree_cache

@@ -39,10 +39,10 @@ def run(release: str) -> dict[str, Any]:
     d.open_session("sess")
     t1 = d.turn("sess", "t1", list(range(30)))
     d.admit(t1)
-    d.boundary()
+    d.loop()
     d.decode()
     d.finish(t1)  # the session slot keeps the row, the KV and the Mamba slot
-    d.boundary()
+    d.loop()
     open_check = d.idle_leak()  # SGLang's own idle check with the session open (a healthy pool)
     held = d.session_mamba()
     step = turn(d)

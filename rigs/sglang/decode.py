@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -77,6 +78,19 @@ class _Written:
         return None
 
 
+class _Ack(tuple[Any, ...]):
+    """An acknowledged write: ``(None, event, node ids)`` up to 0.5.19, an object with ``node_ids``
+    and ``finish_event`` later -- one value that reads as both."""
+
+    node_ids: list[int]
+    finish_event: _Written
+
+    def __new__(cls, node_ids: list[int]) -> _Ack:
+        ack = super().__new__(cls, (None, _Written(), node_ids))
+        ack.node_ids, ack.finish_event = node_ids, ack[1]
+        return ack
+
+
 class _CopyEngine:
     """HiCache's device-to-host controller: a write is handed host ids, and is acknowledged when
     :meth:`finish` says the copy is done; a backup to storage is never acknowledged (none runs)."""
@@ -96,13 +110,13 @@ class _CopyEngine:
 
     def finish(self) -> None:
         if self._pending:
-            self.ack_write_queue.append((None, _Written(), list(self._pending)))
+            self.ack_write_queue.append(_Ack(list(self._pending)))
             self._pending.clear()
 
     def write_storage(self, host_indices: Any, tokens: Any, hash_value: Any = None, **_: Any) -> int:
         return next(self._ids)
 
-    def get_hash_str(self, tokens: Any, prior: Any = "") -> str:
+    def get_hash_str(self, tokens: Any, prior: Any = "", **_: Any) -> str:
         return f"{prior}/{len(tokens)}"
 
 
@@ -117,23 +131,29 @@ class Offload:
         host pool stood in for), and its ``DecodePreallocQueue``'s pre-allocation."""
         from sglang.srt.disaggregation.decode import DecodePreallocQueue
         from sglang.srt.disaggregation.decode_kvcache_offload_manager import DecodeKVCacheOffloadManager
-        from sglang.srt.server_args import get_global_server_args
+
+        from rigs.sglang.server_args import published
 
         s = self.sched
-        s.server_args = get_global_server_args()
+        s.server_args = published()
         m = DecodeKVCacheOffloadManager.__new__(DecodeKVCacheOffloadManager)
         m.req_to_token_pool, m.token_to_kv_pool_allocator = s.req_to_token_pool, s.token_to_kv_pool_allocator
         m.page_size, m.server_args, m.request_counter, m.tree_cache = 1, s.server_args, 0, s.tree_cache
         m.decode_host_mem_pool = SimpleNamespace(free=lambda idx: None)
         m.cache_controller, m.tp_group, m.tp_world_size = _CopyEngine(), None, 1
         m.ongoing_offload, m.ongoing_backup, m.offloaded_state = {}, {}, {}
+        if self.release.decode_radix:  # per-request offload state, the incremental offload's stride
+            m.offloaded_state, m.offload_inflight = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
+            m.offload_stride, m.kv_cache = 1, s.token_to_kv_pool_allocator.get_kvcache()
         s.decode_offload_manager = m
         prealloc = DecodePreallocQueue.__new__(DecodePreallocQueue)
         prealloc.req_to_token_pool, prealloc.token_to_kv_pool_allocator = (
             s.req_to_token_pool,
             s.token_to_kv_pool_allocator,
         )
-        prealloc.tree_cache, prealloc.scheduler = s.tree_cache, s
+        prealloc.tree_cache, prealloc.scheduler, prealloc.token_to_kv_pool = s.tree_cache, s, None
+        s.enable_decode_hicache, s.sliding_window_size = False, None
+        s.tp_worker.is_hybrid_swa = False
         s.disagg_decode_prealloc_queue = prealloc
         s.disagg_decode_transfer_queue = SimpleNamespace(queue=[])  # DecodeRequest(req=...) entries
         return m
@@ -141,7 +161,13 @@ class Offload:
     def transferred(self, req: Any) -> None:
         """The PD transfer starts: SGLang's own ``_pre_alloc`` takes the request's row and the KV
         the transfer writes into; the request waits on the transfer queue."""
-        self.sched.disagg_decode_prealloc_queue._pre_alloc(req)
+        queue = self.sched.disagg_decode_prealloc_queue
+        if self.release.decode_radix:  # the decode rank's own tree: the match, locked
+            match = queue._match_prefix_and_lock(req)
+            queue._pre_alloc(req, match.prefix_indices, match.l1_prefix_len, match.decode_prefix_len)
+            req.kv.cache_protected_len = match.decode_prefix_len
+        else:
+            queue._pre_alloc(req)
         self.sched.disagg_decode_transfer_queue.queue.append(SimpleNamespace(req=req))
 
     def prebuilt(self, reqs: list[Any]) -> None:
@@ -160,24 +186,39 @@ class Offload:
             reqs=reqs, tree_cache=s.tree_cache, device="cpu", spec_algorithm=SpeculativeAlgorithm.NONE,
             token_to_kv_pool_allocator=s.token_to_kv_pool_allocator,
         )  # fmt: skip
-        ScheduleBatchDisaggregationDecodeMixin.process_prebuilt(batch, s.server_args, None)
+        if self.release.decode_radix:  # (the overlap scheduler's future map: nothing is stashed)
+            import torch
+
+            batch.req_pool_indices = torch.tensor([r.kv.req_pool_idx for r in reqs])
+            ScheduleBatchDisaggregationDecodeMixin.process_prebuilt(
+                batch, SimpleNamespace(stash=lambda *a, **k: None)
+            )
+        else:
+            ScheduleBatchDisaggregationDecodeMixin.process_prebuilt(batch, s.server_args, None)
         s.running_batch.reqs.extend(reqs)
 
     def decode_one(self, req: Any) -> bool:
         """One decode step of ``req``: the input token's KV slot, the sample; a finished request is
         handed to the offload manager (the release's ``offload_kv_cache``).  True: it finished."""
-        s = self.sched
-        pos = req.kv_allocated_len
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+        s, held = self.sched, self.record(req)  # type: ignore[attr-defined]
+        pos = held.kv_allocated_len
         s.req_to_token_pool.write(
-            (req.req_pool_idx, slice(pos, pos + 1)), s.token_to_kv_pool_allocator.alloc(1)
+            (held.req_pool_idx, slice(pos, pos + 1)), s.token_to_kv_pool_allocator.alloc(1)
         )
-        req.kv_allocated_len = req.kv_committed_len = pos + 1
+        held.kv_allocated_len = held.kv_committed_len = pos + 1
         req.output_ids.append(9)
-        req.check_finished()
+        if len(req.output_ids) >= req.sampling_params.max_new_tokens:  # the length stop
+            req.finished_reason = FINISH_LENGTH(len(req.output_ids))
+        m = s.decode_offload_manager
         if not req.finished():
+            if self.release.decode_radix:  # the incremental offload while it decodes
+                m.offload_kv_cache(req)
             return False
         s.running_batch.reqs.remove(req)
-        s.decode_offload_manager.offload_kv_cache(req)
+        if not m.offload_kv_cache(req) and self.release.decode_radix:
+            m.finalize_release_on_finish(req)
         return True
 
     def offload_done(self) -> None:

@@ -32,6 +32,7 @@ from rigs.sglang.releases import Check, Release, release
 from rigs.sglang.server_args import publish_server_args
 from rigs.sglang.sessions import Sessions
 from rigs.sglang.steps import Steps
+from rigs.sglang.swa import Windowed
 from rigs.timeline import Timeline
 
 __all__ = ["CONFIG", "Driver", "gaps"]
@@ -52,7 +53,7 @@ def gaps(snap: Snapshot) -> dict[str, int | None]:
     return {p.value: gap(a) for p, a in snap.pools.items()}
 
 
-class Driver(Steps, Admission, Sessions, Offload):
+class Driver(Steps, Admission, Sessions, Offload, Windowed):
     """One release's scheduler on the rank :meth:`new` made (``sched``), the probe attached."""
 
     def __init__(

@@ -72,11 +72,18 @@ class Rank:
         extra_buffer: bool = False,
         dense: str = "",
         pre_alloc: int = 0,
+        window: tuple[int, int, bool] | None = None,
     ) -> None:
         """A Mamba hybrid model's rank; ``dense`` (``chunk`` or ``radix``: its tree): a plain
-        model's (:func:`rigs.sglang.decode.dense_pools`)."""
+        model's (:func:`rigs.sglang.decode.dense_pools`); ``window`` (page size, sliding window,
+        EAGLE): a hybrid SWA model's (:func:`rigs.sglang.swa.swa_pools`)."""
         os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
-        if dense:
+        if window:
+            from rigs.sglang.swa import swa_pools
+
+            page, size, eagle = window
+            swa_pools(self, kv=kv, rows=rows, context=context, page=page, window=size, eagle=eagle)
+        elif dense:
             from rigs.sglang.decode import dense_pools
 
             dense_pools(self, mode, kv=kv, rows=rows, context=context, tree=dense, pre_alloc=pre_alloc)
@@ -84,8 +91,8 @@ class Rank:
             self._mamba_pools(mode, kv=kv, mamba=mamba, rows=rows, context=context, extra_buffer=extra_buffer)
         self.max_total_num_tokens, self.mamba_size = kv, mamba
         swa, ssm = self.release.hybrid_flags
-        setattr(self, swa, False)
-        setattr(self, ssm, not dense)
+        setattr(self, swa, bool(window))
+        setattr(self, ssm, not (dense or window))
         self._fields(mode)
 
     def _mamba_pools(
@@ -131,7 +138,8 @@ class Rank:
         self.disagg_prefill_inflight_queue: list[Any] = []
         self.disagg_prefill_bootstrap_queue = SimpleNamespace(queue=[])
         self.enable_overlap = False
-        self.page_size, self.tp_rank, self.pp_rank, self.dp_rank = 1, 0, 0, None
+        self.page_size = getattr(self, "page_size", 1)  # (an SWA rank's pools are paged)
+        self.tp_rank, self.pp_rank, self.dp_rank = 0, 0, None
         self.sessions: dict[str, Any] = {}
         self.sent: list[tuple[str, int]] = []  # the KV transfers a PD prefill rank made: (rid, end)
         # the worker of a Mamba hybrid model (0.5.5.post3 and 0.5.6's chunk step ask whether it is one)
@@ -177,10 +185,10 @@ class Rank:
             "req_to_token_pool": self.req_to_token_pool,
         }
         common = {
-            "is_hybrid_swa": False,
+            "is_hybrid_swa": getattr(self, "sliding_window_size", None) is not None,
             "is_hybrid_ssm": self.cache_params is not None,
-            "full_tokens_per_layer": None,
-            "swa_tokens_per_layer": None,
+            "full_tokens_per_layer": getattr(self, "full_tokens_per_layer", None),
+            "swa_tokens_per_layer": getattr(self, "swa_tokens_per_layer", None),
             "max_total_num_tokens": self.max_total_num_tokens,
             "get_last_batch": lambda: self.last_batch,
             "get_running_batch": lambda: self.running_batch,
@@ -198,7 +206,7 @@ class Rank:
             **pools,
             **common,
             disaggregation_mode=self.disaggregation_mode,
-            page_size=1,
+            page_size=self.page_size,
             pool_stats_observer=self.pool_stats_observer,
             scheduler_stage_metrics=None,
             get_chunked_req=lambda: self.chunked_req,

@@ -103,6 +103,7 @@ class Release:
     token_array: bool = False  # Req.origin_input_ids is an array('q') (a list before)
     layer: str = ""  # a LAYERS entry the overlay runs with
     fill_len: bool = False  # a round's fill is Req.fill_len over full_untruncated_fill_ids (not fill_ids)
+    decode_radix: bool = False  # PD decode pre-allocation matches and locks its own radix tree
     chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
 
     @property
@@ -213,7 +214,21 @@ _0_5_23 = replace(
     mamba_allocator=True,
     checkpoints=True,
     token_array=True,
+    decode_radix=True,
 )
+_0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
+    _0_5_13,
+    version="0.5.17",
+    layer="transformers-5.12.1",
+    unified_tree=True,
+    server_args=ServerArgs.RESOLVED,
+    tiers=_BUGS,
+)
+_0_5_18 = replace(_0_5_17, version="0.5.18")
+_0_5_20 = replace(  # PD decode: its own radix tree, the offload manager's per-request state
+    _0_5_23, version="0.5.20", base="0.5.23", layer="transformers-5.12.1", decode_radix=True, tiers=_BUGS
+)
+_0_5_21 = replace(_0_5_20, version="0.5.21")
 RELEASES: tuple[Release, ...] = (
     _0_5_4,
     _0_5_5_0,
@@ -225,6 +240,10 @@ RELEASES: tuple[Release, ...] = (
     _0_5_11,
     _0_5_12,
     _0_5_13,
+    _0_5_17,
+    _0_5_18,
+    _0_5_20,
+    _0_5_21,
     _0_5_23,
 )
 

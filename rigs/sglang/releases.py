@@ -8,17 +8,25 @@ is checked against this one on every release (``tests/sglang_real/check_release.
 release        runs on      rows   kv lens   tree    evict      loop / idle      own check   args
 =============  ===========  =====  ========  ======  =========  ===============  ==========  ========
 0.5.4.post1    its venv     count  --        mamba   split      recv / self_chk  mamba       --
+0.5.5 (bugs)   0.5.4.post1  count  --        mamba   split      recv / self_chk  mamba       --
+0.5.5.post2 b  0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults
 0.5.5.post3    0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults
 0.5.6          0.5.4.post1  count  req       mamba*  split      recv / self_chk  mamba       defaults
 0.5.9          its venv     req    req       mamba*  params     recv / self_chk  mamba       defaults
 0.5.10         0.5.9        req    req       mamba*  params     recv / self_chk  mamba       defaults
+0.5.11 (bugs)  0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
 0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
+0.5.13 (bugs)  0.5.23 + tf  req    req       mamba*  params     recv / on_idle   checker     defaults
+0.5.17/18 b    0.5.23 + tf  req    req (kv)  unified params     recv / on_idle   checker     resolved
+0.5.20/21 b    0.5.23 + tf  req    req.kv    unified params     ingest / on_idle checker     resolved
 0.5.23         its venv     req    req.kv    unified params     ingest / on_idle checker     resolved
 =============  ===========  =====  ========  ======  =========  ===============  ==========  ========
 
 (``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``count``: ``alloc(n, reqs)`` /
-``free(row)``, the chunked request's row freed at every chunk boundary.)  Stdlib only:
-``scripts/`` and the tests' collection read it where SGLang is not installed.
+``free(row)``, the chunked request's row freed at every chunk boundary; ``(bugs)``, ``b``: only the
+real-bug suite runs there; ``+ tf``: with a layer of the transformers the release pins,
+:data:`LAYERS`; the Mamba columns of 0.5.17 - 0.5.21 are 0.5.23's, their ranks being SWA or
+dense.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
 """
 
 from __future__ import annotations

@@ -237,6 +237,9 @@ def rank_class(release: Release) -> type[Rank]:
         release.idle_hook: Rank.own_check,
         "process_prefill_chunk": SchedulerDisaggregationPrefillMixin.process_prefill_chunk,
     }
+    from rigs.sglang.admission import scheduler_methods
+
+    body.update(scheduler_methods())  # admission and aborts, run only by the steps that ask
     bases: tuple[type, ...] = (Rank,)
     if release.check is not Check.CHECKER:
         from sglang.srt.managers.scheduler_runtime_checker_mixin import SchedulerRuntimeCheckerMixin

@@ -62,6 +62,7 @@ class Tier(enum.StrEnum):
     GUARD = "guard"  # guard_release.py: guard v2 on every pool
     HICACHE = "hicache"  # check_hicache*.py: the HiCache host account
     WHEEL = "wheel"  # test_wheel_in_sglang.py: the built wheel activating the probe
+    BUGS = "bugs"  # rigs/bugs: a real bug's affected or fixed release (tests/bugs)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class Release:
         )
 
 
-_ALL, _GUARD = frozenset(Tier), frozenset({Tier.GUARD})
+_ALL, _GUARD, _BUGS = frozenset(Tier), frozenset({Tier.GUARD}), frozenset({Tier.BUGS})
 # Each row after the first says what changed since the release before it.
 _0_5_4 = Release(
     "0.5.4.post1",
@@ -133,6 +134,7 @@ _0_5_4 = Release(
     tiers=_ALL,
     seed_live=True,
 )
+_0_5_5_0 = replace(_0_5_4, version="0.5.5", insert_flag=True, tiers=_BUGS)  # abort_request frees a COW slot
 _0_5_5 = replace(
     _0_5_4,
     version="0.5.5.post3",
@@ -153,7 +155,7 @@ _0_5_9 = replace(
     grammar="grammar_manager",
     tiers=_ALL - {Tier.WHEEL},
 )
-_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD)
+_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD | _BUGS)
 _0_5_12 = replace(_0_5_10, version="0.5.12", idle_hook="on_idle", check=Check.POOLS, plugins=True)
 _0_5_23 = replace(
     _0_5_12,
@@ -170,7 +172,7 @@ _0_5_23 = replace(
     mamba_allocator=True,
     checkpoints=True,
 )
-RELEASES: tuple[Release, ...] = (_0_5_4, _0_5_5, _0_5_6, _0_5_9, _0_5_10, _0_5_12, _0_5_23)
+RELEASES: tuple[Release, ...] = (_0_5_4, _0_5_5_0, _0_5_5, _0_5_6, _0_5_9, _0_5_10, _0_5_12, _0_5_23)
 
 
 def release(version: str) -> Release:

@@ -13,13 +13,14 @@ __all__ = ["MODEL", "publish_server_args"]
 MODEL = Path(__file__).resolve().parent / "tiny-qwen3-next"  # a weightless Qwen3-Next config
 
 
-def publish_server_args(release: Release) -> None:
+def publish_server_args(release: Release, **over: object) -> None:
     """The global ``ServerArgs`` the release's classes read, as the scheduler process sets it:
     every field at its default (no ``__post_init__``: that would need a model), or on 0.5.23 one
-    resolved against a weightless Qwen3-Next config (the unified tree reads the Mamba chunk size)."""
+    resolved against a weightless Qwen3-Next config (the unified tree reads the Mamba chunk size);
+    ``over``: fields set on it (a step's server option: priority scheduling, streaming sessions)."""
     from sglang.srt import server_args as sa
 
-    if release.server_args is ServerArgs.NONE:
+    if release.server_args is ServerArgs.NONE and not over:
         return
     if release.server_args is ServerArgs.RESOLVED:
         from sglang.srt.runtime_context import mamba_cache_chunk_size
@@ -40,4 +41,6 @@ def publish_server_args(release: Release) -> None:
         elif f.default_factory is not dataclasses.MISSING:
             setattr(args, f.name, f.default_factory())
     args.page_size = 1
+    for name, value in over.items():
+        setattr(args, name, value)
     sa.set_global_server_args_for_scheduler(args)

@@ -27,11 +27,12 @@ class Steps:
     release: Release
     sched: Any
 
-    def arrive(self, rid: str, ids: list[int], max_new: int = 4) -> Any:
+    def arrive(self, rid: str, ids: list[int], max_new: int = 4, **fields: Any) -> Any:
+        """A real ``Req`` (``fields``: more of its constructor's keywords, e.g. ``priority``)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
-        req = Req(rid, "", ids, SamplingParams(max_new_tokens=max_new))
+        req = Req(rid, "", ids, SamplingParams(max_new_tokens=max_new), **fields)
         if self.release.unified_tree:  # release_kv_cache appends output_ids' array to it
             req.origin_input_ids = array.array(req.output_ids.typecode, req.origin_input_ids)
         return req

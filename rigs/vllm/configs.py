@@ -150,6 +150,9 @@ def vllm_config(
             max_model_len=max_model_len,
             enable_chunked_prefill=chunked,
             is_encoder_decoder=False,
+            # said, not left to the release's default (from 0.23 on where it can): the scheduler
+            # class the driver steps must be the one EngineCore would pick for this config
+            async_scheduling=async_scheduling,
         )
     )
     cache = CacheConfig(
@@ -203,14 +206,22 @@ def kv_cache_config(num_blocks: int, *, hybrid: bool = False, groups: Groups | N
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 
     want = groups or Groups(hybrid=hybrid)
-    attention = {"block_size": BLOCK, "num_kv_heads": 1, "head_size": 16, "dtype": torch.float32, "use_mla": False}
+    attention = {
+        "block_size": BLOCK,
+        "num_kv_heads": 1,
+        "head_size": 16,
+        "dtype": torch.float32,
+        "use_mla": False,
+    }
     full = FullAttentionSpec(**accepted(FullAttentionSpec, **attention))
     specs: list[tuple[str, Any]] = [("layers.0.attn", full)]
     if want.window:
         swa = kv.SlidingWindowSpec(**accepted(kv.SlidingWindowSpec, sliding_window=want.window, **attention))
         specs.append(("layers.3.window_attn", swa))
     if want.cross:
-        specs.append(("layers.2.cross_attn", kv.CrossAttentionSpec(**accepted(kv.CrossAttentionSpec, **attention))))
+        specs.append(
+            ("layers.2.cross_attn", kv.CrossAttentionSpec(**accepted(kv.CrossAttentionSpec, **attention)))
+        )
     groups_ = [KVCacheGroupSpec([name], spec) for name, spec in specs]
     tensors = [_tensor(name, spec, num_blocks) for name, spec in specs] if want.tensors else []
     if want.hybrid:

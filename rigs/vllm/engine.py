@@ -6,8 +6,9 @@ coordinator and the block pool are vLLM's own and run their own code -- the way 
 tests drive ``Scheduler``.  A KV connector's transfers are stood in for the same way: a step can
 report requests whose sending or receiving finished, and a connector's worker metadata
 (``KVConnectorOutput``); the connector's scheduler side is vLLM's own.  With speculative decoding
-the worker accepts no draft (the scheduler's drafts are all rejected: one token a step).  The model config is a
-tiny Llama ``config.json`` written to a temporary directory (no weights, no tokenizer, no hub).
+the worker accepts no draft (the scheduler's drafts are all rejected: one token a step).  The model
+config is a tiny Llama's (or Whisper's) ``config.json`` written to a temporary directory (no
+weights, no tokenizer, no hub).
 
 :class:`Engine` is one scheduler: vLLM's ``Scheduler``, or with ``batch_queue`` > 1 its
 ``AsyncScheduler`` with async scheduling on, stepped like EngineCore's batch queue (step N+1 is
@@ -122,7 +123,13 @@ class Engine:
         return probe
 
     def request(
-        self, rid: str, prompt: list[int], max_tokens: int, *, transfer: dict[str, Any] | None = None, **more: Any
+        self,
+        rid: str,
+        prompt: list[int],
+        max_tokens: int,
+        *,
+        transfer: dict[str, Any] | None = None,
+        **more: Any,
     ) -> Any:
         """A vLLM ``Request``; ``transfer``: its ``kv_transfer_params`` (a P/D hand-off), ``more``:
         the other fields its release takes (``mm_features``)."""
@@ -148,7 +155,13 @@ class Engine:
         return request
 
     def add(
-        self, rid: str, prompt: list[int], max_tokens: int, *, transfer: dict[str, Any] | None = None, **more: Any
+        self,
+        rid: str,
+        prompt: list[int],
+        max_tokens: int,
+        *,
+        transfer: dict[str, Any] | None = None,
+        **more: Any,
     ) -> None:
         self.sched.add_request(self.request(rid, prompt, max_tokens, transfer=transfer, **more))
 
@@ -158,7 +171,12 @@ class Engine:
         self.sched.finish_requests(rids, RequestStatus.FINISHED_ABORTED)
 
     def step(
-        self, token: int = 7, *, sent: Iterable[str] = (), received: Iterable[str] = (), worker_meta: Any = None
+        self,
+        token: int = 7,
+        *,
+        sent: Iterable[str] = (),
+        received: Iterable[str] = (),
+        worker_meta: Any = None,
     ) -> Any:
         """One engine step: schedule, a made-up model output (``sent`` / ``received``: requests whose
         KV transfer finished, as a connector reports them; ``worker_meta``: the connector's worker

@@ -32,7 +32,7 @@ BUG = Bug(
     bug_class="double-free",
     affected="0.23.0",
     fixed="0.24.0",
-    trigger="eager CPU offload store scan lists a re-allocated window block twice; its completion frees it twice",
+    trigger="the eager offload scan lists a re-allocated window block twice; its store's end frees it twice",
 )
 BLOCKS, HOST_BLOCKS, HOLD, WINDOW = 16, 4, 8, 48
 
@@ -109,4 +109,3 @@ def _deduped(scan: Any) -> Any:
         return keep_gpu, keep_cpu, reqs
 
     return fixed
-

@@ -37,7 +37,11 @@ GRACE_STEPS = 50  # the control's grace before it reclaims (the fix: above the c
 
 
 def run(release: str) -> dict[str, Any]:
-    connector = {"kv_connector": "NixlPushConnector", "kv_role": "kv_consumer", "kv_load_failure_policy": "fail"}
+    connector = {
+        "kv_connector": "NixlPushConnector",
+        "kv_role": "kv_consumer",
+        "kv_load_failure_policy": "fail",
+    }
     e, timeline = started(40, max_running=8, max_tokens=256, connector=connector)
     if not affected(release):
         _reclaim_after_grace(e)
@@ -53,7 +57,10 @@ def run(release: str) -> dict[str, Any]:
         e.step()
     held = sorted(blocks_of(e.sched, "B"))
     if held:
-        timeline.wrong(aborted, f"B aborted in WAITING_FOR_REMOTE_KVS keeps blocks {held_at_abort} with no report to come")
+        timeline.wrong(
+            aborted,
+            f"B aborted in WAITING_FOR_REMOTE_KVS keeps blocks {held_at_abort} with no report to come",
+        )
     return record(
         timeline, release, held_at_end=held, has_unfinished=e.sched.has_unfinished_requests(),
         zombies=sorted(r for r, q in e.sched.requests.items() if q.is_finished()),

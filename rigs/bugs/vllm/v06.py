@@ -90,7 +90,9 @@ def _free_at_the_last_transfer(e: Any) -> None:
         ids = [ids] if isinstance(ids, str) else list(ids or ())
         receiving.clear()
         receiving.update(
-            r for r in ids if r in sched.requests and sched.requests[r].status == RequestStatus.WAITING_FOR_REMOTE_KVS
+            r
+            for r in ids
+            if r in sched.requests and sched.requests[r].status == RequestStatus.WAITING_FOR_REMOTE_KVS
         )
         return finish(ids, status)
 

@@ -1,7 +1,7 @@
-"""V07 (vllm-ascend #14055, fixed by vLLM PR #45357): async scheduling with a KV-consumer connector.  A request aborted while the
-step that lists it is still in flight gets its blocks back on the free queue at once; the next
-schedule hands them to a request whose remote KV load writes into them while the in-flight step
-may still write them too.  Silent KV corruption, the books balanced.
+"""V07 (vllm-ascend #14055, fixed by vLLM PR #45357): async scheduling with a KV-consumer
+connector.  A request aborted while the step that lists it is still in flight gets its blocks
+back on the free queue at once; the next schedule hands them to a request whose remote KV load
+writes into them while the in-flight step may still write them too.  Silent KV corruption, the books balanced.
 
 vLLM's own ``AsyncScheduler`` (async scheduling on: two steps in flight, stepped as EngineCore's
 batch queue) with its own ``NixlConnector`` scheduler side (``kv_consumer``), a 16-block pool.  F
@@ -22,13 +22,13 @@ __all__ = ["BUG", "run"]
 BUG = Bug(
     id="V07",
     engine="vllm",
-    title="async scheduling + KV consumer: an aborted request's blocks re-allocated while its step is in flight",
+    title="async + KV consumer: an aborted request's blocks re-allocated while its step is in flight",
     issue="https://github.com/vllm-project/vllm-ascend/issues/14055",
     fix="https://github.com/vllm-project/vllm/pull/45357",
     bug_class="freed-in-flight",
     affected="0.23.0",
     fixed="0.24.0",
-    trigger="abort with its step in flight (async scheduling, NixlConnector consumer); a remote load takes the blocks",
+    trigger="abort with its step in flight (async, NixlConnector consumer); a remote load takes the blocks",
 )
 
 

@@ -23,7 +23,7 @@ __all__ = ["BUG", "run"]
 BUG = Bug(
     id="V08",
     engine="vllm",
-    title="async + spec decode + sliding window: blocks dropped on the optimistic count, then drafts rejected",
+    title="async + spec decode + sliding window: blocks dropped on the optimistic count, drafts rejected",
     issue="https://github.com/vllm-project/vllm/issues/47282",
     fix="https://github.com/vllm-project/vllm/pull/47728",
     bug_class="freed-in-flight",
@@ -37,7 +37,9 @@ WINDOW = 32
 def run(release: str) -> dict[str, Any]:
     from rigs.vllm.configs import Groups
 
-    e, timeline = started(64, max_running=4, max_tokens=256, batch_queue=2, drafts=3, groups=Groups(window=WINDOW))
+    e, timeline = started(
+        64, max_running=4, max_tokens=256, batch_queue=2, drafts=3, groups=Groups(window=WINDOW)
+    )
     window = e.sched.kv_cache_manager.coordinator.single_type_managers[1]
     e.add("R", [10 + i for i in range(40)], 80)
     found = 0
@@ -46,7 +48,9 @@ def run(release: str) -> dict[str, Any]:
         nulls = _nulls_in_window(e, window)
         if nulls:
             found += 1
-            timeline.wrong(e.steps, f"R's window block(s) {nulls} dropped though rejected drafts rolled it back")
+            timeline.wrong(
+                e.steps, f"R's window block(s) {nulls} dropped though rejected drafts rolled it back"
+            )
     e.settle()
     return record(timeline, release, looks_with_a_null_in_the_window=found)
 
@@ -63,4 +67,6 @@ def _nulls_in_window(e: Any, window: Any) -> list[int]:
     processed = request.num_computed_tokens - in_flight
     first = max(0, processed - WINDOW + 1)
     blocks = window.req_to_blocks.get("R", [])
-    return [i for i, b in enumerate(blocks) if b.is_null and (i + 1) * BLOCK > first and i * BLOCK < processed]
+    return [
+        i for i, b in enumerate(blocks) if b.is_null and (i + 1) * BLOCK > first and i * BLOCK < processed
+    ]

@@ -50,6 +50,7 @@ def run(release: str) -> dict[str, Any]:
             stalled.append(e.steps)
     e.settle()
     return record(
-        timeline, release, preemptions=preemptions, cascade_steps=cascades, steps_scheduling_nothing=stalled[:8],
+        timeline, release, preemptions=preemptions, cascade_steps=cascades,
+        steps_scheduling_nothing=stalled[:8],
         finished=REQUESTS - len(e.sched.requests), steps=e.steps,
     )  # fmt: skip

@@ -25,13 +25,13 @@ __all__ = ["BUG", "run"]
 BUG = Bug(
     id="V13",
     engine="vllm",
-    title="delay-free connector: the engine idles after the last finish, the transfer's blocks never released",
+    title="delay-free connector: the engine idles after the last finish, the kept blocks unreleased",
     issue="https://github.com/vllm-project/vllm/pull/43433",
     fix="https://github.com/vllm-project/vllm/pull/43433",
     bug_class="stranded",
     affected="0.21.0",
     fixed="0.22.0",
-    trigger="NixlConnector producer: the only request finishes after its prefill; its send is reported 3 steps on",
+    trigger="NixlConnector producer: the only request finishes at its prefill; its send reported 3 steps on",
 )
 TRANSFER_STEPS = 3  # the decode reads the prefill's KV this many engine steps after the finish
 IDLE_S = 600.0  # how long the engine waits for input before a new request wakes it
@@ -40,12 +40,21 @@ IDLE_S = 600.0  # how long the engine waits for input before a new request wakes
 def run(release: str) -> dict[str, Any]:
     from poolwatch.probe.lifecycle import probe_of
 
-    e, timeline = started(40, max_running=8, max_tokens=256, connector={"kv_connector": "NixlConnector", "kv_role": "kv_producer"})
-    e.add("P1", [10 + i for i in range(100)], 1, transfer={"do_remote_decode": True, "do_remote_prefill": False})
+    e, timeline = started(
+        40,
+        max_running=8,
+        max_tokens=256,
+        connector={"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
+    )
+    e.add(
+        "P1", [10 + i for i in range(100)], 1, transfer={"do_remote_decode": True, "do_remote_prefill": False}
+    )
     finished = _busy_loop(e, None)
     held = sorted(blocks_of(e.sched, "P1"))
     if held:
-        timeline.wrong(e.steps + 1, f"the engine idles with P1's blocks {held} kept for a transfer it cannot see end")
+        timeline.wrong(
+            e.steps + 1, f"the engine idles with P1's blocks {held} kept for a transfer it cannot see end"
+        )
     probe = probe_of(e.sched)
     for tick in range(int(IDLE_S / timeline.seconds_per_step)):
         if probe is not None:

@@ -49,7 +49,10 @@ def run(release: str) -> dict[str, Any]:
         e.step()
         trace.append(cache.num_free_slots)
         if cache.num_free_slots > cache.cache_size:
-            timeline.wrong(e.steps, f"encoder input of A credited again: {cache.num_free_slots} free of {cache.cache_size}")
+            timeline.wrong(
+                e.steps,
+                f"encoder input of A credited again: {cache.num_free_slots} free of {cache.cache_size}",
+            )
     return record(timeline, release, cache_size=cache.cache_size, free_slots=trace[:3] + trace[-1:])
 
 

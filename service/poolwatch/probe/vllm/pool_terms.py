@@ -117,9 +117,10 @@ def connector_pins(sched: Any, pool: Any) -> Iterator[tuple[str, list[Any]]]:
     ``getattr``: none on a scheduler without that connector, the usual case)."""
     manager = getattr(getattr(sched, "connector", None), "scheduler_manager", None)
     stores = getattr(manager, "_store_event_to_blocks", None)
-    if not stores or getattr(manager, "_gpu_block_pool", None) is not pool:
+    owner = getattr(manager, "_gpu_block_pool", None)
+    if not stores or owner is None or owner is not pool:
         return
-    blocks = pool.blocks
+    blocks = owner.blocks
     for event, transfer in list(stores.items()):
         yield f"store@{event}", [blocks[i] for i in transfer.gpu_block_ids]
 
@@ -138,10 +139,10 @@ def reserved_blocks(pool: Any, mgrs: Iterable[Any], shape: VllmShape, reading: R
 
 def side_owners(sched: Any, shape: VllmShape, mgrs: Iterable[Any]) -> dict[int, int]:
     """Occurrences of each block in the owners beside the requests' lists: the deferred frees, the
-    pending copy-on-write pairs, the partial-tail pins and a connector's store pins, as far as the family has them ({} when
-    none holds anything: the usual case, a few attribute reads).  Read at every free, so plain
-    ``getattr``; the pool's own blocks only (``in_pool`` is left to the census: the guard is off
-    where another pool's blocks can appear, HiSparse)."""
+    pending copy-on-write pairs, the partial-tail pins and a connector's store pins, as far as the
+    family has them ({} when none holds anything: the usual case, a few attribute reads).  Read at
+    every free, so plain ``getattr``; the pool's own blocks only (``in_pool`` is left to the census:
+    the guard is off where another pool's blocks can appear, HiSparse)."""
     lists: list[Iterable[Any]] = []
     if shape.deferred_frees:
         lists += [blocks for _fence, blocks in getattr(sched, "deferred_frees", ())]

@@ -31,8 +31,8 @@ from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.vllm.holders import LIVE, STALE, Held, HolderIndex, lists_of
 from poolwatch.probe.vllm.pool_terms import (
     block_pool,
-    cow_lists,
     connector_pins,
+    cow_lists,
     deferred_lists,
     hisparse,
     kind_of,

@@ -32,7 +32,7 @@ BUG = Bug(
     fixed="0.34.0+fix",
     trigger="abort in WAITING_FOR_REMOTE_KVS under NixlPushConnector; the dead prefill never reports",
 )
-HORIZON_S = 600.0  # engine time the run covers after the abort (the decode TTL is 480 s)
+HORIZON_S = 900.0  # engine time the run covers after the abort (the decode TTL is 480 s)
 GRACE_STEPS = 50  # the control's grace before it reclaims (the fix: above the connector's lease)
 
 

@@ -34,7 +34,7 @@ BUG = Bug(
     trigger="NixlConnector producer: the only request finishes at its prefill; its send reported 3 steps on",
 )
 TRANSFER_STEPS = 3  # the decode reads the prefill's KV this many engine steps after the finish
-IDLE_S = 600.0  # how long the engine waits for input before a new request wakes it
+IDLE_S = 900.0  # how long the engine waits for input before a new request wakes it
 
 
 def run(release: str) -> dict[str, Any]:

@@ -28,9 +28,10 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.helpers import FakeClock
+from tests.notify.fakes import alert
 
-from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.schema import Severity
+from poolwatch.detect.alert import Alert
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
 from rigs.stack.deployed import alertmanager_config
@@ -190,12 +191,9 @@ def sidecar_alert(description: str) -> Alert:
         "pool": "mamba",
         PATH_LABEL: DIRECT,
     }
-    now = time.time()  # Alertmanager judges startsAt/endsAt against its wall clock
-    return Alert(
-        name="PoolwatchDoubleFree",
+    return alert(
+        FakeClock(time.time()),  # Alertmanager judges startsAt/endsAt against its wall clock
         subject=f"{POD}/dp0-tp1-pp0",
-        severity=Severity.CRITICAL,
-        state=AlertState.FIRING,
         labels=tuple(sorted(labels.items())),
         annotations={
             "summary": "A memory-pool slot was freed twice.",
@@ -203,10 +201,6 @@ def sidecar_alert(description: str) -> Alert:
             "runbook_url": RUNBOOK,
             "dashboard_url": DASHBOARD,
         },
-        value=1.0,
-        active_since=now,
-        fired_at=now,
-        last_seen=now,
     )
 
 

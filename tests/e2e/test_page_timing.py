@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from tests.helpers import REPO
+from tests.helpers import REPO, FakeClock
+from tests.notify.fakes import alert
 
 from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH
-from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.schema import Severity
+from poolwatch.detect.alert import Alert
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
@@ -73,17 +73,11 @@ def double_free(worker: str, tp: int, fired_at: float) -> Alert:
         "pool": "mamba",
         PATH_LABEL: DIRECT,
     }
-    return Alert(
-        name="PoolwatchDoubleFree",
+    return alert(
+        FakeClock(fired_at),
         subject=f"{worker}/dp0-tp{tp}-pp0",
-        severity=Severity.CRITICAL,
-        state=AlertState.FIRING,
         labels=tuple(sorted(labels.items())),
         annotations={"summary": "A memory-pool slot was freed twice.", "description": f"tp {tp}"},
-        value=1.0,
-        active_since=fired_at,
-        fired_at=fired_at,
-        last_seen=fired_at,
     )
 
 

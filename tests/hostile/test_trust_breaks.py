@@ -166,15 +166,11 @@ def test_1_a_restart_after_a_recurring_double_free_restores_every_firing_alert_a
 
 # -- 3: an export from a hostile sidecar writes only inside --out ------------------------------------
 
-HOSTILE_SIDECAR = """
-import http.server, json, sys
-outside = sys.argv[1]
-body = json.loads(sys.argv[2])
-listing = [{"id": "../../x"}, {"id": outside + "/abs"}, {"id": "../outside/y"}, {"id": body["id"]}]
+# the tail of a program run as nobody that serves ``answer(path)`` on a loopback port it prints
+SERVE_ANSWER = """
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        doc = listing if self.path == "/api/v1/incidents" else dict(body, id="../../x")
-        data = json.dumps(doc).encode()
+        data = answer(self.path)
         self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
         self.wfile.write(data)
     def log_message(self, *a): pass
@@ -182,6 +178,18 @@ s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
 s.serve_forever()
 """
+
+HOSTILE_SIDECAR = (
+    """
+import http.server, json, sys
+outside = sys.argv[1]
+body = json.loads(sys.argv[2])
+listing = [{"id": "../../x"}, {"id": outside + "/abs"}, {"id": "../outside/y"}, {"id": body["id"]}]
+def answer(path):
+    return json.dumps(listing if path == "/api/v1/incidents" else dict(body, id="../../x")).encode()
+"""
+    + SERVE_ANSWER
+)
 
 
 def an_incident_body(tmp_path: Path) -> dict[str, Any]:
@@ -308,33 +316,22 @@ def test_a_probe_directory_swapped_by_nobody_pages_the_sidecars_own_webhook(tmp_
     require_nobody()
     from tests.hostile.probes import probe_in
 
-    from poolwatch.probe.lifecycle import detach
-
-    with arena() as volume:
-        volume.chmod(0o777)  # an emptyDir's root: world-writable, not sticky
-        _, rank = probe_in(volume / "probe")  # the probe seals it (sticky)
-        try:
-            with webhook() as hook:
-                env = {
-                    "POOLWATCH_WORKER": "w",
-                    "POOLWATCH_PROBE_DIR": str(volume / "probe"),
-                    "POOLWATCH_WEBHOOK_URLS": hook,
-                }
-                with serve(env, tmp_path / "sidecar.log") as url:
-                    until(
-                        lambda: any(n == "poolwatch_target_up" for n, _ in samples(url)),
-                        60,
-                        "the first scrape",
-                    )
-                    volume.chmod(0o777)  # a layout the probe could not seal (the bit taken off)
-                    assert (
-                        run_as_nobody(SWAP, str(volume / "probe"), str(volume / "moved")).strip() == "swapped"
-                    )
-                    (page,) = until(
-                        lambda: paged("PoolwatchProbeDirectoryLost"), 40, "the sidecar's own page"
-                    )
-        finally:
-            detach(rank.sched)
+    # an emptyDir's root (world-writable, not sticky), which the probe seals (sticky)
+    with arena(0o777) as volume, probe_in(volume / "probe"), webhook() as hook:
+        env = {
+            "POOLWATCH_WORKER": "w",
+            "POOLWATCH_PROBE_DIR": str(volume / "probe"),
+            "POOLWATCH_WEBHOOK_URLS": hook,
+        }
+        with serve(env, tmp_path / "sidecar.log") as url:
+            until(
+                lambda: any(n == "poolwatch_target_up" for n, _ in samples(url)),
+                60,
+                "the first scrape",
+            )
+            volume.chmod(0o777)  # a layout the probe could not seal (the bit taken off)
+            assert run_as_nobody(SWAP, str(volume / "probe"), str(volume / "moved")).strip() == "swapped"
+            (page,) = until(lambda: paged("PoolwatchProbeDirectoryLost"), 40, "the sidecar's own page")
     assert (page["labels"]["severity"], page["labels"]["reason"]) == ("critical", "unsafe")
 
 
@@ -365,22 +362,17 @@ def test_a_probe_directory_of_a_non_root_engine_is_refused_and_paged_never_silen
     assert "run the sidecar as that same user" in page["annotations"]["description"]
 
 
-VLLM_SERVER = """
+VLLM_SERVER = (
+    """
 import http.server, json, sys
 page = open(sys.argv[1]).read().replace('model_name="', 'model_name="\\x1b[31m')
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path == "/version":
-            data = json.dumps({"version": "0.32.0\\x1b]52;c;cG93bmVk\\x07\\x1b[2J"}).encode()
-        else:
-            data = page.encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
-        self.wfile.write(data)
-    def log_message(self, *a): pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(s.server_address[1], flush=True)
-s.serve_forever()
+def answer(path):
+    if path == "/version":
+        return json.dumps({"version": "0.32.0\\x1b]52;c;cG93bmVk\\x07\\x1b[2J"}).encode()
+    return page.encode()
 """
+    + SERVE_ANSWER
+)
 
 
 def figures(url: str) -> str:

@@ -1,5 +1,6 @@
 """Guard on one SGLang release's own classes, on CPU (one JSON line per check): guard v2 on every
-pool (``guard_pools.py``) and at the chunk boundary (``guard_chunks.py``).
+pool (``guard_pools.py``) and at the chunk boundary (``guard_chunks.py``); a healthy chunk the tree
+cached balances (``tree_balance.py``).
 
 Run with a release venv's Python, this checkout's ``service/`` and root on ``PYTHONPATH`` and, for a
 release without a venv of its own, that release's ``sglang`` package first (an overlay,
@@ -19,6 +20,7 @@ from rigs.checks import failures, report, run
 from rigs.sglang.driver import Driver
 from tests.sglang_real.guard_chunks import guard_chunk_checks
 from tests.sglang_real.guard_pools import guard_pool_checks
+from tests.sglang_real.tree_balance import tree_balance_checks
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +35,7 @@ def main(argv: list[str]) -> int:
     )
     run("guard v2, every pool", lambda: guard_pool_checks(driver))
     run("guard v2, chunk boundaries", lambda: guard_chunk_checks(driver))
+    run("a healthy chunk cached by the tree", lambda: tree_balance_checks(driver))
     return failures()
 
 

@@ -1,5 +1,6 @@
 """Guard against every SGLang release of the rigs' table on its own classes, on CPU
-(``guard_release.py``: guard v2 on every pool and at the chunk boundary).
+(``guard_release.py``: guard v2 on every pool and at the chunk boundary; a healthy chunk the tree
+cached balances).
 
 A release with a venv of its own runs there; one that differs from a neighbour only in its
 ``sglang`` package runs that package over the neighbour's venv (an overlay,

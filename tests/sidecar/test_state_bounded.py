@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 from tests.detect.sidecar import settings
 from tests.helpers import FakeClock
+from tests.notify.fakes import alert
 
 from poolwatch import fields
 from poolwatch.detect.alert import Alert, AlertState
@@ -144,17 +145,12 @@ def test_the_issue_s_twelve_tripwires_of_a_recurring_double_free_are_restored(
 
 
 def _alert(n: int, text: int, severity: Severity = Severity.CRITICAL) -> Alert:
-    return Alert(
-        name="PoolwatchDoubleFree",
+    return alert(
+        FakeClock(float(n)),
         subject=f"w{n}/dp0-tp0-pp0@probe",
         severity=severity,
-        state=AlertState.FIRING,
         labels=(("worker", f"w{n}"),),
         annotations={"description": "d" * text, "summary": "s" * 5000},
-        value=1.0,
-        active_since=float(n),
-        fired_at=float(n),
-        last_seen=float(n),
     )
 
 

@@ -181,16 +181,11 @@ def sidecar_summaries(url: str, transport: httpx.BaseTransport | None = None) ->
 
     def summaries(wanted: list[str]) -> list[dict[str, Any] | NotAnIncident]:
         with httpx.Client(timeout=TIMEOUT_S, transport=transport) as client:
-            listed = client.get(f"{base}/api/v1/incidents")
-            listed.raise_for_status()
-            items = listed.json()
-            if not isinstance(items, list):
-                raise NotAnIncident("the sidecar's /api/v1/incidents is not a list")
             return [
                 item
                 if isinstance(item, dict)
                 else NotAnIncident(f"{inert(repr(item))[:80]} is not an incident")
-                for item in items
+                for item in _listed(client, base)
                 if not wanted or (isinstance(item, dict) and item.get("id") in wanted)
             ]
 
@@ -213,15 +208,20 @@ def sidecar_bodies(url: str, transport: httpx.BaseTransport | None = None) -> Bo
 
     def bodies(wanted: list[str]) -> list[dict[str, Any] | NotAnIncident]:
         with httpx.Client(timeout=TIMEOUT_S, transport=transport) as client:
-            listed = client.get(f"{base}/api/v1/incidents")
-            listed.raise_for_status()
-            items = listed.json()
-            if not isinstance(items, list):
-                raise NotAnIncident("the sidecar's /api/v1/incidents is not a list")
-            named = [item.get("id") if isinstance(item, dict) else item for item in items]
+            named = [item.get("id") if isinstance(item, dict) else item for item in _listed(client, base)]
             return [_fetched(client, base, raw) for raw in named if not wanted or raw in wanted]
 
     return bodies
+
+
+def _listed(client: httpx.Client, base: str) -> list[Any]:
+    """The items a sidecar lists (``GET /api/v1/incidents``); :class:`NotAnIncident` if not a list."""
+    listed = client.get(f"{base}/api/v1/incidents")
+    listed.raise_for_status()
+    items = listed.json()
+    if not isinstance(items, list):
+        raise NotAnIncident("the sidecar's /api/v1/incidents is not a list")
+    return items
 
 
 def _fetched(client: httpx.Client, base: str, raw: object) -> dict[str, Any] | NotAnIncident:

@@ -31,8 +31,11 @@ def _row(shape: Shape) -> str:
         "ping-pong slots" if shape.has_ping_pong else "",
     ]
     hooks = f"`{shape.loop_hook}`, `{shape.idle_hook}`"
+    held = _HELD[shape.held_rule] + "".join(
+        f"; {_HELD[HeldRule.ALLOCATED_PREFIX]} under `{tree}`" for tree in shape.prefix_trees
+    )
     return (
-        f"| {shape.family} | {ids} ({free_list}) | {rows} | {_HELD[shape.held_rule]} | {flags} | {hooks} "
+        f"| {shape.family} | {ids} ({free_list}) | {rows} | {held} | {flags} | {hooks} "
         f"| {', '.join(e for e in extras if e)} |"
     )
 

@@ -35,6 +35,7 @@ __all__ = [
     "SHAPES",
     "HeldRule",
     "Shape",
+    "for_tree",
     "installed_version",
     "known_release",
     "parse_version",
@@ -73,6 +74,9 @@ class Shape:
     mamba_allocator: bool  # free list on req_to_token_pool.mamba_allocator (else .mamba_pool)
     has_session_held: bool  # streaming sessions hold rows/KV between turns
     has_ping_pong: bool  # Mamba extra_buffer ping-pong track slots
+    # trees of this family that keep no ``cache_protected_len`` (it stays at the first match):
+    # their part of a request's KV is ``len(prefix_indices)`` (0.5.6's MambaRadixCache)
+    prefix_trees: tuple[str, ...] = ()
 
 
 _LEGACY = ("is_hybrid", "is_hybrid_gdn")
@@ -94,10 +98,13 @@ _054 = Shape(
     has_ping_pong=False,
 )
 _0553 = replace(_054, family="0.5.5.post3", since=(0, 5, 5, 3), held_rule=HeldRule.ALLOCATED_PREFIX)
-_056 = replace(_0553, family="0.5.6", since=(0, 5, 6), held_rule=HeldRule.ALLOCATED_PROTECTED)
+_056 = replace(
+    _0553, family="0.5.6", since=(0, 5, 6), held_rule=HeldRule.ALLOCATED_PROTECTED,
+    hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), prefix_trees=("MambaRadixCache",),
+)  # fmt: skip
 _059 = replace(
     _056, family="0.5.9", since=(0, 5, 9), mamba_first_id=1, row_pointer_cleared=True, hybrid_flags=_MODERN,
-    has_ping_pong=True,
+    has_ping_pong=True, prefix_trees=(),
 )  # fmt: skip
 _0510 = replace(_059, family="0.5.10", since=(0, 5, 10), has_session_held=True)
 _0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_hook="on_idle")
@@ -167,6 +174,15 @@ def shape_of(release: Release) -> Shape:
     """The family ``release`` is read as (:func:`~poolwatch.probe.sglang.engine.sglang_release` chose
     it; a test may name an older one); by its version when no family has that name."""
     return next((s for s in SHAPES if s.family == release.family), None) or shape_or_newest(release.version)
+
+
+def for_tree(shape: Shape, tree: object) -> Shape:
+    """``shape`` as a rank whose prefix tree is ``tree`` is read: a tree class the family lists in
+    ``prefix_trees`` (or a subclass of one) keeps its requests' tree part in ``prefix_indices``."""
+    names = {cls.__name__ for cls in type(tree).__mro__}
+    if shape.held_rule is HeldRule.ALLOCATED_PROTECTED and names & set(shape.prefix_trees):
+        return replace(shape, held_rule=HeldRule.ALLOCATED_PREFIX)
+    return shape
 
 
 def shape_or_newest(text: str) -> Shape:

@@ -23,8 +23,8 @@ from typing import Any, TypeGuard
 
 from poolwatch import releases
 from poolwatch.model.rank import Pool, PoolAccount, Role
+from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.prom_text import Sample
-from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = [
     "RankGauges",

@@ -9,9 +9,9 @@ the probe's own *finding* (a tripwire naming slots, a refused or repaired free, 
 balance), and through the sidecar's :class:`~poolwatch.detect.detector.Detector` with the shipped
 thresholds, whose first critical alert firing is the *page*.  Every alert that fires is kept too,
 whatever its severity (``alerts``: each name's first firing step and severity; ``alert``: the first
-of them), so a warning-severity detector -- a stranded hold, a counter disagreement -- is on the
-record beside the page.  The detector's clock is the engine's steps (``seconds_per_step`` each), so
-its hold times are counted in steps too.
+critical or warning one), so a warning-severity detector -- a stranded hold, a counter
+disagreement -- is on the record beside the page.  The detector's clock is the engine's steps
+(``seconds_per_step`` each), so its hold times are counted in steps too.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Timeline:
     page: Mark | None = None
     engine: Mark | None = None
     alerts: dict[str, Fired] = field(default_factory=dict)  # each alert's first firing, in order
+    snapshots: int = 0  # how many snapshots the probe published (0: it read nothing)
     _step: int = 0
     _detector: Detector | None = None
 
@@ -78,6 +79,7 @@ class Timeline:
         """One snapshot the probe published at engine step ``step``."""
         if snap is None:
             return
+        self.snapshots += 1
         self._step = step
         if self.finding is None:
             said = _finding(snap)
@@ -94,13 +96,15 @@ class Timeline:
 
     @property
     def alert(self) -> Fired | None:
-        """The first alert that fired, of any severity (``None``: none did)."""
-        return next(iter(self.alerts.values()), None)
+        """The first alert that fired and asks for someone -- critical (a page) or warning (a
+        ticket); an info alert is context (``None``: none did)."""
+        wanted = (Severity.CRITICAL.value, Severity.WARNING.value)
+        return next((f for f in self.alerts.values() if f.severity in wanted), None)
 
     def row(self) -> dict[str, Any]:
         """The record: each mark's step and what it was (``None``: never), and the steps from the
-        wrong act to each of the others; ``alert`` (step, name, severity) is the first alert that
-        fired of any severity and ``alerts`` every alert's first firing, ``{name: [step, severity]}``."""
+        wrong act to each of the others; ``alert`` (step, name, severity) is the first critical or
+        warning alert that fired and ``alerts`` every alert's first firing, ``{name: [step, severity]}``."""
         marks = {
             "wrong_act": self.wrong_act,
             "finding": self.finding,
@@ -111,6 +115,7 @@ class Timeline:
         first = self.alert
         out["alert"] = (first.step, first.name, first.severity) if first else None
         out["alerts"] = {f.name: [f.step, f.severity] for f in self.alerts.values()}
+        out["snapshots"] = self.snapshots
         start = self.wrong_act.step if self.wrong_act else None
         steps: dict[str, Mark | Fired | None] = {**marks, "alert": first}
         for name in ("finding", "page", "alert", "engine"):

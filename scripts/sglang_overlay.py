@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Fetch (once) the ``sglang`` package of a release that has no venv of its own, to run on the venv
-of the nearest release that has one (the guard tier's 0.5.5.post3, 0.5.6, 0.5.10 and 0.5.12).
+of the nearest release that has one (the guard tier's 0.5.5.post3, 0.5.6, 0.5.10 and 0.5.12, and
+the real-bug suite's releases), and the layer of pinned packages it runs with where the release
+table names one (``LAYERS``: a transformers older than its base venv's).
 
     scripts/sglang_overlay.py 0.5.6            # prints the overlay's path and its base venv
 
@@ -27,11 +29,43 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # rigs/: the release table
 
-from venv_build import cache_root, download, locked
+from venv_build import cache_root, download, locked, run
 
-from rigs.sglang.releases import RELEASES
+from rigs.sglang.releases import LAYERS, RELEASES
 
 BASES = {r.version: r.base for r in RELEASES if r.overlaid}  # the release -> the venv it runs on
+PINNED = {r.version: r.layer for r in RELEASES if r.overlaid and r.layer}  # the release -> its layer
+
+
+def make_layer(name: str, python: str) -> Path:
+    """The layer ``name`` of the release table (``LAYERS``): its pins installed once, ``--no-deps``,
+    into ``<cache>/layers/sglang-<name>`` (under a lock: two overlays may share it)."""
+    root = cache_root() / "layers"
+    dest = root / f"sglang-{name}"
+    with locked(root / f"{dest.name}.lock"):
+        if not (dest / ".complete").exists():
+            building = dest.with_name(dest.name + ".building")
+            shutil.rmtree(building, ignore_errors=True)
+            cmd = [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-compile",
+                "--target",
+                str(building),
+            ]
+            out = run([*cmd, *LAYERS[name]])
+            if out.returncode != 0:
+                raise SystemExit(
+                    f"pip install --target {building} {' '.join(LAYERS[name])} failed:\n{out.stderr[-3000:]}"
+                )
+            (building / ".complete").write_text("\n".join(LAYERS[name]) + "\n")
+            shutil.rmtree(dest, ignore_errors=True)
+            building.rename(dest)
+    return dest
 
 
 def unpack(wheel: Path, dest: Path) -> None:
@@ -60,6 +94,8 @@ def main(argv: list[str]) -> int:
             (building / ".complete").write_text(BASES[args.version] + "\n")
             building.rename(dest)
             print(f"fetched {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    if args.version in PINNED:
+        print(make_layer(PINNED[args.version], args.python), file=sys.stderr)
     print(dest, BASES[args.version])
     return 0
 

@@ -5,12 +5,15 @@ engine's own signal, and the control's verdict), generated between markers from 
 
 The verdicts come from the rows, so from whatever detectors the checkout has when the entries ran:
 
-* affected: *named before the engine's signal* (the probe's finding at or before the engine's
-  assert or idle check), *paged* (the engine never signals, an alert fired), *named, not paged*,
-  *named after the engine's signal*, *missed*, *misdiagnosed* (a counter bug paged as a double free
-  or a slot leak: the slots are fine), or *not reproduced* (the trigger did not strike);
-* control: *silent*, *false alarm* (a finding or an alert on the fixed release), or *struck* (the
-  wrong act happened on the control: it is no control).
+* affected: *alarm before the wrong act* (a finding or an alert on the still healthy pool: a false
+  alarm, which says nothing of the bug), *named before the engine's signal* (the probe's finding at
+  or before the engine's assert or idle check), *paged* (the engine never signals, an alert
+  fired), *named, not paged*, *named after the engine's signal*, *missed*, *misdiagnosed* (a
+  counter bug paged as a double free or a slot leak: the slots are fine), or *not reproduced* (the
+  trigger did not strike);
+* control: *silent*, *false alarm* (a finding or an alert on the fixed release), *blind* (the probe
+  published nothing there: silence that proves nothing), or *struck* (the wrong act happened on the
+  control: it is no control).
 """
 
 from __future__ import annotations
@@ -42,10 +45,15 @@ def verdict(bug: Bug, row: dict[str, Any] | None) -> str:
         return "not run"
     if not row["struck"]:
         return "not reproduced"
-    wrong = [n for n in MISDIAGNOSES.get(bug.bug_class, ()) if n in row.get("alerts", {})]
-    if wrong:
-        return f"misdiagnosed as {', '.join(wrong)}"
-    return _race(_step(row["finding"]), _step(row.get("alert")), _step(row["engine"]))
+    if row.get("snapshots") == 0:
+        return "missed (the probe published nothing)"
+    found, alert, wrong = _step(row["finding"]), _step(row.get("alert")), _step(row["wrong_act"])
+    if wrong is not None and any(s is not None and s < wrong for s in (found, alert)):
+        return "alarm before the wrong act (a false alarm on the healthy pool)"
+    misnamed = [n for n in MISDIAGNOSES.get(bug.bug_class, ()) if n in row.get("alerts", {})]
+    if misnamed:
+        return f"misdiagnosed as {', '.join(misnamed)}"
+    return _race(found, alert, _step(row["engine"]))
 
 
 def _race(found: int | None, alert: int | None, engine: int | None) -> str:
@@ -65,15 +73,17 @@ def control(row: dict[str, Any] | None) -> str:
         return "not run"
     if row["struck"]:
         return "struck (no control)"
+    if row.get("snapshots") == 0:
+        return "blind (the probe published nothing)"
     said = [row["finding"][1]] if row["finding"] else []
-    said += sorted(row.get("alerts", {}))
+    said += sorted(n for n, (_, severity) in row.get("alerts", {}).items() if severity != "info")
     tail = "; the engine signals" if row["engine"] else ""
     return f"false alarm ({'; '.join(said)}){tail}" if said else f"silent{tail}"
 
 
 def _after(row: dict[str, Any], key: str) -> str:
     n = row.get(f"steps_to_{key}")
-    return "never" if row.get(key) is None else f"+{n}" if n is not None else f"at {row[key][0]}"
+    return "never" if row.get(key) is None else f"{n:+d}" if n is not None else f"at {row[key][0]}"
 
 
 def steps(row: dict[str, Any] | None) -> str:

@@ -51,7 +51,8 @@ class _Socket:
 class _NoGrammars:
     """A grammar manager with no grammar waiting (0.5.9+ asks it before admitting)."""
 
-    grammar_queue: list[Any] = []
+    def __init__(self) -> None:
+        self.grammar_queue: list[Any] = []
 
     def has_waiting_grammars(self) -> bool:
         return False
@@ -77,10 +78,11 @@ class Admission:
         """What the batch builder and the abort paths read from the scheduler: a FCFS (or priority)
         policy over the rank's tree, its row count as the batch limits, no LoRA, no HiCache."""
         from sglang.srt.managers.schedule_policy import SchedulePolicy
-        from sglang.srt.server_args import get_global_server_args
+
+        from rigs.sglang.server_args import published
 
         s, rows = self.sched, self.sched.req_to_token_pool.size
-        s.server_args = get_global_server_args()  # published by Driver.new
+        s.server_args = published()  # published by Driver.new
         s.policy = build(
             SchedulePolicy,
             policy="fcfs",
@@ -134,5 +136,3 @@ class Admission:
         if not refused:
             self.sched.waiting_queue.append(incoming)
         return refused
-
-

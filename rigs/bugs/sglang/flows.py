@@ -30,18 +30,25 @@ def cow_waiting(
     ``PrefillAdder`` finds no room.  Returns the driver, ``w`` and the COW slot ``w`` holds (``None``
     where the release frees it at the refusal)."""
     d = Driver(release, timeline=timeline)
-    d.new("null", kv=256, mamba=16, rows=8, context=512, server={"max_running_requests": 8, "pp_max_micro_batch_size": 8})
+    d.new(
+        "null",
+        kv=256,
+        mamba=16,
+        rows=8,
+        context=512,
+        server={"max_running_requests": 8, "pp_max_micro_batch_size": 8},
+    )
     d.open_admission(priority=priority, max_queued=max_queued)
     a = d.arrive("a", list(range(40)), max_new=2)
     d.admit(a)
     d.finish(a)
     b = d.arrive("b", list(range(1000, 1180)), max_new=200)
     d.admit(b)
-    d.boundary()
+    d.loop()
     w = d.arrive("w", [*range(40), 77, 78], max_new=64, **({"priority": 1} if priority else {}))
     d.queue(w)
     d.schedule()  # the real batch builder: the match forks the COW slot, the adder refuses w
-    d.boundary()
+    d.loop()
     slot = w.mamba_pool_idx
     return d, w, None if slot is None else int(slot.reshape(-1)[0])
 
@@ -50,10 +57,10 @@ def drain(d: Driver, turns: int = 2) -> None:
     """The loop runs on: the running requests decode for ``turns`` turns (busy: SGLang checks
     nothing), then finish; the next turn finds nothing to do and SGLang's idle check runs
     (recorded on the timeline when it raises)."""
-    d.boundary()  # the turn the act happened in
+    d.loop()  # the turn the act happened in
     for _ in range(turns):
         d.decode()
-        d.boundary()
+        d.loop()
     for req in list(d.sched.running_batch.reqs):
         d.finish(req)
     idle(d)
@@ -61,6 +68,6 @@ def drain(d: Driver, turns: int = 2) -> None:
 
 def idle(d: Driver) -> None:
     """One idle turn of the loop and SGLang's own idle check (it raises on a leak: recorded)."""
-    d.boundary()
+    d.loop()
     with contextlib.suppress(ValueError):
         d.strict_check()

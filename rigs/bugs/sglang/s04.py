@@ -25,7 +25,7 @@ BUG = Bug(
     bug_class="leak",
     affected="0.5.9",
     fixed="0.5.10",
-    trigger="_abort_on_waiting_timeout drops a waiting request the adder refused after its match forked a COW slot",
+    trigger="_abort_on_waiting_timeout drops a waiting request the adder refused, its match's COW slot held",
 )
 
 TIMEOUT_S = 5  # SGLANG_REQ_WAITING_TIMEOUT

@@ -18,16 +18,13 @@ Only stdlib here.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import time
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # rigs/: the release table
 
-from venv_build import cache_root, download, locked
+from venv_build import overlay
 
 from rigs.vllm.releases import RELEASES
 
@@ -41,31 +38,13 @@ def wanted(name: str) -> bool:
     return (top == "vllm" and name.endswith(KEPT)) or (top.startswith("vllm-") and top.endswith(".dist-info"))
 
 
-def unpack(wheel: Path, dest: Path) -> None:
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(dest, [n for n in zf.namelist() if wanted(n)])
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n", maxsplit=1)[0])
     parser.add_argument("version", choices=sorted(BASES))
     parser.add_argument("--force", action="store_true", help="fetch again even if cached")
     parser.add_argument("--python", default=sys.executable, help="the Python whose pip downloads")
     args = parser.parse_args(argv)
-    root = cache_root() / "vllm-overlays"
-    dest = root / args.version
-    with locked(root / f"{args.version}.lock"):
-        if args.force or not (dest / ".complete").exists():
-            started = time.monotonic()
-            shutil.rmtree(dest, ignore_errors=True)
-            building = root / f"{args.version}.building"
-            shutil.rmtree(building, ignore_errors=True)
-            wheel = download(args.python, "vllm", args.version)
-            unpack(wheel, building)
-            shutil.rmtree(wheel.parent, ignore_errors=True)
-            (building / ".complete").write_text(BASES[args.version] + "\n")
-            building.rename(dest)
-            print(f"fetched {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    dest = overlay("vllm", args.version, BASES[args.version], wanted, args.python, force=args.force)
     print(dest, BASES[args.version])
     return 0
 

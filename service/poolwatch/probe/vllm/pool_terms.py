@@ -113,16 +113,15 @@ def pin_lists(sched: Any, shape: VllmShape, reading: Reading) -> Iterator[tuple[
 
 
 def connector_pins(sched: Any, pool: Any) -> Iterator[tuple[str, list[Any]]]:
-    """The GPU blocks of each in-flight store of the scheduler's SimpleCPUOffload connector (plain
-    ``getattr``: none on a scheduler without that connector, the usual case)."""
-    manager = getattr(getattr(sched, "connector", None), "scheduler_manager", None)
-    stores = getattr(manager, "_store_event_to_blocks", None)
-    owner = getattr(manager, "_gpu_block_pool", None)
-    if not stores or owner is None or owner is not pool:
-        return
-    blocks = owner.blocks
-    for event, transfer in list(stores.items()):
-        yield f"store@{event}", [blocks[i] for i in transfer.gpu_block_ids]
+    """The GPU blocks of each in-flight store of the scheduler's SimpleCPUOffload connector: none
+    without one, or where it cannot be read (never raises)."""
+    try:
+        manager = sched.connector.scheduler_manager
+        owner, stores = manager._gpu_block_pool, list(manager._store_event_to_blocks.items())
+        pins = [(f"store@{e}", [owner.blocks[i] for i in t.gpu_block_ids]) for e, t in stores]
+    except Exception:
+        return iter(())
+    return iter(pins if owner is pool else ())
 
 
 def reserved_blocks(pool: Any, mgrs: Iterable[Any], shape: VllmShape, reading: Reading) -> list[Any]:

@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import time
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # rigs/: the release table
 
-from venv_build import cache_root, download, locked, run
+from venv_build import cache_root, locked, overlay, run
 
 from rigs.sglang.releases import LAYERS, RELEASES
 
@@ -68,10 +66,9 @@ def make_layer(name: str, python: str) -> Path:
     return dest
 
 
-def unpack(wheel: Path, dest: Path) -> None:
-    """The wheel's ``sglang/`` package (no metadata, no scripts) into ``dest``."""
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
+def package(name: str) -> bool:
+    """A wheel member the overlay keeps: the ``sglang/`` package (no metadata, no scripts)."""
+    return name.startswith("sglang/")
 
 
 def main(argv: list[str]) -> int:
@@ -80,20 +77,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--force", action="store_true", help="fetch again even if cached")
     parser.add_argument("--python", default=sys.executable, help="the Python whose pip downloads")
     args = parser.parse_args(argv)
-    root = cache_root() / "sglang-overlays"
-    dest = root / args.version
-    with locked(root / f"{args.version}.lock"):
-        if args.force or not (dest / ".complete").exists():
-            started = time.monotonic()
-            shutil.rmtree(dest, ignore_errors=True)
-            building = root / f"{args.version}.building"
-            shutil.rmtree(building, ignore_errors=True)
-            wheel = download(args.python, "sglang", args.version)
-            unpack(wheel, building)
-            shutil.rmtree(wheel.parent, ignore_errors=True)
-            (building / ".complete").write_text(BASES[args.version] + "\n")
-            building.rename(dest)
-            print(f"fetched {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    dest = overlay("sglang", args.version, BASES[args.version], package, args.python, force=args.force)
     if args.version in PINNED:
         print(make_layer(PINNED[args.version], args.python), file=sys.stderr)
     print(dest, BASES[args.version])

@@ -63,7 +63,8 @@ def test_the_set_up_script_builds_what_the_release_tables_name() -> None:
     bases = {r.base for r in sglang.RELEASES}
     assert {f"sglang-venv {v}" for v in bases} <= set(out)
     assert {f"sglang-overlay {r.version}" for r in sglang.RELEASES if r.overlaid} <= set(out)
-    assert {f"vllm-venv {r.version}" for r in vllm.RELEASES} <= set(out)
+    assert {f"vllm-venv {r.venv_release}" for r in vllm.RELEASES} <= set(out)
+    assert {f"vllm-overlay {r.version}" for r in vllm.RELEASES if r.overlaid} <= set(out)
     assert "rigs.tiers" in (ROOT / "scripts" / "prepare_tiers").read_text()
 
 
@@ -73,6 +74,8 @@ def test_every_tier_runs_on_releases_of_the_table_and_overlays_sit_on_a_release_
     assert all(sglang.release(r.base).base == r.base for r in sglang.RELEASES)
     assert vllm.tier(vllm.Tier.PROBE)
     assert vllm.tier(vllm.Tier.DEFERRED)
+    assert vllm.tier(vllm.Tier.BUGS)
+    assert all(not vllm.release(r.base).overlaid for r in vllm.RELEASES if r.overlaid)
 
 
 def test_a_release_outside_the_table_is_refused_by_name() -> None:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from poolwatch.model.findings import Repair, Tripwire
 from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount, WorkerId
+from poolwatch.model.witness import CounterWitness
 
 _T = TypeVar("_T")
 
@@ -59,6 +60,8 @@ class Snapshot:
     boot_id: str = ""  # changes when the scheduler restarts (seq resets)
     repairs: tuple[Repair, ...] = ()  # the guard's actions (probe with POOLWATCH_PROBE_GUARD=1)
     final: bool = False  # the probe's last word: SGLang's idle check is about to crash this rank
+    # the engine counters the probe's census disagrees with (the pools' figures are the census's then)
+    witnesses: tuple[CounterWitness, ...] = ()
     # what is derived from these figures (the pools' findings), computed once per snapshot
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -19,6 +19,7 @@ from poolwatch.model.rank import Role, WorkerId
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.counters import CounterBook
 from poolwatch.probe.core.engine import EngineSample, Reader
 from poolwatch.probe.core.kill_switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.core.last_word import Outcome, await_collection
@@ -42,6 +43,7 @@ class Stamping:
     switch: KillSwitch
     tripwires: TripwireLog
     repairs: RepairLog
+    counters: CounterBook
     publication: Publication
     publisher: Any  # set by lifecycle.attach when serving
     last_word: Outcome | None  # how the last wait for the sidecar ended (None: none)
@@ -94,6 +96,7 @@ class Stamping:
             probe=self._health(),
             idle_check_strict=self.reader.idle_check_strict,
             boot_id=self.boot_id,
+            witnesses=self.counters.all(),
         )
 
     def worker(self, role: Role, reading: Reading) -> WorkerId:

@@ -22,6 +22,7 @@ from poolwatch.conservation import findings, used
 from poolwatch.model.rank import Exactness, Phase, PoolAccount
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.metrics.families import Families
+from poolwatch.sidecar.metrics.waiting import WAITING_METRICS, add_waiting
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.target_state import TargetState
 
@@ -73,7 +74,7 @@ class PoolCollector(Collector):
     rules keep firing exactly as long as the sidecar's own alerts do and a dashboard never shows
     it as healthy; its slot figures, queues and phase are withheld (never shown as current)."""
 
-    names = _POOL_METRICS + _RANK_METRICS  # its families, in exposition order
+    names = _POOL_METRICS + WAITING_METRICS + _RANK_METRICS  # its families, in exposition order
 
     def __init__(self, store: SnapshotStore, clock: Callable[[], float], stale_after: float) -> None:
         self._store = store
@@ -81,10 +82,10 @@ class PoolCollector(Collector):
         self._stale_after = stale_after
 
     def describe(self) -> Iterator[Metric]:
-        return iter(Families(_POOL_METRICS + _RANK_METRICS))
+        return iter(Families(self.names))
 
     def collect(self) -> Iterator[Metric]:
-        fam = Families(_POOL_METRICS + _RANK_METRICS)
+        fam = Families(self.names)
         now = self._clock()
         for snap in self._store.latest():
             self.add_snapshot(fam, snap, now)
@@ -101,6 +102,8 @@ class PoolCollector(Collector):
         for account in snap.pools.values():
             self._add_pool(fam, snap, account, stale)
         self._add_tripwires(fam, snap)
+        if not stale:
+            add_waiting(fam, snap)
         for r in snap.repairs:  # kept while stale, like the findings: the warning stands until a restart
             fam.add(
                 "poolwatch_probe_repairs_total", (*rank_labels(snap), r.pool.value, r.kind.value), r.count

@@ -8,6 +8,8 @@ ranks as each source sees them, for the dashboard tests to hold every panel agai
   double free (a ``refuse`` repair of pool ``full``);
 * ``vllm-unverified``: the probe on 0.35.0, a release newer than any it read (``release_verified``
   false), busy;
+* ``vllm-multimodal``: the probe (0.34.0) on a scheduler with an encoder cache, holding blocks of a
+  finished request kept for a KV transfer (a hold);
 * ``vllm-coarse``: no probe; the sidecar reads vLLM 0.32.0's own ``/metrics`` page and its log up
   to EngineCore's fatal error (the real captures in ``tests/fixtures``).
 
@@ -115,6 +117,20 @@ def _unverified(store: SnapshotStore) -> None:
     _put(store, probe, NOW - 1)
 
 
+def _multimodal(store: SnapshotStore) -> None:
+    sched = Scheduler(64)
+    sched.encoder_cache_manager = type("EncoderCacheManager", (), {"cache_size": 2048})()  # type: ignore[attr-defined]
+    sched.encoder_cache_manager.num_free_slots = sched.encoder_cache_manager.num_freeable_slots = 2048
+    side = type("NixlPullScheduler", (), {"_kv_lease_duration": 30, "decoder_kv_blocks_ttl": 480})()
+    sched.connector = type("NixlConnector", (), {"connector_scheduler": side})()  # type: ignore[attr-defined]
+    probe = _probe(sched, "vllm-multimodal", "0.34.0")
+    _put(store, probe, NOW - 20)
+    sched.add("a", 3)
+    sched.add("sent", 4)
+    sched.finish("sent", keep_for_transfer=True)  # a connector sends its KV: vLLM keeps the blocks
+    _put(store, probe, NOW - 1)
+
+
 def _vllm_server(request: httpx.Request) -> httpx.Response:
     if request.url.path == "/metrics":
         return httpx.Response(200, text=(PAGES / "v0.32.0-cpu-real.metrics.txt").read_text())
@@ -158,6 +174,7 @@ async def _metrics(log: Path) -> str:
     _leaking(store)
     _guarded(store)
     _unverified(store)
+    _multimodal(store)
     await _coarse(settings, store, clock)
     alerting.evaluate()
     return await _render(settings, store, clock, alerting)

@@ -49,7 +49,7 @@ def vllm_release(override: str) -> Release:
 def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:
     from poolwatch.probe.vllm.reader import VllmReader
 
-    return VllmReader(scheduler, config, release)
+    return VllmReader(scheduler, config, release, environ)
 
 
 VLLM = Engine(

@@ -65,15 +65,39 @@ class VllmProbe(Probe):
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
     def on_step(self, hook: str) -> None:
+        if not self.disabled:
+            self.contain("waits", self._step_begins)
         self.step(hook)
 
     def after_update(self, hook: str) -> None:
-        """After ``update_from_output``/``finish_requests``: idle once no request is left."""
+        """After ``update_from_output``/``finish_requests``: idle once no request is left; a sample
+        at once when only requests kept for a transfer are left (vLLM up to 0.21 then stops
+        stepping: the keepalive keeps that snapshot fresh, its holds aging)."""
         requests = getattr(self.scheduler, "requests", None)
-        if requests is not None and not requests:
+        parked = False
+        if not self.disabled:
+            self.contain("waits", self._step_ended)
+            parked = bool(requests) and not self.parked and self._parked_now()
+        emptied = requests is not None and not requests
+        if emptied or parked:
             self.idle(hook, fresh=True)
         else:
             self._last_hook = self.clock()
+
+    def _step_begins(self) -> None:
+        self.reader.waits.step_begins()
+
+    def _step_ended(self) -> None:
+        self.reader.waits.step_ended()
+
+    def _parked_now(self) -> bool:
+        """Nothing to step: every request left is one kept for a transfer (queues all empty)."""
+        sched = self.scheduler
+        try:
+            return all(not getattr(sched, name, None) for name in self.reader.shape.queues)
+        except Exception as exc:
+            self.guard.failed("parked", exc)
+            return False
 
     def on_free(self, blocks: list[Any]) -> Sequence[list[Any]] | None:
         """Inside ``BlockPool.free_blocks``, before it runs: name a double free at the free itself;
@@ -127,6 +151,7 @@ class VllmProbe(Probe):
         its occurrences stop owning blocks now, before the free looks at them."""
         if not self.disabled:
             self.reader.index.released(index, request_id, blocks)
+            self.reader.waits.popped(request_id)
 
     # -- the extension points --------------------------------------------------------------------
 

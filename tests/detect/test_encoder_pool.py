@@ -34,7 +34,8 @@ def run(accounts: list[PoolAccount], phase: Phase = Phase.BUSY) -> list[tuple[st
     for account in accounts:
         detector.observe(stream.next(exact(Pool.FULL, 0), account, phase=phase))
         for a in detector.evaluate():
-            if dict(a.labels).get("pool") == "encoder" and (a.name, a.severity) not in {(n, s) for n, s, _ in fired}:
+            known = {(n, s) for n, s, _ in fired}
+            if dict(a.labels).get("pool") == "encoder" and (a.name, a.severity) not in known:
                 fired.append((a.name, a.severity, a.annotations["description"]))
     return fired
 

@@ -25,8 +25,8 @@ from poolwatch.detect.families.host_pool import HOST_POOL_GAP
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
 from poolwatch.detect.families.probe_health import PROBE_DEGRADED
 from poolwatch.detect.families.repairs import PROBE_REPAIRED
-from poolwatch.detect.families.stall import ADMISSION_STALL
 from poolwatch.detect.families.staleness import SNAPSHOT_STALE
+from poolwatch.detect.families.stall import ADMISSION_STALL
 from poolwatch.detect.families.targets import TARGET_DOWN
 from poolwatch.detect.rules import alert_definitions
 from poolwatch.detect.schema import Mode, Severity

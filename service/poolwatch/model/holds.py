@@ -64,6 +64,17 @@ class Hold:
         """Seconds the oldest owner has waited at ``at`` (the snapshot's ``taken_at``)."""
         return max(0.0, at - self.oldest)
 
+    def stranded(self, at: float, bound: float) -> int:
+        """The slots of owners that have waited more than ``bound`` seconds at ``at``: exact while
+        fewer than the named (the oldest) are past it; every slot of the hold once all the named
+        are (the owners beyond them are not told apart, and the hold pages anyway)."""
+        if at - self.oldest <= bound:
+            return 0
+        late = [n.slots for n in self.named if at - n.since > bound]
+        if not self.named or (len(late) == len(self.named) and self.owners > len(self.named)):
+            return self.slots
+        return min(self.slots, sum(late))
+
 
 def owner_name(raw: object, limit: int = MAX_OWNER) -> str:
     """``raw`` as an owner's name: text, every control or format character (newlines, escapes,

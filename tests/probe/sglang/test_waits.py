@@ -118,3 +118,22 @@ def test_progress_moves_with_forward_ct_and_a_stall_names_the_head() -> None:
     assert stalled is not None
     assert stalled.stalled_steps >= 1
     assert stalled.head == ("w1",)
+
+
+class _Node:
+    def __init__(self, value: object, lock_ref: int) -> None:
+        self.value, self.lock_ref = value, lock_ref
+
+
+def test_hicache_nodes_locked_for_a_host_copy_are_tree_lock_holds_without_an_engine_bound() -> None:
+    clock = FakeClock()
+    rank = Rank(kv=64, mamba=8, rows=4)
+    locked, unlocked = rank.cache(6, locked=True), rank.cache(4)
+    rank.tree.ongoing_write_through = {7: _Node(locked.value, 1), 8: _Node(unlocked.value, 0)}  # type: ignore[attr-defined]
+    rank.tree.ongoing_load_back = {}  # type: ignore[attr-defined]
+    probe = new_probe(SGLANG, rank.sched, CONFIG, environ={"POOLWATCH_WORKER": "h0"}, clock=clock, wall=clock)
+    snap = probe.sample_now()
+    assert snap is not None
+    [hold] = snap.holds
+    assert (hold.reason, hold.owners, hold.slots, hold.timeout) == (HoldReason.TREE_LOCK, 1, 6, None)
+    assert hold.named[0].owner == "node 7"

@@ -13,7 +13,12 @@ Owners of a hold (:mod:`poolwatch.probe.core.waiting`), full-KV slots each:
   not yet landed, bounded by ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` (300 s by default, read from the
   environment as SGLang reads it; the same name on every release the probe reads).
 
-A hold's slots are each owner's private columns (:func:`~poolwatch.probe.sglang.footprint.
+* ``tree_lock``: HiCache's ``ongoing_write_through`` / ``ongoing_load_back`` -- prefix-tree nodes locked
+  until the cache controller acknowledges their host copy (each a node, its device slots); SGLang has
+  no bound on this wait (the sidecar's default applies).  On 0.5.9 and older a decode-only phase never
+  drains write-through acknowledgements (SGLang PR #20049): the locks, counted ``protected``, stay.
+
+A transfer hold's slots are each owner's private columns (:func:`~poolwatch.probe.sglang.footprint.
 full_private_range`): what it would give back.  Both queues are short (the requests in flight
 between two workers) and already walked by the sample's live set: no extra walk.
 
@@ -84,6 +89,25 @@ class SglangWaits:
         return Waits(owners, self.timeouts, moves)
 
     def _owners(self, role: str, live: LiveSet, page: int, reading: Reading) -> tuple[Owner, ...]:
+        return (*self._transfers(role, live, page, reading), *self._tree_locks(reading))
+
+    def _tree_locks(self, reading: Reading) -> list[Owner]:
+        """HiCache nodes locked while a host copy is in flight (write-through, load-back): each a
+        locked node, its device slots; an entry that is not a locked node (0.5.23's records, a
+        write-back copy of an unlocked node) holds nothing here."""
+        tree = reading.attr(self.sched, "tree_cache", optional=True)
+        out: list[Owner] = []
+        for name in ("ongoing_write_through", "ongoing_load_back"):
+            ongoing = getattr(tree, name, None)
+            if not ongoing or not isinstance(ongoing, dict):
+                continue
+            for node_id, node in list(ongoing.items()):
+                value = getattr(node, "value", None)
+                if value is not None and getattr(node, "lock_ref", 0) > 0:
+                    out.append(Owner(Pool.FULL, HoldReason.TREE_LOCK, f"node {node_id}", len(value)))
+        return out
+
+    def _transfers(self, role: str, live: LiveSet, page: int, reading: Reading) -> tuple[Owner, ...]:
         if role == "prefill":
             queue = reading.attr(self.sched, "disagg_prefill_inflight_queue", optional=True)
             reqs = [] if queue is MISSING or queue is None else list(queue)

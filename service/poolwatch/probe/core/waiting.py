@@ -14,7 +14,8 @@ and memory across samples:
 * the current stall: the iteration and time of the first read that found no progress while requests
   the scheduler could admit waited; any progress, or nothing admittable waiting, ends it.
 
-Cost: O(owners) per sample (a dict look-up each), nothing per request or block.
+Cost: O(owners) per sample when they changed (a dict look-up each), nothing per request or block; the
+same owners as the last read (compared by identity first, then by value) return the last holds.
 """
 
 from __future__ import annotations
@@ -74,9 +75,22 @@ class WaitBook:
         self._recent: deque[tuple[float, str]] = deque(maxlen=MAX_VICTIMS)
         self._stall: tuple[int, float] | None = None  # (iteration, time) of the last read before the stall
         self._last: tuple[int, float] | None = None  # (iteration, time) of the last read
+        self._last_holds: (
+            tuple[tuple[Owner, ...], Mapping[HoldReason, tuple[float, str]], tuple[Hold, ...]] | None
+        )
+        self._last_holds = None  # (owners, timeouts, holds) of the last read
 
     def holds(self, waits: Waits, now: float) -> tuple[Hold, ...]:
-        """The holds of ``waits`` at ``now``: one per pool and reason, its owners aged."""
+        """The holds of ``waits`` at ``now``: one per pool and reason, its owners aged; the last
+        read's very holds when the same owners wait (their ages run from the same sightings)."""
+        last = self._last_holds
+        if last is not None and waits.owners == last[0] and waits.timeouts == last[1]:
+            return last[2]
+        holds = self._aged(waits, now)
+        self._last_holds = (waits.owners, waits.timeouts, holds)
+        return holds
+
+    def _aged(self, waits: Waits, now: float) -> tuple[Hold, ...]:
         since = self._since
         seen: dict[tuple[HoldReason, str], float] = {}
         groups: dict[tuple[Pool, HoldReason], list[Holder]] = {}

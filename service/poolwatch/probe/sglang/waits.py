@@ -19,7 +19,8 @@ Owners of a hold (:mod:`poolwatch.probe.core.waiting`), full-KV slots each:
   drains write-through acknowledgements (SGLang PR #20049): the locks, counted ``protected``, stay.
 
 A transfer hold's slots are each owner's private columns (:func:`~poolwatch.probe.sglang.footprint.
-full_private_range`): what it would give back.  Both queues are short (the requests in flight
+full_private_range`), read once per owner (what an owner holds does not change while it waits):
+what it would give back.  Both queues are short (the requests in flight
 between two workers) and already walked by the sample's live set: no extra walk.
 
 Progress: ``forward_ct`` (SGLang's count of forward passes; O(1)) moved, or, where it is absent, the
@@ -80,6 +81,7 @@ class SglangWaits:
         self._ids: set[int] = set()
         self._tokens = -1
         self._head: tuple[str, ...] | None = None  # the stalled queue's head, read once per stall
+        self._owned: dict[int, tuple[Any, Owner]] = {}  # transfer owners by identity, as first read
 
     def read(self, role: str, live: LiveSet, page: int, reading: Reading) -> Waits:
         """The owners and the moves, each read on its own (a failure of one is noted, the other counts)."""
@@ -118,11 +120,23 @@ class SglangWaits:
             reason = HoldReason.KV_RECV
         else:
             return ()
-        return tuple(Owner(Pool.FULL, reason, str(r.rid), self._slots(r, page, live)) for r in reqs)
+        if not reqs:
+            self._owned = {}
+            return ()
+        last, owned = self._owned, {}
+        for r in reqs:  # an owner waiting keeps what it holds: counted once, when first seen
+            key = id(r)
+            kept = last.get(key)
+            owned[key] = (
+                kept if kept is not None and kept[0] is r else (r, self._owner(r, reason, page, live))
+            )
+        self._owned = owned
+        return tuple(o for _, o in owned.values())
 
-    def _slots(self, req: Any, page: int, live: LiveSet) -> int:
+    def _owner(self, req: Any, reason: HoldReason, page: int, live: LiveSet) -> Owner:
         span = full_private_range(req, self.shape, page, live)
-        return 0 if span is None else max(0, span[2] - span[1])
+        slots = 0 if span is None else max(0, span[2] - span[1])
+        return Owner(Pool.FULL, reason, str(req.rid), slots)
 
     def _moves(self, live: LiveSet) -> Moves:
         holders = live.holders

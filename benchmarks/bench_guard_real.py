@@ -1,10 +1,9 @@
 """Guard v2's decision per free, on one SGLang release's own classes (run in a release venv).
 
-    python benchmarks/bench_guard_real.py 0.5.9        # inside the 0.5.9 venv, service/ and
-                                                       # tests/sglang_real on PYTHONPATH
+    python -m benchmarks.bench_guard_real 0.5.9     # inside the 0.5.9 venv (rigs.venv.Venv.run)
 
 ``bench_guard.py --free-path --real`` runs it for every release family (overlays included) and
-prints one table.  The rank is the real-class rig of the guard tier (``tests/sglang_real``): SGLang's
+prints one table.  The rank is the guard tier's (:class:`rigs.sglang.driver.Driver`): SGLang's
 allocator, request pool, Mamba pool, tree and (0.5.23) int8 checkpoint pool, with 16 requests
 finished into the tree and one live, the probe attached in guard mode.  Per pool it times, fastest
 of several rounds, in µs:
@@ -73,19 +72,22 @@ def row(
     print(json.dumps(doc), flush=True)
 
 
-def _legacy_rank(version: str, family: str, guard: bool) -> Any:
-    from guard_pools import _rig
+def _rank(version: str) -> Any:
+    """A guarded rank of ``version`` (with its int8 checkpoint pool where the release has one): 16
+    requests finished into the tree (its Mamba states and KV) and one live (``held``: its row)."""
+    from rigs.sglang.driver import Driver
 
-    rig = _rig(version, family, guard=guard)
-    for i in range(16):  # requests finished into the tree: its Mamba states and KV
-        req = rig.arrive(f"t{i}", [1000 + 40 * i + k for k in range(12)])
-        rig.prefill_done(rig.prefill([req]))
-        rig.finish(req)
-    live = rig.arrive("live", list(range(12)))
-    rig.prefill([live])
-    rig.held = int(live.req_pool_idx)
-    rig.sched.recv_requests()  # a census: the tree index
-    return rig
+    d = Driver(version)
+    d.new(guard=True, checkpoints=d.release.checkpoints)
+    for i in range(16):
+        req = d.arrive(f"t{i}", [1000 + 40 * i + k for k in range(12)])
+        d.admit(req)
+        d.finish(req)
+    live = d.arrive("live", list(range(12)))
+    d.prefill([live])
+    d.held = int(d.record(live).req_pool_idx)  # type: ignore[attr-defined]
+    d.boundary()  # a census: the tree index
+    return d
 
 
 def _probe(sched: Any) -> Any:
@@ -179,27 +181,13 @@ class _Live:
         return False
 
 
-def legacy(version: str, family: str) -> None:
-    rank = _legacy_rank(version, family, True)
+def measure(version: str) -> None:
+    rank = _rank(version)
     kv_rows(version, rank)
-    mamba_rows(version, rank, "mamba_pool.free", lambda s: s.req_to_token_pool.mamba_pool)
-
-
-def release_0523(version: str) -> None:
-    from guard_0523_pools import Rig0523
-
-    rig = Rig0523(guard=True, checkpoints=True)
-    for i in range(16):  # requests finished into the tree: its checkpoint states and KV
-        req = rig.arrive(f"t{i}", [1000 + 40 * i + k for k in range(12)])
-        rig.admit(req)
-        rig.finish(req)
-    live = rig.arrive("live", list(range(12)))
-    rig.admit(live)
-    rig.held = int(live.kv.req_pool_idx)
-    rig.boundary()  # a census: the tree index
-    kv_rows(version, rig)
-    mamba_rows(version, rig, "mamba_allocator.free", lambda s: s.req_to_token_pool.mamba_allocator)
-    ckpt_rows(version, rig)
+    owner = "mamba_allocator" if rank.release.mamba_allocator else "mamba_pool"
+    mamba_rows(version, rank, f"{owner}.free", lambda s: rank.mamba_free)
+    if rank.release.checkpoints:
+        ckpt_rows(version, rank)
 
 
 def ckpt_rows(release: str, rank: Any) -> None:
@@ -229,18 +217,7 @@ def ckpt_rows(release: str, rank: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from poolwatch.probe.sglang.shapes import shape_for_version
-
-    version = argv[0]
-    family = shape_for_version(version).family
-    if family not in ("0.5.4", "0.5.23"):
-        from check_release import set_server_args
-
-        set_server_args()
-    if family == "0.5.23":
-        release_0523(version)
-    else:
-        legacy(version, family)
+    measure(argv[0])
     return 0
 
 

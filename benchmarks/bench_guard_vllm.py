@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import statistics
 import sys
 import time
@@ -29,22 +28,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # rigs/ (the checkout's root)
 DEFAULT_RELEASE = "0.33.0"
 ROUNDS = 15  # rounds of CALLS per mode
 CALLS = 200
 
 
-def in_vllm_venv(release: str) -> int | None:
+def in_vllm_venv(version: str) -> int | None:
     """Re-run in the release venv when vLLM is not importable here; the exit code, or None to go on."""
     if importlib.util.find_spec("vllm") is not None:
         return None
-    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    python = cache / "vllm-venvs" / release / "bin" / "python"
-    if not python.exists():
-        print(f"skipped: no vLLM {release} venv at {python.parent.parent} (scripts/vllm_venv.py {release})")
-        return 0
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}", "PYTHONWARNINGS": "ignore"}
-    os.execve(str(python), [str(python), __file__, release], env)
+    from rigs.venv import Unavailable
+    from rigs.vllm.releases import release
+
+    try:
+        release(version).venv().reexec(Path(__file__), [version])
+    except Unavailable as exc:
+        print(f"skipped: {exc}")
+    return 0
 
 
 def per_call(call: Callable[[], object], restore: Callable[[], object], calls: int = CALLS) -> float:
@@ -136,7 +137,6 @@ def main() -> int:
         return redirected
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_probe_vllm import loaded
-    from tests.vllm_real.harness import VERSION
 
     from poolwatch.probe.core.config import ProbeConfig
     from poolwatch.probe.lifecycle import attach, detach
@@ -144,7 +144,7 @@ def main() -> int:
     logging.getLogger("poolwatch.probe").setLevel(logging.ERROR)  # a refusal logs a line each time
     from poolwatch.probe.vllm.engine import VLLM, vllm_release
 
-    sched = loaded()
+    sched = loaded().sched
     pool = sched.kv_cache_manager.block_pool
     held = pool.num_gpu_blocks - 1 - pool.free_block_queue.num_free_blocks
 
@@ -153,7 +153,7 @@ def main() -> int:
         probe = None
         if guard is not None:
             config = ProbeConfig(serve=False, guard=guard)
-            probe = attach(VLLM, sched, config, release=vllm_release(VERSION))
+            probe = attach(VLLM, sched, config, release=vllm_release(release))
 
         def undo() -> None:
             if probe is not None:
@@ -162,7 +162,7 @@ def main() -> int:
         return undo
 
     print(
-        f"vLLM {VERSION}: {len(sched.running)} running requests, {held} of {pool.num_gpu_blocks} blocks held"
+        f"vLLM {release}: {len(sched.running)} running requests, {held} of {pool.num_gpu_blocks} blocks held"
     )
     head = ("no probe", "guard off", "guard on", "guard adds")
     print(f"  {'µs per free (lower quartile)':<40} {head[0]:>9} {head[1]:>10} {head[2]:>9} {head[3]:>10}")

@@ -28,13 +28,15 @@ import httpx
 from churn_rig import EPOCH, Clock, churn_rig, rss_mib, settled_rss  # benchmarks/churn_rig.py (on sys.path)
 from prometheus_client.exposition import choose_encoder
 
+from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import IdentitySettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import build_exposition
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
-from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.logfile.source import LogSource
+from poolwatch.sources.sglang.log.dialect import DIALECT
 
 FORGET_AFTER = 60.0
 ENCODER = choose_encoder("")[0]  # the plain text format, as Prometheus gets it by default
@@ -94,8 +96,12 @@ def log_case(ranks: int, cap: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "sglang.log"
         log.touch()  # followed from its start: every line is new, none left to the 1 MiB backfill
-        source = SglangLogSource(
-            Target("log", "sglang-log", str(log), "w"), clock, max_read=64 << 20, max_ranks=cap
+        source = LogSource(
+            Target("log", SourceKind("sglang-log"), str(log), "w"),
+            clock,
+            DIALECT,
+            max_read=64 << 20,
+            max_ranks=cap,
         )
         write_log(log, ranks)
 

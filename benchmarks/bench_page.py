@@ -1,9 +1,9 @@
 """The page as the on-call engineer receives it (issue 23): fault -> received notification, per
 fault class and load, through the stack as deployed.
 
-Each run starts, on 127.0.0.1 only, a fresh copy of what ``tests/e2e/launch.py``
+Each run starts, on 127.0.0.1 only, a fresh copy of what :mod:`rigs.stack.launch`
 starts (and with its helpers): one sidecar per pod with the environment and arguments of the
-rendered PD example (``tests/e2e/deployed.py``), real Prometheus with the rendered rules and
+rendered PD example (:mod:`rigs.stack.deployed`), real Prometheus with the rendered rules and
 PodMonitor scrape, real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its
 templates, every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder.  The
 emulated cluster is ``bench_detection.cases()``'s deployment of the fault class (the fault strikes
@@ -42,12 +42,10 @@ import json
 import os
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,20 +55,23 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
-from tests.e2e import deployed
-from tests.e2e.launch import (
-    pods_from_manifests,
-    start_alertmanager,
-    start_prometheus,
-    start_sidecar,
-)
-from tests.e2e.stack import Post, Process, Prometheus, WebhookRecorder, free_ports, http_ok, poll
+from page_figures import pct, retried, spread
 
 from poolwatch.artifacts.notification_text import UPDATE_MARK
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import probe_of
 from poolwatch_emulator import Cluster, WorkerServer, attach_probes, parse_fault
 from poolwatch_emulator.faults import FAULTS
+from rigs.stack import deployed
+from rigs.stack.launch import (
+    pods_from_manifests,
+    start_alertmanager,
+    start_prometheus,
+    start_sidecar,
+)
+from rigs.stack.processes import Process, free_ports, http_ok, poll
+from rigs.stack.prometheus import Prometheus
+from rigs.stack.receivers import Post, WebhookRecorder
 
 LOADS = (0.5, 1.0, 2.0)
 SEED_FAULT = "pd-chunked-mamba-double-free"
@@ -319,14 +320,6 @@ def one_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.N
 # --- the table --------------------------------------------------------------------------------
 
 
-def pct(n: int, d: int) -> str:
-    return "—" if d == 0 else f"{100 * n / d:.0f} %"
-
-
-def spread(xs: list[float]) -> str:
-    return "—" if not xs else f"{statistics.median(xs):.2f} / {max(xs):.2f}"
-
-
 def row(name: str, load: float, runs: list[Run]) -> str:
     struck = [r for r in runs if r.struck is not None]
     crashed = [r for r in struck if r.crashed is not None]
@@ -384,20 +377,6 @@ def progress(run: Run) -> str:
         return "not struck"
     paged = "not paged" if run.paged is None else f"paged {run.paged - run.struck:.2f} s after the fault"
     return f"struck, {paged}{', crashed' if run.crashed is not None else ''}"
-
-
-def retried(label: str, attempt: Callable[[], R]) -> R | list[str]:
-    """``attempt()``; a stack that fails to come up (a port taken between choosing and binding it by
-    another process on the machine, a slow start) is started again, fresh, up to three times;
-    then the three failures, for the caller to leave the run out rather than end the benchmark."""
-    failures: list[str] = []
-    for _ in range(3):
-        try:
-            return attempt()
-        except (AssertionError, OSError) as exc:
-            failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            print(f"#   {label}: stack failed ({failures[-1]})", file=sys.stderr)
-    return failures
 
 
 def tried_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.Namespace) -> Run:

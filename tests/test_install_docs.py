@@ -75,4 +75,4 @@ def test_the_readmes_release_ranges_are_the_engine_pages() -> None:
     assert by_hand is None, f"a vLLM range written by hand: {by_hand}"
     vllm_page = (REPO / "docs/engines/vllm.md").read_text(encoding="utf-8")
     first, newest = re.search(r"V1, (\S+) to (\S+) \(", block).groups()  # type: ignore[union-attr]
-    assert f"releases read, {first} to {newest}." in vllm_page
+    assert f"releases read, {first} to {newest}" in vllm_page

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 import poolwatch
-from tests.helpers import FIXTURES, REPO, free_port, require_tool
+from tests.helpers import FIXTURES, REPO, free_port, require_tool, serve_argv
 
 
 def test_the_top_level_package_is_a_signpost() -> None:
@@ -46,20 +46,7 @@ def test_a_bad_setting_prints_one_line_and_exits_2() -> None:
 def test_serve_on_the_seed_fixture_exports_the_mamba_gap_that_promtool_accepts() -> None:
     promtool = require_tool("promtool")
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "poolwatch.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--snapshot-files",
-        str(FIXTURES / "seed-snapshot.json"),
-        "--log-level",
-        "warning",
-    ]
+    cmd = serve_argv(port, "--snapshot-files", str(FIXTURES / "seed-snapshot.json"), "--log-level", "warning")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         body = poll_metrics(f"http://127.0.0.1:{port}/metrics", 'pool="mamba"')

@@ -26,6 +26,7 @@ __all__ = [
     "engine_entry",
     "engine_names",
     "load",
+    "probed_engines",
     "read_engine",
     "read_engines",
 ]
@@ -42,7 +43,9 @@ class UnknownEngine(ValueError):
 class EngineEntry:
     name: str  # the ``engine`` label of every snapshot and metric, and ``POOLWATCH_ENGINE``'s value
     title: str  # how people write it ("SGLang", "vLLM")
-    probe: str  # ``module:ATTR`` of the probe room's :class:`~poolwatch.probe.core.engine.Engine`
+    # ``module:ATTR`` of the probe room's :class:`~poolwatch.probe.core.engine.Engine` ("" = none: an
+    # engine poolwatch reads from outside only, through its sources room)
+    probe: str = ""
     sources: str = ""  # ``module:ATTR`` of the sources room's ``EngineSources`` ("" = none)
     # its own faces the sidecar reads without a probe, through that room: its ``/metrics`` dialect
     # ("metrics") and its log dialect ("log"); () for a probe-only engine.  Target kinds are named
@@ -59,6 +62,8 @@ class EngineEntry:
     idle_check: bool = False
 
     def __post_init__(self) -> None:
+        if not self.probe and not self.sources:
+            raise ValueError(f"engine {self.name!r}: a probe room, a sources room or both")
         if bool(self.sources) != bool(self.channels):
             raise ValueError(f"engine {self.name!r}: a sources room and its channels go together")
         unknown = set(self.channels) - set(CHANNELS)
@@ -98,6 +103,12 @@ DEFAULT_ENGINE = "sglang"  # what a sidecar reads ``--metrics-urls`` and ``--log
 
 def engine_names(entries: tuple[EngineEntry, ...] = ENGINES) -> tuple[str, ...]:
     return tuple(e.name for e in entries)
+
+
+def probed_engines(entries: tuple[EngineEntry, ...] = ENGINES) -> tuple[str, ...]:
+    """The engines with a probe room (what ``POOLWATCH_PROBE=1`` activates, what doctor's engine side
+    checks)."""
+    return tuple(e.name for e in entries if e.probe)
 
 
 def read_engines(entries: tuple[EngineEntry, ...] = ENGINES) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ __all__ = [
     "FieldError",
     "boolean",
     "count",
+    "cut",
     "enumerated",
     "integer",
     "items",
@@ -116,6 +117,19 @@ def text(raw: object, where: str, limit: int = MAX_NAME) -> str:
     except UnicodeEncodeError:
         raise FieldError(f"{where}: not encodable text (a lone surrogate?): {shown(raw)}") from None
     return raw
+
+
+def cut(raw: str, limit: int) -> str:
+    """``raw`` at most ``limit`` characters long: past it, its start and what was cut, said in the
+    text (``... [… 2,560 characters cut]``), so a writer never writes what its reader refuses and a
+    reader of the text knows it is not whole.  Text within ``limit`` is returned as it is."""
+    if len(raw) <= limit:
+        return raw
+    mark = f" [… {len(raw):,} characters cut]"  # no shorter than the mark written below
+    keep = limit - len(mark)
+    if keep < 1:
+        return raw[:limit]
+    return raw[:keep] + f" [… {len(raw) - keep:,} characters cut]"
 
 
 def boolean(raw: object, where: str) -> bool:

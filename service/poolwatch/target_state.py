@@ -1,13 +1,15 @@
-"""The health of one scrape target, as the scrape loop records it and the detector judges it (pure)."""
+"""The health of the sidecar's inputs, as the scrape loop and the discovery scan record them and the
+detector judges them (pure): one scrape target's, and the probe directory's."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from poolwatch.errors import Reason
 
-__all__ = ["TargetState"]
+__all__ = ["DirectoryHealth", "TargetState"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +25,14 @@ class TargetState:
     last_success_at: float | None = None
     last_error: str = ""
     errors: Counter[Reason] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryHealth:
+    """What the last discovery scan found: the directory, whether the one that had probes is lost
+    (``""``, ``unsafe`` or ``missing``), and what was refused (file name -> ``reason: why``; the
+    directory itself under its own path)."""
+
+    path: str
+    lost: str = ""
+    refused: Mapping[str, str] = field(default_factory=dict)

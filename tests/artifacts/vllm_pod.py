@@ -26,9 +26,9 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, SteppingClock
 from tests.probe.vllm.fakes import Scheduler
-from tests.sources.vllm.fakes import LOGS, PAGES, local
+from tests.sources.vllm.fakes import LOGS, local, read_server_and_log
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
@@ -38,9 +38,7 @@ from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.app import create_app
-from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources.targets import TargetSet
 
 __all__ = ["Sample", "vllm_pod_metrics", "vllm_pod_samples"]
 
@@ -48,21 +46,11 @@ Sample = tuple[str, dict[str, str]]  # a sample's name and labels
 NOW = local("2026-12-03 16:27:25")  # four seconds after the captured EngineCore died
 
 
-class _ProbeClock:
-    """Every read a second later, so every sample the probe is asked for is due."""
-
-    def __init__(self) -> None:
-        self.now = 1e9
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 def _probe(sched: Scheduler, worker: str, release: str) -> VllmProbe:
     config = ProbeConfig(serve=False, sample_interval_s=0.01)
     environ = {"POOLWATCH_WORKER": worker}
-    return new_probe(VLLM, sched, config, release=vllm_release(release), environ=environ, clock=_ProbeClock())
+    clock = SteppingClock()
+    return new_probe(VLLM, sched, config, release=vllm_release(release), environ=environ, clock=clock)
 
 
 def _put(store: SnapshotStore, probe: VllmProbe, at: float) -> None:
@@ -96,7 +84,7 @@ def _guarded(store: SnapshotStore) -> None:
     config = ProbeConfig(serve=False, sample_interval_s=0.01, guard=True)
     environ = {"POOLWATCH_WORKER": "vllm-guarded"}
     release = vllm_release("0.33.0")
-    probe = attach(VLLM, sched, config, release=release, environ=environ, clock=_ProbeClock())
+    probe = attach(VLLM, sched, config, release=release, environ=environ, clock=SteppingClock())
     assert isinstance(probe, VllmProbe)
     try:
         _put(store, probe, NOW - 20)
@@ -131,25 +119,6 @@ def _multimodal(store: SnapshotStore) -> None:
     _put(store, probe, NOW - 1)
 
 
-def _vllm_server(request: httpx.Request) -> httpx.Response:
-    if request.url.path == "/metrics":
-        return httpx.Response(200, text=(PAGES / "v0.32.0-cpu-real.metrics.txt").read_text())
-    if request.url.path == "/version":
-        return httpx.Response(200, json={"version": "0.32.0"})
-    return httpx.Response(404)
-
-
-async def _coarse(settings: Settings, store: SnapshotStore, clock: FakeClock) -> None:
-    sources = TargetSet(settings, clock).current
-    async with httpx.AsyncClient(transport=httpx.MockTransport(_vllm_server)) as client:
-        loop = Scraper(store, sources, settings.scrape, clock)
-        for _ in range(2):  # the second read finds the log quiet: its last record is whole
-            await loop.scrape_all(client)
-            clock.advance(1)
-    for source in sources():
-        source.close()
-
-
 async def _render(settings: Settings, store: SnapshotStore, clock: FakeClock, alerting: AlertWiring) -> str:
     app = create_app(settings, store=store, sources=[], clock=clock, alerting=alerting)
     transport = httpx.ASGITransport(app=app)
@@ -175,7 +144,7 @@ async def _metrics(log: Path) -> str:
     _guarded(store)
     _unverified(store)
     _multimodal(store)
-    await _coarse(settings, store, clock)
+    await read_server_and_log(settings, store, clock)
     alerting.evaluate()
     return await _render(settings, store, clock, alerting)
 

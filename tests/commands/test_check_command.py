@@ -2,15 +2,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 import httpx
 import pytest
-from tests.helpers import FIXTURES, FakeClock
+from tests.helpers import FakeClock
+from tests.sources.sglang.fakes import Handler, captured, sglang_server
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.commands import check as check_command
@@ -19,16 +19,6 @@ from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
-
-SGLANG = FIXTURES / "sglang"
-Handler = Callable[[httpx.Request], httpx.Response]
-
-
-def sglang_server(release: str) -> Handler:
-    page = (SGLANG / f"{release}.metrics.txt").read_text()
-    info = json.loads((SGLANG / f"{release}.server_info.json").read_text())
-    routes = {"/metrics": httpx.Response(200, text=page), "/get_server_info": httpx.Response(200, json=info)}
-    return lambda request: routes.get(request.url.path, httpx.Response(404, json={"detail": "Not Found"}))
 
 
 async def run_check(handler: Handler, url: str = "http://h:30000", **options: object) -> CheckResult:
@@ -66,7 +56,7 @@ async def test_a_tripwire_is_an_imbalance_and_is_shown_with_its_slots(seed_snaps
 
 
 async def test_an_sglang_server_is_checked_through_its_metrics_when_it_has_no_probe() -> None:
-    result = await run_check(sglang_server("v0.5.12-dp2-decode"))
+    result = await run_check(sglang_server(*captured("v0.5.12-dp2-decode")))
     assert result.source == "sglang-metrics"
     assert result.imbalance  # DP1's mamba used count is -1
     doc = as_json(result)
@@ -83,10 +73,10 @@ async def test_a_window_lets_an_sglang_check_prove_an_idle_leak() -> None:
         waits.append(seconds)
         clock.advance(seconds)
 
-    one_shot = await run_check(sglang_server("v0.5.9-unified"), clock=clock)
+    one_shot = await run_check(sglang_server(*captured("v0.5.9-unified")), clock=clock)
     assert not one_shot.imbalance  # one reading cannot prove the rank idle
     watched = await run_check(
-        sglang_server("v0.5.9-unified"), window=40.0, interval=5.0, clock=clock, sleep=sleep
+        sglang_server(*captured("v0.5.9-unified")), window=40.0, interval=5.0, clock=clock, sleep=sleep
     )
     assert watched.imbalance
     assert waits == [5.0] * 8

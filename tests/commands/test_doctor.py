@@ -15,13 +15,12 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import REPO, free_port
+from tests.helpers import REPO, await_healthy, free_port, serve_argv
 from tests.probe.toy.engine import TOY
 from tests.probe.toy.scheduler import ToyScheduler
 
@@ -58,27 +57,10 @@ class Sidecar:
     def __init__(self, env: dict[str, str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "poolwatch.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
-        self.proc = subprocess.Popen(
-            cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise AssertionError("the sidecar did not start")
+        quiet, full = subprocess.DEVNULL, {**os.environ, **env}
+        self.proc = subprocess.Popen(serve_argv(self.port), env=full, stdout=quiet, stderr=quiet)
+        if not await_healthy(self.url):
+            raise AssertionError("the sidecar did not start")
 
     def stop(self) -> None:
         self.proc.terminate()

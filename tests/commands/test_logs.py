@@ -10,13 +10,10 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from tests.helpers import REPO, free_port
+from tests.helpers import REPO, await_healthy, free_port, serve_argv
 
 from poolwatch.commands.logs import UVICORN_LOG_CONFIG, configure
 from poolwatch.errors import ConfigError
@@ -111,17 +108,10 @@ def test_a_bad_log_format_is_one_line_naming_the_variable() -> None:
 def test_a_real_sidecar_writes_every_line_in_the_chosen_format(fmt: str) -> None:
     port = free_port()
     env = {**os.environ, "POOLWATCH_LOG_FORMAT": fmt}
-    cmd = [sys.executable, "-m", "poolwatch.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--snapshot-files", str(REPO / "tests/fixtures/seed-snapshot.json")]  # fmt: skip
+    cmd = serve_argv(port, "--snapshot-files", str(REPO / "tests/fixtures/seed-snapshot.json"))
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.2)
+        await_healthy(f"http://127.0.0.1:{port}")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -14,7 +14,8 @@ from tests.helpers import FIXTURES, seed_issue
 
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.sources.logfile.replay import Row
-from poolwatch.sources.sglang.log.replay import Replayer
+from poolwatch.sources.logfile.replayer import Replayer
+from poolwatch.sources.sglang.log.dialect import DIALECT
 
 LOGS = FIXTURES / "sglang"
 DECODE = (
@@ -40,6 +41,7 @@ def test_the_seed_traceback_replays_to_a_mamba_surplus_of_one_slot(
     assert out.rstrip().splitlines()[-1] == (
         "first problem: 2025-10-31 10:40:43 dp0-tp0-pp0 (leak_detected): "
         "mamba: surplus of 1 slot (double free); full: balanced"
+        " \u2014 double free (mamba): reported by SGLang's idle check; matches S01"  # the seed is bug S01
     )
 
 
@@ -151,14 +153,16 @@ def test_garbage_huge_lines_and_bad_bytes_do_not_stop_a_replay(
 
 def test_rows_leave_as_soon_as_their_window_closes() -> None:
     rows: list[Row] = []
-    replayer = Replayer("w", rows.append, every=60.0)
+    replayer = Replayer(DIALECT, "w", rows.append, every=60.0)
     replayer.feed([DECODE.format(m=0, s=5, n=1), DECODE.format(m=0, s=50, n=2)])
     assert rows == []  # the window is still open
-    replayer.feed([DECODE.format(m=1, s=5, n=3), "[2026-01-01 00:02:00 TP0] next record"])
+    replayer.feed(
+        [DECODE.format(m=1, s=5, n=3), "[2026-01-01 00:02:00 TP0] next record", "[2026-01-01 00:02:01 TP0] x"]
+    )
     assert [(r.event, r.batches, r.figures) for r in rows] == [("batches", 2, {"full": "2"})]
     report = replayer.finish()
     assert [r.figures for r in rows[1:]] == [{"full": "3"}]
-    assert report.lines == 4
+    assert report.lines == 5
     assert report.first_problem is None
 
 
@@ -175,7 +179,7 @@ def test_a_long_log_replays_in_constant_memory(tmp_path: Path) -> None:
         rows += 1
 
     tracemalloc.start()
-    replayer = Replayer("w", count, every=0)
+    replayer = Replayer(DIALECT, "w", count, every=0)
     replay_command.stream_file(log, replayer, lambda _: None)
     report = replayer.finish()
     _, peak = tracemalloc.get_traced_memory()
@@ -224,7 +228,7 @@ class Terminal(io.StringIO):
 @pytest.mark.parametrize(("err", "drawn"), [(Terminal(), True), (io.StringIO(), False)], ids=["tty", "pipe"])
 def test_the_progress_bar_is_drawn_only_on_a_terminal(err: io.StringIO, drawn: bool) -> None:
     path = LOGS / "v0.5.9-mamba-warn.log"
-    replayer = Replayer("w", lambda _: None)
+    replayer = Replayer(DIALECT, "w", lambda _: None)
     replay_command.stream_file(path, replayer, replay_command._progress(path, err))
     assert ("100.0% of" in err.getvalue()) is drawn
     assert err.getvalue().endswith("\n") is drawn

@@ -7,16 +7,39 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.helpers import FIXTURES
 from tests.strategies import wire_snapshots
 
 from poolwatch.codec.schema import SnapshotFormatError, SnapshotVersionError
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
+from poolwatch.inert import inert, is_inert
 from poolwatch.model.snapshot import Snapshot
+
+_SEED = parse_snapshot(json.loads((FIXTURES / "seed-snapshot.json").read_text()))
 
 
 @given(wire_snapshots)
 def test_a_snapshot_survives_a_json_round_trip(snap: Snapshot) -> None:
     assert parse_snapshot(json.loads(json.dumps(dump_snapshot(snap)))) == snap
+
+
+@given(st.text(max_size=40))
+def test_any_text_arrives_inert_and_as_long_as_it_was(text: str) -> None:
+    """A control or invisible format character in any name or message becomes a visible sign
+    (poolwatch.inert): one character for one, so every bound checked on it still holds."""
+    doc = _doc(_SEED)
+    doc["worker"]["worker"] = doc["worker"]["model"] = text
+    doc["queues"] = {text: 1}
+    doc["tripwires"] = [
+        {"kind": "missing", "pool": "full", "slots": [1], "first_seen_hook": text, "requests": [text]}
+    ]
+    snap = parse_snapshot(doc)
+    shown = inert(text)
+    assert (snap.worker.worker, snap.worker.model, list(snap.queues)) == (shown, shown, [shown])
+    assert (snap.tripwires[0].first_seen_hook, snap.tripwires[0].requests) == (shown, (shown,))
+    assert len(shown) == len(text)
+    assert is_inert(shown)
+    assert not any(c in shown for c in "\x1b\r\n\x07\u202e")
 
 
 def _doc(seed_snapshot: Snapshot) -> dict[str, Any]:

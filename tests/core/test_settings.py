@@ -6,12 +6,15 @@ from poolwatch.cli import build_parser
 from poolwatch.codec.schema import MAX_LISTED, MAX_QUEUES
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.discovery.files import MAX_FILE_BYTES, MAX_FILES
+from poolwatch.engines import read_engines
 from poolwatch.errors import ConfigError
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import Role
 from poolwatch.settings.sidecar import Settings, from_args
 from poolwatch.sources.prom_text import MAX_SAMPLES
 from poolwatch.sources.sglang.metrics import MAX_RANKS
+
+READ = ", ".join(read_engines())  # the engines whose /metrics or log the sidecar reads
 
 
 def test_defaults_need_no_environment() -> None:
@@ -47,7 +50,7 @@ def test_environment_sets_every_group() -> None:
         ({"POOLWATCH_SCRAPE_INTERVAL": "0"}, "POOLWATCH_SCRAPE_INTERVAL: expected a number > 0"),
         ({"POOLWATCH_SCRAPE_TIMEOUT": "nan"}, "POOLWATCH_SCRAPE_TIMEOUT: expected a number > 0"),
         ({"POOLWATCH_ROLE": "router"}, "POOLWATCH_ROLE: expected one of prefill, decode, unified"),
-        ({"POOLWATCH_ENGINE": "tgi"}, "POOLWATCH_ENGINE: expected one of sglang, vllm, got 'tgi'"),
+        ({"POOLWATCH_ENGINE": "tgi"}, f"POOLWATCH_ENGINE: expected one of {READ}, got 'tgi'"),
         ({"POOLWATCH_TLS_VERIFY": "maybe"}, "POOLWATCH_TLS_VERIFY: expected true or false"),
         ({"POOLWATCH_HISTORY": "0"}, "POOLWATCH_HISTORY: must be at least 1"),
         ({"POOLWATCH_LOG_LEVEL": "loud"}, "POOLWATCH_LOG_LEVEL: expected debug, info"),

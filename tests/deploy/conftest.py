@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.deploy.k8s import KUSTOMIZATIONS, Doc, kustomize
+from tests.deploy.k8s import KUSTOMIZATIONS
+
+from rigs.stack.manifests import Doc, kustomize
 
 
 @pytest.fixture(scope="session")

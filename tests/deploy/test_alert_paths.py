@@ -9,20 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.deploy.k8s import (
-    KUSTOMIZATIONS,
-    Doc,
-    container,
-    env_of,
-    kustomize,
-    pods,
-    read,
-    repo_path,
-    sidecar_settings,
-    workloads,
-)
+from tests.deploy.k8s import KUSTOMIZATIONS, env_of, pods, read, repo_path, sidecar_settings
 
 from poolwatch.settings.sidecar import Settings
+from rigs.stack.manifests import Doc, container, kustomize, workloads
 
 BUILDS = sorted(KUSTOMIZATIONS)
 DEFAULT_URL = "http://alertmanager-operated.monitoring.svc:9093"

@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from tests.deploy.k8s import Doc, load_all, of_kind, read, repo_path
+from tests.deploy.k8s import read, repo_path
 from tests.helpers import require_tool
+
+from rigs.stack.manifests import Doc, load_all, of_kind
 
 CONFIG = "deploy/alertmanager/alertmanager.yaml"
 RECEIVER_OF = {"critical": "poolwatch-page", "warning": "poolwatch-ticket", "info": "null"}

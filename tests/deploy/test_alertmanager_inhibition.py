@@ -14,14 +14,16 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.deployed import alertmanager_config
-from tests.e2e.stack import WebhookRecorder, poll, run_alertmanager
 from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState, rank_labels
 from poolwatch.detect.schema import Severity
 from poolwatch.model.rank import Role, WorkerId
 from poolwatch.notify.alertmanager import postable_alerts
+from rigs.stack.deployed import alertmanager_config
+from rigs.stack.processes import poll
+from rigs.stack.prometheus import run_alertmanager
+from rigs.stack.receivers import WebhookRecorder
 
 NS = "qwen3-next-pd"
 

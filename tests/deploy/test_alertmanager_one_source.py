@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from tests.deploy.k8s import Doc, load_all, read
+from tests.deploy.k8s import read
 
 from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH, OBJECT_PATH
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
+from rigs.stack.manifests import Doc, load_all
 
 CAMEL = {
     "groupBy": "group_by",

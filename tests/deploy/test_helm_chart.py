@@ -20,13 +20,13 @@ from tests.deploy.k8s import (
     core,
     engine_pods,
     env_of,
-    of_kind,
     operator_objects,
     validate_operator_object,
 )
 from tests.helpers import REPO
 
 from poolwatch.settings.sidecar import Settings
+from rigs.stack.manifests import of_kind
 
 ENGINES = ["sglang", "vllm"]
 KUSTOMIZE_OF = {"sglang": "base", "vllm": "vllm"}  # the kustomization whose workload runs the same engine

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.deploy.k8s import Doc, load_all
 from tests.helpers import REPO, require_tool
 
 from poolwatch import __version__
+from rigs.stack.manifests import Doc, load_all
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
 COMPONENT = KUBERNETES / "components" / "sidecar"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.deploy.k8s import container, kustomize, of_kind, pods, repo_path, sidecar_settings
+from tests.deploy.k8s import pods, repo_path, sidecar_settings
 
 from poolwatch.sidecar.alerting import alert_labels
+from rigs.stack.manifests import container, kustomize, of_kind
 
 COMPONENT = "deploy/kubernetes/components/kube-prometheus-stack"
 

@@ -12,10 +12,11 @@ from tests.deploy.k8s import (
     VERSIONS,
     Doc,
     core,
-    of_kind,
     operator_objects,
     validate_operator_object,
 )
+
+from rigs.stack.manifests import of_kind
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.deploy.k8s import KUSTOMIZATIONS, render
+from tests.deploy.k8s import KUSTOMIZATIONS
 from tests.helpers import REPO
+
+from rigs.stack.manifests import render
 
 COMMITTED = sorted(
     {*REPO.glob("deploy/**/*.yaml"), *REPO.glob("deploy/**/*.yml"), *REPO.glob("dashboards/*.yaml")}

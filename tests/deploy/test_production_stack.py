@@ -15,20 +15,11 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from tests.deploy.k8s import (
-    Doc,
-    container,
-    engine_pods,
-    env_of,
-    kustomize,
-    of_kind,
-    read,
-    repo_path,
-    workloads,
-)
+from tests.deploy.k8s import engine_pods, env_of, read, repo_path
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.settings.sidecar import Settings
+from rigs.stack.manifests import Doc, container, kustomize, of_kind, workloads
 
 FIXTURE = Path(__file__).parent / "fixtures" / "production-stack-vllm.yaml"
 

@@ -9,18 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.deploy.k8s import (
-    KUSTOMIZATIONS,
-    Doc,
-    container,
-    engine_pods,
-    env_of,
-    load_all,
-    of_kind,
-    pods,
-    read,
-    workloads,
-)
+from tests.deploy.k8s import KUSTOMIZATIONS, engine_pods, env_of, pods, read
 
 from poolwatch import __version__
 from poolwatch.artifacts.dashboards import artifacts
@@ -29,6 +18,7 @@ from poolwatch.engines import engine_entry, load
 from poolwatch.model.rank import Role
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.settings.sidecar import Settings
+from rigs.stack.manifests import Doc, container, load_all, of_kind, workloads
 
 BUILDS = sorted(KUSTOMIZATIONS)
 # what each engine's container must say beyond the shared wiring: its own consent variables and flags

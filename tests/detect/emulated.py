@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.sources.logs import records as log_records
+
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
@@ -21,9 +23,8 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.sidecar.store import SnapshotStore
-from poolwatch.sources.sglang.log.events import interpret
-from poolwatch.sources.sglang.log.records import RecordAssembler
-from poolwatch.sources.sglang.log.state import LogFold
+from poolwatch.sources.logfile.fold import LogFold
+from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster
 from poolwatch_emulator.cluster_config import ClusterConfig
@@ -140,10 +141,10 @@ class Watched:
         """Read the worker's log as the sidecar's log source would, into the store; the count."""
         worker = next(w for w in self.cluster.workers if w.name == worker_name)
         assert isinstance(worker.sink, MemorySink)
-        assembler, fold = RecordAssembler(), LogFold(worker.name, Role(worker.role))
+        fold = LogFold(worker.name, Role(worker.role), engine=DIALECT.engine, source=DIALECT.source)
         lines = [line for entry in worker.sink.lines for line in entry.split("\n")]  # as a file holds them
-        records = [r for line in lines for r in assembler.feed(line)] + assembler.flush()
-        snaps = [s for r in records for e in interpret(r) if (s := fold.apply(e)) is not None]
+        records = log_records(DIALECT, lines)
+        snaps = [s for r in records for e in DIALECT.interpret(r) if (s := fold.apply(e)) is not None]
         return sum(self.store.put(s) for s in snaps)
 
     def retractions(self) -> int:

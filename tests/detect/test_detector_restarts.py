@@ -14,7 +14,8 @@ from tests.helpers import FakeClock
 from poolwatch.detect.alert import AlertState
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.alerting import build_alerting
-from poolwatch.sidecar.persist import decode_alerts, encode_alerts, load_alerts
+from poolwatch.sidecar.persist import load_alerts
+from poolwatch.sidecar.state_codec import decode_alerts, encode_alerts
 from poolwatch.sidecar.store import SnapshotStore
 
 

@@ -23,6 +23,7 @@ from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
 from poolwatch.detect.families.holds import STRANDED_HOLD
 from poolwatch.detect.families.host_pool import HOST_POOL_GAP
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
+from poolwatch.detect.families.probe_directory import PROBE_DIRECTORY_LOST, PROBE_REFUSED
 from poolwatch.detect.families.probe_health import PROBE_DEGRADED
 from poolwatch.detect.families.repairs import PROBE_REPAIRED
 from poolwatch.detect.families.staleness import SNAPSHOT_STALE
@@ -35,7 +36,7 @@ from poolwatch.model.holds import Hold, HoldReason
 from poolwatch.model.progress import Progress
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
-from poolwatch.target_state import TargetState
+from poolwatch.target_state import DirectoryHealth, TargetState
 
 CONFIG = MixinConfig(
     DetectorConfig(
@@ -50,6 +51,7 @@ CONFIG = MixinConfig(
     )
 )
 Step = Callable[[], list[Alert]]
+Case = Callable[[Detector, FakeClock, RankStream], Step]
 
 
 def seconds(duration: str) -> float:
@@ -126,6 +128,17 @@ def target_down(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return step
 
 
+def directory(health: DirectoryHealth) -> Case:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        def step() -> list[Alert]:
+            c.advance(1.0)
+            return d.evaluate(directory=health)
+
+        return step
+
+    return case
+
+
 def probe_disabled(d: Detector, c: FakeClock, s: RankStream) -> Step:
     s.probe = ProbeHealth(disabled=True, last_error="kill switch engaged")
     return observing(d, s.next)
@@ -174,7 +187,6 @@ def fruitless(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, make)
 
 
-Case = Callable[[Detector, FakeClock, RankStream], Step]
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
 VLLM = None  # a vLLM rank: no idle check of its own
 CASES: list[tuple[str, Severity, Case, bool | None]] = [
@@ -201,6 +213,9 @@ CASES: list[tuple[str, Severity, Case, bool | None]] = [
     (STRANDED_HOLD, Severity.CRITICAL, stranded(700), STRICT),
     (ADMISSION_STALL, Severity.CRITICAL, stalled, VLLM),
     (ADMISSION_STALL, Severity.WARNING, fruitless, VLLM),
+    (PROBE_DIRECTORY_LOST, Severity.CRITICAL, directory(DirectoryHealth("/d", lost="unsafe")), STRICT),
+    (PROBE_DIRECTORY_LOST, Severity.WARNING, directory(DirectoryHealth("/d", lost="missing")), STRICT),
+    (PROBE_REFUSED, Severity.WARNING, directory(DirectoryHealth("/d", refused={"/d": "unsafe: x"})), STRICT),
 ]
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.stack import Prometheus
+from rigs.stack.prometheus import Prometheus
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<expr>.*),\s*(?P<label>\w+)\)$")
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")

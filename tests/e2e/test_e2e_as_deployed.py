@@ -32,21 +32,15 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e import deployed
 from tests.e2e.grafana import load, panel_queries, substitute
-from tests.e2e.launch import PODS, pods_from_manifests, start_alertmanager, start_prometheus, start_sidecar
-from tests.e2e.stack import (
-    LogWatcher,
-    Process,
-    Prometheus,
-    WebhookRecorder,
-    free_ports,
-    http_ok,
-    poll,
-)
 from tests.helpers import REPO
 
 from poolwatch.notify.paths import DETAIL_LABEL, DIRECT, PATH_LABEL, RULES
+from rigs.stack import deployed
+from rigs.stack.launch import PODS, pods_from_manifests, start_alertmanager, start_prometheus, start_sidecar
+from rigs.stack.processes import LogWatcher, Process, free_ports, http_ok, poll
+from rigs.stack.prometheus import Prometheus
+from rigs.stack.receivers import WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

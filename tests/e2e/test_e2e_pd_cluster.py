@@ -26,20 +26,18 @@ from typing import Any
 
 import pytest
 from tests.e2e.grafana import PanelQuery, load, panel_queries, resolve_variables, substitute
-from tests.e2e.stack import (
-    LogWatcher,
-    Process,
+from tests.helpers import REPO
+
+from rigs.stack.processes import LogWatcher, Process, free_port, http_ok, poll
+from rigs.stack.prometheus import (
     Prometheus,
     Scraped,
-    WebhookRecorder,
     alertmanager_config,
-    free_port,
-    http_ok,
-    poll,
     prometheus_config,
     run_alertmanager,
+    run_prometheus,
 )
-from tests.helpers import REPO, require_tool
+from rigs.stack.receivers import WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -99,20 +97,9 @@ def serve_args(worker: str, role: str, port: int, probe_dir: Path, alertmanager:
 def start_prometheus(
     cleanup: contextlib.ExitStack, directory: Path, sidecars: list[Scraped], alertmanager: str
 ) -> Prometheus:
-    port = free_port()
     rules = REPO / "deploy" / "prometheus" / "poolwatch-rules.yml"
     am_port = int(alertmanager.rsplit(":", 1)[1])
-    (directory / "prometheus.yml").write_text(prometheus_config(sidecars, am_port, rules))
-    argv = [
-        require_tool("prometheus"),
-        f"--config.file={directory / 'prometheus.yml'}",
-        f"--storage.tsdb.path={directory / 'prometheus'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--rules.alert.resend-delay=1s",
-    ]
-    process = start(cleanup, Process("prometheus", argv, directory / "prometheus.log"))
-    prom = Prometheus(f"http://127.0.0.1:{port}")
-    poll(lambda: http_ok(f"{prom.url}/-/ready"), timeout=30, what="Prometheus", logs=[process.log])
+    prom, process = run_prometheus(cleanup, directory, prometheus_config(sidecars, am_port, rules))
 
     def all_up() -> bool | None:
         return True if len(prom.query('up{job="poolwatch"} == 1')) == len(sidecars) else None

@@ -28,13 +28,16 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.deployed import alertmanager_config
-from tests.e2e.stack import SmtpRecorder, WebhookRecorder, poll, run_alertmanager
+from tests.helpers import FakeClock
+from tests.notify.fakes import alert
 
-from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.schema import Severity
+from poolwatch.detect.alert import Alert
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
+from rigs.stack.deployed import alertmanager_config
+from rigs.stack.processes import poll
+from rigs.stack.prometheus import run_alertmanager
+from rigs.stack.receivers import SmtpRecorder, WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -188,12 +191,9 @@ def sidecar_alert(description: str) -> Alert:
         "pool": "mamba",
         PATH_LABEL: DIRECT,
     }
-    now = time.time()  # Alertmanager judges startsAt/endsAt against its wall clock
-    return Alert(
-        name="PoolwatchDoubleFree",
+    return alert(
+        FakeClock(time.time()),  # Alertmanager judges startsAt/endsAt against its wall clock
         subject=f"{POD}/dp0-tp1-pp0",
-        severity=Severity.CRITICAL,
-        state=AlertState.FIRING,
         labels=tuple(sorted(labels.items())),
         annotations={
             "summary": "A memory-pool slot was freed twice.",
@@ -201,10 +201,6 @@ def sidecar_alert(description: str) -> Alert:
             "runbook_url": RUNBOOK,
             "dashboard_url": DASHBOARD,
         },
-        value=1.0,
-        active_since=now,
-        fired_at=now,
-        last_seen=now,
     )
 
 
@@ -316,6 +312,13 @@ def test_hostile_text_reaches_slack_and_pagerduty_escaped_for_each(stack: Stack)
     assert found(("<!channel>", "<https://evil"), details) == []
     assert lines_starting(details, "Runbook:") == [f"Runbook: {RUNBOOK}"]
     assert {link["href"] for link in event["links"]} == {RUNBOOK, DASHBOARD}
+    # Alertmanager's own default details (firing, resolved) carried the raw exception text (issue 42)
+    custom = event["payload"]["custom_details"]
+    firing = custom["firing"]
+    assert found(("<!channel>", "<https://evil", "<script>", "\r"), firing) == []
+    assert "\u2039!channel\u203a" in firing
+    assert lines_starting(firing, "Runbook:") == [f"Runbook: {RUNBOOK}"]
+    assert (custom["num_firing"], custom["resolved"].strip()) == ("1", "")
 
 
 def test_hostile_text_reaches_email_escaped_and_injects_no_header(stack: Stack) -> None:

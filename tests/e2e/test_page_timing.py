@@ -18,16 +18,18 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from tests.e2e.deployed import SCALED, alertmanager_config
-from tests.e2e.stack import Process, WebhookRecorder, free_port, http_ok, poll
-from tests.helpers import REPO, require_tool
+from tests.helpers import REPO, FakeClock
+from tests.notify.fakes import alert
 
 from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH
-from poolwatch.detect.alert import Alert, AlertState
-from poolwatch.detect.schema import Severity
+from poolwatch.detect.alert import Alert
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
+from rigs.stack.deployed import SCALED, alertmanager_config
+from rigs.stack.processes import poll
+from rigs.stack.prometheus import run_alertmanager
+from rigs.stack.receivers import WebhookRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -54,20 +56,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     with contextlib.ExitStack() as cleanup:
         hooks = WebhookRecorder()
         cleanup.callback(hooks.stop)
-        port = free_port()
-        (tmp_path / "am.yml").write_text(alertmanager_config(hooks.url))
-        argv = [
-            require_tool("prometheus-alertmanager"),
-            f"--config.file={tmp_path / 'am.yml'}",
-            f"--storage.path={tmp_path / 'am'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ]
-        process = Process("alertmanager", argv, tmp_path / "am.log")
-        cleanup.callback(process.stop)
-        process.start()
-        url = f"http://127.0.0.1:{port}"
-        poll(lambda: http_ok(f"{url}/-/ready"), timeout=30, what="Alertmanager", logs=[process.log])
+        url, _ = run_alertmanager(cleanup, tmp_path, alertmanager_config(hooks.url))
         status = httpx.get(f"{url}/api/v2/status", timeout=10).json()
         yield Stack(url, hooks, yaml.safe_load(status["config"]["original"]))
 
@@ -84,17 +73,11 @@ def double_free(worker: str, tp: int, fired_at: float) -> Alert:
         "pool": "mamba",
         PATH_LABEL: DIRECT,
     }
-    return Alert(
-        name="PoolwatchDoubleFree",
+    return alert(
+        FakeClock(fired_at),
         subject=f"{worker}/dp0-tp{tp}-pp0",
-        severity=Severity.CRITICAL,
-        state=AlertState.FIRING,
         labels=tuple(sorted(labels.items())),
         annotations={"summary": "A memory-pool slot was freed twice.", "description": f"tp {tp}"},
-        value=1.0,
-        active_since=fired_at,
-        fired_at=fired_at,
-        last_seen=fired_at,
     )
 
 

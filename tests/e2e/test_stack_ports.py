@@ -8,12 +8,12 @@ test checks that each pod's address answers as that pod's sidecar (``poolwatch_s
 
 from __future__ import annotations
 
-from tests.e2e.stack import free_port, free_ports
 from tests.helpers import asgi_client
 
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.stack.processes import free_port, free_ports
 
 
 def test_no_port_is_handed_out_twice_and_a_block_takes_no_single_ones() -> None:

@@ -65,11 +65,12 @@ def spawn_as_nobody(code: str, *args: str) -> Iterator[subprocess.Popen[str]]:
 
 
 @contextlib.contextmanager
-def arena() -> Iterator[Path]:
-    """A fresh world-writable, sticky directory (like ``/tmp``) that ``nobody`` can plant in."""
-    base = Path(tempfile.mkdtemp(prefix="poolwatch-hostile-"))
+def arena(mode: int = 0o1777, prefix: str = "poolwatch-hostile-") -> Iterator[Path]:
+    """A fresh world-writable directory that ``nobody`` can plant in, removed at the end: sticky by
+    default (like ``/tmp``)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        base.chmod(0o1777)
+        base.chmod(mode)
         yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -2,7 +2,8 @@
 
 :func:`serve` starts the sidecar (this venv's Python, its log in a file) on a free loopback port
 and yields its base URL once ``/healthz`` answers; it is stopped (and killed if need be) when the
-block ends.  :func:`samples` reads ``/metrics`` into ``{(name, labels): value}``.
+block ends.  :func:`running` does that for any command that runs one (up when the caller says).
+:func:`samples` reads ``/metrics`` into ``{(name, labels): value}``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 from tests.helpers import free_port
 
-__all__ = ["samples", "serve"]
+__all__ = ["running", "samples", "serve"]
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)$")
 
@@ -28,20 +29,31 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)$")
 def serve(env: dict[str, str], log: Path) -> Iterator[str]:
     port = free_port()
     full = {**os.environ, "POOLWATCH_HOST": "127.0.0.1", "POOLWATCH_PORT": str(port), **env}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "poolwatch.cli", "serve"], env=full, stdout=out, stderr=out
-        )
     url = f"http://127.0.0.1:{port}"
+    with running([sys.executable, "-m", "poolwatch.cli", "serve"], full, log, lambda: _healthy(url)):
+        yield url
+
+
+def _healthy(url: str) -> bool:
+    return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+
+
+@contextlib.contextmanager
+def running(argv: list[str], env: dict[str, str], log: Path, up: Callable[[], bool]) -> Iterator[None]:
+    """``argv`` run with ``env`` alone, its output appended to ``log``, until the block ends (then
+    stopped, killed if need be); the block starts once ``up()`` (an HTTP error: not yet), or after
+    60 s; an early exit fails with the log's tail."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out)
     try:
         for _ in range(600):  # up within 60 s on a loaded machine
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                if up():
                     break
             if proc.poll() is not None:
                 raise AssertionError(f"the sidecar exited: {log.read_text()[-2000:]}")
             time.sleep(0.1)
-        yield url
+        yield
     finally:
         proc.terminate()
         try:

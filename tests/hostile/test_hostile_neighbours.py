@@ -21,9 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -34,15 +32,10 @@ from typing import ClassVar
 import httpx
 import pytest
 from tests.helpers import FIXTURES
-from tests.hostile.local_user import NOBODY, require_nobody, run_as_nobody, spawn_as_nobody
+from tests.hostile.local_user import NOBODY, arena, require_nobody, run_as_nobody, spawn_as_nobody
 from tests.hostile.neighbours import HOG, RECEIVERS
+from tests.hostile.probes import probe_in
 from tests.hostile.sidecar_process import samples, serve
-from tests.probe.sglang.fakes import Rank
-
-from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.lifecycle import attach, detach
-from poolwatch.probe.sglang.engine import SGLANG
-from poolwatch.probe.sglang.extras import SglangProbe
 
 pytestmark = pytest.mark.hostile
 
@@ -70,21 +63,8 @@ def nobody() -> None:
 @pytest.fixture
 def volume() -> Iterator[Path]:
     """A Kubernetes emptyDir's root as the pod sees it: root's, world-writable, not sticky."""
-    base = Path(tempfile.mkdtemp(prefix="poolwatch-volume-"))
-    try:
-        base.chmod(0o777)
+    with arena(0o777, "poolwatch-volume-") as base:
         yield base
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def probe_in(directory: Path) -> tuple[SglangProbe, Rank]:
-    """A real probe (root) on a fake scheduler rank, announced in ``directory``."""
-    rank = Rank()
-    config = ProbeConfig(sample_interval_s=0.0, directory=str(directory), release="0.5.9", worker="w")
-    probe = attach(SGLANG, rank.sched, config)
-    rank.sched.recv_requests()
-    return probe, rank
 
 
 def first_scrape(url: str, target: str = TARGET) -> dict[tuple[str, str], float]:
@@ -107,8 +87,7 @@ def of(found: dict[tuple[str, str], float], name: str, *parts: str) -> list[floa
 def test_1_a_restarting_sidecar_is_served_at_once_while_a_neighbour_holds_and_reopens_every_connection(
     tmp_path: Path,
 ) -> None:
-    probe, rank = probe_in(tmp_path / "node")
-    try:
+    with probe_in(tmp_path / "node") as probe:
         assert probe.publisher is not None
         assert probe.publisher.server is not None
         port = probe.publisher.server.port
@@ -125,8 +104,6 @@ def test_1_a_restarting_sidecar_is_served_at_once_while_a_neighbour_holds_and_re
                     found = first_scrape(url)
                     assert of(found, "poolwatch_target_up", TARGET) == [1.0]  # before: 0, HTTP 503
                     assert of(found, "poolwatch_target_scrape_errors_total", TARGET) in ([], [0.0])
-    finally:
-        detach(rank.sched)
 
 
 # -- 2: the probe directory cannot be swapped, and a swap is never read ------------------------------
@@ -135,21 +112,17 @@ def test_1_a_restarting_sidecar_is_served_at_once_while_a_neighbour_holds_and_re
 def test_2_the_probe_seals_its_volume_root_so_a_neighbour_cannot_rename_its_directory_away(
     volume: Path,
 ) -> None:
-    _, rank = probe_in(volume / "probe")
-    try:
+    with probe_in(volume / "probe"):
         assert stat.S_IMODE(volume.stat().st_mode) == 0o1777  # sticky, as /tmp
         said = run_as_nobody(SWAP, str(volume / "probe"), str(volume / "mine"))
         assert said.strip() == "EPERM"  # before: "swapped"
         assert (volume / "probe").stat().st_uid == 0
-    finally:
-        detach(rank.sched)
 
 
 def test_2_a_directory_swapped_by_a_neighbour_is_not_read_and_is_exported_as_lost(
     volume: Path, tmp_path: Path
 ) -> None:
-    _, rank = probe_in(volume / "probe")
-    try:
+    with probe_in(volume / "probe"):
         env = {
             "POOLWATCH_WORKER": "w",
             "POOLWATCH_PROBE_DIR": str(volume / "probe"),
@@ -169,8 +142,6 @@ def test_2_a_directory_swapped_by_a_neighbour_is_not_read_and_is_exported_as_los
             assert of(found, "poolwatch_target_up", "tp9") == []  # the planted file is never read
         log = (tmp_path / "sidecar.log").read_text()
         assert re.search(r"event=discovery_directory dir=\S+ state=unsafe had_probes=True", log), log
-    finally:
-        detach(rank.sched)
 
 
 # -- 3: a hostile receiver costs a bounded read and delays no other receiver ------------------------

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from tests.helpers import REPO
 from tests.hostile.local_user import NOBODY, arena, require_nobody, run_as_nobody, spawn_as_nobody
+from tests.hostile.probes import probe_in
 from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.snapshot import dump_snapshot
@@ -34,6 +35,7 @@ from poolwatch.discovery.files import SECRET_FILE, ensure_secret
 from poolwatch.discovery.final import final_name, sign_final
 from poolwatch.discovery.safety import UnsafePathError
 from poolwatch.errors import PayloadError
+from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
@@ -44,8 +46,9 @@ from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, shape_for_version
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.persist import load_state
 from poolwatch.sources.base import Target
+from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.probe_source import ProbeSource
-from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.targets import TargetSet
 
 pytestmark = pytest.mark.hostile
@@ -67,14 +70,8 @@ def sidecar_targets(directory: Path, **env: str) -> TargetSet:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[SglangProbe]:
     """A real probe (root) serving on loopback, announced in a directory only root may write."""
-    rank = Rank()
-    config = ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path / "node"), release="0.5.9", worker="w")
-    probe = attach(SGLANG, rank.sched, config)
-    rank.sched.recv_requests()
-    try:
+    with probe_in(tmp_path / "node") as probe:
         yield probe
-    finally:
-        detach(rank.sched)
 
 
 def listener(
@@ -310,7 +307,9 @@ async def test_7_a_log_naming_20000_ranks_keeps_at_most_max_log_ranks() -> None:
     with arena() as base:
         log = base / "sglang.log"
         run_as_nobody(WRITE_LOG, str(log))
-        source = SglangLogSource(Target("log", "sglang-log", str(log), "w"), lambda: 4e9, max_read=8 << 20)
+        source = LogSource(
+            Target("log", SourceKind("sglang-log"), str(log), "w"), lambda: 4e9, DIALECT, max_read=8 << 20
+        )
         try:
             async with httpx.AsyncClient() as client:
                 snaps = await source.scrape(client)

@@ -16,7 +16,6 @@ import os
 import re
 import resource
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,17 +23,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, free_port
+from tests.hostile.sidecar_process import running
 
 WAVE = 1100  # the 1,100 idle connections
 SERVER_FDS = 1024  # ... against a process limited to 1,024 file descriptors
 STALE_AFTER = 5.0  # a scrape loop starved this long would show here as a stale snapshot
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def balanced_snapshot(path: Path) -> Path:
@@ -73,25 +67,14 @@ def sidecar(tmp_path: Path) -> Iterator[str]:
            "POOLWATCH_PORT": str(port), "POOLWATCH_LOG_LEVEL": "warning",
            "POOLWATCH_SNAPSHOT_FILES": str(balanced_snapshot(tmp_path / "control.json")),
            "POOLWATCH_STALE_AFTER": str(STALE_AFTER), "POOLWATCH_STALE_FOR": "1"}  # fmt: skip
-    log = (tmp_path / "sidecar.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_WITH_1024_FDS], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):  # up, and the control scraped, within 60 s
-            with contextlib.suppress(httpx.HTTPError):
-                if 'target="file:control.json"' in httpx.get(f"{url}/metrics", timeout=1).text:
-                    break
-            time.sleep(0.2)
+    argv = [sys.executable, "-c", SERVE_WITH_1024_FDS]
+    with running(argv, env, tmp_path / "sidecar.log", lambda: control_scraped(url)):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
+
+
+def control_scraped(url: str) -> bool:
+    return 'target="file:control.json"' in httpx.get(f"{url}/metrics", timeout=1).text
 
 
 def wave(port: int) -> list[socket.socket]:

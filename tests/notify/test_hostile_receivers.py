@@ -140,3 +140,43 @@ async def test_no_receivers_secret_reaches_metrics_and_two_receivers_on_one_host
     assert 'receiver="webhook:hooks.slack.example#2"' in exposition
     for secret in (*SECRETS, "YYYYOTHERYYYY"):
         assert secret not in exposition
+
+
+@pytest.mark.parametrize("credential", ["bearer", "basic"])
+async def test_a_receiver_gets_only_its_own_credentials_the_alertmanagers_never_reach_a_webhook(
+    tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot, credential: str
+) -> None:
+    """Before: the bearer token went to every receiver, the Slack webhook included (issue 42)."""
+    secret = tmp_path / "secret"
+    secret.write_text("AM-ONLY-CREDENTIAL\n")
+    auth = (
+        {"bearer_token_file": str(secret)}
+        if credential == "bearer"
+        else {"basic_auth_user": "am-user", "basic_auth_password_file": str(secret)}
+    )
+    configured = settings(
+        tmp_path,
+        alertmanager_urls=("http://am.example:9093",),
+        webhook_urls=("https://hooks.slack.example/services/T0/B0/X", "https://pd.example/hook"),
+        **auth,
+    )
+    seen: dict[str, list[str]] = {}
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.setdefault(request.url.host, []).append(request.headers.get("authorization", ""))
+        return httpx.Response(200)
+
+    store, seed = seeded(clock, seed_snapshot)
+    wiring = build_alerting(configured, store, clock, transport=httpx.MockTransport(record))
+    await wiring.start()
+    try:
+        store.put(seed)  # the seed's double free: every receiver is paged
+        wiring.evaluate()
+        for deliverer in wiring._deliverers:
+            await deliverer.deliver_once()
+    finally:
+        await wiring.stop()
+    assert set(seen) == {"am.example", "hooks.slack.example", "pd.example"}
+    assert all(h.startswith(("Bearer ", "Basic ")) for h in seen["am.example"])
+    assert seen["hooks.slack.example"] == [""] * len(seen["hooks.slack.example"])
+    assert seen["pd.example"] == [""] * len(seen["pd.example"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import selectors
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.detect.streams import RankStream, exact
-from tests.helpers import FakeClock, require_tool
+from tests.helpers import FakeClock, free_port, require_tool
 
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
@@ -36,13 +35,6 @@ route:
 receivers:
   - name: "null"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

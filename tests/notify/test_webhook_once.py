@@ -19,7 +19,8 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.sidecar.alerting import build_alerting
-from poolwatch.sidecar.persist import encode_alerts, load_state
+from poolwatch.sidecar.persist import load_state
+from poolwatch.sidecar.state_codec import encode_alerts
 
 HOOK = "https://hooks.example/poolwatch"
 

@@ -148,6 +148,6 @@ TOY_DRIVER = Driver(
 )
 
 DRIVERS = {"sglang": SGLANG_DRIVER, "vllm": VLLM_DRIVER, "toy": TOY_DRIVER}
-REGISTRY = (
-    ENGINES if TOY_ENTRY in ENGINES else (*ENGINES, TOY_ENTRY)
-)  # every engine shipped, and the reference
+REGISTRY = tuple(
+    e for e in (ENGINES if TOY_ENTRY in ENGINES else (*ENGINES, TOY_ENTRY)) if e.probe
+)  # every engine shipped with a probe room, and the reference

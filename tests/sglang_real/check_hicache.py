@@ -28,14 +28,7 @@ from poolwatch.conservation import gap
 from poolwatch.model.rank import PoolAccount
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.host_census import host_account
-
-FAILED: list[str] = []
-
-
-def report(check: str, ok: bool, detail: Any = None) -> None:
-    if not ok:
-        FAILED.append(check)
-    print(json.dumps({"check": check, "ok": bool(ok), "detail": detail}, default=str), flush=True)
+from rigs.checks import failures, report
 
 
 def host_pool(size: int) -> Any:
@@ -68,8 +61,14 @@ def read(sched: Any) -> PoolAccount:
 
 
 def figures(a: PoolAccount) -> dict[str, Any]:
-    return {"size": a.size, "free": a.available, "evictable": a.evictable, "protected": a.protected,
-            "held": a.held, "gap": gap(a)}  # fmt: skip
+    return {
+        "size": a.size,
+        "free": a.available,
+        "evictable": a.evictable,
+        "protected": a.protected,
+        "held": a.held,
+        "gap": gap(a),
+    }
 
 
 def main(version: str) -> int:
@@ -103,14 +102,14 @@ def main(version: str) -> int:
     acc = read(sched)
     report(
         "with a storage backend only size and free are reported",
-        (acc.size, acc.available, gap(acc), acc.unreadable) == (64, host.available_size(), None,
-                                                                 ("held", "evictable", "protected")),
+        (acc.size, acc.available, gap(acc), acc.unreadable)
+        == (64, host.available_size(), None, ("held", "evictable", "protected")),
         figures(acc),
-    )  # fmt: skip
+    )
     sched.tree_cache.enable_storage = False
     if version.startswith("0.5.9"):
         evict_host_by_sglang(sched, root, c)
-    return len(FAILED)
+    return failures()
 
 
 def evict_host_by_sglang(sched: Any, root: Any, node: Any) -> None:

@@ -15,7 +15,6 @@ number of failed checks.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from typing import Any
@@ -30,14 +29,7 @@ from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, PoolAccount
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.host_census import HostReader, host_account
-
-FAILED: list[str] = []
-
-
-def report(check: str, ok: bool, detail: Any = None) -> None:
-    if not ok:
-        FAILED.append(check)
-    print(json.dumps({"check": check, "ok": bool(ok), "detail": detail}, default=str), flush=True)
+from rigs.checks import failures, report
 
 
 def bare(cls: type, size: int, **extra: Any) -> Any:
@@ -103,7 +95,7 @@ def main() -> int:
     report("decode context parallelism: size is the logical size", (w.size, w.available) == (64, 64), w.size)
     sched.tree_cache.host_pool_group = None  # UnifiedRadixCache without HiCache
     report("no host pool group: no host pool", host_account(sched, Reading()) is None)
-    return len(FAILED)
+    return failures()
 
 
 if __name__ == "__main__":

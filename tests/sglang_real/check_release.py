@@ -1,151 +1,59 @@
 """Drive one real SGLang release's pools on CPU and check the probe against SGLang's own checks.
 
-Run inside a release venv built by ``scripts/sglang_venv.py`` with this checkout's ``service/`` on
-``PYTHONPATH``::
+Run inside the release's venv (:meth:`rigs.venv.Venv.run`, this checkout's ``service/`` and root on
+``PYTHONPATH``)::
 
-    POOLWATCH_CACHE=... python tests/sglang_real/check_release.py 0.5.4.post1
+    python -m tests.sglang_real.check_release 0.5.4.post1
 
-It builds SGLang's own allocator, Mamba pool, request pool and Mamba radix cache with tiny sizes
-on device ``cpu``, moves real ``Req`` objects through SGLang's own methods the way the scheduler
-does (``init_next_round_input``/``match_prefix``, ``alloc``, ``cache_unfinished_req``,
-``cache_finished_req``, ``free``, ``evict``), installs the probe on a scheduler-shaped holder, and
-prints one JSON line per check: ``{"check": name, "ok": bool, "detail": ...}``.  The exit code is
-the number of failed checks.
+:class:`rigs.sglang.driver.Driver` builds SGLang's own allocator, Mamba pool, request pool and tree
+with tiny sizes on device ``cpu`` and moves real ``Req`` objects through SGLang's own methods the
+way the release's scheduler does; this script checks the release against the rigs' table and the
+probe's, the probe's activation on the real ``Scheduler``, its final decision against SGLang's idle
+check, and the scenarios (``scenarios.py``, ``seed_final.py``, ``incident_flow.py`` where #12432 is
+live, ``direct_0523.py`` on 0.5.23), printing one JSON line per check.  The exit code is the
+number of failed checks.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
+from rigs.checks import failures, report, run, run_all
+from rigs.sglang.driver import Driver
+from rigs.sglang.releases import Release
+from tests.sglang_real.scenarios import scenarios
 
 
-from poolwatch.conservation import gap
-from poolwatch.model.snapshot import Snapshot
-from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.lifecycle import probe_of
+def check_table(release: Release) -> None:
+    """The rigs' table (read from the wheel) and the probe's shape table agree on what both hold."""
+    from poolwatch.probe.sglang.shapes import shape_for_version
 
-CONFIG = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=0.0,
-    kv_census_interval_s=0.0,
-    idle_kv_census_gap_s=0.0,
-    serve=False,
-    directory="/nonexistent-poolwatch-dir",
-)
-RESULTS: list[dict[str, Any]] = []
+    shape = shape_for_version(release.version)
+    ours = (release.loop_hook, release.idle_hook, release.mamba_allocator)
+    probes = (shape.loop_hook, shape.idle_hook, shape.mamba_allocator)
+    report(
+        "the rigs' release table and the probe's agree on the hooks and the Mamba free list",
+        ours == probes,
+        {"rigs": ours, "probe": probes, "family": shape.family},
+    )
 
 
-def report(check: str, ok: bool, detail: Any = None) -> None:
-    RESULTS.append({"check": check, "ok": bool(ok), "detail": detail})
-    print(json.dumps(RESULTS[-1], default=str), flush=True)
-
-
-def gaps(snap: Snapshot) -> dict[str, int | None]:
-    return {p.value: gap(a) for p, a in snap.pools.items()}
-
-
-class Batch:
-    """The part of ScheduleBatch the loop and process_prefill_chunk touch."""
-
-    def __init__(self, reqs: list[Any], mode: Any) -> None:
-        self.reqs, self.forward_mode, self.batch_is_full = list(reqs), mode, False
-        self.chunked_req: Any = None
-
-    def batch_size(self) -> int:
-        return len(self.reqs)
-
-    def is_empty(self) -> bool:
-        return not self.reqs
-
-    def filter_batch(self, chunked_req_to_exclude: Any = None, **_: Any) -> None:
-        drop = (
-            chunked_req_to_exclude if isinstance(chunked_req_to_exclude, list) else [chunked_req_to_exclude]
-        )
-        self.reqs = [r for r in self.reqs if not r.finished() and all(r is not d for d in drop)]
-
-
-class Driver:
-    """What every release driver shares: the samples and the assertions on them."""
-
-    version = ""
-
-    def __init__(self) -> None:
-        self.samples: list[Snapshot] = []
-        self.sched: Any = None
-
-    def boundary(self) -> Snapshot:
-        """One scheduler loop boundary: what the probe sees there."""
-        self.sched.recv_requests()
-        probe = probe_of(self.sched)
-        assert probe is not None
-        assert probe.latest is not None
-        self.samples.append(probe.latest)
-        return probe.latest
-
-    def expect_balanced(self, label: str) -> None:
-        snap = self.boundary()
-        bad = {k: v for k, v in gaps(snap).items() if v != 0}
-        unread = {p.value: a.unreadable for p, a in snap.pools.items() if a.unreadable}
-        report(
-            f"{label}: every pool balances exactly ({snap.phase.value})",
-            not bad and not unread and not snap.tripwires,
-            {"gaps": gaps(snap), "unreadable": unread, "tripwires": [str(t) for t in snap.tripwires]},
-        )
-
-
-def set_server_args() -> None:
-    """SGLang's own ServerArgs with every field at its default (no __post_init__: that would need a
-    model), as the scheduler process sets it globally."""
-    import dataclasses
-
-    from sglang.srt import server_args as sa
-
-    args = sa.ServerArgs.__new__(sa.ServerArgs)
-    for f in dataclasses.fields(sa.ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            setattr(args, f.name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            setattr(args, f.name, f.default_factory())
-    args.page_size = 1
-    sa.set_global_server_args_for_scheduler(args)
-
-
-def run(check: str, fn: Callable[[], None]) -> None:
-    try:
-        fn()
-    except Exception:
-        report(check, False, traceback.format_exc()[-3000:])
-
-
-EXPECTED_HOOKS = {
-    "0.5.4": {"recv_requests", "self_check_during_idle", "process_prefill_chunk"},
-    "0.5.9": {"recv_requests", "self_check_during_idle", "process_prefill_chunk"},
-    "0.5.23": {"ingest_requests", "on_idle", "process_prefill_chunk"},
-}
-
-
-def check_activation(version: str) -> None:
+def check_activation(release: Release) -> None:
     """The real Scheduler class: the hooks exist under the names the probe wraps, and the wheel's
     .pth line wraps it in a fresh interpreter when POOLWATCH_PROBE=1 (and only then)."""
-    import subprocess
-
     from sglang.srt.managers.scheduler import Scheduler
 
     from poolwatch.probe.core.hooks import hook_names
     from poolwatch.probe.sglang.engine import SGLANG
-    from poolwatch.probe.sglang.shapes import shape_for_version
 
-    family = shape_for_version(version).family
+    expected = {release.loop_hook, release.idle_hook, "process_prefill_chunk"}
     found = set(hook_names(Scheduler, SGLANG.hooks))
-    report(
-        "the real Scheduler has the methods the probe wraps", found == EXPECTED_HOOKS[family], sorted(found)
-    )
+    report("the real Scheduler has the methods the probe wraps", found == expected, sorted(found))
     code = (
         "import sglang.srt.managers.scheduler as m, json; "
         "print(json.dumps(sorted(m.Scheduler.__dict__.get('__poolwatch_originals__', {}))))"
@@ -161,63 +69,52 @@ def check_activation(version: str) -> None:
             timeout=300,
             check=False,
         )
-        wrapped = (
-            json.loads(out.stdout.strip().splitlines()[-1])
-            if out.returncode == 0 and out.stdout.strip()
-            else None
-        )
-        expect = sorted({"__init__", *EXPECTED_HOOKS[family]}) if armed else []
+        lines = out.stdout.strip().splitlines()
+        wrapped = json.loads(lines[-1]) if out.returncode == 0 and lines else None
         report(
             f"the .pth line {'wraps' if armed else 'leaves alone'} the real Scheduler "
             f"{'with' if armed else 'without'} POOLWATCH_PROBE=1",
-            wrapped == expect,
+            wrapped == (sorted({"__init__", *expected}) if armed else []),
             {"wrapped": wrapped, "stderr": out.stderr[-1500:]},
         )
 
 
-def check_idle_gates(version: str) -> None:
+def check_idle_gates(release: Release) -> None:
     """The final decision's release gates against the release's own idle check (idle_gates.py)."""
-    from idle_gates import check_legacy, check_on_idle
+    from tests.sglang_real.idle_gates import check_legacy, check_on_idle
 
-    from poolwatch.probe.sglang.shapes import shape_for_version
-
-    if shape_for_version(version).idle_hook == "on_idle":
-        check_on_idle(version, report)
-    else:
-        check_legacy(version, report)
+    (check_on_idle if release.idle_hook == "on_idle" else check_legacy)(release.version, report)
 
 
-def driver_for(version: str) -> Driver:
-    from poolwatch.probe.sglang.shapes import shape_for_version
+def all_scenarios(d: Driver) -> list[tuple[str, Callable[[], Any]]]:
+    out = scenarios(d)
+    if d.release.seed_live:
+        from tests.sglang_real.incident_flow import incident_checks
+        from tests.sglang_real.seed_final import seed_final, seed_last_word
 
-    family = shape_for_version(version).family
-    if family in ("0.5.4",):
-        from drive_054 import Driver054
+        out += [
+            ("seed final snapshot", lambda: seed_final(d)),
+            ("seed last word", lambda: seed_last_word(d)),
+            ("incident bundle", lambda: incident_checks(d)),
+        ]
+    if d.release.unified_tree:
+        from tests.sglang_real.direct_0523 import direct_scenarios
 
-        return Driver054()
-    if family in ("0.5.9", "0.5.10"):
-        from drive_059 import Driver059
-
-        return Driver059()
-    if family == "0.5.23":
-        from drive_0523 import Driver0523
-
-        return Driver0523()
-    raise SystemExit(f"no driver for SGLang {version} (family {family})")
+        out += direct_scenarios(d)
+    return out
 
 
 def main(argv: list[str]) -> int:
-    version = argv[0] if argv else ""
     from importlib import metadata
 
     installed = metadata.version("sglang")
-    report("the venv holds the release asked for", installed == version, {"installed": installed})
-    run("activation", lambda: check_activation(installed))
-    run("idle gates", lambda: check_idle_gates(installed))
-    driver = driver_for(installed)
-    for name, scenario in driver.scenarios():
-        run(name, scenario)
-    return sum(1 for r in RESULTS if not r["ok"])
+    report("the venv holds the release asked for", installed == argv[0], {"installed": installed})
+    driver = Driver(installed)
+    run("the release tables", lambda: check_table(driver.release))
+    run("activation", lambda: check_activation(driver.release))
+    run("idle gates", lambda: check_idle_gates(driver.release))
+    run_all(all_scenarios(driver))
+    return failures()
 
 
 if __name__ == "__main__":

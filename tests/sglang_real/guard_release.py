@@ -1,10 +1,12 @@
-"""Guard v2 against one SGLang release family's own classes, on CPU (one JSON line per check).
+"""Guard on one SGLang release's own classes, on CPU (one JSON line per check): guard v2 on every
+pool (``guard_pools.py``) and at the chunk boundary (``guard_chunks.py``); a healthy chunk the tree
+cached balances (``tree_balance.py``).
 
-Run with a release venv's Python, this checkout's ``service/`` on ``PYTHONPATH`` and, for a family
-without a venv of its own, that release's ``sglang`` package first on ``PYTHONPATH``
-(``scripts/sglang_overlay.py``)::
+Run with a release venv's Python, this checkout's ``service/`` and root on ``PYTHONPATH`` and, for a
+release without a venv of its own, that release's ``sglang`` package first (an overlay,
+:meth:`rigs.venv.Venv.environment`)::
 
-    python tests/sglang_real/guard_release.py 0.5.6
+    python -m tests.sglang_real.guard_release 0.5.6
 
 The version is the release read (the probe is told it: an overlay's venv has another release
 installed).  The exit code is the number of failed checks.
@@ -12,37 +14,29 @@ installed).  The exit code is the number of failed checks.
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
-
-from check_release import RESULTS, report, run, set_server_args
-
-from poolwatch.probe.sglang.shapes import shape_for_version
+from rigs.checks import failures, report, run
+from rigs.sglang.driver import Driver
+from tests.sglang_real.guard_chunks import guard_chunk_checks
+from tests.sglang_real.guard_pools import guard_pool_checks
+from tests.sglang_real.tree_balance import tree_balance_checks
 
 
 def main(argv: list[str]) -> int:
-    version = argv[0]
     import sglang
 
-    family = shape_for_version(version).family
+    driver = Driver(argv[0])
+    found = getattr(sglang, "__version__", "")
     report(
         "the release read is the one asked for",
-        getattr(sglang, "__version__", version) == version,
-        {"sglang": sglang.__file__, "version": getattr(sglang, "__version__", "")},
+        found == driver.release.version,
+        {"sglang": sglang.__file__, "version": found},
     )
-    if family not in ("0.5.4", "0.5.23"):  # 0.5.23's driver publishes a resolved ServerArgs itself
-        set_server_args()  # 0.5.5.post3 on read the speculative settings and page size from it
-    if family == "0.5.23":
-        from guard_0523_pools import guard_0523_pool_checks
-
-        run("guard v2, every pool", lambda: guard_0523_pool_checks(version))
-    else:
-        from guard_pools import guard_pool_checks
-
-        run("guard v2, every pool", lambda: guard_pool_checks(version, family))
-    return sum(1 for r in RESULTS if not r["ok"])
+    run("guard v2, every pool", lambda: guard_pool_checks(driver))
+    run("guard v2, chunk boundaries", lambda: guard_chunk_checks(driver))
+    run("a healthy chunk cached by the tree", lambda: tree_balance_checks(driver))
+    return failures()
 
 
 if __name__ == "__main__":

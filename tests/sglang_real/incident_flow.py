@@ -22,11 +22,8 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-from check_release import CONFIG, report
 
 from poolwatch import __version__
 from poolwatch.conservation import findings
@@ -36,13 +33,14 @@ from poolwatch.detect.families.repairs import GuardRepairs
 from poolwatch.detect.family import Seen
 from poolwatch.model.findings import CallSiteKind
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.probe.lifecycle import attach, detach, probe_of
-from poolwatch.probe.sglang.engine import SGLANG
+from poolwatch.probe.lifecycle import detach
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.incidents.export import bundle_json, bundle_markdown
 from poolwatch.sidecar.incidents.log import IncidentLog
 from poolwatch.sidecar.incidents.redact import request_name, settings_summary
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.checks import report
+from rigs.sglang.driver import Driver
 
 __all__ = ["incident_checks"]
 
@@ -58,15 +56,11 @@ def freeing_line() -> int:
     return first + next(i for i, text in enumerate(lines) if "req_to_token_pool.free(" in text)
 
 
-def _flow(driver: Any, *, guard: bool) -> list[Snapshot]:
+def _flow(driver: Driver, *, guard: bool) -> list[Snapshot]:
     """Three chunk boundaries of one long prompt; the snapshots the probe published, in order."""
-    s = driver.new("prefill")
-    detach(s)
-    attach(SGLANG, s, replace(CONFIG, guard=guard), serve=False)
-    driver.samples = []
+    s = driver.new("prefill", guard=guard)
     driver.boundary()
-    probe = probe_of(s)
-    assert probe is not None
+    probe = driver.probe
     c = driver.arrive(RID, TOKENS)
     for _ in range(3):
         driver.prefill([c], chunk=8)
@@ -154,7 +148,7 @@ def _check(label: str, snaps: list[Snapshot], kind: str, wanted: str, site_kind:
         _out(f"sglang-{snaps[-1].worker.release}-seed-{label.replace(' ', '-')}", body)
 
 
-def incident_checks(driver: Any) -> None:
+def incident_checks(driver: Driver) -> None:
     """The seed flow with guard on and off on ``driver``'s release (#12432 live)."""
     on = _flow(driver, guard=True)
     _check("guard on", on, "refuse", "The refused free was called by …/memory_pool.py:", CallSiteKind.FREE)

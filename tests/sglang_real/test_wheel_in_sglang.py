@@ -19,21 +19,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from rigs.sglang.releases import Tier, release, tier
 from tests.helpers import REPO
 
 HERE = Path(__file__).parent
-CASES = {"0.5.4.post1": "pth", "0.5.23": "plugin"}
+# how the probe activates there: SGLang's plugin entry point where the release loads plugins
+CASES = {v: "plugin" if release(v).plugins else "pth" for v in tier(Tier.WHEEL)}
 
 
 def cached_venv(version: str) -> Path:
-    cache = Path(os.environ.get("POOLWATCH_CACHE") or Path.home() / ".cache" / "poolwatch")
-    venv = cache / "sglang-venvs" / version
-    if not (venv / ".complete").exists():
-        message = f"no SGLang {version} venv at {venv}: run scripts/sglang_venv.py {version}"
-        if os.environ.get("POOLWATCH_REQUIRE_TOOLS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return venv
+    venv = release(version).venv()
+    venv.need()
+    return venv.path
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 from tests.helpers import FIXTURES, FakeClock
+from tests.sources.sglang.fakes import captured, sglang_server
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model.snapshot import Snapshot
@@ -22,17 +22,12 @@ SGLANG = FIXTURES / "sglang"
 
 
 def fleet(seed: Snapshot) -> Callable[[httpx.Request], httpx.Response]:
-    page = (SGLANG / "v0.5.12-dp2-decode.metrics.txt").read_text()
-    info = json.loads((SGLANG / "v0.5.12-dp2-decode.server_info.json").read_text())
+    sglang = sglang_server(*captured("v0.5.12-dp2-decode"))
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.host == "probe":
             return httpx.Response(200, json=dump_snapshot(replace(seed, source="probe")))
-        if request.url.path == "/metrics":
-            return httpx.Response(200, text=page)
-        if request.url.path == "/get_server_info":
-            return httpx.Response(200, json=info)
-        return httpx.Response(404)
+        return sglang(request)
 
     return handle
 

@@ -55,7 +55,7 @@ async def test_every_consumer_of_a_stored_snapshot_reads_one_assessment(
     snap = counted(replace(seed_snapshot, taken_at=clock.now), computed)
     assert computed == {}
     store.put(snap)
-    assert computed == {"findings": 1}  # at store.put, before any reader
+    assert computed == {"findings": 1, "footprint": 1}  # at store.put, before any reader (its weight too)
 
     detector.evaluate(latest=store.latest(), targets=store.targets())
     generate_latest(build_registry(store, clock, 10.0))
@@ -65,7 +65,7 @@ async def test_every_consumer_of_a_stored_snapshot_reads_one_assessment(
         workers = (await client.get("/api/v1/workers")).json()
     verdict, sig = describe(assess_snapshot(snap)), signature(snap)
 
-    assert computed == {"findings": 1}
+    assert computed == {"findings": 1, "footprint": 1}
     assert "mamba: surplus of 1 slot (double free)" in verdict
     assert sig
     assert workers

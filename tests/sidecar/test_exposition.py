@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from fastapi import FastAPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
@@ -96,13 +97,17 @@ def test_the_render_follows_the_encoder_that_choose_encoder_picks(
         assert cached.render(encoder, clock()) == encoder(registry)
 
 
+def seed_app(seed: Snapshot, clock: FakeClock) -> FastAPI:
+    """The sidecar's app with the seed snapshot, taken now, in its store."""
+    store = SnapshotStore()
+    store.put(replace(seed, taken_at=clock.now))
+    return create_app(Settings.from_env({"POOLWATCH_WORKER": "test"}), store=store, sources=[], clock=clock)
+
+
 async def test_metrics_is_gzipped_when_the_scraper_accepts_gzip_and_plain_otherwise(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
-    store = SnapshotStore()
-    store.put(replace(seed_snapshot, taken_at=clock.now))
-    app = create_app(Settings.from_env({"POOLWATCH_WORKER": "test"}), store=store, sources=[], clock=clock)
-    async with asgi_client(app) as client:
+    async with asgi_client(seed_app(seed_snapshot, clock)) as client:
         plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
         zipped = await client.get("/metrics", headers={"Accept-Encoding": "gzip"})
         om = await client.get("/metrics", headers={"Accept-Encoding": "gzip", "Accept": OPENMETRICS})
@@ -117,10 +122,7 @@ async def test_metrics_is_gzipped_when_the_scraper_accepts_gzip_and_plain_otherw
 async def test_the_served_metrics_carry_the_sidecar_process_figures(
     seed_snapshot: Snapshot, clock: FakeClock
 ) -> None:
-    store = SnapshotStore()
-    store.put(replace(seed_snapshot, taken_at=clock.now))
-    app = create_app(Settings.from_env({"POOLWATCH_WORKER": "test"}), store=store, sources=[], clock=clock)
-    async with asgi_client(app) as client:
+    async with asgi_client(seed_app(seed_snapshot, clock)) as client:
         text = (await client.get("/metrics")).text
         om = (await client.get("/metrics", headers={"Accept": OPENMETRICS})).text
     typed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE process_")}

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 from tests.fleet_helpers import scrape_until
+from tests.helpers import free_port
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model.snapshot import Snapshot
@@ -73,13 +73,6 @@ async def test_a_thousand_long_polling_probes_are_each_refreshed_every_interval_
 
 
 # -- SIGTERM under load: a real `poolwatch serve` process -------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager

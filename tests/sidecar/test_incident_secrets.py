@@ -4,7 +4,8 @@ the request and the settings carried them (docs/security.md, guarantee 18).
 Everything a bundle could pick up is planted: a request id made of prompt text and token ids, a log
 message and a probe error quoting the prompt, credentials and tokens in every receiver and target
 URL, credential files, the node's secret in the probe directory, a worker, pod and instance name, a
-model path under a user's home.  The bundle is fetched from a real sidecar's API (JSON and Markdown)
+model path under a user's home and a relative one, the workers a sidecar follows.  The bundle is
+fetched from a real sidecar's API (JSON and Markdown)
 and exported by ``poolwatch incident export --file`` from the saved incidents file after the
 sidecar stopped; no planted string appears in any of them.
 """
@@ -48,6 +49,8 @@ PLANTED = {
     "instance address": "10.1.2.3",
     "home directory": "/home/alice",
     "user in a log path": "alice",
+    "a worker followed (--probe-workers)": "acme-decode-followed",
+    "a relative model path's directories": "alice-private-models/",
 }
 RID = f"session=alice|{PROMPT}|{TOKENS}"
 SITE = CallSite(
@@ -73,6 +76,7 @@ def _settings(tmp_path: Path) -> Settings:
             "POOLWATCH_BASIC_AUTH_USER": "basic-auth-alice",
             "POOLWATCH_BASIC_AUTH_PASSWORD_FILE": str(tmp_path / "PASSWORDFILE"),
             "POOLWATCH_PROBE_DIR": str(probe_dir),
+            "POOLWATCH_PROBE_WORKERS": "customer-acme-prefill,acme-decode-followed",
             "POOLWATCH_LOG_PATHS": "/home/alice/sglang.log",
             "POOLWATCH_STATE_FILE": str(tmp_path / "state" / "alerts.json"),
         }
@@ -81,7 +85,7 @@ def _settings(tmp_path: Path) -> Settings:
 
 def _planted_snapshot(seed: Snapshot, seq: int) -> Snapshot:
     worker = replace(
-        seed.worker, worker="customer-acme-prefill", instance="10.1.2.3:8000", model="/home/alice/models/x"
+        seed.worker, worker="customer-acme-prefill", instance="10.1.2.3:8000", model="alice-private-models/x"
     )
     wire = Tripwire(
         TripwireKind.FREE_AND_LIVE, Pool.MAMBA, (3,), "process_prefill_chunk", 2, (RID,), call_site=SITE

@@ -9,12 +9,14 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.helpers import FakeClock
+from tests.sources.sglang.fakes import sglang_server
 
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.sources.base import Target
-from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.logfile.source import LogSource
+from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.sglang.metrics import SglangMetricsSource
 
 emulator = pytest.importorskip("poolwatch_emulator")
@@ -22,14 +24,7 @@ scenarios = pytest.importorskip("tests.emulator.emu_scenarios")
 
 
 def faces(worker: object) -> Callable[[httpx.Request], httpx.Response]:
-    def handle(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/metrics":
-            return httpx.Response(200, content=emulator.metrics_text(worker))
-        if request.url.path == "/get_server_info":
-            return httpx.Response(200, json=emulator.server_info(worker))
-        return httpx.Response(404)
-
-    return handle
+    return sglang_server(emulator.metrics_text(worker), emulator.server_info(worker))
 
 
 def test_the_seed_fault_in_the_emulated_prefill_log_replays_to_a_mamba_double_free(
@@ -52,7 +47,7 @@ async def test_the_log_source_follows_an_emulated_worker_while_it_runs(tmp_path:
     c = scenarios.cluster("0.5.12", pd=False, log_dir=tmp_path, idle_check_strict=False,
                           faults=("mamba-cow-leak-on-abort",), workload=scenarios.COW)  # fmt: skip
     (log,) = tmp_path.glob("*.log")
-    source = SglangLogSource(Target("log", "sglang-log", str(log), "unified-0"), FakeClock(4e9))
+    source = LogSource(Target("log", DIALECT.source, str(log), "unified-0"), FakeClock(4e9), DIALECT)
     snaps = []
     async with httpx.AsyncClient() as client:
         for _ in range(40):

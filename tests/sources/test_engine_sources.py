@@ -4,15 +4,16 @@ name or by source kind in the registry; nothing neutral names an engine (pyproje
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tests.helpers import FakeClock
 
-from poolwatch.engines import EngineEntry, UnknownEngine, engine_names
+from poolwatch.engines import ENGINES, EngineEntry, UnknownEngine, engine_names
 from poolwatch.model.rank import SourceKind
 from poolwatch.settings.sidecar import Settings
-from poolwatch.sources.base import Target
+from poolwatch.sources.base import Source, Target
 from poolwatch.sources.engine import (
     EngineSources,
     engine_sources,
@@ -21,6 +22,7 @@ from poolwatch.sources.engine import (
     sources_for,
     sources_of,
 )
+from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.target_config import static_targets
 from poolwatch.sources.targets import make_source
 
@@ -40,9 +42,9 @@ def test_every_engine_kind_belongs_to_exactly_one_room_and_names_it() -> None:
 
 
 def test_the_kinds_are_the_registrys_without_loading_a_room() -> None:
-    assert source_kinds() == tuple(
-        SourceKind(k) for k in ("probe", "sglang-metrics", "sglang-log", "vllm-metrics", "vllm-log", "file")
-    )
+    shipped = [SourceKind(f"{e.name}-{c}") for e in ENGINES for c in ("metrics", "log") if c in e.channels]
+    assert source_kinds() == (SourceKind.PROBE, *shipped, SourceKind.FILE)
+    assert {"sglang-metrics", "sglang-log", "vllm-metrics", "vllm-log"} <= set(source_kinds())
     log_only = EngineEntry(
         "toy", "Toy", probe="tests.probe.toy.engine:TOY", sources="tests.no.such:ROOM", channels=("log",)
     )
@@ -53,10 +55,20 @@ def test_the_kinds_are_the_registrys_without_loading_a_room() -> None:
 def test_a_rooms_kinds_are_built_by_that_room(room: EngineSources) -> None:
     clock = FakeClock()
     settings = Settings.from_env({})
-    for kind, where in ((room.metrics, "http://127.0.0.1:30000"), (room.log, "/logs/w.log")):
+    for kind in room.kinds:
+        where = "/logs/w.log" if kind == room.log else "http://127.0.0.1:30000"
         source = make_source(Target(f"{kind}:{where}", kind, where, "w"), settings, clock)
         assert source.target.source == kind
         assert sources_for(kind) is room
+
+
+@pytest.mark.parametrize("room", engine_sources(), ids=lambda r: r.engine)
+def test_every_rooms_log_source_fits_the_source_protocol(
+    room: EngineSources, log_source: Callable[..., LogSource], tmp_path: Path
+) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("")
+    assert isinstance(log_source(room.log_dialect, log, FakeClock()), Source)
 
 
 def test_the_engine_setting_picks_whose_metrics_and_logs_the_flags_name() -> None:
@@ -82,6 +94,7 @@ def test_a_log_is_told_by_its_lines_and_noise_is_nobodys() -> None:
     noise = (CORPUS / "no-sglang-lines.txt").read_text().splitlines()
     found = sniff_engine(sglang)
     assert found is not None
-    assert found.engine == "sglang"
+    assert found[0].engine == "sglang"
+    assert found[1].strong > 0  # the evidence: lines only SGLang writes
     assert sniff_engine(noise) is None
     assert sniff_engine([]) is None

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from poolwatch.errors import PayloadError, Reason
+from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.prom_text import MAX_SAMPLES, TooManySamples, parse_samples
 from poolwatch.sources.sglang.gauges import queues
-from poolwatch.sources.sglang.log.lines import Ranks
 from poolwatch.sources.sglang.metrics import MAX_RANKS, parse_metrics_page
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.probe.sglang.fakes import Rank
+from tests.hostile.probes import probe_in
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import signature
@@ -22,10 +22,7 @@ from poolwatch.discovery.auth import Verifier
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.discovery.files import ensure_secret, read_secret
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.endpoint import server as probe_server
-from poolwatch.probe.lifecycle import attach, detach
-from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.probe_source import ProbeSource
@@ -75,14 +72,8 @@ def test_a_new_secret_renews_the_discovered_sources(tmp_path: Path) -> None:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[SglangProbe]:
-    rank = Rank()
-    config = ProbeConfig(sample_interval_s=0.0, directory=str(tmp_path), release="0.5.9", worker="w")
-    probe = attach(SGLANG, rank.sched, config)
-    rank.sched.recv_requests()
-    try:
+    with probe_in(tmp_path) as probe:
         yield probe
-    finally:
-        detach(rank.sched)
 
 
 def hostile_long_poll(port: int, seen: str) -> None:

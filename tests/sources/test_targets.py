@@ -13,8 +13,8 @@ from poolwatch.errors import ConfigError
 from poolwatch.model.rank import Role
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
+from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.probe_source import ProbeSource
-from poolwatch.sources.sglang.log.source import SglangLogSource
 from poolwatch.sources.sglang.metrics import SglangMetricsSource
 from poolwatch.sources.target_config import load_targets_file, parse_targets_document, static_targets
 from poolwatch.sources.targets import TargetSet, discover_probes
@@ -145,7 +145,7 @@ def test_each_kind_of_target_gets_its_source(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     s = settings(probe_urls="http://p:1", metrics_urls="http://m:2", log_paths=str(log), worker="w")
     kinds = [type(src) for src in TargetSet(s, FakeClock()).current()]
-    assert kinds == [ProbeSource, SglangMetricsSource, SglangLogSource]
+    assert kinds == [ProbeSource, SglangMetricsSource, LogSource]
 
 
 def test_probes_in_the_discovery_directory_are_found(tmp_path: Path) -> None:

@@ -1,16 +1,17 @@
 """Deferred frees on real vLLM 0.33.0's Scheduler (CPU), with the probe attached; one JSON line per check.
 
-    <venv>/bin/python tests/vllm_real/check_deferred.py       (PYTHONPATH=<checkout>/service:<checkout>)
+    <venv>/bin/python -m tests.vllm_real.check_deferred       (rigs.venv.Venv.run sets PYTHONPATH)
 
-0.33.0 defers a request's block free (``Scheduler.deferred_frees``, ``(fence step, blocks)``) only when
-a step may still write the blocks and a consumer KV connector could refill them: ``defer_block_free``
-is set when ``kv_transfer_config.is_kv_consumer`` and ``max_concurrent_batches > 1`` (async
-scheduling, or pipeline parallelism).  So the scheduler here is vLLM's own ``AsyncScheduler`` with
-``async_scheduling`` on and vLLM's ``ExampleConnector`` (role ``kv_both``, an empty storage
-directory: it never loads, so no block is pinned), stepped as EngineCore's batch queue steps it:
-step N+1 is scheduled before step N's output is applied.  A request that finishes in step N's update
-(or is aborted) while step N+1 still lists it has its blocks popped onto the deferred queue, and
-they return to the pool when step N+1's output arrives.
+0.33.0 defers a request's block free (``Scheduler.deferred_frees``, ``(fence step, blocks)``) only
+when a step may still write the blocks and a consumer KV connector could refill them:
+``defer_block_free`` is set when ``kv_transfer_config.is_kv_consumer`` and ``max_concurrent_batches
+> 1`` (async scheduling, or pipeline parallelism).  So the scheduler here
+(:class:`rigs.vllm.engine.Engine`) is vLLM's own ``AsyncScheduler`` with ``async_scheduling`` on and
+vLLM's ``ExampleConnector`` (role ``kv_both``, an empty storage directory: it never loads, so no
+block is pinned), stepped as EngineCore's batch queue steps it: step N+1 is scheduled before step
+N's output is applied.  A request that finishes in step N's update (or is aborted) while step N+1
+still lists it has its blocks popped onto the deferred queue, and they return to the pool when step
+N+1's output arrives.
 """
 
 from __future__ import annotations
@@ -18,152 +19,73 @@ from __future__ import annotations
 import random
 import sys
 import tempfile
-import traceback
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from poolwatch.conservation import gap
 from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Pool
-from poolwatch.model.snapshot import Snapshot
-from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.lifecycle import attach, detach
-from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from poolwatch.probe.lifecycle import detach
 from poolwatch.probe.vllm.extras import VllmProbe
-from tests.vllm_real.harness import (
-    BLOCK,
-    VERSION,
-    Ticks,
-    _hash_fn,
-    _kwargs,
-    abort,
-    emit,
-    init_none_hash,
-    kv_cache_config,
-    make_request,
-    run_checks,
-    vllm_config,
-)
-
-CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, kv_census_interval_s=1.0, idle_kv_census_gap_s=1.0)
-Pending = deque[tuple[Any, Any]]
+from rigs.checks import report, run_all
+from rigs.vllm.engine import Engine
+from tests.vllm_real.faults import CONFIG, named, run_until_assert
 
 
-def make_deferring(num_blocks: int = 200) -> Any:
-    """vLLM's AsyncScheduler with async scheduling and a consumer KV connector: it defers frees."""
-    from vllm.config import KVTransferConfig
-    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    config = vllm_config(16, 512)
-    config.cache_config.num_gpu_blocks = num_blocks
-    config.scheduler_config.async_scheduling = True  # max_concurrent_batches: 2
-    config.kv_transfer_config = KVTransferConfig(
-        kv_connector="ExampleConnector",
-        kv_role="kv_both",
-        kv_connector_extra_config={"shared_storage_path": tempfile.mkdtemp(prefix="kv-store-")},
-    )
-    init_none_hash(_hash_fn())
-    kwargs = _kwargs(  # AsyncScheduler takes *args, **kwargs: the names are Scheduler's
-        Scheduler,
-        vllm_config=config,
-        kv_cache_config=kv_cache_config(num_blocks, hybrid=False),
-        structured_output_manager=StructuredOutputManager(config),
-        block_size=BLOCK,
-        hash_block_size=BLOCK,
-        log_stats=False,
-    )
-    return AsyncScheduler(**kwargs)
+def started(guard: bool = False) -> tuple[Engine, VllmProbe]:
+    """vLLM's AsyncScheduler with async scheduling and a consumer KV connector (vLLM's own
+    ExampleConnector, an empty storage directory): it defers frees."""
+    connector = {
+        "kv_connector": "ExampleConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"shared_storage_path": tempfile.mkdtemp(prefix="kv-store-")},
+    }
+    e = Engine(200, batch_queue=2, connector=connector)
+    return e, e.attach(replace(CONFIG, guard=guard))
 
 
-def output_for(sched: Any, out: Any, token: int = 7) -> Any:
-    """The model's output for ``out``, made when it is scheduled (one token per request past its prompt)."""
-    from vllm.v1.outputs import ModelRunnerOutput
-
-    ids = list(out.num_scheduled_tokens)
-    sampled = [[] if sched.requests[rid].is_prefill_chunk else [token] for rid in ids]
-    kwargs = _kwargs(
-        ModelRunnerOutput,
-        req_ids=ids,
-        req_id_to_index={rid: i for i, rid in enumerate(ids)},
-        sampled_token_ids=sampled,
-        logprobs=None,
-        prompt_logprobs_dict={},
-        pooler_output=[],
-    )
-    return ModelRunnerOutput(**kwargs)
-
-
-def step(sched: Any, pending: Pending, depth: int = 2) -> None:
-    """EngineCore's batch queue: schedule the next step; apply the oldest output once ``depth`` are
-    in flight (or nothing new was scheduled)."""
-    out = sched.schedule()
-    pending.append((out, output_for(sched, out)))
-    if len(pending) >= depth or out.total_num_scheduled_tokens == 0:
-        sched.update_from_output(*pending.popleft())
-
-
-def settle(sched: Any, pending: Pending) -> None:
-    while pending:
-        sched.update_from_output(*pending.popleft())
-
-
-def feed(sched: Any, rng: random.Random, n: int, prefix: str) -> None:
+def feed(e: Engine, rng: random.Random, n: int, prefix: str) -> None:
     shared = [rng.randrange(10, 900) for _ in range(32)]
     for i in range(n):
-        prompt = shared[: rng.choice((0, 16, 32))] + [
-            rng.randrange(10, 900) for _ in range(rng.randrange(1, 40))
-        ]
-        sched.add_request(make_request(f"{prefix}{i}", prompt, rng.randrange(2, 24)))
-
-
-def started(config: ProbeConfig = CONFIG) -> tuple[Any, VllmProbe]:
-    sched = make_deferring()
-    probe = attach(VLLM, sched, config, release=vllm_release(VERSION))
-    probe.clock = Ticks()
-    return sched, probe
+        tail = [rng.randrange(10, 900) for _ in range(rng.randrange(1, 40))]
+        e.add(f"{prefix}{i}", shared[: rng.choice((0, 16, 32))] + tail, rng.randrange(2, 24))
 
 
 def deferred_ids(sched: Any) -> set[int]:
     return {b.block_id for _fence, blocks in sched.deferred_frees for b in blocks}
 
 
-def named(snap: Snapshot | None, *kinds: TripwireKind) -> set[int]:
-    return {s for t in (snap.tripwires if snap else ()) if t.kind in kinds for s in t.slots}
-
-
-def until_deferred(sched: Any, pending: Pending, rng: random.Random, steps: int = 200) -> int:
+def until_deferred(e: Engine, rng: random.Random, steps: int = 200) -> int:
     """Step (feeding), aborting a running request while its step is in flight, until the deferred
     queue holds blocks (the next output drains it); the steps it took."""
     for i in range(steps):
-        if len(sched.waiting) < 2:
-            feed(sched, rng, 4, prefix=f"d{i}-")
-        step(sched, pending)
-        if sched.running and pending:
-            abort(sched, [sched.running[-1].request_id])
-        if deferred_ids(sched):
+        if len(e.sched.waiting) < 2:
+            feed(e, rng, 4, prefix=f"d{i}-")
+        e.step()
+        if e.sched.running and e.pending:
+            e.abort([e.sched.running[-1].request_id])
+        if deferred_ids(e.sched):
             return i + 1
-    raise AssertionError(f"no free was deferred in {steps} steps (defer_block_free={sched.defer_block_free})")
+    raise AssertionError(
+        f"no free was deferred in {steps} steps (defer_block_free={e.sched.defer_block_free})"
+    )
 
 
 def check_clean() -> None:
     """A long run in which frees are deferred: the census counts those blocks as the deferred
     queue's (owners ``deferred@<fence>``): no finding, no pin, gap 0, at every look."""
     rng = random.Random(11)
-    sched, probe = started()
-    pending: Pending = deque()
+    e, probe = started()
+    sched = e.sched
     walks_with_deferred = max_deferred = aborted = 0
     bad: list[dict[str, Any]] = []
     for i in range(600):
         if i % 5 == 0:
-            feed(sched, rng, 3, prefix=f"c{i}-")
-        step(sched, pending)
+            feed(e, rng, 3, prefix=f"c{i}-")
+        e.step()
         if i % 3 == 0 and sched.running:
-            abort(sched, [sched.running[-1].request_id])  # while a step that lists it is in flight
+            e.abort([sched.running[-1].request_id])  # while a step that lists it is in flight
             aborted += 1
         waiting_free = deferred_ids(sched)  # the next output drains them
         if not waiting_free:
@@ -175,38 +97,28 @@ def check_clean() -> None:
         account = snap.pools.get(Pool.FULL) if snap else None
         if snap is None or account is None or snap.tripwires or gap(account) != 0 or pool.get("pinned"):
             bad.append({"step": i, "gap": gap(account) if account else None, "pool": pool})
-    settle(sched, pending)
+    e.settle()
     while sched.requests:
-        step(sched, pending)
-    settle(sched, pending)
+        e.step()
+    e.settle()
     final = probe.sample_now("final", census=True)
     ok = not bad and walks_with_deferred > 0 and final is not None and not final.tripwires
-    emit(
+    report(
         "deferred_frees_clean",
         ok and not sched.deferred_frees,
-        defer_block_free=sched.defer_block_free,
-        scheduler=type(sched).__name__,
-        connector=type(sched.connector).__name__,
-        walks_with_deferred=walks_with_deferred,
-        max_deferred_blocks=max_deferred,
-        aborted=aborted,
-        bad=bad[:3],
-        errors=probe.guard.errors_total,
-        last_error=probe.guard.last_error,
+        {
+            "defer_block_free": sched.defer_block_free,
+            "scheduler": type(sched).__name__,
+            "connector": type(sched.connector).__name__,
+            "walks_with_deferred": walks_with_deferred,
+            "max_deferred_blocks": max_deferred,
+            "aborted": aborted,
+            "bad": bad[:3],
+            "errors": probe.guard.errors_total,
+            "last_error": probe.guard.last_error,
+        },
     )
-    detach(sched)
-
-
-def run_until_assert(sched: Any, pending: Pending, rng: random.Random, steps: int) -> str | None:
-    for i in range(steps):
-        if len(sched.waiting) < 4:
-            feed(sched, rng, 4, prefix=f"load{i}-")
-        try:
-            step(sched, pending)
-        except AssertionError as exc:
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            return f"{Path(where.filename).name}:{where.lineno} {where.line}"
-    return None
+    detach(e.sched)
 
 
 def check_freed_while_deferred() -> None:
@@ -216,9 +128,9 @@ def check_freed_while_deferred() -> None:
     held alone are named again inside the drain's ``free_blocks`` (freed at ``ref_cnt`` 0), all
     before vLLM's own assert."""
     rng = random.Random(12)
-    sched, probe = started()
-    pending: Pending = deque()
-    until_deferred(sched, pending, rng)
+    e, probe = started()
+    sched = e.sched
+    until_deferred(e, rng)
     fence, blocks = sched.deferred_frees[0]
     ids = {b.block_id for b in blocks if not b.is_null}
     lone = {b.block_id for b in blocks if not b.is_null and b.ref_cnt == 1}  # the entry's alone
@@ -227,21 +139,23 @@ def check_freed_while_deferred() -> None:
     snap = probe.latest
     early = named(snap, TripwireKind.FREE_AND_LIVE, TripwireKind.REF_BELOW_OWNERS)
     owners = {r for t in (snap.tripwires if snap else ()) for r in t.requests}
-    settle(sched, pending)  # the drain frees the same blocks again
+    e.settle()  # the drain frees the same blocks again
     at_drain = named(probe.latest, TripwireKind.NEGATIVE_REF)
-    crash = run_until_assert(sched, pending, rng, 400)
-    emit(
+    crash = run_until_assert(e, rng, 400, load=feed)
+    report(
         "deferred_freed_early",
         bool(lone) and ids <= early and f"deferred@{fence}" in owners and lone <= at_drain,
-        ids=sorted(ids),
-        lone=sorted(lone),
-        named_at_look=sorted(early),
-        owners=sorted(owners),
-        named_at_drain=sorted(at_drain),
-        gap=gap(snap.pools[Pool.FULL]) if snap else None,
-        vllm_assert=crash,
+        {
+            "ids": sorted(ids),
+            "lone": sorted(lone),
+            "named_at_look": sorted(early),
+            "owners": sorted(owners),
+            "named_at_drain": sorted(at_drain),
+            "gap": gap(snap.pools[Pool.FULL]) if snap else None,
+            "vllm_assert": crash,
+        },
     )
-    detach(sched)
+    detach(e.sched)
 
 
 def check_guard_freed_while_deferred() -> None:
@@ -251,20 +165,20 @@ def check_guard_freed_while_deferred() -> None:
     from tests.vllm_real.check_guard import pool_sound
 
     rng = random.Random(12)
-    sched, probe = started(replace(CONFIG, guard=True))
-    pending: Pending = deque()
-    until_deferred(sched, pending, rng)
+    e, probe = started(guard=True)
+    sched = e.sched
+    until_deferred(e, rng)
     fence, blocks = sched.deferred_frees[0]
     ids = {b.block_id for b in blocks if not b.is_null}
     sched.kv_cache_manager.block_pool.free_blocks(list(reversed(blocks)))  # the early free: refused
     refused = {s for r in probe.repairs.all() for s in r.slots}
     owners = {o for r in probe.repairs.all() for o in r.requests}
     sound_now = pool_sound(sched)
-    settle(sched, pending)  # the drain: the one free of these blocks
-    crash = run_until_assert(sched, pending, rng, 400)
-    settle(sched, pending)
+    e.settle()  # the drain: the one free of these blocks
+    crash = run_until_assert(e, rng, 400, load=feed)
+    e.settle()
     final = probe.sample_now("final", census=True)
-    emit(
+    report(
         "guard_deferred_freed_early",
         refused == ids
         and f"deferred@{fence}" in owners
@@ -273,15 +187,17 @@ def check_guard_freed_while_deferred() -> None:
         and pool_sound(sched) == {}
         and final is not None
         and not final.tripwires,
-        ids=sorted(ids),
-        refused=sorted(refused),
-        owners=sorted(owners),
-        sound_after_refusal=sound_now,
-        vllm_assert=crash,
-        sound_at_end=pool_sound(sched),
-        tripwires=[t.kind.value for t in final.tripwires] if final else None,
+        {
+            "ids": sorted(ids),
+            "refused": sorted(refused),
+            "owners": sorted(owners),
+            "sound_after_refusal": sound_now,
+            "vllm_assert": crash,
+            "sound_at_end": pool_sound(sched),
+            "tripwires": [t.kind.value for t in final.tripwires] if final else None,
+        },
     )
-    detach(sched)
+    detach(e.sched)
 
 
 def check_entry_lost() -> None:
@@ -289,25 +205,27 @@ def check_entry_lost() -> None:
     a KV connector attached (the only way 0.33.0 defers), a block held beyond its owners may be a
     connector's pin, so the walk counts them as pinned and names no id: the gap is the finding."""
     rng = random.Random(13)
-    sched, probe = started()
-    pending: Pending = deque()
-    until_deferred(sched, pending, rng)
+    e, probe = started()
+    sched = e.sched
+    until_deferred(e, rng)
     _fence, blocks = sched.deferred_frees.popleft()
     listed = {b.block_id for b in blocks if not b.is_null}
     ids = {b.block_id for b in blocks if not b.is_null and b.ref_cnt == 1}  # held by that entry alone
     snap = probe.sample_now("lost", census=True)
     pool = (probe.census or {}).get("pools", [{}])[0]
     deficit = gap(snap.pools[Pool.FULL]) if snap else None
-    emit(
+    report(
         "deferred_entry_lost",
         bool(ids) and deficit == len(ids) and pool.get("pinned") == len(listed),
-        ids=sorted(ids),
-        listed=sorted(listed),
-        gap=deficit,
-        pinned=pool.get("pinned"),
-        named=sorted(named(snap, TripwireKind.MISSING)),
+        {
+            "ids": sorted(ids),
+            "listed": sorted(listed),
+            "gap": deficit,
+            "pinned": pool.get("pinned"),
+            "named": sorted(named(snap, TripwireKind.MISSING)),
+        },
     )
-    detach(sched)
+    detach(e.sched)
 
 
 def main() -> int:
@@ -317,7 +235,7 @@ def main() -> int:
         ("deferred_entry_lost", check_entry_lost),
         ("guard_deferred_freed_early", check_guard_freed_while_deferred),
     ]
-    return run_checks(checks, set(sys.argv[1:]))
+    return run_all(checks, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.stack import free_port, http_ok, poll
-from tests.vllm_server.server import require_venv, server, start
+from rigs.stack.processes import free_port, http_ok, poll
+from rigs.vllm.releases import server_venv
+from rigs.vllm.server import server, start
 
 PREFIX = " ".join(f"the quick brown fox jumps over the lazy dog {i}" for i in range(40))
 REQUESTS = 8  # concurrent completions per round
@@ -40,7 +41,7 @@ class Served:
 def serving(tmp_path: Path, env: Mapping[str, str] = {}, args: Sequence[str] = ()) -> Iterator[Served]:
     """vLLM's API server (``server.py``; ``env`` and ``args`` added to its own) and a sidecar
     watching its probe directory, both stopped on leaving."""
-    require_venv()
+    server_venv().need()  # a skip without it (a failure under POOLWATCH_REQUIRE_VLLM_CPU=1)
     probes = tmp_path / "probes"
     probes.mkdir(mode=0o700)
     vllm_port, sidecar_port = free_port(), free_port()

@@ -27,9 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.stack import http_ok, poll, tail
-from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS
-from tests.vllm_server.page import tripwire_ids
+from rigs.stack.processes import http_ok, poll, tail
+from rigs.vllm.fault_plugin import FAULT_MAX_TOKENS
+from rigs.vllm.page import tripwire_ids
+from rigs.vllm.server import freed_twice
 from tests.vllm_server.served import (
     REQUESTS,
     Served,
@@ -39,7 +40,6 @@ from tests.vllm_server.served import (
     published,
     serving,
 )
-from tests.vllm_server.server import freed_twice
 
 # rounds of concurrent completions: at least ROUNDS, more (up to MAX_ROUNDS) until a read has caught
 # blocks held (a round of this model takes about a second)

@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.stack import http_ok, poll
-from tests.vllm_server.fault_plugin import FAULT_MAX_TOKENS, MARK
+from rigs.stack.processes import http_ok, poll
+from rigs.vllm.fault_plugin import FAULT_MAX_TOKENS, MARK
 from tests.vllm_server.served import (
     PREFIX,
     REQUESTS,

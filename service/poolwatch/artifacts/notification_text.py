@@ -121,11 +121,17 @@ def _updates(bold: tuple[str, str], newline: str, e: Flavor) -> str:
 
 
 def text(
-    cluster_label: str = "", bold: tuple[str, str] = ("", ""), newline: str = "\n", flavor: Flavor = PLAIN
+    cluster_label: str = "",
+    bold: tuple[str, str] = ("", ""),
+    newline: str = "\n",
+    flavor: Flavor = PLAIN,
+    alerts: str = ".Alerts",
 ) -> str:
-    """Every alert of the notification, one block each (superseded copies: one update line)."""
+    """Every alert of the notification (``alerts``: ``.Alerts.Firing`` or ``.Alerts.Resolved``
+    for those only), one block each (superseded copies: one update line, in the whole text)."""
+    updates = _updates(bold, newline, flavor) if alerts == ".Alerts" else ""
     return (
-        f"{_updates(bold, newline, flavor)}{{{{ range .Alerts }}}}{{{{ if not .Annotations.{SUPERSEDED} }}}}"
+        f"{updates}{{{{ range {alerts} }}}}{{{{ if not .Annotations.{SUPERSEDED} }}}}"
         f"{_alert(cluster_label, bold, newline, flavor)}{newline}{{{{ end }}}}{{{{ end }}}}"
     )
 
@@ -176,4 +182,10 @@ def pagerduty(cluster_label: str = "") -> dict[str, str]:
         "client_url": f"{{{{ with {first} }}}}{{{{ .Annotations.dashboard_url }}}}{{{{ end }}}}",
         "runbook": f"{{{{ with {first} }}}}{{{{ .Annotations.runbook_url }}}}{{{{ end }}}}",
         "alerts": text(cluster_label),
+        # Alertmanager adds these four to every PagerDuty event's details unless they are set, with
+        # its default template: the raw description (an exception's text) unescaped. Set, shipped.
+        "firing": text(cluster_label, alerts=".Alerts.Firing"),
+        "resolved": text(cluster_label, alerts=".Alerts.Resolved"),
+        "num_firing": "{{ .Alerts.Firing | len }}",
+        "num_resolved": "{{ .Alerts.Resolved | len }}",
     }

@@ -8,13 +8,13 @@ time in layers of small calls.  :func:`common_snapshot` checks that shape with o
 test (``type(v) is int``) and one range comparison per value, a few checks per group of fields,
 and builds each value once.
 
-It never rejects anything: whatever it is not sure of -- a value of another type, out of range,
-too long, not encodable, a field missing where the schema has no default, an ``int`` subclass,
-a non-empty tripwire, repair or incident list -- makes it answer ``None``, and the full parser
-runs and accepts the payload or names its first bad field as before.  So this module decides
-only *how fast* a valid snapshot is built, never *whether* a payload is accepted or why it is
-refused (``tests/core/test_codec_fast.py`` pins that on probe-produced, generated and mutated
-payloads).  Pure and stdlib-only (the probe imports the codec).
+It never rejects anything: whatever it is not sure of -- a value of another type, out of range, too
+long, not encodable, not inert (:mod:`poolwatch.inert`), a field missing where the schema has no
+default, an ``int`` subclass, a non-empty tripwire, repair or incident list -- makes it answer
+``None``, and the full parser runs and accepts the payload or names its first bad field as before.
+So this module decides only *how fast* a valid snapshot is built, never *whether* a payload is
+accepted or why it is refused (``tests/core/test_codec_fast.py`` pins that on probe-produced,
+generated and mutated payloads).  Pure and stdlib-only (the probe imports the codec).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 from poolwatch.codec.schema import MORE_POOLS_KEY, RELEASE_KEY
 from poolwatch.codec.waiting import fast_progress
 from poolwatch.fields import MAX_INT, MAX_ITEMS, MAX_NAME, MAX_NUMBER, MAX_TEXT
+from poolwatch.inert import is_inert
 from poolwatch.limits import Limits
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
@@ -108,9 +109,10 @@ def _empty(raw: object) -> bool:
 
 
 def _texts(values: tuple[Any, ...] | list[Any], limit: int) -> bool:
-    """Every value a ``str`` of at most ``limit`` characters that UTF-8 can encode."""
+    """Every value a ``str`` of at most ``limit`` characters that UTF-8 can encode, and inert
+    (a control character: the full parser makes it so)."""
     for v in values:
-        if type(v) is not str or len(v) > limit:
+        if type(v) is not str or len(v) > limit or not is_inert(v):
             return False
         if not v.isascii():
             try:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from poolwatch import fields
 from poolwatch.codec.waiting import parse_holds, parse_progress
 from poolwatch.fields import MAX_ITEMS, MAX_NAME, MAX_TEXT, FieldError
+from poolwatch.inert import inert
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import Exactness, IncidentKind, Phase, Pool, PoolAccount, Role, WorkerId
@@ -258,11 +259,11 @@ def _float(raw: object, where: str) -> float:
 
 
 def _str(raw: object, where: str) -> str:
-    return fields.text(raw, where, MAX_NAME)
+    return inert(fields.text(raw, where, MAX_NAME))
 
 
 def _text(raw: object, where: str) -> str:
-    return fields.text(raw, where, MAX_TEXT)
+    return inert(fields.text(raw, where, MAX_TEXT))
 
 
 def _bool(raw: object, where: str) -> bool:

@@ -35,7 +35,7 @@ from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries, PoolTrend, best_trends, fitted
 from poolwatch.model.rank import Pool, WorkerId
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.target_state import TargetState
+from poolwatch.target_state import DirectoryHealth, TargetState
 
 __all__ = ["RESTARTED", "Detector"]
 
@@ -96,13 +96,14 @@ class Detector:
         *,
         latest: Sequence[Snapshot] | None = None,
         targets: Sequence[TargetState] | None = None,
+        directory: DirectoryHealth | None = None,
     ) -> list[Alert]:
         """The timer's turn: hold times, and -- when the caller passes them -- staleness of the
         ``latest`` snapshot of every rank and the health of every scrape ``target``.  Returns
         every alert."""
         now = self._clock() if now is None else now
         with self._lock:
-            for alerts, signals in self._judges.ticked(Tick(now, latest, targets)):
+            for alerts, signals in self._judges.ticked(Tick(now, latest, targets, directory)):
                 self._tracker.timed(alerts, signals, now)
             self._tracker.tick(now)
             return self._labelled(self._tracker.alerts())

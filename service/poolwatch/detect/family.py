@@ -36,7 +36,7 @@ from poolwatch.detect.schema import AlertDef, Mode
 from poolwatch.detect.trend import Trend
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.target_state import TargetState
+from poolwatch.target_state import DirectoryHealth, TargetState
 
 __all__ = [
     "EventJudge",
@@ -67,6 +67,7 @@ class Tick(NamedTuple):
     now: float
     latest: Sequence[Snapshot] | None = None  # the latest snapshot of every rank
     targets: Sequence[TargetState] | None = None  # every scrape target's health
+    directory: DirectoryHealth | None = None  # what the discovery scan found of the probe directory
 
 
 class SampledJudge(Protocol):

@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
+from poolwatch import fields
 from poolwatch.detect.alert import Alert, AlertState, Signal
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.schema import Mode
 
-__all__ = ["Annotate", "Track"]
+__all__ = ["MAX_DESCRIPTION", "Annotate", "Track"]
 
+# An alert's description is at most this long (a recurring double free names every tripwire: twelve
+# made 6,656 characters); past it the text says how much was cut, and the rank's incidents
+# (/api/v1/incidents) keep every finding whole.  The state file reads texts up to this length.
+MAX_DESCRIPTION = fields.MAX_TEXT
 Annotate = Callable[[Signal], Mapping[str, str]]  # all but the description: fixed per (alert, labels)
 
 
@@ -60,7 +65,7 @@ class Track:
             return self.shown[2]
         if self.static is None:
             self.static = {k: v for k, v in annotate(s).items() if k != "description"}
-        annotations = {**self.static, "description": s.description}
+        annotations = {**self.static, "description": fields.cut(s.description, MAX_DESCRIPTION)}
         if self.reason:
             annotations["resolved_reason"] = self.reason
         alert = Alert(

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from poolwatch.discovery.handle import held
 from poolwatch.discovery.safety import make_directory
 from poolwatch.fields import FieldError, text
+from poolwatch.inert import inert
 
 __all__ = [
     "DiscoveryEntry",
@@ -110,9 +111,10 @@ def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any
 
 def _text(doc: dict[str, Any], name: str, limit: int) -> str:
     try:
-        return text(_field(doc, name, str), name, limit)  # bounded, encodable (poolwatch.fields)
+        value = text(_field(doc, name, str), name, limit)  # bounded, encodable (poolwatch.fields)
     except FieldError as exc:
         raise DiscoveryFormatError(str(exc)) from None
+    return inert(value)
 
 
 def _small_int(doc: dict[str, Any], name: str, high: int) -> int:

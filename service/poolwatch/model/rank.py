@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from poolwatch.inert import inert
+
 __all__ = [
     "ENGINE_CHANNELS",
     "NEUTRAL_CHANNELS",
@@ -146,6 +148,15 @@ class WorkerId:
     # codec's, for compatibility)
     engine: str = field(kw_only=True)
     release_verified: bool = True  # False: a release its probe room never read, read as its nearest family
+
+    def __post_init__(self) -> None:
+        """Every name made inert (:mod:`poolwatch.inert`), whichever source built it: a worker,
+        model or release reaches metric labels, the API, alerts and bundles."""
+        for name in ("worker", "model", "release", "instance", "engine"):
+            value = getattr(self, name)
+            shown = inert(value)
+            if shown is not value:
+                object.__setattr__(self, name, shown)
 
     @property
     def key(self) -> str:

@@ -31,7 +31,7 @@ import os
 import types
 from collections.abc import Mapping
 
-from poolwatch.engines import ENGINES, engine_entry, load
+from poolwatch.engines import ENGINES, UnknownEngine, engine_entry, load
 from poolwatch.probe.core import hooks
 from poolwatch.probe.core.config import ProbeConfig, armed_config
 from poolwatch.probe.core.engine import Engine, Release, UnknownRelease
@@ -55,7 +55,10 @@ log = logging.getLogger("poolwatch.probe")
 
 def engine(name: str) -> Engine:
     """The spec of the engine ``name`` (its room's ``engine`` module imported now)."""
-    spec: Engine = load(engine_entry(name).probe)
+    entry = engine_entry(name)
+    if not entry.probe:
+        raise UnknownEngine(f"{name!r} has no probe: poolwatch reads it from outside (its log)")
+    spec: Engine = load(entry.probe)
     return spec
 
 
@@ -173,6 +176,8 @@ def plugin(name: str, environ: Mapping[str, str] | None = None) -> None:
 def activate_from_pth() -> None:
     """Run by ``poolwatch-probe.pth`` when ``POOLWATCH_PROBE=1``: arm every engine; never raises."""
     for entry in ENGINES:
+        if not entry.probe:
+            continue  # read from outside only: nothing to arm
         try:
             activate(engine(entry.name), os.environ)
         except Exception:

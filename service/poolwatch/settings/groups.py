@@ -43,6 +43,7 @@ class ScrapeSettings:
     max_body_bytes: int = 4 << 20
     history: int = 256  # snapshots kept per rank for /api/v1/workers/{key}/history
     history_budget: int = 16384  # snapshots kept in all ranks' histories together
+    history_bytes: int = 48 << 20  # what all ranks' snapshots may weigh together (sidecar.store)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,9 @@ HELP: dict[str, str] = {
     "history": "snapshots kept per rank for /api/v1/workers/{key}/history",
     "history_budget": "snapshots kept in all ranks' histories together: with many ranks each keeps"
     " this divided by their number (bounds memory at fleet scale)",
+    "history_bytes": "bytes all ranks' snapshots may weigh together: each rank and source holds its"
+    " share (at least 64 KiB), the oldest shed first, a heavier latest one named more briefly"
+    " (bounds memory at any snapshot size and rate)",
     # targets
     "probe_dir": "discovery directory where each scheduler rank's probe announces itself (the probe's "
     "POOLWATCH_PROBE_DIR)",
@@ -54,9 +57,9 @@ HELP: dict[str, str] = {
     "alertmanager_urls": "Alertmanager base URLs the sidecar posts its alerts to (the fast page path), "
     "comma-separated; every replica of an HA Alertmanager",
     "webhook_urls": "URLs that receive the alerts as JSON, comma-separated",
-    "bearer_token_file": "file holding a bearer token for the receivers",
-    "basic_auth_user": "basic-auth user for the receivers",
-    "basic_auth_password_file": "file holding the basic-auth password",
+    "bearer_token_file": "file holding a bearer token for the Alertmanagers (never sent to a webhook)",
+    "basic_auth_user": "basic-auth user for the Alertmanagers (never sent to a webhook)",
+    "basic_auth_password_file": "file holding the Alertmanagers' basic-auth password",
     "tls_verify": "verify the receivers' TLS certificates (true or false)",
     "ca_file": "CA bundle to verify the receivers with (empty: the system's)",
     "runbook_base_url": "absolute URL under which <AlertName>.md runbooks live (alerts' runbook_url)",

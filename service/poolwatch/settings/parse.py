@@ -87,6 +87,7 @@ _MINIMUM = {
     "max_body_bytes": 1024,  # and at most 1 GiB
     "history": 1,
     "history_budget": 1,
+    "history_bytes": 1 << 20,
     "notify_queue": 1,
 }
 

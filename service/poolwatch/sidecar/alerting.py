@@ -45,6 +45,7 @@ from poolwatch.sidecar.keeper import StateKeeper
 from poolwatch.sidecar.metrics.alerts import AlertCollector
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sidecar.supervise import Supervisor
+from poolwatch.target_state import DirectoryHealth
 
 __all__ = ["AlertWiring", "build_alerting"]
 
@@ -92,11 +93,15 @@ class AlertWiring:
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fired = 0  # the detector's count of alerts that started firing, when last told
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None  # Alertmanager's: with its credentials
+        self._plain: httpx.AsyncClient | None = None  # the webhooks': none (each URL is its own secret)
         self.supervisor = Supervisor()
         self.keeper = StateKeeper(Path(settings.state_file) if settings.state_file else None, self.supervisor)
         self.collector = AlertCollector(detector, self.delivery_stats)
         self.router: APIRouter = alerts_router(detector.alerts)
+        # what the discovery scan found of the probe directory (the sidecar pages it: PoolwatchProbeRefused,
+        # PoolwatchProbeDirectoryLost); None: no directory watched
+        self.directory: Callable[[], DirectoryHealth | None] | None = None
 
     def restore(self) -> int:
         """Take back the alerts of the state file; returns how many."""
@@ -107,7 +112,10 @@ class AlertWiring:
     def evaluate(self, now: float | None = None) -> list[Alert]:
         now = self._clock() if now is None else now
         self.forget_departed(now)
-        alerts = self.detector.evaluate(now, latest=self._store.latest(), targets=self._store.targets())
+        directory = self.directory() if self.directory is not None else None
+        alerts = self.detector.evaluate(
+            now, latest=self._store.latest(), targets=self._store.targets(), directory=directory
+        )
         for deliverer in self._deliverers:  # what each receiver is owed now, saved below with the alerts
             deliverer.outbox.update(alerts, now)
         self.keeper.save(alerts)
@@ -142,10 +150,11 @@ class AlertWiring:
         self._client = build_client(
             token=x.token, basic_auth=x.basic_auth, verify=x.verify, ca_file=x.ca_file, transport=transport
         )
+        self._plain = build_client(verify=x.verify, ca_file=x.ca_file, transport=transport)
         self._deliverers = [
             Deliverer(
                 r,
-                self._client,
+                self._client if isinstance(r, AlertmanagerReceiver) else self._plain,
                 self.detector.alerts,
                 self._clock,
                 resend_interval=self._settings.resend_interval,
@@ -166,9 +175,10 @@ class AlertWiring:
     async def stop(self, timeout: float = 2.0) -> None:
         await self.supervisor.stop(timeout)
         self._tasks = []
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in (self._client, self._plain):
+            if client is not None:
+                await client.aclose()
+        self._client = self._plain = None
         self.keeper.save(self.detector.alerts())
 
     async def _timer(self) -> None:

@@ -105,19 +105,33 @@ def build_exposition(
 
 def _provider(
     settings: Settings, sources: Sequence[Source] | None, clock: Callable[[], float]
-) -> tuple[Sequence[Source] | Callable[[], Sequence[Source]], list[Collector]]:
+) -> tuple[Sequence[Source] | Callable[[], Sequence[Source]], list[Collector], TargetSet | None]:
     """The sources the scraper reads (given, or the targets and discovery directory of the
-    settings) and, for the latter, the collector of the discovery directory's skipped files."""
+    settings) and, for the latter, the collector of the discovery directory's skipped files and
+    the target set (whose directory health the sidecar's own alerts judge)."""
     if sources is not None:
-        return list(sources), []
+        return list(sources), [], None
     target_set = TargetSet(settings, clock)
-    return target_set.current, [DiscoveryCollector(target_set.skipped_by_reason, target_set.directory_lost)]
+    collector = DiscoveryCollector(target_set.skipped_by_reason, target_set.directory_lost)
+    return target_set.current, [collector], target_set
+
+
+def _alerting(alerting: AlertWiring, target_set: TargetSet | None) -> AlertWiring:
+    """``alerting``, judging the probe directory the target set scans (its own page when the
+    directory is lost or a probe refused: :mod:`poolwatch.detect.families.probe_directory`)."""
+    if target_set is not None:
+        alerting.directory = target_set.directory_health
+    return alerting
 
 
 def _store(settings: Settings, clock: Callable[[], float]) -> SnapshotStore:
     scrape, fresh = settings.scrape, settings.detection.stale_after
     return SnapshotStore(
-        history=scrape.history, fresh_within=fresh, clock=clock, history_budget=scrape.history_budget
+        history=scrape.history,
+        fresh_within=fresh,
+        clock=clock,
+        history_budget=scrape.history_budget,
+        history_bytes=scrape.history_bytes,
     )
 
 
@@ -174,9 +188,9 @@ def create_app(
     Raises :class:`~poolwatch.errors.ConfigError` for a setting that only shows up as wrong here
     (an unreadable token file, a bad receiver URL)."""
     store = store if store is not None else _store(settings, clock)
-    provider, discovery = _provider(settings, sources, clock)
+    provider, discovery, target_set = _provider(settings, sources, clock)
     scraper = Scraper(store, provider, settings.scrape, clock)
-    alerting = alerting or build_alerting(settings, store, clock, transport=transport)
+    alerting = _alerting(alerting or build_alerting(settings, store, clock, transport=transport), target_set)
     stale_after = settings.detection.stale_after
     own = [alerting.collector, SupervisorCollector(alerting.supervisor), *discovery]
     if settings.identity.pod:  # who this sidecar serves: Prometheus' pod label must say the same

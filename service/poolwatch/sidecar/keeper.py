@@ -17,7 +17,8 @@ from pathlib import Path
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.notify.delivery import Deliverer
-from poolwatch.sidecar.persist import Told, Undelivered, load_state, save_alerts
+from poolwatch.sidecar.persist import load_state, save_alerts
+from poolwatch.sidecar.state_codec import Told, Undelivered
 from poolwatch.sidecar.state_file import remove_stale_temps
 from poolwatch.sidecar.supervise import Supervisor
 

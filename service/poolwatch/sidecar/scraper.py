@@ -29,6 +29,7 @@ import httpx
 
 from poolwatch.addresses import scrub_urls
 from poolwatch.errors import Reason, ScrapeError
+from poolwatch.inert import inert
 from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.lanes import Lanes
 from poolwatch.sidecar.store import SnapshotStore
@@ -117,8 +118,9 @@ class Scraper:
 
     def _fail(self, source: Source, started: float, reason: Reason, message: str) -> bool:
         """Record a failure; its message is shown (API, status page, alert text, log) without any
-        URL's user, password, path or query, whichever source wrote it."""
-        message = scrub_urls(message)
+        URL's user, password, path or query, whichever source wrote it, and inert (an error may
+        quote what a target sent: :mod:`poolwatch.inert`)."""
+        message = inert(scrub_urls(message))
         t = source.target
         self._store.record_failure(t.name, t.source, time.perf_counter() - started, reason, message, t.worker)
         self._transition(source, up=False, reason=reason, message=message)

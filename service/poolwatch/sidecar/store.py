@@ -15,6 +15,16 @@ snapshots while the rank-sources are few (a per-pod sidecar) and ``history_budge
 their number when they are many (a central sidecar watching 1,000 ranks keeps 16 each by
 default, not 256,000 snapshots), so memory stays bounded whatever the fleet's size.
 
+They share a byte budget too (``history_bytes``, 48 MiB by default), whatever the snapshots weigh
+(:func:`poolwatch.codec.footprint.weight`: a schema-valid 3.7 MB body of slot ids is some 19 MB of
+Python objects): each (rank, source) may hold its share of it (the budget divided by their
+number, at least :data:`MIN_SHARE`), its latest snapshot included; past its share the oldest of
+its history is shed first, and a latest snapshot that alone weighs more than the share is made
+lighter before anyone sees it (:func:`~poolwatch.codec.footprint.compact`: fewer ids and requests
+named, every count exact), so the detector, the exporter, the incidents and the API all read the
+same one.  The snapshots held weigh at most ``history_bytes`` plus :data:`MIN_SHARE` per
+(rank, source), at any rate and size of input.
+
 Written by the scrape loop, read by the collectors and the API.  A lock keeps readers on other
 threads (the ``/metrics`` route runs in a worker thread) consistent; every operation is O(1) or
 O(ranks).
@@ -32,15 +42,26 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from poolwatch.codec.footprint import compact, weight
 from poolwatch.conservation import findings
 from poolwatch.errors import Reason
 from poolwatch.model.rank import IncidentKind, SourceKind
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.target_state import TargetState
 
-__all__ = ["HISTORY_BUDGET", "PREFERENCE", "RankState", "SnapshotStore", "best_view"]
+__all__ = [
+    "HISTORY_BUDGET",
+    "HISTORY_BYTES",
+    "MIN_SHARE",
+    "PREFERENCE",
+    "RankState",
+    "SnapshotStore",
+    "best_view",
+]
 
 HISTORY_BUDGET = 16384  # snapshots kept in all the histories together (~3.5 KB each)
+HISTORY_BYTES = 48 << 20  # what they may weigh together (codec.footprint.weight)
+MIN_SHARE = 64 << 10  # each (rank, source) may hold this much whatever their number
 PREFERENCE = ("probe", "file", "metrics", "log")  # by channel (SourceKind.channel): exact first
 
 
@@ -66,6 +87,18 @@ def best_view(snaps: Iterable[Snapshot], fresh_within: float) -> Snapshot:
 class _SourceView:
     latest: Snapshot
     history: deque[Snapshot]
+    held: int = 0  # the weight of ``history`` (its last item is ``latest``)
+
+    def add(self, snap: Snapshot, share: int) -> None:
+        """``snap`` as the latest; the oldest shed while the history weighs more than ``share``
+        (or holds more than its length allows)."""
+        if self.history.maxlen is not None and len(self.history) == self.history.maxlen:
+            self.held -= weight(self.history[0])
+        self.history.append(snap)
+        self.latest = snap
+        self.held += weight(snap)
+        while self.held > share and len(self.history) > 1:
+            self.held -= weight(self.history.popleft())
 
 
 @dataclass(slots=True)
@@ -91,11 +124,13 @@ class SnapshotStore:
         fresh_within: float = 10.0,
         clock: Callable[[], float] = time.time,
         history_budget: int = HISTORY_BUDGET,
+        history_bytes: int = HISTORY_BYTES,
     ) -> None:
-        if history < 1 or history_budget < 1:
-            raise ValueError("history and history_budget must be at least 1")
+        if history < 1 or history_budget < 1 or history_bytes < 1:
+            raise ValueError("history, history_budget and history_bytes must be at least 1")
         self._history = history
         self._budget = history_budget
+        self._bytes = history_bytes
         self._views = 0  # (rank, source) views held: the budget's divisor
         self._fresh_within = fresh_within
         self._clock = clock
@@ -130,14 +165,21 @@ class SnapshotStore:
                 return False
             elif view.history.maxlen != (depth := self.history_depth()):
                 view.history = deque(view.history, maxlen=depth)  # the newest kept
+                view.held = sum(map(weight, view.history))
+            share = self.history_share()
+            snap = compact(snap, share)  # a snapshot heavier than its share, lighter: before anyone reads it
             rank.incidents.update(i.kind for i in snap.incidents)
             rank.incident_at.update((i.kind, rank.seen_at) for i in snap.incidents)
-            view.latest = snap
-            view.history.append(snap)
+            view.add(snap, share)
         findings(snap)  # assessed once, here; the listeners, exporter and API read the memo
         for listener in self._listeners:
             listener(snap)
         return True
+
+    def history_share(self) -> int:
+        """The bytes each (rank, source) may hold now: its share of ``history_bytes`` (at least
+        :data:`MIN_SHARE`)."""
+        return max(MIN_SHARE, self._bytes // max(1, self._views))
 
     def history_depth(self) -> int:
         """How many snapshots each (rank, source) keeps now: ``history``, or its share of the

@@ -24,12 +24,9 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
-
-from poolwatch.sidecar.metrics.families import Families
+from poolwatch.sidecar.metrics.families import Families, FamiliesCollector
 
 __all__ = ["LOOP_CRASHES", "LOOP_WINDOW_S", "Supervisor", "SupervisorCollector"]
 
@@ -112,21 +109,18 @@ class Supervisor:
 _NAMES = ("poolwatch_task_crashes_total", "poolwatch_task_crash_looping", "poolwatch_internal_errors_total")
 
 
-class SupervisorCollector(Collector):
+class SupervisorCollector(FamiliesCollector):
     """Crashes and crash loops by task, and contained internal errors by kind."""
+
+    names = _NAMES
 
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(Families(_NAMES))
-
-    def collect(self) -> Iterator[Metric]:
-        fam = Families(_NAMES)
+    def fill(self, fam: Families) -> None:
         looping = set(self._supervisor.crash_looping())
         for name, n in sorted(self._supervisor.crashes.items()):
             fam.add("poolwatch_task_crashes_total", (name,), n)
             fam.add("poolwatch_task_crash_looping", (name,), float(name in looping))
         for what, n in sorted(self._supervisor.errors.items()):
             fam.add("poolwatch_internal_errors_total", (what,), n)
-        return iter(fam)

@@ -2,11 +2,14 @@
 
 Without a probe, the sidecar reads an engine from the outside: its ``/metrics`` page (coarse
 figures) and its log (incidents, crashes, figures when it prints them).  What differs between
-engines -- the metric names, the log formats, what a crash looks like -- lives in the engine's
-room (``poolwatch/sources/<engine>/``), which hands the sidecar one :class:`EngineSources`.
-Neutral code (the targets, ``poolwatch check``, ``poolwatch replay``) asks for the room by
-engine name or by source kind (:func:`sources_of`, :func:`sources_for`) and never branches on an
-engine's name; the rooms are found through :mod:`poolwatch.engines`.
+engines -- the metric names, the log's dialect, what a crash looks like -- lives in the engine's
+room (``poolwatch/sources/<engine>/``), which hands the sidecar one :class:`EngineSources`: a
+:class:`~poolwatch.sources.logfile.dialect.LogDialect` and, optionally, a ``/metrics`` reader.
+The log source and the replayer are built here from the dialect: the whole log pipeline is
+engine-neutral (:mod:`poolwatch.sources.logfile`).  Neutral code (the targets, ``poolwatch check``,
+``poolwatch replay``) asks for the room by engine name or by source kind (:func:`sources_of`,
+:func:`sources_for`) and never branches on an engine's name; the rooms are found through
+:mod:`poolwatch.engines`.
 """
 
 from __future__ import annotations
@@ -20,20 +23,23 @@ from poolwatch.engines import ENGINES, EngineEntry, UnknownEngine, engine_entry,
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import SourceKind
 from poolwatch.sources.base import Source, Target
+from poolwatch.sources.logfile.dialect import LogDialect
+from poolwatch.sources.logfile.evidence import Evidence, sniff, weigh
 from poolwatch.sources.logfile.replay import ReplayReport, Row
+from poolwatch.sources.logfile.replayer import Replayer
+from poolwatch.sources.logfile.source import LogSource
 
 __all__ = [
     "EngineSources",
     "LogReplayer",
-    "SourceOptions",
-    "LogSourceType",
     "MetricsSourceType",
-    "ReplayerType",
+    "SourceOptions",
     "engine_sources",
     "sniff_engine",
     "source_kinds",
     "sources_for",
     "sources_of",
+    "weigh_engines",
 ]
 
 Clock = Callable[[], float]
@@ -63,20 +69,6 @@ class MetricsSourceType(Protocol):
     def __call__(self, target: Target, clock: Clock, *, max_bytes: int, limits: Limits) -> Source: ...
 
 
-class LogSourceType(Protocol):
-    """How a room's log source is built (its class)."""
-
-    def __call__(self, target: Target, clock: Clock, *, max_ranks: int) -> Source: ...
-
-
-class ReplayerType(Protocol):
-    """How a room's replayer of a saved log is built (``poolwatch replay``)."""
-
-    def __call__(
-        self, worker: str, emit: Callable[[Row], None], every: float, day: dt.date | None = None
-    ) -> LogReplayer: ...
-
-
 @dataclass(frozen=True, slots=True)
 class EngineSources:
     """One engine's sources: what kinds of target it reads and how.  Its kinds are named after the
@@ -84,12 +76,14 @@ class EngineSources:
     ``channels`` (``tests/test_engines.py`` holds the two equal)."""
 
     engine: str  # the registry's name (poolwatch.engines)
-    log_source: LogSourceType  # reads its log file
-    replayer: ReplayerType  # replays a saved log (``poolwatch replay``)
-    recognises: Callable[[str], bool]  # whether a raw log line is in one of the engine's formats
+    log_dialect: LogDialect  # how its log reads (the log source and the replayer are built from it)
     metrics_source: MetricsSourceType | None = None  # reads its ``/metrics`` page (None: a log only)
     # how long its /metrics must be watched to prove a rank idle (None: never)
     idle_confirm_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.log_dialect.engine != self.engine:
+            raise ValueError(f"engine {self.engine!r}: its log dialect is {self.log_dialect.engine!r}'s")
 
     @property
     def metrics(self) -> SourceKind:
@@ -109,10 +103,16 @@ class EngineSources:
     def make(self, target: Target, clock: Clock, options: SourceOptions) -> Source:
         """The source that reads ``target`` (one of this engine's kinds)."""
         if target.source == self.log:
-            return self.log_source(target, clock, max_ranks=options.limits.max_log_ranks)
+            return LogSource(target, clock, self.log_dialect, max_ranks=options.limits.max_log_ranks)
         if target.source != self.metrics or self.metrics_source is None:
             raise UnknownEngine(f"{target.source}: not a kind of target {self.engine}'s sources read")
         return self.metrics_source(target, clock, max_bytes=options.max_bytes, limits=options.limits)
+
+    def replayer(
+        self, worker: str, emit: Callable[[Row], None], every: float, day: dt.date | None = None
+    ) -> LogReplayer:
+        """A replayer of a saved log of this engine (``poolwatch replay``)."""
+        return Replayer(self.log_dialect, worker, emit, every, day)
 
 
 def _rooms(entries: tuple[EngineEntry, ...]) -> list[EngineSources]:
@@ -146,13 +146,21 @@ def engine_sources(entries: tuple[EngineEntry, ...] = ENGINES) -> list[EngineSou
     return _rooms(entries)
 
 
-def sniff_engine(lines: Iterable[str], entries: tuple[EngineEntry, ...] = ENGINES) -> EngineSources | None:
-    """The engine whose formats the most of ``lines`` are in (None when no line is any engine's;
-    on a tie, the first in the registry)."""
+def sniff_engine(
+    lines: Iterable[str], entries: tuple[EngineEntry, ...] = ENGINES
+) -> tuple[EngineSources, Evidence] | None:
+    """The engine whose own marks the most of ``lines`` carry, and the evidence (None when no
+    line carries any engine's; on a tie, the first in the registry)."""
     rooms = _rooms(entries)
-    counts = [0] * len(rooms)
-    for line in lines:
-        for i, room in enumerate(rooms):
-            counts[i] += room.recognises(line)
-    best = max(range(len(rooms)), key=lambda i: (counts[i], -i), default=None)
-    return None if best is None or counts[best] == 0 else rooms[best]
+    evidence = sniff(lines, [r.log_dialect for r in rooms])
+    if evidence is None:
+        return None
+    return next(r for r in rooms if r.engine == evidence.engine), evidence
+
+
+def weigh_engines(
+    lines: Iterable[str], entries: tuple[EngineEntry, ...] = ENGINES
+) -> list[tuple[EngineSources, Evidence]]:
+    """Every engine's evidence over ``lines`` (its own marks, counted), in the registry's order."""
+    rooms = _rooms(entries)
+    return list(zip(rooms, weigh(lines, [r.log_dialect for r in rooms]), strict=True))

@@ -15,6 +15,7 @@ from urllib.parse import quote_plus, urlencode, urlsplit
 import httpx
 
 from poolwatch.addresses import shown_url
+from poolwatch.codec.footprint import weight
 from poolwatch.codec.renewal import CLOCK_HEADER, HAVE, NOT_MODIFIED, renew
 from poolwatch.codec.schema import SnapshotFormatError
 from poolwatch.codec.snapshot import parse_snapshot
@@ -36,6 +37,7 @@ SNAPSHOT_PATH = "/v1/snapshot"
 WATCH_MARGIN = 0.15  # seconds of each interval left for an answer's trip and the loop's pause
 FULL_BACKOFF_S = (0.05, 0.5)  # the first pause before asking a full probe again, and the longest
 FULL_RETRY_S = 1.5  # at most this long in pauses, then the failure is the scrape's
+HOLD_BYTES = 64 << 10  # the heaviest snapshot held for renewal (codec.footprint.weight; usual: ~6 KB)
 
 
 def watch_wait(interval: float, timeout: float) -> float:
@@ -144,7 +146,9 @@ class ProbeSource(Source):
     def _decoded(self, answer: Answer) -> Snapshot:
         snap = parse_probe_payload(decode_json(answer[2], self.url), self._target, self._limits)
         tag = answer[1].get("etag", "").removeprefix("W/").strip('"')
-        self._held = (tag, snap) if tag else None
+        # kept to renew with a bodiless 304: only a snapshot of the usual weight (a heavy one is
+        # the store's to hold, within its byte budget; the next answer is then a whole body)
+        self._held = (tag, snap) if tag and weight(snap) <= HOLD_BYTES else None
         return snap
 
     def _renewed(self, answer: Answer) -> Snapshot:

@@ -123,10 +123,12 @@ def static_targets(settings: Settings) -> list[Target]:
     t = settings.targets
     own = settings.identity.worker if len(t.metrics_urls) <= 1 else ""
     engine = _engine(t.engine) if t.metrics_urls or t.log_paths else None
+    metrics = _kind(engine, "metrics", "POOLWATCH_METRICS_URLS") if t.metrics_urls else None
+    log = _kind(engine, "log", "POOLWATCH_LOG_PATHS") if t.log_paths else None
     listed = (
         [(SourceKind.PROBE, u) for u in t.probe_urls]
-        + [(engine.metrics, u) for u in t.metrics_urls if engine is not None]
-        + [(engine.log, p) for p in t.log_paths if engine is not None]
+        + [(metrics, u) for u in t.metrics_urls if metrics is not None]
+        + [(log, p) for p in t.log_paths if log is not None]
         + [(SourceKind.FILE, p) for p in t.snapshot_files]
     )
     names = distinct(_name(kind, loc) for kind, loc in listed)  # two URLs may show alike
@@ -144,6 +146,15 @@ def _engine(name: str) -> EngineSources:
         return sources_of(name)
     except UnknownEngine as exc:
         raise ConfigError(f"POOLWATCH_ENGINE: {exc}") from None
+
+
+def _kind(engine: EngineSources | None, channel: str, setting: str) -> SourceKind:
+    """The engine's kind for ``channel`` ("metrics", "log"); a clear error when it reads none."""
+    kind = None if engine is None else (engine.metrics if channel == "metrics" else engine.log)
+    if kind is None:
+        name = engine.engine if engine is not None else "?"
+        raise ConfigError(f"{setting}: engine {name!r} has no {channel} source (POOLWATCH_ENGINE)")
+    return kind
 
 
 def _flag_worker(kind: SourceKind, location: str, own: str) -> str:

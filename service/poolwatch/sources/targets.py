@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from poolwatch.detect.families.probe_directory import REFUSED
 from poolwatch.discovery.directory import SkipReason, scan_discovery_dir, skip_reason
 from poolwatch.discovery.files import SECRET_FILE, load_secret
 from poolwatch.discovery.final import FINAL_SUFFIX, ForgedFinalError, final_name, final_names, final_stat
@@ -35,12 +36,13 @@ from poolwatch.sources.base import Source, Target
 from poolwatch.sources.engine import SourceOptions, sources_for
 from poolwatch.sources.file import FileSource
 from poolwatch.sources.final import FinalSnapshotSource, check_final
-from poolwatch.sources.probe_dir import ProbeDirectoryWatch
+from poolwatch.sources.probe_dir import LOST_REASONS, ProbeDirectoryWatch
 from poolwatch.sources.probe_source import ProbeSource, watch_wait
 from poolwatch.sources.target_config import (
     identity_labels,
     static_targets,
 )
+from poolwatch.target_state import DirectoryHealth
 
 __all__ = ["TargetSet", "discover_probes", "discover_ranks", "make_source"]
 
@@ -212,6 +214,16 @@ class TargetSet:
         for problem in self.skipped.values():
             counts[skip_reason(problem)] += 1
         return counts
+
+    def directory_health(self) -> DirectoryHealth | None:
+        """What the last scan found of the probe directory, for the sidecar's own alerts
+        (:mod:`poolwatch.detect.families.probe_directory`); None while discovery is off."""
+        if not self._probe_dir:
+            return None
+        watch = self.directory
+        lost = watch.state if watch.had_probes and watch.state in LOST_REASONS else ""
+        refused = {n: why for n, why in self.skipped.items() if skip_reason(why).value in REFUSED}
+        return DirectoryHealth(self._probe_dir, lost, refused)
 
     def directory_lost(self) -> dict[str, int]:
         """Whether the directory that had probes is lost, by reason (none while discovery is off)."""

@@ -128,12 +128,23 @@ def test_parse_version_reads_release_and_post_numbers(release: list[int], post: 
     assert parse_version(text) == (*([*release, 0, 0])[:3], post)
 
 
-def test_a_probe_on_an_unreadable_version_reads_it_as_the_newest_family() -> None:
+def test_a_probe_on_an_unreadable_installed_version_reads_it_as_the_newest_family_unverified() -> None:
     from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.sglang.engine import SGLANG, sglang_release
+
+    release = sglang_release("", installed="main-dev")
+    assert (release.family, release.verified) == ("0.5.23", False)
+    probe = new_probe(SGLANG, object(), ProbeConfig(serve=False), environ={}, release=release)
+    assert probe.shape.family == "0.5.23"
+
+
+def test_an_override_that_is_no_release_number_keeps_the_probe_off() -> None:
+    from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.core.engine import UnknownRelease
     from poolwatch.probe.sglang.engine import SGLANG
 
-    probe = new_probe(SGLANG, object(), ProbeConfig(serve=False, release="main-dev"), environ={})
-    assert probe.shape.family == "0.5.23"
+    with pytest.raises(UnknownRelease, match="is not a release number"):
+        new_probe(SGLANG, object(), ProbeConfig(serve=False, release="main-dev"), environ={})
 
 
 @pytest.mark.parametrize("text", ["", "dev", "x.5"])

@@ -200,7 +200,7 @@ def test_the_snapshot_round_trips_with_its_engine() -> None:
         ("0.18.0", "v0.18"), ("0.23.0", "v0.18"), ("0.24.0", "v0.24"), ("0.25.1", "v0.24"),
         ("0.26.0", "v0.26"), ("0.27.1", "v0.27"), ("0.28.0", "v0.27"), ("0.29.0", "v0.29"),
         ("0.30.0", "v0.30"), ("0.31.0", "v0.31"), ("0.32.0", "v0.31"), ("0.33.0", "v0.33"),
-        ("0.33.0+cpu", "v0.33"), ("0.34.0", "v0.34"),
+        ("0.34.0", "v0.34"), (" v0.34.0 ", "v0.34"),
     ],
 )  # fmt: skip
 def test_every_release_read_has_its_family_and_is_verified(version: str, family: str) -> None:
@@ -217,10 +217,49 @@ def test_a_release_never_read_is_read_as_the_family_before_it_unverified(version
     assert (release.family, release.verified) == (family, False)
 
 
+@pytest.mark.parametrize(
+    ("version", "family"),
+    [
+        ("0.34.0rc1", "v0.34"), ("0.33.0.dev12+g1a2b3c4", "v0.33"), ("0.33.0+cu128", "v0.33"),
+        ("0.33.0+cpu", "v0.33"), ("0.34.0.post1", "v0.34"), ("0.34.0a2", "v0.34"), ("0.11.0.1", "v0.10"),
+    ],
+)  # fmt: skip
+def test_a_pre_release_dev_or_local_build_of_a_release_read_is_unverified(version: str, family: str) -> None:
+    """Its code may differ from the final release's anywhere (issue 42: a ``0.34.0rc1`` whose free
+    came before its pop was read as 0.34.0, guard on, and refused every healthy free)."""
+    release = vllm_release(version)
+    assert (release.family, release.verified) == (family, False)
+
+
+@pytest.mark.parametrize(
+    ("override", "installed", "family", "verified"),
+    [
+        ("0.34.0", "0.35.0", "v0.34", False),  # an override never marks an unread release read
+        ("0.34.0", "0.34.0rc1", "v0.34", False),
+        ("0.33.0", "0.34.0", "v0.33", False),  # read as another family: not what was read
+        ("0.34.0", "0.34.0", "v0.34", True),
+        ("", "0.34.0", "v0.34", True),
+        ("0.34.0", "", "v0.34", True),  # vLLM not installed (fakes): the override is all there is
+    ],
+)
+def test_an_override_chooses_the_family_never_that_the_release_was_read(
+    override: str, installed: str, family: str, verified: bool
+) -> None:
+    release = vllm_release(override, installed=installed)
+    assert (release.family, release.verified) == (family, verified)
+    assert release.version == (installed or override)
+
+
+@pytest.mark.parametrize("override", ["0.34.0 junk", "nightly", "0.34.0; rm -rf /", "x" * 300])
+def test_an_override_that_is_no_release_number_is_refused_clearly(override: str) -> None:
+    with pytest.raises(UnknownVllmRelease, match=r"POOLWATCH_ENGINE_VERSION=.* is not a release number"):
+        vllm_release(override, installed="0.34.0")
+
+
 @pytest.mark.parametrize("version", ["0.9.2", "0.10.1.1", "nightly", ""])
 def test_a_release_older_than_the_first_read_or_no_version_is_refused_clearly(version: str) -> None:
     with pytest.raises(UnknownVllmRelease, match="not a release poolwatch can read"):
-        vllm_release(version or "not-installed")
+        vllm_release("", installed=version)
     with pytest.raises(UnknownVllmRelease, match=r"the first is 0\.10\.2"):
         shape_for(version)
 

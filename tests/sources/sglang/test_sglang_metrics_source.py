@@ -1,46 +1,20 @@
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-
 import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers import FIXTURES, FakeClock
+from tests.helpers import FakeClock
+from tests.sources.sglang.fakes import SGLANG, Handler, captured, sglang_server
 from tests.strategies import slot_counts
 
 from poolwatch.conservation import assess_snapshot, describe
 from poolwatch.errors import PayloadError, Reason, ScrapeError
 from poolwatch.model.rank import Phase, Pool, PoolAccount, Role
 from poolwatch.sources.base import Source, Target
+from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.sglang.gauges import ServerInfo, parse_server_info, pool_accounts, queues
-from poolwatch.sources.sglang.log.lines import Ranks
 from poolwatch.sources.sglang.metrics import IdleWatch, SglangMetricsSource, parse_metrics_page
-
-SGLANG = FIXTURES / "sglang"
-Handler = Callable[[httpx.Request], httpx.Response]
-
-
-def fixture(release: str) -> tuple[str, object]:
-    page = (SGLANG / f"{release}.metrics.txt").read_text()
-    info = json.loads((SGLANG / f"{release}.server_info.json").read_text())
-    return page, info
-
-
-def server(page: str, info: object, seen: list[str] | None = None) -> Handler:
-    """A fake SGLang HTTP server; it fails the test if anything but the two safe endpoints is asked."""
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        if seen is not None:
-            seen.append(request.url.path)
-        if request.url.path == "/metrics":
-            return httpx.Response(200, text=page)
-        if request.url.path == "/get_server_info":
-            return httpx.Response(200, json=info)
-        return httpx.Response(404)
-
-    return handle
 
 
 def source(
@@ -52,7 +26,7 @@ def source(
 
 
 def test_the_0_5_4_post1_page_gives_the_full_used_count_and_no_mamba_figure() -> None:
-    page, info = fixture("v0.5.4.post1-pd-prefill")
+    page, info = captured("v0.5.4.post1-pd-prefill")
     ranks = parse_metrics_page(page)
     assert list(ranks) == [Ranks(0, 0, 0)]
     gauges = ranks[Ranks()]
@@ -72,7 +46,7 @@ def test_the_0_5_4_post1_page_gives_the_full_used_count_and_no_mamba_figure() ->
 
 
 def test_the_0_5_9_mamba_ratio_becomes_a_count_with_the_pool_size() -> None:
-    page, info = fixture("v0.5.9-unified")
+    page, info = captured("v0.5.9-unified")
     gauges = parse_metrics_page(page)[Ranks()]
     accounts = pool_accounts(gauges, parse_server_info(info), 0)
     assert accounts[Pool.MAMBA] == PoolAccount(Pool.MAMBA, 384, used=1)
@@ -81,19 +55,19 @@ def test_the_0_5_9_mamba_ratio_becomes_a_count_with_the_pool_size() -> None:
 
 
 def test_a_mamba_ratio_without_a_known_size_proves_only_its_sign() -> None:
-    page, _ = fixture("v0.5.9-unified")
+    page, _ = captured("v0.5.9-unified")
     gauges = parse_metrics_page(page.replace("0.0026041666666666665", "-0.0026041666666666665"))[Ranks()]
     assert pool_accounts(gauges, ServerInfo(), 0)[Pool.MAMBA] == PoolAccount(Pool.MAMBA, None, used=-1)
 
 
 def test_a_ratio_that_is_not_a_whole_count_of_the_size_proves_only_its_sign() -> None:
-    page, info = fixture("v0.5.9-unified")
+    page, info = captured("v0.5.9-unified")
     gauges = parse_metrics_page(page.replace("0.0026041666666666665", "0.003"))[Ranks()]
     assert pool_accounts(gauges, parse_server_info(info), 0)[Pool.MAMBA] == PoolAccount(Pool.MAMBA, 384)
 
 
 def test_the_0_5_12_page_gives_every_pool_of_every_dp_rank_with_sizes_from_the_gauges() -> None:
-    page, _ = fixture("v0.5.12-dp2-decode")
+    page, _ = captured("v0.5.12-dp2-decode")
     ranks = parse_metrics_page(page)
     assert sorted(ranks) == [Ranks(0, 0, 0), Ranks(1, 0, 0)]
     busy = pool_accounts(ranks[Ranks(0)], ServerInfo(), 0)
@@ -149,7 +123,7 @@ def test_without_queue_gauges_idleness_is_unknown() -> None:
 
 async def test_the_source_reads_the_two_safe_endpoints_only() -> None:
     seen: list[str] = []
-    src, client = source(server(*fixture("v0.5.12-dp2-decode"), seen=seen), FakeClock())
+    src, client = source(sglang_server(*captured("v0.5.12-dp2-decode"), seen=seen), FakeClock())
     async with client:
         assert isinstance(src, Source)
         await src.scrape(client)
@@ -160,7 +134,7 @@ async def test_the_source_reads_the_two_safe_endpoints_only() -> None:
 
 async def test_a_leak_at_idle_shows_once_the_idle_state_is_confirmed() -> None:
     clock = FakeClock()
-    src, client = source(server(*fixture("v0.5.9-unified")), clock)
+    src, client = source(sglang_server(*captured("v0.5.9-unified")), clock)
     async with client:
         (first,) = await src.scrape(client)
         clock.advance(40.0)
@@ -174,7 +148,7 @@ async def test_a_leak_at_idle_shows_once_the_idle_state_is_confirmed() -> None:
 
 
 async def test_a_negative_used_count_is_a_surplus_at_once() -> None:
-    src, client = source(server(*fixture("v0.5.12-dp2-decode")), FakeClock())
+    src, client = source(sglang_server(*captured("v0.5.12-dp2-decode")), FakeClock())
     async with client:
         busy, idle = await src.scrape(client)
     assert (busy.worker.key, idle.worker.key) == ("decode-0/dp0-tp0-pp0", "decode-0/dp1-tp0-pp0")
@@ -185,7 +159,7 @@ async def test_a_negative_used_count_is_a_surplus_at_once() -> None:
 
 
 async def test_server_info_failing_is_not_a_failed_scrape() -> None:
-    page, _ = fixture("v0.5.4.post1-pd-prefill")
+    page, _ = captured("v0.5.4.post1-pd-prefill")
 
     def handle(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text=page) if request.url.path == "/metrics" else httpx.Response(500)

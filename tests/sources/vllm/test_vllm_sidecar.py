@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 from tests.helpers import FakeClock
-from tests.sources.vllm.fakes import LOGS, PAGES, local
+from tests.sources.vllm.fakes import LOGS, PAGES, local, read_server_and_log
 
 from poolwatch.model.rank import SourceKind
 from poolwatch.settings.sidecar import Settings
@@ -22,14 +22,6 @@ from poolwatch.sources.target_config import static_targets
 from poolwatch.sources.targets import TargetSet
 
 REAL_LOG = LOGS / "v0.32.0-cpu-real-double-free.log"
-
-
-def vllm_server(request: httpx.Request) -> httpx.Response:
-    if request.url.path == "/metrics":
-        return httpx.Response(200, text=(PAGES / "v0.32.0-cpu-real.metrics.txt").read_text())
-    if request.url.path == "/version":
-        return httpx.Response(200, json={"version": "0.32.0"})
-    return httpx.Response(404)
 
 
 def pod_settings(log: Path) -> Settings:
@@ -54,7 +46,11 @@ def test_a_vllm_log_is_told_from_an_sglang_log_by_its_lines() -> None:
     sglang = sniff_engine(
         (LOGS.parent / "sglang-logs" / "v0.5.12-swa-busy-check.log").read_text().splitlines()
     )
-    assert (vllm and vllm.engine, sglang and sglang.engine) == ("vllm", "sglang")
+    assert vllm is not None
+    assert sglang is not None
+    assert (vllm[0].engine, sglang[0].engine) == ("vllm", "sglang")
+    assert vllm[1].strong > 0
+    assert vllm[1].first is not None
 
 
 async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_path: Path) -> None:
@@ -64,14 +60,7 @@ async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_pat
     clock = FakeClock(local("2026-12-03 16:27:25"))  # four seconds after EngineCore died
     store = SnapshotStore()
     alerting = build_alerting(settings, store, clock)  # the detector judges every snapshot stored
-    sources = TargetSet(settings, clock).current
-    async with httpx.AsyncClient(transport=httpx.MockTransport(vllm_server)) as client:
-        loop = Scraper(store, sources, settings.scrape, clock)
-        for _ in range(2):  # the second read finds the log quiet: its last record is whole
-            await loop.scrape_all(client)
-            clock.advance(1)
-    for source in sources():
-        source.close()
+    await read_server_and_log(settings, store, clock)
     alerts = alerting.evaluate()
     app = create_app(settings, store=store, sources=[], clock=clock, alerting=alerting)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as api:
@@ -100,3 +89,37 @@ async def test_the_sidecar_exports_vllms_coarse_pool_and_pages_its_crash(tmp_pat
     assert 'engine="vllm"' in metrics
     assert 'release="0.32.0"' in metrics
     assert 'alertname="PoolwatchSchedulerCrashed"' in metrics
+
+
+async def test_escape_sequences_from_vllms_version_and_labels_reach_no_label_and_no_api(
+    tmp_path: Path,
+) -> None:
+    """ANSI and clipboard (OSC 52) sequences in ``/version`` and a model label arrive inert:
+    ``/metrics`` and the API show them as visible signs, never as the bytes a terminal obeys."""
+    hostile = "0.32.0\x1b]52;c;cG93bmVk\x07\x1b[2J\r"
+    page = (PAGES / "v0.32.0-cpu-real.metrics.txt").read_text()
+    page = page.replace('model_name="', 'model_name="\x1b[31m')
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/version":
+            return httpx.Response(200, json={"version": hostile})
+        return httpx.Response(200, text=page) if request.url.path == "/metrics" else httpx.Response(404)
+
+    settings = pod_settings(tmp_path / "vllm.log")
+    clock = FakeClock()
+    store = SnapshotStore()
+    sources = TargetSet(settings, clock).current
+    async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as client:
+        await Scraper(store, sources, settings.scrape, clock).scrape_all(client)
+    for source in sources():
+        source.close()
+    app = create_app(settings, store=store, sources=[], clock=clock)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as api:
+        metrics = (await api.get("/metrics")).text
+        workers = (await api.get("/api/v1/workers")).text
+    for text in (metrics, workers):
+        assert not any(c in text for c in "\x1b\x07\r")
+        assert "\\u001b" not in text
+    assert 'release=""' in metrics  # not a release number: unknown, never shown
+    assert "cG93bmVk" not in metrics + workers
+    assert "␛[31m" in metrics  # the model label's escape, inert

@@ -135,7 +135,10 @@ def integrations(receiver: str, config: MixinConfig) -> dict[str, list[dict[str,
                     {"href": pd["client_url"], "text": "Dashboard"},
                     {"href": pd["runbook"], "text": "Runbook"},
                 ],
-                "details": {"alerts": pd["alerts"], "runbook": pd["runbook"]},
+                "details": {
+                    key: pd[key]
+                    for key in ("alerts", "runbook", "firing", "resolved", "num_firing", "num_resolved")
+                },
             }
         ]
     else:

@@ -22,7 +22,7 @@ import httpx
 from poolwatch.commands.doctor.engine_side import engine_checks, installed_engine
 from poolwatch.commands.doctor.report import Check, exit_code, render, render_json
 from poolwatch.commands.doctor.sidecar_side import sidecar_checks
-from poolwatch.engines import engine_entry, engine_names
+from poolwatch.engines import engine_entry, probed_engines
 
 __all__ = ["add_arguments", "diagnose", "run"]
 
@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the sidecar's)",
     )
     parser.add_argument(
-        "--engine", choices=engine_names(), help="the engine (engine side; default: the one importable here)"
+        "--engine",
+        choices=probed_engines(),
+        help="the engine (engine side; default: the one importable here)",
     )
     parser.add_argument(
         "--sidecar",
@@ -55,10 +57,10 @@ def diagnose(
     args: argparse.Namespace, environ: Mapping[str, str], client: httpx.Client
 ) -> tuple[str, list[Check]]:
     """The side checked (its title) and its checks."""
-    engine = args.engine or installed_engine(engine_names())
+    engine = args.engine or installed_engine(probed_engines())
     side = args.side if args.side != "auto" else ("engine" if engine else "sidecar")
     if side == "engine":
-        engine = engine or engine_names()[0]
+        engine = engine or probed_engines()[0]
         title = (
             f"poolwatch doctor, {engine_entry(engine).title}'s side ({sys.executable}, uid {os.geteuid()})"
         )

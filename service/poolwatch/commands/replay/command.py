@@ -1,5 +1,10 @@
-"""Replay a saved engine log (SGLang's or vLLM's, told by its lines or ``--engine``): pool usage
-per rank over time and the first provable accounting fault.
+"""Replay a saved engine log (any registered engine's, told by its lines or ``--engine``): pool
+usage per rank over time, every pool error the engine named, and the first provable accounting fault.
+
+Whose log it is, is told by each engine's own marks over the first lines (a vLLM process tag or line
+prefix, an SGLang rank prefix or batch line: one line is enough); the output says what decided it.
+The line assembler's work (collectors' prefixes taken off, wrapped and split lines joined, progress
+bars dropped) is said in the summary too.
 
 Exit codes (also in the README):
 
@@ -30,9 +35,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from poolwatch.commands.replay.writers import JsonWriter, TableWriter
+from poolwatch.commands.replay.writers import JsonWriter, TableWriter, Told
 from poolwatch.engines import DEFAULT_ENGINE, engine_entry
-from poolwatch.sources.engine import EngineSources, LogReplayer, engine_sources, sniff_engine, sources_of
+from poolwatch.sources.engine import (
+    EngineSources,
+    LogReplayer,
+    engine_sources,
+    sniff_engine,
+    sources_of,
+    weigh_engines,
+)
+from poolwatch.sources.logfile.evidence import Evidence
 from poolwatch.sources.logfile.reader import LogReader, UnreadableLog
 from poolwatch.sources.logfile.replay import ReplayReport
 
@@ -56,9 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--engine",
-        choices=("auto", *(room.engine for room in engine_sources())),
+        choices=("auto", *(room.engine for room in engine_sources() if room.log_dialect is not None)),
         default="auto",
-        help=f"whose log it is (auto: told by its first lines; {DEFAULT_ENGINE} when none is recognised)",
+        help=f"whose log it is (auto: told by its first lines' marks; {DEFAULT_ENGINE} when no line has any)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     parser.add_argument(
@@ -89,11 +102,9 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not path.is_file():
         print(f"poolwatch replay: {path}: not a readable file", file=err)
         return EXIT_USAGE
-    try:
-        room = sources_of(args.engine) if args.engine != "auto" else whose_log(path)
-    except (UnreadableLog, OSError):
-        room = sources_of(DEFAULT_ENGINE)  # reading it again below says what is wrong with it
-    writer = JsonWriter(out, path, room.engine) if args.json else TableWriter(out, _title(room))
+    room, evidence = _whose(path, args.engine)
+    told = _told(room, evidence, args.engine)
+    writer = JsonWriter(out, path, room.engine, told) if args.json else TableWriter(out, _title(room), told)
     replayer = room.replayer(args.worker or path.name, writer.row, args.every, None)  # no day: see above
     try:
         reader = stream_file(path, replayer, _progress(path, err))
@@ -107,22 +118,58 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     report = replayer.finish()
     report.cut_tail = reader.cut_tail
+    report.marked = evidence.strong if evidence is not None and evidence.engine == room.engine else 0
     writer.close(report)
-    if not report.recognised:
+    if not report.recognised and not report.marked:
         why = "binary data, not a text log" if reader.binary else f"no line in a known {_title(room)} format"
         print(f"poolwatch replay: {path}: recognised nothing: {why}", file=err)
     return exit_code(report)
 
 
+def _whose(path: Path, asked: str) -> tuple[EngineSources, Evidence | None]:
+    """The engine to read ``path`` as (``asked``, else told by its lines, else the default) and the
+    evidence its own marks give over the first :data:`SNIFF_LINES` lines (``None``: none carries any)."""
+    try:
+        head = _head(path)
+    except (UnreadableLog, OSError):
+        head = []  # reading it again below says what is wrong with it
+    if asked == "auto":
+        found = sniff_engine(head)
+        return found if found is not None else (sources_of(DEFAULT_ENGINE), None)
+    room = sources_of(asked)
+    evidence = next((e for r, e in weigh_engines(head) if r.engine == room.engine), None)
+    return room, evidence if evidence is not None and (evidence.strong or evidence.weak) else None
+
+
 def whose_log(path: Path) -> EngineSources:
-    """The engine whose formats most of the file's first :data:`SNIFF_LINES` lines are in
-    (the default engine when none is any engine's)."""
+    """The engine whose own marks most of the file's first :data:`SNIFF_LINES` lines carry (the
+    default engine when none carries any engine's)."""
+    return _whose(path, "auto")[0]
+
+
+def _head(path: Path) -> list[str]:
     head: list[str] = []
     for lines in LogReader(path).chunks():
         head += lines
         if len(head) >= SNIFF_LINES:
             break
-    return sniff_engine(head[:SNIFF_LINES]) or sources_of(DEFAULT_ENGINE)
+    return head[:SNIFF_LINES]
+
+
+def _told(room: EngineSources, evidence: Evidence | None, asked: str) -> Told:
+    """How the engine was chosen, for the report."""
+    if asked != "auto":
+        said = (
+            f"; {evidence.describe().partition(', ')[2]}"
+            if evidence is not None
+            else "; no line carries its marks"
+        )
+        return Told(_title(room), "--engine", f"{_title(room)} (--engine {asked}){said}", evidence)
+    if evidence is None:
+        return Told(
+            _title(room), "default", f"{_title(room)} (no line carries any engine's marks: the default)"
+        )
+    return Told(_title(room), "marks", evidence.describe().replace(room.engine, _title(room), 1), evidence)
 
 
 def _title(room: EngineSources) -> str:
@@ -130,9 +177,10 @@ def _title(room: EngineSources) -> str:
 
 
 def exit_code(report: ReplayReport) -> int:
+    """1 on a fault; 0 when the engine's lines were read (or its own marks seen) and prove none."""
     if report.problem:
         return EXIT_FAULT
-    return EXIT_HEALTHY if report.recognised else EXIT_UNRECOGNISED
+    return EXIT_HEALTHY if report.recognised or report.marked else EXIT_UNRECOGNISED
 
 
 def stream_file(path: Path, replayer: LogReplayer, progress: Callable[[int], None]) -> LogReader:

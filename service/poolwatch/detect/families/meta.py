@@ -1,7 +1,7 @@
 """The meta family: Prometheus watching poolwatch itself, for what a sidecar cannot say about itself.
 
 A sidecar that is down, is scraped by no one, cannot deliver its pages, has a crash-looping task,
-lost the directory its probes announce themselves in, or answers under another pod's name is judged
+or answers under another pod's name is judged
 by Prometheus alone (:attr:`~poolwatch.detect.schema.Mode.PROMETHEUS`): the family has no judge, the
 detector never raises these; they exist as generated rules, runbooks and docs rows.  Besides the
 catalogue's metrics its rules read Prometheus' own ``up``.
@@ -17,7 +17,6 @@ __all__ = [
     "FAMILY",
     "NOTIFICATIONS_FAILING",
     "NOT_SCRAPED",
-    "PROBE_DIRECTORY_LOST",
     "SIDECAR_DOWN",
     "SIDECAR_IDENTITY_CROSSED",
     "TASK_CRASH_LOOPING",
@@ -27,7 +26,6 @@ SIDECAR_DOWN = "PoolwatchSidecarDown"
 NOT_SCRAPED = "PoolwatchNotScraped"
 NOTIFICATIONS_FAILING = "PoolwatchNotificationsFailing"
 TASK_CRASH_LOOPING = "PoolwatchTaskCrashLooping"
-PROBE_DIRECTORY_LOST = "PoolwatchProbeDirectoryLost"
 SIDECAR_IDENTITY_CROSSED = "PoolwatchSidecarIdentityCrossed"
 
 
@@ -111,34 +109,6 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             ),
         ),
         AlertDef(
-            PROBE_DIRECTORY_LOST,
-            Scope.SIDECAR,
-            Mode.PROMETHEUS,
-            "The directory a sidecar's probes announce themselves in was replaced or is gone: new ranks "
-            "go unwatched and a dying rank's last word may not arrive.",
-            "A directory in which probes had announced themselves now names another directory, one "
-            "someone else could write (unsafe: another user swapped or opened it), or nothing (missing). "
-            "The sidecar keeps reading the directory it opened while it exists.",
-            (
-                PromRule(
-                    Severity.CRITICAL,
-                    'poolwatch_discovery_directory_lost{reason="unsafe"} == 1',
-                    "0s",
-                    f"The probe directory of {where}, where its probes had announced themselves, now "
-                    "names another directory or one another user could write: someone on the node "
-                    "tampered with it. The sidecar keeps reading the directory it opened; ranks that "
-                    "start now are not watched.",
-                ),
-                PromRule(
-                    Severity.WARNING,
-                    'poolwatch_discovery_directory_lost{reason="missing"} == 1',
-                    "1m",
-                    f"The probe directory of {where}, where its probes had announced themselves, is "
-                    "gone: ranks can no longer announce themselves or leave their last word.",
-                ),
-            ),
-        ),
-        AlertDef(
             SIDECAR_IDENTITY_CROSSED,
             Scope.SIDECAR,
             Mode.PROMETHEUS,
@@ -169,11 +139,10 @@ FAMILY = Family(
     name="meta",
     title="The sidecar itself",
     about="Prometheus watching poolwatch: a sidecar down, scraped by no one, not delivering, crash-looping, "
-    "its probe directory lost, or answering under another pod's name.",
+    "or answering under another pod's name.",
     metrics=uses(
         "poolwatch_notifications_total",
         "poolwatch_task_crash_looping",
-        "poolwatch_discovery_directory_lost",
         "poolwatch_sidecar_info",
     ),
     alerts=alerts,

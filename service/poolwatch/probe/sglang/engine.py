@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from poolwatch import releases
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.core.engine import Engine, Reader, Release
+from poolwatch.probe.core.engine import Engine, Reader, Release, UnknownRelease
 from poolwatch.probe.core.hooks import Hook
 from poolwatch.probe.sglang.shapes import installed_version, known_release, shape_or_newest
 
@@ -41,10 +42,28 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 
-def sglang_release(override: str) -> Release:
-    """The release to read: ``override`` (``POOLWATCH_ENGINE_VERSION``) or the installed SGLang's."""
-    version = override or installed_version()
-    return Release(version, shape_or_newest(version).family, verified=known_release(version))
+def sglang_release(override: str, installed: str | None = None) -> Release:
+    """The release to read: its family from ``override`` (``POOLWATCH_ENGINE_VERSION``) when set,
+    else from the installed SGLang's version; verified only when the *installed* release is a
+    final release that was read (:func:`~poolwatch.probe.sglang.shapes.known_release`) and the
+    override, if any, names that same release -- an override chooses how a build is read, never
+    that it was read.  Where SGLang is not installed (the emulator) the override is all there is.
+    :class:`~poolwatch.probe.core.engine.UnknownRelease` for an override that is no release number."""
+    try:
+        wanted = releases.override(override)
+    except releases.BadRelease as exc:
+        raise UnknownRelease(str(exc)) from None
+    actual = installed_version() if installed is None else installed
+    version = actual or override.strip()
+    verified = known_release(version)
+    if wanted is not None and actual:
+        parsed = releases.parse(actual)
+        verified = (
+            verified
+            and parsed is not None
+            and releases.key(parsed, post=True) == releases.key(wanted, post=True)
+        )
+    return Release(version, shape_or_newest(override.strip() or version).family, verified=verified)
 
 
 def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:

@@ -18,7 +18,7 @@ from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.censuses import KvCensus, MambaCensus
 from poolwatch.probe.sglang.identity import ROLES, local_index, rank_identity
-from poolwatch.probe.sglang.shapes import Shape, shape_of
+from poolwatch.probe.sglang.shapes import Shape, for_tree, shape_of
 from poolwatch.probe.sglang.snapshot import idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
 from poolwatch.probe.sglang.waiting import WaitingHolders
@@ -38,7 +38,7 @@ class SglangReader:
         environ: Mapping[str, str],
     ) -> None:
         self.scheduler = scheduler
-        self.shape: Shape = shape_of(release)
+        self.shape: Shape = for_tree(shape_of(release), getattr(scheduler, "tree_cache", None))
         self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
         self.memo = Memo()
         self.idle_check_strict: bool | None = idle_check_strict(self.shape, environ)

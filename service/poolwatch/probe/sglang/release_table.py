@@ -31,8 +31,11 @@ def _row(shape: Shape) -> str:
         "ping-pong slots" if shape.has_ping_pong else "",
     ]
     hooks = f"`{shape.loop_hook}`, `{shape.idle_hook}`"
+    held = _HELD[shape.held_rule] + "".join(
+        f"; {_HELD[HeldRule.ALLOCATED_PREFIX]} under `{tree}`" for tree in shape.prefix_trees
+    )
     return (
-        f"| {shape.family} | {ids} ({free_list}) | {rows} | {_HELD[shape.held_rule]} | {flags} | {hooks} "
+        f"| {shape.family} | {ids} ({free_list}) | {rows} | {held} | {flags} | {hooks} "
         f"| {', '.join(e for e in extras if e)} |"
     )
 
@@ -47,8 +50,11 @@ def markdown() -> str:
     newest = _version(NEWEST_RELEASE)
     tail = [
         "",
-        f"A version maps to the newest family not newer than it. One newer than {newest} (or unreadable) "
-        f'is read as the newest family, *unverified*: guard\'s "return" and refusals stay off there.',
+        f"A version maps to the newest family not newer than it. One newer than {newest} (or unreadable), "
+        "and any pre-release, development or local build (`0.5.9rc1`, `0.5.10.dev3+g1a2b`, `0.5.9+rocm`), "
+        f'is read as its family *unverified*: guard\'s "return" and refusals stay off there. '
+        "`POOLWATCH_ENGINE_VERSION` chooses the family a build is read as, never that it was read; "
+        "a value that is no release number (PEP 440) keeps the probe off.",
     ]
     return "\n".join([*head, *map(_row, SHAPES), *tail])
 

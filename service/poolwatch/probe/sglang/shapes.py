@@ -24,9 +24,10 @@ checkpoint pool on 0.5.23; the KV allocator's row-view frees on every family.
 from __future__ import annotations
 
 import enum
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from poolwatch import releases
 from poolwatch.probe.core.engine import Release
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "SHAPES",
     "HeldRule",
     "Shape",
+    "for_tree",
     "installed_version",
     "known_release",
     "parse_version",
@@ -72,6 +74,9 @@ class Shape:
     mamba_allocator: bool  # free list on req_to_token_pool.mamba_allocator (else .mamba_pool)
     has_session_held: bool  # streaming sessions hold rows/KV between turns
     has_ping_pong: bool  # Mamba extra_buffer ping-pong track slots
+    # trees of this family that keep no ``cache_protected_len`` (it stays at the first match):
+    # their part of a request's KV is ``len(prefix_indices)`` (0.5.6's MambaRadixCache)
+    prefix_trees: tuple[str, ...] = ()
 
 
 _LEGACY = ("is_hybrid", "is_hybrid_gdn")
@@ -93,10 +98,13 @@ _054 = Shape(
     has_ping_pong=False,
 )
 _0553 = replace(_054, family="0.5.5.post3", since=(0, 5, 5, 3), held_rule=HeldRule.ALLOCATED_PREFIX)
-_056 = replace(_0553, family="0.5.6", since=(0, 5, 6), held_rule=HeldRule.ALLOCATED_PROTECTED)
+_056 = replace(
+    _0553, family="0.5.6", since=(0, 5, 6), held_rule=HeldRule.ALLOCATED_PROTECTED,
+    hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), prefix_trees=("MambaRadixCache",),
+)  # fmt: skip
 _059 = replace(
     _056, family="0.5.9", since=(0, 5, 9), mamba_first_id=1, row_pointer_cleared=True, hybrid_flags=_MODERN,
-    has_ping_pong=True,
+    has_ping_pong=True, prefix_trees=(),
 )  # fmt: skip
 _0510 = replace(_059, family="0.5.10", since=(0, 5, 10), has_session_held=True)
 _0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_hook="on_idle")
@@ -106,17 +114,15 @@ _0523 = replace(
 )  # fmt: skip
 SHAPES: tuple[Shape, ...] = (_054, _0553, _056, _059, _0510, _0512, _0523)
 
-_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:\.?post(\d+))?")
-
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """``"0.5.5.post3"`` -> ``(0, 5, 5, 3)``; ``"0.5.9"`` -> ``(0, 5, 9, 0)``.  ValueError if unreadable."""
-    match = _VERSION.match(text)
-    if match is None:
-        raise ValueError(f"unreadable SGLang version {text!r}")
-    release = tuple(int(p) for p in match.group(1).split("."))
-    release = (*release, 0, 0, 0)[:3]
-    return (*release, int(match.group(2) or 0))
+    """``"0.5.5.post3"`` -> ``(0, 5, 5, 3)``; ``"0.5.9"`` -> ``(0, 5, 9, 0)`` (a pre-release,
+    development or local build: the release it leads to).  ValueError if it is not a release
+    number (:mod:`poolwatch.releases`)."""
+    version = releases.parse(text)
+    if version is None:
+        raise ValueError(f"unreadable SGLang version {text[:64]!r}")
+    return releases.key(version, post=True)
 
 
 def shape_for_version(text: str) -> Shape:
@@ -129,10 +135,25 @@ def shape_for_version(text: str) -> Shape:
     return chosen
 
 
-def installed_version() -> str:
-    """The installed SGLang's version ("" when SGLang is not installed, e.g. the emulator)."""
+def installed_version(modules: Mapping[str, object] | None = None) -> str:
+    """The running SGLang's version ("" when SGLang is not installed, e.g. the emulator): what its
+    own code says (``sglang.version.__version__``) once SGLang is imported (``modules``: the
+    process's, ``sys.modules``) -- the code that runs, even where the package's metadata is
+    another's (a source tree or a wheel's package put over another release's environment) -- else
+    its package metadata's."""
+    import importlib
+    import sys
     from importlib import metadata
 
+    modules = sys.modules if modules is None else modules
+    if "sglang" in modules:
+        try:
+            own = modules.get("sglang.version") or importlib.import_module("sglang.version")
+        except Exception:  # an SGLang without it, or one that fails to say: its metadata
+            own = None
+        running = getattr(own, "__version__", None)
+        if isinstance(running, str) and running:
+            return running
     try:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
@@ -140,18 +161,28 @@ def installed_version() -> str:
 
 
 def known_release(text: str) -> bool:
-    """Whether ``text`` names a release of a family whose wheels were read: from the first family's
-    first release to :data:`NEWEST_RELEASE` (older, newer or unreadable: no)."""
-    try:
-        return (*SHAPES[0].since, 0)[:4] <= parse_version(text) <= NEWEST_RELEASE
-    except ValueError:
+    """Whether ``text`` names a final release of a family whose wheels were read: from the first
+    family's first release to :data:`NEWEST_RELEASE` (older, newer, unreadable, or a pre-release,
+    development or local build -- ``0.5.9rc1``, ``0.5.10.dev3``, ``0.5.9+rocm`` -- no)."""
+    version = releases.parse(text)
+    if version is None or not releases.final(version):
         return False
+    return (*SHAPES[0].since, 0)[:4] <= releases.key(version, post=True) <= NEWEST_RELEASE
 
 
 def shape_of(release: Release) -> Shape:
     """The family ``release`` is read as (:func:`~poolwatch.probe.sglang.engine.sglang_release` chose
     it; a test may name an older one); by its version when no family has that name."""
     return next((s for s in SHAPES if s.family == release.family), None) or shape_or_newest(release.version)
+
+
+def for_tree(shape: Shape, tree: object) -> Shape:
+    """``shape`` as a rank whose prefix tree is ``tree`` is read: a tree class the family lists in
+    ``prefix_trees`` (or a subclass of one) keeps its requests' tree part in ``prefix_indices``."""
+    names = {cls.__name__ for cls in type(tree).__mro__}
+    if shape.held_rule is HeldRule.ALLOCATED_PROTECTED and names & set(shape.prefix_trees):
+        return replace(shape, held_rule=HeldRule.ALLOCATED_PREFIX)
+    return shape
 
 
 def shape_or_newest(text: str) -> Shape:

@@ -39,11 +39,14 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 
-def vllm_release(override: str) -> Release:
-    """The release to read: ``override`` (``POOLWATCH_ENGINE_VERSION``) or the installed vLLM's, as
-    its family -- unverified when its wheel was never read; :class:`~poolwatch.probe.vllm.shapes.
-    UnknownVllmRelease` for one older than the first family (or no version at all)."""
-    return release_of(override or vllm_version())
+def vllm_release(override: str, installed: str | None = None) -> Release:
+    """The release to read: the installed vLLM's (``installed``: read from its package when None),
+    as the family of ``override`` (``POOLWATCH_ENGINE_VERSION``) when set, else its own --
+    unverified unless it is a final release whose wheel was read
+    (:func:`~poolwatch.probe.vllm.shapes.release_of`); :class:`~poolwatch.probe.vllm.shapes.
+    UnknownVllmRelease` for one older than the first family, no version at all, or an override
+    that is no release number."""
+    return release_of(vllm_version() if installed is None else installed, override)
 
 
 def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:

@@ -21,8 +21,10 @@ free-time tripwire and the opt-in guard (EngineCore thread).
 * at attach (:meth:`VllmProbe.start`), the shape check (:mod:`~poolwatch.probe.vllm.shape_check`):
   a field missing or changed refuses the scheduler, visibly; then the pool's ``free_blocks`` and the
   managers' pops are wrapped (:mod:`~poolwatch.probe.vllm.wrapping`) and one idle sample is taken;
-* an unverified release (one whose wheel was never read) is coarse until its first idle walk
-  balances, and refused when it does not.
+* an unverified release (one whose wheel was never read: a newer one, or a pre-release, development
+  or local build) is coarse until its first idle walk balances, and refused when it does not; its
+  frees are judged against their owners only once the free path check passed
+  (:mod:`~poolwatch.probe.vllm.free_path`); guard stays off there.
 
 Nothing here writes to vLLM's objects; in guard mode the wrapped free hands vLLM's own
 ``free_blocks`` less than it was given.  The sample cadence, the census schedule (the walk),
@@ -44,6 +46,7 @@ from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.vllm.free_check import free_findings
+from poolwatch.probe.vllm.free_path import FREES, FreePath
 from poolwatch.probe.vllm.pool_terms import hisparse, managers, side_owners
 from poolwatch.probe.vllm.reader import VllmReader
 from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal
@@ -60,6 +63,7 @@ class VllmProbe(Probe):
 
     reader: VllmReader
     refuser: FreeRefuser | None = None  # guard mode, where it can be exact (set at start)
+    free_path: FreePath = FreePath(True)  # an unverified release's free path check (set at start)
     _mgrs: tuple[Any, ...] = ()  # the single-type managers (fixed once the scheduler is built)
 
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
@@ -105,7 +109,7 @@ class VllmProbe(Probe):
         if self.disabled:
             return None
         try:
-            trusted = self.reader.trusted
+            trusted = self.reader.trusted and self.free_path.judges(blocks, self.reader.index)
             index = self.reader.index if trusted else None
             side = side_owners(self.scheduler, self.reader.shape, self._mgrs) if trusted else None
             found = free_findings(blocks, index, self.reader.resync, side)
@@ -167,11 +171,15 @@ class VllmProbe(Probe):
             return
         if not release.verified:
             log.warning(
-                "poolwatch probe: vLLM %s is a release poolwatch has not read; reading it as family %s, "
-                "unverified: its figures are coarse until the first idle census balances, guard stays off",
+                "poolwatch probe: vLLM %s is a release poolwatch has not read (a newer one, or a "
+                "pre-release, development or local build); reading it as family %s, unverified: its "
+                "figures are coarse until the first idle census balances, frees are judged against their "
+                "owners once %d in a row were announced by a pop, guard stays off",
                 release.version,
                 release.family,
+                FREES,
             )
+        self.free_path = FreePath(release.verified, release.version)
         self._mgrs = managers(self.scheduler, Reading())
         self.refuser = self._refuser() if self.config.guard else None
         self._wrapped = wrap_frees(self.scheduler, self.on_free, self.on_pop)

@@ -57,10 +57,13 @@ def markdown() -> str:
     count, first, newest = len(READ), _name(SHAPES[0].low), _name(max(READ))
     rows += [
         "",
-        f"{count} releases read, {first} to {newest}. A release not read (newer than {newest}, or a patch "
-        f"release not listed) is read as the newest family not newer than it, *unverified*: coarse until "
-        f"the shape check passes and the first idle census balances, guard off. One older than {first} "
-        "is refused.",
+        f"{count} releases read, {first} to {newest}, final releases only. A release not read (newer than "
+        f"{newest}, a patch release not listed, or any pre-release, development or local build: "
+        "`0.34.0rc1`, `0.33.0.dev12+g1a2b`, `0.33.0+cu128`) is read as the newest family not newer than "
+        "it, *unverified*: coarse until the shape check passes and the first idle census balances, its "
+        "frees judged against their owners only once 16 in a row were announced by a pop, guard off. "
+        f"One older than {first} is refused. `POOLWATCH_ENGINE_VERSION` chooses the family a build is "
+        "read as, never that it was read; a value that is no release number (PEP 440) keeps the probe off.",
     ]
     return "\n".join(rows)
 

@@ -22,9 +22,9 @@ KV cache group) and ``KVCacheBlock`` (``block_id``, ``ref_cnt`` a plain int, ``i
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
+from poolwatch import releases
 from poolwatch.probe.core.engine import Release, UnknownRelease
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Version",
     "VllmShape",
     "parse_version",
+    "read_release",
     "release_of",
     "shape_for",
     "shape_of_family",
@@ -129,11 +130,20 @@ READ: frozenset[Version] = frozenset(
 
 
 def parse_version(version: str) -> Version | None:
-    """``0.11.0``, ``0.10.1.1``, ``0.33.0+cpu``, ``0.11.1rc2`` -> (major, minor, patch); else None."""
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
-    if m is None:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    """``0.11.0``, ``0.10.1.1``, ``0.33.0+cpu``, ``0.11.1rc2`` -> (major, minor, patch) of the
+    release it is or leads to; None when it is not a release number (:mod:`poolwatch.releases`)."""
+    parsed = releases.parse(version)
+    return None if parsed is None else releases.key(parsed)  # type: ignore[return-value]
+
+
+def read_release(version: str) -> bool:
+    """Whether ``version`` is a final release whose own wheel was read (:data:`READ`): never a
+    pre-release, development or local build (``0.34.0rc1``, ``0.33.0.dev12+g1a2b``, ``0.33.0+cu128``),
+    a post-release or a fourth number (``0.10.1.1``) of a read one."""
+    parsed = releases.parse(version)
+    if parsed is None or not releases.final(parsed) or parsed.post is not None or len(parsed.release) > 3:
+        return False
+    return releases.key(parsed) in READ
 
 
 def _name(version: Version) -> str:
@@ -158,8 +168,21 @@ def shape_of_family(family: str) -> VllmShape:
     return next(s for s in SHAPES if s.family == family)
 
 
-def release_of(version: str) -> Release:
-    """The release to read ``version`` as: its family, verified when its own wheel was read (else
-    read as the family before it: unverified until the shape check and the first idle census pass)."""
-    parsed = parse_version(version)
-    return Release(version, shape_for(version).family, verified=parsed in READ)
+def release_of(version: str, override: str = "") -> Release:
+    """The release to read the installed ``version`` as: the family of ``override``
+    (``POOLWATCH_ENGINE_VERSION``) when set, else its own; verified only when ``version`` itself
+    is a final release whose wheel was read (:func:`read_release`) and the override, if any, names
+    that same release -- an override chooses how a build is read, never that it was read (with vLLM
+    not installed, ``version`` empty, the override is all there is).  Unverified: coarse until the
+    shape check, the free path check and the first idle census pass; guard off.
+    :class:`UnknownVllmRelease` for an override that is no release number, or a release older than
+    the first family."""
+    try:
+        wanted = releases.override(override)
+    except releases.BadRelease as exc:
+        raise UnknownVllmRelease(str(exc)) from None
+    installed = version.strip() or override.strip()
+    verified = read_release(installed)
+    if wanted is not None and version.strip():
+        verified = verified and parse_version(installed) == releases.key(wanted) and releases.final(wanted)
+    return Release(installed, shape_for(override.strip() or installed).family, verified=verified)

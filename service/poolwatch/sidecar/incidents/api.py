@@ -12,7 +12,6 @@ They are served to whoever reaches the sidecar's API (docs/security.md): the lis
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
@@ -20,17 +19,16 @@ from fastapi.responses import PlainTextResponse
 
 from poolwatch.sidecar.incidents.export import bundle_json, bundle_markdown
 from poolwatch.sidecar.incidents.log import IncidentLog
+from poolwatch.sidecar.incidents.record import INCIDENT_ID
 
 __all__ = ["incidents_router"]
-
-_ID = re.compile(r"pw-[0-9a-f]{16}")
 
 
 def incidents_router(incidents: IncidentLog) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["incidents"])
 
     def body(ident: str) -> dict[str, Any]:
-        found = incidents.bundle(ident) if _ID.fullmatch(ident) else None
+        found = incidents.bundle(ident) if INCIDENT_ID.fullmatch(ident) else None
         if found is None:
             raise HTTPException(status_code=404, detail="no such incident")
         return found

@@ -12,17 +12,17 @@ three figures (``figures.before`` / ``at`` / ``after``) picked out of ``moments`
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from poolwatch.model.findings import LEAK_KINDS
+from poolwatch.sidecar.incidents.markdown import Md, code, labelled, listed, num, offset, table, when, whole
 
-__all__ = ["LEFT_OUT", "bundle_json", "bundle_markdown"]
+__all__ = ["LEFT_OUT", "bundle_json", "bundle_markdown", "figures"]
 
 LEFT_OUT = (
     "no prompt, token id, request text or log message (poolwatch never reads them);",
     "request ids only as the first 12 hex digits of their SHA-256;",
-    "no worker, pod, namespace or instance name; a model path on disk by its last component;",
+    "no worker, pod, namespace or instance name; a model by its last component (no directory);",
     "every URL as scheme://host:port; credentials and secret files only as <set>; files by base name.",
 )
 _STATES = ("size", "available", "evictable", "protected", "held", "session_held")
@@ -67,68 +67,61 @@ def bundle_json(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "figures": figures(body), "left_out": list(LEFT_OUT)}
 
 
-def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
-
-
-def _cell(value: Any) -> str:
-    text = "?" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _code(value: Any) -> str:
-    """``value`` as inline code (a backtick in it cannot close the span)."""
-    return "`" + str(value).replace("`", "'") + "`"
-
-
-def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return out + ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-
-
-def _ids(finding: dict[str, Any]) -> str:
-    unit = "slot" if finding["page_size"] <= 1 else f"page of {finding['page_size']} slots"
-    shown = ", ".join(str(i) for i in finding["ids"][:64]) or "none named"
+def _ids(finding: dict[str, Any]) -> Md:
+    unit = "slot" if whole(finding["page_size"]) <= 1 else f"page of {num(finding['page_size'])} slots"
+    shown = listed(finding["ids"]) if finding["ids"] else "none named"
+    count = num(finding["count"])
     if finding["record"] == "repair":
-        return f"{unit} ids of the last action: {shown} ({finding['count']} slots in all)"
-    named, count = len(finding["ids"]), finding["count"]
-    return f"{unit} ids {shown}" + (f" (the first {named} of {count})" if count > named else "")
+        return Md(f"{unit} ids of the last action: {shown} ({count} slots in all)")
+    named = len(finding["ids"]) if isinstance(finding["ids"], list) else 0
+    more = whole(finding["count"]) > named
+    return Md(f"{unit} ids {shown}" + (f" (the first {named} of {count})" if more else ""))
+
+
+def _rank(rank: Any) -> Md:
+    if not isinstance(rank, dict):
+        return code(rank)
+    return Md(f"dp{num(rank.get('dp'))} tp{num(rank.get('tp'))} pp{num(rank.get('pp'))}")
 
 
 def _head(body: dict[str, Any]) -> list[str]:
     f, e = body["finding"], body["engine"]
-    rank = e["rank"]
-    where = f"rank dp{rank['dp']} tp{rank['tp']} pp{rank['pp']}"
     what = "guard action" if f["record"] == "repair" else "finding"
     rows = [
-        ["what", f"{what} {_code(f['kind'])} in the {_code(f['pool'])} pool: {f['count']} in all"],
+        ["what", Md(f"{what} {code(f['kind'])} in the {code(f['pool'])} pool: {num(f['count'])} in all")],
         ["ids", _ids(f)],
-        ["first seen", f"{_when(body['first_seen_at'])}, after {_code(f['hook'])}, iteration {f['seq']}"],
-        ["last seen", f"{_when(body['last_seen_at'])} (in {body['times_seen']} snapshots)"],
-        ["requests (hashed)", ", ".join(f["requests"]) or "none known"],
+        [
+            "first seen",
+            Md(f"{when(body['first_seen_at'])}, after {code(f['hook'])}, iteration {num(f['seq'])}"),
+        ],
+        ["last seen", Md(f"{when(body['last_seen_at'])} (in {num(body['times_seen'])} snapshots)")],
+        ["requests (hashed)", listed(f["requests"]) if f["requests"] else Md("none known")],
     ]
-    if "last_action" in f:
-        rows.append(
-            ["last action", f"after {_code(f['last_action']['hook'])}, iteration {f['last_action']['seq']}"]
-        )
-    title = f"# poolwatch incident {body['id']}"
-    release = e["release"] or "(release unknown)"
+    if isinstance(f.get("last_action"), dict):
+        last = f["last_action"]
+        rows.append(["last action", Md(f"after {code(last.get('hook'))}, iteration {num(last.get('seq'))}")])
+    title = f"# poolwatch incident {code(body['id'], table=False)}"
+    release = code(e["release"], table=False) if e["release"] else "(release unknown)"
     lead = (
-        f"{_code(f['kind'])} in the {_code(f['pool'])} pool of {e['engine']} {release}, {e['role']} {where}."
+        f"{code(f['kind'], False)} in the {code(f['pool'], False)} pool of {code(e['engine'], False)} "
+        f"{release}, {code(e['role'], False)} rank {_rank(e['rank'])}."
     )
-    return [title, "", lead, "", *_table(["", ""], rows)]
+    return [title, "", lead, "", *table(["", ""], labelled(rows))]
 
 
 def _call_site(body: dict[str, Any]) -> list[str]:
     site = body["call_site"]
     out = ["", "## The line that freed it", ""]
-    if site is None or not site["frames"]:
+    if not isinstance(site, dict) or not site.get("frames"):
         return [*out, _NO_SITE]
     leak = site["kind"] == "hook" and body["finding"]["kind"] in _LEAKS
-    out.append(_LEAK_SAYS if leak else _KIND_SAYS[site["kind"]].format(seq=site["seq"]))
+    said = _KIND_SAYS.get(site["kind"], _KIND_SAYS["hook"]).replace("{seq}", num(site.get("seq")))
+    out.append(_LEAK_SAYS if leak else said)
     out.append("")
-    rows = [[n, _code(f["file"]), f["line"], _code(f["function"])] for n, f in enumerate(site["frames"], 1)]
-    out += _table(["#", "file", "line", "function"], rows)
+    rows = [
+        [n, code(f["file"]), num(f["line"]), code(f["function"])] for n, f in enumerate(site["frames"], 1)
+    ]
+    out += table(["#", "file", "line", "function"], rows)
     out += [
         "",
         "Innermost first; the engine's own frames only (poolwatch's and other packages' are left out).",
@@ -149,29 +142,31 @@ def _guard(body: dict[str, Any]) -> list[str]:
     if not g["actions"]:
         return [*out, "It took no action on this pool."]
     rows = [
-        [a["kind"], a["count"], ", ".join(str(i) for i in a["ids"][:16]), a["hook"], a["seq"]]
-        for a in g["actions"]
+        [code(a["kind"]), a["count"], listed(a["ids"], 16), code(a["hook"]), a["seq"]] for a in g["actions"]
     ]
-    return [*out, "", *_table(["action", "slots in all", "last ids", "last after", "iteration"], rows)]
+    return [*out, "", *table(["action", "slots in all", "last ids", "last after", "iteration"], rows)]
 
 
 def _engine(body: dict[str, Any]) -> list[str]:
     e = body["engine"]
-    release = e["release"] or "unknown"
+    release = code(e["release"]) if e["release"] else Md("unknown")
     if e["release"] and not e["release_verified"]:
-        release += " (newer than the newest release poolwatch read: read as its nearest family)"
-    strict = {True: "on", False: "off", None: "unknown"}[e["idle_check_strict"]]
+        release = Md(release + " (a release poolwatch never read: read as its nearest family, unverified)")
+    strict = {True: "on", False: "off"}.get(e["idle_check_strict"], "unknown")
     rows = [
-        ["engine", e["engine"]],
+        ["engine", code(e["engine"])],
         ["release", release],
-        ["model", e["model"] or "unknown"],
-        ["role", e["role"]],
-        ["rank", f"dp{e['rank']['dp']} tp{e['rank']['tp']} pp{e['rank']['pp']}"],
-        ["ranks of this worker the sidecar saw", ", ".join(e["ranks_seen"]) or "this one"],
-        ["strict idle check", strict],
-        ["source", e["source"]],
+        ["model", code(e["model"]) if e["model"] else Md("unknown")],
+        ["role", code(e["role"])],
+        ["rank", _rank(e["rank"])],
+        [
+            "ranks of this worker the sidecar saw",
+            listed(e["ranks_seen"]) if e["ranks_seen"] else Md("this one"),
+        ],
+        ["strict idle check", Md(strict)],
+        ["source", code(e["source"])],
     ]
-    return ["", "## Engine and rank", "", *_table(["", ""], rows)]
+    return ["", "## Engine and rank", "", *table(["", ""], labelled(rows))]
 
 
 def _figures(body: dict[str, Any]) -> list[str]:
@@ -180,20 +175,27 @@ def _figures(body: dict[str, Any]) -> list[str]:
         if m is None:
             continue
         for pool, a in m["pools"].items():
-            rows.append([pool, label, m["seq"], m["phase"], *(a[s] for s in _STATES), a["gap"]])
+            rows.append(
+                [code(pool), Md(label), m["seq"], code(m["phase"]), *(a[s] for s in _STATES), a["gap"]]
+            )
     head = ["pool", "moment", "iteration", "phase", *(s.replace("_", " ") for s in _STATES), "gap"]
-    return ["", "## Pools before, at and after", "", *_table(head, rows), "", _GAP]
+    return ["", "## Pools before, at and after", "", *table(head, rows), "", _GAP]
+
+
+def _found(items: Any) -> Md:
+    if not isinstance(items, list):
+        return code(items)
+    return Md(", ".join(f"{code(t['kind'])} {code(t['pool'])} x{num(t['count'])}" for t in items))
 
 
 def _timeline(body: dict[str, Any]) -> list[str]:
     start = body["first_seen_at"]
     rows = []
     for m in body["moments"]:
-        gaps = ", ".join(f"{p} {'?' if a['gap'] is None else a['gap']}" for p, a in m["pools"].items())
-        found = ", ".join(f"{t['kind']} {t['pool']} x{t['count']}" for t in m["tripwires"])
-        done = ", ".join(f"{r['kind']} {r['pool']} x{r['count']}" for r in m["repairs"])
-        queues = ", ".join(f"{k} {v}" for k, v in m["queues"].items())
-        rows.append([f"{m['taken_at'] - start:+.3f}", m["seq"], m["phase"], queues, gaps, found, done])
+        gaps = ", ".join(f"{code(p)} {num(a['gap'])}" for p, a in m["pools"].items())
+        queues = ", ".join(f"{code(k)} {num(v)}" for k, v in m["queues"].items())
+        found = [_found(m["tripwires"]), _found(m["repairs"])]
+        rows.append([offset(m["taken_at"], start), m["seq"], code(m["phase"]), Md(queues), Md(gaps), *found])
     head = ["t (s)", "iteration", "phase", "queues", "gaps", "findings", "guard actions"]
     return [
         "",
@@ -201,26 +203,39 @@ def _timeline(body: dict[str, Any]) -> list[str]:
         "",
         "Snapshots as the sidecar received them; t from the first sighting.",
         "",
-        *_table(head, rows),
+        *table(head, rows),
     ]
+
+
+def _json_block(doc: Any) -> list[str]:
+    """A fenced JSON block no string in ``doc`` can close (a backtick is written ``\\u0060``)."""
+    text = json.dumps(doc, indent=1, sort_keys=True).replace("`", "\\u0060")
+    return ["```json", text, "```"]
 
 
 def _poolwatch(body: dict[str, Any]) -> list[str]:
     p = body["poolwatch"]
-    out = ["", "## poolwatch", "", f"Version {p['version']}."]
+    out = ["", "## poolwatch", "", f"Version {code(p['version'], False)}."]
     if body["probe"] is not None:
-        out += _json_block("Probe health:", body["probe"])
-    return out + _json_block("Sidecar settings (redacted):", p["settings"])
+        out += ["", "Probe health:", "", *_json_block(body["probe"])]
+    out += ["", "Sidecar settings (redacted):", "", *_json_block(p["settings"])]
+    return out
 
 
-def _json_block(title: str, doc: Any) -> list[str]:
-    """``title`` and ``doc`` as a fenced JSON block (keys sorted), after a blank line."""
-    return ["", title, "", "```json", json.dumps(doc, indent=1, sort_keys=True), "```"]
+def _cut(body: dict[str, Any]) -> list[str]:
+    """What was shed to fit the incidents file (:mod:`~poolwatch.sidecar.incidents.fit`)."""
+    cut = body.get("cut")
+    if not isinstance(cut, dict) or not cut:
+        return []
+    said = ", ".join(f"{num(n)} {code(what, False)}" for what, n in sorted(cut.items(), key=str))
+    return ["", "## Cut to fit the sidecar's incidents file", "", f"Left out of this record: {said}."]
 
 
 def bundle_markdown(body: dict[str, Any]) -> str:
-    """The Markdown page of the bundle (what a maintainer reads first)."""
+    """The Markdown page of the bundle (what a maintainer reads first).  Every value from the body
+    is inert inline code or a figure (:func:`_code`), so a body from a hostile sidecar or file
+    cannot add a heading, a link or a control character to the page."""
     parts = [_head(body), _call_site(body), _guard(body), _engine(body), _figures(body), _timeline(body)]
-    parts.append(_poolwatch(body))
+    parts += [_poolwatch(body), _cut(body)]
     parts.append(["", "## Left out of this bundle", "", *(f"- {line}" for line in LEFT_OUT)])
     return "\n".join(line for part in parts for line in part) + "\n"

@@ -6,6 +6,11 @@ incidents live in memory only.  It is read and written exactly as the alert stat
 (:mod:`poolwatch.sidecar.state_file`: only where no one else could have written it, atomically,
 mode 0600, at most :data:`MAX_BYTES`).  A file that is not a valid incidents document is set aside
 (``<name>.corrupt-<unix time>``) and logged; a record that does not decode is skipped alone.
+
+It is never written past :data:`MAX_BYTES` (:func:`fit_records`: each record within its share,
+what was shed said in the record's ``cut``; :mod:`~poolwatch.sidecar.incidents.fit`), so what is
+written is always read back whole.  A file past it can only come from an older version or another
+writer: it is set aside (kept, not deleted) and logged, and the sidecar starts without incidents.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from poolwatch.discovery.safety import UnsafePathError
+from poolwatch.sidecar.incidents.fit import fit_body, record_budget
 from poolwatch.sidecar.incidents.record import IncidentRecord
 from poolwatch.sidecar.state_file import read_state_bytes, remove_stale_temps, write_state_bytes
 
 __all__ = [
     "FILE_VERSION",
     "MAX_BYTES",
+    "MAX_RECORDS",
+    "fit_records",
     "incidents_path",
     "load_incidents",
     "read_incidents",
@@ -32,6 +40,7 @@ __all__ = [
 
 FILE_VERSION = 1
 MAX_BYTES = 8 << 20
+MAX_RECORDS = 100  # the records a sidecar keeps (IncidentLog's limit): each has this share of the file
 log = logging.getLogger("poolwatch.sidecar")
 
 
@@ -43,8 +52,26 @@ def incidents_path(state_file: str) -> Path | None:
     return path.with_name(f"{path.stem}.incidents.json")
 
 
+def fit_records(records: list[IncidentRecord], max_bytes: int = MAX_BYTES) -> list[IncidentRecord]:
+    """The records, each made to fit its share of ``max_bytes`` (in place; what was shed is in its
+    ``cut``); one that cannot is left out and logged."""
+    budget = record_budget(max_bytes, max(len(records), MAX_RECORDS))  # steady: each fitted once per change
+    kept = []
+    for record in records:
+        if record.fitted == budget:  # unchanged since it was made to fit this share
+            kept.append(record)
+        elif fit_body(record.body, budget):
+            record.fitted = budget
+            kept.append(record)
+        else:
+            log.error("event=incident_left_out id=%s error=larger than its %d bytes", record.id, budget)
+    return kept
+
+
 def save_incidents(path: Path, records: list[IncidentRecord]) -> None:
-    """Write every record atomically; raises ``OSError`` (an unsafe directory included)."""
+    """Write every record atomically, within :data:`MAX_BYTES` (:func:`fit_records`); raises
+    ``OSError`` (an unsafe directory included)."""
+    records = fit_records(records)
     doc = {
         "version": FILE_VERSION,
         "incidents": [{"id": r.id, "rank": r.rank, "after": r.after, "body": r.body} for r in records],

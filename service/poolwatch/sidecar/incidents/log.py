@@ -25,13 +25,13 @@ from typing import Any
 
 from poolwatch.model.findings import Repair, Tripwire
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sidecar.incidents.file import load_incidents, save_incidents
+from poolwatch.sidecar.incidents.file import MAX_RECORDS, fit_records, load_incidents, save_incidents
 from poolwatch.sidecar.incidents.record import IncidentRecord, incident_id, new_record
 from poolwatch.sidecar.store import SnapshotStore
 
 __all__ = ["MAX_INCIDENTS", "SAVE_EVERY_S", "IncidentLog", "incident_summary"]
 
-MAX_INCIDENTS = 100
+MAX_INCIDENTS = MAX_RECORDS
 SAVE_EVERY_S = 5.0
 log = logging.getLogger("poolwatch.sidecar")
 
@@ -141,8 +141,8 @@ class IncidentLog:
     def _save(self, *, now: float, at_once: bool) -> None:
         if self.path is None or not self._dirty or (not at_once and now - self._saved_at < SAVE_EVERY_S):
             return
-        with self._lock:
-            records = list(self._records.values())
+        with self._lock:  # fitted here, so the API shows what the file holds
+            records = fit_records(list(self._records.values()))
             self._dirty, self._saved_at = False, now
         try:
             save_incidents(self.path, records)

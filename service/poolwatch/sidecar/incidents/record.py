@@ -16,6 +16,8 @@ gap, the findings by kind and count) are kept around the first sighting: up to
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +27,23 @@ from poolwatch.model.findings import CallSiteKind, Repair, Tripwire
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.incidents.redact import model_name, request_name
 
-__all__ = ["AFTER", "BEFORE", "IncidentRecord", "incident_id", "moment", "new_record"]
+__all__ = ["AFTER", "BEFORE", "INCIDENT_ID", "IncidentRecord", "incident_id", "moment", "new_record"]
 
 BEFORE = 6  # moments kept before the first sighting
 AFTER = 6  # moments kept after it
+# what one record holds at most, whatever a snapshot lists (the schema allows far more): each
+# incident's memory is bounded, and :mod:`.fit` makes it fit its share of the file exactly
+MAX_IDS = 1024  # slot ids of the finding named (its count says how many in all)
+MAX_REQUESTS = 64  # requests of the finding named (hashed)
+MAX_ACTIONS = 16  # guard actions on the finding's pool, each with at most MAX_ACTION_IDS ids
+MAX_ACTION_IDS = 64
+MAX_QUEUES = 16  # queues of a moment, each name at most QUEUE_NAME characters
+QUEUE_NAME = 64
+MAX_RANKS_SEEN = 64
 _FIGURES = ("size", "available", "evictable", "protected", "held", "session_held", "used")
 
 Found = Tripwire | Repair
+INCIDENT_ID = re.compile(r"pw-[0-9a-f]{16}")  # what :func:`incident_id` makes: the only ids served or written
 
 
 def incident_id(key: str, source: str, boot_id: str, found: Found) -> str:
@@ -54,11 +66,21 @@ def moment(snap: Snapshot) -> dict[str, Any]:
         "seq": snap.seq,
         "taken_at": snap.taken_at,
         "phase": snap.phase.value,
-        "queues": dict(snap.queues),
+        "queues": {k[:QUEUE_NAME]: v for k, v in list(snap.queues.items())[:MAX_QUEUES]},
         "pools": pools,
-        "tripwires": [{"kind": t.kind.value, "pool": t.pool.value, "count": t.count} for t in snap.tripwires],
-        "repairs": [{"kind": r.kind.value, "pool": r.pool.value, "count": r.count} for r in snap.repairs],
+        "tripwires": _by_kind(snap.tripwires),
+        "repairs": _by_kind(snap.repairs),
     }
+
+
+def _by_kind(found: Sequence[Found]) -> list[dict[str, Any]]:
+    """The findings of a moment by kind and pool, their counts summed (a snapshot may list a
+    thousand of one kind: a moment says how many, the finding itself which)."""
+    counts: dict[tuple[str, str], int] = {}
+    for f in found:
+        key = (f.kind.value, f.pool.value)
+        counts[key] = counts.get(key, 0) + f.count
+    return [{"kind": k, "pool": p, "count": n} for (k, p), n in counts.items()]
 
 
 def finding_of(found: Found) -> dict[str, Any]:
@@ -66,9 +88,9 @@ def finding_of(found: Found) -> dict[str, Any]:
     common = {
         "kind": found.kind.value,
         "pool": found.pool.value,
-        "ids": list(found.slots),
+        "ids": list(found.slots[:MAX_IDS]),
         "page_size": found.page_size,
-        "requests": sorted({request_name(r) for r in found.requests}),
+        "requests": sorted({request_name(r) for r in found.requests})[:MAX_REQUESTS],
     }
     if isinstance(found, Tripwire):
         return {
@@ -90,6 +112,7 @@ class IncidentRecord:
     rank: dict[str, str]  # key, source, boot_id: how later snapshots find it
     body: dict[str, Any]
     after: int = 0  # moments kept after the first sighting
+    fitted: int = 0  # the byte share its body was last made to fit (0: changed since: fit again)
 
     @property
     def open(self) -> bool:
@@ -113,6 +136,7 @@ class IncidentRecord:
         body["last_seen_at"] = snap.taken_at
         body["times_seen"] += 1
         body["guard"] = guard_of(snap, found)
+        self.fitted = 0
         return (body["finding"], body["call_site"]) != before
 
     def later(self, snap: Snapshot) -> None:
@@ -120,6 +144,7 @@ class IncidentRecord:
         if self.open and snap.taken_at > self.body["moments"][-1]["taken_at"]:
             self.body["moments"].append(moment(snap))
             self.after += 1
+            self.fitted = 0
 
 
 def _better(kept: dict[str, Any] | None, found: Found) -> dict[str, Any] | None:
@@ -137,10 +162,16 @@ def guard_of(snap: Snapshot, found: Found) -> dict[str, Any]:
     health = snap.probe
     on = bool(health and health.guard)
     done = [
-        {"kind": r.kind.value, "count": r.count, "ids": list(r.slots), "hook": r.hook, "seq": r.seq}
+        {
+            "kind": r.kind.value,
+            "count": r.count,
+            "ids": list(r.slots[:MAX_ACTION_IDS]),
+            "hook": r.hook,
+            "seq": r.seq,
+        }
         for r in snap.repairs
         if r.pool is found.pool
-    ]
+    ][:MAX_ACTIONS]
     return {"enabled": on, "return_enabled": bool(health and health.guard_return), "actions": done}
 
 
@@ -153,7 +184,7 @@ def engine_of(snap: Snapshot, ranks_seen: list[str]) -> dict[str, Any]:
         "model": model_name(w.model),
         "role": w.role.value,
         "rank": {"dp": w.dp_rank, "tp": w.tp_rank, "pp": w.pp_rank},
-        "ranks_seen": ranks_seen,
+        "ranks_seen": ranks_seen[:MAX_RANKS_SEEN],
         "idle_check_strict": snap.idle_check_strict,
         "source": snap.source,
     }

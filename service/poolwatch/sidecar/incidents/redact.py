@@ -9,12 +9,15 @@ user-identifying (docs/security.md, guarantee 18):
   own logs by hashing their ids the same way (``printf %s "$rid" | sha256sum | cut -c1-12``), and
   within one bundle the same request has the same name.  The owners poolwatch itself writes (``tree``,
   a deferred-free queue ``deferred@<n>``) are kept as they are;
-* **a model** given as a path on disk (``/data/models/alice/ckpt``) is shown by its last component
-  only; a hub name (``Qwen/Qwen3-Next-80B-A3B-Instruct``) as it is;
+* **a model** is shown by its last component only: a path on disk (``/data/models/alice/ckpt``,
+  or a relative one, ``models/alice/ckpt``) cannot be told from a hub name
+  (``Qwen/Qwen3-Next-80B-A3B-Instruct``) by its text alone, so a hub name loses its organisation
+  too (``Qwen3-Next-80B-A3B-Instruct``);
 * **settings**: every URL as ``scheme://host:port`` (:func:`poolwatch.addresses.shown_url`: no user,
   password, path, query or token), a credential (the bearer token and password files, the basic
   auth user) as ``<set>`` or ``""``, a file or directory by its base name, the worker, pod and
-  namespace names and the extra alert labels left out; the rest (intervals, thresholds, limits, the
+  namespace names, the workers a sidecar follows (``--probe-workers``) and the extra alert labels
+  left out; the rest (intervals, thresholds, limits, the
   engine, the role, the model) as configured.
 
 Prompts, token ids and request text are never read by poolwatch at all: no snapshot carries them.
@@ -43,7 +46,8 @@ _URLS = {
 }
 _CREDENTIALS = {"bearer_token_file", "basic_auth_user", "basic_auth_password_file"}
 _PATHS = {"probe_dir", "log_paths", "snapshot_files", "targets_file", "state_file", "ca_file"}
-_LEFT_OUT = {"worker", "pod", "namespace", "alert_labels"}  # who the operator is, not what poolwatch does
+# who the operator is, not what poolwatch does
+_LEFT_OUT = {"worker", "pod", "namespace", "probe_workers", "alert_labels"}
 
 
 def request_name(rid: str) -> str:
@@ -54,10 +58,8 @@ def request_name(rid: str) -> str:
 
 
 def model_name(model: str) -> str:
-    """A model path on disk by its last component; a hub name as it is."""
-    if model.startswith(("/", ".", "~")) or "\\" in model:
-        return _base(model)
-    return model
+    """A model by its last component (a path, absolute or relative, or a hub name alike)."""
+    return _base(model)
 
 
 def _base(path: str) -> str:

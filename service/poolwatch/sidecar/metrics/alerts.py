@@ -15,17 +15,14 @@ whose target it is (else the target's name) and the rank labels are empty.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from collections.abc import Callable, Sequence
 
 from poolwatch.catalog.metrics import by_name
 from poolwatch.catalog.spec import rank_label_values
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.detector import Detector
 from poolwatch.notify.delivery import DeliveryStats
-from poolwatch.sidecar.metrics.families import Families
+from poolwatch.sidecar.metrics.families import Families, FamiliesCollector
 
 __all__ = ["AlertCollector"]
 
@@ -47,18 +44,16 @@ def _alert_labels(alert: Alert) -> list[str]:
     return [alert.state.value if n == "state" else labels.get(n, "") for n in names]
 
 
-class AlertCollector(Collector):
+class AlertCollector(FamiliesCollector):
     """Pending and firing alerts, fitted leak trends, and delivery self-metrics."""
+
+    names = _NAMES
 
     def __init__(self, detector: Detector, stats: Callable[[], Sequence[DeliveryStats]] = tuple) -> None:
         self._detector = detector
         self._stats = stats
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(Families(_NAMES))
-
-    def collect(self) -> Iterator[Metric]:
-        fam = Families(_NAMES)
+    def fill(self, fam: Families) -> None:
         for alert in self._detector.alerts():
             if alert.state is not AlertState.RESOLVED:
                 fam.add("poolwatch_alert_active", _alert_labels(alert), 1)
@@ -71,4 +66,3 @@ class AlertCollector(Collector):
             for outcome in _OUTCOMES:
                 fam.add("poolwatch_notifications_total", (s.receiver, outcome), s.counts.get(outcome, 0))
             fam.add("poolwatch_notification_queue_length", (s.receiver,), s.queued)
-        return iter(fam)

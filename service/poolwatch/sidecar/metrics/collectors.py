@@ -12,16 +12,13 @@ disappears simply stops being exported.  Their samples go through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from collections.abc import Callable
 
 from poolwatch.catalog.spec import rank_label_values
 from poolwatch.conservation import findings, used
 from poolwatch.model.rank import Exactness, Phase, PoolAccount
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sidecar.metrics.families import Families
+from poolwatch.sidecar.metrics.families import Families, FamiliesCollector
 from poolwatch.sidecar.metrics.waiting import WAITING_METRICS, add_waiting
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.target_state import TargetState
@@ -66,7 +63,7 @@ _POOL_METRICS = (
 )
 
 
-class PoolCollector(Collector):
+class PoolCollector(FamiliesCollector):
     """Per-rank and per-pool figures of each rank's view (its most exact fresh source).
 
     A stale rank (a dead worker) keeps its last *findings* -- conservation gap, tripwire slots,
@@ -81,15 +78,10 @@ class PoolCollector(Collector):
         self._clock = clock
         self._stale_after = stale_after
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(Families(self.names))
-
-    def collect(self) -> Iterator[Metric]:
-        fam = Families(self.names)
+    def fill(self, fam: Families) -> None:
         now = self._clock()
         for snap in self._store.latest():
             self.add_snapshot(fam, snap, now)
-        return iter(fam)
 
     def is_stale(self, snap: Snapshot, now: float) -> bool:
         return now - snap.taken_at > self._stale_after
@@ -183,22 +175,17 @@ _TARGET_METRICS = (
 )
 
 
-class TargetCollector(Collector):
+class TargetCollector(FamiliesCollector):
     """The sidecar's own view of each target: up, duration, last success, errors by reason."""
 
-    names = _TARGET_METRICS  # its families, in exposition order
+    names = _TARGET_METRICS
 
     def __init__(self, store: SnapshotStore) -> None:
         self._store = store
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(Families(_TARGET_METRICS))
-
-    def collect(self) -> Iterator[Metric]:
-        fam = Families(_TARGET_METRICS)
+    def fill(self, fam: Families) -> None:
         for t in self._store.targets():
             self.add_target(fam, t)
-        return iter(fam)
 
     @staticmethod
     def add_target(fam: Families, t: TargetState) -> None:
@@ -212,7 +199,7 @@ class TargetCollector(Collector):
             fam.add("poolwatch_target_scrape_errors_total", (*labels, reason.value), count)
 
 
-class InfoCollector(Collector):
+class InfoCollector(FamiliesCollector):
     """One static fact as an ``_info`` metric of value 1, the fact its one label: the build's
     version, or the pod this sidecar serves (so Prometheus can tell when it reads one pod's sidecar
     as another's, ``PoolwatchSidecarIdentityCrossed``)::
@@ -222,12 +209,7 @@ class InfoCollector(Collector):
     """
 
     def __init__(self, name: str, value: str) -> None:
-        self._name, self._value = name, value
+        self.names, self._value = (name,), value
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(Families((self._name,)))
-
-    def collect(self) -> Iterator[Metric]:
-        fam = Families((self._name,))
-        fam.add(self._name, (self._value,), 1)
-        return iter(fam)
+    def fill(self, fam: Families) -> None:
+        fam.add(self.names[0], (self._value,), 1)

@@ -18,22 +18,21 @@ each reason the directory can be lost for (:mod:`poolwatch.sources.probe_dir`)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from collections.abc import Callable, Mapping
 
 from poolwatch.discovery.directory import SkipReason
-from poolwatch.sidecar.metrics.families import Families
+from poolwatch.sidecar.metrics.families import Families, FamiliesCollector
 
 __all__ = ["DiscoveryCollector"]
 
 _NAMES = ("poolwatch_discovery_skipped_files", "poolwatch_discovery_directory_lost")
 
 
-class DiscoveryCollector(Collector):
+class DiscoveryCollector(FamiliesCollector):
     """Reads ``counts`` (e.g. :meth:`TargetSet.skipped_by_reason`) and ``lost`` (e.g.
     :meth:`TargetSet.directory_lost`) on every collect."""
+
+    names = _NAMES
 
     def __init__(
         self,
@@ -42,13 +41,8 @@ class DiscoveryCollector(Collector):
     ) -> None:
         self._counts, self._lost = counts, lost
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(Families(_NAMES))
-
-    def collect(self) -> Iterator[Metric]:
-        fam = Families(_NAMES)
+    def fill(self, fam: Families) -> None:
         for reason, n in sorted(self._counts().items()):
             fam.add("poolwatch_discovery_skipped_files", (reason.value,), n)
         for why, flag in sorted(self._lost().items()):
             fam.add("poolwatch_discovery_directory_lost", (why,), flag)
-        return iter(fam)

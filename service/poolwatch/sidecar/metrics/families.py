@@ -2,7 +2,8 @@
 
 Every collector of the sidecar adds its samples to a :class:`Families`, which refuses a name not
 given to it (the names come from :mod:`poolwatch.catalog.metrics`), so a collector cannot emit a metric
-that is not in the catalogue.
+that is not in the catalogue.  A :class:`FamiliesCollector` is such a collector: it names its families
+and fills a fresh :class:`Families` on every collect.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from poolwatch.catalog.metrics import by_name
 from poolwatch.catalog.spec import Kind
 
-__all__ = ["Families", "Sample", "metric_family"]
+__all__ = ["Families", "FamiliesCollector", "Sample", "metric_family"]
 
 Sample = tuple[str, tuple[str, ...], float]  # (catalogue name, label values, value)
 
@@ -49,3 +51,21 @@ class Families:
         for name, labels, value in self.samples:
             families[name].add_metric(list(labels), value)
         return iter(families.values())
+
+
+class FamiliesCollector(Collector):
+    """A collector of the catalogue families ``names``: ``describe()`` yields them empty, ``collect()``
+    a fresh :class:`Families` that :meth:`fill` adds this scrape's samples to."""
+
+    names: tuple[str, ...] = ()  # its families, in exposition order
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(Families(self.names))
+
+    def collect(self) -> Iterator[Metric]:
+        fam = Families(self.names)
+        self.fill(fam)
+        return iter(fam)
+
+    def fill(self, fam: Families) -> None:
+        raise NotImplementedError

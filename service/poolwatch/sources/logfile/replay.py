@@ -1,9 +1,11 @@
 """A replayed log's timeline and report, the same for every engine's log (``poolwatch replay``).
 
-An engine's replayer (its sources room) feeds a saved log's lines through the same parsers as its
-live log source and emits :class:`Row` values in time order: one per incident, and the batch lines
-of one rank summarised over a window.  The :class:`ReplayReport` counts what was read and keeps
-the *first problem*: the earliest moment the accounting provably went wrong.  Pure data.
+The replayer (:mod:`~poolwatch.sources.logfile.replayer`) feeds a saved log's lines through the same
+stages as the live log source and emits :class:`Row` values in time order: one per incident, start
+or note, and the batch lines of one rank summarised over a window.  The :class:`ReplayReport` counts
+what was read (and what the line assembler joined, split and dropped) and keeps the *first
+problem*: the earliest moment the accounting provably went wrong, or the first pool error the
+engine named.  Pure data.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from poolwatch.model.rank import IncidentKind, Pool
+from poolwatch.sources.logfile.assembler import AssemblyStats
+from poolwatch.sources.logfile.events import PoolError
 
 __all__ = ["POOLS", "UNATTRIBUTED", "UNDATED_DAY", "Problem", "ReplayReport", "Row", "Windows"]
 
@@ -34,6 +38,7 @@ class Row:
     waiting: int | None = None
     verdict: str = ""  # what the figures prove ("" when they prove nothing)
     dated: bool = True  # False: the log gave a time of day only (``at`` is on an arbitrary day)
+    error: PoolError | None = None  # the pool error the line names (class, bugs)
     weights: dict[Pool, tuple[bool, bool, float]] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -45,6 +50,7 @@ class Problem:
     verdict: str
     message: str
     dated: bool = True
+    error: str = ""  # the pool error it names, described (class, pool, bugs)
 
 
 UNATTRIBUTED = "unattributed"  # the rank shown for an orphan block's incident
@@ -63,6 +69,9 @@ class ReplayReport:
     damaged: int = 0  # batch lines whose start was damaged, read by their items
     damaged_unread: int = 0  # ... of those, the ones no rank could be read for (not folded)
     first_problem: Problem | None = None
+    errors: dict[str, int] = field(default_factory=dict)  # pool errors named, by class
+    marked: int = 0  # lines among the first read that carry the engine's own marks (set by the caller)
+    assembly: AssemblyStats = field(default_factory=AssemblyStats)  # what the line assembler did
 
     @property
     def problem(self) -> bool:

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from poolwatch.sources.engine import EngineSources
-from poolwatch.sources.sglang.log.events import recognises
-from poolwatch.sources.sglang.log.replay import Replayer
-from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.sglang.metrics import IDLE_CONFIRM_SECONDS, SglangMetricsSource
 
 __all__ = ["SOURCES"]
 
 SOURCES = EngineSources(
     engine="sglang",
-    log_source=SglangLogSource,
-    replayer=Replayer,
-    recognises=recognises,
+    log_dialect=DIALECT,
     metrics_source=SglangMetricsSource,
     idle_confirm_s=IDLE_CONFIRM_SECONDS,
 )

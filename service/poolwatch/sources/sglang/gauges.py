@@ -21,9 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from poolwatch import releases
 from poolwatch.model.rank import Pool, PoolAccount, Role
+from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.prom_text import Sample
-from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = [
     "RankGauges",
@@ -172,7 +173,7 @@ def parse_server_info(doc: Any) -> ServerInfo:
     full = doc.get("max_total_num_tokens")
     version = doc.get("version")
     return ServerInfo(
-        version=version if isinstance(version, str) else "",
+        version=releases.shown(version),
         role=_ROLES.get(str(doc.get("disaggregation_mode", ""))),
         full_size=full if _is_count(full) else None,
         mamba_sizes=mamba,

@@ -24,6 +24,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.naming import url_worker
 from poolwatch.sources.base import BoundedSource, Target
 from poolwatch.sources.http import get_bytes, join_url
+from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.metrics_page import parse_page
 from poolwatch.sources.sglang.gauges import (
     RankGauges,
@@ -34,7 +35,6 @@ from poolwatch.sources.sglang.gauges import (
     queues,
     wanted,
 )
-from poolwatch.sources.sglang.log.lines import Ranks
 
 __all__ = ["IdleWatch", "SOURCE", "SglangMetricsSource", "parse_metrics_page"]
 

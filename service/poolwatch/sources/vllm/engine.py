@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from poolwatch.sources.engine import EngineSources
-from poolwatch.sources.vllm.log.events import recognises
-from poolwatch.sources.vllm.log.replay import Replayer
-from poolwatch.sources.vllm.log.source import VllmLogSource
+from poolwatch.sources.vllm.log.dialect import DIALECT
 from poolwatch.sources.vllm.metrics import VllmMetricsSource
 
 __all__ = ["SOURCES"]
 
 SOURCES = EngineSources(
     engine="vllm",
-    log_source=VllmLogSource,
-    replayer=Replayer,
-    recognises=recognises,
+    log_dialect=DIALECT,
     metrics_source=VllmMetricsSource,
     idle_confirm_s=None,  # vLLM's /metrics never proves an engine idle (metrics.py)
 )

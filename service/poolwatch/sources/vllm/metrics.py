@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 import httpx
 
+from poolwatch import releases
 from poolwatch.errors import PayloadError, Reason
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.rank import SourceKind, WorkerId
@@ -51,9 +52,9 @@ def parse_metrics_page(text: str, limits: Limits = DEFAULT_LIMITS) -> dict[int, 
 
 
 def parse_version(doc: object) -> str:
-    """The release ``/version`` answers (``{"version": "0.11.0"}``), "" when it says none."""
-    version = doc.get("version") if isinstance(doc, Mapping) else None
-    return version[:64] if isinstance(version, str) else ""
+    """The release ``/version`` answers (``{"version": "0.11.0"}``); "" when it says none, or
+    says something that is not a release number (:func:`poolwatch.releases.shown`)."""
+    return releases.shown(doc.get("version") if isinstance(doc, Mapping) else None)
 
 
 class VllmMetricsSource(BoundedSource):

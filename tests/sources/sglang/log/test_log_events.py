@@ -5,20 +5,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from poolwatch.model.rank import IncidentKind, Pool, Role
-from poolwatch.sources.sglang.log.events import (
-    BatchStats,
-    Capacity,
-    RankIncident,
-    interpret,
-    parse_batch_line,
-)
-from poolwatch.sources.sglang.log.lines import Ranks
-from poolwatch.sources.sglang.log.records import LogRecord
+from poolwatch.sources.logfile.events import Figures, PoolSize, RankIncident
+from poolwatch.sources.logfile.heads import Ranks
+from poolwatch.sources.logfile.records import LogRecord
+from poolwatch.sources.sglang.log.batch import parse_batch_line
+from poolwatch.sources.sglang.log.events import interpret
 
 R0 = Ranks()
 
 
-def batch(message: str) -> BatchStats:
+def rec(
+    at: float, ranks: Ranks, message: str, continuation: tuple[str, ...] = (), **flags: bool
+) -> LogRecord:
+    return LogRecord(at, message, continuation, ranks.label(), ranks, **flags)
+
+
+def batch(message: str) -> Figures:
     parsed = parse_batch_line(message, 1.0, R0)
     assert parsed is not None
     return parsed
@@ -148,11 +150,11 @@ def test_a_negative_count_is_kept_as_it_is() -> None:
     ],
 )
 def test_startup_lines_give_pool_sizes(message: str, pool: Pool, size: int) -> None:
-    assert interpret(LogRecord(2.0, R0, message)) == [Capacity(2.0, R0, pool, size)]
+    assert interpret(rec(2.0, R0, message)) == [PoolSize(2.0, R0, pool, size, boot=pool is Pool.FULL)]
 
 
 def test_a_crash_with_a_leak_report_is_two_incidents() -> None:
-    record = LogRecord(
+    record = rec(
         3.0,
         Ranks(tp=1),
         "Scheduler hit an exception: Traceback (most recent call last):",
@@ -167,7 +169,7 @@ def test_a_crash_with_a_leak_report_is_two_incidents() -> None:
 
 
 def test_ordinary_lines_are_no_events() -> None:
-    assert interpret(LogRecord(1.0, R0, 'INFO:     10.0.3.7:52114 - "POST /generate HTTP/1.1" 200 OK')) == []
+    assert interpret(rec(1.0, R0, 'INFO:     10.0.3.7:52114 - "POST /generate HTTP/1.1" 200 OK')) == []
     assert parse_batch_line("Prefill batchy, #new-seq: 1", 1.0, R0) is None
 
 
@@ -194,8 +196,8 @@ def test_any_ssm_decode_line_parses_back(
 
 @given(st.text(max_size=400))
 def test_any_message_is_interpreted_without_failing(message: str) -> None:
-    for event in interpret(LogRecord(0.0, R0, message)):
-        assert isinstance(event, BatchStats | Capacity | RankIncident)
+    for event in interpret(rec(0.0, R0, message)):
+        assert isinstance(event, Figures | PoolSize | RankIncident)
 
 
 @pytest.mark.parametrize(
@@ -247,7 +249,7 @@ def test_the_older_batch_forms_give_their_figures(
 
 
 def test_an_exception_printed_without_any_prefix_is_still_a_report() -> None:
-    record = LogRecord(
+    record = rec(
         5.0,
         R0,
         "AssertionError: SWA Pool Mem Leak Detected! [swa] total=65536, available=60000, evictable=5000, "
@@ -268,12 +270,13 @@ def test_an_exception_printed_without_any_prefix_is_still_a_report() -> None:
     )
 
 
-def test_a_batch_line_followed_by_a_report_gives_both() -> None:
-    record = LogRecord(
+def test_a_report_continuing_a_batch_line_is_in_no_position_sglang_writes_one() -> None:
+    """SGLang writes a report as a line's own message, a crash's exception line or a Python warning;
+    text after a batch line's record (a request's raw text) is none of these."""
+    record = rec(
         5.0,
         Ranks(0, 1, 0),
         "Decode batch, #running-req: 1, #token: 40, token usage: 0.00",
         ("ValueError: pool memory leak detected! [full] total=10, available=11, evictable=0",),
     )
-    kinds = [type(e).__name__ for e in interpret(record)]
-    assert kinds == ["BatchStats", "RankIncident"]
+    assert [type(e).__name__ for e in interpret(record)] == ["Figures"]

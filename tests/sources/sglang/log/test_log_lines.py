@@ -7,12 +7,40 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.strategies import encodable_text
 
-from poolwatch.sources.sglang.log.lines import Ranks, parse_line
-from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
+from poolwatch.sources.logfile.assembler import LineAssembler
+from poolwatch.sources.logfile.heads import Head, Ranks
+from poolwatch.sources.logfile.records import LogRecord, RecordAssembler
+from poolwatch.sources.sglang.log.dialect import DIALECT
 
 
 def local(stamp: str) -> float:
     return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
+
+
+def parse_line(line: str) -> Head | None:
+    """The prefix SGLang's dialect reads off one line, collectors' prefixes taken off first."""
+    lines = LineAssembler(DIALECT.reader(None), DIALECT.wraps)
+    (logical,) = [*lines.feed(line), *lines.flush()]
+    return logical.head
+
+
+class Feeder:
+    """SGLang's lines through the line assembler and the record assembler, as the product runs them."""
+
+    def __init__(self, day: dt.date | None = None, **bounds: int) -> None:
+        self._lines = LineAssembler(DIALECT.reader(day), DIALECT.wraps)
+        self.records = RecordAssembler(DIALECT.framing, **bounds)
+
+    @property
+    def pending(self) -> bool:
+        return self.records.pending
+
+    def feed(self, line: str) -> list[LogRecord]:
+        return [r for lg in self._lines.feed(line) for r in self.records.feed(lg.text, lg.head)]
+
+    def flush(self, *, final: bool = True) -> list[LogRecord]:
+        done = [r for lg in self._lines.flush() for r in self.records.feed(lg.text, lg.head)]
+        return done + self.records.flush(final=final)
 
 
 @pytest.mark.parametrize(
@@ -53,28 +81,25 @@ def test_lines_without_a_valid_prefix_are_continuations(line: str) -> None:
 
 
 def test_a_record_is_its_prefixed_line_and_the_unprefixed_lines_after_it() -> None:
-    assembler = RecordAssembler()
-    done: list[LogRecord] = []
-    for line in [
+    assembler = Feeder()
+    lines = [
         "[2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback (most recent call last):",
         "  File x",
         "ValueError: boom",
         "[2025-10-31 10:40:44] next",
-    ]:
-        done += assembler.feed(line)
-    assert len(done) == 1
-    assert done[0].lines == (
-        "Scheduler hit an exception: Traceback (most recent call last):",
-        "  File x",
-        "ValueError: boom",
-    )
+        "[2025-10-31 10:40:45] after",
+    ]
+    done = [r for line in lines for r in assembler.feed(line)]  # each line is read once the next shows up
+    assert [r.lines for r in done] == [
+        ("Scheduler hit an exception: Traceback (most recent call last):", "  File x", "ValueError: boom")
+    ]
     assert assembler.pending
-    assert [r.message for r in assembler.flush()] == ["next"]
+    assert [r.message for r in assembler.flush()] == ["next", "after"]
     assert not assembler.pending
 
 
 def test_lines_past_a_records_bound_start_a_headless_record_with_its_time_and_ranks() -> None:
-    assembler = RecordAssembler(max_lines=3, max_chars=1000)
+    assembler = Feeder(max_lines=3, max_chars=1000)
     assembler.feed("[2025-10-31 10:40:43 TP1] head")
     done: list[LogRecord] = []
     for i in range(10):
@@ -87,11 +112,11 @@ def test_lines_past_a_records_bound_start_a_headless_record_with_its_time_and_ra
     ]
     assert {(r.at, r.ranks) for r in done} == {(local("2025-10-31 10:40:43"), Ranks(0, 1, 0))}
     assert [r.headless for r in done] == [False, True, True]
-    assert assembler.overflowed == 2
+    assert assembler.records.overflowed == 2
 
 
 def test_lines_before_any_prefixed_line_form_a_headless_record() -> None:
-    assembler = RecordAssembler()
+    assembler = Feeder()
     assert assembler.feed("ValueError: orphan") == []
     (record,) = assembler.flush()
     assert (record.message, record.headless, record.ranks) == ("ValueError: orphan", True, Ranks())
@@ -99,7 +124,7 @@ def test_lines_before_any_prefixed_line_form_a_headless_record() -> None:
 
 @given(st.lists(st.text(max_size=200), max_size=50))
 def test_assembling_any_text_never_fails_and_keeps_records_bounded(lines: list[str]) -> None:
-    assembler = RecordAssembler(max_lines=5, max_chars=300)
+    assembler = Feeder(max_lines=5, max_chars=300)
     records: list[LogRecord] = []
     for line in lines:
         records += assembler.feed(line)
@@ -163,7 +188,7 @@ def test_lines_that_only_look_like_a_prefix_are_continuations(line: str) -> None
 
 
 def test_a_0_2_time_of_day_prefix_is_dated_and_crosses_midnight() -> None:
-    assembler = RecordAssembler(day=dt.date(2024, 8, 31))
+    assembler = Feeder(day=dt.date(2024, 8, 31))
     done: list[LogRecord] = []
     for line in [
         "[23:59:59 TP0] one",
@@ -182,7 +207,7 @@ def test_a_0_2_time_of_day_prefix_is_dated_and_crosses_midnight() -> None:
 
 
 def test_another_ranks_line_inside_a_traceback_is_its_own_record_and_the_traceback_goes_on() -> None:
-    assembler = RecordAssembler()
+    assembler = Feeder()
     lines = [
         "[2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback (most recent call last):",
         '  File "scheduler.py", line 1, in run',
@@ -192,7 +217,7 @@ def test_another_ranks_line_inside_a_traceback_is_its_own_record_and_the_traceba
         "[2025-10-31 10:40:44 TP1] after",
     ]
     done = [r for line in lines for r in assembler.feed(line)] + assembler.flush()
-    assert [(r.ranks.tp, r.lines) for r in done] == [
+    assert [(r.ranks.tp if r.ranks else None, r.lines) for r in done] == [
         (1, ("Decode batch, #running-req: 1",)),
         (0, (lines[0][26:], lines[1], lines[3], lines[4])),
         (1, ("after",)),
@@ -200,7 +225,7 @@ def test_another_ranks_line_inside_a_traceback_is_its_own_record_and_the_traceba
 
 
 def test_continuation_lines_lose_their_actor_prefix_and_colour_but_keep_their_indentation() -> None:
-    assembler = RecordAssembler()
+    assembler = Feeder()
     assembler.feed("(SGLangEngine pid=1) [2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback")
     assembler.feed('(SGLangEngine pid=1)   File "x.py", line 3\r')
     assembler.feed("(SGLangEngine pid=1) \x1b[31mValueError\x1b[0m: boom")
@@ -209,7 +234,7 @@ def test_continuation_lines_lose_their_actor_prefix_and_colour_but_keep_their_in
 
 
 def test_another_ranks_report_inside_a_traceback_keeps_its_own_lines() -> None:
-    assembler = RecordAssembler()
+    assembler = Feeder()
     lines = [
         "[2025-10-31 10:40:43 TP0] Scheduler hit an exception: Traceback (most recent call last):",
         '  File "scheduler.py", line 1, in run',
@@ -217,4 +242,4 @@ def test_another_ranks_report_inside_a_traceback_keeps_its_own_lines() -> None:
         "[swa] total=4, available=5, evictable=0",
     ]
     done = [r for line in lines for r in assembler.feed(line)] + assembler.flush()
-    assert [(r.ranks.tp, len(r.lines)) for r in done] == [(0, 2), (1, 2)]
+    assert [(r.ranks.tp if r.ranks else None, len(r.lines)) for r in done] == [(0, 2), (1, 2)]

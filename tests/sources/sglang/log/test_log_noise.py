@@ -14,12 +14,13 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.sources.logs import records
 
 from poolwatch.commands.replay.command import stream_file
+from poolwatch.sources.logfile.events import RankIncident
 from poolwatch.sources.logfile.replay import Row
-from poolwatch.sources.sglang.log.events import RankIncident, interpret
-from poolwatch.sources.sglang.log.records import RecordAssembler
-from poolwatch.sources.sglang.log.replay import Replayer
+from poolwatch.sources.logfile.replayer import Replayer
+from poolwatch.sources.sglang.log.dialect import DIALECT
 
 LOGS: tuple[tuple[str, ...], ...] = (
     (
@@ -71,9 +72,7 @@ ANSI = ("\x1b[32m", "\x1b[0m", "\x1b[1;31m", "\x1b[2K")
 def parse(lines: Sequence[str]) -> list[object]:
     """The events of ``lines``; an incident as its rank, kind, time and figures (its text keeps
     the continuation lines' own indentation, which a leading-space prefix changes)."""
-    assembler = RecordAssembler()
-    records = [r for line in lines for r in assembler.feed(line)] + assembler.flush()
-    events = [e for r in records for e in interpret(r)]
+    events = [e for r in records(DIALECT, lines) for e in DIALECT.interpret(r)]
     return [
         (e.ranks, e.incident.kind, e.incident.at, e.incident.pools) if isinstance(e, RankIncident) else e
         for e in events
@@ -131,7 +130,7 @@ def test_another_ranks_line_inside_a_traceback_hides_nothing(depth: int) -> None
 
 def problems_of(feed: Callable[[Replayer], None]) -> tuple[object, ...]:
     rows: list[Row] = []
-    replayer = Replayer("w", rows.append, every=0)
+    replayer = Replayer(DIALECT, "w", rows.append, every=0)
     feed(replayer)
     report = replayer.finish()
     return report.first_problem, tuple((r.event, tuple(sorted(r.figures.items()))) for r in rows)

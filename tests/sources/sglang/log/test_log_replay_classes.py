@@ -20,14 +20,15 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.sources.logs import events, records
 
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import Pool
+from poolwatch.sources.logfile.events import Figures, RankIncident
 from poolwatch.sources.logfile.replay import UNATTRIBUTED, ReplayReport, Row
-from poolwatch.sources.sglang.log.events import BatchStats, RankIncident, interpret
+from poolwatch.sources.logfile.replayer import Replayer
+from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.sglang.log.leak_message import parse_leak_figures
-from poolwatch.sources.sglang.log.records import RecordAssembler
-from poolwatch.sources.sglang.log.replay import Replayer
 
 SCHEDULER = '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py"'
 TRACEBACK = [
@@ -53,7 +54,7 @@ MAMBA_SURPLUS = "mamba: surplus of 1 slot (double free)"
 
 def replayed(lines: list[str]) -> tuple[ReplayReport, list[Row]]:
     rows: list[Row] = []
-    replayer = Replayer("decode-0", rows.append, every=0)
+    replayer = Replayer(DIALECT, "decode-0", rows.append, every=0)
     replayer.feed(lines)
     return replayer.finish(), rows
 
@@ -76,11 +77,9 @@ def test_a_crash_under_rank_headers_without_a_time_is_the_named_ranks_not_rank_0
 
 
 def test_rank_headers_without_a_time_take_the_last_time_seen() -> None:
-    assembler = RecordAssembler()
     head = "[2025-11-03 09:14:06 TP0] " + DECODE.format(it=1, used=10)
-    records = [*assembler.feed(head), *assembler.feed("[TP5 EP5] Scheduler hit an exception: boom")]
-    records += assembler.flush()
-    assert [(r.ranks.tp, r.at) for r in records] == [(0, records[0].at), (5, records[0].at)]
+    found = records(DIALECT, [head, "[TP5 EP5] Scheduler hit an exception: boom"])
+    assert [(r.ranks.tp if r.ranks else None, r.at) for r in found] == [(0, found[0].at), (5, found[0].at)]
 
 
 def test_a_batch_line_whose_start_is_damaged_is_read_by_its_fields_and_counted() -> None:
@@ -151,20 +150,26 @@ WRAPPED = [  # CRI split the long report into a partial (P) and a final (F) reco
 ]
 
 
-def test_a_field_cut_off_a_wrapped_line_is_unknown_not_0() -> None:
+def test_a_report_split_by_a_collector_is_joined_back_whole() -> None:
     report, rows = replayed(WRAPPED)
     (leak,) = [r for r in rows if r.event == "leak_detected"]
-    assert Pool.FULL not in leak.figures  # before: evictable read as 0, "full: deficit of 1066 slots"
+    assert leak.figures[Pool.FULL] == "0"  # before: evictable read as 0, "full: deficit of 1066 slots"
     assert report.first_problem is not None
-    # the pool the cut did not touch still speaks; "at least": a cut report may have lost a term
-    assert report.first_problem.verdict == "mamba: surplus of at least 1 slot (double free)"
-    records = RecordAssembler()
-    found = [e for line in WRAPPED for r in records.feed(line) for e in interpret(r)]
-    found += [e for r in records.flush() for e in interpret(r)]
-    (incident,) = [e.incident for e in found if isinstance(e, RankIncident) and e.incident.pools]
-    full = next(a for a in incident.pools if a.pool is Pool.FULL)
-    assert (full.available, full.evictable) == (1663695, None)
-    assert "evictable" in full.unreadable
+    assert report.first_problem.verdict == "mamba: surplus of 1 slot (double free); full: balanced"
+    assert report.assembly.rejoined["partial"] == 1
+
+
+def test_a_field_cut_off_a_line_whose_rest_is_lost_is_unknown_not_0() -> None:
+    lost = [line for line in WRAPPED if " stderr F able_size" not in line]  # the F record never came
+    report, rows = replayed(lost)
+    (leak,) = [r for r in rows if r.event == "leak_detected"]
+    assert Pool.FULL not in leak.figures  # its evictable, size and protected are gone: unknown
+    assert report.first_problem is not None
+    assert report.first_problem.verdict == "mamba: surplus of 1 slot (double free)"
+    (incident,) = [
+        e.incident for e in events(DIALECT, lost) if isinstance(e, RankIncident) and e.incident.pools
+    ]
+    assert all(a.pool is not Pool.FULL for a in incident.pools)  # no size, no account: unknown
 
 
 @pytest.mark.parametrize(
@@ -229,9 +234,7 @@ def test_a_dated_log_keeps_its_dates() -> None:
 
 
 def test_a_damaged_looking_line_in_a_log_without_prefixes_is_a_plain_batch_line() -> None:
-    records = RecordAssembler()
     line = "new fill batch. #seq: 1. #cached_token: 0. #new_token: 9. #remaining_req: 0. #running_req: 0"
-    events = [e for r in [*records.feed(line), *records.flush()] for e in interpret(r)]
-    (batch,) = events
-    assert isinstance(batch, BatchStats)
+    (batch,) = events(DIALECT, [line])
+    assert isinstance(batch, Figures)
     assert (batch.kind, batch.damaged) == ("prefill", False)  # the 0.1.x head is read as before

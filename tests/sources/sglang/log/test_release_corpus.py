@@ -3,7 +3,6 @@ see its PROVENANCE.md) replays to the fault it holds, with the right pool, sign 
 
 from __future__ import annotations
 
-import argparse
 import bz2
 import gzip
 import lzma
@@ -11,14 +10,16 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import FIXTURES
+from tests.sources.logs import file_lines, replay_cli
+from tests.sources.logs import records as dialect_records
 
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import IncidentKind, Pool, Role
-from poolwatch.sources.logfile.reader import LogReader
+from poolwatch.sources.logfile.events import Figures, PoolSize
+from poolwatch.sources.logfile.records import LogRecord
 from poolwatch.sources.logfile.replay import Row
-from poolwatch.sources.sglang.log.events import BatchStats, Capacity, interpret
-from poolwatch.sources.sglang.log.records import LogRecord, RecordAssembler
-from poolwatch.sources.sglang.log.replay import Replayer
+from poolwatch.sources.logfile.replayer import Replayer
+from poolwatch.sources.sglang.log.dialect import DIALECT
 
 CORPUS = FIXTURES / "sglang-logs"
 
@@ -57,20 +58,15 @@ CASES = [
 
 
 def replay(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    replay_command.add_arguments(parser)
-    code = replay_command.run(parser.parse_args([str(path), "--every", "0"]))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return replay_cli(capsys, path)
 
 
 def records(path: Path) -> list[LogRecord]:
-    assembler = RecordAssembler()
-    out: list[LogRecord] = []
-    for chunk in LogReader(path).chunks():
-        for line in chunk:
-            out += assembler.feed(line)
-    return out + assembler.flush()
+    return dialect_records(DIALECT, file_lines(path))
+
+
+def interpret(record: LogRecord) -> list[object]:
+    return list(DIALECT.interpret(record))
 
 
 @pytest.mark.parametrize(("name", "code", "last"), CASES, ids=[c[0] for c in CASES])
@@ -106,7 +102,7 @@ def test_a_cut_number_on_the_incomplete_last_line_never_becomes_a_finding(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     rows: list[Row] = []
-    replayer = Replayer("w", rows.append, every=0)
+    replayer = Replayer(DIALECT, "w", rows.append, every=0)
     reader = replay_command.stream_file(CORPUS / "cut-mid-number.log", replayer, lambda _: None)
     report = replayer.finish()
     (leak,) = [r for r in rows if r.event == "leak_detected"]
@@ -125,7 +121,7 @@ def test_batch_lines_of_every_family_are_read() -> None:
     kinds: dict[str, list[str]] = {}
     for name in ("v0.1-kv-warning.log", "v0.2-time-of-day.log", "v0.3-kv-warning.log", "v0.5.2-swa-crlf.log"):
         events = [e for r in records(CORPUS / name) for e in interpret(r)]
-        kinds[name] = [e.kind for e in events if isinstance(e, BatchStats)]
+        kinds[name] = [e.kind for e in events if isinstance(e, Figures)]
     assert kinds == {
         "v0.1-kv-warning.log": ["prefill", "prefill", "prefill"],
         "v0.2-time-of-day.log": ["prefill", "prefill", "decode", "decode", "decode"],
@@ -139,7 +135,7 @@ def test_the_0_4_pd_prefill_line_reveals_its_role_and_queues() -> None:
         e
         for r in records(CORPUS / "v0.4.6-pd-prefill-strict.log")
         for e in interpret(r)
-        if isinstance(e, BatchStats)
+        if isinstance(e, Figures)
     ]
     assert batch.role is Role.PREFILL
     assert batch.queues == {"running": 0, "waiting": 1, "bootstrap": 0, "inflight": 2}
@@ -150,7 +146,7 @@ def test_the_crash_and_the_report_inside_it_are_both_found() -> None:
         e.incident.kind
         for r in records(CORPUS / "v0.5.4-cri-busy-check.log")
         for e in interpret(r)
-        if not isinstance(e, BatchStats) and hasattr(e, "incident")
+        if not isinstance(e, Figures) and hasattr(e, "incident")
     ]
     assert found == [IncidentKind.BUSY_CHECK_FAILED, IncidentKind.SCHEDULER_EXCEPTION]
 
@@ -158,7 +154,7 @@ def test_the_crash_and_the_report_inside_it_are_both_found() -> None:
 def test_startup_lines_of_every_family_give_the_pool_size() -> None:
     sizes = {
         name: [
-            (e.pool, e.size) for r in records(CORPUS / name) for e in interpret(r) if isinstance(e, Capacity)
+            (e.pool, e.size) for r in records(CORPUS / name) for e in interpret(r) if isinstance(e, PoolSize)
         ]
         for name in ("v0.1-kv-warning.log", "v0.3-kv-warning.log", "v0.5.12-custom-format-pool-report.log")
     }
@@ -184,7 +180,7 @@ def test_a_request_slot_report_is_read_only_where_its_total_is_the_whole_pool(
     queues: str, verdict: str
 ) -> None:
     rows: list[Row] = []
-    replayer = Replayer("w", rows.append, every=0)
+    replayer = Replayer(DIALECT, "w", rows.append, every=0)
     replayer.feed(
         [
             "[2026-03-02 14:00:00 TP0] Decode batch, #running-req: 1, #token: 40, token usage: 0.00, "

@@ -1,46 +1,28 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from tests.helpers import FIXTURES, FakeClock
+from tests.sources.logs import drain
 
 from poolwatch.conservation import assess_snapshot, describe
-from poolwatch.model.rank import IncidentKind, Phase, Pool, Role
+from poolwatch.model.rank import IncidentKind, Phase, Pool, Role, SourceKind
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Source, Target
-from poolwatch.sources.sglang.log.source import SglangLogSource
+from poolwatch.sources.base import Target
+from poolwatch.sources.logfile.source import LogSource
+from poolwatch.sources.sglang.log.dialect import DIALECT
 
 LOGS = FIXTURES / "sglang"
 FAR_FUTURE = 4_000_000_000.0
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:  # unused by the log source, required by the protocol
-        yield c
-
-
-@pytest.fixture
-def open_log() -> Iterator[Callable[..., SglangLogSource]]:
-    made: list[SglangLogSource] = []
-
-    def make(path: Path, role: Role = Role.UNIFIED, now: float = FAR_FUTURE) -> SglangLogSource:
-        made.append(SglangLogSource(Target("log", "sglang-log", str(path), "w0", role), FakeClock(now)))
-        return made[-1]
-
-    yield make
-    for source in made:
-        source.close()
-
-
-async def drain(source: SglangLogSource, client: httpx.AsyncClient) -> list[Snapshot]:
-    """Everything the source says until the file is worked off and the log has gone quiet."""
-    out = await source.scrape(client)
-    out += await source.scrape(client)
-    return out
+def open_log(log_source: Callable[..., LogSource]) -> Callable[..., LogSource]:
+    return functools.partial(log_source, DIALECT, clock=FakeClock(FAR_FUTURE))
 
 
 def summary(snaps: list[Snapshot]) -> list[tuple[str, str, list[str], str]]:
@@ -50,12 +32,8 @@ def summary(snaps: list[Snapshot]) -> list[tuple[str, str, list[str], str]]:
     ]
 
 
-def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., SglangLogSource]) -> None:
-    assert isinstance(open_log(LOGS / "v0.5.9-pd-decode.log"), Source)
-
-
 async def test_the_0_5_4_post1_pd_prefill_crash_is_a_mamba_double_free_on_both_ranks(
-    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     snaps = await drain(open_log(LOGS / "v0.5.4.post1-pd-prefill-mamba-crash.log"), client)
     leak = "mamba: surplus of 1 slot (double free); full: balanced"
@@ -70,7 +48,7 @@ async def test_the_0_5_4_post1_pd_prefill_crash_is_a_mamba_double_free_on_both_r
 
 
 async def test_a_restart_in_the_0_5_4_post1_log_starts_a_new_boot(
-    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     snaps = await drain(open_log(LOGS / "v0.5.4.post1-radix-decode-restart.log"), client)
     assert summary(snaps) == [
@@ -86,7 +64,7 @@ async def test_a_restart_in_the_0_5_4_post1_log_starts_a_new_boot(
 
 
 async def test_the_0_5_9_warn_mode_log_gives_each_report_and_the_tree_failure(
-    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     snaps = await drain(open_log(LOGS / "v0.5.9-mamba-warn.log"), client)
     kinds = [i.kind for s in snaps for i in s.incidents]
@@ -101,7 +79,7 @@ async def test_the_0_5_9_warn_mode_log_gives_each_report_and_the_tree_failure(
 
 
 async def test_a_negative_mamba_count_on_a_0_5_9_decode_line_is_a_surplus(
-    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     snaps = await drain(open_log(LOGS / "v0.5.9-pd-decode.log"), client)
     last = snaps[-1]
@@ -114,7 +92,7 @@ async def test_a_negative_mamba_count_on_a_0_5_9_decode_line_is_a_surplus(
 
 
 async def test_the_0_5_12_dp_log_keeps_ranks_apart(
-    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     snaps = await drain(open_log(LOGS / "v0.5.12-dp-mamba-warn.log"), client)
     by_rank: dict[str, list[str]] = {}
@@ -135,23 +113,24 @@ async def test_the_0_5_12_dp_log_keeps_ranks_apart(
 
 
 async def test_a_configured_role_wins_over_what_the_lines_suggest(
-    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     snaps = await drain(open_log(LOGS / "v0.5.9-pd-decode.log", role=Role.PREFILL), client)
     assert {s.worker.role for s in snaps} == {Role.PREFILL}
 
 
 async def test_a_report_is_held_until_the_log_goes_quiet_or_moves_on(
-    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    tmp_path: Path, open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     path = tmp_path / "live.log"
     path.write_text(
-        "[2026-05-20 09:12:44 TP0] pool memory leak detected! [full] total=10, available=9, evictable=0\n"
+        "[2026-05-20 09:12:44 TP0] pool memory leak detected! [full] total=10, available=9, evictable=0, "
+        "protected=0, session_held=0, uncached=0\n"
     )
     source = open_log(path)
     assert await source.scrape(client) == []  # a continuation line may still come
     with path.open("a") as out:
-        out.write("[mamba] total=4, available=5, evictable=0\n")
+        out.write("[mamba] total=4, available=5, evictable=0, protected=0, session_held=0, uncached=0\n")
     assert await source.scrape(client) == []
     (snap,) = await source.scrape(client)  # nothing new: the record is whole
     assert (
@@ -161,29 +140,39 @@ async def test_a_report_is_held_until_the_log_goes_quiet_or_moves_on(
 
 
 async def test_lines_stamped_in_the_future_are_clamped_to_now(
-    open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
-    source = open_log(LOGS / "v0.5.9-pd-decode.log", now=1_000.0)
+    source = open_log(LOGS / "v0.5.9-pd-decode.log", clock=FakeClock(1_000.0))
     snaps = await drain(source, client)
     assert snaps
     assert all(s.taken_at == 1_000.0 for s in snaps)
 
 
-async def test_a_rotated_log_is_followed_without_losing_lines(
-    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+DECODE = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
+
+
+@pytest.mark.parametrize(
+    ("last", "used"),
+    [
+        # the first line waited for the next one to show it was whole
+        pytest.param(f"[2026-01-01 00:00:02 TP0] {DECODE.format(n=-2)}\n", [1, -2, 3], id="followed-whole"),
+        # cut: the writer died mid-line
+        pytest.param(f"[2026-01-01 00:00:02 TP0] {DECODE.format(n=-4)}"[:-20], [1, 3], id="cut-never-read"),
+    ],
+)
+async def test_a_rotated_log_is_followed_without_losing_lines_and_its_cut_last_line_never_read(
+    last: str, used: list[int], tmp_path: Path, open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     path = tmp_path / "sglang.log"
-    decode = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
-    path.write_text(f"[2026-01-01 00:00:01 TP0] {decode.format(n=1)}\n")
+    path.write_text(f"[2026-01-01 00:00:01 TP0] {DECODE.format(n=1)}\n")
     source = open_log(path)
     await source.scrape(client)
     with path.open("a") as out:
-        out.write(f"[2026-01-01 00:00:02 TP0] {decode.format(n=-2)}\n")
+        out.write(last)
     path.rename(tmp_path / "sglang.log.1")
-    path.write_text(f"[2026-01-01 00:00:03 TP0] {decode.format(n=3)}\n")
+    path.write_text(f"[2026-01-01 00:00:03 TP0] {DECODE.format(n=3)}\n")
     snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
-    used = [s.pools[Pool.FULL].used for s in snaps]
-    assert used == [1, -2, 3]  # the first line waited for the next one to show it was whole
+    assert [s.pools[Pool.FULL].used for s in snaps] == used
 
 
 LEAK_HEAD = (
@@ -197,7 +186,7 @@ LEAK_MAMBA = (
 
 
 async def test_a_report_that_arrives_after_the_log_went_quiet_is_still_read_and_kept_on_its_rank(
-    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    tmp_path: Path, open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     path = tmp_path / "live.log"
     path.write_text(
@@ -217,7 +206,7 @@ async def test_a_report_that_arrives_after_the_log_went_quiet_is_still_read_and_
 
 
 async def test_a_line_is_read_only_once_its_newline_is_written(
-    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
+    tmp_path: Path, open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     path = tmp_path / "live.log"
     path.write_text(f"[2026-01-12 10:57:43 TP0] {LEAK_HEAD}\n{LEAK_MAMBA.replace('size=454', 'size=45')}")
@@ -229,22 +218,6 @@ async def test_a_line_is_read_only_once_its_newline_is_written(
     assert await source.scrape(client) == []  # the finished line continues nothing: it starts a record
     tail = await drain(source, client)
     assert "surplus" not in " ".join(describe(assess_snapshot(s)) for s in first + tail)
-
-
-async def test_a_rotated_files_unterminated_last_line_is_never_read(
-    tmp_path: Path, open_log: Callable[..., SglangLogSource], client: httpx.AsyncClient
-) -> None:
-    path = tmp_path / "sglang.log"
-    decode = "Decode batch, #running-req: 1, #token: {n}, token usage: 0.00, cuda graph: True, #queue-req: 0"
-    path.write_text(f"[2026-01-01 00:00:01 TP0] {decode.format(n=5)}\n")
-    source = open_log(path)
-    await source.scrape(client)
-    with path.open("a") as out:
-        out.write(f"[2026-01-01 00:00:02 TP0] {decode.format(n=-4)}"[:-20])  # cut: the writer died mid-line
-    path.rename(tmp_path / "sglang.log.1")
-    path.write_text(f"[2026-01-01 00:00:03 TP0] {decode.format(n=3)}\n")
-    snaps = await source.scrape(client) + await source.scrape(client) + await source.scrape(client)
-    assert [s.pools[Pool.FULL].used for s in snaps] == [5, 3]
 
 
 def decode_line(tp: int, second: int = 10) -> str:
@@ -259,8 +232,8 @@ async def test_one_log_names_at_most_max_log_ranks_and_the_first_drop_is_logged(
 ) -> None:
     log = tmp_path / "sglang.log"  # issue 24 item 7: 20,000 TP tags once cost 653 MB
     log.write_text("".join(decode_line(tp) for tp in range(3000)))
-    source = SglangLogSource(
-        Target("log", "sglang-log", str(log), "w0"), FakeClock(FAR_FUTURE), max_ranks=100
+    source = LogSource(
+        Target("log", SourceKind("sglang-log"), str(log), "w0"), FakeClock(FAR_FUTURE), DIALECT, max_ranks=100
     )
     try:
         snaps = await drain(source, client)
@@ -271,12 +244,12 @@ async def test_one_log_names_at_most_max_log_ranks_and_the_first_drop_is_logged(
 
 
 def test_a_rank_silent_long_enough_gives_its_place_and_a_new_boot_forgets_all() -> None:
-    from poolwatch.sources.sglang.log.events import BatchStats, Capacity
-    from poolwatch.sources.sglang.log.lines import Ranks
-    from poolwatch.sources.sglang.log.state import RANK_IDLE_S, LogFold
+    from poolwatch.sources.logfile.events import Figures, PoolSize
+    from poolwatch.sources.logfile.fold import RANK_IDLE_S, LogFold
+    from poolwatch.sources.logfile.heads import Ranks
 
-    fold = LogFold("w0", max_ranks=2)
-    batch = lambda tp, at: BatchStats(at, Ranks(0, tp, 0), "decode")  # noqa: E731
+    fold = LogFold("w0", max_ranks=2, engine="sglang", source=SourceKind("sglang-log"))
+    batch = lambda tp, at: Figures(at, Ranks(0, tp, 0), "decode")  # noqa: E731
     assert fold.apply(batch(0, 0.0)) is not None
     assert fold.apply(batch(1, 1.0)) is not None
     assert fold.apply(batch(2, 2.0)) is None  # both others spoke lately: dropped
@@ -284,6 +257,6 @@ def test_a_rank_silent_long_enough_gives_its_place_and_a_new_boot_forgets_all() 
     assert fold.apply(batch(2, RANK_IDLE_S + 1)) is not None  # TP0 was silent long enough
     assert fold.apply(batch(0, RANK_IDLE_S + 2)).seq == 1  # a new TP0 in TP1's place: counted afresh
     assert fold.apply(batch(1, RANK_IDLE_S + 3)) is None  # TP2 and TP0 spoke lately
-    fold.apply(Capacity(RANK_IDLE_S + 4, Ranks(0, 5, 0), Pool.FULL, 1000))  # a new start
+    fold.apply(PoolSize(RANK_IDLE_S + 4, Ranks(0, 5, 0), Pool.FULL, 1000, boot=True))  # a new start
     assert fold.apply(batch(6, RANK_IDLE_S + 5)) is not None  # TP5 and TP6: the old ones forgotten
     assert fold.dropped == 2

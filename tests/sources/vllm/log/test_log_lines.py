@@ -7,10 +7,17 @@ import datetime as dt
 import pytest
 from tests.sources.vllm.fakes import local
 
-from poolwatch.sources.vllm.log.lines import Calendar, parse_line, rank_of, split_tag
+from poolwatch.sources.logfile.heads import Head, Ranks
+from poolwatch.sources.logfile.prefixes import strip
+from poolwatch.sources.vllm.log.lines import Calendar, VllmReader, rank_of, split_tag
 
 DAY = dt.date(2025, 11, 2)
 CYAN, RESET = "\x1b[0;36m", "\x1b[0;0m"
+
+
+def parse_line(line: str, reader: VllmReader) -> Head | None:
+    """vLLM's prefix of one line, collectors' prefixes and colour taken off first."""
+    return reader.read(strip(line).text)
 
 
 @pytest.mark.parametrize(
@@ -73,9 +80,9 @@ CYAN, RESET = "\x1b[0;36m", "\x1b[0;0m"
 def test_the_prefix_of_every_release_names_process_level_and_place(
     line: str, process: str, level: str, where: str, message: str
 ) -> None:
-    parsed = parse_line(line, Calendar(DAY))
+    parsed = parse_line(line, VllmReader(DAY))
     assert parsed is not None
-    assert (parsed.process, parsed.level, parsed.where, parsed.message) == (process, level, where, message)
+    assert (parsed.stream, parsed.level, parsed.where, parsed.message) == (process, level, where, message)
     assert parsed.at == local("2025-10-31 10:40:43")
 
 
@@ -93,17 +100,34 @@ def test_the_prefix_of_every_release_names_process_level_and_place(
     ],
 )
 def test_lines_without_vllms_prefix_continue_a_record(line: str) -> None:
-    assert parse_line(line, Calendar(DAY)) is None
+    assert parse_line(line, VllmReader(DAY)) is None
 
 
-def test_a_line_ending_in_cr_says_the_next_line_repeats_its_prefix() -> None:
+def test_the_lines_of_one_message_share_their_key() -> None:
     head = "(EngineCore pid=1) ERROR 10-31 10:40:43 [core.py:1512] "
-    first = parse_line(head + "EngineCore encountered a fatal error.\r", Calendar(DAY))
-    last = parse_line(head + "AssertionError", Calendar(DAY))
+    reader = VllmReader(DAY)
+    first = parse_line(head + "EngineCore encountered a fatal error.\r", reader)
+    last = parse_line(head + "AssertionError", reader)
     assert first is not None
     assert last is not None
-    assert (first.continued, last.continued) == (True, False)
     assert first.key == last.key
+    assert first.message == "EngineCore encountered a fatal error."
+
+
+def test_a_line_that_lost_its_bracket_and_the_old_format_are_read() -> None:
+    reader = VllmReader(DAY)
+    lost = parse_line(
+        "(EngineCore pid=463) ERROR 05-27 18:56:31 core.py:1142] EngineCore encountered", reader
+    )
+    old = parse_line("INFO 01-03 16:21:03 logger.py:37] Received request cmpl-1", reader)
+    assert lost is not None
+    assert old is not None
+    assert (lost.where, lost.message, old.where) == ("core.py:1142", "EngineCore encountered", "logger.py:37")
+
+
+def test_a_prefix_inside_another_programs_text_is_not_read() -> None:
+    forged = 'INFO:     1.2.3.4:5 - "GET /ERROR 08-25 16:35:26 [core.py:398] EngineCore encountered a fatal"'
+    assert parse_line(forged, VllmReader(DAY)) is None
 
 
 @pytest.mark.parametrize(
@@ -121,26 +145,32 @@ def test_the_year_is_the_files_and_moves_on_at_new_year(
     calendar = Calendar(day)
     got = []
     for stamp in stamps:
-        parsed = parse_line(f"INFO {stamp} 08:00:00 [a.py:1] m", calendar)
-        assert parsed is not None
-        got.append(dt.datetime.fromtimestamp(parsed.at).year)
+        at = calendar.at(int(stamp[:2]), int(stamp[3:]), 8, 0, 0)
+        assert at is not None
+        got.append(dt.datetime.fromtimestamp(at).year)
     assert got == years
 
 
 @pytest.mark.parametrize(
     ("process", "rank"),
     [
-        ("EngineCore_DP0", 0),
-        ("EngineCore_DP12", 12),
-        ("EngineCore", 0),
-        ("EngineCoreActor", 0),
+        ("EngineCore_0", Ranks(0)),  # up to 0.10.1
+        ("EngineCore_3", Ranks(3)),
+        ("EngineCore_DP0", Ranks(0)),  # 0.10.2 - 0.19
+        ("EngineCore_DP12", Ranks(12)),
+        ("EngineCore", Ranks(0)),  # 0.20+ without DP
+        ("EngineCoreActor", Ranks(0)),
+        ("VllmWorker TP3", Ranks(0, 3)),  # the model runners name a tensor rank
+        ("VllmWorker rank=1", Ranks(0, 1)),
+        ("VllmWorker-2", Ranks(0, 2)),
+        ("Worker_TP1", Ranks(0, 1)),
+        ("Worker_DP1_PP1_TP2_EP2", Ranks(1, 2, 1)),
         ("APIServer", None),
-        ("VllmWorker-0", None),
-        ("Worker_TP1", None),
+        ("DPCoordinator", None),
         ("", None),
     ],
 )
-def test_the_rank_is_the_engine_cores_data_parallel_index(process: str, rank: int | None) -> None:
+def test_ranks_are_read_from_every_naming_generation(process: str, rank: Ranks | None) -> None:
     assert rank_of(process) == rank
 
 

@@ -17,7 +17,7 @@ def test_lines_repeating_a_prefix_are_one_record() -> None:
             EC + "AssertionError",
         ]
     )
-    assert record.process == "EngineCore_DP0"
+    assert record.stream == "EngineCore_DP0"
     assert record.lines == (
         "EngineCore encountered a fatal error.",
         "Traceback (most recent call last):",
@@ -41,7 +41,7 @@ def test_another_process_printing_into_a_traceback_does_not_cut_it() -> None:
             "(Worker pid=13) INFO 10-31 10:40:44 [multiproc_executor.py:843] Parent process exited",
         ]
     )
-    by_process = {r.process: r for r in records}
+    by_process = {r.stream: r for r in records}
     assert by_process["EngineCore_DP0"].lines[-1] == "AssertionError"
     assert len(by_process["EngineCore_DP0"].lines) == 4
     assert set(by_process) == {"EngineCore_DP0", "APIServer", "Worker"}
@@ -56,7 +56,7 @@ def test_pythons_report_of_a_dying_process_follows_the_traceback_it_belongs_to()
             'INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 500',  # untagged, no traceback open
         ]
     )
-    assert [(r.process, r.headless, len(r.lines)) for r in records] == [
+    assert [(r.stream, r.headless, len(r.lines)) for r in records] == [
         ("EngineCore_DP0", True, 3),
         ("", True, 1),
     ]
@@ -75,7 +75,7 @@ def test_a_record_is_bounded_and_no_line_is_lost() -> None:
     assert sum(len(r.lines) for r in records) == 451
     assert max(len(r.lines) for r in records) <= 201
     assert records[1].headless
-    assert records[1].process == "EngineCore_DP0"
+    assert records[1].stream == "EngineCore_DP0"
 
 
 def test_an_untagged_traceback_on_stderr_is_one_record_of_its_own() -> None:
@@ -89,7 +89,7 @@ def test_an_untagged_traceback_on_stderr_is_one_record_of_its_own() -> None:
             "AssertionError",
         ]
     )
-    assert sorted((r.process, r.headless, len(r.lines)) for r in records) == [
+    assert sorted((r.stream, r.headless, len(r.lines)) for r in records) == [
         ("", True, 1),  # "Process EngineCore_DP0:"
         ("", True, 3),  # its traceback, whole
         ("EngineCore_DP0", False, 2),

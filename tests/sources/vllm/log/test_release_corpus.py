@@ -3,25 +3,27 @@ and a real 0.32.0 capture; see its PROVENANCE.md) replays to the timeline and fa
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
+from tests.sources.logs import replay_cli
 from tests.sources.vllm.fakes import DAY, LOGS, file_events
 
-from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import IncidentKind, Pool
+from poolwatch.sources.logfile.events import Figures, RankIncident, Start
 from poolwatch.sources.logfile.replay import Row
-from poolwatch.sources.vllm.log.events import RankIncident, Startup, Stats
-from poolwatch.sources.vllm.log.replay import Replayer
+from poolwatch.sources.logfile.replayer import Replayer
+from poolwatch.sources.vllm.log.dialect import DIALECT
 
-POOL_FAULT = "vLLM's own block-pool check failed: EngineCore encountered a fatal error. ["
+FREED_TWICE = "double free: a block handed out while still referenced: freed twice before; matches V01, O11"
+POOL_FAULT = FREED_TWICE + " \u2014 EngineCore encountered a fatal error. ["
 CASES = [
     (
         "v0.10.2-s1-remove-invalid-block.log",
         1,
-        POOL_FAULT + "RuntimeError: remove() called on an invalid block: KVCacheBlock(block_id=17,",
+        "double free: a block taken off the free queue that is not on it: freed twice before; matches V01, "
+        "O11 \u2014 EngineCore encountered a fatal error. [RuntimeError: remove() called on an invalid block",
     ),
     ("v0.11.1-s2-preemptions.log", 0, "no accounting problem found"),
     ("v0.19.1-engine-killed.log", 1, "the scheduler crashed (see above)"),
@@ -43,11 +45,7 @@ CASES = [
 
 
 def replay(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    replay_command.add_arguments(parser)
-    code = replay_command.run(parser.parse_args([str(path), "--every", "0", *extra]))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return replay_cli(capsys, path, *extra)
 
 
 @pytest.mark.parametrize(("name", "code", "last"), CASES, ids=[c[0] for c in CASES])
@@ -85,6 +83,8 @@ def test_the_real_capture_replays_to_a_timeline_of_starts_statistics_and_the_cra
         "scheduler_exception",
     ]
     assert doc["timeline"][2]["figures"] == {"full": "0.1%"}
+    assert doc["engine_evidence"]["told_by"] == "marks"
+    assert doc["timeline"][-1]["error"]["bugs"] == ["V01", "O11"]
     assert (doc["timeline"][2]["running"], doc["timeline"][2]["waiting"]) == (8, 0)
     assert doc["incidents"] == {"scheduler_exception": 1}  # the API server's EngineDeadError adds none
     assert doc["cut_tail_bytes"] == 59
@@ -94,7 +94,8 @@ def test_the_crash_incident_names_the_exception_and_the_block_pool_frame() -> No
     (crash,) = [
         e for e in file_events(LOGS / "v0.32.0-cpu-real-double-free.log") if isinstance(e, RankIncident)
     ]
-    assert crash.in_pool
+    assert crash.error is not None
+    assert (crash.error.cls.value, crash.error.bugs) == ("double free", ("V01", "O11"))
     assert crash.incident.kind is IncidentKind.SCHEDULER_EXCEPTION
     lines = crash.incident.message.splitlines()
     assert lines[0] == (
@@ -106,7 +107,7 @@ def test_the_crash_incident_names_the_exception_and_the_block_pool_frame() -> No
 
 def test_windows_summarise_each_engines_statistics() -> None:
     rows: list[Row] = []
-    replayer = Replayer("w", rows.append, every=60.0, day=DAY)
+    replayer = Replayer(DIALECT, "w", rows.append, every=60.0, day=DAY)
     replayer.feed((LOGS / "v0.20.0-s3-dp2-surplus.log").read_text().splitlines())
     report = replayer.finish()
     stats = [(r.rank, r.batches, r.figures, r.running, r.waiting) for r in rows if r.event == "stats"]
@@ -117,8 +118,8 @@ def test_windows_summarise_each_engines_statistics() -> None:
 def test_every_family_gives_statistics_and_a_start() -> None:
     for name, *_ in CASES:
         found = file_events(LOGS / name)
-        assert any(isinstance(e, Startup) for e in found), name
-        assert any(isinstance(e, Stats) for e in found), name
+        assert any(isinstance(e, Start) for e in found), name
+        assert any(isinstance(e, Figures) for e in found), name
 
 
 def test_noise_is_not_a_vllm_log(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,31 +16,31 @@ THROUGHPUT = "Avg prompt throughput: 812.4 tokens/s, Avg generation throughput: 
             "S1 0.10.2-0.11.0",
             f"Engine 000: {THROUGHPUT}, Running: 14 reqs, Waiting: 0 reqs, GPU KV cache usage: 6.3%, "
             "Prefix cache hit rate: 41.7%",
-            StatsFigures(0, 6.3, False, "GPU", 14, 0, None, None, 41.7),
+            StatsFigures(0, 6.3, False, "GPU", 14, 0, None, None, 41.7, throughput=1215.3),
         ),
         (
             "S2 0.11.1-0.19.1, preemptions and the optional parts",
             f"Engine 000: {THROUGHPUT}, Running: 64 reqs, Waiting: 17 reqs, Preemptions: 6, "
             "GPU KV cache usage: 97.8%, Prefix cache hit rate: 12.5%, Corrupted: 0 reqs, "
             "External prefix cache hit rate: 30.5%, MM cache hit rate: 0.0%",
-            StatsFigures(0, 97.8, False, "GPU", 64, 17, None, 6, 12.5),
+            StatsFigures(0, 97.8, False, "GPU", 64, 17, None, 6, 12.5, throughput=1215.3),
         ),
         (
             "S3 0.20.0-0.29.0, deferred; a usage below zero",
             f"Engine 001: {THROUGHPUT}, Running: 0 reqs, Waiting: 4 reqs, Deferred: 4 reqs, "
             "GPU KV cache usage: -0.0%, Prefix cache hit rate: 61.2%",
-            StatsFigures(1, -0.0, True, "GPU", 0, 4, 4, None, 61.2),
+            StatsFigures(1, -0.0, True, "GPU", 0, 4, 4, None, 61.2, throughput=1215.3),
         ),
         (
             "S4 0.30.0, the device named",
             f"Engine 000: {THROUGHPUT}, Running: 12 reqs, Waiting: 0 reqs, XPU KV cache usage: 41.2%, "
             "Prefix cache hit rate: 5.0%",
-            StatsFigures(0, 41.2, False, "XPU", 12, 0, None, None, 5.0),
+            StatsFigures(0, 41.2, False, "XPU", 12, 0, None, None, 5.0, throughput=1215.3),
         ),
         (
             "S5 0.31.0, no prefix-cache part",
             f"Engine 000: {THROUGHPUT}, Running: 1 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.1%",
-            StatsFigures(0, 0.1, False, "CPU", 1, 0, None, None, None),
+            StatsFigures(0, 0.1, False, "CPU", 1, 0, None, None, None, throughput=1215.3),
         ),
         (
             "S6 0.32.0-0.34.0, KV fetch",
@@ -48,14 +48,14 @@ THROUGHPUT = "Avg prompt throughput: 812.4 tokens/s, Avg generation throughput: 
             "waiting to start, 1 in progress, 0 completed waiting, Preemptions: 3, GPU KV cache usage: "
             "87.5%, "
             "Prefix cache hit rate: 12.0%",
-            StatsFigures(2, 87.5, False, "GPU", 31, 6, 2, 3, 12.0),
+            StatsFigures(2, 87.5, False, "GPU", 31, 6, 2, 3, 12.0, throughput=1215.3),
         ),
         (
             "aggregated DP logger",
             f"2 Engines Aggregated: {THROUGHPUT}, Running: 9 reqs, Waiting: 1 reqs, GPU KV cache usage: "
             f"12.0%, "
             "Prefix cache hit rate: 3.0%",
-            StatsFigures(None, 12.0, False, "GPU", 9, 1, None, None, 3.0),
+            StatsFigures(None, 12.0, False, "GPU", 9, 1, None, None, 3.0, throughput=1215.3),
         ),
         (
             "0.26+ iteration line: its usage only",

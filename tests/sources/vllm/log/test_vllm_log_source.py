@@ -2,54 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from tests.helpers import FakeClock
+from tests.sources.logs import drain
 from tests.sources.vllm.fakes import LOGS, local
 
 from poolwatch.model.rank import IncidentKind, Phase
-from poolwatch.model.snapshot import Snapshot
-from poolwatch.sources.base import Source, Target
-from poolwatch.sources.vllm.log.source import VllmLogSource
+from poolwatch.sources.logfile.source import LogSource
+from poolwatch.sources.vllm.log.dialect import DIALECT
 
 NOW = local("2026-12-03 16:30:00")  # a few minutes after the real capture's crash
 EC = "(EngineCore pid=12) ERROR 12-03 16:29:{s:02d} [core.py:1512] "
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:  # unused by the log source, required by the protocol
-        yield c
-
-
-@pytest.fixture
-def open_log() -> Iterator[Callable[..., VllmLogSource]]:
-    made: list[VllmLogSource] = []
-
-    def make(path: Path, clock: FakeClock | None = None, max_ranks: int = 1024) -> VllmLogSource:
-        target = Target("log", "vllm-log", str(path), "w0")
-        made.append(VllmLogSource(target, clock or FakeClock(NOW), max_ranks=max_ranks))
-        return made[-1]
-
-    yield make
-    for source in made:
-        source.close()
-
-
-async def drain(source: VllmLogSource, client: httpx.AsyncClient) -> list[Snapshot]:
-    """Everything the source says until the file is worked off and the log has gone quiet."""
-    return await source.scrape(client) + await source.scrape(client)
-
-
-def test_the_log_source_fits_the_source_protocol(open_log: Callable[..., VllmLogSource]) -> None:
-    assert isinstance(open_log(LOGS / "v0.30.0-s4-xpu.log"), Source)
+def open_log(log_source: Callable[..., LogSource]) -> Callable[..., LogSource]:
+    return functools.partial(log_source, DIALECT, clock=FakeClock(NOW))
 
 
 async def test_the_real_double_free_is_one_crash_and_the_latest_figures(
-    open_log: Callable[..., VllmLogSource], client: httpx.AsyncClient
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient
 ) -> None:
     snaps = await drain(open_log(LOGS / "v0.32.0-cpu-real-double-free.log"), client)
     assert [(s.worker.key, [i.kind for i in s.incidents]) for s in snaps] == [
@@ -62,7 +39,7 @@ async def test_the_real_double_free_is_one_crash_and_the_latest_figures(
 
 
 async def test_a_crash_is_read_once_its_traceback_is_whole(
-    open_log: Callable[..., VllmLogSource], client: httpx.AsyncClient, tmp_path: Path
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     log = tmp_path / "vllm.log"
     log.write_text(
@@ -88,7 +65,7 @@ async def test_a_crash_is_read_once_its_traceback_is_whole(
 
 
 async def test_a_stamp_in_the_future_is_clamped_to_now(
-    open_log: Callable[..., VllmLogSource], client: httpx.AsyncClient, tmp_path: Path
+    open_log: Callable[..., LogSource], client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     log = tmp_path / "vllm.log"
     log.write_text(EC.format(s=1).replace("16:29:01", "18:00:00") + "EngineCore failed to start.\n")
@@ -97,7 +74,7 @@ async def test_a_stamp_in_the_future_is_clamped_to_now(
 
 
 async def test_engines_past_the_cap_are_dropped_and_said_once(
-    open_log: Callable[..., VllmLogSource],
+    open_log: Callable[..., LogSource],
     client: httpx.AsyncClient,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,

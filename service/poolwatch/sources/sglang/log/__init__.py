@@ -1,6 +1,6 @@
-"""Everything read from SGLang's own log: line framing (``lines``), records (``records``), the table
-of message formats per release family (``formats``), what a record says (``events``,
-``leak_message``), the per-rank fold into snapshots (``state``), the live source (``source``) and
-its offline ``replay``.  The live source and replay share every parser; following and reading the
-file itself is engine-neutral (:mod:`poolwatch.sources.logfile`).
+"""SGLang's log dialect: what its lines look like (``lines``), the table of its message formats per
+release family (``formats``), its batch and startup lines (``batch``), its checks' reports read whole
+or not at all (``leak_message``), the pool errors and bugs they name (``errors``), what a record says
+(``events``) and the one object the neutral log pipeline reads it through (``dialect``).  Reading,
+following, assembling, folding and replaying the log are engine-neutral (:mod:`poolwatch.sources.logfile`).
 """

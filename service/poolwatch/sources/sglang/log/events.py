@@ -1,229 +1,113 @@
-"""What an SGLang log record says: batch statistics, pool capacities and incidents.  Pure.
+"""What an SGLang log record says, anchored to SGLang's own logger positions.  Pure.
 
-Batch lines of every release (reference §5.3; the heads per family are in
-:data:`~poolwatch.sources.sglang.log.formats.BATCH_HEADS`): ``Prefill batch. #new-seq: 1, ...``
-and ``Decode batch. #running-req: 3, #token: 1032, token usage: 0.01, ...`` before 0.5.4,
-``new fill batch. #seq: 1. ...`` in 0.1.x, and e.g. 0.5.4.post1 PD prefill::
+* a batch line or a startup line is a record's message (:mod:`~poolwatch.sources.sglang.log.batch`):
+  :class:`~poolwatch.sources.logfile.events.Figures`, :class:`~poolwatch.sources.logfile.events.PoolSize`;
+  a log without any prefix (0.1.x) may have them on any line of a headless record;
+* a report of SGLang's own checks (:mod:`~poolwatch.sources.sglang.log.leak_message`) is an incident
+  with the pool error it names;
+* a crash: a message that *starts* with ``Scheduler hit an exception`` (0.4.0+; ``Exception in
+  ModelTpServer`` in 0.2.x) is a ``scheduler_exception`` incident, always, whatever follows it, with
+  the allocator assert its traceback ends in when one is known.
 
-    Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, full token usage: 0.01,
-    mamba usage: 0.01, #running-req: 0, #queue-req: 0, #prealloc-req: 0, #inflight-req: 1, ...
-
-and a 0.5.12 decode line::
-
-    Decode batch [1203], #running-req: 4, #full token: 2048, full token usage: 0.00, mamba num: 8,
-    mamba usage: 0.02, cuda graph: True, gen throughput (token/s): 210.55, #queue-req: 0
-
-Decode lines carry used counts (``#token``, ``#full token``, ``#swa token``, ``mamba num``);
-prefill lines carry only ratios rounded to two places, of which only a leading ``-`` is
-certain (``-0.00`` is a surplus of at least one slot).  Startup lines give pool sizes:
-``max_total_num_tokens=N, ...`` and ``Mamba Cache is allocated. max_mamba_cache_size: N, ...``.
-
-A batch line whose head is damaged (``\ufffd\ufffdcode batch [1203], #running-req: 4, ...``: bytes
-lost or garbled at the start of the line) is still read by its items when they say it is one
-(:func:`batch_items_of`): a pool figure and a queue, marked ``damaged`` (counted and shown by
-``poolwatch replay``, never dropped without a word); its kind comes from its items (prefill items
-``#new-seq``/``#new-token``, decode items ``#token``/``gen throughput``), else ``batch``.
+Only SGLang's own positions count (issue 42's log truth): a marker must begin the message of a
+prefixed line, begin the first line of a block with no prefix (Python's own stderr, an excerpt),
+or -- for a report -- begin a line of a crash's traceback.  Text a client sends (a request id, a
+prompt: printed inside a ``Receive:`` or ``Finish:`` message, one line) never reaches those
+positions, so it can neither forge a crash nor a leak.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 
-from poolwatch.model.rank import IncidentKind, Pool, Role
+from poolwatch.model.rank import IncidentKind, Pool
 from poolwatch.model.snapshot import Incident
-from poolwatch.sources.sglang.log.formats import BATCH_HEADS, CRASH_MARKERS, ROLE_KEYS
-from poolwatch.sources.sglang.log.leak_message import find_incidents, match_format
-from poolwatch.sources.sglang.log.lines import Ranks, clean, parse_line
-from poolwatch.sources.sglang.log.records import LogRecord
+from poolwatch.sources.logfile.dialect import Mark
+from poolwatch.sources.logfile.events import LogEvent, Note, PoolError, RankIncident
+from poolwatch.sources.logfile.heads import Ranks
+from poolwatch.sources.logfile.records import LogRecord
+from poolwatch.sources.sglang.log.batch import capacity_of, parse_batch_line
+from poolwatch.sources.sglang.log.errors import CRASH_ASSERTS
+from poolwatch.sources.sglang.log.formats import CRASH_MARKERS
+from poolwatch.sources.sglang.log.leak_message import find_reports, report_at
+from poolwatch.sources.sglang.log.lines import SglangReader, ray_tag
 
-__all__ = [
-    "BatchStats",
-    "Capacity",
-    "LogEvent",
-    "RankIncident",
-    "UnattributedIncident",
-    "batch_items_of",
-    "interpret",
-    "parse_batch_line",
-    "recognises",
-]
+__all__ = ["CRASH_STARTS", "interpret", "marks"]
 
-_CAPACITY = (
-    (
-        re.compile(r"^(?:Rank \d{1,6}: )?max_total_num_tokens?=(\d+),"),
-        Pool.FULL,
-    ),  # 0.1.x: "Rank 0: ..._token="
-    (re.compile(r"^Mamba Cache is allocated\. max_mamba_cache_size: (\d+)"), Pool.MAMBA),
-)
+CRASH_STARTS = tuple(marker for marker, _ in CRASH_MARKERS)
 _MAX_MESSAGE = 2000
-
-# Every numeric item a batch line can carry, by key: a used count, a usage ratio, or a queue
-# length (named as the probe names it).  "#prealloc-req" is the bootstrap queue on a prefill line
-# and the pre-allocation queue on a decode line.
-_USED = {"#token": Pool.FULL, "#full token": Pool.FULL, "#swa token": Pool.SWA, "mamba num": Pool.MAMBA}
-_USAGE = {
-    "token usage": Pool.FULL,
-    "full token usage": Pool.FULL,
-    "swa token usage": Pool.SWA,
-    "mamba usage": Pool.MAMBA,
-}
-_QUEUES = {
-    "#running-req": "running",
-    "#queue-req": "waiting",
-    "#bootstrap-req": "bootstrap",
-    "#inflight-req": "inflight",
-    "#transfer-req": "transfer",
-    "#retracted-req": "retracted",
-    "#unbootstrapped-req": "bootstrap",  # 0.4.6-0.5.2 PD prefill
-    "#transferring-req": "inflight",
-    "#remaining_req": "waiting",  # 0.1.x
-    "#running_req": "running",
-}
-_PREALLOC = "#prealloc-req"
-_PREFILL_ITEMS = frozenset({"#new-seq", "#new-token", "#cached-token"})
-_DECODE_ITEMS = frozenset({"#token", "#full token", "#swa token", "mamba num", "gen throughput (token/s)"})
-# "key: number" items, separated by ", " (0.2+) or ". " (0.1.x); ASCII digits only.
-_ITEM = re.compile(r"(?:^|, |\. )([#A-Za-z][\w #\-]*?): (-?[0-9]+(?:\.[0-9]+)?)(?=[,.%\s]|$)")
-
-
-@dataclass(frozen=True, slots=True)
-class BatchStats:
-    """One ``Prefill batch`` / ``Decode batch`` line."""
-
-    at: float
-    ranks: Ranks
-    kind: str  # "prefill" or "decode"
-    iteration: int | None = None
-    used: Mapping[Pool, int] = field(default_factory=dict)
-    usage: Mapping[Pool, float] = field(default_factory=dict)
-    negative: frozenset[Pool] = frozenset()  # ratios printed with a leading "-"
-    queues: Mapping[str, int] = field(default_factory=dict)
-    role: Role | None = None  # what the line's PD fields reveal
-    damaged: bool = False  # its head (or its prefix) was garbled: read by its items alone
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    """A pool size from a startup line; it also marks a (re)start of the scheduler."""
-
-    at: float
-    ranks: Ranks
-    pool: Pool
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class RankIncident:
-    ranks: Ranks
-    incident: Incident
-
-
-@dataclass(frozen=True, slots=True)
-class UnattributedIncident:
-    """An incident in an orphan block (its rank header lay before the excerpt): no rank is proven,
-    so it is held apart instead of being folded into rank 0's snapshots."""
-
-    incident: Incident
-
-
-LogEvent = BatchStats | Capacity | RankIncident | UnattributedIncident
+_DECODE_DROPS = frozenset({Pool.REQ})  # a PD decode worker checks its request rows against size + pre-alloc
+_MARKS = SglangReader()  # reads prefixes for :func:`marks` only (its dating state does not matter)
 
 
 def interpret(record: LogRecord) -> list[LogEvent]:
     """The events of one record (most records are none of these and give ``[]``)."""
-    if not record.attributed:
-        found = find_incidents(record.lines, record.at)
-        return [UnattributedIncident(i) for i in found]
+    lines = record.lines
+    if not record.attributed:  # an orphan block: its reports, no rank
+        found = find_reports(lines, record.at)
+        return [RankIncident(None, r.incident, r.error, _DECODE_DROPS) for r in found] or _assert(
+            record, None
+        )
+    ranks = record.ranks or Ranks()
     events: list[LogEvent] = []
-    if record.headless:  # 0.1.x wrote no prefix at all: any line may be a batch or startup line
-        events += [e for line in record.lines if (e := _line_event(line, record.at, record.ranks))]
+    if record.headless and not record.damaged:  # 0.1.x wrote no prefix: any line may be a batch line
+        events += [e for line in lines if (e := _line_event(line, record.at, ranks)) is not None]
     else:
-        head = _line_event(record.message, record.at, record.ranks)
+        head = _line_event(record.message, record.at, ranks, salvaged=record.damaged)
         if head is not None:
             if not record.continuation:
                 return [head]  # a batch or startup line is one line: nothing else to look for
             events.append(head)  # lines after it belong to something else (an interleaved report)
-    events += [RankIncident(record.ranks, i) for i in find_incidents(record.lines, record.at)]
-    if any(marker in record.message for marker, _ in CRASH_MARKERS):
-        text = "\n".join(record.lines)[:_MAX_MESSAGE]
-        events.append(RankIncident(record.ranks, Incident(IncidentKind.SCHEDULER_EXCEPTION, text, record.at)))
+    crash = record.message.startswith(CRASH_STARTS)
+    reports = find_reports(lines, record.at, rest=crash or record.headless)
+    events += [RankIncident(ranks, r.incident, r.error, _DECODE_DROPS) for r in reports]
+    if crash:
+        text = "\n".join(lines)[:_MAX_MESSAGE]
+        incident = Incident(IncidentKind.SCHEDULER_EXCEPTION, text, record.at)
+        events.append(RankIncident(ranks, incident, _crash_error(lines)))
+    elif record.headless and not events:
+        events += _assert(record, ranks)
     return events
 
 
-def recognises(line: str) -> bool:
-    """Whether one raw line is in a format SGLang writes: a batch or startup line, a leak report's
-    marker or a crash marker (``poolwatch replay`` tells engines' logs apart by this)."""
-    prefixed = parse_line(line)
-    text = prefixed.message if prefixed is not None else clean(line).strip()
-    if _line_event(text, 0.0, Ranks()) is not None or match_format(text) is not None:
-        return True
-    return any(marker in text for marker, _ in CRASH_MARKERS)
+def _assert(record: LogRecord, ranks: Ranks | None) -> list[LogEvent]:
+    """A traceback with no crash header (an excerpt, Python's own stderr) that ends in a known
+    allocator assert: the pool error it names, on the timeline (no incident: no crash is proven)."""
+    error = _crash_error(record.lines)
+    return [] if error is None else [Note(record.at, ranks, "allocator assert", error)]
 
 
-def _line_event(message: str, at: float, ranks: Ranks) -> BatchStats | Capacity | None:
+def _line_event(message: str, at: float, ranks: Ranks, *, salvaged: bool = False) -> LogEvent | None:
     """The one-line event ``message`` is: a batch line or a startup line naming a pool size."""
-    batch = parse_batch_line(message, at, ranks)
-    if batch is not None:
-        return batch
-    if "max_" in message or "Mamba Cache" in message:
-        for pattern, pool in _CAPACITY:
-            m = pattern.match(message)
-            if m is not None:
-                return Capacity(at, ranks, pool, int(m[1]))
+    return parse_batch_line(message, at, ranks, salvaged=salvaged) or capacity_of(message, at, ranks)
+
+
+def _crash_error(lines: tuple[str, ...]) -> PoolError | None:
+    """The allocator assert a crash's traceback ends in (read from its last lines)."""
+    for line in lines[-4:]:
+        for known in CRASH_ASSERTS:
+            if known.marker.search(line):
+                return PoolError(known.cls, known.what, known.pool, known.bugs)
     return None
 
 
-def parse_batch_line(message: str, at: float, ranks: Ranks) -> BatchStats | None:
-    """A batch statistics line of any release, or ``None`` when ``message`` is not one; one whose
-    head is damaged is read by its items (``damaged``)."""
-    if "batch" in message:
-        for head in BATCH_HEADS:
-            m = head.match(message)
-            if m is not None:
-                kind = "decode" if m["kind"] == "Decode" else "prefill"
-                iteration = int(m["iter"]) if m["iter"] else None
-                return _batch(kind, iteration, _ITEM.findall(message[m.end() :]), at, ranks)
-    items = batch_items_of(message)
-    if not items:
+def marks(line: str) -> Mark | None:
+    """What in one line (collectors' prefixes already off) shows it is SGLang's."""
+    head = _MARKS.read(line)
+    text = head.message if head is not None else ray_tag(line).strip()
+    said = next((what for what, seen in _SAYS if seen(text)), None)
+    if said is not None:
+        return Mark(said)
+    if head is None:
         return None
-    keys = {key for key, _ in items}
-    kind = "prefill" if keys & _PREFILL_ITEMS else "decode" if keys & _DECODE_ITEMS else "batch"
-    return replace(_batch(kind, None, items, at, ranks), damaged=True)
+    if (head.ranks is not None and head.ranks != Ranks()) or " TP" in line[:48]:
+        return Mark("SGLang's rank prefix")
+    return Mark("a [date time] prefix", strong=False)
 
 
-def batch_items_of(text: str) -> list[tuple[str, str]]:
-    """The ``key: number`` items of ``text`` when they are a batch line's (a pool figure and a
-    queue length among them), else ``[]``: what is left of a batch line whose head is damaged."""
-    if "#running-req: " not in text and "#queue-req: " not in text:  # most lines: no regex
-        return []
-    items = _ITEM.findall(text)
-    keys = {key for key, _ in items}
-    pools = keys & (_USED.keys() | _USAGE.keys())
-    return items if pools and keys & _QUEUES.keys() else []
-
-
-def _batch(
-    kind: str, iteration: int | None, items: list[tuple[str, str]], at: float, ranks: Ranks
-) -> BatchStats:
-    used: dict[Pool, int] = {}
-    usage: dict[Pool, float] = {}
-    queues: dict[str, int] = {}
-    negative: set[Pool] = set()
-    role: Role | None = None
-    for key, value in items:
-        if key in _USAGE:
-            pool = _USAGE[key]
-            usage.setdefault(pool, float(value))
-            if value[0] == "-":
-                negative.add(pool)
-        elif key in _USED:
-            used.setdefault(_USED[key], int(value))
-        elif key in _QUEUES:
-            queues.setdefault(_QUEUES[key], int(value))
-        elif key == _PREALLOC:
-            queues.setdefault("bootstrap" if kind == "prefill" else "prealloc", int(value))
-        if role is None and key in ROLE_KEYS:
-            role = Role(ROLE_KEYS[key])
-    return BatchStats(at, ranks, kind, iteration, used, usage, frozenset(negative), queues, role)
+_SAYS: tuple[tuple[str, Callable[[str], object]], ...] = (
+    ("an SGLang batch line", lambda text: parse_batch_line(text, 0.0, Ranks())),
+    ("an SGLang check's report", report_at),
+    ("SGLang's scheduler crash", lambda text: text.startswith(CRASH_STARTS)),
+    ("SGLang's pool size at start", lambda text: capacity_of(text, 0.0, Ranks())),
+)

@@ -40,11 +40,15 @@ class LeakFormat:
     available_includes_evictable: bool = False  # a bare ``available_size`` counts evictable slots
     aliases: Mapping[str, str] = field(default_factory=dict)  # field names with spaces -> figure
     prefixed: bool = True  # every release that writes it prefixes its lines with ranks (0.2.x on)
+    # the figures every release of the family states for each pool, in the order it prints them:
+    # a pool's report lacking one was cut (its figures are then read as unknown, never 0)
+    figures: tuple[str, ...] = ()
 
 
 _KV = IncidentKind.LEAK_DETECTED
 _BUSY = IncidentKind.BUSY_CHECK_FAILED
 _TREE = IncidentKind.TREE_SANITY_FAILED
+_TAGGED_FIGURES = ("size", "available", "evictable", "protected", "session_held", "held")  # [pool] lines
 
 # First match wins: the specific shapes come before the general ones.
 LEAK_FORMATS: tuple[LeakFormat, ...] = (
@@ -57,6 +61,7 @@ LEAK_FORMATS: tuple[LeakFormat, ...] = (
         pool=Pool.FULL,
         available_includes_evictable=True,
         prefixed=False,  # 0.1.x wrote no prefix at all
+        figures=("available_with_evictable", "size"),
     ),
     LeakFormat(
         "req-warning-0.2",
@@ -66,6 +71,7 @@ LEAK_FORMATS: tuple[LeakFormat, ...] = (
         figures_before=True,
         pool=Pool.REQ,
         aliases={"available req slots": "available", "total slots": "size"},
+        figures=("available", "size"),
     ),
     LeakFormat(
         "kv-warning-0.3",
@@ -74,9 +80,15 @@ LEAK_FORMATS: tuple[LeakFormat, ...] = (
         re.compile(r"KV cache pool leak detected!"),
         pool=Pool.FULL,
         available_includes_evictable=True,
+        figures=("available_with_evictable", "size"),
     ),
     LeakFormat(
-        "req-warning-0.3", "0.3.x-0.4.5", _KV, re.compile(r"Memory pool leak detected!"), pool=Pool.REQ
+        "req-warning-0.3",
+        "0.3.x-0.4.5",
+        _KV,
+        re.compile(r"Memory pool leak detected!"),
+        pool=Pool.REQ,
+        figures=("available", "size"),
     ),
     LeakFormat(
         "kv-allocator-0.4.6",
@@ -85,6 +97,7 @@ LEAK_FORMATS: tuple[LeakFormat, ...] = (
         re.compile(r"token_to_kv_pool_allocator memory leak detected! ?available_size=\d+, protected_size="),
         pool=Pool.FULL,
         available_includes_evictable=True,
+        figures=("available_with_evictable", "protected", "size"),
     ),
     LeakFormat(
         "req-pool-0.4.6",
@@ -92,18 +105,36 @@ LEAK_FORMATS: tuple[LeakFormat, ...] = (
         _KV,
         re.compile(r"req_to_token_pool memory leak detected!"),
         pool=Pool.REQ,
+        figures=("available", "size"),
     ),
     LeakFormat(
         "kv-allocator-0.5",
         "0.5.0-0.5.10",
         _KV,
         re.compile(r"token_to_kv_pool_allocator memory leak detected!"),
+        figures=("size", "available", "evictable", "protected"),
     ),
-    LeakFormat("pools-0.5.12", "0.5.12-current", _KV, re.compile(r"[\w\-]+ memory leak detected!")),
     LeakFormat(
-        "busy-pools-0.5.12", "0.5.12-current", _BUSY, re.compile(r"(?:Full|SWA) Pool Mem Leak Detected!")
+        "pools-0.5.12",
+        "0.5.12-current",
+        _KV,
+        re.compile(r"[\w\-]+ memory leak detected!"),
+        figures=_TAGGED_FIGURES,
     ),
-    LeakFormat("busy-0.5.4", "0.5.4-0.5.10", _BUSY, re.compile(r"(?<!Pool )Mem Leak Detected!")),
+    LeakFormat(
+        "busy-pools-0.5.12",
+        "0.5.12-current",
+        _BUSY,
+        re.compile(r"(?:Full|SWA) Pool Mem Leak Detected!"),
+        figures=_TAGGED_FIGURES,
+    ),
+    LeakFormat(
+        "busy-0.5.4",
+        "0.5.4-0.5.10",
+        _BUSY,
+        re.compile(r"(?<!Pool )Mem Leak Detected!"),
+        figures=("accounted", "size"),
+    ),
     LeakFormat("radix-sanity-0.5", "0.5.0-0.5.22", _TREE, re.compile(r"\w* ?Radix tree sanity check failed")),
     LeakFormat(
         "tree-sanity-0.5.23", "0.5.23-current", _TREE, re.compile(r"Sanity check FAILED \(\d+ violations")

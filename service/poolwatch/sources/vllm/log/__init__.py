@@ -1,7 +1,6 @@
-"""Everything read from vLLM's own log: line framing per release (``lines``), records (``records``),
-the table of message formats (``formats``), the statistics line (``stats``), what a crash's
-traceback says (``crash``), what a record says (``events``), the per-rank fold into snapshots
-(``state``), the live source (``source``) and its offline ``replay``.  The live source and replay
-share every parser; following and reading the file itself is engine-neutral
-(:mod:`poolwatch.sources.logfile`).
+"""vLLM's log dialect: what its lines look like per release (``lines``), the table of its messages
+(``formats``), its statistics line (``stats``), what a crash's traceback says (``crash``), the pool
+errors and bugs its asserts and warnings name (``errors``), what a record says (``events``) and the
+one object the neutral log pipeline reads it through (``dialect``).  Reading, following, assembling,
+folding and replaying the log are engine-neutral (:mod:`poolwatch.sources.logfile`).
 """

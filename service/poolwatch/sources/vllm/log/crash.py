@@ -28,7 +28,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MAX_TEXT", "Crash", "Frame", "crash_text", "read_crash"]
+from poolwatch.sources.logfile.events import PoolError
+from poolwatch.sources.vllm.log.errors import CRASH_RULES
+
+__all__ = ["MAX_TEXT", "Crash", "Frame", "crash_error", "crash_text", "read_crash"]
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,1000})", line (?P<line>\d{1,7}), in (?P<func>[\w<>.]{1,200})')
 _RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::[ \t]?(.*))?$")
@@ -53,6 +56,7 @@ class Crash:
     exception: str  # the last "<Name>Error: ..." line ("" when the text names none)
     frame: Frame | None  # the pool frame, else the deepest frame
     in_pool: bool  # the frame is in vLLM's KV-cache bookkeeping
+    frames: tuple[Frame, ...] = ()  # every frame, outermost first
 
     def headline(self, first: str) -> str:
         """``first`` (vLLM's own line) with the exception and frame after it, in brackets."""
@@ -71,7 +75,18 @@ def read_crash(lines: Sequence[str]) -> Crash:
             frames.append(Frame(_short(f["path"]), int(f["line"]), f["func"], _code(lines, i + 1)))
     pool = [f for f in frames if f.path.startswith("v1/core/") and not f.path.startswith("v1/core/sched/")]
     frame = pool[-1] if pool else (frames[-1] if frames else None)
-    return Crash(exception[:300], frame, bool(pool))
+    return Crash(exception[:300], frame, bool(pool), tuple(frames))
+
+
+def crash_error(crash: Crash) -> PoolError | None:
+    """The pool error a crash is, by the first rule its exception or a statement matches; an
+    unnamed assert raised in the block bookkeeping is still a pool error of no known class."""
+    texts = [crash.exception, *(f.code for f in crash.frames if f.code)]
+    funcs = {f.func for f in crash.frames}
+    for rule in CRASH_RULES:
+        if (not rule.func or rule.func in funcs) and any(rule.text.search(t) for t in texts if t):
+            return PoolError(rule.cls, rule.what, bugs=rule.bugs, proven=rule.proven)
+    return None
 
 
 def crash_text(lines: Sequence[str]) -> str:

@@ -1,23 +1,26 @@
-"""vLLM log lines as they look in production: the prefix of every release and the noise around it.  Pure.
+"""What a vLLM log line looks like: the prefix of every release, read into a Head.  Pure.
 
 vLLM's logger (``vllm/logger.py``, ``_FORMAT`` and ``_DATE_FORMAT = "%m-%d %H:%M:%S"``) writes::
 
-    INFO 10-31 10:40:43 [core.py:720] message                                  0.10.2 - 0.30.0
+    INFO 01-03 16:21:03 logger.py:37] message                                  0.6 - 0.8 (V1 previews)
+    INFO 10-31 10:40:43 [core.py:720] message                                  0.8 - 0.30.0
     (EngineCore_DP0 pid=4242) INFO 10-31 10:40:43 [core.py:720] message        0.31.0 - 0.34.0
 
 Before 0.31 each vLLM process also wraps its stdout and stderr so that every physical line starts
-with ``(<process> pid=<pid>) `` in cyan (``decorate_logs``), so a log of any release shows the
-process first; 0.31 moved that tag into the format itself (cyan only on a terminal).  Process
-names: ``EngineCore_DP<n>`` (the scheduler of data-parallel rank n; every EngineCore up to 0.19,
-with DP from 0.20), ``EngineCore`` (0.20+ without DP), ``APIServer``, ``Worker``/``VllmWorker-<n>``
-(model runners), ``DPCoordinator``.  A multi-line message repeats the whole prefix on each of its
-lines (``NewLineFormatter``), the line before each repeat ending in ``\\r``.
+with ``(<process> pid=<pid>) `` (``decorate_logs``); 0.31 moved that tag into the format itself.
+A multi-line message repeats the whole prefix on each of its lines (``NewLineFormatter``).  A line
+that lost its ``[`` (a paste, the old format) is read all the same.
 
-Tolerated around that: ANSI colour codes, ``\\r`` line ends, NUL bytes left by ``copytruncate``, an
-ISO timestamp with a level or a CRI stream tag in front (``2025-10-31T10:40:43.1Z stdout F ``), a
-Ray actor's own ``(EngineCoreActor pid=N, ip=10.0.0.2) `` tag before vLLM's, and any
-``VLLM_LOGGING_PREFIX`` text before the level.  The stamp has no year and no zone: it is read as
-local time in the year a :class:`Calendar` gives it.
+**Process names of every generation**, and the rank each names (:func:`rank_of`):
+``EngineCore_<n>`` (up to 0.10.1) and ``EngineCore_DP<n>`` (0.10.2 - 0.19) the scheduler of
+data-parallel rank n, ``EngineCore`` (0.20+ without DP) rank 0, ``EngineCoreActor`` a Ray actor;
+model runners ``VllmWorker TP<n>``, ``VllmWorker rank=<n>``, ``VllmWorker-<n>``, ``Worker_DP1_TP3_EP3``;
+``APIServer`` and ``DPCoordinator`` are no rank's.
+
+Tolerated around that (collectors' prefixes and ANSI are the line assembler's, already gone): a Ray
+actor's own tag before vLLM's, and ``VLLM_LOGGING_PREFIX`` text before the level.  Nothing else may
+stand before the level: a request's text that happens to hold a prefix is never read as one.  The
+stamp has no year and no zone: it is read as local time in the year a :class:`Calendar` gives it.
 """
 
 from __future__ import annotations
@@ -25,41 +28,24 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
-from dataclasses import dataclass
 
-__all__ = ["Calendar", "VllmLine", "clean", "parse_line", "rank_of", "split_tag"]
+from poolwatch.sources.logfile.heads import Head, Ranks
+
+__all__ = ["Calendar", "VllmReader", "message_of", "rank_of", "split_tag"]
 
 _HEAD = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mo>\d\d)-(?P<d>\d\d) "
-    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d) \[(?P<where>[^\]\s:]{1,200}:\d{1,7})\] ?"
+    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.\d{1,6})? \[?(?P<where>[^\]\s:\[]{1,200}:\d{1,7})\] ?"
 )
-_HEAD_WITHIN = 320  # the prefix (a Ray tag, vLLM's tag, VLLM_LOGGING_PREFIX) is at most this long
-_TAG = re.compile(r"\((?P<proc>[\w.\-]{1,64}) pid=(?P<pid>\d{1,10})(?:, ip=[\w.:\-]{1,64})?\) ?")
-_LEAD = re.compile(
-    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})? "
-    r"(?:(?:stdout|stderr) [FP] |(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +)?"
+_HEAD_WITHIN = 320  # the tags and VLLM_LOGGING_PREFIX before the level are at most this long
+_PREFIX_TEXT = 40  # VLLM_LOGGING_PREFIX: at most this many characters, no quote
+_TAG = re.compile(
+    r"\((?P<proc>[\w.\-]{1,64}(?: [\w=.\-]{1,24}){0,2}) pid=(?P<pid>\d{1,10})(?:, ip=[\w.:\-]{1,64})?\) ?"
 )
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?")
-_DP = re.compile(r"_DP(\d{1,6})$")
+_ENGINE = re.compile(r"EngineCore(?:_(?:DP)?(?P<dp>\d{1,6}))?(?:Actor)?$")
+_WORKER_TAGS = re.compile(r"(?<=[_ ])(DP|PP|TP|PCP|EP)(\d{1,6})")
+_WORKER_RANK = re.compile(r"(?:rank=|-)(\d{1,6})$")
 _HALF_YEAR = 6  # months: a stamp this far before the last one has crossed New Year
-
-
-@dataclass(frozen=True, slots=True)
-class VllmLine:
-    """A line that starts one log record."""
-
-    at: float  # unix seconds
-    process: str  # "EngineCore_DP0", "APIServer", ... ("" when no tag is shown)
-    pid: int
-    level: str
-    where: str  # "core.py:720"
-    message: str
-    continued: bool = False  # the line ended in "\r": the next line repeats the prefix to go on
-
-    @property
-    def key(self) -> tuple[str, int, str, float, str]:
-        """What the lines of one multi-line record share."""
-        return (self.process, self.pid, self.level, self.at, self.where)
 
 
 class Calendar:
@@ -83,54 +69,76 @@ class Calendar:
         return _seconds(self._year, mo, d, h, mi, s)
 
 
-@functools.lru_cache(maxsize=256)
-def _seconds(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
-    try:
-        return dt.datetime(y, mo, d, h, mi, s).timestamp()
-    except ValueError:
+class VllmReader:
+    """Reads vLLM's prefix off a line (a :class:`Calendar` of ``day`` dates it; today's without one)."""
+
+    dated = True  # a stamp always carries its date (the year is the calendar's)
+
+    def __init__(self, day: dt.date | None = None) -> None:
+        self._calendar = Calendar(day or dt.date.today())
+
+    def read(self, line: str) -> Head | None:
+        m = _HEAD.search(line, 0, _HEAD_WITHIN)
+        if m is None:
+            return None
+        process, pid, before = _tags(line[: m.start()])
+        if before is None:
+            return None  # something other than tags and a short prefix stands before the level
+        at = self._calendar.at(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        if at is None:
+            return None
+        message = line[m.end() :]
+        key = (process, pid, m["level"], at, m["where"])
+        return Head(at, message, process, rank_of(process), m["level"], m["where"], key)
+
+
+def message_of(line: str) -> str | None:
+    """The message of a line with vLLM's prefix (``None``: none), read without dating it."""
+    m = _HEAD.search(line, 0, _HEAD_WITHIN)
+    if m is None or _tags(line[: m.start()])[2] is None:
         return None
+    return line[m.end() :]
 
 
-def clean(line: str) -> str:
-    """The line without its line end, NULs, ANSI codes and an ISO / CRI lead (spaces kept)."""
-    line = line.rstrip("\n").rstrip("\r").lstrip("\x00")
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    if line[:1] == "2":
-        m = _LEAD.match(line)
-        if m is not None:
-            line = line[m.end() :]
-    return line
+def _tags(before: str) -> tuple[str, int, str | None]:
+    """The last process tag in the text before the level, its pid, and what else stands there
+    (``None`` when that is not a short logging prefix)."""
+    process, pid, pos = "", 0, 0
+    while (m := _TAG.match(before, pos)) is not None:
+        process, pid, pos = m["proc"], int(m["pid"]), m.end()
+    rest = before[pos:]
+    if rest and (len(rest) > _PREFIX_TEXT or '"' in rest or "'" in rest):
+        return process, pid, None
+    return process, pid, rest
 
 
 def split_tag(text: str) -> tuple[str | None, str]:
-    """A cleaned line's last process tag (vLLM's own, after any Ray tag) and the text after it."""
+    """A line's last process tag (vLLM's own, after any Ray tag) and the text after it."""
     process, pos = None, 0
     while (m := _TAG.match(text, pos)) is not None:
         process, pos = m["proc"], m.end()
     return process, text[pos:]
 
 
-def parse_line(line: str, calendar: Calendar) -> VllmLine | None:
-    """The prefix of a raw line, or ``None`` for a line without one (a continuation)."""
-    continued = line.rstrip("\n").endswith("\r")
-    text = clean(line)
-    m = _HEAD.search(text, 0, _HEAD_WITHIN)
-    if m is None:
+@functools.lru_cache(maxsize=256)
+def rank_of(process: str) -> Ranks | None:
+    """The rank a process tag names: ``EngineCore_DP3`` / ``EngineCore_3`` dp 3, ``EngineCore`` (or a
+    Ray ``EngineCoreActor``) dp 0, ``VllmWorker TP1`` / ``Worker_DP1_TP3_EP3`` their tensor and data
+    ranks, anything else (the API server, a coordinator) ``None``."""
+    engine = _ENGINE.match(process)
+    if engine is not None:
+        return Ranks(dp=int(engine["dp"] or 0))
+    if not process.startswith(("VllmWorker", "Worker")):
         return None
-    at = calendar.at(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
-    if at is None:
-        return None
-    before = text[: m.start()]
-    tags = list(_TAG.finditer(before))
-    process, pid = (tags[-1]["proc"], int(tags[-1]["pid"])) if tags else ("", 0)
-    return VllmLine(at, process, pid, m["level"], m["where"], text[m.end() :], continued)
+    found = {name: int(n) for name, n in _WORKER_TAGS.findall(process)}
+    rank = _WORKER_RANK.search(process)
+    tp = found.get("TP", int(rank[1]) if rank else 0)
+    return Ranks(dp=found.get("DP", 0), tp=tp, pp=found.get("PP", 0))
 
 
-def rank_of(process: str) -> int | None:
-    """The data-parallel rank a process tag names: ``EngineCore_DP3`` -> 3, ``EngineCore`` (or a Ray
-    ``EngineCoreActor`` without vLLM's own tag) -> 0, anything else (the API server, a worker) -> ``None``."""
-    if "EngineCore" not in process:
+@functools.lru_cache(maxsize=256)
+def _seconds(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
+    try:
+        return dt.datetime(y, mo, d, h, mi, s).timestamp()
+    except ValueError:
         return None
-    m = _DP.search(process)
-    return int(m[1]) if m else 0

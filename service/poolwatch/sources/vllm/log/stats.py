@@ -22,6 +22,7 @@ __all__ = ["StatsFigures", "parse_stats_line"]
 # "key: number" parts, after ", " or the head; the unit ("%", " reqs", " tokens/s") follows.
 _PART = re.compile(r"(?:^|, )([A-Z][A-Za-z ]{0,40}?|Iteration\(\d{1,12}\)): (-?[0-9]{1,12}(?:\.[0-9]{1,6})?)")
 _USAGE = re.compile(r"[A-Z]{2,8} KV cache usage")
+_THROUGHPUTS = frozenset({"Avg prompt throughput", "Avg generation throughput"})
 _COUNTS = {"Running": "running", "Waiting": "waiting", "Deferred": "deferred", "Preemptions": "preemptions"}
 
 
@@ -38,6 +39,7 @@ class StatsFigures:
     deferred: int | None = None
     preemptions: int | None = None  # during the interval
     prefix_hit_rate: float | None = None  # percent
+    throughput: float | None = None  # prompt + generation tokens/s over the interval (None: not printed)
 
 
 def parse_stats_line(message: str) -> StatsFigures | None:
@@ -49,9 +51,12 @@ def parse_stats_line(message: str) -> StatsFigures | None:
     counts: dict[str, int] = {}
     usage: tuple[str, str] | None = None
     hit_rate: float | None = None
+    throughput: float | None = None
     for key, value in _PART.findall(message[head.end() :]):
         if key in _COUNTS and "." not in value:
             counts.setdefault(_COUNTS[key], int(value))
+        elif key in _THROUGHPUTS:
+            throughput = (throughput or 0.0) + float(value)
         elif usage is None and _USAGE.fullmatch(key):
             usage = (key.partition(" ")[0], value)
         elif key == "Prefix cache hit rate":
@@ -69,4 +74,5 @@ def parse_stats_line(message: str) -> StatsFigures | None:
         deferred=counts.get("deferred"),
         preemptions=counts.get("preemptions"),
         prefix_hit_rate=hit_rate,
+        throughput=throughput,
     )

@@ -1,0 +1,183 @@
+"""SGLang's releases as the rigs drive them: what differs between them, as data.
+
+Every fact here was read from the release's wheel (its signatures and sources; the venvs hold
+them), not from poolwatch's probe, which has its own table (``poolwatch.probe.sglang.shapes``) and
+is checked against this one on every release (``tests/sglang_real/check_release.py``).
+
+=============  ===========  =====  ========  ======  =========  ===============  ==========  ========
+release        runs on      rows   kv lens   tree    evict      loop / idle      own check   args
+=============  ===========  =====  ========  ======  =========  ===============  ==========  ========
+0.5.4.post1    its venv     count  --        mamba   split      recv / self_chk  mamba       --
+0.5.5.post3    0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults
+0.5.6          0.5.4.post1  count  req       mamba*  split      recv / self_chk  mamba       defaults
+0.5.9          its venv     req    req       mamba*  params     recv / self_chk  mamba       defaults
+0.5.10         0.5.9        req    req       mamba*  params     recv / self_chk  mamba       defaults
+0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
+0.5.23         its venv     req    req.kv    unified params     ingest / on_idle checker     resolved
+=============  ===========  =====  ========  ======  =========  ===============  ==========  ========
+
+(``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``count``: ``alloc(n, reqs)`` /
+``free(row)``, the chunked request's row freed at every chunk boundary.)  Stdlib only:
+``scripts/`` and the tests' collection read it where SGLang is not installed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from rigs.table import in_tier, row
+from rigs.venv import Venv, cache_root
+
+__all__ = ["RELEASES", "Check", "Release", "RowApi", "ServerArgs", "Tier", "release", "tier"]
+
+
+class RowApi(enum.StrEnum):
+    """How a request takes and gives back its ``req_to_token`` row."""
+
+    COUNT = "count"  # alloc(n, reqs) / free(row, free_mamba_cache=True); the chunked row freed per chunk
+    REQUEST = "request"  # alloc(reqs) / free(req); a chunked request keeps its row
+
+
+class Check(enum.StrEnum):
+    """SGLang's own idle check of the pools, as the release calls it."""
+
+    MAMBA = "mamba"  # SchedulerRuntimeCheckerMixin._check_mamba_memory() -> (leak, message)
+    POOLS = "pools"  # the pool invariants of on_idle: _check_full_pool / _check_mamba_pool
+    CHECKER = "checker"  # SchedulerInvariantChecker._check_all_pools(observer.get_pool_stats())
+
+
+class ServerArgs(enum.StrEnum):
+    """What the release's classes read from the scheduler process's global ``ServerArgs``."""
+
+    NONE = "none"  # nothing
+    DEFAULTS = "defaults"  # the speculative settings and the page size: every field at its default
+    RESOLVED = "resolved"  # the Mamba chunk size: a ServerArgs resolved against a model config
+
+
+class Tier(enum.StrEnum):
+    """The real-SGLang tiers a release runs in (``tests/sglang_real``)."""
+
+    PROBE = "probe"  # check_release.py: the probe against SGLang's own checks, the seed, guard v1
+    GUARD = "guard"  # guard_release.py: guard v2 on every pool
+    HICACHE = "hicache"  # check_hicache*.py: the HiCache host account
+    WHEEL = "wheel"  # test_wheel_in_sglang.py: the built wheel activating the probe
+
+
+@dataclass(frozen=True)
+class Release:
+    """One SGLang release and how its API differs (the columns of this module's table)."""
+
+    version: str
+    base: str  # the release whose venv it runs in (itself, or the neighbour its overlay sits on)
+    rows: RowApi
+    kv_lens: str  # where kv_committed_len / kv_allocated_len live: "" (none), "req", "req.kv"
+    unified_tree: bool  # UnifiedRadixCache (else MambaRadixCache)
+    tree_params: bool  # the tree is built from a CacheInitParams (else positional pools)
+    evict_params: bool  # tree.evict(EvictParams(...)) (else evict(n) + evict_mamba(m))
+    insert_flag: bool  # cache_finished_req(req, is_insert=...)
+    loop_hook: str  # the scheduler method each event-loop iteration starts with
+    idle_hook: str  # the scheduler method SGLang's idle check starts in
+    check: Check
+    server_args: ServerArgs
+    hybrid_flags: tuple[str, str]  # the scheduler's (swa, ssm) attribute names the release reads
+    grammar: str  # where the grammar queue hangs: "grammar_queue" or "grammar_manager"
+    tiers: frozenset[Tier]
+    seed_live: bool = False  # #12432: process_prefill_chunk frees the chunked request's Mamba slot
+    mamba_allocator: bool = False  # the Mamba free list on req_to_token_pool.mamba_allocator
+    checkpoints: bool = False  # SGLang's int8 MambaCheckpointPool exists
+    cow_at_match: bool = True  # any prefix match forks a copy-on-write Mamba slot (0.5.23: only a
+    # match at a multiple of its Mamba chunk size, where the tree keeps states)
+    plugins: bool = False  # SGLang loads ``sglang.srt.plugins`` entry points (else the probe's .pth)
+
+    @property
+    def overlaid(self) -> bool:
+        return self.base != self.version
+
+    @property
+    def legacy(self) -> bool:
+        """The chunked request's row is freed at every chunk boundary (``alloc(n, reqs)`` API)."""
+        return self.rows is RowApi.COUNT
+
+    def venv(self) -> Venv:
+        """Where this release runs."""
+        root = cache_root()
+        overlay = root / "sglang-overlays" / self.version if self.overlaid else None
+        return Venv(
+            label=f"SGLang {self.version}",
+            path=root / "sglang-venvs" / self.base,
+            build=f"scripts/sglang_venv.py {self.base}",
+            overlay=overlay,
+            overlay_build=f"scripts/sglang_overlay.py {self.version}",
+            env=(("HF_HUB_OFFLINE", "1"), ("SGLANG_MAMBA_SSM_DTYPE", "float32")),
+        )
+
+
+_ALL, _GUARD = frozenset(Tier), frozenset({Tier.GUARD})
+# Each row after the first says what changed since the release before it.
+_0_5_4 = Release(
+    "0.5.4.post1",
+    base="0.5.4.post1",
+    rows=RowApi.COUNT,
+    kv_lens="",
+    unified_tree=False,
+    tree_params=False,
+    evict_params=False,
+    insert_flag=False,
+    loop_hook="recv_requests",
+    idle_hook="self_check_during_idle",
+    check=Check.MAMBA,
+    server_args=ServerArgs.NONE,
+    hybrid_flags=("is_hybrid", "is_hybrid_gdn"),
+    grammar="grammar_queue",
+    tiers=_ALL,
+    seed_live=True,
+)
+_0_5_5 = replace(
+    _0_5_4,
+    version="0.5.5.post3",
+    kv_lens="req",
+    insert_flag=True,
+    server_args=ServerArgs.DEFAULTS,
+    tiers=_GUARD,
+    seed_live=False,
+)
+_0_5_6 = replace(_0_5_5, version="0.5.6", tree_params=True, hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"))
+_0_5_9 = replace(
+    _0_5_6,
+    version="0.5.9",
+    base="0.5.9",
+    rows=RowApi.REQUEST,
+    evict_params=True,
+    hybrid_flags=("is_hybrid_swa", "is_hybrid_ssm"),
+    grammar="grammar_manager",
+    tiers=_ALL - {Tier.WHEEL},
+)
+_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD)
+_0_5_12 = replace(_0_5_10, version="0.5.12", idle_hook="on_idle", check=Check.POOLS, plugins=True)
+_0_5_23 = replace(
+    _0_5_12,
+    version="0.5.23",
+    base="0.5.23",
+    kv_lens="req.kv",
+    unified_tree=True,
+    insert_flag=False,
+    loop_hook="ingest_requests",
+    check=Check.CHECKER,
+    cow_at_match=False,
+    server_args=ServerArgs.RESOLVED,
+    tiers=_ALL,
+    mamba_allocator=True,
+    checkpoints=True,
+)
+RELEASES: tuple[Release, ...] = (_0_5_4, _0_5_5, _0_5_6, _0_5_9, _0_5_10, _0_5_12, _0_5_23)
+
+
+def release(version: str) -> Release:
+    """The table's row for ``version`` (a release outside the table is a clear error)."""
+    return row(RELEASES, version, "SGLang")
+
+
+def tier(name: Tier) -> tuple[str, ...]:
+    """The releases ``name`` runs on, oldest first (a test's parameters)."""
+    return in_tier(RELEASES, name)

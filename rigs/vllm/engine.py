@@ -1,0 +1,197 @@
+"""vLLM V1's own scheduler on CPU, stepped as EngineCore steps it (run inside a release venv).
+
+No model runs: each step's output is made here (one sampled token per request past its prompt),
+exactly the shape ``update_from_output`` reads, so the scheduler, the KV cache manager, the
+coordinator and the block pool are vLLM's own and run their own code -- the way vLLM's own unit
+tests drive ``Scheduler``.  A KV connector's transfers are stood in for the same way: a step can
+report requests whose sending or receiving finished (``KVConnectorOutput``).  The model config is a
+tiny Llama ``config.json`` written to a temporary directory (no weights, no tokenizer, no hub).
+
+:class:`Engine` is one scheduler: vLLM's ``Scheduler``, or with ``batch_queue`` > 1 its
+``AsyncScheduler`` with async scheduling on, stepped like EngineCore's batch queue (step N+1 is
+scheduled before step N's output is applied).  It counts engine steps and feeds a
+:class:`~rigs.timeline.Timeline` every snapshot the probe published and vLLM's own assert.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.lifecycle import attach, probe_of
+from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from poolwatch.probe.vllm.extras import VllmProbe
+from rigs.timeline import Timeline
+from rigs.vllm.configs import BLOCK, EOS, RELEASE, accepted, kv_cache_config, sha256, vllm_config
+
+__all__ = ["Engine", "Ticks", "assert_site"]
+
+
+class Ticks:
+    """Every clock read is a second later: every sample is due, every census interval passes."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()  # the probe's clock so far: its census timer started on it
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+class Engine:
+    """One vLLM scheduler of this venv's release, stepped as EngineCore steps it."""
+
+    def __init__(
+        self,
+        blocks: int = 400,
+        *,
+        hybrid: bool = False,
+        max_running: int = 16,
+        max_tokens: int = 512,
+        max_model_len: int = 2048,
+        batch_queue: int = 1,
+        connector: dict[str, Any] | None = None,
+        timeline: Timeline | None = None,
+    ) -> None:
+        """``batch_queue`` > 1: async scheduling (``AsyncScheduler``), that many steps in flight;
+        ``connector``: a ``KVTransferConfig``'s fields (vLLM's own connector by name)."""
+        from vllm.v1.core.kv_cache_utils import init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        self.release, self.depth, self.timeline = RELEASE, batch_queue, timeline
+        config = vllm_config(max_running, max_tokens, max_model_len)
+        config.cache_config.num_gpu_blocks = blocks
+        if hybrid:
+            config.cache_config.mamba_cache_mode = "align"
+        if batch_queue > 1:
+            config.scheduler_config.async_scheduling = True  # max_concurrent_batches: 2
+        if connector is not None:
+            from vllm.config import KVTransferConfig
+
+            config.kv_transfer_config = KVTransferConfig(**connector)
+        init_none_hash(sha256())
+        cls: Any = Scheduler
+        if batch_queue > 1:
+            from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+            cls = AsyncScheduler
+        # AsyncScheduler takes *args, **kwargs: the names are Scheduler's
+        self.sched = cls(
+            **accepted(
+                Scheduler,
+                vllm_config=config,
+                kv_cache_config=kv_cache_config(blocks, hybrid=hybrid),
+                structured_output_manager=StructuredOutputManager(config),
+                block_size=BLOCK,
+                hash_block_size=BLOCK,
+                log_stats=False,
+            )
+        )
+        self.pending: deque[tuple[Any, Any]] = deque()
+        self.steps = 0
+
+    def attach(self, config: ProbeConfig) -> VllmProbe:
+        """The probe of ``config`` on this scheduler, its clock a second further at every read."""
+        probe = attach(VLLM, self.sched, config, release=vllm_release(RELEASE.version))
+        assert isinstance(probe, VllmProbe)
+        probe.clock = Ticks()
+        return probe
+
+    def request(self, rid: str, prompt: list[int], max_tokens: int) -> Any:
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        return Request(
+            **accepted(
+                Request,
+                request_id=rid,
+                prompt_token_ids=prompt,
+                sampling_params=params,
+                pooling_params=None,
+                eos_token_id=EOS,
+                block_hasher=get_request_block_hasher(BLOCK, sha256()),
+            )
+        )
+
+    def add(self, rid: str, prompt: list[int], max_tokens: int) -> None:
+        self.sched.add_request(self.request(rid, prompt, max_tokens))
+
+    def abort(self, rids: list[str]) -> None:
+        from vllm.v1.request import RequestStatus
+
+        self.sched.finish_requests(rids, RequestStatus.FINISHED_ABORTED)
+
+    def step(self, token: int = 7, *, sent: Iterable[str] = (), received: Iterable[str] = ()) -> Any:
+        """One engine step: schedule, a made-up model output (``sent`` / ``received``: requests whose
+        KV transfer finished, as a connector reports them), update -- with a batch queue, the oldest
+        output in flight once the queue is full or nothing new was scheduled.  The scheduler output."""
+        out = self.sched.schedule()
+        self.pending.append((out, self._output(out, token, set(sent), set(received))))
+        try:
+            if len(self.pending) >= self.depth or out.total_num_scheduled_tokens == 0:
+                self.sched.update_from_output(*self.pending.popleft())
+        except AssertionError as exc:
+            self._engine_said(exc)
+            raise
+        finally:
+            self.steps += 1
+            self._seen()
+        return out
+
+    def settle(self) -> None:
+        """Apply every output still in flight (the batch queue drained)."""
+        while self.pending:
+            self.sched.update_from_output(*self.pending.popleft())
+
+    def _output(self, out: Any, token: int, sent: set[str], received: set[str]) -> Any:
+        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+        ids = list(out.num_scheduled_tokens)
+        # a request still inside its prompt (a chunked prefill) samples nothing this step; in flight
+        # (a batch queue) the scheduler says so itself
+        if self.depth > 1:
+            sampled = [[] if self.sched.requests[rid].is_prefill_chunk else [token] for rid in ids]
+        else:
+            done = [
+                self.sched.requests[rid].num_computed_tokens >= self.sched.requests[rid].num_tokens
+                for rid in ids
+            ]
+            sampled = [[token] if d else [] for d in done]
+        extra: dict[str, Any] = {}
+        if sent or received:
+            extra["kv_connector_output"] = KVConnectorOutput(finished_sending=sent, finished_recving=received)
+        return ModelRunnerOutput(
+            **accepted(
+                ModelRunnerOutput,
+                req_ids=ids,
+                req_id_to_index={r: i for i, r in enumerate(ids)},
+                sampled_token_ids=sampled,
+                logprobs=None,
+                prompt_logprobs_dict={},
+                pooler_output=[],
+                **extra,
+            )
+        )
+
+    def _seen(self) -> None:
+        if self.timeline is not None:
+            probe = probe_of(self.sched)
+            self.timeline.look(self.steps, probe.latest if probe is not None else None)
+
+    def _engine_said(self, exc: AssertionError) -> None:
+        if self.timeline is not None:
+            self.timeline.engine_said(self.steps, assert_site(exc))
+
+
+def assert_site(exc: AssertionError) -> str:
+    """Where vLLM's own assertion fired: ``file:line source``."""
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{Path(where.filename).name}:{where.lineno} {where.line}"

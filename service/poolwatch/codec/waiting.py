@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from poolwatch import fields
 from poolwatch.fields import MAX_INT, FieldError
+from poolwatch.inert import inert
 from poolwatch.model.holds import MAX_HOLDERS, MAX_OWNER, Hold, Holder, HoldReason
 from poolwatch.model.progress import MAX_VICTIMS, Progress
 from poolwatch.model.rank import Pool
@@ -51,10 +52,8 @@ def dump_progress(p: Progress) -> dict[str, Any]:
 
 
 def _owner(raw: object, where: str) -> str:
-    owner = fields.text(raw, where, MAX_OWNER)
-    if not owner.isprintable():
-        raise FieldError(f"{where}: an owner's name must not hold control characters: {fields.shown(raw)}")
-    return owner
+    """An owner's name as it enters: bounded, and inert whatever the sender did."""
+    return inert(fields.text(raw, where, MAX_OWNER))
 
 
 def _holder(raw: object, where: str) -> Holder:

@@ -12,7 +12,7 @@ since when the oldest has waited, the engine's own timeout for that wait where i
 oldest few owners by name.
 
 Owners are request ids or tree nodes.  A request id is whatever the client sent, so the probe keeps
-only an *inert* form of it (:func:`owner_name`: bounded, no control characters) and it is never a
+only an *inert* form of it (:func:`owner_name`: bounded, control characters shown as signs) and it is never a
 metric label.
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from poolwatch.inert import inert
 from poolwatch.model.rank import Pool
 
 __all__ = ["MAX_HOLDERS", "MAX_OWNER", "Hold", "HoldReason", "Holder", "owner_name"]
@@ -77,11 +78,14 @@ class Hold:
 
 
 def owner_name(raw: object, limit: int = MAX_OWNER) -> str:
-    """``raw`` as an owner's name: text, every control or format character (newlines, escapes,
-    bidi overrides) a ``?``, at most ``limit`` characters (a longer one ends in ``...``)."""
+    """``raw`` as an owner's name: text made inert (:func:`poolwatch.inert.inert`: every control or
+    invisible format character a visible sign, one for one), at most ``limit`` characters (a longer
+    one ends in ``...``)."""
     text = raw if isinstance(raw, str) else str(raw)
     if len(text) > limit:
         text = text[: limit - 3] + "..."
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else "?" for c in text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (no text on the wire can hold one): U+FFFD
+        text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return inert(text)

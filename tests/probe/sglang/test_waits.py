@@ -71,7 +71,7 @@ def test_a_prefills_inflight_request_is_a_kv_send_hold_aged_from_its_first_sight
     assert (hold.pool, hold.reason, hold.owners, hold.slots) == (Pool.FULL, HoldReason.KV_SEND, 1, 12)
     assert hold.oldest == first.taken_at
     assert hold.timeout == 600.0
-    assert hold.named[0].owner == "sent-?[1m"  # inert
+    assert hold.named[0].owner == "sent-\u241b[1m"  # inert
     rank.sched.disagg_prefill_inflight_queue.clear()  # the decode read it
     assert probe.sample_now().holds == ()
 
@@ -90,7 +90,7 @@ def test_the_detector_pages_a_send_past_sglangs_bound_naming_it_and_not_before()
     assert fired_at is not None
     assert 600.0 + 60.0 <= fired_at <= 680.0  # SGLang's 600 s and the grace
     assert "kv_send" in text
-    assert "'sent-?[1m' (12 slots" in text
+    assert "'sent-\u241b[1m' (12 slots" in text
     assert "SGLANG_DISAGGREGATION_WAITING_TIMEOUT" in text
 
 

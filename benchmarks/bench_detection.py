@@ -40,6 +40,7 @@ from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch_emulator import Cluster, ClusterConfig, ModelShape, WorkloadConfig, parse_fault
 from poolwatch_emulator.faults import FAULTS
+from poolwatch_emulator.scenarios import scenario_config
 
 RULES = Path(__file__).parent.parent / "deploy" / "prometheus" / "poolwatch-rules.yml"
 PROM_SCRAPE, PROM_EVAL = 15.0, 30.0
@@ -66,7 +67,7 @@ def case(fault: str, name: str = "", **overrides: Any) -> Case:
         "decode": int(not unified),
         "unified": int(unified),
         "version": info.emulated_versions[-1],
-        "shape": SWA if info.needs == "swa" else ModelShape(context_len=32_768),
+        "shape": SWA if "swa" in info.needs else ModelShape(context_len=32_768),
         "faults": (parse_fault(f"{fault}@step=40"),),
         "seed": 7,
         "epoch": EPOCH,
@@ -94,6 +95,11 @@ def cases() -> list[Case]:
             workload=replace(bursts, rate=12, abort_fraction=0.3, abort_within_s=5, transfer_latency_s=2.0),
         ),
         case("swa-page-overcount", workload=WorkloadConfig(burst_s=5, gap_s=60)),
+        # speculative decoding's gap classes, in their catalogue scenarios (EAGLE, paged or SWA)
+        *(
+            Case(f, f, scenario_config(f, trigger="@step=40", epoch=EPOCH))
+            for f in ("spec-stranded-tail-page", "spec-row-clamped-release", "spec-swa-frontier-off-by-one")
+        ),
     ]
 
 

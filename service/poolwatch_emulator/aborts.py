@@ -55,6 +55,7 @@ class SchedulerAbortMixin:
 
     def _abort_waiting(self: Any, req: Req) -> None:
         req.finished_reason = "abort"
+        self.emu_encoder_release(req)
         if req.transfer is not None:
             req.transfer.failed = True
         if self.is_decode_mode:  # transferred, not yet running: holds all of its KV

@@ -70,6 +70,9 @@ class SchedulerBatchMixin:
         running_bs = len(self.running_batch.reqs)
         if running_bs >= self.server_args.max_running_requests:
             return None
+        if self.enable_hierarchical_cache:
+            self.tree_cache.check_hicache_events()
+        self.emu_encoder_new_step()
         budget = self.server_args.chunked_prefill_size
         can_run: list[Req] = []
         new_chunked = self.chunked_req  # kept when its next chunk cannot run yet
@@ -119,18 +122,34 @@ class SchedulerBatchMixin:
         trunc = min(extend, budget)
         if trunc < extend:
             trunc -= (prefix_len + trunc) % self.page_size
+        scheduled: tuple[int, list[int]] = self.emu_schedule_encoder_inputs(req, prefix_len, trunc)
+        trunc, encoder_inputs = scheduled
+        if trunc < extend:
+            trunc -= (prefix_len + trunc) % self.page_size
         if trunc <= 0:
+            self.emu_not_admitted(req, continuing, encoder_inputs, locked=False)
             return None
         if not continuing:
             self.tree_cache.inc_lock_ref(req.last_node)
         room = self.emu_kv_room() - pending - self.emu_decode_reserve()
         if room < trunc + self.page_size:
-            if not continuing:
-                self.tree_cache.dec_lock_ref(req.last_node)
+            self.emu_not_admitted(req, continuing, encoder_inputs, locked=True)
             return None
+        self.emu_encoder_admitted(req, encoder_inputs)
         req.fill_ids = req.fill_ids[: prefix_len + trunc]
         req.extend_input_len = trunc
         return trunc
+
+    def emu_not_admitted(
+        self: Any, req: Req, continuing: bool, encoder_inputs: list[int], *, locked: bool
+    ) -> None:
+        """A waiting request (or chunk) that must wait: its lock and encoder references go back."""
+        if continuing:
+            self.emu_encoder_scheduled -= sum(req.get_num_encoder_embeds(i) for i in encoder_inputs)
+            return
+        if locked:
+            self.tree_cache.dec_lock_ref(req.last_node)
+        self.emu_encoder_not_admitted(req, encoder_inputs)
 
     def init_next_round_input(self: Any, req: Req) -> None:
         """Match the prefix (copy-on-write of the Mamba state, possibly while still waiting)."""

@@ -9,9 +9,11 @@ from typing import Any
 from poolwatch_emulator.allocator import SWATokenToKVPoolAllocator, TokenToKVPoolAllocator
 from poolwatch_emulator.caches import MambaRadixCache, RadixCache
 from poolwatch_emulator.chunk_cache import ChunkCache
+from poolwatch_emulator.encoder_cache import EncoderCacheConfig
 from poolwatch_emulator.faults import FaultPlan
 from poolwatch_emulator.hicache import HiRadixCache
 from poolwatch_emulator.req_pool import HybridReqToTokenPool, ReqToTokenPool
+from poolwatch_emulator.spec import SpecConfig
 from poolwatch_emulator.swa_cache import SWARadixCache
 from poolwatch_emulator.versions import Release
 
@@ -80,6 +82,10 @@ class ServerArgs:
     max_mamba_cache_size: int | None = None
     context_length: int = 16_384
     disaggregation_decode_enable_offload_kvcache: bool = False
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,9 +107,13 @@ class RankSettings:
     decode_reserve_per_req: int = 8
     idle_check_strict: bool = True
     metrics_all_ranks: bool = False
+    speculative: SpecConfig | None = None
+    disaggregation_waiting_timeout: float = 300.0  # SGLANG_DISAGGREGATION_WAITING_TIMEOUT (decode receiver)
+    decode_offload: bool = False  # --disaggregation-decode-enable-offload-kvcache
+    encoder_cache: EncoderCacheConfig | None = None  # vLLM's encoder cache, generic (encoder_cache.py)
 
     def server_args(self) -> ServerArgs:
-        s = self.shape
+        s, spec = self.shape, self.speculative
         return ServerArgs(
             model_path=s.model_path,
             disaggregation_mode=self.mode.value,
@@ -117,7 +127,17 @@ class RankSettings:
             disable_radix_cache=self.mode is DisaggregationMode.DECODE,
             max_mamba_cache_size=s.mamba_slots,
             context_length=s.context_len,
+            disaggregation_decode_enable_offload_kvcache=self.decode_offload,
+            speculative_algorithm="EAGLE" if spec else None,
+            speculative_num_steps=spec.num_steps if spec else None,
+            speculative_eagle_topk=spec.eagle_topk if spec else None,
+            speculative_num_draft_tokens=spec.num_draft_tokens if spec else None,
         )
+
+    def row_width(self) -> int:
+        """``req_to_token``'s width: the context, plus the draft reserve with speculative decoding."""
+        spec = self.speculative
+        return self.shape.context_len + (spec.row_headroom(self.shape.page_size) if spec else 0)
 
 
 def build_pools(rs: RankSettings, faults: FaultPlan) -> tuple[Any, ReqToTokenPool, Any]:
@@ -139,17 +159,17 @@ def build_pools(rs: RankSettings, faults: FaultPlan) -> tuple[Any, ReqToTokenPoo
     if s.mamba_slots is not None:
         pool = HybridReqToTokenPool(
             rows,
-            s.context_len,
+            rs.row_width(),
             s.mamba_slots,
             mamba_first_id=rel.mamba_first_id,
             split_mamba_free=rel.split_mamba_free,
             **common,
         )
     else:
-        pool = ReqToTokenPool(rows, s.context_len, free_by_req=rel.split_mamba_free, **common)
+        pool = ReqToTokenPool(rows, rs.row_width(), free_by_req=rel.split_mamba_free, **common)
     cache: Any
     if decode:
-        cache = ChunkCache(pool, allocator, s.page_size)
+        cache = ChunkCache(pool, allocator, s.page_size, faults, counts_protected=rel.chunk_cache_protected)
     elif s.mamba_slots is not None:
         cache = MambaRadixCache(pool, allocator, s.page_size, faults)
     elif s.host_kv_tokens is not None:
@@ -158,4 +178,7 @@ def build_pools(rs: RankSettings, faults: FaultPlan) -> tuple[Any, ReqToTokenPoo
         cache = SWARadixCache(pool, allocator, s.page_size, faults)
     else:
         cache = RadixCache(pool, allocator, s.page_size, faults)
+    if rs.speculative is not None:
+        cache.emu_narrow_row = s.context_len + rs.speculative.narrow_headroom()  # the row before PR #26972
+        cache.is_eagle = True
     return allocator, pool, cache

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from poolwatch_emulator.ownership import free_row, hybrid
 from poolwatch_emulator.radix import RadixTree, TreeNode
+from poolwatch_emulator.spec import free_overallocated
 
 if TYPE_CHECKING:
     import torch
@@ -53,12 +54,15 @@ class _TreeCache:
         self.token_to_kv_pool_allocator = allocator
         self.page_size = page_size
         self.faults = faults
+        self.emu_narrow_row: int | None = None  # speculative decoding: the row before PR #26972
+        self.is_eagle = False  # speculative decoding (EAGLE): keys are bigrams in SGLang
         hp = hybrid(req_to_token_pool)
         self.tree = RadixTree(
             page_size,
             mamba=self.supports_mamba(),
             allocator=allocator,
             mamba_pool=hp.mamba_pool if hp is not None else None,
+            faults=faults,
         )
 
     @property
@@ -111,6 +115,9 @@ class _TreeCache:
         self.token_to_kv_pool_allocator.free(kv[req.cache_protected_len : new_prefix_len])
         if exist and fork is not None:
             self.tree.mamba_pool.free(fork)
+        if new_prefix_len == req.cache_protected_len < aligned and self._rematch_stops_short():
+            req.prefix_indices = kv  # the request keeps its own slots; the tree took them unlocked
+            return
         match = self.match_prefix(req.fill_ids[:aligned])
         new_indices = match.device_indices
         start = req.cache_protected_len
@@ -138,12 +145,17 @@ class _TreeCache:
                 req.mamba_pool_idx = None  # donated to the tree
         else:
             self._free_tail(req, kv, req.cache_protected_len)
+        free_overallocated(self, req)
         free_row(self.req_to_token_pool, req, free_mamba=free_mamba)
         self.dec_lock_ref(req.last_node)
         req.kv_committed_freed = req.kv_overallocated_freed = True
 
     def _free_tail(self, req: Req, kv: torch.Tensor, start: int) -> None:
         self.token_to_kv_pool_allocator.free(kv[start:])
+
+    def _rematch_stops_short(self) -> bool:
+        """Whether the match after an insert of new tokens ends before them (S09's SWA frontier)."""
+        return False
 
     def sanity_check(self) -> None:
         """Recount the counters from the tree (SGLang's idle tree check)."""

@@ -217,12 +217,13 @@ class SchedulerRuntimeCheckerMixin:
                 idle = idle and not self.disagg_prefill_bootstrap_queue.queue
             if self.is_decode_mode:
                 idle = idle and not self.disagg_decode_prealloc_queue.queue
-                idle = idle and not self.disagg_decode_transfer_queue.queue
+                idle = idle and not self.disagg_decode_transfer_queue.queue and not self.emu_offloading()
             return idle
         idle = self.cur_batch is None
         if self.is_prefill_mode:
             return idle and not self.disagg_prefill_inflight_queue
         if self.is_decode_mode:
             queues = self.waiting_queue, self.disagg_decode_transfer_queue.queue
-            return idle and not any(queues) and not self.disagg_decode_prealloc_queue.queue
+            queued = any(queues) or self.disagg_decode_prealloc_queue.queue or self.emu_offloading()
+            return idle and not queued
         return idle

@@ -11,13 +11,14 @@ import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster
 from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faces import WorkerServer, attach_probes
 from poolwatch_emulator.faults import parse_fault
+from poolwatch_emulator.scenarios import SCENARIOS, scenario_config
 from poolwatch_emulator.versions import RELEASES
 from poolwatch_emulator.workload import WorkloadConfig
 
@@ -38,6 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME@T",
         help="inject a fault: NAME, NAME@30s, NAME@step=500, NAME@p=0.01",
+    )
+    a(
+        "--scenario",
+        default=None,
+        metavar="FAULT",
+        help="run FAULT's catalogue scenario (its workers, release, model, features such as speculative "
+        "decoding or an encoder cache, and traffic) with FAULT armed, unless --fault says otherwise; "
+        "the pool, traffic and worker options are then the scenario's",
     )
     a("--seed", type=int, default=0, help="seed of the emulated traffic (the same seed, the same run)")
     a("--log-dir", type=Path, default=None, help="write each worker's SGLang-shaped log here")
@@ -74,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ClusterConfig:
     """The cluster settings; ``ValueError`` naming the first bad one."""
+    if getattr(args, "scenario", None) is not None:
+        return _scenario_from_args(args)
     shape = ModelShape(
         full_kv_tokens=args.full_kv_tokens,
         mamba_slots=args.mamba_slots or None,
@@ -98,6 +109,26 @@ def config_from_args(args: argparse.Namespace) -> ClusterConfig:
         idle_check_strict=not args.no_strict_idle_check,
         log_dir=args.log_dir,
     )
+    config.check()
+    return config
+
+
+def _scenario_from_args(args: argparse.Namespace) -> ClusterConfig:
+    if args.scenario not in SCENARIOS:
+        raise ValueError(
+            f"unknown scenario {args.scenario!r} (one per fault: {', '.join(sorted(SCENARIOS))})"
+        )
+    overrides: dict[str, Any] = {
+        "tp": args.tp,
+        "dp": args.dp,
+        "seed": args.seed,
+        "dt": args.dt,
+        "idle_check_strict": not args.no_strict_idle_check,
+        "log_dir": args.log_dir,
+    }
+    if args.fault:
+        overrides["faults"] = tuple(parse_fault(f) for f in args.fault)
+    config = scenario_config(args.scenario, **overrides)
     config.check()
     return config
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from poolwatch_emulator.build import DisaggregationMode
 from poolwatch_emulator.clock import SimClock
 from poolwatch_emulator.cluster_config import ClusterConfig
-from poolwatch_emulator.pd import Transfer
 from poolwatch_emulator.req import RequestSpec
 from poolwatch_emulator.scheduler import Abort, Scheduler
+from poolwatch_emulator.transfer import Transfer
 from poolwatch_emulator.versions import parse_release
 from poolwatch_emulator.worker import Worker
 from poolwatch_emulator.workload import Workload

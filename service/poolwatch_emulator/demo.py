@@ -63,9 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--port", type=int, default=9464, help="the sidecar's port on 127.0.0.1")
     a("--healthy", type=float, default=30.0, help="simulated seconds of healthy traffic before the fault")
     a("--fault", default="pd-chunked-mamba-double-free", help="fault to inject (see `poolwatch emulate`)")
-    a("--version", default="0.5.4.post1", help="SGLang release whose bookkeeping is emulated")
-    a("--prefill", type=int, default=1, help="PD prefill workers")
-    a("--decode", type=int, default=1, help="PD decode workers")
+    a(
+        "--version",
+        default=None,
+        help="SGLang release whose bookkeeping is emulated (default: 0.5.4.post1 for the first fault "
+        "classes, else the fault's scenario's)",
+    )
+    a("--prefill", type=int, default=None, help="PD prefill workers (default: 1, or the fault's scenario's)")
+    a("--decode", type=int, default=None, help="PD decode workers (default: 1, or the fault's scenario's)")
     a("--tp", type=int, default=2, help="tensor-parallel ranks per worker (one probe each)")
     a("--time-scale", type=float, default=2.0, help="simulated seconds per wall second")
     a("--duration", type=float, default=0.0, help="wall seconds to run (0 = until Ctrl-C)")

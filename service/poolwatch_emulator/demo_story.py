@@ -33,7 +33,11 @@ SETTLE_S = 2.0  # wall seconds after the first alert before the hint (alerts tha
 def _second_pool(shape: ModelShape) -> str:
     if shape.host_kv_tokens is not None:
         return f"HiCache host {shape.host_kv_tokens} tokens"
-    return f"Mamba {shape.mamba_slots} slots"
+    if shape.swa_kv_tokens is not None:
+        return f"SWA {shape.swa_kv_tokens} tokens"
+    if shape.mamba_slots is not None:
+        return f"Mamba {shape.mamba_slots} slots"
+    return f"page size {shape.page_size}"
 
 
 @dataclass
@@ -58,24 +62,17 @@ class Story:
     @classmethod
     def build(cls, args: argparse.Namespace, work: Path, out: TextIO) -> Story:
         """Build the cluster with the fault scheduled, its HTTP faces and its probes."""
-        from poolwatch_emulator.build import ModelShape
         from poolwatch_emulator.cluster import Cluster
-        from poolwatch_emulator.cluster_config import ClusterConfig
+        from poolwatch_emulator.demo_cluster import demo_config
         from poolwatch_emulator.faces import WorkerServer, attach_probes
-        from poolwatch_emulator.faults import FAULTS, parse_fault
+        from poolwatch_emulator.faults import parse_fault
 
         if args.time_scale <= 0 or args.healthy < 0:
             raise ValueError("--time-scale must be > 0 and --healthy >= 0")
         fault = parse_fault(f"{args.fault}@{args.healthy:g}s")
         log_dir, probe_dir = work / "logs", work / "probes"
         log_dir.mkdir(parents=True, exist_ok=True)
-        shape = ModelShape()
-        if FAULTS[fault.name].needs == "hicache":  # a plain model with HiCache's host tier
-            shape = ModelShape(mamba_slots=None, host_kv_tokens=2 * shape.full_kv_tokens)
-        config = ClusterConfig(
-            prefill=args.prefill, decode=args.decode, tp=args.tp, version=args.version,
-            faults=(fault,), seed=args.seed, log_dir=log_dir, shape=shape,
-        )  # fmt: skip
+        config = demo_config(args, fault, log_dir)
         cluster = Cluster(config)
         servers = [WorkerServer(w).start() for w in cluster.workers]
         guard = bool(getattr(args, "guard", False))
@@ -88,12 +85,16 @@ class Story:
             print(f"[t={self.cluster.clock.now:6.0f}s] {text}", file=self.out, flush=True)
 
     def begin(self, url: str, alerting: AlertWiring) -> None:
+        from poolwatch_emulator.demo_cluster import narrated
+        from poolwatch_emulator.faults import FAULTS
+
         self.alerting, self.url = alerting, url
         c = self.cluster
         shape = c.config.shape
         faces = ", ".join(f"{w.name} {s.url}/metrics" for w, s in zip(c.workers, self.servers, strict=True))
         lines = [
-            f"poolwatch demo — an emulated SGLang {c.release.name} PD cluster with the sidecar watching it",
+            f"poolwatch demo — an emulated SGLang {c.release.name} {'PD ' if c.config.prefill else ''}"
+            "cluster with the sidecar watching it",
             f"  status page  {url}/",
             f"  metrics      {url}/metrics",
             f"  alerts       {url}/api/v1/alerts",
@@ -110,7 +111,10 @@ class Story:
                 "and repairs a free list on exact proof"
                 if self.guard
                 else "off: SGLang checks no HiCache host conservation, the worker keeps serving"
-                if shape.host_kv_tokens is not None
+                if shape.host_kv_tokens is not None and "host" in self.fault.name
+                else "off: the books stay balanced, SGLang's idle check sees nothing (the ground truth "
+                "is told below)"
+                if narrated(FAULTS[self.fault.name])
                 else "off: SGLang's own idle check will crash the worker (try --guard)"
             ),
             "",
@@ -121,6 +125,7 @@ class Story:
     def tick(self) -> None:
         self._heartbeat()
         self._fault()
+        self._truth()
         self._repairs()
         self._alerts()  # before crashes: an alert and a crash seen in one tick are told in order
         self._crashes()
@@ -142,6 +147,19 @@ class Story:
         if self.cluster.clock.now >= (self.fault.at_s or 0.0):
             info = FAULTS[self.fault.name]
             self.say("fault", f"fault armed: {info.name} ({info.reference}): {info.summary}")
+
+    def _truth(self) -> None:
+        """For a fault the pool gap cannot tell, what the emulator knows (once a heartbeat)."""
+        from poolwatch_emulator.demo_cluster import blind_line, narrated
+        from poolwatch_emulator.faults import FAULTS
+
+        info = FAULTS[self.fault.name]
+        now = self.cluster.clock.now
+        if not narrated(info) or now < (self.fault.at_s or 0.0):
+            return
+        line = blind_line(self.cluster, info)
+        if line is not None:
+            self.say(f"truth{int(now // HEARTBEAT_S)}", f"ground truth: {line}")
 
     def _alerts(self) -> None:
         if self.alerting is None:

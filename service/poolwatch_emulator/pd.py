@@ -11,64 +11,13 @@ wait in ``disagg_decode_prealloc_queue.retracted_queue`` holding nothing on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from poolwatch_emulator.ownership import free_row, hybrid
 from poolwatch_emulator.req import ForwardMode, Req, ScheduleBatch
+from poolwatch_emulator.transfer import DecodeRequest
 
-__all__ = [
-    "DecodePreallocQueue",
-    "DecodeRequest",
-    "DecodeTransferQueue",
-    "PrefillBootstrapQueue",
-    "SchedulerDisaggDecodeMixin",
-    "SchedulerDisaggPrefillMixin",
-    "Transfer",
-]
-
-
-class Transfer:
-    """One request's KV transfer, shared by the prefill and decode ranks that serve it."""
-
-    def __init__(self, rid: str, latency: float):
-        self.rid = rid
-        self.latency = latency
-        self.decode_ready = False
-        self.prefill_done_at: float | None = None
-        self.failed = False
-
-    def done(self, now: float) -> bool:
-        return self.prefill_done_at is not None and now >= self.prefill_done_at + self.latency
-
-
-@dataclass
-class PrefillBootstrapQueue:
-    queue: list[Req] = field(default_factory=list)
-
-    def pop_bootstrapped(self) -> list[Req]:
-        ready = [r for r in self.queue if r.transfer.decode_ready or r.transfer.failed]
-        if ready:
-            gone = {id(r) for r in ready}
-            self.queue = [r for r in self.queue if id(r) not in gone]
-        return [r for r in ready if not r.transfer.failed]
-
-
-@dataclass
-class DecodeRequest:
-    req: Req
-    waiting_for_input: bool = False
-
-
-@dataclass
-class DecodePreallocQueue:
-    queue: list[DecodeRequest] = field(default_factory=list)
-    retracted_queue: list[Req] = field(default_factory=list)
-
-
-@dataclass
-class DecodeTransferQueue:
-    queue: list[DecodeRequest] = field(default_factory=list)
+__all__ = ["SchedulerDisaggDecodeMixin", "SchedulerDisaggPrefillMixin"]
 
 
 class SchedulerDisaggPrefillMixin:
@@ -89,6 +38,8 @@ class SchedulerDisaggPrefillMixin:
         self.emu_chunk_boundary(fault="pd-chunked-mamba-double-free" if hybrid_pool else None)
 
     def process_batch_result_disagg_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
+        for req in batch.reqs:
+            self.emu_encoder_after_step(req)
         for req, token in zip(batch.reqs, result, strict=True):
             if req is self.chunked_req:
                 continue
@@ -96,12 +47,14 @@ class SchedulerDisaggPrefillMixin:
             self.tree_cache.cache_unfinished_req(req)
             self.disagg_prefill_inflight_queue.append(req)
             req.transfer.prefill_done_at = self.clock.now
+            if self.faults.fires("pd-prefill-stranded-kv"):
+                req.transfer.decode_lost = True  # the decode side drops it; nobody tells this sender
 
     def process_disagg_prefill_inflight_queue(self: Any) -> None:
         undone: list[Req] = []
         for req in self.disagg_prefill_inflight_queue:
-            if req.to_finish is not None or req.transfer.failed:
-                req.transfer.failed = True
+            if req.to_finish is not None or req.transfer.failed_for("prefill"):
+                req.transfer.failed = req.transfer.failed or req.to_finish is not None
                 self.emu_abort_release(req)
             elif req.transfer.done(self.clock.now):
                 req.finished_reason = "length"
@@ -114,11 +67,17 @@ class SchedulerDisaggPrefillMixin:
 
 class SchedulerDisaggDecodeMixin:
     def process_decode_queue(self: Any) -> None:
+        offload = self.decode_offload_manager
+        late = offload is not None and self.faults.fires("decode-offload-acks-behind-retract")
+        if offload is not None and not late:  # first, since PR #11656 (0.5.5+)
+            offload.check_offload_progress()
         self.waiting_queue.extend(self.emu_resume_retracted())
         if self.disagg_decode_prealloc_queue.retracted_queue:
-            return
+            return  # 0.5.4.post1 checked the offloads only past here: never while requests are retracted
         self.disagg_decode_transfer_queue.queue.extend(self.emu_pop_preallocated())
         self.waiting_queue.extend(self.emu_pop_transferred())
+        if late:
+            offload.check_offload_progress()
 
     def emu_room_for(self: Any, tokens: int) -> bool:
         need = -(-tokens // self.page_size) * self.page_size
@@ -135,7 +94,7 @@ class SchedulerDisaggDecodeMixin:
         assert req.req_pool_idx is not None
         self.req_to_token_pool.write(req.req_pool_idx, 0, locs)
         req.kv_allocated_len = req.kv_committed_len = tokens
-        req.fill_ids = req.origin_input_ids + req.output_ids
+        req.fill_ids = (req.origin_input_ids + req.output_ids)[:tokens]  # the KV that exists
 
     def emu_resume_retracted(self: Any) -> list[Req]:
         resumed: list[Req] = []
@@ -152,7 +111,7 @@ class SchedulerDisaggDecodeMixin:
         queue = self.disagg_decode_prealloc_queue.queue
         while queue:
             dreq = queue[0]
-            if dreq.req.transfer.failed:
+            if dreq.req.transfer.failed_for("decode"):
                 queue.pop(0)
                 continue
             tokens = len(dreq.req.origin_input_ids)
@@ -162,6 +121,9 @@ class SchedulerDisaggDecodeMixin:
             self.emu_pre_alloc(dreq.req, tokens)
             dreq.req.transfer.decode_ready = True
             dreq.waiting_for_input = True
+            dreq.emu_waiting_since = self.clock.now
+            if self.faults.fires("pd-decode-stranded-kv"):
+                dreq.req.transfer.prefill_lost = True  # the prefill side drops it; this receiver waits
             moved.append(dreq)
         return moved
 
@@ -170,9 +132,17 @@ class SchedulerDisaggDecodeMixin:
         undone: list[DecodeRequest] = []
         for dreq in self.disagg_decode_transfer_queue.queue:
             req = dreq.req
+            timed_out = (
+                self.clock.now - dreq.emu_waiting_since >= self.settings.disaggregation_waiting_timeout
+            )
             if req.to_finish is not None:
                 self.emu_decode_abort_release(req)
-            elif req.transfer.failed:
+            elif req.transfer.failed_for("decode") or timed_out:
+                if timed_out and not req.transfer.failed_for("decode"):
+                    self.logger.error(
+                        f"Decode transfer failed for request rank={self.tp_rank} req.rid='{req.rid}'"
+                        " with exception KVTransferError: timed out in KVPoll.WaitingForInput"
+                    )
                 req.finished_reason = "abort"
                 self.tree_cache.cache_finished_req(req)
             elif req.transfer.done(self.clock.now):
@@ -220,4 +190,6 @@ class SchedulerDisaggDecodeMixin:
         if room <= 0:
             return None
         can_run, self.waiting_queue = self.waiting_queue[:room], self.waiting_queue[room:]
+        for req in can_run:  # process_prebuilt: the transferred KV becomes the request's prefix
+            self.tree_cache.cache_unfinished_req(req)
         return ScheduleBatch(can_run, ForwardMode.EXTEND)

@@ -5,7 +5,8 @@ A ``Req`` carries what ownership needs: ``req_pool_idx`` (row or None), ``mamba_
 tail between chunks when ``page_size > 1``), ``last_node`` (the one node it locks),
 ``fill_ids``, ``origin_input_ids``, ``output_ids`` and the ``kv_committed_len`` /
 ``kv_allocated_len`` / ``cache_protected_len`` triple.  The emulator never over-allocates (no
-overlap scheduling, no speculative decoding), so ``kv_allocated_len == kv_committed_len``.
+overlap scheduling), so ``kv_allocated_len == kv_committed_len`` except with speculative decoding
+(:mod:`poolwatch_emulator.spec`).  A multimodal request carries vLLM's ``mm_features``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from poolwatch_emulator.encoder_cache import MultiModalFeatureSpec, PlaceholderRange
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +33,7 @@ class RequestSpec:
     arrival: float  # simulated seconds
     transfer_latency: float = 0.0  # PD: prefill done -> KV on the decode side
     abort_at: float | None = None  # simulated seconds, or never
+    mm_items: tuple[tuple[str, int, int], ...] = ()  # (content hash, offset, length) of its images
 
 
 class ForwardMode(enum.Enum):
@@ -73,6 +77,17 @@ class Req:
         self.finished_reason: str | None = None
         self.to_finish: str | None = None
         self.transfer: Any = None  # the PD transfer this request belongs to
+        self.mm_features = [  # vLLM's name: the request's encoder inputs (encoder_cache.py)
+            MultiModalFeatureSpec(h, PlaceholderRange(offset, length)) for h, offset, length in spec.mm_items
+        ]
+
+    @property
+    def request_id(self) -> str:
+        """vLLM's name for the id (the encoder cache keys its references by it)."""
+        return self.rid
+
+    def get_num_encoder_embeds(self, input_id: int) -> int:
+        return self.mm_features[input_id].mm_position.length
 
     @property
     def seqlen(self) -> int:

@@ -13,12 +13,17 @@ __all__ = ["SchedulerResultMixin"]
 
 class SchedulerResultMixin:
     def emu_release(self: Any, req: Req) -> None:
-        """A finished request gives everything back (the prefix goes into the tree)."""
-        self.tree_cache.cache_finished_req(req)
+        """A finished request gives everything back (the prefix goes into the tree); with the decode
+        offload, once its KV is on the host."""
+        self.emu_encoder_release(req)
+        offload = self.decode_offload_manager
+        if offload is None or not offload.offload_kv_cache(req):
+            self.tree_cache.cache_finished_req(req)
 
     def emu_abort_release(self: Any, req: Req) -> None:
         """An aborted request with KV: no insert, free what it holds privately."""
         req.finished_reason = req.finished_reason or "abort"
+        self.emu_encoder_release(req)
         self.tree_cache.cache_finished_req(req, is_insert=False)
 
     def run_batch(self: Any, batch: ScheduleBatch) -> list[int]:
@@ -35,6 +40,8 @@ class SchedulerResultMixin:
             self.process_batch_result_prefill(batch, result)
 
     def process_batch_result_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
+        for req in batch.reqs:
+            self.emu_encoder_after_step(req)
         for req, token in zip(batch.reqs, result, strict=True):
             if req is self.chunked_req:
                 continue
@@ -46,11 +53,16 @@ class SchedulerResultMixin:
                 self.tree_cache.cache_unfinished_req(req)
 
     def process_batch_result_decode(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
+        spec = self.settings.speculative is not None
         for req, token in zip(batch.reqs, result, strict=True):
             if req.finished():
                 continue
-            req.output_ids.append(token)
-            self.num_generated_tokens += 1
+            self.emu_encoder_after_step(req)
+            if spec:  # the verify step: the accepted tokens, committed (their KV written)
+                self.num_generated_tokens += self.emu_spec_verify(req, token)
+            else:
+                req.output_ids.append(token)
+                self.num_generated_tokens += 1
             req.check_finished()
             if req.finished():
                 self.emu_finish(req)

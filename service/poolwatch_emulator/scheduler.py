@@ -20,17 +20,19 @@ from poolwatch_emulator.clock import SimClock
 from poolwatch_emulator.decoding import SchedulerDecodeMixin
 from poolwatch_emulator.faults import FaultPlan, FaultSpec
 from poolwatch_emulator.logs import RankLog
-from poolwatch_emulator.pd import (
+from poolwatch_emulator.multimodal import SchedulerEncoderMixin, make_encoder_cache
+from poolwatch_emulator.offload import DecodeKVCacheOffloadManager
+from poolwatch_emulator.pd import SchedulerDisaggDecodeMixin, SchedulerDisaggPrefillMixin
+from poolwatch_emulator.req import Req, RequestSpec, ScheduleBatch
+from poolwatch_emulator.results import SchedulerResultMixin
+from poolwatch_emulator.spec import SchedulerSpecMixin
+from poolwatch_emulator.stats import SchedulerMetricsMixin
+from poolwatch_emulator.transfer import (
     DecodePreallocQueue,
     DecodeRequest,
     DecodeTransferQueue,
     PrefillBootstrapQueue,
-    SchedulerDisaggDecodeMixin,
-    SchedulerDisaggPrefillMixin,
 )
-from poolwatch_emulator.req import Req, RequestSpec, ScheduleBatch
-from poolwatch_emulator.results import SchedulerResultMixin
-from poolwatch_emulator.stats import SchedulerMetricsMixin
 
 __all__ = ["Abort", "Scheduler"]
 
@@ -48,6 +50,8 @@ class Scheduler(
     SchedulerAbortMixin,
     SchedulerResultMixin,
     SchedulerDecodeMixin,
+    SchedulerSpecMixin,
+    SchedulerEncoderMixin,
     SchedulerDisaggPrefillMixin,
     SchedulerDisaggDecodeMixin,
     SchedulerRuntimeCheckerMixin,
@@ -86,6 +90,20 @@ class Scheduler(
         setattr(self, swa_name, settings.shape.swa_kv_tokens is not None)
         setattr(self, ssm_name, settings.shape.mamba_slots is not None)
         self.is_mamba_tree = self.tree_cache.supports_mamba()
+        self.enable_hierarchical_cache = hasattr(self.tree_cache, "token_to_kv_pool_host")
+        self.emu_spec_init(seed)
+        self.encoder_cache_manager = make_encoder_cache(settings.encoder_cache, self.faults)
+        self.max_num_encoder_input_tokens = (
+            settings.encoder_cache.compute_budget if settings.encoder_cache else 0
+        )
+        self.emu_encoder_scheduled = 0
+        self.emu_freed_mm_hashes: list[str] = []
+        self.decode_offload_manager: DecodeKVCacheOffloadManager | None = None
+        if self.is_decode_mode and settings.decode_offload:
+            host = 2 * settings.shape.full_kv_tokens
+            self.decode_offload_manager = DecodeKVCacheOffloadManager(
+                self.tree_cache, host, self.faults, lambda: clock.now
+            )
         self._init_queues()
         self._init_counters()
         self.log_startup()
@@ -122,6 +140,10 @@ class Scheduler(
         self.count_req_pool_leak_warnings = 0
         self.new_token_ratio = self.init_new_token_ratio = 0.7
 
+    def emu_offloading(self) -> bool:
+        """Finished decode requests whose KV is still being offloaded (``ongoing_offload``)."""
+        return self.decode_offload_manager is not None and bool(self.decode_offload_manager.ongoing_offload)
+
     @property
     def is_prefill_mode(self) -> bool:
         return self.disaggregation_mode is DisaggregationMode.PREFILL
@@ -142,6 +164,7 @@ class Scheduler(
             self._loop_disagg_decode()
         else:
             self._loop_normal()
+        self.emu_encoder_end_step()
 
     def _run_and_process(self, batch: ScheduleBatch | None) -> None:
         self.cur_batch = batch
@@ -190,6 +213,7 @@ class Scheduler(
             self.waiting_queue
             or self.disagg_decode_transfer_queue.queue
             or self.disagg_decode_prealloc_queue.queue
+            or self.emu_offloading()
         )
         if batch is None and (self.release.uses_is_fully_idle or not busy):
             self._idle()

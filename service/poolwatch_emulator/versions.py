@@ -56,6 +56,7 @@ class Release:
     has_max_total_gauge: bool
     bootstrap_gauge: str  # name of the PD prefill bootstrap-queue gauge
     log_style: str  # "0.5.4" | "0.5.9" | "0.5.12" line formats (reference §5.3)
+    chunk_cache_protected: bool  # ChunkCache.protected_size() reports protected_size_ (PD decode)
 
     @property
     def uses_is_fully_idle(self) -> bool:
@@ -80,12 +81,14 @@ _054 = Release(
     has_max_total_gauge=False,
     bootstrap_gauge="sglang:num_prefill_prealloc_queue_reqs",
     log_style="0.5.4",
+    chunk_cache_protected=True,
 )
 _059 = replace(
     _054, name="0.5.9", mamba_first_id=1, keeps_row_across_chunks=True, split_mamba_free=True,
     honours_strict_env=True, idle_gate=IdleGate.SELF, message=MessageStyle.TOKEN_TO_KV_PAGES,
     disagg_prefill_getter=True, hybrid_attr_names=("is_hybrid_swa", "is_hybrid_ssm"),
     engine_type_by_role=True, has_mamba_usage_gauge=True, has_max_total_gauge=True, log_style="0.5.9",
+    chunk_cache_protected=False,
 )  # fmt: skip
 _0512 = replace(
     _059, name="0.5.12", req_first_row=1, idle_gate=IdleGate.FULLY_IDLE, message=MessageStyle.POOL,

@@ -22,8 +22,8 @@ from poolwatch_emulator.scheduler import Abort, Scheduler
 from poolwatch_emulator.versions import Release
 
 if TYPE_CHECKING:
-    from poolwatch_emulator.pd import Transfer
     from poolwatch_emulator.req import RequestSpec
+    from poolwatch_emulator.transfer import Transfer
 
 __all__ = ["Worker"]
 
@@ -57,6 +57,10 @@ class Worker:
             chunked_prefill_size=config.chunked_prefill_size,
             decode_log_interval=config.decode_log_interval,
             idle_check_strict=config.idle_check_strict,
+            speculative=config.speculative,
+            disaggregation_waiting_timeout=config.waiting_timeout_s,
+            decode_offload=config.decode_offload,
+            encoder_cache=config.encoder_cache if self.mode is not DisaggregationMode.DECODE else None,
         )
         prefix = rank_prefix(dp_rank=dp if config.dp > 1 else None, tp_rank=tp, tp_size=config.tp)
         log = RankLog(self.sink, clock, prefix)
@@ -130,4 +134,4 @@ def _quiet(r: Scheduler) -> bool:
         r.disagg_decode_prealloc_queue.retracted_queue,
         r.disagg_decode_transfer_queue.queue,
     )
-    return r.chunked_req is None and r.cur_batch is None and not any(queues)
+    return r.chunked_req is None and r.cur_batch is None and not any(queues) and not r.emu_offloading()

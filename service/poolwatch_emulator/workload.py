@@ -31,15 +31,20 @@ class WorkloadConfig:
     burst_s: float = 900.0
     gap_s: float = 120.0
     transfer_latency_s: float = 0.05
+    mm_fraction: float = 0.0  # requests that carry encoder inputs (images, or one audio clip)
+    mm_items: int = 1  # images per multimodal request (spread over its prompt)
+    mm_embeds: int = 256  # embeds per encoder input
+    mm_images: int = 8  # distinct images the requests draw from (encoder-cache hits)
+    mm_in_prompt: bool = True  # False: an encoder-decoder input before the prompt (offset 0, not shared)
 
     def check(self) -> None:
         if self.rate <= 0 or self.burst_s <= 0 or self.gap_s < 0:
             raise ValueError("workload: rate and burst_s must be > 0 and gap_s >= 0")
-        fractions = (self.shared_fraction, self.abort_fraction, self.followup_fraction)
+        fractions = (self.shared_fraction, self.abort_fraction, self.followup_fraction, self.mm_fraction)
         if not all(0 <= f <= 1 for f in fractions):
-            raise ValueError(
-                "workload: shared_fraction, followup_fraction and abort_fraction must be in [0, 1]"
-            )
+            raise ValueError("workload: the shared, followup, abort and mm fractions must be in [0, 1]")
+        if min(self.mm_items, self.mm_embeds, self.mm_images) < 1:
+            raise ValueError("workload: mm_items, mm_embeds and mm_images must be at least 1")
         if min(self.prompt_median, self.output_median, self.prefix_median) < 1:
             raise ValueError("workload: medians must be at least 1 token")
 
@@ -103,6 +108,7 @@ class Workload:
         abort_at = at + rng.uniform(0.0, c.abort_within_s) if rng.random() < c.abort_fraction else None
         input_ids = prefix + tuple(range(base, base + n))
         self._recent = [*self._recent[-31:], input_ids]
+        mm_items = self._mm_items(rng, len(input_ids)) if c.mm_fraction else ()
         return RequestSpec(
             rid=f"req-{self._count}",
             input_ids=input_ids,
@@ -112,4 +118,17 @@ class Workload:
             arrival=at,
             transfer_latency=c.transfer_latency_s * rng.uniform(0.5, 2.0),
             abort_at=abort_at,
+            mm_items=mm_items,
         )
+
+    def _mm_items(self, rng: random.Random, prompt: int) -> tuple[tuple[str, int, int], ...]:
+        """The encoder inputs of one request: images spread over its prompt (placeholders of
+        ``mm_embeds`` tokens each, drawn from ``mm_images`` distinct ones), or one encoder input
+        before the prompt; none for a request the draw leaves text-only."""
+        c = self.config
+        if rng.random() >= c.mm_fraction:
+            return ()
+        if not c.mm_in_prompt:
+            return ((f"audio-{self._count}", 0, c.mm_embeds),)
+        k = min(c.mm_items, prompt // (2 * c.mm_embeds))
+        return tuple((f"img-{rng.randrange(c.mm_images)}", i * prompt // k, c.mm_embeds) for i in range(k))

@@ -143,6 +143,24 @@ def test_a_hicache_host_double_free_pages_the_host_alert_and_no_worker_crashes()
         hicache.stop()
 
 
+def test_a_stranded_hold_runs_in_its_scenario_and_the_demo_tells_its_ground_truth() -> None:
+    """A blind class (V05 / S20): the books balance, so the demo says what the emulator knows --
+    who holds how much, for how long -- and which page should come."""
+    stranded = Demo(free_port(), "--fault", "pd-prefill-stranded-kv", "--tp", "1", duration=30)
+    try:
+        assert "SGLang 0.5.9 PD cluster" in stranded.wait_for("poolwatch demo")
+        assert "the books stay balanced" in stranded.wait_for("guard")
+        truth = stranded.wait_for("ground truth: prefill-0")
+        assert "stranded holder(s) keep" in truth
+        assert truth.rstrip().endswith("it should page PoolwatchStrandedHold")
+        assert "crashed workers: none" in stranded.wait_for("demo over")
+        assert not any(
+            "PoolwatchSlotLeak" in line or "PoolwatchDoubleFree" in line for line in stranded.lines
+        )
+    finally:
+        stranded.stop()
+
+
 def test_ctrl_c_ends_the_demo_and_says_where_to_look_next() -> None:
     """The README's way out: SIGINT (what Ctrl-C sends) ends it cleanly, exit 0, no traceback."""
     interrupted = Demo(free_port(), duration=600)

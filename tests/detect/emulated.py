@@ -164,7 +164,7 @@ def scenario(fault: str, trigger: str = "", **overrides: Any) -> ClusterConfig:
         "decode": int(pd),
         "unified": int(not pd),
         "version": info.emulated_versions[-1],
-        "shape": SWA_SHAPE if info.needs == "swa" else ModelShape(context_len=32_768),
+        "shape": SWA_SHAPE if "swa" in info.needs else ModelShape(context_len=32_768),
         "workload": ABORTY if "abort" in fault else WorkloadConfig(),
         "faults": (parse_fault(f"{fault}{trigger}"),),
         "seed": 7,

@@ -10,7 +10,7 @@ from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, Pool, PoolAccount
 
 
-def _live(rank: Any) -> list[Any]:
+def live_requests(rank: Any) -> list[Any]:
     reqs = list(rank.running_batch.reqs)
     if rank.last_batch is not None:
         reqs += rank.last_batch.reqs
@@ -21,7 +21,14 @@ def _live(rank: Any) -> list[Any]:
     if rank.disaggregation_mode == "decode":
         reqs += rank.waiting_queue
     unique = {id(r): r for r in reqs if not r.finished()}
+    unique.update({id(r): r for r in offloading(rank)})  # finished, holding until their KV is on the host
     return list(unique.values())
+
+
+def offloading(rank: Any) -> list[Any]:
+    """Finished PD decode requests kept while their KV is offloaded (``ongoing_offload``)."""
+    manager = getattr(rank, "decode_offload_manager", None)
+    return [] if manager is None else [entry[0] for entry in manager.ongoing_offload.values()]
 
 
 def _has_row(rank: Any, req: Any) -> bool:
@@ -34,10 +41,18 @@ def _has_row(rank: Any, req: Any) -> bool:
     return True
 
 
+def _tree_part(rank: Any, req: Any) -> int:
+    """What of a live request's KV the cache counts: the tree's prefix, or on a 0.5.4 decode rank
+    the prebuilt KV ChunkCache counts as protected."""
+    if getattr(rank.tree_cache, "counts_protected", False):
+        return len(req.prefix_indices)
+    return int(req.cache_protected_len)
+
+
 def held(rank: Any) -> dict[Pool, int]:
     ps = rank.page_size
-    live = _live(rank)
-    full = sum(-(-r.kv_allocated_len // ps) * ps - r.cache_protected_len for r in live)
+    live = live_requests(rank)
+    full = sum(-(-r.kv_allocated_len // ps) * ps - _tree_part(rank, r) for r in live)
     mamba_holders = {id(r): r for r in live}
     if rank.disaggregation_mode != "decode":
         mamba_holders.update({id(r): r for r in rank.waiting_queue if not r.finished()})
@@ -54,7 +69,7 @@ def accounts(rank: Any) -> dict[Pool, PoolAccount]:
     swa = hasattr(alloc, "swa_attn_allocator")
     out: dict[Pool, PoolAccount] = {}
     full_ev = tree.tree.full_evictable_size_ if tree_on else 0
-    full_pr = tree.tree.full_protected_size_ if tree_on else 0
+    full_pr = tree.tree.full_protected_size_ if tree_on else tree.protected_size()
     full_av = alloc.full_available_size() if swa else alloc.available_size()
     out[Pool.FULL] = _acc(Pool.FULL, alloc.size, full_av, full_ev, full_pr, h[Pool.FULL])
     if swa:
@@ -89,6 +104,21 @@ def gaps(rank: Any) -> dict[Pool, int]:
     return out
 
 
+def encoder_gap(rank: Any) -> int | None:
+    """The encoder cache's gap (0 balanced, < 0 surplus), or None without one: a multimodal cache's
+    free slots plus its entries' embeds, an encoder-decoder cache's free slots plus what it has
+    allocated and not credited back, against ``cache_size``; and ``num_freeable_slots`` against the
+    free slots plus the reclaimable entries."""
+    m = getattr(rank, "encoder_cache_manager", None)
+    if m is None:
+        return None
+    if hasattr(m, "emu_outstanding"):
+        return int(m.cache_size - m.num_free_slots - sum(m.emu_outstanding.values()))
+    held = sum(m.num_embeds_by_hash[h] for h in m.cached)
+    freeable = m.num_free_slots + sum(m.freeable.values())
+    return int(m.cache_size - m.num_free_slots - held) or int(freeable - m.num_freeable_slots)
+
+
 def imbalances(cluster: Any) -> list[str]:
     """Every non-zero gap in the cluster, as readable strings (empty when all balanced)."""
     bad = []
@@ -97,4 +127,6 @@ def imbalances(cluster: Any) -> list[str]:
             for p, g in gaps(r).items():
                 if g:
                     bad.append(f"{w.name} dp{r.dp_rank} tp{r.tp_rank} {p.value}: gap {g}")
+            if encoder_gap(r):
+                bad.append(f"{w.name} dp{r.dp_rank} tp{r.tp_rank} encoder: gap {encoder_gap(r)}")
     return bad

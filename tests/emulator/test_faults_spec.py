@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolwatch.model.rank import Pool
-from poolwatch_emulator import FAULTS, FaultSpec, parse_fault
-from poolwatch_emulator import faults as faults_module
+from poolwatch_emulator import FAULTS, FaultSpec, catalogue, parse_fault
 from poolwatch_emulator.faults import FaultPlan
+from poolwatch_emulator.scenarios import SCENARIOS, scenario_config
 
 
 @pytest.mark.parametrize(
@@ -54,18 +55,50 @@ def test_any_text_either_parses_or_raises_value_error(text: str) -> None:
     assert parse_fault(str(spec)) == spec
 
 
-def test_the_registry_documents_pool_sign_versions_and_the_real_issue_of_every_fault() -> None:
-    doc = faults_module.__doc__ or ""
+def test_the_catalogue_documents_pool_sign_releases_the_real_issue_and_the_page_of_every_fault() -> None:
+    doc = catalogue.__doc__ or ""
+    table = doc.split("Signs:")[0]
     for name, info in FAULTS.items():
         assert info.name == name
-        assert name in doc
-        assert Pool(info.pool) in Pool
-        assert info.sign in ("surplus", "deficit")
+        assert name[:30] in table  # the table's name column is 31 characters wide
+        assert info.pool in catalogue.POOLS
+        assert info.sign in catalogue.SIGNS
+        assert set(info.needs) <= set(catalogue.FEATURES)
         assert info.sglang_versions
-        assert info.reference
         assert info.summary
-        first_ref = info.reference.split("/")[0].split(";")[0].strip().split()[-1]
-        assert first_ref.removeprefix("sglang") in doc
+        assert info.pages.startswith("Poolwatch")
+        assert info.urls
+        assert all(u.startswith("https://github.com/") for u in info.urls)
+        # every issue or PR number the reference cites is one of its links, and is in the table
+        numbers = re.findall(r"#(\d+)", info.reference)
+        assert numbers
+        assert all(any(u.endswith("/" + n) for u in info.urls) for n in numbers), name
+        assert numbers[0] in table, name
+        zoo = re.match(r"[SVO]\d\d\b", info.reference)
+        assert zoo is None or zoo.group(0) in table
+
+
+def test_the_gap_classes_page_by_sign_and_the_blind_classes_by_their_detector() -> None:
+    """A fault that unbalances the books pages as the gap's sign says; a fault that keeps them
+    balanced (a counter lie, a stranded hold, a stall, a free in flight) never names a double free
+    or a slot leak."""
+    by_sign = {"surplus": catalogue.DOUBLE_FREE, "deficit": catalogue.SLOT_LEAK}
+    for info in FAULTS.values():
+        if info.pool == "host":
+            assert info.pages == catalogue.HOST_GAP
+        elif info.pool == "encoder":
+            assert info.pages in (catalogue.ENCODER, catalogue.STALL)
+        elif info.sign in by_sign:
+            assert info.pages == by_sign[info.sign], info.name
+        else:
+            assert info.pages not in (catalogue.DOUBLE_FREE, catalogue.SLOT_LEAK), info.name
+
+
+def test_every_fault_has_a_scenario_where_it_can_strike() -> None:
+    assert set(SCENARIOS) == set(FAULTS)
+    for name, s in SCENARIOS.items():
+        assert s.version in FAULTS[name].emulated_versions, name
+        scenario_config(name).check()  # the roles, release and features the fault needs
 
 
 def test_a_timed_fault_strikes_once_at_the_first_chance_after_its_time() -> None:

@@ -82,7 +82,9 @@ def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
     flatten = getattr(tree_cache, flatten_name, None)
     if callable(flatten):
         return [flatten()]
-    root = tree_cache.root_node
+    root = getattr(tree_cache, "root_node", None)
+    if root is None:  # a ChunkCache (PD decode): no tree; 0.5.4's counts live requests' KV as protected
+        return []
     values, stack = [], [root]
     while stack:
         node = stack.pop()

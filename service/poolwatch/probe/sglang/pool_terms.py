@@ -114,9 +114,12 @@ def _full(
             else ("tree_cache.evictable_size",)
         )
         evictable = lambda: _first(reading, sched, evict_paths)  # noqa: E731
+    # a ChunkCache (PD decode, no tree) keeps its protected count in protected_size() alone: 0.5.4's
+    # counts the prebuilt requests' KV there, and its full_protected_size() is the base class's 0
+    tree = reading.attr(sched, "tree_cache.root_node", optional=True) is not MISSING
     prot_paths = (
         ("tree_cache.full_protected_size", "tree_cache.protected_size")
-        if hybrid
+        if hybrid and tree
         else ("tree_cache.protected_size",)
     )
     own = "_session_held_full_tokens" if kinds.swa else "_session_held_tokens"

@@ -38,7 +38,7 @@ class SglangReader:
         environ: Mapping[str, str],
     ) -> None:
         self.scheduler = scheduler
-        self.shape: Shape = for_tree(shape_of(release), getattr(scheduler, "tree_cache", None))
+        self.shape: Shape = for_tree(shape_of(release), _tree_of(scheduler))
         self.waiting = WaitingHolders()  # the waiting queue's Mamba holders between exact scans
         self.memo = Memo()
         self.idle_check_strict: bool | None = idle_check_strict(self.shape, environ)
@@ -63,3 +63,12 @@ class SglangReader:
 
     def local_index(self, reading: Reading) -> int:
         return local_index(self.scheduler, reading)
+
+
+def _tree_of(scheduler: object) -> object:
+    """The scheduler's prefix tree, or None where reading it fails (a hostile or half-built
+    scheduler: the family's own shape is read then, and the probe never raises into the engine)."""
+    try:
+        return getattr(scheduler, "tree_cache", None)
+    except Exception:
+        return None

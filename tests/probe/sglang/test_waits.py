@@ -134,11 +134,18 @@ class _Node:
         self.value, self.lock_ref = value, lock_ref
 
 
+class _HybridNode:
+    """A hybrid (Mamba) tree's node: its full-attention lock is ``full_lock_ref``."""
+
+    def __init__(self, value: object, full_lock_ref: int) -> None:
+        self.value, self.full_lock_ref = value, full_lock_ref
+
+
 def test_hicache_nodes_locked_for_a_host_copy_are_tree_lock_holds_without_an_engine_bound() -> None:
     clock = FakeClock()
     rank = Rank(kv=64, mamba=8, rows=4)
     locked, unlocked = rank.cache(6, locked=True), rank.cache(4)
-    rank.tree.ongoing_write_through = {7: _Node(locked.value, 1), 8: _Node(unlocked.value, 0)}  # type: ignore[attr-defined]
+    rank.tree.ongoing_write_through = {7: _Node(locked.value, 1), 8: _HybridNode(unlocked.value, 0)}  # type: ignore[attr-defined]
     rank.tree.ongoing_load_back = {}  # type: ignore[attr-defined]
     probe = new_probe(SGLANG, rank.sched, CONFIG, environ={"POOLWATCH_WORKER": "h0"}, clock=clock, wall=clock)
     snap = probe.sample_now()
@@ -146,3 +153,6 @@ def test_hicache_nodes_locked_for_a_host_copy_are_tree_lock_holds_without_an_eng
     [hold] = snap.holds
     assert (hold.reason, hold.owners, hold.slots, hold.timeout) == (HoldReason.TREE_LOCK, 1, 6, None)
     assert hold.named[0].owner == "node 7"
+    rank.tree.ongoing_load_back = {9: _HybridNode(unlocked.value, 2)}  # type: ignore[attr-defined]
+    [hold] = probe.sample_now().holds  # type: ignore[union-attr]
+    assert (hold.owners, hold.slots) == (2, 10)

@@ -105,7 +105,7 @@ class SglangWaits:
                 continue
             for node_id, node in list(ongoing.items()):
                 value = getattr(node, "value", None)
-                if value is not None and getattr(node, "lock_ref", 0) > 0:
+                if value is not None and _locked(node):
                     out.append(Owner(Pool.FULL, HoldReason.TREE_LOCK, f"node {node_id}", len(value)))
         return out
 
@@ -162,3 +162,11 @@ class SglangWaits:
         elif self._head is None:  # the first read of a stall: the first few waiting, once
             self._head = tuple(str(r.rid) for r in itertools.islice(iter(queue), MAX_HEAD))
         return Moves(progressed, admitted, waiting, self._head or (), preemptions_seen=False)
+
+
+def _locked(node: Any) -> bool:
+    """Whether a tree node is locked: ``lock_ref`` (RadixCache), ``full_lock_ref`` (the hybrid trees)."""
+    lock = getattr(node, "lock_ref", None)
+    if lock is None:
+        lock = getattr(node, "full_lock_ref", 0)
+    return isinstance(lock, int) and lock > 0

@@ -18,9 +18,11 @@ Owners of a hold (:mod:`poolwatch.probe.core.waiting`), full-KV slots each:
   no bound on this wait (the sidecar's default applies).  On 0.5.9 and older a decode-only phase never
   drains write-through acknowledgements (SGLang PR #20049): the locks, counted ``protected``, stay.
 
-A transfer hold's slots are each owner's private columns (:func:`~poolwatch.probe.sglang.footprint.
-full_private_range`), read once per owner (what an owner holds does not change while it waits):
-what it would give back.  Both queues are short (the requests in flight
+A transfer hold's slots are all the columns each owner lists (:func:`~poolwatch.probe.sglang.footprint.
+full_private_range`'s end): its private slots and the prefix it keeps locked in the tree (a prefill
+caches its prompt there before sending, so most of what it keeps is locked, not private); a prefix two
+owners share counts for each, as vLLM's block lists do.  Read once per owner (what an owner holds
+does not change while it waits).  Both queues are short (the requests in flight
 between two workers) and already walked by the sample's live set: no extra walk.
 
 Progress: ``forward_ct`` (SGLang's count of forward passes; O(1)) moved, or, where it is absent, the
@@ -135,7 +137,7 @@ class SglangWaits:
 
     def _owner(self, req: Any, reason: HoldReason, page: int, live: LiveSet) -> Owner:
         span = full_private_range(req, self.shape, page, live)
-        slots = 0 if span is None else max(0, span[2] - span[1])
+        slots = 0 if span is None else max(0, span[2])  # its private columns and the prefix it locks
         return Owner(Pool.FULL, reason, str(req.rid), slots)
 
     def _moves(self, live: LiveSet) -> Moves:

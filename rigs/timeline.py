@@ -7,8 +7,11 @@ said something (:meth:`Timeline.engine_said`: an assert, an idle check raising o
 every snapshot the probe published is handed to :meth:`Timeline.look`, which judges it twice: as
 the probe's own *finding* (a tripwire naming slots, a refused or repaired free, a pool out of
 balance), and through the sidecar's :class:`~poolwatch.detect.detector.Detector` with the shipped
-thresholds, whose first critical alert firing is the *page*.  The detector's clock is the engine's
-steps (``seconds_per_step`` each), so its hold times are counted in steps too.
+thresholds, whose first critical alert firing is the *page*.  Every alert that fires is kept too,
+whatever its severity (``alerts``: each name's first firing step and severity; ``alert``: the first
+critical or warning one), so a warning-severity detector -- a stranded hold, a counter
+disagreement -- is on the record beside the page.  The detector's clock is the engine's steps
+(``seconds_per_step`` each), so its hold times are counted in steps too.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import Severity
 from poolwatch.model.snapshot import Snapshot
 
-__all__ = ["Mark", "Timeline"]
+__all__ = ["Fired", "Mark", "Timeline"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,15 @@ class Mark:
 
     step: int
     what: str
+
+
+@dataclass(frozen=True)
+class Fired:
+    """The first time one alert fired: its engine step, its name and its severity."""
+
+    step: int
+    name: str
+    severity: str
 
 
 @dataclass
@@ -44,6 +56,8 @@ class Timeline:
     finding: Mark | None = None
     page: Mark | None = None
     engine: Mark | None = None
+    alerts: dict[str, Fired] = field(default_factory=dict)  # each alert's first firing, in order
+    snapshots: int = 0  # how many snapshots the probe published (0: it read nothing)
     _step: int = 0
     _detector: Detector | None = None
 
@@ -65,21 +79,32 @@ class Timeline:
         """One snapshot the probe published at engine step ``step``."""
         if snap is None:
             return
+        self.snapshots += 1
         self._step = step
         if self.finding is None:
             said = _finding(snap)
             self.finding = Mark(step, said) if said else None
         assert self._detector is not None
         self._detector.observe(snap)
-        if self.page is None:
-            for alert in self._detector.evaluate():
-                if alert.state is AlertState.FIRING and alert.severity is Severity.CRITICAL:
-                    self.page = Mark(step, alert.name)
-                    break
+        for alert in self._detector.evaluate():
+            if alert.state is not AlertState.FIRING:
+                continue
+            if alert.name not in self.alerts:
+                self.alerts[alert.name] = Fired(step, alert.name, alert.severity.value)
+            if self.page is None and alert.severity is Severity.CRITICAL:
+                self.page = Mark(step, alert.name)
+
+    @property
+    def alert(self) -> Fired | None:
+        """The first alert that fired and asks for someone -- critical (a page) or warning (a
+        ticket); an info alert is context (``None``: none did)."""
+        wanted = (Severity.CRITICAL.value, Severity.WARNING.value)
+        return next((f for f in self.alerts.values() if f.severity in wanted), None)
 
     def row(self) -> dict[str, Any]:
         """The record: each mark's step and what it was (``None``: never), and the steps from the
-        wrong act to each of the others."""
+        wrong act to each of the others; ``alert`` (step, name, severity) is the first critical or
+        warning alert that fired and ``alerts`` every alert's first firing, ``{name: [step, severity]}``."""
         marks = {
             "wrong_act": self.wrong_act,
             "finding": self.finding,
@@ -87,9 +112,14 @@ class Timeline:
             "engine": self.engine,
         }
         out: dict[str, Any] = {k: (m.step, m.what) if m else None for k, m in marks.items()}
+        first = self.alert
+        out["alert"] = (first.step, first.name, first.severity) if first else None
+        out["alerts"] = {f.name: [f.step, f.severity] for f in self.alerts.values()}
+        out["snapshots"] = self.snapshots
         start = self.wrong_act.step if self.wrong_act else None
-        for name in ("finding", "page", "engine"):
-            mark = marks[name]
+        steps: dict[str, Mark | Fired | None] = {**marks, "alert": first}
+        for name in ("finding", "page", "alert", "engine"):
+            mark = steps[name]
             out[f"steps_to_{name}"] = mark.step - start if mark is not None and start is not None else None
         return out
 

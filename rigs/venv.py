@@ -79,9 +79,10 @@ class Venv:
     path: Path
     build: str  # the command that makes the venv
     overlay: Path | None = None  # the release's own package, first on PYTHONPATH
-    overlay_build: str = ""
+    overlay_build: str = ""  # (it also makes the overlay's layers)
     env: tuple[tuple[str, str], ...] = ()  # what the engine wants set (its plugins off, no hub)
     require: str = REQUIRE
+    layers: tuple[Path, ...] = ()  # packages the release pins unlike its base venv, after the overlay
 
     @property
     def python(self) -> Path:
@@ -93,6 +94,9 @@ class Venv:
             return f"no {self.label} venv at {self.path}: run {self.build}"
         if self.overlay is not None and not (self.overlay / ".complete").exists():
             return f"no {self.label} overlay at {self.overlay}: run {self.overlay_build}"
+        for layer in self.layers:
+            if not (layer / ".complete").exists():
+                return f"no {self.label} layer at {layer}: run {self.overlay_build}"
         return ""
 
     def need(self) -> None:
@@ -102,8 +106,9 @@ class Venv:
             raise Unavailable(reason, self.require)
 
     def environment(self, base: Mapping[str, str] = os.environ) -> dict[str, str]:
-        """``base`` with this checkout's ``service/`` and root (after the overlay) on ``PYTHONPATH``."""
-        path = [str(ROOT / "service"), str(ROOT)]
+        """``base`` with this checkout's ``service/`` and root (after the overlay and its layers) on
+        ``PYTHONPATH``."""
+        path = [*map(str, self.layers), str(ROOT / "service"), str(ROOT)]
         if self.overlay is not None:
             path.insert(0, str(self.overlay))
         return {**base, "PYTHONPATH": os.pathsep.join(path), "PYTHONWARNINGS": "ignore", **dict(self.env)}

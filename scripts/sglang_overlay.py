@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Fetch (once) the ``sglang`` package of a release that has no venv of its own, to run on the venv
-of the nearest release that has one (the guard tier's 0.5.5.post3, 0.5.6, 0.5.10 and 0.5.12).
+of the nearest release that has one (the guard tier's 0.5.5.post3, 0.5.6, 0.5.10 and 0.5.12, and
+the real-bug suite's releases), and the layer of pinned packages it runs with where the release
+table names one (``LAYERS``: a transformers older than its base venv's).
 
     scripts/sglang_overlay.py 0.5.6            # prints the overlay's path and its base venv
 
@@ -20,24 +22,53 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import time
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # rigs/: the release table
 
-from venv_build import cache_root, download, locked
+from venv_build import cache_root, locked, overlay, run
 
-from rigs.sglang.releases import RELEASES
+from rigs.sglang.releases import LAYERS, RELEASES
 
 BASES = {r.version: r.base for r in RELEASES if r.overlaid}  # the release -> the venv it runs on
+PINNED = {r.version: r.layer for r in RELEASES if r.overlaid and r.layer}  # the release -> its layer
 
 
-def unpack(wheel: Path, dest: Path) -> None:
-    """The wheel's ``sglang/`` package (no metadata, no scripts) into ``dest``."""
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
+def make_layer(name: str, python: str) -> Path:
+    """The layer ``name`` of the release table (``LAYERS``): its pins installed once, ``--no-deps``,
+    into ``<cache>/layers/sglang-<name>`` (under a lock: two overlays may share it)."""
+    root = cache_root() / "layers"
+    dest = root / f"sglang-{name}"
+    with locked(root / f"{dest.name}.lock"):
+        if not (dest / ".complete").exists():
+            building = dest.with_name(dest.name + ".building")
+            shutil.rmtree(building, ignore_errors=True)
+            cmd = [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-compile",
+                "--target",
+                str(building),
+            ]
+            out = run([*cmd, *LAYERS[name]])
+            if out.returncode != 0:
+                raise SystemExit(
+                    f"pip install --target {building} {' '.join(LAYERS[name])} failed:\n{out.stderr[-3000:]}"
+                )
+            (building / ".complete").write_text("\n".join(LAYERS[name]) + "\n")
+            shutil.rmtree(dest, ignore_errors=True)
+            building.rename(dest)
+    return dest
+
+
+def package(name: str) -> bool:
+    """A wheel member the overlay keeps: the ``sglang/`` package (no metadata, no scripts)."""
+    return name.startswith("sglang/")
 
 
 def main(argv: list[str]) -> int:
@@ -46,20 +77,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--force", action="store_true", help="fetch again even if cached")
     parser.add_argument("--python", default=sys.executable, help="the Python whose pip downloads")
     args = parser.parse_args(argv)
-    root = cache_root() / "sglang-overlays"
-    dest = root / args.version
-    with locked(root / f"{args.version}.lock"):
-        if args.force or not (dest / ".complete").exists():
-            started = time.monotonic()
-            shutil.rmtree(dest, ignore_errors=True)
-            building = root / f"{args.version}.building"
-            shutil.rmtree(building, ignore_errors=True)
-            wheel = download(args.python, "sglang", args.version)
-            unpack(wheel, building)
-            shutil.rmtree(wheel.parent, ignore_errors=True)
-            (building / ".complete").write_text(BASES[args.version] + "\n")
-            building.rename(dest)
-            print(f"fetched {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    dest = overlay("sglang", args.version, BASES[args.version], package, args.python, force=args.force)
+    if args.version in PINNED:
+        print(make_layer(PINNED[args.version], args.python), file=sys.stderr)
     print(dest, BASES[args.version])
     return 0
 

@@ -125,6 +125,30 @@ def locked(path: Path) -> Iterator[None]:
         yield
 
 
+def overlay(
+    dist: str, version: str, base: str, keep: Callable[[str], bool], python: str, *, force: bool
+) -> Path:
+    """The overlay of ``dist`` ``version``: the members of its wheel that ``keep`` names, unpacked
+    once (under a lock) into ``<cache>/<dist>-overlays/<version>``, stamped with the ``base``
+    release whose venv it runs on.  Its path."""
+    root = cache_root() / f"{dist}-overlays"
+    dest = root / version
+    with locked(root / f"{version}.lock"):
+        if force or not (dest / ".complete").exists():
+            started = time.monotonic()
+            shutil.rmtree(dest, ignore_errors=True)
+            building = root / f"{version}.building"
+            shutil.rmtree(building, ignore_errors=True)
+            wheel = download(python, dist, version)
+            with zipfile.ZipFile(wheel) as zf:
+                zf.extractall(building, [n for n in zf.namelist() if keep(n)])
+            shutil.rmtree(wheel.parent, ignore_errors=True)
+            (building / ".complete").write_text(base + "\n")
+            building.rename(dest)
+            print(f"fetched {dest} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return dest
+
+
 def layer(requirement: str, python: str) -> Path:
     """The directory holding ``requirement`` and its dependencies, installed once (under a lock)."""
     root = cache_root() / "layers"

@@ -63,7 +63,8 @@ def test_the_set_up_script_builds_what_the_release_tables_name() -> None:
     bases = {r.base for r in sglang.RELEASES}
     assert {f"sglang-venv {v}" for v in bases} <= set(out)
     assert {f"sglang-overlay {r.version}" for r in sglang.RELEASES if r.overlaid} <= set(out)
-    assert {f"vllm-venv {r.version}" for r in vllm.RELEASES} <= set(out)
+    assert {f"vllm-venv {r.venv_release}" for r in vllm.RELEASES} <= set(out)
+    assert {f"vllm-overlay {r.version}" for r in vllm.RELEASES if r.overlaid} <= set(out)
     assert "rigs.tiers" in (ROOT / "scripts" / "prepare_tiers").read_text()
 
 
@@ -73,6 +74,8 @@ def test_every_tier_runs_on_releases_of_the_table_and_overlays_sit_on_a_release_
     assert all(sglang.release(r.base).base == r.base for r in sglang.RELEASES)
     assert vllm.tier(vllm.Tier.PROBE)
     assert vllm.tier(vllm.Tier.DEFERRED)
+    assert vllm.tier(vllm.Tier.BUGS)
+    assert all(not vllm.release(r.base).overlaid for r in vllm.RELEASES if r.overlaid)
 
 
 def test_a_release_outside_the_table_is_refused_by_name() -> None:
@@ -120,3 +123,30 @@ def test_the_timeline_counts_engine_steps_from_the_wrong_act(seed_snapshot: Snap
     assert row["page"] == (5, "PoolwatchDoubleFree")
     assert (row["steps_to_finding"], row["steps_to_page"], row["steps_to_engine"]) == (2, 2, 6)
     assert timeline.named_first
+
+
+def test_a_pinned_layer_goes_after_the_overlay_and_a_missing_one_names_the_overlay_command(
+    tmp_path: Path,
+) -> None:
+    venv = sglang.release("0.5.13").venv()
+    path = venv.environment({})["PYTHONPATH"].split(":")
+    assert path == [str(venv.overlay), str(venv.layers[0]), str(ROOT / "service"), str(ROOT)]
+    assert venv.layers[0].name == "sglang-transformers-5.8.1"
+    assert set(sglang.LAYERS) == {r.layer for r in sglang.RELEASES if r.layer}
+    assert all(r.overlaid for r in sglang.RELEASES if r.layer)
+    built = Venv(
+        "SGLang 0.5.13", tmp_path, "v", tmp_path, "scripts/sglang_overlay.py 0.5.13", layers=(tmp_path / "l",)
+    )
+    (tmp_path / ".complete").touch()
+    assert (
+        built.missing() == f"no SGLang 0.5.13 layer at {tmp_path / 'l'}: run scripts/sglang_overlay.py 0.5.13"
+    )
+
+
+def test_every_release_of_the_bug_suite_is_in_the_table() -> None:
+    from rigs.bugs import catalog
+
+    for bug in catalog.bugs():
+        table = sglang if bug.engine == "sglang" else vllm
+        for version in bug.releases:
+            table.release(bug.base(version))  # raises for a release the set-up would not build

@@ -25,10 +25,14 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.lifecycle import install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
+from rigs.sglang.admission import Admission
+from rigs.sglang.decode import Offload
 from rigs.sglang.rank import Rank, rank_class
 from rigs.sglang.releases import Check, Release, release
 from rigs.sglang.server_args import publish_server_args
+from rigs.sglang.sessions import Sessions
 from rigs.sglang.steps import Steps
+from rigs.sglang.swa import Windowed
 from rigs.timeline import Timeline
 
 __all__ = ["CONFIG", "Driver", "gaps"]
@@ -49,7 +53,7 @@ def gaps(snap: Snapshot) -> dict[str, int | None]:
     return {p.value: gap(a) for p, a in snap.pools.items()}
 
 
-class Driver(Steps):
+class Driver(Steps, Admission, Sessions, Offload, Windowed):
     """One release's scheduler on the rank :meth:`new` made (``sched``), the probe attached."""
 
     def __init__(
@@ -71,12 +75,13 @@ class Driver(Steps):
         guard: bool = False,
         config: ProbeConfig | None = None,
         checkpoints: bool = False,
-        **sizes: int,
+        server: dict[str, Any] | None = None,
+        **sizes: Any,
     ) -> Rank:
         """A fresh rank (``mode``: ``null``, ``prefill`` or ``decode``) born with a probe of
         ``config`` (the driver's, guard on or off), the release told; ``checkpoints``: with SGLang's
-        int8 Mamba checkpoint pool (0.5.23)."""
-        publish_server_args(self.release)
+        int8 Mamba checkpoint pool (0.5.23); ``server``: server options set on the published args."""
+        publish_server_args(self.release, **(server or {}))
         cls = rank_class(self.release)
         uninstall(cls)
         install(SGLANG, cls, replace(config or self.config, guard=guard, release=self.release.version))

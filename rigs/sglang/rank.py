@@ -62,15 +62,46 @@ class Rank:
     current_scheduler_metrics_enabled = False
 
     def __init__(
-        self, mode: str = "null", *, kv: int = 256, mamba: int = 32, rows: int = 8, context: int = 160
+        self,
+        mode: str = "null",
+        *,
+        kv: int = 256,
+        mamba: int = 32,
+        rows: int = 8,
+        context: int = 160,
+        extra_buffer: bool = False,
+        dense: str = "",
+        pre_alloc: int = 0,
+        window: tuple[int, int, bool] | None = None,
     ) -> None:
+        """A Mamba hybrid model's rank; ``dense`` (``chunk`` or ``radix``: its tree): a plain
+        model's (:func:`rigs.sglang.decode.dense_pools`); ``window`` (page size, sliding window,
+        EAGLE): a hybrid SWA model's (:func:`rigs.sglang.swa.swa_pools`)."""
         os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
+        if window:
+            from rigs.sglang.swa import swa_pools
+
+            page, size, eagle = window
+            swa_pools(self, kv=kv, rows=rows, context=context, page=page, window=size, eagle=eagle)
+        elif dense:
+            from rigs.sglang.decode import dense_pools
+
+            dense_pools(self, mode, kv=kv, rows=rows, context=context, tree=dense, pre_alloc=pre_alloc)
+        else:
+            self._mamba_pools(mode, kv=kv, mamba=mamba, rows=rows, context=context, extra_buffer=extra_buffer)
+        self.max_total_num_tokens, self.mamba_size = kv, mamba
+        swa, ssm = self.release.hybrid_flags
+        setattr(self, swa, bool(window))
+        setattr(self, ssm, not (dense or window))
+        self._fields(mode)
+
+    def _mamba_pools(
+        self, mode: str, *, kv: int, mamba: int, rows: int, context: int, extra_buffer: bool
+    ) -> None:
         import torch
         from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
-        from sglang.srt.disaggregation.utils import DisaggregationMode
         from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
-        from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         shape = Mamba2StateShape.create(**MAMBA_LAYER)
         self.cache_params = Mamba2CacheParams(shape=shape, layers=[0])
@@ -84,18 +115,19 @@ class Rank:
             enable_memory_saver=False,
             cache_params=self.cache_params,
             mamba_layer_ids=[0],
-            enable_mamba_extra_buffer=False,
-            enable_overlap_schedule=False,
+            enable_mamba_extra_buffer=extra_buffer,  # with its two ping-pong track slots a request
+            enable_overlap_schedule=extra_buffer,
         )
         # SGLang sorts the KV free list on a PD rank (the model runner's need_sort)
         self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(
             kv, torch.float16, "cpu", None, need_sort=mode != "null"
         )
-        self.tree_cache = self._tree()
-        self.max_total_num_tokens, self.mamba_size = kv, mamba
-        swa, ssm = self.release.hybrid_flags
-        setattr(self, swa, False)
-        setattr(self, ssm, True)
+        self.tree_cache = self._tree(extra_buffer)
+
+    def _fields(self, mode: str) -> None:
+        from sglang.srt.disaggregation.utils import DisaggregationMode
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
         self.disaggregation_mode = DisaggregationMode(mode)
         self.running_batch = Batch([], ForwardMode.DECODE)
         self.last_batch: Any = None
@@ -106,7 +138,8 @@ class Rank:
         self.disagg_prefill_inflight_queue: list[Any] = []
         self.disagg_prefill_bootstrap_queue = SimpleNamespace(queue=[])
         self.enable_overlap = False
-        self.page_size, self.tp_rank, self.pp_rank, self.dp_rank = 1, 0, 0, None
+        self.page_size = getattr(self, "page_size", 1)  # (an SWA rank's pools are paged)
+        self.tp_rank, self.pp_rank, self.dp_rank = 0, 0, None
         self.sessions: dict[str, Any] = {}
         self.sent: list[tuple[str, int]] = []  # the KV transfers a PD prefill rank made: (rid, end)
         # the worker of a Mamba hybrid model (0.5.5.post3 and 0.5.6's chunk step ask whether it is one)
@@ -114,7 +147,7 @@ class Rank:
         if self.release.check is Check.CHECKER:
             self._checker()
 
-    def _tree(self) -> Any:
+    def _tree(self, extra_buffer: bool) -> Any:
         pool, alloc = self.req_to_token_pool, self.token_to_kv_pool_allocator
         if not self.release.tree_params:
             from sglang.srt.mem_cache.mamba_radix_cache import MambaRadixCache
@@ -128,6 +161,8 @@ class Rank:
             "token_to_kv_pool_allocator": alloc,
             "page_size": 1,
         }
+        if extra_buffer:
+            params["enable_mamba_extra_buffer"] = True
         if not self.release.unified_tree:
             from sglang.srt.mem_cache.mamba_radix_cache import MambaRadixCache
 
@@ -138,8 +173,9 @@ class Rank:
         params["tree_components"] = (ComponentType.FULL, ComponentType.MAMBA)
         return UnifiedRadixCache(CacheInitParams(**params))
 
-    def _checker(self) -> None:
-        """0.5.23's own observer and invariant checker over the rank's pools."""
+    def _checker(self, sessions: Any = None) -> None:
+        """0.5.23's own observer and invariant checker over the rank's pools (``sessions``: the
+        session controller, when the rank runs streaming sessions)."""
         from sglang.srt.managers.scheduler_components.invariant_checker import SchedulerInvariantChecker
         from sglang.srt.managers.scheduler_components.pool_stats_observer import SchedulerPoolStatsObserver
 
@@ -149,29 +185,32 @@ class Rank:
             "req_to_token_pool": self.req_to_token_pool,
         }
         common = {
-            "is_hybrid_swa": False,
-            "is_hybrid_ssm": True,
-            "full_tokens_per_layer": None,
-            "swa_tokens_per_layer": None,
+            "is_hybrid_swa": getattr(self, "sliding_window_size", None) is not None,
+            "is_hybrid_ssm": self.cache_params is not None,
+            "full_tokens_per_layer": getattr(self, "full_tokens_per_layer", None),
+            "swa_tokens_per_layer": getattr(self, "swa_tokens_per_layer", None),
             "max_total_num_tokens": self.max_total_num_tokens,
+            "get_last_batch": lambda: self.last_batch,
+            "get_running_batch": lambda: self.running_batch,
         }
-        self.pool_stats_observer = SchedulerPoolStatsObserver(
+        self.pool_stats_observer = build(  # (the keywords the release's dataclass takes)
+            SchedulerPoolStatsObserver,
             **pools,
             **common,
-            session_controller=SimpleNamespace(sessions={}),
+            session_controller=sessions or SimpleNamespace(sessions={}),
             hisparse_coordinator=None,
             enable_hisparse=False,
         )
-        self.invariant_checker = SchedulerInvariantChecker(
+        self.invariant_checker = build(
+            SchedulerInvariantChecker,
             **pools,
             **common,
             disaggregation_mode=self.disaggregation_mode,
-            page_size=1,
+            page_size=self.page_size,
             pool_stats_observer=self.pool_stats_observer,
-            get_last_batch=lambda: self.last_batch,
-            get_running_batch=lambda: self.running_batch,
             scheduler_stage_metrics=None,
             get_chunked_req=lambda: self.chunked_req,
+            server_args=getattr(self, "server_args", None),
         )
 
     def add_checkpoint_pool(self) -> None:
@@ -237,6 +276,9 @@ def rank_class(release: Release) -> type[Rank]:
         release.idle_hook: Rank.own_check,
         "process_prefill_chunk": SchedulerDisaggregationPrefillMixin.process_prefill_chunk,
     }
+    from rigs.sglang.admission import scheduler_methods
+
+    body.update(scheduler_methods())  # admission and aborts, run only by the steps that ask
     bases: tuple[type, ...] = (Rank,)
     if release.check is not Check.CHECKER:
         from sglang.srt.managers.scheduler_runtime_checker_mixin import SchedulerRuntimeCheckerMixin
@@ -246,4 +288,5 @@ def rank_class(release: Release) -> type[Rank]:
             from sglang.srt.managers.scheduler import Scheduler
 
             body["_get_mamba_token_info"] = Scheduler._get_mamba_token_info
+            body["_get_token_info"] = Scheduler._get_token_info
     return type(f"Rank_{release.version.replace('.', '_')}", bases, body)

@@ -8,17 +8,25 @@ is checked against this one on every release (``tests/sglang_real/check_release.
 release        runs on      rows   kv lens   tree    evict      loop / idle      own check   args
 =============  ===========  =====  ========  ======  =========  ===============  ==========  ========
 0.5.4.post1    its venv     count  --        mamba   split      recv / self_chk  mamba       --
+0.5.5 (bugs)   0.5.4.post1  count  --        mamba   split      recv / self_chk  mamba       --
+0.5.5.post2 b  0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults
 0.5.5.post3    0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults
 0.5.6          0.5.4.post1  count  req       mamba*  split      recv / self_chk  mamba       defaults
 0.5.9          its venv     req    req       mamba*  params     recv / self_chk  mamba       defaults
 0.5.10         0.5.9        req    req       mamba*  params     recv / self_chk  mamba       defaults
+0.5.11 (bugs)  0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
 0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
+0.5.13 (bugs)  0.5.23 + tf  req    req       mamba*  params     recv / on_idle   checker     defaults
+0.5.17/18 b    0.5.23 + tf  req    req (kv)  unified params     recv / on_idle   checker     resolved
+0.5.20/21 b    0.5.23 + tf  req    req.kv    unified params     ingest / on_idle checker     resolved
 0.5.23         its venv     req    req.kv    unified params     ingest / on_idle checker     resolved
 =============  ===========  =====  ========  ======  =========  ===============  ==========  ========
 
 (``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``count``: ``alloc(n, reqs)`` /
-``free(row)``, the chunked request's row freed at every chunk boundary.)  Stdlib only:
-``scripts/`` and the tests' collection read it where SGLang is not installed.
+``free(row)``, the chunked request's row freed at every chunk boundary; ``(bugs)``, ``b``: only the
+real-bug suite runs there; ``+ tf``: with a layer of the transformers the release pins,
+:data:`LAYERS`; the Mamba columns of 0.5.17 - 0.5.21 are 0.5.23's, their ranks being SWA or
+dense.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
 """
 
 from __future__ import annotations
@@ -29,7 +37,16 @@ from dataclasses import dataclass, replace
 from rigs.table import in_tier, row
 from rigs.venv import Venv, cache_root
 
-__all__ = ["RELEASES", "Check", "Release", "RowApi", "ServerArgs", "Tier", "release", "tier"]
+__all__ = ["LAYERS", "RELEASES", "Check", "Release", "RowApi", "ServerArgs", "Tier", "release", "tier"]
+
+# Packages an overlay's release pins unlike its base venv, installed once (``--no-deps``) into a
+# shared layer that goes on ``PYTHONPATH`` after the overlay: 0.5.13 - 0.5.21 pin a transformers
+# older than 0.5.23's, whose own model registrations clash with theirs.
+_HUB = ("tokenizers==0.22.2", "huggingface-hub==1.9.0")
+LAYERS: dict[str, tuple[str, ...]] = {
+    "transformers-5.8.1": ("transformers==5.8.1", *_HUB),
+    "transformers-5.12.1": ("transformers==5.12.1", *_HUB),
+}
 
 
 class RowApi(enum.StrEnum):
@@ -62,6 +79,7 @@ class Tier(enum.StrEnum):
     GUARD = "guard"  # guard_release.py: guard v2 on every pool
     HICACHE = "hicache"  # check_hicache*.py: the HiCache host account
     WHEEL = "wheel"  # test_wheel_in_sglang.py: the built wheel activating the probe
+    BUGS = "bugs"  # rigs/bugs: a real bug's affected or fixed release (tests/bugs)
 
 
 @dataclass(frozen=True)
@@ -89,6 +107,12 @@ class Release:
     cow_at_match: bool = True  # any prefix match forks a copy-on-write Mamba slot (0.5.23: only a
     # match at a multiple of its Mamba chunk size, where the tree keeps states)
     plugins: bool = False  # SGLang loads ``sglang.srt.plugins`` entry points (else the probe's .pth)
+    sessions: str = ""  # streaming sessions: "" none, "aware" (SessionAwareCache), "streaming" (session/)
+    token_array: bool = False  # Req.origin_input_ids is an array('q') (a list before)
+    layer: str = ""  # a LAYERS entry the overlay runs with
+    fill_len: bool = False  # a round's fill is Req.fill_len over full_untruncated_fill_ids (not fill_ids)
+    decode_radix: bool = False  # PD decode pre-allocation matches and locks its own radix tree
+    chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
 
     @property
     def overlaid(self) -> bool:
@@ -110,10 +134,11 @@ class Release:
             overlay=overlay,
             overlay_build=f"scripts/sglang_overlay.py {self.version}",
             env=(("HF_HUB_OFFLINE", "1"), ("SGLANG_MAMBA_SSM_DTYPE", "float32")),
+            layers=(root / "layers" / f"sglang-{self.layer}",) if self.layer else (),
         )
 
 
-_ALL, _GUARD = frozenset(Tier), frozenset({Tier.GUARD})
+_ALL, _GUARD, _BUGS = frozenset(Tier), frozenset({Tier.GUARD}), frozenset({Tier.BUGS})
 # Each row after the first says what changed since the release before it.
 _0_5_4 = Release(
     "0.5.4.post1",
@@ -133,16 +158,22 @@ _0_5_4 = Release(
     tiers=_ALL,
     seed_live=True,
 )
+_0_5_5_0 = replace(_0_5_4, version="0.5.5", insert_flag=True, tiers=_BUGS)  # abort_request frees a COW slot
+_0_5_5_2 = replace(  # the offload manager's release no longer goes through the tree (S12)
+    _0_5_5_0, version="0.5.5.post2", kv_lens="req", server_args=ServerArgs.DEFAULTS, seed_live=False
+)
 _0_5_5 = replace(
     _0_5_4,
     version="0.5.5.post3",
     kv_lens="req",
     insert_flag=True,
     server_args=ServerArgs.DEFAULTS,
-    tiers=_GUARD,
+    tiers=_GUARD | _BUGS,
     seed_live=False,
 )
-_0_5_6 = replace(_0_5_5, version="0.5.6", tree_params=True, hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"))
+_0_5_6 = replace(
+    _0_5_5, version="0.5.6", tree_params=True, hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), tiers=_GUARD
+)
 _0_5_9 = replace(
     _0_5_6,
     version="0.5.9",
@@ -153,8 +184,29 @@ _0_5_9 = replace(
     grammar="grammar_manager",
     tiers=_ALL - {Tier.WHEEL},
 )
-_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD)
-_0_5_12 = replace(_0_5_10, version="0.5.12", idle_hook="on_idle", check=Check.POOLS, plugins=True)
+_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD | _BUGS, sessions="aware")
+_0_5_11 = replace(
+    _0_5_10,
+    version="0.5.11",
+    idle_hook="on_idle",
+    check=Check.POOLS,
+    plugins=True,
+    sessions="streaming",
+    tiers=_BUGS,
+)
+_0_5_12 = replace(_0_5_11, version="0.5.12", tiers=_GUARD | _BUGS)
+_0_5_13 = replace(  # on 0.5.23's venv: the scheduler components, the Mamba slot allocator
+    _0_5_12,
+    version="0.5.13",
+    base="0.5.23",
+    check=Check.CHECKER,
+    mamba_allocator=True,
+    token_array=True,
+    fill_len=True,
+    chunk_count="inflight_middle_chunks",
+    layer="transformers-5.8.1",
+    tiers=_BUGS,
+)
 _0_5_23 = replace(
     _0_5_12,
     version="0.5.23",
@@ -169,8 +221,39 @@ _0_5_23 = replace(
     tiers=_ALL,
     mamba_allocator=True,
     checkpoints=True,
+    token_array=True,
+    decode_radix=True,
 )
-RELEASES: tuple[Release, ...] = (_0_5_4, _0_5_5, _0_5_6, _0_5_9, _0_5_10, _0_5_12, _0_5_23)
+_0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
+    _0_5_13,
+    version="0.5.17",
+    layer="transformers-5.12.1",
+    unified_tree=True,
+    server_args=ServerArgs.RESOLVED,
+    tiers=_BUGS,
+)
+_0_5_18 = replace(_0_5_17, version="0.5.18")
+_0_5_20 = replace(  # PD decode: its own radix tree, the offload manager's per-request state
+    _0_5_23, version="0.5.20", base="0.5.23", layer="transformers-5.12.1", decode_radix=True, tiers=_BUGS
+)
+_0_5_21 = replace(_0_5_20, version="0.5.21")
+RELEASES: tuple[Release, ...] = (
+    _0_5_4,
+    _0_5_5_0,
+    _0_5_5_2,
+    _0_5_5,
+    _0_5_6,
+    _0_5_9,
+    _0_5_10,
+    _0_5_11,
+    _0_5_12,
+    _0_5_13,
+    _0_5_17,
+    _0_5_18,
+    _0_5_20,
+    _0_5_21,
+    _0_5_23,
+)
 
 
 def release(version: str) -> Release:

@@ -27,12 +27,13 @@ class Steps:
     release: Release
     sched: Any
 
-    def arrive(self, rid: str, ids: list[int], max_new: int = 4) -> Any:
+    def arrive(self, rid: str, ids: list[int], max_new: int = 4, **fields: Any) -> Any:
+        """A real ``Req`` (``fields``: more of its constructor's keywords, e.g. ``priority``)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
-        req = Req(rid, "", ids, SamplingParams(max_new_tokens=max_new))
-        if self.release.unified_tree:  # release_kv_cache appends output_ids' array to it
+        req = Req(rid, "", ids, SamplingParams(max_new_tokens=max_new), **fields)
+        if self.release.token_array:  # release_kv_cache appends output_ids' array to it
             req.origin_input_ids = array.array(req.output_ids.typecode, req.origin_input_ids)
         return req
 
@@ -80,11 +81,9 @@ class Steps:
         else:
             req.init_next_round_input(s.tree_cache)
             s.tree_cache.inc_lock_ref(req.last_node)
-        if chunk is not None:
-            req.fill_ids = req.fill_ids[: len(req.prefix_indices) + chunk]
+        pre, fill = len(req.prefix_indices), self._fill(req, chunk)
         if chunk is not None or req is s.chunked_req:
-            s.chunked_req = req if len(req.fill_ids) < len(req.origin_input_ids) else None
-        pre, fill = len(req.prefix_indices), len(req.fill_ids)
+            s.chunked_req = req if fill < len(req.origin_input_ids) else None
         if self.release.legacy:
             req.req_pool_idx = s.req_to_token_pool.alloc(1, [req])[0]
             row = int(req.req_pool_idx)
@@ -96,7 +95,18 @@ class Steps:
         if lens:
             req.kv_committed_len = req.kv_allocated_len = fill
         if not self.release.legacy and s.chunked_req is req:
-            req.is_chunked += 1
+            setattr(req, self.release.chunk_count, getattr(req, self.release.chunk_count) + 1)
+
+    def _fill(self, req: Any, chunk: int | None) -> int:
+        """How far this round fills the request (``chunk``: that many tokens past its prefix), set
+        where the release keeps it: ``fill_ids``, or 0.5.13's ``fill_len`` over its untruncated ids."""
+        if self.release.fill_len:
+            whole = len(req.full_untruncated_fill_ids)
+            req.fill_len = whole if chunk is None else min(len(req.prefix_indices) + chunk, whole)
+            return int(req.fill_len)
+        if chunk is not None:
+            req.fill_ids = req.fill_ids[: len(req.prefix_indices) + chunk]
+        return len(req.fill_ids)
 
     def _extend(self, req: Any, chunk: int | None) -> None:
         """0.5.23's prepare_for_extend: the match and the lock (a new request), the row, the prefix
@@ -121,8 +131,9 @@ class Steps:
         """process_batch_result_prefill: one token for each finished prompt, which runs on."""
         s = self.sched
         for req in batch.reqs:
-            if not self.release.legacy and not self.release.unified_tree and req.is_chunked > 0:
-                req.is_chunked -= 1
+            count = self.release.chunk_count
+            if not self.release.legacy and not self.release.unified_tree and getattr(req, count) > 0:
+                setattr(req, count, getattr(req, count) - 1)
             if req is s.chunked_req:
                 continue
             req.output_ids.append(7)
@@ -180,7 +191,7 @@ class Steps:
             s.tree_cache.cache_finished_req(req, is_insert=insert)
         else:  # 0.5.4's MambaRadixCache always inserts
             s.tree_cache.cache_finished_req(req)
-        if not self.release.legacy:
+        if not self.release.legacy and req.req_pool_idx is not None:  # (a session keeps the row)
             start, end = req.pop_overallocated_kv_cache()
             assert start == end
             s.req_to_token_pool.free(req)

@@ -4,8 +4,11 @@ No model runs: each step's output is made here (one sampled token per request pa
 exactly the shape ``update_from_output`` reads, so the scheduler, the KV cache manager, the
 coordinator and the block pool are vLLM's own and run their own code -- the way vLLM's own unit
 tests drive ``Scheduler``.  A KV connector's transfers are stood in for the same way: a step can
-report requests whose sending or receiving finished (``KVConnectorOutput``).  The model config is a
-tiny Llama ``config.json`` written to a temporary directory (no weights, no tokenizer, no hub).
+report requests whose sending or receiving finished, and a connector's worker metadata
+(``KVConnectorOutput``); the connector's scheduler side is vLLM's own.  With speculative decoding
+the worker accepts no draft (the scheduler's drafts are all rejected: one token a step).  The model
+config is a tiny Llama's (or Whisper's) ``config.json`` written to a temporary directory (no
+weights, no tokenizer, no hub).
 
 :class:`Engine` is one scheduler: vLLM's ``Scheduler``, or with ``batch_queue`` > 1 its
 ``AsyncScheduler`` with async scheduling on, stepped like EngineCore's batch queue (step N+1 is
@@ -27,7 +30,7 @@ from poolwatch.probe.lifecycle import attach, probe_of
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from rigs.timeline import Timeline
-from rigs.vllm.configs import BLOCK, EOS, RELEASE, accepted, kv_cache_config, sha256, vllm_config
+from rigs.vllm.configs import BLOCK, EOS, RELEASE, Groups, accepted, kv_cache_config, sha256, vllm_config
 
 __all__ = ["Engine", "Ticks", "assert_site"]
 
@@ -57,15 +60,31 @@ class Engine:
         batch_queue: int = 1,
         connector: dict[str, Any] | None = None,
         timeline: Timeline | None = None,
+        groups: Groups | None = None,
+        model: str = "llama",
+        prefix_caching: bool = True,
+        chunked: bool = True,
+        drafts: int = 0,
     ) -> None:
         """``batch_queue`` > 1: async scheduling (``AsyncScheduler``), that many steps in flight;
-        ``connector``: a ``KVTransferConfig``'s fields (vLLM's own connector by name)."""
+        ``connector``: a ``KVTransferConfig``'s fields (vLLM's own connector by name); ``groups``:
+        the KV cache groups beside full attention (:class:`~rigs.vllm.configs.Groups`); ``model``:
+        ``llama`` or ``whisper``; ``drafts``: n-gram speculative decoding, that many drafts a step."""
         from vllm.v1.core.kv_cache_utils import init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
         self.release, self.depth, self.timeline = RELEASE, batch_queue, timeline
-        config = vllm_config(max_running, max_tokens, max_model_len)
+        config = vllm_config(
+            max_running,
+            max_tokens,
+            max_model_len,
+            model=model,
+            prefix_caching=prefix_caching,
+            chunked=chunked,
+            drafts=drafts,
+            async_scheduling=batch_queue > 1,
+        )
         config.cache_config.num_gpu_blocks = blocks
         if hybrid:
             config.cache_config.mamba_cache_mode = "align"
@@ -86,7 +105,7 @@ class Engine:
             **accepted(
                 Scheduler,
                 vllm_config=config,
-                kv_cache_config=kv_cache_config(blocks, hybrid=hybrid),
+                kv_cache_config=kv_cache_config(blocks, groups=groups or Groups(hybrid=hybrid)),
                 structured_output_manager=StructuredOutputManager(config),
                 block_size=BLOCK,
                 hash_block_size=BLOCK,
@@ -103,13 +122,23 @@ class Engine:
         probe.clock = Ticks()
         return probe
 
-    def request(self, rid: str, prompt: list[int], max_tokens: int) -> Any:
+    def request(
+        self,
+        rid: str,
+        prompt: list[int],
+        max_tokens: int,
+        *,
+        transfer: dict[str, Any] | None = None,
+        **more: Any,
+    ) -> Any:
+        """A vLLM ``Request``; ``transfer``: its ``kv_transfer_params`` (a P/D hand-off), ``more``:
+        the other fields its release takes (``mm_features``)."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher
         from vllm.v1.request import Request
 
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        return Request(
+        request = Request(
             **accepted(
                 Request,
                 request_id=rid,
@@ -118,23 +147,48 @@ class Engine:
                 pooling_params=None,
                 eos_token_id=EOS,
                 block_hasher=get_request_block_hasher(BLOCK, sha256()),
+                **more,
             )
         )
+        if transfer is not None:
+            request.kv_transfer_params = transfer
+        return request
 
-    def add(self, rid: str, prompt: list[int], max_tokens: int) -> None:
-        self.sched.add_request(self.request(rid, prompt, max_tokens))
+    def add(
+        self,
+        rid: str,
+        prompt: list[int],
+        max_tokens: int,
+        *,
+        transfer: dict[str, Any] | None = None,
+        **more: Any,
+    ) -> None:
+        self.sched.add_request(self.request(rid, prompt, max_tokens, transfer=transfer, **more))
 
     def abort(self, rids: list[str]) -> None:
         from vllm.v1.request import RequestStatus
 
         self.sched.finish_requests(rids, RequestStatus.FINISHED_ABORTED)
 
-    def step(self, token: int = 7, *, sent: Iterable[str] = (), received: Iterable[str] = ()) -> Any:
+    def step(
+        self,
+        token: int = 7,
+        *,
+        sent: Iterable[str] = (),
+        received: Iterable[str] = (),
+        worker_meta: Any = None,
+    ) -> Any:
         """One engine step: schedule, a made-up model output (``sent`` / ``received``: requests whose
-        KV transfer finished, as a connector reports them), update -- with a batch queue, the oldest
-        output in flight once the queue is full or nothing new was scheduled.  The scheduler output."""
-        out = self.sched.schedule()
-        self.pending.append((out, self._output(out, token, set(sent), set(received))))
+        KV transfer finished, as a connector reports them; ``worker_meta``: the connector's worker
+        metadata), update -- with a batch queue, the oldest output in flight once the queue is full
+        or nothing new was scheduled.  The scheduler output."""
+        try:
+            out = self.sched.schedule()
+        except AssertionError as exc:
+            self._engine_said(exc)
+            self.steps += 1
+            raise
+        self.pending.append((out, self._output(out, token, set(sent), set(received), worker_meta)))
         try:
             if len(self.pending) >= self.depth or out.total_num_scheduled_tokens == 0:
                 self.sched.update_from_output(*self.pending.popleft())
@@ -151,7 +205,7 @@ class Engine:
         while self.pending:
             self.sched.update_from_output(*self.pending.popleft())
 
-    def _output(self, out: Any, token: int, sent: set[str], received: set[str]) -> Any:
+    def _output(self, out: Any, token: int, sent: set[str], received: set[str], worker_meta: Any) -> Any:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         ids = list(out.num_scheduled_tokens)
@@ -166,8 +220,11 @@ class Engine:
             ]
             sampled = [[token] if d else [] for d in done]
         extra: dict[str, Any] = {}
-        if sent or received:
-            extra["kv_connector_output"] = KVConnectorOutput(finished_sending=sent, finished_recving=received)
+        if sent or received or worker_meta is not None:
+            fields = {"finished_sending": sent, "finished_recving": received}
+            if worker_meta is not None:
+                fields["kv_connector_worker_meta"] = worker_meta
+            extra["kv_connector_output"] = KVConnectorOutput(**accepted(KVConnectorOutput, **fields))
         return ModelRunnerOutput(
             **accepted(
                 ModelRunnerOutput,
@@ -187,8 +244,9 @@ class Engine:
             self.timeline.look(self.steps, probe.latest if probe is not None else None)
 
     def _engine_said(self, exc: AssertionError) -> None:
+        """At the step being run (counted from 1, as the look after the step that finished it)."""
         if self.timeline is not None:
-            self.timeline.engine_said(self.steps, assert_site(exc))
+            self.timeline.engine_said(self.steps + 1, assert_site(exc))
 
 
 def assert_site(exc: AssertionError) -> str:

@@ -102,6 +102,7 @@ def test_the_pod_exports_what_vllm_ranks_have(exported: list[Sample]) -> None:
         "vllm-guarded": "true",
         "vllm-unverified": "false",
         "vllm-multimodal": "true",
+        "vllm-drifted": "true",
         "vllm-coarse": "true",
     }
     assert {labels["pool"] for name, labels in exported if name == "poolwatch_pool_capacity_slots"} == {
@@ -112,6 +113,10 @@ def test_the_pod_exports_what_vllm_ranks_have(exported: list[Sample]) -> None:
     assert {"missing", "negative_ref"} <= kinds
     refused = [labels for name, labels in exported if name == "poolwatch_probe_repairs_total"]
     assert [(r["worker"], r["pool"], r["kind"]) for r in refused] == [("vllm-guarded", "full", "refuse")]
+    drifted = [labels for name, labels in exported if name == "poolwatch_pool_counter_drift_slots"]
+    assert [(d["worker"], d["pool"], d["counter"]) for d in drifted] == [
+        ("vllm-drifted", "full", "available")
+    ]
     assert {
         "poolwatch_pool_leak_rate_slots_per_second",
         "poolwatch_pool_exhaustion_eta_seconds",

@@ -10,6 +10,8 @@ ranks as each source sees them, for the dashboard tests to hold every panel agai
   false), busy;
 * ``vllm-multimodal``: the probe (0.34.0) on a scheduler with an encoder cache, holding blocks of a
   finished request kept for a KV transfer (a hold);
+* ``vllm-drifted``: the probe (0.33.0) on a pool whose free queue is sound but whose count says one
+  block more than it holds (a counter witness: ``poolwatch_pool_counter_drift_slots``);
 * ``vllm-coarse``: no probe; the sidecar reads vLLM 0.32.0's own ``/metrics`` page and its log up
   to EngineCore's fatal error (the real captures in ``tests/fixtures``).
 
@@ -119,6 +121,15 @@ def _multimodal(store: SnapshotStore) -> None:
     _put(store, probe, NOW - 1)
 
 
+def _drifted(store: SnapshotStore) -> None:
+    sched = Scheduler(64)
+    probe = _probe(sched, "vllm-drifted", "0.33.0")
+    _put(store, probe, NOW - 20)
+    sched.add("a", 3)
+    sched.pool.free_block_queue.num_free_blocks += 1  # a count above the queue it describes
+    _put(store, probe, NOW - 1)
+
+
 async def _render(settings: Settings, store: SnapshotStore, clock: FakeClock, alerting: AlertWiring) -> str:
     app = create_app(settings, store=store, sources=[], clock=clock, alerting=alerting)
     transport = httpx.ASGITransport(app=app)
@@ -144,6 +155,7 @@ async def _metrics(log: Path) -> str:
     _guarded(store)
     _unverified(store)
     _multimodal(store)
+    _drifted(store)
     await read_server_and_log(settings, store, clock)
     alerting.evaluate()
     return await _render(settings, store, clock, alerting)

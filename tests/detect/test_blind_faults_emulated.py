@@ -59,8 +59,10 @@ COUNTER_CASES = [
 def test_a_counter_bug_shows_as_the_full_gap_with_no_id_named(
     fault: str, counter: str, tmp_path: Path
 ) -> None:
-    """S12 / #35270: the probe reads the lying counter (the gap is its drift, a surplus) and its id
-    census names no slot -- every id is where it belongs.  Should page: the counter witness."""
+    """S12 / #35270: the probe's census re-counts the lying counter from the ids and names no slot --
+    every id is where it belongs: the pool is judged from the census (gap 0) and the counter is a
+    witness of its own (which counter, by how much), paged as PoolwatchCounterDrift, never as a
+    double free or a leak."""
     assert FAULTS[fault].pages == COUNTER
     w = _watch(fault, tmp_path)
     assert w.run_until(lambda: fault in w.struck, 2000)
@@ -68,9 +70,11 @@ def test_a_counter_bug_shows_as_the_full_gap_with_no_id_named(
     rank = next(r for r in w.cluster.schedulers if r.faults.fired[fault])
     drift = truth.counter_drift(rank)[counter]
     snap = _snap(rank)
-    assert gap(snap.pools[Pool.FULL]) == -drift
+    assert gap(snap.pools[Pool.FULL]) == 0
     assert snap.tripwires == ()
+    assert sum(x.drift for x in snap.witnesses if x.pool is Pool.FULL) == drift
     assert full_census(rank).clean
+    assert _gap_pages(w) == []
 
 
 STRANDED_CASES = [

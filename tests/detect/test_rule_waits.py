@@ -19,9 +19,11 @@ from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.families.balance import DOUBLE_FREE, SLOT_LEAK
+from poolwatch.detect.families.counters import COUNTER_DRIFT
 from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
 from poolwatch.detect.families.holds import STRANDED_HOLD
 from poolwatch.detect.families.host_pool import HOST_POOL_GAP
+from poolwatch.detect.families.in_flight import FREED_IN_FLIGHT
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
 from poolwatch.detect.families.probe_directory import PROBE_DIRECTORY_LOST, PROBE_REFUSED
 from poolwatch.detect.families.probe_health import PROBE_DEGRADED
@@ -31,11 +33,12 @@ from poolwatch.detect.families.stall import ADMISSION_STALL
 from poolwatch.detect.families.targets import TARGET_DOWN
 from poolwatch.detect.rules import alert_definitions
 from poolwatch.detect.schema import Mode, Severity
-from poolwatch.model.findings import Repair, RepairKind
+from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.holds import Hold, HoldReason
 from poolwatch.model.progress import Progress
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
+from poolwatch.model.witness import CounterWitness
 from poolwatch.target_state import DirectoryHealth, TargetState
 
 CONFIG = MixinConfig(
@@ -171,6 +174,21 @@ def stranded(slots: int) -> Callable[[Detector, FakeClock, RankStream], Step]:
     return case
 
 
+def freed_in_flight(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    trip = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, (4, 5), "free_blocks", 7, ("r1",))
+    s.probe = ProbeHealth()
+    return observing(d, lambda: replace(s.next(exact(Pool.FULL, 0)), tripwires=(trip,)))
+
+
+def counter_drift(figure: str, reported: int) -> Callable[[Detector, FakeClock, RankStream], Step]:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        witness = CounterWitness(Pool.FULL, figure, "counter()", reported, 10, 5, 5, 0.0)
+        s.probe = ProbeHealth()
+        return observing(d, lambda: replace(s.next(exact(Pool.FULL, 0)), witnesses=(witness,)))
+
+    return case
+
+
 def stalled(d: Detector, c: FakeClock, s: RankStream) -> Step:
     since = c.now
     waiting = Progress(waiting=2, stalled_steps=0, stalled_since=since)
@@ -213,6 +231,11 @@ CASES: list[tuple[str, Severity, Case, bool | None]] = [
     (STRANDED_HOLD, Severity.CRITICAL, stranded(700), STRICT),
     (ADMISSION_STALL, Severity.CRITICAL, stalled, VLLM),
     (ADMISSION_STALL, Severity.WARNING, fruitless, VLLM),
+    (FREED_IN_FLIGHT, Severity.CRITICAL, freed_in_flight, VLLM),
+    (COUNTER_DRIFT, Severity.CRITICAL, counter_drift("protected", 41), STRICT),
+    (COUNTER_DRIFT, Severity.WARNING, counter_drift("protected", 41), WARNS),
+    (COUNTER_DRIFT, Severity.CRITICAL, counter_drift("available", 11), VLLM),
+    (COUNTER_DRIFT, Severity.WARNING, counter_drift("available", 8), VLLM),
     (PROBE_DIRECTORY_LOST, Severity.CRITICAL, directory(DirectoryHealth("/d", lost="unsafe")), STRICT),
     (PROBE_DIRECTORY_LOST, Severity.WARNING, directory(DirectoryHealth("/d", lost="missing")), STRICT),
     (PROBE_REFUSED, Severity.WARNING, directory(DirectoryHealth("/d", refused={"/d": "unsafe: x"})), STRICT),

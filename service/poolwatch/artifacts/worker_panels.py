@@ -58,7 +58,16 @@ def rank_panels() -> list[PanelSpec]:
             (Query(f"poolwatch_pool_tripwire_slots{{{W}}}", f"{RANKS} {{{{pool}}}} {{{{kind}}}}"),),
             SLOTS,
             "Slot ids proven misplaced, by kind (free_duplicate, free_and_live, ...; vLLM's also "
-            "negative_ref, ref_below_owners, ref_above_owners, missing, null_block: docs/engines).",
+            "negative_ref, ref_below_owners, ref_above_owners, missing, null_block, freed_in_flight: "
+            "docs/engines).",
+        ),
+        series(
+            "Counter drift per rank",
+            (Query(f"poolwatch_pool_counter_drift_slots{{{W}}}", f"{RANKS} {{{{pool}}}} {{{{counter}}}}"),),
+            SLOTS,
+            "An engine counter minus the probe's census of the same quantity from the ids (SGLang's tree "
+            "evictable/protected, vLLM's free count): the census is right, the pool's figures are its "
+            "(PoolwatchCounterDrift).",
         ),
     ]
 

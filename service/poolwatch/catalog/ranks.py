@@ -26,13 +26,15 @@ RANKS: tuple[MetricSpec, ...] = (
         "Slots of the pool by state: available (free lists), evictable (prefix tree, unlocked), "
         "protected (prefix tree, locked), held (live requests), session_held (streaming sessions). "
         "pool=host (HiCache host memory): evictable/protected are the tree's host copies without/with "
-        "a host lock, held the slots in flight in the cache controller's operations.",
+        "a host lock, held the slots in flight in the cache controller's operations. Where the probe's "
+        "census disagrees with an engine counter, the census's count (poolwatch_pool_counter_drift_slots).",
         (*POOL_LABELS, "state"),
         "slots",
     ),
     _g(
         "poolwatch_pool_used_slots",
-        "Slots neither available nor evictable (size - available - evictable), as the engine counts them.",
+        "Slots neither available nor evictable (size - available - evictable), as the engine counts them "
+        "(as the probe's census counts them where it disagrees with an engine counter).",
         POOL_LABELS,
         "slots",
     ),
@@ -53,7 +55,8 @@ RANKS: tuple[MetricSpec, ...] = (
         "poolwatch_pool_tripwire_slots",
         "Slot ids the probe's identity census proved misplaced, by kind "
         "(free_duplicate, free_and_live, free_and_tree, over_size, out_of_range, missing; vLLM's block "
-        "pools also negative_ref, ref_below_owners, ref_above_owners, null_block).",
+        "pools also negative_ref, ref_below_owners, ref_above_owners, null_block, and freed_in_flight: "
+        "freed while an in-flight step lists them, a KV transfer able to refill them first).",
         (*POOL_LABELS, "kind"),
         "slots",
     ),
@@ -85,6 +88,15 @@ RANKS: tuple[MetricSpec, ...] = (
         "SGLANG_DISAGGREGATION_WAITING_TIMEOUT); absent where the engine has none.",
         (*POOL_LABELS, "reason"),
         "seconds",
+    ),
+    _g(
+        "poolwatch_pool_counter_drift_slots",
+        "How far an engine counter is off from the probe's census, which counts the same quantity "
+        "from the ids: the counter minus the census (signed). counter: the pool figure it feeds -- "
+        "evictable, protected (SGLang's tree counters), available (vLLM's free-queue count). Absent while "
+        "they agree; the pool's figures and gap are then the census's.",
+        (*POOL_LABELS, "counter"),
+        "slots",
     ),
     # --- ranks ---
     _g(

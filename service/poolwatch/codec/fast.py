@@ -10,11 +10,11 @@ and builds each value once.
 
 It never rejects anything: whatever it is not sure of -- a value of another type, out of range, too
 long, not encodable, not inert (:mod:`poolwatch.inert`), a field missing where the schema has no
-default, an ``int`` subclass, a non-empty tripwire, repair or incident list -- makes it answer
-``None``, and the full parser runs and accepts the payload or names its first bad field as before.
-So this module decides only *how fast* a valid snapshot is built, never *whether* a payload is
-accepted or why it is refused (``tests/core/test_codec_fast.py`` pins that on probe-produced,
-generated and mutated payloads).  Pure and stdlib-only (the probe imports the codec).
+default, an ``int`` subclass, a non-empty tripwire, repair, incident or counter-witness list --
+makes it answer ``None``, and the full parser runs and accepts the payload or names its first bad
+field as before.  So this module decides only *how fast* a valid snapshot is built, never *whether*
+a payload is accepted or why it is refused (``tests/core/test_codec_fast.py`` pins that on
+probe-produced, generated and mutated payloads).  Pure and stdlib-only (the probe imports the codec).
 """
 
 from __future__ import annotations
@@ -80,15 +80,15 @@ def common_snapshot(doc: object, limits: Limits, schema: str, version: int) -> S
 
 
 def _common_header(doc: object, schema: str, version: int) -> TypeGuard[dict[str, Any]]:
-    """A JSON object of this schema and version listing no tripwire, incident, repair or hold."""
+    """A JSON object of this schema and version listing no tripwire, incident, repair, hold or counter
+    witness."""
     if type(doc) is not dict or len(doc) > MAX_ITEMS:
         return False
     g = doc.get
     if g("schema") != schema or type(g("version")) is not int or g("version") != version:
         return False
-    if not _empty(g("holds", [])):
-        return False
-    return _empty(g("tripwires", [])) and _empty(g("incidents", [])) and _empty(g("repairs", []))
+    listed = (g("tripwires", []), g("incidents", []), g("repairs", []), g("witnesses", []), g("holds", []))
+    return all(map(_empty, listed))
 
 
 def _scalars(doc: dict[str, Any]) -> tuple[int, float, Phase, str, bool | None, str, bool] | None:

@@ -23,6 +23,7 @@ from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import Exactness, IncidentKind, Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
+from poolwatch.model.witness import COUNTER_FIGURES, CounterWitness
 
 __all__ = [
     "FIRST_POOLS",
@@ -109,6 +110,7 @@ def _parse(raw: object, limits: Limits) -> Snapshot:
         final=_bool(doc.get("final", False), "final"),
         holds=() if doc.get("holds") is None else parse_holds(doc["holds"]),
         progress=None if progress is None else parse_progress(progress),
+        witnesses=_list(doc.get("witnesses", []), "witnesses", _witness, limits.max_listed),
     )
 
 
@@ -170,6 +172,25 @@ def _repair(raw: object, where: str) -> Repair:
         requests=_list(d.get("requests", []), f"{where}.requests", _str),
         page_size=max(1, _int(d.get("page_size", 1), f"{where}.page_size")),
         call_site=_opt_call_site(d.get("call_site"), f"{where}.call_site"),
+    )
+
+
+def _witness(raw: object, where: str) -> CounterWitness:
+    d = _mapping(raw, where)
+    figure = _str(d.get("figure"), f"{where}.figure")
+    if figure not in COUNTER_FIGURES:
+        raise SnapshotFormatError(
+            f"{where}.figure: expected one of {', '.join(COUNTER_FIGURES)}, got {figure!r}"
+        )
+    return CounterWitness(
+        pool=_enum(Pool, d.get("pool"), f"{where}.pool"),
+        figure=figure,
+        counter=_str(d.get("counter", ""), f"{where}.counter"),
+        reported=fields.integer(d.get("reported"), f"{where}.reported"),  # a counter may be below zero
+        census=_int(d.get("census"), f"{where}.census"),
+        seq=_int(d.get("seq", 0), f"{where}.seq"),
+        since_seq=_int(d.get("since_seq", 0), f"{where}.since_seq"),
+        since=_float(d.get("since", 0.0), f"{where}.since"),
     )
 
 

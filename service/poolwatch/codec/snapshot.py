@@ -26,6 +26,7 @@ from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.findings import CallSite, Repair, Tripwire
 from poolwatch.model.rank import PoolAccount, WorkerId
 from poolwatch.model.snapshot import Incident, Snapshot
+from poolwatch.model.witness import CounterWitness
 
 __all__ = ["dump_call_site", "dump_snapshot", "dump_worker", "parse_snapshot"]
 
@@ -53,6 +54,7 @@ def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
         "probe": asdict(snap.probe) if snap.probe is not None else None,
         "repairs": [_dump_repair(r) for r in snap.repairs],
         "final": snap.final,
+        **({"witnesses": [_dump_witness(w) for w in snap.witnesses]} if snap.witnesses else {}),
     }
     if more:
         out[MORE_POOLS_KEY] = more
@@ -94,6 +96,11 @@ def _dump_repair(r: Repair) -> dict[str, Any]:
     out["requests"] = list(r.requests)
     _put_call_site(out, r.call_site)
     return out
+
+
+def _dump_witness(w: CounterWitness) -> dict[str, Any]:
+    """A counter witness; none: no key (the form every earlier sidecar reads)."""
+    return {**asdict(w), "pool": w.pool.value}
 
 
 def dump_call_site(site: CallSite) -> dict[str, Any]:

@@ -24,8 +24,9 @@ from poolwatch.detect.outcome import facts, unit_of, units
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Phase, Pool
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.model.witness import CounterWitness
 
-__all__ = ["Evidence", "finding_sentence", "gather", "id_ranges", "tripwire_sentence"]
+__all__ = ["Evidence", "finding_sentence", "gather", "id_ranges", "tripwire_sentence", "witness_sentence"]
 
 
 @dataclass(slots=True)
@@ -123,4 +124,14 @@ def tripwire_sentence(t: Tripwire, unit: str) -> str:
         f"Tripwire {t.kind.value}: {ids} [{shown}] first seen after "
         f"{t.first_seen_hook} at iteration {t.seq}{requests if t.requests else ''}."
         + (f" {site}" if site else "")
+    )
+
+
+def witness_sentence(w: CounterWitness, unit: str) -> str:
+    """``The engine's tree_cache.protected_size() reads 41 slots; the census counts 0 (drift +41),
+    off since iteration 9.``"""
+    since = "" if w.since_seq == w.seq else f", off since iteration {w.since_seq}"
+    return (
+        f"{w.counter} ({w.figure}) reads {units(w.reported, unit)}; the census counts {w.census} from the "
+        f"ids (drift {w.drift:+d}) at iteration {w.seq}{since}."
     )

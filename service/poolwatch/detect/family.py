@@ -17,35 +17,43 @@ mode:
 * a family of :attr:`~poolwatch.detect.schema.Mode.PROMETHEUS` alerts has no judge: only
   Prometheus can tell (the sidecar watching itself).
 
-The sentences every family writes about a rank (:func:`where`, :func:`first_line`) are here too;
-what an engine will do next with a finding is :mod:`poolwatch.detect.outcome`.
+What every family repeats is here too, for a new family to use rather than write again: its
+judge subclasses :class:`Judge` (the thresholds it is built with); a rule the detector holds like its
+own alert is :func:`held` (its ``keep_firing_for`` is the tracker's ``resolve_hold``); the verdicts
+a sampled judge gives per pool are :func:`pool_verdicts`; the sentences every family writes about a
+rank are :func:`where` and :func:`first_line`.  What an engine will do next with a finding is
+:mod:`poolwatch.detect.outcome`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from poolwatch.catalog.metrics import by_name
 from poolwatch.catalog.spec import MetricSpec
 from poolwatch.conservation import Finding
-from poolwatch.detect.alert import Signal, Verdict
+from poolwatch.detect import promql as q
+from poolwatch.detect.alert import Signal, Verdict, rank_labels
 from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.schema import AlertDef, Mode
+from poolwatch.detect.schema import AlertDef, Mode, PromRule, Severity
 from poolwatch.detect.trend import Trend
-from poolwatch.model.rank import Pool
+from poolwatch.model.rank import Pool, WorkerId
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.target_state import DirectoryHealth, TargetState
 
 __all__ = [
     "EventJudge",
     "Family",
+    "Judge",
     "SampledJudge",
     "Seen",
     "Tick",
     "TimedJudge",
     "first_line",
+    "held",
+    "pool_verdicts",
     "uses",
     "where",
 ]
@@ -100,6 +108,30 @@ class TimedJudge(Protocol):
     def signals(self, tick: Tick) -> list[Signal] | None:
         """The instances in trouble now; ``None`` when this turn brings nothing it reads."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """What every family's judge is built with: the detector's thresholds (the family's factory is
+    the judge's class, ``Family(sampled=MyJudge)``).  A judge subclasses it with its mode's methods;
+    one without fields of its own needs no ``@dataclass``."""
+
+    config: DetectorConfig = field(default_factory=DetectorConfig)
+
+
+def pool_verdicts(worker: WorkerId, pools: Iterable[Pool], *alerts: str) -> set[Verdict]:
+    """The verdicts on ``alerts`` of each of ``pools`` of a rank (a sampled judge's ``judged``)."""
+    return {(alert, rank_labels(worker, pool.value)) for pool in pools for alert in alerts}
+
+
+def held(
+    severity: Severity, expr: str, description: str, config: DetectorConfig, for_s: float = 0.0
+) -> PromRule:
+    """A rule of an alert the detector judges on samples or the timer: it waits ``for_s`` seconds
+    and, like the detector's tracker, keeps firing ``resolve_hold`` seconds after its condition
+    last held, so a flickering condition neither resolves nor re-fires on either path."""
+    wait = q.duration(for_s) if for_s > 0 else "0s"  # at once, as the rules have always said it
+    return PromRule(severity, expr, wait, description, keep_firing_for=q.duration(config.resolve_hold))
 
 
 def uses(*names: str) -> tuple[MetricSpec, ...]:

@@ -14,6 +14,11 @@ of its pools is called, whether it checks its own pools when idle).  No engine i
   allocated, and the engine exits with every request in flight.  No crash at an idle moment is
   ever promised for it.
 
+An engine counter the probe's census found off (:func:`drift_outcome`) is judged the same way: an
+engine whose idle check sums that counter finds the pool off at its next idle moment (a crash when
+strict); an engine with no idle check trusts a free count above its free queue at the allocation that
+drains the queue, and fails its assertion there.
+
 An engine name no entry has (a snapshot from a newer probe) gets the most careful reading: no idle
 check, so no crash promised, and its units called slots.
 """
@@ -23,14 +28,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Sequence
 
+from poolwatch.detect.schema import Severity
 from poolwatch.engines import EngineEntry, UnknownEngine, engine_entry
 from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
+from poolwatch.model.witness import CounterWitness
 
 __all__ = [
     "crash_imminent",
     "double_free_outcome",
+    "drift_outcome",
     "encoder_outcome",
     "facts",
     "leak_outcome",
@@ -128,3 +136,63 @@ def leak_outcome(snap: Snapshot, large: bool) -> str:
     if large:
         text += " So large a share of the pool lost makes requests wait and be preempted sooner meanwhile."
     return text
+
+
+def drift_outcome(
+    snap: Snapshot, found: Sequence[CounterWitness], judged_gap: int | None
+) -> tuple[Severity, int, str]:
+    """What follows engine counters the census found off on ``snap``'s rank (one pool's witnesses;
+    ``judged_gap``: the pool's gap as the census judges it): the severity, the alert's value (the
+    largest drift, in units) and the words.
+
+    An engine whose idle check sums the counters sees the pool as the counters say: off by
+    ``judged_gap - sum(drift)`` -- a crash at its next idle moment where that is not zero and the
+    check is strict (a counter that drifted alone, #12774), nothing where the drift cancels a real
+    imbalance of the ids (#27666: the census's tripwires name those).  A counter below zero fails
+    the pool-usage assertion of its pool statistics wherever they check it, strict or not."""
+    entry = facts(snap.worker.engine)
+    worst = max((abs(w.drift) for w in found), default=0)
+    if entry.idle_check:
+        return _checked_drift(snap, entry, found, judged_gap, worst)
+    above = max((w.drift for w in found if w.figure == "available" and w.drift > 0), default=0)
+    if above:
+        return (
+            Severity.CRITICAL,
+            worst,
+            f"{entry.title}'s allocator trusts this free count: an allocation that takes the last free "
+            f"{entry.unit}s walks past the end of the free queue and fails {entry.title}'s assertion, and "
+            "the engine exits with every request in flight.",
+        )
+    return (
+        Severity.WARNING,
+        worst,
+        f"{entry.title} has no idle check of its own: nothing fails for it, but its capacity is counted "
+        "wrong until the worker restarts.",
+    )
+
+
+def _checked_drift(
+    snap: Snapshot, entry: EngineEntry, found: Sequence[CounterWitness], judged_gap: int | None, worst: int
+) -> tuple[Severity, int, str]:
+    title, unit = entry.title, entry.unit
+    seen = None if judged_gap is None else judged_gap - sum(w.drift for w in found)
+    below = [w for w in found if w.reported < 0]
+    words = []
+    if seen:
+        check = "strict on this rank, it crashes the server" if crash_imminent(snap) else "it only warns here"
+        words.append(
+            f"{title}'s idle check sums these counters: at its next idle moment it finds the pool off by "
+            f"{units(abs(seen), unit)} and, {check}."
+        )
+    elif seen == 0:
+        words.append(
+            f"{title}'s idle check sums these counters and they balance: the drift hides what the ids show, "
+            "and the check sees nothing."
+        )
+    if below:
+        words.append(
+            f"{below[0].counter} is below zero: {title}'s pool usage computed from it is negative, which its "
+            "pool statistics reject where they check it (a crash at the next metrics or log line)."
+        )
+    critical = bool(below) or (bool(seen) and crash_imminent(snap))
+    return (Severity.CRITICAL if critical else Severity.WARNING), worst, " ".join(words)

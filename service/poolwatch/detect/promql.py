@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.engines import EngineEntry
-from poolwatch.model.findings import LEAK_KINDS, TripwireKind
+from poolwatch.model.findings import LEAK_KINDS, TIMING_KINDS, TripwireKind
 
 __all__ = [
     "SCRAPE_LABELS",
@@ -49,7 +49,7 @@ WHERE = (
 # the tripwires that prove slots counted twice (PoolwatchDoubleFree) and lost (PoolwatchSlotLeak),
 # as the detector sorts them (poolwatch.model.findings.LEAK_KINDS); two kinds may name the same ids
 # (a block below zero is also below its owners), so the value is the largest kind's, as the detector's
-SURPLUS_KINDS = "|".join(k.value for k in TripwireKind if k not in LEAK_KINDS)
+SURPLUS_KINDS = "|".join(k.value for k in TripwireKind if k not in LEAK_KINDS | TIMING_KINDS)
 LOST_KINDS = "|".join(k.value for k in TripwireKind if k in LEAK_KINDS)
 CRASH_KINDS = "scheduler_exception|busy_check_failed|tree_sanity_failed"
 _METRIC = re.compile(r"(?<![\w:])(poolwatch_[a-z0-9_]+)(?:\{([^}]*)\})?")

@@ -36,9 +36,12 @@ class TripwireKind(enum.StrEnum):
     REF_BELOW_OWNERS = "ref_below_owners"  # fewer references than requests listing it (a double free)
     REF_ABOVE_OWNERS = "ref_above_owners"  # more references than owners, nothing may pin it (a leak)
     NULL_BLOCK = "null_block"  # the null block on the free queue, or another block marked null
+    # wrong only in time: the books balance, the free came before the last user was done
+    FREED_IN_FLIGHT = "freed_in_flight"  # freed while an in-flight step lists it, an unordered writer present
 
 
 LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})  # slots lost, not freed twice
+TIMING_KINDS = frozenset({TripwireKind.FREED_IN_FLIGHT})  # neither freed twice nor lost: freed too early
 
 
 class RepairKind(enum.StrEnum):

@@ -64,8 +64,9 @@ class ReqPool:
 
 
 class Node:
-    def __init__(self, value: torch.Tensor, mamba_value: torch.Tensor | None) -> None:
+    def __init__(self, value: torch.Tensor, mamba_value: torch.Tensor | None, lock: int = 0) -> None:
         self.value, self.mamba_value = value, mamba_value
+        self.full_lock_ref = self.mamba_lock_ref = lock  # MambaRadixCache's per-node lock counts
         self.children: dict[int, Node] = {}
 
 
@@ -78,7 +79,7 @@ class Tree:
         self.mamba_evictable_size_ = self.mamba_protected_size_ = 0
 
     def add(self, value: torch.Tensor, mamba_value: torch.Tensor | None, *, locked: bool) -> Node:
-        node = Node(value, mamba_value)
+        node = Node(value, mamba_value, int(locked))
         self.root_node.children[len(self.root_node.children)] = node
         n_mamba = 0 if mamba_value is None else 1
         if locked:

@@ -181,3 +181,16 @@ class Scheduler:
     def finish_requests(self, rids: list[str]) -> None:
         for rid in rids:
             self.finish(rid)
+
+
+def probe_for(sched: Scheduler, version: str = "0.33.0") -> Any:
+    """The vLLM probe on ``sched`` as the engine builds it (worker ``w``), every sample due."""
+    from tests.helpers import SteppingClock
+
+    from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.core.probe import new_probe
+    from poolwatch.probe.vllm.engine import VLLM, vllm_release
+
+    config = ProbeConfig(serve=False, sample_interval_s=0.01)
+    release, environ = vllm_release(version), {"POOLWATCH_WORKER": "w"}
+    return new_probe(VLLM, sched, config, release=release, environ=environ, clock=SteppingClock())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from tests.probe.vllm.fakes import Scheduler
@@ -165,6 +166,27 @@ def test_blocks_kept_for_a_transfer_and_deferred_frees_are_owned() -> None:
     account = s.pools[Pool.FULL]
     assert (account.session_held, account.held, gap(account)) == (2, 2, 0)
     assert s.tripwires == ()
+
+
+def test_a_cpu_offload_connectors_in_flight_stores_own_the_blocks_they_pin() -> None:
+    """SimpleCPUOffload (0.19.1+) touches the GPU blocks a store copies to the host and frees them
+    when the worker reports the store done: held by the store, not leaked, and that free is no
+    double free -- on the two-pass free of 0.19-0.23 too."""
+    sched = Scheduler(64, two_pass=True)
+    stores: dict[int, SimpleNamespace] = {}
+    manager = SimpleNamespace(_gpu_block_pool=sched.pool, _store_event_to_blocks=stores)
+    sched.connector = SimpleNamespace(scheduler_manager=manager)  # type: ignore[attr-defined]
+    probe = probe_for(sched, "0.23.0")
+    blocks = sched.add("a", 3)
+    sched.pool.touch(blocks[:2])
+    stores[0] = SimpleNamespace(gpu_block_ids=[b.block_id for b in blocks[:2]])
+    sched.finish("a")  # the request goes; the store still reads two of its blocks
+    s = snap(probe, census=True)
+    assert (s.pools[Pool.FULL].held, gap(s.pools[Pool.FULL]), s.tripwires) == (2, 0, ())
+    sched.pool.free_blocks(blocks[:2])  # the store's completion
+    stores.clear()
+    s = snap(probe, census=True)
+    assert (s.pools[Pool.FULL].held, gap(s.pools[Pool.FULL]), s.tripwires) == (0, 0, ())
 
 
 def test_a_hybrid_pool_counts_every_group() -> None:

@@ -11,6 +11,9 @@ A finding (:func:`poolwatch.conservation.findings`) or a tripwire raises an aler
   check will kill the rank (SGLang's, unless relaxed) or the deficit is at least
   ``large_leak_fraction`` of the pool, else a warning (an engine with no idle check never dies of it).
 
+Where the probe's census found an engine counter off (a counter witness, :mod:`.counters`), the
+pool's figures are already the census's; the text says so, naming the counter.
+
 The rules say the same: one set for the engines with an idle check (and ranks whose engine is not
 known yet, read as the default), one per engine without (its title and unit from the registry).
 The HiCache host pool is :mod:`.host_pool`'s.  A snapshot is a verdict on both alerts of every
@@ -26,12 +29,18 @@ from poolwatch.conservation import Balance, Finding
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.evidence import Evidence, gather
+from poolwatch.detect.evidence import Evidence, gather, witness_sentence
 from poolwatch.detect.family import Family, Seen, uses
-from poolwatch.detect.outcome import crash_imminent, double_free_outcome, encoder_outcome, leak_outcome
+from poolwatch.detect.outcome import (
+    crash_imminent,
+    double_free_outcome,
+    encoder_outcome,
+    leak_outcome,
+    unit_of,
+)
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 from poolwatch.engines import ENGINES, EngineEntry
-from poolwatch.model.findings import LEAK_KINDS, Tripwire
+from poolwatch.model.findings import LEAK_KINDS, TIMING_KINDS, Tripwire
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 
@@ -80,7 +89,9 @@ def _finding_alert(f: Finding) -> str | None:
     return DOUBLE_FREE if f.balance is Balance.SURPLUS else SLOT_LEAK
 
 
-def _tripwire_alert(t: Tripwire) -> str:
+def _tripwire_alert(t: Tripwire) -> str | None:
+    if t.kind in TIMING_KINDS:  # freed too early, not twice: :mod:`.in_flight`'s
+        return None
     return SLOT_LEAK if t.kind in LEAK_KINDS else DOUBLE_FREE
 
 
@@ -97,6 +108,11 @@ def _signal(snap: Snapshot, alert: str, pool: Pool, ev: Evidence, cfg: DetectorC
     else:
         severity = Severity.CRITICAL if crash_imminent(snap) or large else Severity.WARNING
         outcome = leak_outcome(snap, large)
+    judged = [w for w in snap.witnesses if w.pool is pool]
+    if judged:  # the figures are the census's, not the engine counters': say which and why
+        unit = unit_of(snap.worker.engine, pool)
+        said = " ".join(witness_sentence(w, unit) for w in judged)
+        ev.sentences.append(f"The pool is judged from the probe's census, not the engine's counters: {said}")
     text = " ".join([*ev.sentences, outcome])
     labels = rank_labels(snap.worker, pool.value)
     return Signal(alert, sampled_subject(snap), severity, labels, text, float(ev.count), *ev.wait)

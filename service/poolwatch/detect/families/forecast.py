@@ -14,14 +14,12 @@ whose prefills died strands a request's blocks at a time -- yet the pool runs ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Seen, uses, where
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, Seen, held, pool_verdicts, uses, where
 from poolwatch.detect.outcome import facts
-from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
 from poolwatch.model.rank import Pool
 
 __all__ = ["FAMILY", "POOL_EXHAUSTION_FORECAST", "ExhaustionForecast"]
@@ -30,11 +28,8 @@ POOL_EXHAUSTION_FORECAST = "PoolwatchPoolExhaustionForecast"
 STRANDED = "PoolwatchStrandedHold"
 
 
-@dataclass(frozen=True, slots=True)
-class ExhaustionForecast:
+class ExhaustionForecast(Judge):
     """The family's judge: every snapshot, from its rank-source's fitted trends."""
-
-    config: DetectorConfig
 
     def signals(self, seen: Seen) -> list[Signal]:
         """A warning for every fitted pool that runs out within the horizon."""
@@ -66,8 +61,7 @@ class ExhaustionForecast:
         return tuple([pool for pool, _ in seen.fits])
 
     def judged(self, seen: Seen) -> set[Verdict]:
-        worker = seen.snap.worker
-        return {(POOL_EXHAUSTION_FORECAST, rank_labels(worker, pool.value)) for pool, _ in seen.fits}
+        return pool_verdicts(seen.snap.worker, self.signature(seen), POOL_EXHAUSTION_FORECAST)
 
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
@@ -81,13 +75,13 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             f"The fitted leak rate exhausts the pool's free and evictable slots within "
             f"{d.exhaustion_horizon / 3600:g} h.",
             (
-                PromRule(
+                held(
                     Severity.WARNING,
                     f"poolwatch_pool_exhaustion_eta_seconds < {d.exhaustion_horizon:g}",
-                    f"{q.duration(d.forecast_for)}",
                     f"At the current leak rate the {{{{ $labels.pool }}}} pool on {q.WHERE} runs out of free "
                     "slots in {{ $value | humanizeDuration }}.",
-                    keep_firing_for=q.duration(d.resolve_hold),
+                    d,
+                    d.forecast_for,
                 ),
             ),
         ),

@@ -9,15 +9,13 @@ is a verdict on the host pool's alert whenever the host pool's balance is known.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from poolwatch.conservation import Balance
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.evidence import gather
-from poolwatch.detect.family import Family, Seen, uses
-from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.family import Family, Judge, Seen, held, pool_verdicts, uses
+from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
 from poolwatch.model.rank import Pool
 
 __all__ = ["FAMILY", "HOST_POOL_GAP", "HostBalance"]
@@ -29,11 +27,8 @@ _CONSEQUENCE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class HostBalance:
+class HostBalance(Judge):
     """The family's judge: every snapshot of a rank-source that reports a host pool."""
-
-    config: DetectorConfig
 
     def signals(self, seen: Seen) -> list[Signal]:
         found = seen.findings.get(Pool.HOST)
@@ -54,16 +49,11 @@ class HostBalance:
         return found is not None and found.balance is not Balance.UNKNOWN
 
     def judged(self, seen: Seen) -> set[Verdict]:
-        return (
-            {(HOST_POOL_GAP, rank_labels(seen.snap.worker, Pool.HOST.value))}
-            if self.signature(seen)
-            else set()
-        )
+        return pool_verdicts(seen.snap.worker, [Pool.HOST] if self.signature(seen) else [], HOST_POOL_GAP)
 
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
     d = config.detector
-    keep = q.duration(d.resolve_hold)
     return (
         AlertDef(
             HOST_POOL_GAP,
@@ -75,22 +65,21 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             "keeps it): critical at once. Deficit (host slots in no set): warning, after a hold. "
             "SGLang checks no host conservation, so neither crashes the server.",
             (
-                PromRule(
+                held(
                     Severity.CRITICAL,
                     q.HOST_SURPLUS,
-                    "0s",
                     f"{{{{ $value }}}} HiCache host slot(s) on {q.WHERE} are counted twice (free and on a "
                     "tree node): a later backup can overwrite a cached prefix that is then loaded back "
                     "into another request. Drain and restart the worker.",
-                    keep_firing_for=keep,
+                    d,
                 ),
-                PromRule(
+                held(
                     Severity.WARNING,
                     q.HOST_DEFICIT,
-                    q.duration(d.coarse_hold),
                     f"{{{{ $value }}}} HiCache host slot(s) on {q.WHERE} are lost (in no free list, tree "
                     "node or operation): the host cache shrinks until a restart.",
-                    keep_firing_for=keep,
+                    d,
+                    d.coarse_hold,
                 ),
             ),
         ),

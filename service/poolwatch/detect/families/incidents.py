@@ -13,13 +13,12 @@ is old news.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from poolwatch.conservation import Balance, assess, describe
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, rank_labels
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, first_line, uses, where
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, first_line, uses, where
 from poolwatch.detect.outcome import crash_imminent, facts
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 from poolwatch.model.rank import IncidentKind, Phase
@@ -38,11 +37,8 @@ _CRASH = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class LoggedIncidents:
+class LoggedIncidents(Judge):
     """The family's judge: a rank's log lines, as each snapshot carries them."""
-
-    config: DetectorConfig
 
     def signals(self, snap: Snapshot, now: float) -> list[Signal]:
         """The alerts the log lines in ``snap`` raise (one per alert; old lines are skipped)."""

@@ -24,11 +24,9 @@ Both keep their Prometheus rules (``poolwatch_discovery_directory_lost{reason} =
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from poolwatch.detect.alert import Signal
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Tick, first_line, uses
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, Tick, first_line, uses
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 from poolwatch.target_state import DirectoryHealth
 
@@ -61,12 +59,9 @@ def _refused_text(health: DirectoryHealth, reason: str, names: list[str]) -> str
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeDirectoryHealth:
+class ProbeDirectoryHealth(Judge):
     """The family's judge: both alerts, on the timer, from the discovery scan's
     :class:`~poolwatch.target_state.DirectoryHealth`."""
-
-    config: DetectorConfig
 
     def signals(self, tick: Tick) -> list[Signal] | None:
         health = tick.directory

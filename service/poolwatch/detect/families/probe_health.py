@@ -9,12 +9,10 @@ snapshot with the probe's health is a verdict on the rank's alert.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Seen, first_line, uses, where
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, Seen, first_line, held, uses, where
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 
 __all__ = ["FAMILY", "PROBE_DEGRADED", "ProbeDegradation"]
@@ -22,11 +20,8 @@ __all__ = ["FAMILY", "PROBE_DEGRADED", "ProbeDegradation"]
 PROBE_DEGRADED = "PoolwatchProbeDegraded"
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeDegradation:
+class ProbeDegradation(Judge):
     """The family's judge: every snapshot that carries the probe's health."""
-
-    config: DetectorConfig
 
     def signals(self, seen: Seen) -> list[Signal]:
         """``seen.errors_before``: the probe's error count at the start of the window."""
@@ -69,12 +64,12 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             "The in-process probe is disabled or containing errors.",
             "The probe's kill switch is engaged (warning), or it contained exceptions recently (info).",
             (
-                PromRule(
+                held(
                     Severity.WARNING,
                     "poolwatch_probe_disabled == 1",
-                    q.duration(d.probe_disabled_for),
                     f"The poolwatch probe in {q.WHERE} is disabled: its pools are watched only coarsely.",
-                    keep_firing_for=q.duration(d.resolve_hold),
+                    d,
+                    d.probe_disabled_for,
                 ),
                 PromRule(
                     Severity.INFO,

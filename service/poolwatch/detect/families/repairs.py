@@ -13,15 +13,14 @@ engine's unit (the registry's: slots, or vLLM's blocks); what a refusal refused 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.call_site import repair_site_sentence
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Seen, uses
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, Seen, held, pool_verdicts, uses
 from poolwatch.detect.outcome import facts
-from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
 from poolwatch.model.findings import Repair, RepairKind
 from poolwatch.model.rank import Pool
 
@@ -56,11 +55,8 @@ def _sentence(r: Repair, unit: str) -> str:
     return f"{text} {site}" if site else text
 
 
-@dataclass(frozen=True, slots=True)
-class GuardRepairs:
-    """The family's judge: every snapshot of a rank-source."""
-
-    config: DetectorConfig | None = None  # no threshold of its own
+class GuardRepairs(Judge):
+    """The family's judge: every snapshot of a rank-source (no threshold of its own)."""
 
     def signals(self, seen: Seen) -> list[Signal]:
         """One warning per pool the guard repaired on this rank (this boot)."""
@@ -89,8 +85,7 @@ class GuardRepairs:
         return tuple(snap.pools) if snap.probe is not None else ()
 
     def judged(self, seen: Seen) -> set[Verdict]:
-        worker = seen.snap.worker
-        return {(PROBE_REPAIRED, rank_labels(worker, p.value)) for p in self.signature(seen)}
+        return pool_verdicts(seen.snap.worker, self.signature(seen), PROBE_REPAIRED)
 
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
@@ -105,13 +100,12 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             "SGLang Mamba slot still owned, a vLLM block already free or still listed). Fires at once, "
             "until the worker restarts.",
             (
-                PromRule(
+                held(
                     Severity.WARNING,
                     "sum without (kind) (poolwatch_probe_repairs_total) > 0",
-                    "0s",
                     f"The poolwatch guard on {q.WHERE} repaired {{{{ $value }}}} slot(s) of the "
                     "{{ $labels.pool }} pool. The engine kept serving; restart the worker at a quiet moment.",
-                    keep_firing_for=q.duration(config.detector.resolve_hold),
+                    config.detector,
                 ),
             ),
         ),

@@ -7,24 +7,19 @@ longer signals is clean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, rank_labels
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Tick, uses, where
-from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, Tick, held, uses, where
+from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
 
 __all__ = ["FAMILY", "SNAPSHOT_STALE", "Staleness"]
 
 SNAPSHOT_STALE = "PoolwatchSnapshotStale"
 
 
-@dataclass(frozen=True, slots=True)
-class Staleness:
+class Staleness(Judge):
     """The family's judge: every rank's latest snapshot, on the timer."""
-
-    config: DetectorConfig
 
     def signals(self, tick: Tick) -> list[Signal] | None:
         if tick.latest is None:
@@ -53,12 +48,12 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             "poolwatch has no current figures for a scheduler rank.",
             "The rank's latest snapshot is older than the staleness limit; its pools are not being watched.",
             (
-                PromRule(
+                held(
                     Severity.WARNING,
                     "poolwatch_snapshot_stale == 1",
-                    f"{q.duration(d.stale_for)}",
                     f"The latest snapshot of {q.WHERE} is stale; its memory pools are not being watched.",
-                    keep_firing_for=q.duration(d.resolve_hold),
+                    d,
+                    d.stale_for,
                 ),
             ),
         ),

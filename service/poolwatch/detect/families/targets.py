@@ -7,24 +7,18 @@ that worker inhibits it); the timer's verdict is every instance of the alert.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Tick, first_line, uses
-from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, Tick, first_line, held, uses
+from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
 
 __all__ = ["FAMILY", "TARGET_DOWN", "TargetHealth"]
 
 TARGET_DOWN = "PoolwatchTargetDown"
 
 
-@dataclass(frozen=True, slots=True)
-class TargetHealth:
+class TargetHealth(Judge):
     """The family's judge: every scrape target's health, on the timer."""
-
-    config: DetectorConfig
 
     def signals(self, tick: Tick) -> list[Signal] | None:
         if tick.targets is None:
@@ -57,12 +51,12 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             "poolwatch cannot scrape one of its targets.",
             "Every scrape of the target (probe endpoint, SGLang /metrics, log) has failed for a while.",
             (
-                PromRule(
+                held(
                     Severity.WARNING,
                     "poolwatch_target_up == 0",
-                    f"{q.duration(d.target_down_for)}",
                     "poolwatch cannot scrape {{ $labels.source }} target {{ $labels.target }}.",
-                    keep_firing_for=q.duration(d.resolve_hold),
+                    d,
+                    d.target_down_for,
                 ),
             ),
         ),

@@ -26,6 +26,7 @@ from typing import Any
 
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
+from poolwatch.probe.census.readings import CounterReading
 
 __all__ = ["MAX_IDS", "MAX_LEAK_IDS", "MAX_RETURN", "Owners", "PoolCensus", "busy_lost", "id_census"]
 
@@ -56,15 +57,31 @@ class PoolCensus:
     owners: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # flagged slot -> request ids
     missing_ids: tuple[int, ...] = ()  # every missing id (up to MAX_RETURN), for the guard only
     page_size: int = 1  # > 1: the ids are pages of this many slots (a paged free list)
+    # the engine's counters and the census's count of the same quantities, read at this census
+    counter_readings: tuple[CounterReading, ...] = ()
+
+    def counters(self) -> tuple[CounterReading, ...]:
+        """The counter witness's readings (:mod:`poolwatch.probe.core.counters`)."""
+        return self.counter_readings
 
     def body(self) -> dict[str, Any]:
         """This pool's body in ``GET /v1/census``."""
         doc = asdict(self)
         doc.pop("missing_ids")  # the guard's working set; ``missing`` names the first ids
+        doc["counter_readings"] = [
+            {**asdict(r), "pool": r.pool.value, "drift": r.reported - r.census} for r in self.counter_readings
+        ]
         doc["owners"] = {str(slot): list(rids) for slot, rids in self.owners.items()}
         doc["pool"] = self.pool.value
         doc["last_id"] = self.first_id + self.size - 1
-        for key in ("duplicates", "free_and_live", "free_and_tree", "out_of_range"):
+        for key in (
+            "duplicates",
+            "free_and_live",
+            "free_and_tree",
+            "out_of_range",
+            "live_shared",
+            "live_and_tree",
+        ):
             doc[key] = list(doc[key])
         doc["missing"] = None if self.missing is None else list(self.missing)
         doc["balanced_ids"] = not any(self.tripwires("", 0))

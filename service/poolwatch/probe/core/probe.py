@@ -9,9 +9,10 @@ An engine room supplies a :class:`~poolwatch.probe.core.engine.Engine` spec and,
 * :meth:`Probe.idle`, at an engine's idle hook: a sample when the interval has passed, or at once
   when the room says this is the first idle hook after work (``fresh``);
 * a sample (:meth:`Probe._sample`): read -> the census schedule (:mod:`~poolwatch.probe.core.schedule`)
-  -> the censuses due and their findings (tripwires, ``GET /v1/census``) -> contain every failure
-  -> publish one snapshot (:mod:`~poolwatch.probe.core.stamping`: ``publication.publish`` swaps a
-  reference and wakes the long-polls);
+  -> the censuses due and their findings (tripwires, ``GET /v1/census``, the engine counters they
+  disagree with: :mod:`~poolwatch.probe.core.counters`) -> the figures judged from the census ->
+  contain every failure -> publish one snapshot (:mod:`~poolwatch.probe.core.stamping`:
+  ``publication.publish`` swaps a reference and wakes the long-polls);
 * while the probe is off (``POST /v1/disable``, the ``DISABLE`` file, or its containment gave up)
   nothing is read from the engine, but a pool-less heartbeat snapshot is published once a second so
   the kill switch stays visible (:mod:`poolwatch.probe.core.kill_switch`);
@@ -44,6 +45,7 @@ from poolwatch.probe.census.report import census_envelope
 from poolwatch.probe.core.call_site import CallSites
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.counters import CounterBook, readings_of
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
 from poolwatch.probe.core.kill_switch import KillSwitch
 from poolwatch.probe.core.last_word import Outcome
@@ -87,6 +89,7 @@ class Probe(Stamping):
         self.call_sites = CallSites(engine.code_package)  # the engine's frames of a finding
         self.tripwires = TripwireLog(sites=self.call_sites)
         self.repairs = RepairLog(self.call_sites)  # what guard did (a room's guard records into it)
+        self.counters = CounterBook()  # the engine counters the censuses found off (the counter witness)
         self.seq = 0
         self.publication = Publication()
         self.switch = KillSwitch(config.directory)
@@ -198,8 +201,8 @@ class Probe(Stamping):
         waits = sample.waits
         self._last_sample = now
         idle = sample.phase is Phase.IDLE
-        force = census or self._force(sample, idle_hook)
-        due = self.schedule.due(now, sample.pools, idle=idle, force=force)
+        force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)
+        due = self.schedule.due(now, self.counters.judged(sample.pools), idle=idle, force=force)
         census_cost = 0.0
         if due:
             proofs = self._census(due, sample, reading, hook)
@@ -216,6 +219,7 @@ class Probe(Stamping):
             self.guard.note(label, message)
         self.guard.succeeded()
         self._waited(waits)
+        sample = replace(sample, pools=self.counters.judged(sample.pools))  # the census's figures
         self._sample_cost = time.perf_counter() - started - census_cost
         self._deliver(sample, reading, hook, idle_hook=idle_hook)
 
@@ -240,6 +244,7 @@ class Probe(Stamping):
                 proofs += census.run(sample, reading, idle=idle, lost=due.lost)
         for proof in proofs:
             self.tripwires.add(proof.tripwires(hook, self.seq))
+            self.counters.measured(readings_of(proof), self.seq, self.wall())
         self.census_total += 1
         self.census_cost = self.schedule.pass_cost = time.perf_counter() - started
         self.census = census_envelope(

@@ -69,6 +69,21 @@ class Reading:
             self.fail(path + "()", exc)
             return MISSING
 
+    def whole(self, obj: object, path: str) -> int | None:
+        """``obj.a.b`` when it is there and a Python int (not a bool), else ``None``: no failure."""
+        value = self.attr(obj, path, optional=True)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def first_name(self, obj: object, *paths: str) -> str:
+        """The first non-empty string at ``paths`` (a list's first item counts), else ""."""
+        for path in paths:
+            value = self.attr(obj, path, optional=True)
+            if isinstance(value, (list, tuple)) and value:
+                value = value[0]
+            if isinstance(value, str) and value:
+                return value
+        return ""
+
     def int_of(self, value: Any, path: str) -> int | None:
         """A Python int from an int-like value (never a tensor read: that would sync a GPU)."""
         if value is MISSING or value is None:

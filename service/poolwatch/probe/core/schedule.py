@@ -13,6 +13,9 @@ Each census of a room follows its :class:`CensusRule`:
   once per new set of gaps (a standing gap costs nothing more) and, while a leak keeps growing, at
   most once per :data:`GAP_CENSUS_EVERY_S` for all censuses together -- and no more often than keeps
   the censuses' own cost under :data:`CENSUS_BUDGET` of the thread (a large pool's walk is spaced out).
+  A new *surplus* is held back by the budget alone: it is a double free or an engine counter that
+  drifted (:mod:`~poolwatch.probe.core.counters`), and only the census tells which, so it is
+  censused before it can page as a double free.
 
 The census of a model's pool that does not exist never runs (a census applies when one of its pools
 is in the sample).  Nothing here reads the engine; :class:`CensusSchedule` only says what is due.
@@ -134,9 +137,13 @@ class CensusSchedule:
         if not gaps:
             self.gaps = {}  # balanced again: the next gap is new
             return frozenset()
-        if gaps == self.gaps or now - self.last_gap < self.gap_interval:
+        if gaps == self.gaps:
             return frozenset()
         changed = frozenset(p for p, g in gaps.items() if self.gaps.get(p) != g)
+        surplus = any(gaps[p] < 0 for p in changed)  # a double free, or a counter that drifted
+        wait = self.pass_cost / CENSUS_BUDGET if surplus else self.gap_interval
+        if now - self.last_gap < wait:
+            return frozenset()
         self.gaps, self.last_gap = dict(gaps), now
         self.gap_runs += bool(changed)
         return changed

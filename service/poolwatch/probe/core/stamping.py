@@ -21,6 +21,7 @@ from poolwatch.model.rank import Role, WorkerId
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
+from poolwatch.probe.core.counters import CounterBook
 from poolwatch.probe.core.engine import EngineSample, Reader
 from poolwatch.probe.core.kill_switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.core.last_word import Outcome, await_collection
@@ -44,6 +45,7 @@ class Stamping:
     switch: KillSwitch
     tripwires: TripwireLog
     repairs: RepairLog
+    counters: CounterBook
     publication: Publication
     publisher: Any  # set by lifecycle.attach when serving
     last_word: Outcome | None  # how the last wait for the sidecar ended (None: none)
@@ -100,6 +102,7 @@ class Stamping:
             boot_id=self.boot_id,
             holds=self.holds,
             progress=self.progress,
+            witnesses=self.counters.all(),
         )
 
     def worker(self, role: Role, reading: Reading) -> WorkerId:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from poolwatch.model.rank import Role, WorkerId
-from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.core.reading import Reading
 
 __all__ = ["ROLES", "local_index", "rank_identity"]
 
@@ -14,16 +14,7 @@ ROLES = {"prefill": Role.PREFILL, "decode": Role.DECODE}  # disaggregation_mode'
 
 
 def _rank(sched: Any, reading: Reading, name: str) -> int:
-    value = reading.attr(sched, name, optional=True)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _model(sched: Any, reading: Reading) -> str:
-    for path in ("server_args.served_model_name", "server_args.model_path"):
-        value = reading.attr(sched, path, optional=True)
-        if isinstance(value, str) and value:
-            return value
-    return ""
+    return reading.whole(sched, name) or 0
 
 
 def rank_identity(sched: Any, reading: Reading, role: Role) -> WorkerId:
@@ -34,14 +25,12 @@ def rank_identity(sched: Any, reading: Reading, role: Role) -> WorkerId:
         dp_rank=_rank(sched, reading, "dp_rank"),
         tp_rank=_rank(sched, reading, "tp_rank"),
         pp_rank=_rank(sched, reading, "pp_rank"),
-        model=_model(sched, reading),
+        model=reading.first_name(sched, "server_args.served_model_name", "server_args.model_path"),
         engine="sglang",
     )
 
 
 def local_index(sched: Any, reading: Reading) -> int:
     """This rank's index on its node (its GPU id when known), for ``POOLWATCH_PROBE_PORT_BASE``."""
-    gpu = reading.attr(sched, "gpu_id", optional=True)
-    if isinstance(gpu, int) and gpu is not MISSING and not isinstance(gpu, bool):
-        return gpu
-    return _rank(sched, reading, "tp_rank")
+    gpu = reading.whole(sched, "gpu_id")
+    return gpu if gpu is not None else _rank(sched, reading, "tp_rank")

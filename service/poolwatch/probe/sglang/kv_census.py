@@ -12,13 +12,16 @@ index mapping and is not checked (its counts are still read by ``readers``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import MAX_IDS, MAX_LEAK_IDS, MAX_RETURN, PoolCensus, busy_lost
+from poolwatch.probe.census.readings import CounterReading
 from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.sglang.counter_census import full_readings
 from poolwatch.probe.sglang.footprint import full_private_range
-from poolwatch.probe.sglang.mamba_census import tree_values
+from poolwatch.probe.sglang.mamba_census import rid_of, tree_values
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import Shape
 
@@ -111,9 +114,19 @@ def kv_census(
         return reading.guard("census.swa", lambda: _swa_census(swa), None)
     if hasattr(alloc, "full_attn_allocator") or not hasattr(alloc, "free_pages"):
         return None
-    return reading.guard(
+    hybrid = hasattr(alloc, "full_attn_allocator") or reading.attr(
+        sched, "req_to_token_pool.mamba_pool", optional=True
+    ) not in (MISSING, None)
+    found = reading.guard(
         "census.full", lambda: _census(sched, alloc, shape, live, idle=idle, lost=lost), None
     )
+    if found is None:
+        return None
+    none: tuple[CounterReading, ...] = ()
+    counted = reading.guard(
+        "census.full.counters", lambda: full_readings(sched, shape, live, reading, hybrid=hybrid), none
+    )
+    return replace(found, counter_readings=counted) if counted else found
 
 
 def _swa_census(alloc: Any) -> PoolCensus:
@@ -156,6 +169,7 @@ def _census(
     counts = torch.bincount(free[in_range], minlength=n)
     on_free = counts > 0
     tree_marks, live_marks = _mark(tree, n, device), _mark(held, n, device)
+    live_tree = torch.nonzero(live_marks & tree_marks).reshape(-1)
     missing = None
     if idle or lost:
         unseen = ~(on_free | tree_marks | live_marks)
@@ -178,4 +192,24 @@ def _census(
         missing_count=None if missing is None else int(missing.numel()),
         missing_ids=() if missing is None else _host(missing, MAX_RETURN),
         page_size=page,
+        live_and_tree=_host(live_tree),
+        owners=_owners(sched, shape, page, live, _host(live_tree)) if live_tree.numel() else {},
     )
+
+
+def _owners(
+    sched: Any, shape: Shape, page: int, live: LiveSet, ids: tuple[int, ...]
+) -> dict[int, tuple[str, ...]]:
+    """The live requests whose private columns hold each of ``ids`` (pages): a second pass over
+    the live requests, only when a census names ids they hold."""
+    wanted = set(ids)
+    table = sched.req_to_token_pool.req_to_token
+    held: dict[int, list[str]] = {}
+    for req in live.holders:
+        span = full_private_range(req, shape, page, live)
+        if span is None or span[2] <= span[1]:
+            continue
+        tokens = table[span[0], span[1] : span[2]].tolist()
+        for unit in {int(t) // page for t in tokens} & wanted if page > 1 else set(map(int, tokens)) & wanted:
+            held.setdefault(unit, []).append(rid_of(req))
+    return {unit: tuple(rids) for unit, rids in sorted(held.items())}

@@ -28,6 +28,7 @@ from typing import Any
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import Owners, PoolCensus, busy_lost, id_census
 from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.sglang.counter_census import mamba_readings
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
 from poolwatch.probe.sglang.pool_terms import checkpoint_pool
 from poolwatch.probe.sglang.requests import LiveSet
@@ -62,7 +63,16 @@ def mamba_free_list(sched: Any, shape: Shape, reading: Reading) -> Any:
 
 
 def tree_is_empty(tree_cache: Any) -> bool:
-    """Whether the prefix tree owns nothing (its counters say so; no tensor is read)."""
+    """Whether the prefix tree owns nothing: its root has no child (a tree walkable from Python),
+    else its counters say so (no tensor is read).  The structure decides where it can: a census
+    must not believe the counters it checks (a hand-subtracted ``protected_size_`` makes a tree
+    holding locked nodes look empty, #27666)."""
+    children = getattr(getattr(tree_cache, "root_node", None), "children", None)
+    if children is not None:
+        try:
+            return len(children) == 0
+        except TypeError:
+            pass
     total = 0
     for name in ("full_evictable_size", "full_protected_size", "evictable_size", "protected_size"):
         fn = getattr(tree_cache, name, None)
@@ -80,9 +90,12 @@ def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
     if tree_is_empty(tree_cache):
         return []
     flatten = getattr(tree_cache, flatten_name, None)
-    if callable(flatten):
-        return [flatten()]
     root = getattr(tree_cache, "root_node", None)
+    if callable(flatten):
+        try:
+            return [flatten()]
+        except RuntimeError:  # nodes, but none with such a value: SGLang's cat of nothing
+            pass
     if root is None:  # a ChunkCache (PD decode): no tree; 0.5.4's counts live requests' KV as protected
         return []
     values, stack = [], [root]
@@ -160,7 +173,8 @@ def mamba_census(
     if free is MISSING or size is None:
         return None
     tree_cache = reading.attr(sched, "tree_cache")
-    if checkpoint_pool(sched, reading) is not None:  # the tree's values are checkpoint slots, not these
+    checkpoints = checkpoint_pool(sched, reading) is not None
+    if checkpoints:  # the tree's values are checkpoint slots, not these
         values: list[Any] | None = []
     else:
         values = reading.guard(
@@ -179,6 +193,9 @@ def mamba_census(
     census = id_census(
         Pool.MAMBA, size, first, free_ids, tree, (), check_missing=idle or bool(lost), owners=queue
     )
+    if not checkpoints:  # the tree's Mamba counters against its nodes by lock (the counter witness)
+        counted = reading.guard("census.mamba.counters", lambda: mamba_readings(sched, reading), None)
+        census = replace(census, counter_readings=counted or ())
     if idle or census.missing_count is None or busy_lost(census.missing_count, 1, lost):
         return census
     return replace(census, missing=None, missing_count=None, missing_ids=())

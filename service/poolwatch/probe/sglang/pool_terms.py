@@ -70,7 +70,9 @@ def _stats(sched: Any, reading: Reading) -> Any:
     if reading.attr(sched, "pool_stats_observer", optional=True) is MISSING:
         return None
     stats = reading.call(sched, "pool_stats_observer.get_pool_stats")
-    return None if stats is MISSING else stats
+    # the byte-derived capacities came later than PoolStats itself (0.5.20's has none): the
+    # allocators' own figures then, as on the releases before it
+    return None if stats is MISSING or not hasattr(stats, "full_capacity") else stats
 
 
 def _session_figure(sched: Any, reading: Reading, paths: tuple[str, ...]) -> Any:

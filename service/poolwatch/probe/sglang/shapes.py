@@ -12,13 +12,16 @@ family     mamba ids    req rows  held full KV         stale ``req`` pointers   
 0.5.5.post3 0..size-1   0..size-1 allocated - prefix   row + mamba stay set      self_check..
 0.5.9      1..size      0..size-1 allocated - protect  mamba stays on donation   self_check..
 0.5.12     1..size      1..size   allocated - protect  mamba stays on donation   on_idle
+0.5.20     1..size      1..size   ``req.kv`` records   none (``kv.holds_*``)     on_idle
 0.5.23     1..size      1..size   ``req.kv`` records   none (``kv.holds_*``)     on_idle
 =========  ===========  ========  ===================  ========================  =============
 
 Where each family frees slots, and so where guard v2 refuses (keyed by ``Shape.family``), is
 :data:`poolwatch.probe.sglang.guard.paths.GUARD_PATHS`: ``mamba_pool.free`` up to 0.5.6, plus
 ``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` and the int8
-checkpoint pool on 0.5.23; the KV allocator's row-view frees on every family.
+checkpoint pool from 0.5.20; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
+layout, read in its wheel (``req.kv``, ``ingest_requests``, ``mamba_allocator``, the deferred KV
+releases' idle gate); the releases between 0.5.12 and 0.5.20 are read as 0.5.12.
 """
 
 from __future__ import annotations
@@ -108,11 +111,12 @@ _059 = replace(
 )  # fmt: skip
 _0510 = replace(_059, family="0.5.10", since=(0, 5, 10), has_session_held=True)
 _0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_hook="on_idle")
-_0523 = replace(
-    _0512, family="0.5.23", since=(0, 5, 23), held_rule=HeldRule.REQ_KV, loop_hook="ingest_requests",
+_0520 = replace(
+    _0512, family="0.5.20", since=(0, 5, 20), held_rule=HeldRule.REQ_KV, loop_hook="ingest_requests",
     mamba_allocator=True,
 )  # fmt: skip
-SHAPES: tuple[Shape, ...] = (_054, _0553, _056, _059, _0510, _0512, _0523)
+_0523 = replace(_0520, family="0.5.23", since=(0, 5, 23))
+SHAPES: tuple[Shape, ...] = (_054, _0553, _056, _059, _0510, _0512, _0520, _0523)
 
 
 def parse_version(text: str) -> tuple[int, ...]:

@@ -74,6 +74,14 @@ def hisparse_blurs(shape: Shape, phase: Phase, gates: Mapping[str, int | None]) 
     return phase is not Phase.IDLE or gates.get("hisparse_staging") != 0
 
 
+# While the PD decode offload manager holds finished requests (``ongoing_offload``: their KV is being
+# copied to the host), their rows and KV are held where no queue the probe reads lists them, and up
+# to 0.5.5.post3 the prompt's slots are already back on the free list while the chunk cache still
+# counts them protected (by design, until the copy completes).  SGLang's own idle check does not
+# look then either; the full pool and the request rows are coarse until the copies complete.
+OFFLOAD_BLURS = (Pool.FULL, Pool.REQ)
+
+
 def blur(pools: dict[Pool, PoolAccount], kinds: tuple[Pool, ...] = (Pool.FULL, Pool.SWA)) -> None:
     """Make ``kinds``' accounts coarse in place: their figures stay, their gap is unknown."""
     for pool in kinds:
@@ -130,6 +138,8 @@ def take_sample(
     gates = gate_readings(sched, reading, role)
     if hisparse_blurs(shape, phase, gates):
         blur(pools)
+    if depths.get("decode_offload"):
+        blur(pools, OFFLOAD_BLURS)
     return Sample(role, phase, pools, queues, live, gates, page)
 
 

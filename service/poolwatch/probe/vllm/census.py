@@ -18,6 +18,7 @@ from typing import Any
 
 from poolwatch.model.findings import Tripwire
 from poolwatch.model.rank import Pool
+from poolwatch.probe.census.readings import CounterReading
 from poolwatch.probe.census.refcount import RefCensus, refcount_census
 from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.vllm.pool_terms import hisparse, managers, owner_lists, reserved_blocks, walk_free
@@ -29,6 +30,7 @@ _REF = attrgetter("ref_cnt")
 _ID = attrgetter("block_id")
 _NULL = attrgetter("is_null")
 _HASH = attrgetter("block_hash")
+_COUNTER = "block_pool.free_block_queue.num_free_blocks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,17 @@ class Walk:
 
     def tripwires(self, hook: str, seq: int) -> list[Tripwire]:
         return self.census.tripwires(hook, seq)
+
+    def counters(self) -> tuple[CounterReading, ...]:
+        """The free queue's own counter against the blocks its walk reached (the counter witness).
+        Only where the queue itself is sound -- no block queued twice, no null block on it: then
+        a counter that differs counts blocks that are not there (vLLM's ``popleft_n`` trusts it,
+        and fails its assertion when an allocation drains the queue); a corrupt queue is a double
+        free the walk names instead."""
+        c = self.census
+        if c.duplicates or c.null_misuse:
+            return ()
+        return (CounterReading(c.pool, "available", _COUNTER, c.free_counter, c.free_walked),)
 
     def body(self) -> dict[str, Any]:
         """The walked pool's body in ``GET /v1/census`` (in the same envelope as SGLang's)."""

@@ -13,6 +13,9 @@ free-time tripwire and the opt-in guard (EngineCore thread).
   load), so the free then waits, bounded, until the sidecar has that proof (the last word,
   :meth:`~poolwatch.probe.core.probe.Probe.last_words`, as SGLang's doomed idle check does);
   :meth:`VllmProbe.on_pop`, before a manager pops a request's list, keeps the owners exact;
+* where a KV consumer connector can refill a freed block outside the step's order, a block freed
+  while a step in flight still lists it (:mod:`~poolwatch.probe.vllm.in_flight`, the #45357 class)
+  is named at the free, with its request (``freed_in_flight``; never a double free);
 * guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on a release never read and beside a
   HiSparse manager): that wrong part of the free is refused before vLLM's own ``free_blocks`` runs
   (:mod:`~poolwatch.probe.vllm.refuse`), recorded as a ``refuse`` repair from inside the free, and
@@ -47,10 +50,11 @@ from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.vllm.free_check import free_findings
 from poolwatch.probe.vllm.free_path import FREES, FreePath
+from poolwatch.probe.vllm.in_flight import InFlight, unordered_writer
 from poolwatch.probe.vllm.pool_terms import hisparse, managers, side_owners
 from poolwatch.probe.vllm.reader import VllmReader
 from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal
-from poolwatch.probe.vllm.wrapping import unwrap, wrap_frees
+from poolwatch.probe.vllm.wrapping import Restore, restore, unwrap, wrap_frees, wrap_steps
 
 __all__ = ["VllmProbe"]
 
@@ -65,6 +69,8 @@ class VllmProbe(Probe):
     refuser: FreeRefuser | None = None  # guard mode, where it can be exact (set at start)
     free_path: FreePath = FreePath(True)  # an unverified release's free path check (set at start)
     _mgrs: tuple[Any, ...] = ()  # the single-type managers (fixed once the scheduler is built)
+    in_flight: InFlight | None = None  # the steps in flight, where an unordered writer exists
+    _steps: tuple[Restore, ...] = ()
 
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
@@ -108,6 +114,8 @@ class VllmProbe(Probe):
         in guard mode, refuse its wrong part (the calls to make instead; None: as it came)."""
         if self.disabled:
             return None
+        if self.in_flight is not None and self.in_flight.kept:
+            self._early(blocks)
         try:
             trusted = self.reader.trusted and self.free_path.judges(blocks, self.reader.index)
             index = self.reader.index if trusted else None
@@ -136,6 +144,24 @@ class VllmProbe(Probe):
             if "negative_ref" in found:  # vLLM's assert fails at the block's next allocation
                 self.last_words()
 
+    def _early(self, blocks: list[Any]) -> None:
+        """Blocks this free returns to the pool while a step in flight lists them (their last
+        reference goes now: a shared block only loses one); named at once, with their requests."""
+        try:
+            going = [b for b in blocks if b.ref_cnt <= 1]
+            found = self.in_flight.check(going) if self.in_flight is not None else {}
+        except Exception as exc:
+            self.guard.failed("in_flight", exc)
+            return
+        if found:
+            self.contain("in_flight", lambda: self._named_early(found))
+
+    def _named_early(self, found: dict[str, tuple[int, ...]]) -> None:
+        ids = tuple(sorted({b for blocks in found.values() for b in blocks}))
+        trip = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, ids, "free_blocks", self.seq, tuple(found))
+        if self.tripwires.add((trip,)) and self.latest is not None:  # mid-step: publish the proof
+            self._swap(replace(self.latest, tripwires=self.tripwires.all()))
+
     def _refused(self, refusal: Refusal) -> None:
         """Guard mode, inside the wrapped free (EngineCore thread): count and log the refusal at
         once (the neutral record, so a call-site capture there sees vLLM's frames above), settle
@@ -153,9 +179,12 @@ class VllmProbe(Probe):
     def on_pop(self, index: int, request_id: str, blocks: Any) -> None:
         """A manager pops a request's list to free it (finish, preemption, abort, a deferred free):
         its occurrences stop owning blocks now, before the free looks at them."""
-        if not self.disabled:
-            self.reader.index.released(index, request_id, blocks)
-            self.reader.waits.popped(request_id)
+        if self.disabled:
+            return
+        self.reader.index.released(index, request_id, blocks)
+        self.reader.waits.popped(request_id)
+        if self.in_flight is not None and self.in_flight.steps:
+            self.in_flight.popped(request_id, blocks)
 
     # -- the extension points --------------------------------------------------------------------
 
@@ -183,6 +212,10 @@ class VllmProbe(Probe):
         self._mgrs = managers(self.scheduler, Reading())
         self.refuser = self._refuser() if self.config.guard else None
         self._wrapped = wrap_frees(self.scheduler, self.on_free, self.on_pop)
+        writer = unordered_writer(self.scheduler)
+        if writer is not None:
+            self.in_flight = flight = InFlight(writer)
+            self._steps = tuple(wrap_steps(self.scheduler, flight.scheduled, flight.applying))
         self.idle("attach", fresh=True)
 
     def _refuser(self) -> FreeRefuser | None:
@@ -200,7 +233,8 @@ class VllmProbe(Probe):
 
     def close(self) -> None:
         unwrap(getattr(self, "_wrapped", ()))
-        self.refuser = None
+        restore(self._steps)
+        self._steps, self.in_flight, self.refuser = (), None, None
 
     def _health_extras(self) -> dict[str, bool]:
         return {"guard": self.refuser is not None}

@@ -24,28 +24,13 @@ def vllm_version() -> str:
     return ""
 
 
-def _int(sched: Any, reading: Reading, path: str) -> int | None:
-    value = reading.attr(sched, path, optional=True)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _rank(sched: Any, reading: Reading, shape: VllmShape) -> int:
     """The data-parallel rank: from 0.14 a dense model's DP engines all run with
     ``data_parallel_rank`` 0, and ``data_parallel_index`` tells them apart."""
     config = "vllm_config.parallel_config."
-    index = _int(sched, reading, config + "data_parallel_index") if shape.dp_index else None
-    rank = index if index is not None else _int(sched, reading, config + "data_parallel_rank")
+    index = reading.whole(sched, config + "data_parallel_index") if shape.dp_index else None
+    rank = index if index is not None else reading.whole(sched, config + "data_parallel_rank")
     return rank or 0
-
-
-def _model(sched: Any, reading: Reading) -> str:
-    for path in ("vllm_config.model_config.served_model_name", "vllm_config.model_config.model"):
-        value = reading.attr(sched, path, optional=True)
-        if isinstance(value, (list, tuple)) and value:
-            value = value[0]
-        if isinstance(value, str) and value:
-            return value
-    return ""
 
 
 def rank_identity(sched: Any, reading: Reading, shape: VllmShape) -> WorkerId:
@@ -54,12 +39,14 @@ def rank_identity(sched: Any, reading: Reading, shape: VllmShape) -> WorkerId:
         worker="",
         role=Role.UNIFIED,
         dp_rank=_rank(sched, reading, shape),
-        model=_model(sched, reading),
+        model=reading.first_name(
+            sched, "vllm_config.model_config.served_model_name", "vllm_config.model_config.model"
+        ),
         engine="vllm",
     )
 
 
 def local_index(sched: Any, reading: Reading, shape: VllmShape) -> int:
     """This EngineCore's index on its node, for ``POOLWATCH_PROBE_PORT_BASE``."""
-    local = _int(sched, reading, "vllm_config.parallel_config.data_parallel_rank_local")
+    local = reading.whole(sched, "vllm_config.parallel_config.data_parallel_rank_local")
     return local if local is not None else _rank(sched, reading, shape)

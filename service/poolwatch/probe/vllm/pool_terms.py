@@ -11,7 +11,8 @@ block objects' plain fields.  The owners of a block, per release family
 * the scheduler's ``deferred_frees`` (0.24+: blocks popped from a manager whose return waits for an
   in-flight step; from 0.30 they may be another pool's, told by ``KVCacheBlock.pool``), the
   managers' pending copy-on-write pairs (0.26+) and the KV cache manager's partial-tail pins
-  (0.27-0.28);
+  (0.27-0.28); the SimpleCPUOffload connector's in-flight stores (0.19.1+: each pins the GPU blocks
+  it copies to the host, one reference a listing, until the worker reports it done);
 * reserved, not owned: a sink-attention manager's ``sink_blocks`` (0.14-0.29) sit off the free
   queue at ``ref_cnt`` 0 for the engine's life.
 """
@@ -28,6 +29,7 @@ from poolwatch.probe.vllm.shapes import VllmShape
 
 __all__ = [
     "block_pool",
+    "connector_pins",
     "cow_lists",
     "deferred_lists",
     "hisparse",
@@ -110,6 +112,18 @@ def pin_lists(sched: Any, shape: VllmShape, reading: Reading) -> Iterator[tuple[
             yield f"pin@{rid}", list(blocks)
 
 
+def connector_pins(sched: Any, pool: Any) -> Iterator[tuple[str, list[Any]]]:
+    """The GPU blocks of each in-flight store of the scheduler's SimpleCPUOffload connector: none
+    without one, or where it cannot be read (never raises)."""
+    try:
+        manager = sched.connector.scheduler_manager
+        owner, stores = manager._gpu_block_pool, list(manager._store_event_to_blocks.items())
+        pins = [(f"store@{e}", [owner.blocks[i] for i in t.gpu_block_ids]) for e, t in stores]
+    except Exception:
+        return iter(())
+    return iter(pins if owner is pool else ())
+
+
 def reserved_blocks(pool: Any, mgrs: Iterable[Any], shape: VllmShape, reading: Reading) -> list[Any]:
     """Blocks a manager took off the queue for good (sink attention's, 0.14-0.29)."""
     if not shape.sink_blocks:
@@ -124,10 +138,10 @@ def reserved_blocks(pool: Any, mgrs: Iterable[Any], shape: VllmShape, reading: R
 
 def side_owners(sched: Any, shape: VllmShape, mgrs: Iterable[Any]) -> dict[int, int]:
     """Occurrences of each block in the owners beside the requests' lists: the deferred frees, the
-    pending copy-on-write pairs and the partial-tail pins, as far as the family has them ({} when
-    none holds anything: the usual case, a few attribute reads).  Read at every free, so plain
-    ``getattr``; the pool's own blocks only (``in_pool`` is left to the census: the guard is off
-    where another pool's blocks can appear, HiSparse)."""
+    pending copy-on-write pairs, the partial-tail pins and a connector's store pins, as far as the
+    family has them ({} when none holds anything: the usual case, a few attribute reads).  Read at
+    every free, so plain ``getattr``; the pool's own blocks only (``in_pool`` is left to the census:
+    the guard is off where another pool's blocks can appear, HiSparse)."""
     lists: list[Iterable[Any]] = []
     if shape.deferred_frees:
         lists += [blocks for _fence, blocks in getattr(sched, "deferred_frees", ())]
@@ -140,6 +154,8 @@ def side_owners(sched: Any, shape: VllmShape, mgrs: Iterable[Any]) -> dict[int, 
         pins = getattr(getattr(sched, "kv_cache_manager", None), "_partial_tail_pins", None)
         if pins:
             lists += list(pins.values())
+    pool = getattr(getattr(sched, "kv_cache_manager", None), "block_pool", None)
+    lists += [blocks for _event, blocks in connector_pins(sched, pool)]
     out: dict[int, int] = {}
     for blocks in lists:
         for i in map(_ID, blocks):
@@ -179,6 +195,8 @@ def owner_lists(
     for owner, blocks in cow_lists(pool, mgrs, reading):
         yield "deferred", owner, blocks
     for owner, blocks in pin_lists(sched, shape, reading):
+        yield "deferred", owner, blocks
+    for owner, blocks in connector_pins(sched, pool):
         yield "deferred", owner, blocks
 
 

@@ -31,6 +31,7 @@ from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.vllm.holders import LIVE, STALE, Held, HolderIndex, lists_of
 from poolwatch.probe.vllm.pool_terms import (
     block_pool,
+    connector_pins,
     cow_lists,
     deferred_lists,
     hisparse,
@@ -111,6 +112,7 @@ def read_holders(
     owners = [blocks for _, blocks in deferred_lists(sched, shape, pool, reading)]
     owners += [blocks for _, blocks in cow_lists(pool, mgrs, reading)]
     owners += [blocks for _, blocks in pin_lists(sched, shape, reading)]
+    owners += [blocks for _, blocks in connector_pins(sched, pool)]
     owners.append(reserved_blocks(pool, mgrs, shape, reading))
     for blocks in owners:
         extra.update(map(_ID, blocks))

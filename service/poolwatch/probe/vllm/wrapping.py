@@ -7,7 +7,10 @@
   two-pass family, in rounds; none when everything was refused);
 * each single-type manager's ``pop_blocks_for_free`` (0.24+) and ``free``: before vLLM pops a
   request's list, ``popped(manager index, request id, list)`` tells the holder index, so the free
-  that follows is judged against the lists as they are after the pop.
+  that follows is judged against the lists as they are after the pop;
+* where a KV consumer connector can refill a freed block outside the step's order
+  (:mod:`~poolwatch.probe.vllm.in_flight`), the scheduler's ``schedule`` (after: the step now in
+  flight) and ``update_from_output`` (before: that step is done), over the probe's own hooks.
 
 Only instances are wrapped (an instance attribute shadows the class's method; ``unwrap`` deletes
 it); a look that raises is logged at debug and never reaches vLLM.
@@ -20,10 +23,11 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["unwrap", "wrap_frees"]
+__all__ = ["restore", "unwrap", "wrap_frees", "wrap_steps"]
 
 log = logging.getLogger("poolwatch.probe")
 Wrapped = tuple[object, str]
+Restore = tuple[object, str, Any, Any]  # (instance, method, its own attribute before or None, the wrapper)
 
 
 def _pool(scheduler: object) -> Any:
@@ -99,6 +103,60 @@ def wrap_frees(scheduler: object, look: Look, popped: Popped) -> list[Wrapped]:
                 setattr(mgr, name, _pop(method, popped, index, mgr, inside))
                 done.append((mgr, name))
     return done
+
+
+def _after(original: Callable[..., Any], seen: Callable[[Any], None]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def schedule(*args: Any, **kwargs: Any) -> Any:
+        output = original(*args, **kwargs)
+        try:
+            seen(output)
+        except Exception:
+            log.debug("poolwatch step look failed", exc_info=True)
+        return output
+
+    return schedule
+
+
+def _before(original: Callable[..., Any], seen: Callable[[Any], None]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def update_from_output(output: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            seen(output)
+        except Exception:
+            log.debug("poolwatch step look failed", exc_info=True)
+        return original(output, *args, **kwargs)
+
+    return update_from_output
+
+
+def wrap_steps(
+    scheduler: object, scheduled: Callable[[Any], None], applying: Callable[[Any], None]
+) -> list[Restore]:
+    """Wrap the instance's ``schedule`` (``scheduled(output)`` after it) and ``update_from_output``
+    (``applying(output)`` before it), over whatever the instance has (the probe's own hooks, on the
+    class or the instance); what to give back, for :func:`restore`."""
+    done: list[Restore] = []
+    for name, make, seen in (("schedule", _after, scheduled), ("update_from_output", _before, applying)):
+        method = getattr(scheduler, name, None)
+        if not callable(method):
+            continue
+        wrapper = make(method, seen)
+        done.append((scheduler, name, vars(scheduler).get(name), wrapper))
+        setattr(scheduler, name, wrapper)
+    return done
+
+
+def restore(wrapped: Iterable[Restore]) -> None:
+    """Undo :func:`wrap_steps`: the instance's own wrapper (the probe's hook) comes back, or the class's
+    method shows through again -- only where the step wrapper is still the one there."""
+    for obj, name, previous, wrapper in wrapped:
+        if vars(obj).get(name) is not wrapper:
+            continue
+        if previous is None:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, previous)
 
 
 def unwrap(wrapped: Iterable[Wrapped]) -> None:

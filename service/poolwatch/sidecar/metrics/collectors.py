@@ -60,6 +60,7 @@ _POOL_METRICS = (
     "poolwatch_pool_conservation_gap_slots",
     "poolwatch_pool_figures_exact",
     "poolwatch_pool_tripwire_slots",
+    "poolwatch_pool_counter_drift_slots",
 )
 
 
@@ -96,6 +97,9 @@ class PoolCollector(FamiliesCollector):
         self._add_tripwires(fam, snap)
         if not stale:
             add_waiting(fam, snap)
+        for w in snap.witnesses:  # kept while stale, like the findings: the drift stands until a census
+            labels = (*rank_labels(snap), w.pool.value, w.figure)
+            fam.add("poolwatch_pool_counter_drift_slots", labels, w.drift)
         for r in snap.repairs:  # kept while stale, like the findings: the warning stands until a restart
             fam.add(
                 "poolwatch_probe_repairs_total", (*rank_labels(snap), r.pool.value, r.kind.value), r.count

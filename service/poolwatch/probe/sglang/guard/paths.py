@@ -13,8 +13,8 @@ family       Mamba free(ids) wrapped      Mamba tree proof  checkpoint pool  KV 
 0.5.9        ``mamba_pool.free``,         ``mamba_value``   --               as 0.5.4
 0.5.10       + ``free_mamba_cache``                                          (the SWA pair's two
 0.5.12                                                                       sides: only the pair)
-0.5.23       ``mamba_allocator.free``,    the tree's        ``mamba_ckpt_    + ``free_full``,
-             + ``free_mamba_cache``       flattened values  pool.free``      the ``*_segment`` frees
+0.5.20,      ``mamba_allocator.free``,    the tree's        ``mamba_ckpt_    + ``free_full``,
+0.5.23       + ``free_mamba_cache``       flattened values  pool.free``      the ``*_segment`` frees
 ===========  ===========================  ================  ===============  ======================
 
 Why, per column (each read in the released wheel):
@@ -92,5 +92,6 @@ GUARD_PATHS: dict[str, GuardPaths] = {
     "0.5.9": _legacy("0.5.9", _SPLIT),
     "0.5.10": _legacy("0.5.10", _SPLIT),
     "0.5.12": _legacy("0.5.12", _SPLIT),
+    "0.5.20": GuardPaths("0.5.20", _ALLOCATOR, checkpoints=True, kv_entries=_KV_0523, direct_kv=False),
     "0.5.23": GuardPaths("0.5.23", _ALLOCATOR, checkpoints=True, kv_entries=_KV_0523, direct_kv=False),
 }

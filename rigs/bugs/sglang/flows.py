@@ -1,0 +1,73 @@
+"""Flows the SGLang entries share (run in the release's venv).
+
+Engine steps are the driver's loop boundaries; an act between two boundaries belongs to the loop
+turn the next boundary closes (:func:`turn`), which is where the probe, sampling before the loop
+hook, first sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from rigs.sglang.driver import Driver
+from rigs.timeline import Timeline
+
+__all__ = ["cow_waiting", "drain", "idle", "turn"]
+
+
+def turn(d: Driver) -> int:
+    """The engine step of an act done now: the loop turn the next boundary closes."""
+    return d.steps + 1
+
+
+def cow_waiting(
+    release: str, timeline: Timeline, *, priority: bool = False, max_queued: int | None = None
+) -> tuple[Driver, Any, int | None]:
+    """A Mamba hybrid rank where request ``a`` was served (the tree holds its prompt and a Mamba
+    state) and ``b`` runs with a long output budget; ``w``, sharing ``a``'s prompt, waits while
+    SGLang's own batch builder matches it -- forking a copy-on-write Mamba slot -- and its
+    ``PrefillAdder`` finds no room.  Returns the driver, ``w`` and the COW slot ``w`` holds (``None``
+    where the release frees it at the refusal)."""
+    d = Driver(release, timeline=timeline)
+    d.new(
+        "null",
+        kv=256,
+        mamba=16,
+        rows=8,
+        context=512,
+        server={"max_running_requests": 8, "pp_max_micro_batch_size": 8},
+    )
+    d.open_admission(priority=priority, max_queued=max_queued)
+    a = d.arrive("a", list(range(40)), max_new=2)
+    d.admit(a)
+    d.finish(a)
+    b = d.arrive("b", list(range(1000, 1180)), max_new=200)
+    d.admit(b)
+    d.loop()
+    w = d.arrive("w", [*range(40), 77, 78], max_new=64, **({"priority": 1} if priority else {}))
+    d.queue(w)
+    d.schedule()  # the real batch builder: the match forks the COW slot, the adder refuses w
+    d.loop()
+    slot = w.mamba_pool_idx
+    return d, w, None if slot is None else int(slot.reshape(-1)[0])
+
+
+def drain(d: Driver, turns: int = 2) -> None:
+    """The loop runs on: the running requests decode for ``turns`` turns (busy: SGLang checks
+    nothing), then finish; the next turn finds nothing to do and SGLang's idle check runs
+    (recorded on the timeline when it raises)."""
+    d.loop()  # the turn the act happened in
+    for _ in range(turns):
+        d.decode()
+        d.loop()
+    for req in list(d.sched.running_batch.reqs):
+        d.finish(req)
+    idle(d)
+
+
+def idle(d: Driver) -> None:
+    """One idle turn of the loop and SGLang's own idle check (it raises on a leak: recorded)."""
+    d.loop()
+    with contextlib.suppress(ValueError):
+        d.strict_check()

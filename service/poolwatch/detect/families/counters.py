@@ -1,0 +1,183 @@
+"""The counter-witness family: PoolwatchCounterDrift, per device pool.  Pure.
+
+An engine counter the probe's census re-counted from the ids and found off
+(:class:`~poolwatch.model.witness.CounterWitness`: SGLang's tree ``evictable``/``protected``
+counters against its nodes by lock or its requests' prefixes, vLLM's free-queue count against the
+queue walked) is a finding of its own: which counter, by how much, since which census.  It is never
+a double free or a leak -- the pool's figures and gap are then the census's, which the balance
+family judges -- but it is not harmless either, and what follows is the engine's (the words from
+:mod:`poolwatch.detect.outcome`):
+
+* an engine whose idle check sums these counters (SGLang's) sees the pool as the counters say: off
+  by the pool's census gap less the drift -- a crash at its next idle moment where that is not zero
+  and the check is strict (critical, #12774); nothing where the drift cancels what the ids show
+  (warning: the balance family pages the ids, #27666); a counter below zero fails its pool
+  statistics' usage assertion, strict or not (critical);
+* an engine with no idle check (vLLM): a free count above the queue is a count its allocator
+  trusts -- an allocation that takes the last free units walks past the end of the queue and fails
+  the engine's assertion (critical); any other drift keeps capacity out of use (warning).
+
+A probe snapshot is a verdict on the alert of every pool it reports (no witness: clean); the
+alert fires at once (a census proved it) and holds while the census keeps finding the counter off.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from poolwatch.conservation import gap
+from poolwatch.detect import promql as q
+from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.evidence import witness_sentence
+from poolwatch.detect.family import Family, Seen, uses, where
+from poolwatch.detect.outcome import drift_outcome, facts
+from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.engines import ENGINES, EngineEntry
+from poolwatch.model.rank import Pool
+from poolwatch.model.witness import CounterWitness
+
+__all__ = ["COUNTER_DRIFT", "FAMILY", "CounterDrift"]
+
+COUNTER_DRIFT = "PoolwatchCounterDrift"
+_ORDER = {p: i for i, p in enumerate(Pool)}
+
+
+@dataclass(frozen=True, slots=True)
+class CounterDrift:
+    """The family's judge: every snapshot of a rank-source."""
+
+    config: DetectorConfig | None = None  # no threshold of its own: a census proved it
+
+    def signals(self, seen: Seen) -> list[Signal]:
+        snap = seen.snap
+        if not snap.witnesses:
+            return []
+        by_pool: dict[Pool, list[CounterWitness]] = defaultdict(list)
+        for w in snap.witnesses:
+            by_pool[w.pool].append(w)
+        entry = facts(snap.worker.engine)
+        out = []
+        for pool, found in sorted(by_pool.items(), key=lambda kv: _ORDER[kv[0]]):
+            account = snap.pools.get(pool)
+            severity, value, outcome = drift_outcome(snap, found, None if account is None else gap(account))
+            said = " ".join(witness_sentence(w, entry.unit) for w in found)
+            text = (
+                f"An engine counter of the {pool.value} pool of {where(snap)} disagrees with the probe's "
+                f"census: {said} No {entry.unit} is lost or freed twice for it: the pool's figures and gap "
+                f"are the census's. {outcome}"
+            )
+            labels = rank_labels(snap.worker, pool.value)
+            out.append(Signal(COUNTER_DRIFT, sampled_subject(snap), severity, labels, text, float(value)))
+        return out
+
+    def signature(self, seen: Seen) -> tuple[Pool, ...]:
+        """The device pools a probe snapshot reports (a probe's census can witness their counters)."""
+        snap = seen.snap
+        return tuple(p for p in snap.pools if p is not Pool.HOST) if snap.probe is not None else ()
+
+    def judged(self, seen: Seen) -> set[Verdict]:
+        worker = seen.snap.worker
+        return {(COUNTER_DRIFT, rank_labels(worker, p.value)) for p in self.signature(seen)}
+
+
+# --- the Prometheus rules ----------------------------------------------------------------------------
+
+_CHECKED = tuple(e for e in ENGINES if e.idle_check)
+_UNCHECKED = tuple(e for e in ENGINES if not e.idle_check)
+_DRIFT = "max without (counter) (abs(poolwatch_pool_counter_drift_slots))"
+_ABOVE = 'max without (counter) (poolwatch_pool_counter_drift_slots{counter="available"})'
+_OF = f"the {{{{ $labels.pool }}}} pool on {q.WHERE}"
+
+
+def _unchecked_rules(e: EngineEntry, config: MixinConfig, keep: str) -> tuple[PromRule, ...]:
+    """An engine with no idle check: a free count above its free queue is an assertion ahead."""
+    u, engine = e.unit, q.on_engines((e,), config.cluster_label)
+    above = f"({_ABOVE} > 0)\n{engine}"
+    critical = (
+        f"{e.title}'s free-{u} count of {_OF} is {{{{ $value }}}} {u}(s) above the {u}s its free queue holds "
+        f"(the probe's census walked it): an allocation that takes the last free {u}s walks past the end of "
+        f"the queue and fails {e.title}'s assertion, and the engine exits with every request in flight. "
+        "Drain and restart the worker."
+    )
+    warning = (
+        f"An engine counter of {_OF} is off by {{{{ $value }}}} {u}(s) from the probe's census; no {u} is "
+        "lost or freed twice for it. Restart the worker at a quiet moment."
+    )
+    return (
+        PromRule(Severity.CRITICAL, above, "0s", critical, keep, e.name),
+        PromRule(
+            Severity.WARNING, f"({_DRIFT} > 0\n{engine})\nunless ({above})", "0s", warning, keep, e.name
+        ),
+    )
+
+
+def _acts(not_strict: str) -> str:
+    """Where an engine with an idle check acts on the drift: its check sees the pool off (the
+    counters' sum less the census's gap is not zero) and is strict, or a counter is below zero."""
+    below = " or ".join(
+        f'(sum without (state) (poolwatch_pool_slots{{state="{f}"}})\n'
+        f'   + sum without (counter) (poolwatch_pool_counter_drift_slots{{counter="{f}"}}) < 0)'
+        for f in ("protected", "evictable")
+    )
+    return f"(\n  ({_SEEN}\n  unless {not_strict})\n  or {below}\n)"
+
+
+_SEEN = (
+    "(sum without (counter) (poolwatch_pool_counter_drift_slots)"
+    " - poolwatch_pool_conservation_gap_slots) != 0"
+)
+
+
+def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
+    keep, cl = q.duration(config.detector.resolve_hold), config.cluster_label
+    checkers = " or ".join(e.title for e in _CHECKED) or "the engine"
+    off = f"An engine counter of {_OF} is off by {{{{ $value }}}} slot(s) from the probe's census"
+    dies = (
+        f"{off}, and {checkers} will act on it: its idle check finds the pool off at its next idle moment "
+        "and, strict, crashes the server; or a counter below zero fails its pool statistics' usage assertion "
+        "at the next metrics or log line. Drain and restart the worker."
+    )
+    warns = (
+        f"{off}; {checkers}'s checks do not act on it here (the idle check is relaxed, or the drift cancels "
+        "what the ids show: see the tripwires). Restart the worker at a quiet moment."
+    )
+    acts = _acts(q.not_strict(cl))
+    rules = [
+        PromRule(Severity.CRITICAL, q.apart(f"{_DRIFT} > 0\nand {acts}", _UNCHECKED, cl), "0s", dies, keep),
+        PromRule(
+            Severity.WARNING, q.apart(f"{_DRIFT} > 0\nunless {acts}", _UNCHECKED, cl), "0s", warns, keep
+        ),
+    ]
+    for e in _UNCHECKED:
+        rules.extend(_unchecked_rules(e, config, keep))
+    return (
+        AlertDef(
+            COUNTER_DRIFT,
+            Scope.POOL,
+            Mode.SAMPLED,
+            "An engine's own pool counter disagrees with the probe's census of the ids; the census is right.",
+            "Counter witness: a counter the engine's checks read (a tree's evictable or protected count, a "
+            "free count) is off from the same quantity counted from the ids by the probe's census; never a "
+            "double free or a leak. Fires at once; critical where the engine will act on the wrong count.",
+            tuple(rules),
+        ),
+    )
+
+
+FAMILY = Family(
+    name="counters",
+    title="Counter witness",
+    about="Whether the engine's own pool counters (tree evictable and protected counts, free counts) agree "
+    "with the probe's census of the ids.",
+    metrics=uses(
+        "poolwatch_pool_counter_drift_slots",
+        "poolwatch_pool_conservation_gap_slots",
+        "poolwatch_pool_slots",
+        "poolwatch_idle_check_strict",
+        "poolwatch_worker_info",
+    ),
+    alerts=alerts,
+    sampled=CounterDrift,
+)

@@ -114,8 +114,12 @@ class VllmProbe(Probe):
         in guard mode, refuse its wrong part (the calls to make instead; None: as it came)."""
         if self.disabled:
             return None
-        if self.in_flight is not None and self.in_flight.kept:
-            self._early(blocks)
+        calls = self._judged(blocks)
+        if self.in_flight is not None and self.in_flight.kept:  # what goes through: a refused part never frees
+            self._early(blocks if calls is None else [b for part in calls for b in part])
+        return calls
+
+    def _judged(self, blocks: list[Any]) -> Sequence[list[Any]] | None:
         try:
             trusted = self.reader.trusted and self.free_path.judges(blocks, self.reader.index)
             index = self.reader.index if trusted else None

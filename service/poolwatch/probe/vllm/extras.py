@@ -115,7 +115,7 @@ class VllmProbe(Probe):
         if self.disabled:
             return None
         calls = self._judged(blocks)
-        if self.in_flight is not None and self.in_flight.kept::  # a refused part never frees
+        if self.in_flight is not None and self.in_flight.kept:  # a refused part never frees
             self._early(blocks if calls is None else [b for part in calls for b in part])
         return calls
 

@@ -15,7 +15,8 @@ free-time tripwire and the opt-in guard (EngineCore thread).
   :meth:`VllmProbe.on_pop`, before a manager pops a request's list, keeps the owners exact;
 * where a KV consumer connector can refill a freed block outside the step's order, a block freed
   while a step in flight still lists it (:mod:`~poolwatch.probe.vllm.in_flight`, the #45357 class)
-  is named at the free, with its request (``freed_in_flight``; never a double free);
+  is named at the free, with its request (``freed_in_flight``; never a double free; judged on what
+  the free lets through, after guard's refusal);
 * guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on a release never read and beside a
   HiSparse manager): that wrong part of the free is refused before vLLM's own ``free_blocks`` runs
   (:mod:`~poolwatch.probe.vllm.refuse`), recorded as a ``refuse`` repair from inside the free, and
@@ -29,10 +30,8 @@ free-time tripwire and the opt-in guard (EngineCore thread).
   frees are judged against their owners only once the free path check passed
   (:mod:`~poolwatch.probe.vllm.free_path`); guard stays off there.
 
-Nothing here writes to vLLM's objects; in guard mode the wrapped free hands vLLM's own
-``free_blocks`` less than it was given.  The sample cadence, the census schedule (the walk),
-containment, the snapshot, kill switch and heartbeat are the neutral
-:class:`~poolwatch.probe.core.probe.Probe`'s.
+Nothing here writes to vLLM's objects (guard hands vLLM's ``free_blocks`` less than it was given).
+Cadence, census schedule, containment, snapshot, kill switch and heartbeat are the neutral Probe's.
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ class VllmProbe(Probe):
 
     def on_step(self, hook: str) -> None:
         if not self.disabled:
-            self.contain("waits", self._step_begins)
+            self.contain("waits", self.reader.waits.step_begins)
         self.step(hook)
 
     def after_update(self, hook: str) -> None:
@@ -86,19 +85,13 @@ class VllmProbe(Probe):
         requests = getattr(self.scheduler, "requests", None)
         parked = False
         if not self.disabled:
-            self.contain("waits", self._step_ended)
+            self.contain("waits", self.reader.waits.step_ended)
             parked = bool(requests) and not self.parked and self._parked_now()
         emptied = requests is not None and not requests
         if emptied or parked:
             self.idle(hook, fresh=True)
         else:
             self._last_hook = self.clock()
-
-    def _step_begins(self) -> None:
-        self.reader.waits.step_begins()
-
-    def _step_ended(self) -> None:
-        self.reader.waits.step_ended()
 
     def _parked_now(self) -> bool:
         """Nothing to step: every request left is one kept for a transfer (queues all empty)."""

@@ -45,9 +45,10 @@ held by owners that no longer progress), *in-flight* (a slot freed while a live 
 reads it: the books balance until it is handed out twice), *stall* (waiting requests, capacity
 free, nothing admitted).  The last four are the blind classes of issue 39: the conservation gap
 stays honest about the ids and pages nothing (a counter bug: it pages, misnamed as a double free);
-:data:`STRANDED`, :data:`COUNTER`, :data:`FREED_IN_FLIGHT`, :data:`STALL` and :data:`ENCODER` name
-the alerts its detectors will raise (names proposed here, the detectors are
-being built; rename them in this one place).
+:data:`STRANDED`, :data:`COUNTER`, :data:`FREED_IN_FLIGHT` and :data:`STALL` name the alerts
+their detectors raise (the detectors' own names, :mod:`poolwatch.detect.families`).  The encoder
+cache is a pool like the others (``Pool.ENCODER``): its imbalance pages as the gap's sign says,
+:data:`DOUBLE_FREE` or :data:`SLOT_LEAK` with ``pool="encoder"``, in the encoder budget's words.
 
 The encoder cache is vLLM's (``EncoderCacheManager`` / ``EncoderDecoderCacheManager``): SGLang's
 own multimodal embedding cache (``MultiModalStaticCache``) is a server-level LRU with no
@@ -65,7 +66,6 @@ from dataclasses import dataclass
 __all__ = [
     "COUNTER",
     "DOUBLE_FREE",
-    "ENCODER",
     "FAULTS",
     "FREED_IN_FLIGHT",
     "HOST_GAP",
@@ -78,12 +78,11 @@ __all__ = [
 DOUBLE_FREE = "PoolwatchDoubleFree"
 SLOT_LEAK = "PoolwatchSlotLeak"
 HOST_GAP = "PoolwatchHostPoolGap"
-# issue 39's detectors for what the gap cannot see (proposed names: branches detect-a, detect-b)
+# issue 39's detectors for what the gap cannot see
 STRANDED = "PoolwatchStrandedHold"
 COUNTER = "PoolwatchCounterDrift"
 STALL = "PoolwatchAdmissionStall"
 FREED_IN_FLIGHT = "PoolwatchFreedInFlight"
-ENCODER = "PoolwatchEncoderCacheGap"
 
 SIGNS = ("surplus", "deficit", "counter", "stranded", "in-flight", "stall")
 POOLS = ("full", "swa", "mamba", "host", "encoder")  # poolwatch's Pool values, and vLLM's encoder cache
@@ -243,7 +242,7 @@ FAULTS: dict[str, FaultInfo] = {
             "(unguarded in 0.34.0)", "V15 PR #51228, vllm#55733", (_V + "pull/51228", _V + "issues/55733"),
             ("unified",), ("enc-dec",), _ALL,
             "EncoderDecoderCacheManager.free_encoder_input credits num_free_slots on every decode step",
-            ENCODER,
+            DOUBLE_FREE,
         ),
         FaultInfo(
             "encoder-waiting-holds-entries", "encoder", "stall", "vLLM multimodal before 2026-01",

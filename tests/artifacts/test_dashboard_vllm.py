@@ -101,11 +101,13 @@ def test_the_pod_exports_what_vllm_ranks_have(exported: list[Sample]) -> None:
         "vllm-leaking": "true",
         "vllm-guarded": "true",
         "vllm-unverified": "false",
+        "vllm-multimodal": "true",
         "vllm-drifted": "true",
         "vllm-coarse": "true",
     }
     assert {labels["pool"] for name, labels in exported if name == "poolwatch_pool_capacity_slots"} == {
-        "full"
+        "full",
+        "encoder",
     }
     kinds = {labels["kind"] for name, labels in exported if name == "poolwatch_pool_tripwire_slots"}
     assert {"missing", "negative_ref"} <= kinds

@@ -8,6 +8,8 @@ ranks as each source sees them, for the dashboard tests to hold every panel agai
   double free (a ``refuse`` repair of pool ``full``);
 * ``vllm-unverified``: the probe on 0.35.0, a release newer than any it read (``release_verified``
   false), busy;
+* ``vllm-multimodal``: the probe (0.34.0) on a scheduler with an encoder cache, holding blocks of a
+  finished request kept for a KV transfer (a hold);
 * ``vllm-drifted``: the probe (0.33.0) on a pool whose free queue is sound but whose count says one
   block more than it holds (a counter witness: ``poolwatch_pool_counter_drift_slots``);
 * ``vllm-coarse``: no probe; the sidecar reads vLLM 0.32.0's own ``/metrics`` page and its log up
@@ -105,6 +107,20 @@ def _unverified(store: SnapshotStore) -> None:
     _put(store, probe, NOW - 1)
 
 
+def _multimodal(store: SnapshotStore) -> None:
+    sched = Scheduler(64)
+    sched.encoder_cache_manager = type("EncoderCacheManager", (), {"cache_size": 2048})()  # type: ignore[attr-defined]
+    sched.encoder_cache_manager.num_free_slots = sched.encoder_cache_manager.num_freeable_slots = 2048
+    side = type("NixlPullScheduler", (), {"_kv_lease_duration": 30, "decoder_kv_blocks_ttl": 480})()
+    sched.connector = type("NixlConnector", (), {"connector_scheduler": side})()  # type: ignore[attr-defined]
+    probe = _probe(sched, "vllm-multimodal", "0.34.0")
+    _put(store, probe, NOW - 20)
+    sched.add("a", 3)
+    sched.add("sent", 4)
+    sched.finish("sent", keep_for_transfer=True)  # a connector sends its KV: vLLM keeps the blocks
+    _put(store, probe, NOW - 1)
+
+
 def _drifted(store: SnapshotStore) -> None:
     sched = Scheduler(64)
     probe = _probe(sched, "vllm-drifted", "0.33.0")
@@ -138,6 +154,7 @@ async def _metrics(log: Path) -> str:
     _leaking(store)
     _guarded(store)
     _unverified(store)
+    _multimodal(store)
     _drifted(store)
     await read_server_and_log(settings, store, clock)
     alerting.evaluate()

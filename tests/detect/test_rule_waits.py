@@ -21,6 +21,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.detect.families.balance import DOUBLE_FREE, SLOT_LEAK
 from poolwatch.detect.families.counters import COUNTER_DRIFT
 from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
+from poolwatch.detect.families.holds import STRANDED_HOLD
 from poolwatch.detect.families.host_pool import HOST_POOL_GAP
 from poolwatch.detect.families.in_flight import FREED_IN_FLIGHT
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
@@ -28,10 +29,13 @@ from poolwatch.detect.families.probe_directory import PROBE_DIRECTORY_LOST, PROB
 from poolwatch.detect.families.probe_health import PROBE_DEGRADED
 from poolwatch.detect.families.repairs import PROBE_REPAIRED
 from poolwatch.detect.families.staleness import SNAPSHOT_STALE
+from poolwatch.detect.families.stall import ADMISSION_STALL
 from poolwatch.detect.families.targets import TARGET_DOWN
 from poolwatch.detect.rules import alert_definitions
 from poolwatch.detect.schema import Mode, Severity
 from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
+from poolwatch.model.holds import Hold, HoldReason
+from poolwatch.model.progress import Progress
 from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.model.witness import CounterWitness
@@ -157,6 +161,19 @@ def guard_repaired(d: Detector, c: FakeClock, s: RankStream) -> Step:
     return observing(d, lambda: replace(s.next(), repairs=(repair,)))
 
 
+def stranded(slots: int) -> Callable[[Detector, FakeClock, RankStream], Step]:
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        since = c.now
+
+        def make() -> Snapshot:
+            hold = Hold(Pool.FULL, HoldReason.KV_RECV, slots, 1, since, 480.0)
+            return replace(s.next(exact(Pool.FULL, 0)), holds=(hold,), progress=Progress())
+
+        return observing(d, make)
+
+    return case
+
+
 def freed_in_flight(d: Detector, c: FakeClock, s: RankStream) -> Step:
     trip = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, (4, 5), "free_blocks", 7, ("r1",))
     s.probe = ProbeHealth()
@@ -170,6 +187,22 @@ def counter_drift(figure: str, reported: int) -> Callable[[Detector, FakeClock, 
         return observing(d, lambda: replace(s.next(exact(Pool.FULL, 0)), witnesses=(witness,)))
 
     return case
+
+
+def stalled(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    since = c.now
+    waiting = Progress(waiting=2, stalled_steps=0, stalled_since=since)
+    return observing(
+        d, lambda: replace(s.next(exact(Pool.FULL, 0)), progress=replace(waiting, stalled_steps=s.seq - 100))
+    )
+
+
+def fruitless(d: Detector, c: FakeClock, s: RankStream) -> Step:
+    def make() -> Snapshot:
+        recent = tuple((c.now - t, f"r{t}") for t in range(min(s.seq - 100, 3)))
+        return replace(s.next(exact(Pool.FULL, 0)), progress=Progress(fruitless=len(recent), recent=recent))
+
+    return observing(d, make)
 
 
 STRICT, WARNS = True, False  # SGLang's idle check: crashes on an imbalance, or only warns
@@ -192,6 +225,12 @@ CASES: list[tuple[str, Severity, Case, bool | None]] = [
     (PROBE_REPAIRED, Severity.WARNING, guard_repaired, STRICT),
     (HOST_POOL_GAP, Severity.CRITICAL, host_surplus, STRICT),
     (HOST_POOL_GAP, Severity.WARNING, host_deficit, STRICT),
+    (STRANDED_HOLD, Severity.WARNING, stranded(7), VLLM),
+    (STRANDED_HOLD, Severity.CRITICAL, stranded(700), VLLM),
+    (STRANDED_HOLD, Severity.WARNING, stranded(7), STRICT),
+    (STRANDED_HOLD, Severity.CRITICAL, stranded(700), STRICT),
+    (ADMISSION_STALL, Severity.CRITICAL, stalled, VLLM),
+    (ADMISSION_STALL, Severity.WARNING, fruitless, VLLM),
     (FREED_IN_FLIGHT, Severity.CRITICAL, freed_in_flight, VLLM),
     (COUNTER_DRIFT, Severity.CRITICAL, counter_drift("protected", 41), STRICT),
     (COUNTER_DRIFT, Severity.WARNING, counter_drift("protected", 41), WARNS),

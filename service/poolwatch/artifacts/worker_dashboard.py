@@ -22,7 +22,7 @@ from poolwatch.artifacts.panels import (
 from poolwatch.artifacts.worker_panels import ALERTS as _ALERTS
 from poolwatch.artifacts.worker_panels import RANK as _RANK
 from poolwatch.artifacts.worker_panels import W as _W
-from poolwatch.artifacts.worker_panels import health_panels, rank_panels
+from poolwatch.artifacts.worker_panels import health_panels, rank_panels, waiting_panels
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.schema import ALERT_NAME_PATTERN
 
@@ -213,6 +213,7 @@ def worker_dashboard(config: MixinConfig | None = None) -> Json:
         panels=[
             *_now_panels(),
             *rank_panels(),
+            *waiting_panels(),
             *health_panels(),
             *family_panels(_ALERTS, sidecar_wide=False),
         ],

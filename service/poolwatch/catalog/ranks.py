@@ -11,6 +11,7 @@ from poolwatch.catalog.spec import (
 )
 from poolwatch.catalog.spec import counter as _c
 from poolwatch.catalog.spec import gauge as _g
+from poolwatch.catalog.waiting import HOLDS, PROGRESS
 
 RANKS: tuple[MetricSpec, ...] = (
     # the watched ranks: their pools, their state and the probe's health
@@ -60,15 +61,7 @@ RANKS: tuple[MetricSpec, ...] = (
         (*POOL_LABELS, "kind"),
         "slots",
     ),
-    _g(
-        "poolwatch_pool_counter_drift_slots",
-        "How far an engine counter is off from the probe's census, which counts the same quantity "
-        "from the ids: the counter minus the census (signed). counter: the pool figure it feeds -- "
-        "evictable, protected (SGLang's tree counters), available (vLLM's free-queue count). Absent while "
-        "they agree; the pool's figures and gap are then the census's.",
-        (*POOL_LABELS, "counter"),
-        "slots",
-    ),
+    *HOLDS,
     # --- ranks ---
     _g(
         "poolwatch_worker_info",
@@ -145,6 +138,7 @@ RANKS: tuple[MetricSpec, ...] = (
         "seconds",
         "ranks",
     ),
+    *PROGRESS,
     # --- probe self-health ---
     _c("poolwatch_probe_samples_total", "Snapshots the in-process probe has taken.", RANK_LABELS, "probe"),
     _c(

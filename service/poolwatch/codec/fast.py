@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
-from poolwatch.codec.schema import RELEASE_KEY
+from poolwatch.codec.schema import MORE_POOLS_KEY, RELEASE_KEY
+from poolwatch.codec.waiting import fast_progress
 from poolwatch.fields import MAX_INT, MAX_ITEMS, MAX_NAME, MAX_NUMBER, MAX_TEXT
 from poolwatch.inert import is_inert
 from poolwatch.limits import Limits
@@ -46,26 +47,47 @@ def common_snapshot(doc: object, limits: Limits, schema: str, version: int) -> S
     g = doc.get
     scalars = _scalars(doc)
     worker, pools, queues = _worker(g("worker")), _pools(g("pools", {})), _queues(g("queues", {}), limits)
-    probe_raw = g("probe")
+    more_raw = g(MORE_POOLS_KEY)  # the pools added since schema 1, under a key of their own
+    more = {} if more_raw is None else _pools(more_raw)
+    if pools is not None and more is not None:
+        pools.update(more)
+    probe_raw, progress_raw = g("probe"), g("progress")
     probe = None if probe_raw is None else _probe(probe_raw)
-    if scalars is None or worker is None or pools is None or queues is None:
+    progress = None if progress_raw is None else fast_progress(progress_raw)
+    if scalars is None or worker is None or pools is None or queues is None or more is None:
         return None
-    if probe is None and probe_raw is not None:
+    if (probe is None and probe_raw is not None) or (progress is None and progress_raw is not None):
         return None
     seq, taken_at, phase, source, strict, boot_id, final = scalars
     return Snapshot(
-        worker, seq, taken_at, phase, pools, source, queues, (), (), probe, strict, boot_id, (), final
+        worker,
+        seq,
+        taken_at,
+        phase,
+        pools,
+        source,
+        queues,
+        (),
+        (),
+        probe,
+        strict,
+        boot_id,
+        (),
+        final,
+        (),
+        progress,
     )
 
 
 def _common_header(doc: object, schema: str, version: int) -> TypeGuard[dict[str, Any]]:
-    """A JSON object of this schema and version listing no tripwire, incident, repair or counter witness."""
+    """A JSON object of this schema and version listing no tripwire, incident, repair, hold or counter
+    witness."""
     if type(doc) is not dict or len(doc) > MAX_ITEMS:
         return False
     g = doc.get
     if g("schema") != schema or type(g("version")) is not int or g("version") != version:
         return False
-    listed = (g("tripwires", []), g("incidents", []), g("repairs", []), g("witnesses", []))
+    listed = (g("tripwires", []), g("incidents", []), g("repairs", []), g("witnesses", []), g("holds", []))
     return all(map(_empty, listed))
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from poolwatch import fields
+from poolwatch.codec.waiting import parse_holds, parse_progress
 from poolwatch.fields import MAX_ITEMS, MAX_NAME, MAX_TEXT, FieldError
 from poolwatch.inert import inert
 from poolwatch.limits import DEFAULT_LIMITS, Limits
@@ -25,7 +26,9 @@ from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.model.witness import COUNTER_FIGURES, CounterWitness
 
 __all__ = [
+    "FIRST_POOLS",
     "MAX_FRAMES",
+    "MORE_POOLS_KEY",
     "MAX_LISTED",
     "MAX_QUEUES",
     "RELEASE_KEY",
@@ -46,6 +49,10 @@ MAX_QUEUES = DEFAULT_LIMITS.max_queues  # POOLWATCH_MAX_QUEUES
 MAX_LISTED = DEFAULT_LIMITS.max_listed  # tripwires, repairs, incidents in one snapshot (POOLWATCH_MAX_LISTED)
 MAX_RANK = 65535
 MAX_FRAMES = 16  # engine frames in one call site (the probe captures at most 8)
+# the pools schema 1 first carried under ``pools``; a pool added since travels under
+# MORE_POOLS_KEY, which an older sidecar does not read (it would refuse a pool it does not know)
+FIRST_POOLS = frozenset({Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ, Pool.MAMBA_CKPT, Pool.HOST})
+MORE_POOLS_KEY = "more_pools"
 
 E = TypeVar("E", bound=enum.Enum)
 T = TypeVar("T")
@@ -79,7 +86,13 @@ def _parse(raw: object, limits: Limits) -> Snapshot:
         raise SnapshotVersionError(f"version: unsupported {version!r}, expected {SCHEMA_VERSION}")
     pools_raw = _mapping(doc.get("pools", {}), "pools", len(Pool))
     pools = {_enum(Pool, k, "pools"): _account(v, f"pools.{k}") for k, v in pools_raw.items()}
+    more_raw = doc.get(MORE_POOLS_KEY)
+    more = {} if more_raw is None else _mapping(more_raw, MORE_POOLS_KEY, len(Pool))
+    pools.update(
+        {_enum(Pool, k, MORE_POOLS_KEY): _account(v, f"{MORE_POOLS_KEY}.{k}") for k, v in more.items()}
+    )
     strict = doc.get("idle_check_strict")
+    progress = doc.get("progress")
     return Snapshot(
         worker=_worker(doc.get("worker"), "worker"),
         seq=_int(doc.get("seq"), "seq"),
@@ -95,6 +108,8 @@ def _parse(raw: object, limits: Limits) -> Snapshot:
         boot_id=_str(doc.get("boot_id", ""), "boot_id"),
         repairs=_list(doc.get("repairs", []), "repairs", _repair, limits.max_listed),
         final=_bool(doc.get("final", False), "final"),
+        holds=() if doc.get("holds") is None else parse_holds(doc["holds"]),
+        progress=None if progress is None else parse_progress(progress),
         witnesses=_list(doc.get("witnesses", []), "witnesses", _witness, limits.max_listed),
     )
 

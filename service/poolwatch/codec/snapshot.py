@@ -14,11 +14,14 @@ from typing import Any
 
 from poolwatch.codec.fast import common_snapshot
 from poolwatch.codec.schema import (
+    FIRST_POOLS,
+    MORE_POOLS_KEY,
     RELEASE_KEY,
     SCHEMA,
     SCHEMA_VERSION,
     parse_snapshot_full,
 )
+from poolwatch.codec.waiting import dump_holds, dump_progress
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.findings import CallSite, Repair, Tripwire
 from poolwatch.model.rank import PoolAccount, WorkerId
@@ -29,8 +32,12 @@ __all__ = ["dump_call_site", "dump_snapshot", "dump_worker", "parse_snapshot"]
 
 
 def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
-    """The JSON-ready dict of a snapshot (schema and version first)."""
-    return {
+    """The JSON-ready dict of a snapshot (schema and version first).  What an older sidecar would
+    refuse or not know is written only when there is some, under keys of its own: a pool added
+    since schema 1 (:data:`MORE_POOLS_KEY`), holds and progress (:mod:`poolwatch.codec.waiting`)."""
+    first = {p.value: _dump_account(a) for p, a in snap.pools.items() if p in FIRST_POOLS}
+    more = {p.value: _dump_account(a) for p, a in snap.pools.items() if p not in FIRST_POOLS}
+    out = {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
         "worker": dump_worker(snap.worker),
@@ -40,7 +47,7 @@ def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
         "source": snap.source,
         "boot_id": snap.boot_id,
         "idle_check_strict": snap.idle_check_strict,
-        "pools": {p.value: _dump_account(a) for p, a in snap.pools.items()},
+        "pools": first,
         "queues": dict(snap.queues),
         "tripwires": [_dump_tripwire(t) for t in snap.tripwires],
         "incidents": [_dump_incident(i) for i in snap.incidents],
@@ -49,6 +56,13 @@ def dump_snapshot(snap: Snapshot) -> dict[str, Any]:
         "final": snap.final,
         **({"witnesses": [_dump_witness(w) for w in snap.witnesses]} if snap.witnesses else {}),
     }
+    if more:
+        out[MORE_POOLS_KEY] = more
+    if snap.holds:
+        out["holds"] = dump_holds(snap.holds)
+    if snap.progress is not None:
+        out["progress"] = dump_progress(snap.progress)
+    return out
 
 
 def dump_worker(w: WorkerId) -> dict[str, Any]:

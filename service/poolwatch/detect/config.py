@@ -52,7 +52,18 @@ class DetectorConfig:
     ``probe_error_window``    seconds over which new probe errors count as degraded;
     ``probe_disabled_for``    seconds the probe's kill switch stays engaged before it fires;
     ``restore_grace``         a restored alert whose rank reports nothing for this long resolves;
-    ``retention``             seconds a resolved alert stays listed (and is re-sent as resolved).
+    ``retention``             seconds a resolved alert stays listed (and is re-sent as resolved);
+    ``hold_grace``            seconds past the engine's own bound on a wait (a KV transfer's lease or
+                              timeout) after which its owners' capacity counts as stranded;
+    ``hold_default``          ... the bound where the engine has none for that wait;
+    ``hold_limit``            > 0: this bound for every wait instead, whatever the engine's (0: theirs);
+    ``hold_min_slots``        a stranded hold pages only from this many slots (blocks on vLLM);
+    ``stall_steps``           step boundaries without progress, admittable requests waiting, before
+                              PoolwatchAdmissionStall fires ...
+    ``stall_for``             ... lasting at least this many seconds ...
+    ``stall_free_fraction``   ... with at least this share of every device pool free or evictable;
+    ``stall_fruitless``       preemptions that could give nothing back at once (a fenced victim) ...
+    ``stall_window``          ... within this many seconds, which fire it as well.
     """
 
     deficit_samples: int = 3
@@ -71,6 +82,15 @@ class DetectorConfig:
     probe_disabled_for: float = 60.0
     restore_grace: float = 300.0
     retention: float = 900.0
+    hold_grace: float = 60.0
+    hold_default: float = 600.0
+    hold_limit: float = 0.0
+    hold_min_slots: int = 1
+    stall_steps: int = 20
+    stall_for: float = 30.0
+    stall_free_fraction: float = 0.1
+    stall_fruitless: int = 3
+    stall_window: float = 300.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -78,9 +98,18 @@ class DetectorConfig:
             least = 1 if f.type == "int" else 0
             if not value >= least:  # also rejects NaN
                 raise ConfigError(f"POOLWATCH_{f.name.upper()}: must be at least {least}, got {value}")
-        fraction = self.large_leak_fraction
-        if not 0 < fraction <= 1:
-            raise ConfigError(f"POOLWATCH_LARGE_LEAK_FRACTION: must be in (0, 1], got {fraction}")
+        for name in ("large_leak_fraction", "stall_free_fraction"):
+            fraction = getattr(self, name)
+            if not 0 < fraction <= 1:
+                raise ConfigError(f"POOLWATCH_{name.upper()}: must be in (0, 1], got {fraction}")
+
+    def hold_bound(self, timeout: float | None) -> float:
+        """Seconds a hold's oldest owner may wait before its capacity counts as stranded: the
+        engine's own bound on the wait (``timeout``) and the grace, or :attr:`hold_default` where
+        the engine has none; :attr:`hold_limit` instead when set."""
+        if self.hold_limit > 0:
+            return self.hold_limit
+        return self.hold_default if timeout is None else timeout + self.hold_grace
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from poolwatch.conservation import Balance, Basis, Finding
 from poolwatch.detect.call_site import tripwire_site_sentence
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.family import where
-from poolwatch.detect.outcome import facts, units
+from poolwatch.detect.outcome import facts, unit_of, units
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Phase, Pool
 from poolwatch.model.snapshot import Snapshot
@@ -57,12 +57,11 @@ def gather(
             ev = out.setdefault((alert, f.pool), Evidence())
             ev.sentences.append(finding_sentence(f, snap))
             ev.count, ev.wait = max(ev.count, f.slots), _wait(f, snap.phase, cfg, patient)
-    unit = facts(snap.worker.engine).unit
     for t in snap.tripwires:
         alert = tripwire_alert(t)
         if alert is not None:
             ev = out.setdefault((alert, t.pool), Evidence())
-            ev.sentences.append(tripwire_sentence(t, unit))
+            ev.sentences.append(tripwire_sentence(t, unit_of(snap.worker.engine, t.pool)))
             ev.count, ev.wait = max(ev.count, t.count), (1, 0.0)
             ev.kinds.add(t.kind)
             ev.requests.extend(r for r in t.requests if r not in ev.requests)
@@ -90,11 +89,12 @@ def _basis(basis: Basis, title: str) -> str:
 def finding_sentence(f: Finding, snap: Snapshot) -> str:
     """``The mamba pool of prefill-0 (...) counts 1 slot twice (gap -1): a double free [basis, ...].``"""
     entry = facts(snap.worker.engine)
+    unit = unit_of(snap.worker.engine, f.pool)
     bound = "at least " if f.basis is Basis.NEGATIVE_USED else ""
     if f.balance is Balance.SURPLUS:
-        what = f"counts {bound}{units(f.slots, entry.unit)} twice (gap {f.gap}): a double free"
+        what = f"counts {bound}{units(f.slots, unit)} twice (gap {f.gap}): a double free"
     else:
-        what = f"has lost {units(f.slots, entry.unit)} (gap +{f.gap}): a leak"
+        what = f"has lost {units(f.slots, unit)} (gap +{f.gap}): a leak"
     basis = _basis(f.basis, entry.title)
     return f"The {f.pool.value} pool of {where(snap)} {what} [{basis}, iteration {snap.seq}]."
 

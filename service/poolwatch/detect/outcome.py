@@ -31,10 +31,24 @@ from collections.abc import Collection, Sequence
 from poolwatch.detect.schema import Severity
 from poolwatch.engines import EngineEntry, UnknownEngine, engine_entry
 from poolwatch.model.findings import TripwireKind
+from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.model.witness import CounterWitness
 
-__all__ = ["crash_imminent", "double_free_outcome", "drift_outcome", "facts", "leak_outcome", "units"]
+__all__ = [
+    "crash_imminent",
+    "double_free_outcome",
+    "drift_outcome",
+    "encoder_outcome",
+    "facts",
+    "leak_outcome",
+    "unit_of",
+    "units",
+]
+
+# pools whose unit is not the engine's: a request row (SGLang's req_to_token_pool), an encoder-cache
+# slot (vLLM's encoder embeddings)
+_POOL_UNITS = {Pool.REQ: "request row", Pool.ENCODER: "encoder-cache slot"}
 
 
 @functools.lru_cache(maxsize=64)
@@ -50,6 +64,27 @@ def crash_imminent(snap: Snapshot) -> bool:
     """Whether the engine's own idle check will kill this rank on an imbalance: the engine has one,
     and it is strict (unknown: the engine's default, strict)."""
     return facts(snap.worker.engine).idle_check and snap.idle_check_strict is not False
+
+
+def unit_of(engine: str, pool: Pool) -> str:
+    """What one unit of ``pool`` is called on ``engine``'s ranks."""
+    return _POOL_UNITS.get(pool) or facts(engine).unit
+
+
+def encoder_outcome(snap: Snapshot, surplus: bool) -> str:
+    """What follows an imbalance of vLLM's encoder cache: its budget admits what the cache cannot hold,
+    or capacity is gone; no assertion and no idle check look at it."""
+    title = facts(snap.worker.engine).title
+    if surplus:
+        return (
+            f"{title}'s encoder-cache budget now exceeds the cache, so its admission control stops limiting "
+            "encoder inputs: more encoder outputs are scheduled than the cache holds, and one can be evicted "
+            f"or overwritten while a request still reads it. {title} checks nothing here and keeps serving."
+        )
+    return (
+        f"{title} checks nothing here: fewer encoder inputs fit, and multimodal requests wait longer, until "
+        "the worker restarts."
+    )
 
 
 def units(n: int, unit: str) -> str:

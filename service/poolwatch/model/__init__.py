@@ -18,8 +18,10 @@ reference)::
 A figure is ``None`` when the source could not know it (SGLang's ``/metrics`` never exports
 ``protected`` or ``held``).
 
-The values live in three modules, each imported from where it is defined:
+The values live in five modules, each imported from where it is defined:
 :mod:`~poolwatch.model.rank` (who a rank is, its pools' figures), :mod:`~poolwatch.model.findings`
-(what the probe proved about slot ids and what guard did) and :mod:`~poolwatch.model.snapshot`
-(one source's account of a rank).
+(what the probe proved about slot ids and what guard did), :mod:`~poolwatch.model.holds` (capacity
+held by owners waiting on a transfer or a lock, and since when), :mod:`~poolwatch.model.progress`
+(whether the scheduler moves its queue) and :mod:`~poolwatch.model.snapshot` (one source's account
+of a rank).
 """

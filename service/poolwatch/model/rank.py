@@ -87,7 +87,11 @@ class Pool(enum.StrEnum):
     ``host``: HiCache's host-memory KV slots (``--enable-hierarchical-cache``): ``evictable`` /
     ``protected`` are the tree's host copies without / with a host lock, ``held`` the slots in
     flight in the cache controller's operations (:mod:`poolwatch.probe.sglang.host_census`; on
-    0.5.23 the ``kv`` host pool only, size and available only).
+    0.5.23 the ``kv`` host pool only, size and available only); ``encoder``: vLLM's encoder cache
+    (multimodal and encoder-decoder models), in encoder-embedding slots: ``available`` its
+    ``num_free_slots``, ``evictable`` the cached outputs no request references, ``held`` those a
+    request does (:mod:`poolwatch.probe.vllm.encoder`).  A pool added after the snapshot schema's
+    first release travels under its own key (``codec.schema.MORE_POOLS_KEY``).
     """
 
     FULL = "full"
@@ -96,6 +100,7 @@ class Pool(enum.StrEnum):
     REQ = "req"
     MAMBA_CKPT = "mamba_ckpt"
     HOST = "host"
+    ENCODER = "encoder"
 
 
 class Phase(enum.StrEnum):

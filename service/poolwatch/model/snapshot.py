@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from poolwatch.model.findings import Repair, Tripwire
+from poolwatch.model.holds import Hold
+from poolwatch.model.progress import Progress
 from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount, WorkerId
 from poolwatch.model.witness import CounterWitness
 
@@ -60,6 +62,8 @@ class Snapshot:
     boot_id: str = ""  # changes when the scheduler restarts (seq resets)
     repairs: tuple[Repair, ...] = ()  # the guard's actions (probe with POOLWATCH_PROBE_GUARD=1)
     final: bool = False  # the probe's last word: SGLang's idle check is about to crash this rank
+    holds: tuple[Hold, ...] = ()  # capacity held by owners waiting on something (model/holds.py)
+    progress: Progress | None = None  # whether the scheduler moves its queue (model/progress.py)
     # the engine counters the probe's census disagrees with (the pools' figures are the census's then)
     witnesses: tuple[CounterWitness, ...] = ()
     # what is derived from these figures (the pools' findings), computed once per snapshot

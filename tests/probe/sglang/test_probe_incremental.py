@@ -89,13 +89,32 @@ def test_a_9000_request_waiting_queue_is_not_walked_by_the_cheap_samples_after_t
     walks = CountingQueue.walks
     assert first is not None
     assert walks > 0  # the first sample scans the queue once
-    for _ in range(20):
+    for step in range(20):
         clock.advance(0.1)
+        rank.sched.forward_ct = step  # the scheduler moves (a stalled one has its head read once)
         snap = probe.sample_now()
         assert snap is not None
         assert gap(snap.pools[Pool.MAMBA]) == 0
         assert snap.pools[Pool.MAMBA].held == 2  # the running request and the waiting COW holder
     assert CountingQueue.walks == walks
+
+
+def test_a_stalled_9000_request_queue_has_its_head_read_once_per_stall_not_per_sample() -> None:
+    rank, clock = long_queue_rank(9000), FakeClock()
+    probe = probe_for(rank, clock)
+    rank.sched.forward_ct = 0
+    probe.sample_now()
+    walks = CountingQueue.walks
+    for _ in range(20):
+        clock.advance(0.1)
+        snap = probe.sample_now()
+        assert snap is not None
+        assert snap.progress is not None
+    assert snap.progress.stalled_steps >= 1  # sample_now reads between the same two loop boundaries
+    assert snap.progress.stalled_for(snap.taken_at) >= 1.9
+    assert snap.progress.waiting == 9000
+    assert snap.progress.head[:2] == ("w-cow", "w0")
+    assert CountingQueue.walks == walks + 1  # the first eight, once, when the stall began
 
 
 def test_a_waiting_request_taking_a_slot_between_scans_is_found_by_a_rescan_not_reported_as_a_gap() -> None:

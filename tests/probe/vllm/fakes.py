@@ -118,6 +118,7 @@ class FullAttentionManager:
 class Request:
     request_id: str
     finished: bool = False
+    num_computed_tokens: int = 0
 
     def is_finished(self) -> bool:
         return self.finished

@@ -31,7 +31,13 @@ from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.evidence import Evidence, gather, witness_sentence
 from poolwatch.detect.family import Family, Seen, uses
-from poolwatch.detect.outcome import crash_imminent, double_free_outcome, facts, leak_outcome
+from poolwatch.detect.outcome import (
+    crash_imminent,
+    double_free_outcome,
+    encoder_outcome,
+    leak_outcome,
+    unit_of,
+)
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 from poolwatch.engines import ENGINES, EngineEntry
 from poolwatch.model.findings import LEAK_KINDS, TIMING_KINDS, Tripwire
@@ -93,14 +99,18 @@ def _signal(snap: Snapshot, alert: str, pool: Pool, ev: Evidence, cfg: DetectorC
     account = snap.pools.get(pool)
     size = account.size if account is not None else None
     large = bool(size) and ev.count >= cfg.large_leak_fraction * (size or 0)
-    if alert == DOUBLE_FREE:
+    if pool is Pool.ENCODER:  # no request shares a slot, no idle check looks: the budget's words
+        double = alert == DOUBLE_FREE
+        severity = Severity.CRITICAL if double or large else Severity.WARNING
+        outcome = encoder_outcome(snap, double)
+    elif alert == DOUBLE_FREE:
         severity, outcome = Severity.CRITICAL, double_free_outcome(snap, ev.kinds, ev.requests)
     else:
         severity = Severity.CRITICAL if crash_imminent(snap) or large else Severity.WARNING
         outcome = leak_outcome(snap, large)
     judged = [w for w in snap.witnesses if w.pool is pool]
     if judged:  # the figures are the census's, not the engine counters': say which and why
-        unit = facts(snap.worker.engine).unit
+        unit = unit_of(snap.worker.engine, pool)
         said = " ".join(witness_sentence(w, unit) for w in judged)
         ev.sentences.append(f"The pool is judged from the probe's census, not the engine's counters: {said}")
     text = " ".join([*ev.sentences, outcome])
@@ -114,6 +124,23 @@ _CHECKED = tuple(e for e in ENGINES if e.idle_check)  # engines that die at idle
 _UNCHECKED = tuple(e for e in ENGINES if not e.idle_check)
 _CHECKERS = " or ".join(e.title for e in _CHECKED) or "the engine"
 _POOL_ON = f"{{{{ $labels.pool }}}} pool on {q.WHERE}"
+# vLLM's encoder cache (multimodal and encoder-decoder models) is judged by the same rules, in the
+# budget's words: no request shares an encoder slot and no idle check looks at it
+_ENCODER_TWICE = (
+    f"{{{{ $value }}}} encoder-cache slot(s) on {q.WHERE} are counted free twice: the encoder-cache budget "
+    "exceeds the cache, so admission stops limiting encoder inputs and an encoder output can be evicted or "
+    "overwritten while a request still reads it. Nothing in the engine checks this. Drain and restart the "
+    "worker."
+)
+_ENCODER_LOST = (
+    f"{{{{ $value }}}} encoder-cache slot(s) on {q.WHERE} are lost: no request references them at idle, so "
+    "fewer encoder inputs fit, and multimodal requests wait longer, until the worker restarts."
+)
+
+
+def _per_pool(text: str, encoder: str) -> str:
+    """``text``, or ``encoder`` when the alert is about the encoder cache (a Go template branch)."""
+    return f'{{{{ if eq $labels.pool "encoder" }}}}{encoder}{{{{ else }}}}{text}{{{{ end }}}}'
 
 
 def _double_free_rule(e: EngineEntry, config: MixinConfig) -> PromRule:
@@ -127,6 +154,7 @@ def _double_free_rule(e: EngineEntry, config: MixinConfig) -> PromRule:
         "and restart the worker."
     )
     keep = q.duration(config.detector.resolve_hold)
+    text = _per_pool(text, _ENCODER_TWICE)
     return PromRule(Severity.CRITICAL, f"({q.DOUBLE_FREE})\n{engine}", "0s", text, keep, e.name)
 
 
@@ -160,6 +188,8 @@ def _leak_rules(e: EngineEntry, config: MixinConfig, deficit: str, large: str) -
         "it, but requests wait and are preempted sooner until the worker restarts."
     )
     engine = q.on_engines((e,), config.cluster_label)
+    big = _ENCODER_LOST.replace(" are lost:", f" are lost, at least {share} of the cache:")
+    critical, warning = _per_pool(critical, big), _per_pool(warning, _ENCODER_LOST)
     return (
         PromRule(Severity.CRITICAL, f"{large}\n{engine}", hold, critical, keep, e.name),
         PromRule(Severity.WARNING, f"({deficit}\n  {engine})\nunless {large}", hold, warning, keep, e.name),

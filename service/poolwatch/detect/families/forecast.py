@@ -5,6 +5,11 @@ its rank-source's fitted trends (:attr:`~poolwatch.detect.family.Seen.fits`); ea
 verdict on the forecast alert of its pool (none yet leaves it be) and, when the pool would run out of
 free slots within ``exhaustion_horizon``, a warning signal.  The exporter publishes the same fit as
 ``poolwatch_pool_exhaustion_eta_seconds``, which the rule reads.
+
+What is fitted is the capacity that will not come back: the gap, plus the slots of hold owners waiting
+past their bound (:mod:`.holds`; the detector adds them).  The books count those (vLLM's
+``session_held``, a tree lock's ``protected``), so the gap stays zero while they pile up -- a decode
+whose prefills died strands a request's blocks at a time -- yet the pool runs out all the same.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from poolwatch.model.rank import Pool
 __all__ = ["FAMILY", "POOL_EXHAUSTION_FORECAST", "ExhaustionForecast"]
 
 POOL_EXHAUSTION_FORECAST = "PoolwatchPoolExhaustionForecast"
+STRANDED = "PoolwatchStrandedHold"
 
 
 class ExhaustionForecast(Judge):
@@ -33,8 +39,13 @@ class ExhaustionForecast(Judge):
             if trend.eta is None or trend.eta >= cfg.exhaustion_horizon:
                 continue
             unit = facts(snap.worker.engine).unit
+            held = any(
+                h.pool is pool and h.stranded(snap.taken_at, cfg.hold_bound(h.timeout)) for h in snap.holds
+            )
+            how = f" (lost, or held by owners waiting past their bound: see {STRANDED})" if held else ""
+            loses = f"loses {trend.rate * 3600:.1f} {unit}s per hour{how}"
             text = (
-                f"The {pool.value} pool of {where(snap)} loses {trend.rate * 3600:.1f} {unit}s per hour; "
+                f"The {pool.value} pool of {where(snap)} {loses}; "
                 f"at that rate it has no free {unit} left in {trend.eta / 3600:.1f} h."
             )
             wait = (cfg.deficit_samples, cfg.forecast_for)

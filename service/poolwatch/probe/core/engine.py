@@ -31,6 +31,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.hooks import Hook
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import CensusRule
+from poolwatch.probe.core.waiting import Waits
 
 __all__ = [
     "Census",
@@ -62,13 +63,16 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class EngineSample:
     """What one read pass found, in every engine's words; ``detail`` is the room's own (the live
-    set, the holders), kept for a census taken in the same pass."""
+    set, the holders), kept for a census taken in the same pass; ``waits`` what waits on the rank
+    and what its scheduler did since the last read (:mod:`~poolwatch.probe.core.waiting`; None: the
+    room does not read it)."""
 
     role: Role
     phase: Phase
     pools: dict[Pool, PoolAccount]
     queues: dict[str, int]
     detail: Any = None
+    waits: Waits | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ from poolwatch.probe.core.repairs import RepairLog
 from poolwatch.probe.core.schedule import CensusSchedule, Due
 from poolwatch.probe.core.stamping import Stamping
 from poolwatch.probe.core.tripwires import TripwireLog
+from poolwatch.probe.core.waiting import WaitBook, Waits, merged
 
 __all__ = ["Clock", "Probe", "new_probe"]
 
@@ -108,6 +109,8 @@ class Probe(Stamping):
         self._last_hook = clock()
         self._idle_seq = -1  # the iteration of the last idle hook
         self._sample_cost = 0.0
+        self.waits = WaitBook()  # holds' ages, progress counters and the stall, across samples
+        self.parked = False  # the last sample found nothing to step but owners waiting (keepalive)
 
     # -- entry points (scheduler thread) ------------------------------------------------------
 
@@ -142,11 +145,13 @@ class Probe(Stamping):
     def refresh_idle(self, quiet_s: float = QUIET_S) -> bool:
         """From the endpoint's keepalive thread (``Engine.keepalive``): re-stamp the idle snapshot
         when no hook ran for ``quiet_s`` (nothing read from the engine: with no hook, nothing
-        touched the pool).  Only an idle snapshot still current is re-stamped; True when it was."""
+        touched the pool).  Only an idle snapshot still current is re-stamped, or a parked one (nothing
+        to step, only owners waiting on a transfer: their holds age as it is re-stamped); True when it
+        was."""
         with self._lock:
             snap = self.publication.latest
             quiet = self.clock() - self._last_hook >= quiet_s
-            if snap is None or snap.phase is not Phase.IDLE or not quiet or self.disabled:
+            if snap is None or not (snap.phase is Phase.IDLE or self.parked) or not quiet or self.disabled:
                 return False
             self.publication.publish(replace(snap, taken_at=self.wall(), probe=self._health()))
             return True
@@ -193,6 +198,7 @@ class Probe(Stamping):
         reading = Reading()
         due_now = self.schedule.by_clock(now, idle=self.schedule.was_idle)
         sample = self.reader.read(reading, ReadAsk(exact=idle_hook or bool(due_now), due=due_now))
+        waits = sample.waits
         self._last_sample = now
         idle = sample.phase is Phase.IDLE
         force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)
@@ -208,12 +214,24 @@ class Probe(Stamping):
             if again is not None:  # the census changed what a read would find: read once more
                 reading = Reading()
                 sample = self.reader.read(reading, again)
+                waits = merged(waits, sample.waits)
         for label, message in reading.failures.items():
             self.guard.note(label, message)
         self.guard.succeeded()
+        self._waited(waits)
         sample = replace(sample, pools=self.counters.judged(sample.pools))  # the census's figures
         self._sample_cost = time.perf_counter() - started - census_cost
         self._deliver(sample, reading, hook, idle_hook=idle_hook)
+
+    def _waited(self, waits: Waits | None) -> None:
+        """The holds and progress the next snapshot carries, from what the room read (once per sample)."""
+        if waits is None:
+            self.holds, self.progress, self.parked = (), None, False
+            return
+        now = self.wall()
+        self.holds = self.waits.holds(waits, now)
+        self.progress = None if waits.moves is None else self.waits.progress(waits.moves, self.seq, now)
+        self.parked = waits.parked
 
     def _census(self, due: Due, sample: EngineSample, reading: Reading, hook: str) -> list[Proof]:
         """Run the censuses ``due`` names, in the room's order; their findings become tripwires."""

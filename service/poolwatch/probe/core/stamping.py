@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from poolwatch.model.holds import Hold
+from poolwatch.model.progress import Progress
 from poolwatch.model.rank import Role, WorkerId
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.probe.core.config import ProbeConfig
@@ -55,6 +57,8 @@ class Stamping:
     census_total: int
     _sample_cost: float
     _lock: threading.Lock
+    holds: tuple[Hold, ...] = ()  # what the last sample found waiting (core/waiting.py)
+    progress: Progress | None = None
 
     @property
     def latest(self) -> Snapshot | None:
@@ -96,6 +100,8 @@ class Stamping:
             probe=self._health(),
             idle_check_strict=self.reader.idle_check_strict,
             boot_id=self.boot_id,
+            holds=self.holds,
+            progress=self.progress,
             witnesses=self.counters.all(),
         )
 

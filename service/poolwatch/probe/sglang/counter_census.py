@@ -33,9 +33,18 @@ from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import Shape
 
-__all__ = ["full_readings", "mamba_readings", "offload_pending", "tree_lock_counts"]
+__all__ = ["full_readings", "mamba_readings", "offload_pending", "tree_lock_counts", "tree_root"]
 
 _CHUNK_COUNTS_UNTIL = (0, 5, 9)  # a chunk cache's protected_size_ moves before this release only
+
+
+def tree_root(tree_cache: Any) -> Any:
+    """The tree's root node, or ``None``: a ChunkCache has none, and 0.5.23's unified tree raises
+    ``NotImplementedError`` on ``root_node`` (its nodes live in a Rust tree core)."""
+    try:
+        return getattr(tree_cache, "root_node", None)
+    except NotImplementedError:
+        return None
 
 
 def _len(value: Any) -> int:
@@ -47,7 +56,7 @@ def tree_lock_counts(tree_cache: Any, lock: str, value: str) -> tuple[int, int] 
     """``(evictable, protected)``: ``len`` of every node's ``value`` (device-resident: a host-only
     node's is ``None``) summed over the nodes whose ``lock`` count is 0 / above 0, the root left
     out; ``None`` when the tree's nodes do not carry ``lock`` (not this kind of tree)."""
-    root = getattr(tree_cache, "root_node", None)
+    root = tree_root(tree_cache)
     if root is None or not hasattr(root, lock) or not hasattr(root, "children"):
         return None
     evictable = protected = 0
@@ -116,7 +125,7 @@ def full_readings(
     prefix = ("full_",) if hybrid else ("", "full_")
     evict = _counter(tree, tuple(f"{p}evictable_size" for p in prefix), reading)
     protect = _counter(tree, tuple(f"{p}protected_size" for p in prefix), reading)
-    if getattr(tree, "root_node", None) is None:  # a chunk cache: its counter moves with prefixes
+    if tree_root(tree) is None:  # a chunk cache: its counter moves with prefixes
         if protect is None or shape.since >= _CHUNK_COUNTS_UNTIL:
             return ()
         counted = _chunk_protected(live.holders, offload_pending(sched, reading))

@@ -28,7 +28,7 @@ from typing import Any
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import Owners, PoolCensus, busy_lost, id_census
 from poolwatch.probe.core.reading import MISSING, Reading
-from poolwatch.probe.sglang.counter_census import mamba_readings
+from poolwatch.probe.sglang.counter_census import mamba_readings, tree_root
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
 from poolwatch.probe.sglang.pool_terms import checkpoint_pool
 from poolwatch.probe.sglang.requests import LiveSet
@@ -67,7 +67,7 @@ def tree_is_empty(tree_cache: Any) -> bool:
     else its counters say so (no tensor is read).  The structure decides where it can: a census
     must not believe the counters it checks (a hand-subtracted ``protected_size_`` makes a tree
     holding locked nodes look empty, #27666)."""
-    children = getattr(getattr(tree_cache, "root_node", None), "children", None)
+    children = getattr(tree_root(tree_cache), "children", None)
     if children is not None:
         try:
             return len(children) == 0
@@ -90,12 +90,12 @@ def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
     if tree_is_empty(tree_cache):
         return []
     flatten = getattr(tree_cache, flatten_name, None)
-    root = getattr(tree_cache, "root_node", None)
     if callable(flatten):
         try:
             return [flatten()]
         except RuntimeError:  # nodes, but none with such a value: SGLang's cat of nothing
             pass
+    root = tree_root(tree_cache)
     if root is None:  # a ChunkCache (PD decode): no tree; 0.5.4's counts live requests' KV as protected
         return []
     values, stack = [], [root]

@@ -22,6 +22,7 @@ from poolwatch.probe.sglang.shapes import Shape, for_tree, shape_of
 from poolwatch.probe.sglang.snapshot import idle_check_strict, take_sample
 from poolwatch.probe.sglang.totals import Memo
 from poolwatch.probe.sglang.waiting import WaitingHolders
+from poolwatch.probe.sglang.waits import SglangWaits
 
 __all__ = ["SglangReader"]
 
@@ -42,6 +43,7 @@ class SglangReader:
         self.memo = Memo()
         self.idle_check_strict: bool | None = idle_check_strict(self.shape, environ)
         self.censuses = (MambaCensus(scheduler, self.shape), KvCensus(scheduler, self.shape))
+        self.waits = SglangWaits(scheduler, self.shape, environ)  # PD transfer owners and progress
 
     def read(self, reading: Reading, ask: ReadAsk) -> EngineSample:
         sample = take_sample(
@@ -53,7 +55,8 @@ class SglangReader:
             memo=self.memo,
         )
         role = ROLES.get(sample.role, Role.UNIFIED)
-        return EngineSample(role, sample.phase, sample.pools, sample.queues, detail=sample)
+        waits = self.waits.read(sample.role, sample.live, sample.page, reading)
+        return EngineSample(role, sample.phase, sample.pools, sample.queues, detail=sample, waits=waits)
 
     def identify(self, reading: Reading, role: Role) -> WorkerId:
         return rank_identity(self.scheduler, reading, role)

@@ -41,6 +41,7 @@ class Sample:
     queues: dict[str, int]
     live: LiveSet
     gates: dict[str, int | None] = field(default_factory=dict)  # phase.gate_readings: the final decision's
+    page: int = 1  # the full pool's page size, in slots
 
 
 def idle_check_strict(shape: Shape, environ: Mapping[str, str]) -> bool:
@@ -139,7 +140,7 @@ def take_sample(
         blur(pools)
     if depths.get("decode_offload"):
         blur(pools, OFFLOAD_BLURS)
-    return Sample(role, phase, pools, queues, live, gates)
+    return Sample(role, phase, pools, queues, live, gates, page)
 
 
 def build_snapshot(

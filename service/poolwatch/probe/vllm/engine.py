@@ -52,7 +52,7 @@ def vllm_release(override: str, installed: str | None = None) -> Release:
 def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:
     from poolwatch.probe.vllm.reader import VllmReader
 
-    return VllmReader(scheduler, config, release)
+    return VllmReader(scheduler, config, release, environ)
 
 
 VLLM = Engine(

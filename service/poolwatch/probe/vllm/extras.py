@@ -15,7 +15,8 @@ free-time tripwire and the opt-in guard (EngineCore thread).
   :meth:`VllmProbe.on_pop`, before a manager pops a request's list, keeps the owners exact;
 * where a KV consumer connector can refill a freed block outside the step's order, a block freed
   while a step in flight still lists it (:mod:`~poolwatch.probe.vllm.in_flight`, the #45357 class)
-  is named at the free, with its request (``freed_in_flight``; never a double free);
+  is named at the free, with its request (``freed_in_flight``; never a double free; judged on what
+  the free lets through, after guard's refusal);
 * guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on a release never read and beside a
   HiSparse manager): that wrong part of the free is refused before vLLM's own ``free_blocks`` runs
   (:mod:`~poolwatch.probe.vllm.refuse`), recorded as a ``refuse`` repair from inside the free, and
@@ -29,10 +30,8 @@ free-time tripwire and the opt-in guard (EngineCore thread).
   frees are judged against their owners only once the free path check passed
   (:mod:`~poolwatch.probe.vllm.free_path`); guard stays off there.
 
-Nothing here writes to vLLM's objects; in guard mode the wrapped free hands vLLM's own
-``free_blocks`` less than it was given.  The sample cadence, the census schedule (the walk),
-containment, the snapshot, kill switch and heartbeat are the neutral
-:class:`~poolwatch.probe.core.probe.Probe`'s.
+Nothing here writes to vLLM's objects (guard hands vLLM's ``free_blocks`` less than it was given).
+Cadence, census schedule, containment, snapshot, kill switch and heartbeat are the neutral Probe's.
 """
 
 from __future__ import annotations
@@ -75,23 +74,45 @@ class VllmProbe(Probe):
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
     def on_step(self, hook: str) -> None:
+        if not self.disabled:
+            self.contain("waits", lambda: self.reader.waits.step_begins())  # noqa: PLW0108 (read inside containment)
         self.step(hook)
 
     def after_update(self, hook: str) -> None:
-        """After ``update_from_output``/``finish_requests``: idle once no request is left."""
+        """After ``update_from_output``/``finish_requests``: idle once no request is left; a sample
+        at once when only requests kept for a transfer are left (vLLM up to 0.21 then stops
+        stepping: the keepalive keeps that snapshot fresh, its holds aging)."""
         requests = getattr(self.scheduler, "requests", None)
-        if requests is not None and not requests:
+        parked = False
+        if not self.disabled:
+            self.contain("waits", lambda: self.reader.waits.step_ended())  # noqa: PLW0108
+            parked = bool(requests) and not self.parked and self._parked_now()
+        emptied = requests is not None and not requests
+        if emptied or parked:
             self.idle(hook, fresh=True)
         else:
             self._last_hook = self.clock()
+
+    def _parked_now(self) -> bool:
+        """Nothing to step: every request left is one kept for a transfer (queues all empty)."""
+        sched = self.scheduler
+        try:
+            return all(not getattr(sched, name, None) for name in self.reader.shape.queues)
+        except Exception as exc:
+            self.guard.failed("parked", exc)
+            return False
 
     def on_free(self, blocks: list[Any]) -> Sequence[list[Any]] | None:
         """Inside ``BlockPool.free_blocks``, before it runs: name a double free at the free itself;
         in guard mode, refuse its wrong part (the calls to make instead; None: as it came)."""
         if self.disabled:
             return None
-        if self.in_flight is not None and self.in_flight.kept:
-            self._early(blocks)
+        calls = self._judged(blocks)
+        if self.in_flight is not None and self.in_flight.kept:  # a refused part never frees
+            self._early(blocks if calls is None else [b for part in calls for b in part])
+        return calls
+
+    def _judged(self, blocks: list[Any]) -> Sequence[list[Any]] | None:
         try:
             trusted = self.reader.trusted and self.free_path.judges(blocks, self.reader.index)
             index = self.reader.index if trusted else None
@@ -158,6 +179,7 @@ class VllmProbe(Probe):
         if self.disabled:
             return
         self.reader.index.released(index, request_id, blocks)
+        self.reader.waits.popped(request_id)
         if self.in_flight is not None and self.in_flight.steps:
             self.in_flight.popped(request_id, blocks)
 

@@ -21,12 +21,14 @@ from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release
 from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.core.schedule import CensusRule
 from poolwatch.probe.vllm.census import Walk, walk_pool
+from poolwatch.probe.vllm.encoder import encoder_account
 from poolwatch.probe.vllm.holders import HolderIndex
 from poolwatch.probe.vllm.identity import local_index, rank_identity
-from poolwatch.probe.vllm.pool_terms import block_pool
+from poolwatch.probe.vllm.pool_terms import block_pool, managers
 from poolwatch.probe.vllm.sample import Kinds, read_holders, take_sample
 from poolwatch.probe.vllm.shape_check import check_shape
 from poolwatch.probe.vllm.shapes import VllmShape, shape_of_family
+from poolwatch.probe.vllm.waits import VllmWaits
 
 __all__ = ["BlockWalk", "VllmReader", "coarse"]
 
@@ -93,9 +95,12 @@ class VllmReader:
 
     idle_check_strict: bool | None = None  # vLLM has no idle check of its own
 
-    def __init__(self, scheduler: object, config: ProbeConfig, release: Release) -> None:
+    def __init__(
+        self, scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]
+    ) -> None:
         self.scheduler = scheduler
         self.shape = shape_of_family(release.family)
+        self.waits = VllmWaits(scheduler, self.shape, environ)  # transfer owners and progress
         self.index = HolderIndex()
         self.walk = BlockWalk(scheduler, self.shape, self.index, trusted=release.verified)
         self.censuses = (self.walk,)
@@ -112,7 +117,11 @@ class VllmReader:
     def read(self, reading: Reading, ask: ReadAsk) -> EngineSample:
         sample = take_sample(self.scheduler, self.shape, reading, self.index, evictable=self.walk.evictable)
         pools = sample.pools if self.trusted else {p: coarse(a) for p, a in sample.pools.items()}
-        return EngineSample(Role.UNIFIED, sample.phase, pools, sample.queues, detail=sample.held)
+        encoder = encoder_account(self.scheduler, reading)
+        if encoder is not None:
+            pools[Pool.ENCODER] = encoder
+        waits = self.waits.read(sample.queues, managers(self.scheduler, reading), reading)
+        return EngineSample(Role.UNIFIED, sample.phase, pools, sample.queues, detail=sample.held, waits=waits)
 
     def resync(self) -> None:
         """Bring the holder index up to date now (the free-time check, before it names a block)."""

@@ -19,6 +19,7 @@ from poolwatch.conservation import findings, used
 from poolwatch.model.rank import Exactness, Phase, PoolAccount
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.metrics.families import Families, FamiliesCollector
+from poolwatch.sidecar.metrics.waiting import WAITING_METRICS, add_waiting
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.target_state import TargetState
 
@@ -71,7 +72,7 @@ class PoolCollector(FamiliesCollector):
     rules keep firing exactly as long as the sidecar's own alerts do and a dashboard never shows
     it as healthy; its slot figures, queues and phase are withheld (never shown as current)."""
 
-    names = _POOL_METRICS + _RANK_METRICS
+    names = _POOL_METRICS + WAITING_METRICS + _RANK_METRICS  # its families, in exposition order
 
     def __init__(self, store: SnapshotStore, clock: Callable[[], float], stale_after: float) -> None:
         self._store = store
@@ -94,6 +95,8 @@ class PoolCollector(FamiliesCollector):
         for account in snap.pools.values():
             self._add_pool(fam, snap, account, stale)
         self._add_tripwires(fam, snap)
+        if not stale:
+            add_waiting(fam, snap)
         for w in snap.witnesses:  # kept while stale, like the findings: the drift stands until a census
             labels = (*rank_labels(snap), w.pool.value, w.figure)
             fam.add("poolwatch_pool_counter_drift_slots", labels, w.drift)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -89,9 +89,11 @@ def made() -> Iterator[list[Scheduler]]:
         detach(s)
 
 
-def attached(sched: Scheduler, made: list[Scheduler], release: str = "0.23.0") -> VllmProbe:
+def attached(
+    sched: Scheduler, made: list[Scheduler], release: str = "0.23.0", config: ProbeConfig = CONFIG
+) -> VllmProbe:
     made.append(sched)
-    probe = attach(VLLM, sched, CONFIG, release=vllm_release(release))
+    probe = attach(VLLM, sched, config, release=vllm_release(release))
     assert isinstance(probe, VllmProbe)
     return probe
 
@@ -164,6 +166,26 @@ def test_a_long_overlapped_run_names_nothing_when_fenced_and_every_early_free_wh
     assert count > 0
     assert named
     assert named <= {f"q{s}" for s in range(60)} | {f"p{s}" for s in range(60)}
+
+
+def test_a_free_guard_refuses_is_not_judged_as_freed_in_flight(made: list[Scheduler]) -> None:
+    """Guard refuses an early free of blocks a deferred entry still owns (0.33.0's
+    guard_deferred_freed_early): the refused part never reaches the pool, so it is no early free;
+    the fence's own drain later returns the blocks once, and nothing is named."""
+    sched = Overlapping(fenced=True)
+    probe = attached(sched, made, "0.33.0", replace(CONFIG, guard=True))
+    sched.add("a", 3)
+    sched.add("b", 2)
+    pending: deque[Any] = deque([sched.schedule(), sched.schedule()])
+    sched.update_from_output(pending.popleft())
+    sched.finish("a")  # popped onto deferred_frees while step 2 lists it
+    blocks = sched.deferred_frees[0][1]
+    sched.pool.free_blocks(list(reversed(blocks)))  # the early free: refused whole
+    assert {s for r in probe.repairs.all() for s in r.slots} == {b.block_id for b in blocks}
+    assert found(probe) == {}
+    sched.update_from_output(pending.popleft())  # the drain: the one free of these blocks
+    assert not sched.deferred_frees
+    assert found(probe) == {}
 
 
 def test_without_a_consumer_connector_nothing_is_armed(made: list[Scheduler]) -> None:

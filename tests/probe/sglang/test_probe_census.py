@@ -11,8 +11,9 @@ from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import id_census
 from poolwatch.probe.core.reading import Reading
+from poolwatch.probe.sglang.counter_census import tree_lock_counts, tree_root
 from poolwatch.probe.sglang.kv_census import kv_census
-from poolwatch.probe.sglang.mamba_census import mamba_census
+from poolwatch.probe.sglang.mamba_census import mamba_census, tree_is_empty, tree_values
 from poolwatch.probe.sglang.requests import collect_live
 from poolwatch.probe.sglang.shapes import shape_for_version
 
@@ -119,3 +120,35 @@ def test_the_kv_census_at_idle_names_a_lost_slot_and_a_double_free() -> None:
     assert census.missing_count == 1
     assert census.free_and_tree == (int(node.value[0]),)
     assert census.duplicates == (9,)
+
+
+class UnifiedTree:
+    """0.5.23's unified tree as its Python side is: the nodes live in a tree core, ``root_node``
+    raises, the counters and a flatten helper answer."""
+
+    def __init__(self, values: list[torch.Tensor]) -> None:
+        self.values = values
+
+    @property
+    def root_node(self) -> object:
+        raise NotImplementedError("root_node: not ported to the tree core")
+
+    def evictable_size(self) -> int:
+        return sum(int(v.numel()) for v in self.values)
+
+    def protected_size(self) -> int:
+        return 0
+
+    def all_values_flatten(self) -> torch.Tensor:
+        return torch.cat(self.values)
+
+
+def test_a_tree_whose_root_raises_is_read_by_its_counters_and_flatten_helper() -> None:
+    """The census reads 0.5.23's tree through what it answers; a raising ``root_node`` is no tree
+    to walk (it once made the Mamba census fail whole: no tripwire for a live slot freed again)."""
+    empty, held = UnifiedTree([]), UnifiedTree([torch.tensor([3, 4])])
+    assert tree_root(empty) is None
+    assert tree_is_empty(empty)
+    assert tree_values(empty, "all_values_flatten", "value") == []
+    assert [v.tolist() for v in tree_values(held, "all_values_flatten", "value")] == [[3, 4]]
+    assert tree_lock_counts(held, "lock_ref", "value") is None

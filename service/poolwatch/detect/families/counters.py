@@ -23,63 +23,43 @@ alert fires at once (a census proved it) and holds while the census keeps findin
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
-
 from poolwatch.conservation import gap
 from poolwatch.detect import promql as q
-from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.evidence import witness_sentence
-from poolwatch.detect.family import Family, Seen, uses, where
-from poolwatch.detect.outcome import drift_outcome, facts
+from poolwatch.detect.family import Family, uses, where
+from poolwatch.detect.outcome import drift_outcome
+from poolwatch.detect.pool_judge import PoolJudge, Said
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
 from poolwatch.engines import ENGINES, EngineEntry
 from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.model.witness import CounterWitness
 
 __all__ = ["COUNTER_DRIFT", "FAMILY", "CounterDrift"]
 
 COUNTER_DRIFT = "PoolwatchCounterDrift"
-_ORDER = {p: i for i, p in enumerate(Pool)}
 
 
-@dataclass(frozen=True, slots=True)
-class CounterDrift:
+class CounterDrift(PoolJudge[CounterWitness]):
     """The family's judge: every snapshot of a rank-source."""
 
-    config: DetectorConfig | None = None  # no threshold of its own: a census proved it
+    ALERT = COUNTER_DRIFT
+    DEVICE_ONLY = True  # a probe's census can witness the counters of its device pools
 
-    def signals(self, seen: Seen) -> list[Signal]:
-        snap = seen.snap
-        if not snap.witnesses:
-            return []
-        by_pool: dict[Pool, list[CounterWitness]] = defaultdict(list)
-        for w in snap.witnesses:
-            by_pool[w.pool].append(w)
-        entry = facts(snap.worker.engine)
-        out = []
-        for pool, found in sorted(by_pool.items(), key=lambda kv: _ORDER[kv[0]]):
-            account = snap.pools.get(pool)
-            severity, value, outcome = drift_outcome(snap, found, None if account is None else gap(account))
-            said = " ".join(witness_sentence(w, entry.unit) for w in found)
-            text = (
-                f"An engine counter of the {pool.value} pool of {where(snap)} disagrees with the probe's "
-                f"census: {said} No {entry.unit} is lost or freed twice for it: the pool's figures and gap "
-                f"are the census's. {outcome}"
-            )
-            labels = rank_labels(snap.worker, pool.value)
-            out.append(Signal(COUNTER_DRIFT, sampled_subject(snap), severity, labels, text, float(value)))
-        return out
+    def found(self, snap: Snapshot) -> tuple[CounterWitness, ...]:
+        return snap.witnesses
 
-    def signature(self, seen: Seen) -> tuple[Pool, ...]:
-        """The device pools a probe snapshot reports (a probe's census can witness their counters)."""
-        snap = seen.snap
-        return tuple(p for p in snap.pools if p is not Pool.HOST) if snap.probe is not None else ()
-
-    def judged(self, seen: Seen) -> set[Verdict]:
-        worker = seen.snap.worker
-        return {(COUNTER_DRIFT, rank_labels(worker, p.value)) for p in self.signature(seen)}
+    def say(self, snap: Snapshot, entry: EngineEntry, pool: Pool, found: list[CounterWitness]) -> Said:
+        account = snap.pools.get(pool)
+        severity, value, outcome = drift_outcome(snap, found, None if account is None else gap(account))
+        said = " ".join(witness_sentence(w, entry.unit) for w in found)
+        text = (
+            f"An engine counter of the {pool.value} pool of {where(snap)} disagrees with the probe's "
+            f"census: {said} No {entry.unit} is lost or freed twice for it: the pool's figures and gap "
+            f"are the census's. {outcome}"
+        )
+        return severity, text, float(value)
 
 
 # --- the Prometheus rules ----------------------------------------------------------------------------

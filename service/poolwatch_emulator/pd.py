@@ -38,12 +38,7 @@ class SchedulerDisaggPrefillMixin:
         self.emu_chunk_boundary(fault="pd-chunked-mamba-double-free" if hybrid_pool else None)
 
     def process_batch_result_disagg_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
-        for req in batch.reqs:
-            self.emu_encoder_after_step(req)
-        for req, token in zip(batch.reqs, result, strict=True):
-            if req is self.chunked_req:
-                continue
-            req.output_ids.append(token)
+        for req in self.emu_prefilled(batch, result):
             self.tree_cache.cache_unfinished_req(req)
             self.disagg_prefill_inflight_queue.append(req)
             req.transfer.prefill_done_at = self.clock.now

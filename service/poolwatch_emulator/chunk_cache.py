@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from poolwatch_emulator.caches import MatchResult, cat_values, row_slots
 from poolwatch_emulator.ownership import free_row
+from poolwatch_emulator.prefix_cache import BasePrefixCache
 from poolwatch_emulator.spec import free_overallocated
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["ChunkCache"]
 
 
-class ChunkCache:
+class ChunkCache(BasePrefixCache):
     """No prefix sharing: everything a request holds is private to it."""
 
     def __init__(
@@ -45,17 +46,8 @@ class ChunkCache:
         self.emu_narrow_row: int | None = None  # speculative decoding: the row before PR #26972
         self.is_eagle = False
 
-    def is_tree_cache(self) -> bool:
-        return False
-
     def is_chunk_cache(self) -> bool:
         return True
-
-    def supports_mamba(self) -> bool:
-        return False
-
-    def supports_swa(self) -> bool:
-        return False
 
     def evictable_size(self) -> int:
         return 0

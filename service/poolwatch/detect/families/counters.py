@@ -28,10 +28,10 @@ from poolwatch.detect import promql as q
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.evidence import witness_sentence
 from poolwatch.detect.family import Family, uses, where
-from poolwatch.detect.outcome import drift_outcome
+from poolwatch.detect.outcome import CHECKERS, UNCHECKED, drift_outcome
 from poolwatch.detect.pool_judge import PoolJudge, Said
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
-from poolwatch.engines import ENGINES, EngineEntry
+from poolwatch.engines import EngineEntry
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.model.witness import CounterWitness
@@ -64,8 +64,6 @@ class CounterDrift(PoolJudge[CounterWitness]):
 
 # --- the Prometheus rules ----------------------------------------------------------------------------
 
-_CHECKED = tuple(e for e in ENGINES if e.idle_check)
-_UNCHECKED = tuple(e for e in ENGINES if not e.idle_check)
 _DRIFT = "max without (counter) (abs(poolwatch_pool_counter_drift_slots))"
 _ABOVE = 'max without (counter) (poolwatch_pool_counter_drift_slots{counter="available"})'
 _OF = f"the {{{{ $labels.pool }}}} pool on {q.WHERE}"
@@ -112,25 +110,22 @@ _SEEN = (
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
     keep, cl = q.duration(config.detector.resolve_hold), config.cluster_label
-    checkers = " or ".join(e.title for e in _CHECKED) or "the engine"
     off = f"An engine counter of {_OF} is off by {{{{ $value }}}} slot(s) from the probe's census"
     dies = (
-        f"{off}, and {checkers} will act on it: its idle check finds the pool off at its next idle moment "
+        f"{off}, and {CHECKERS} will act on it: its idle check finds the pool off at its next idle moment "
         "and, strict, crashes the server; or a counter below zero fails its pool statistics' usage assertion "
         "at the next metrics or log line. Drain and restart the worker."
     )
     warns = (
-        f"{off}; {checkers}'s checks do not act on it here (the idle check is relaxed, or the drift cancels "
+        f"{off}; {CHECKERS}'s checks do not act on it here (the idle check is relaxed, or the drift cancels "
         "what the ids show: see the tripwires). Restart the worker at a quiet moment."
     )
     acts = _acts(q.not_strict(cl))
     rules = [
-        PromRule(Severity.CRITICAL, q.apart(f"{_DRIFT} > 0\nand {acts}", _UNCHECKED, cl), "0s", dies, keep),
-        PromRule(
-            Severity.WARNING, q.apart(f"{_DRIFT} > 0\nunless {acts}", _UNCHECKED, cl), "0s", warns, keep
-        ),
+        PromRule(Severity.CRITICAL, q.apart(f"{_DRIFT} > 0\nand {acts}", UNCHECKED, cl), "0s", dies, keep),
+        PromRule(Severity.WARNING, q.apart(f"{_DRIFT} > 0\nunless {acts}", UNCHECKED, cl), "0s", warns, keep),
     ]
-    for e in _UNCHECKED:
+    for e in UNCHECKED:
         rules.extend(_unchecked_rules(e, config, keep))
     return (
         AlertDef(

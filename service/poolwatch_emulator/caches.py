@@ -51,12 +51,7 @@ class _TreeCache(BasePrefixCache):
     """What every radix cache shares; subclasses name the counters."""
 
     def __init__(self, req_to_token_pool: ReqToTokenPool, allocator: Any, page_size: int, faults: FaultPlan):
-        self.req_to_token_pool = req_to_token_pool
-        self.token_to_kv_pool_allocator = allocator
-        self.page_size = page_size
-        self.faults = faults
-        self.emu_narrow_row: int | None = None  # speculative decoding: the row before PR #26972
-        self.is_eagle = False  # speculative decoding (EAGLE): keys are bigrams in SGLang
+        super().__init__(req_to_token_pool, allocator, page_size, faults)
         hp = hybrid(req_to_token_pool)
         self.tree = RadixTree(
             page_size,

@@ -37,14 +37,9 @@ class ChunkCache(BasePrefixCache):
         *,
         counts_protected: bool = False,
     ):
-        self.req_to_token_pool = req_to_token_pool
-        self.token_to_kv_pool_allocator = allocator
-        self.page_size = page_size
-        self.faults = faults
+        super().__init__(req_to_token_pool, allocator, page_size, faults)
         self.counts_protected = counts_protected  # 0.5.4: protected_size() reports protected_size_
         self.protected_size_ = 0
-        self.emu_narrow_row: int | None = None  # speculative decoding: the row before PR #26972
-        self.is_eagle = False
 
     def is_chunk_cache(self) -> bool:
         return True

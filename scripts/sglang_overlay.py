@@ -19,7 +19,6 @@ the release it reads.  Which releases are overlays, and on which venv, is the ri
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # rigs/: the release table
 
-from venv_build import cache_root, locked, overlay, run
+from venv_build import cache_root, locked, overlay_main, run
 
 from rigs.sglang.releases import LAYERS, RELEASES
 
@@ -71,17 +70,14 @@ def package(name: str) -> bool:
     return name.startswith("sglang/")
 
 
+def with_layer(version: str, python: str) -> None:
+    """The layer the release runs with, where the table names one (its path on stderr)."""
+    if version in PINNED:
+        print(make_layer(PINNED[version], python), file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n", maxsplit=1)[0])
-    parser.add_argument("version", choices=sorted(BASES))
-    parser.add_argument("--force", action="store_true", help="fetch again even if cached")
-    parser.add_argument("--python", default=sys.executable, help="the Python whose pip downloads")
-    args = parser.parse_args(argv)
-    dest = overlay("sglang", args.version, BASES[args.version], package, args.python, force=args.force)
-    if args.version in PINNED:
-        print(make_layer(PINNED[args.version], args.python), file=sys.stderr)
-    print(dest, BASES[args.version])
-    return 0
+    return overlay_main("sglang", BASES, package, __doc__ or "", argv, then=with_layer)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,28 @@ def overlay(
     return dest
 
 
+def overlay_main(
+    dist: str,
+    bases: Mapping[str, str],
+    keep: Callable[[str], bool],
+    doc: str,
+    argv: list[str],
+    then: Callable[[str, str], object] = lambda version, python: None,
+) -> int:
+    """An overlay script's command line: ``VERSION [--force] [--python PY]``, one of ``bases`` (the
+    release -> the venv it runs on); makes its :func:`overlay`, runs ``then(version, python)`` (what
+    else the release needs) and prints the overlay's path and its base venv."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("version", choices=sorted(bases))
+    parser.add_argument("--force", action="store_true", help="fetch again even if cached")
+    parser.add_argument("--python", default=sys.executable, help="the Python whose pip downloads")
+    args = parser.parse_args(argv)
+    dest = overlay(dist, args.version, bases[args.version], keep, args.python, force=args.force)
+    then(args.version, args.python)
+    print(dest, bases[args.version])
+    return 0
+
+
 def layer(requirement: str, python: str) -> Path:
     """The directory holding ``requirement`` and its dependencies, installed once (under a lock)."""
     root = cache_root() / "layers"

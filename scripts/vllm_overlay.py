@@ -17,14 +17,13 @@ Only stdlib here.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # rigs/: the release table
 
-from venv_build import overlay
+from venv_build import overlay_main
 
 from rigs.vllm.releases import RELEASES
 
@@ -39,14 +38,7 @@ def wanted(name: str) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n", maxsplit=1)[0])
-    parser.add_argument("version", choices=sorted(BASES))
-    parser.add_argument("--force", action="store_true", help="fetch again even if cached")
-    parser.add_argument("--python", default=sys.executable, help="the Python whose pip downloads")
-    args = parser.parse_args(argv)
-    dest = overlay("vllm", args.version, BASES[args.version], wanted, args.python, force=args.force)
-    print(dest, BASES[args.version])
-    return 0
+    return overlay_main("vllm", BASES, wanted, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,18 @@ async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 SEED_ISSUE = "seed/sglang-issue-pd-mamba-leak-check.txt"
+# the labels of the alert the seed incident raises, on the tests' usual rank (prefill-0, TP rank 1):
+# a double free on its Mamba pool
+SEED_DOUBLE_FREE_LABELS = {
+    "alertname": "PoolwatchDoubleFree",
+    "severity": "critical",
+    "worker": "prefill-0",
+    "role": "prefill",
+    "dp_rank": "0",
+    "tp_rank": "1",
+    "pp_rank": "0",
+    "pool": "mamba",
+}
 
 
 def seed_issue() -> Path:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from hypothesis import strategies as st
 
 from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
@@ -19,6 +21,11 @@ from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 slot_counts = st.integers(min_value=0, max_value=10**7)
 
 
+def few(elements: st.SearchStrategy[T], max_size: int) -> st.SearchStrategy[tuple[T, ...]]:
+    """Tuples of at most ``max_size`` of ``elements`` (a snapshot's sequences are tuples)."""
+    return st.lists(elements, max_size=max_size).map(tuple)
+
+
 def encodable_text(max_size: int, *, exclude: str = "") -> st.SearchStrategy[str]:
     """Text of up to ``max_size`` characters without lone surrogates (nor ``exclude``)."""
     return st.text(
@@ -26,6 +33,7 @@ def encodable_text(max_size: int, *, exclude: str = "") -> st.SearchStrategy[str
     )
 
 
+T = TypeVar("T")
 _nothing_unreadable: st.SearchStrategy[tuple[str, ...]] = st.just(())
 
 
@@ -60,13 +68,11 @@ _wire_rank = st.integers(min_value=0, max_value=65535)
 # what the wire carries as it is: text that is already inert (poolwatch.inert: the codec makes any
 # control or invisible format character a visible sign, tests/core/test_codec.py)
 _wire_text = st.text(alphabet=st.characters(exclude_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), max_size=20)
-_wire_accounts = pool_accounts(st.none() | _wire_int, st.lists(_wire_text, max_size=3).map(tuple))
+_wire_accounts = pool_accounts(st.none() | _wire_int, few(_wire_text, 3))
 _wire_call_sites = st.none() | st.builds(
     CallSite,
     kind=st.sampled_from(CallSiteKind),
-    frames=st.lists(st.builds(Frame, file=_wire_text, line=_wire_int, function=_wire_text), max_size=3).map(
-        tuple
-    ),
+    frames=few(st.builds(Frame, file=_wire_text, line=_wire_int, function=_wire_text), 3),
     seq=_wire_int,
 )
 
@@ -86,42 +92,42 @@ wire_snapshots = st.builds(
     pools=pool_maps(_wire_accounts),
     source=_wire_text,
     queues=st.dictionaries(_wire_text, _wire_int, max_size=4),
-    tripwires=st.lists(
+    tripwires=few(
         st.builds(
             Tripwire,
             kind=st.sampled_from(TripwireKind),
             pool=st.sampled_from(Pool),
-            slots=st.lists(_wire_int, max_size=4).map(tuple),
+            slots=few(_wire_int, 4),
             first_seen_hook=_wire_text,
             seq=_wire_int,
             call_site=_wire_call_sites,
         ),
-        max_size=2,
-    ).map(tuple),
-    repairs=st.lists(
+        2,
+    ),
+    repairs=few(
         st.builds(
             Repair,
             kind=st.sampled_from(RepairKind),
             pool=st.sampled_from(Pool),
             count=_wire_int,
-            slots=st.lists(_wire_int, max_size=4).map(tuple),
+            slots=few(_wire_int, 4),
             hook=_wire_text,
             seq=_wire_int,
-            requests=st.lists(_wire_text, max_size=2).map(tuple),
+            requests=few(_wire_text, 2),
             call_site=_wire_call_sites,
         ),
-        max_size=2,
-    ).map(tuple),
-    incidents=st.lists(
+        2,
+    ),
+    incidents=few(
         st.builds(
             Incident,
             kind=st.sampled_from(IncidentKind),
             message=_wire_text,
             at=st.floats(0, 2e9),
-            pools=st.lists(_wire_accounts, max_size=2).map(tuple),
+            pools=few(_wire_accounts, 2),
         ),
-        max_size=2,
-    ).map(tuple),
+        2,
+    ),
     probe=st.none()
     | st.builds(
         ProbeHealth,
@@ -156,18 +162,18 @@ overlapping_snapshots = st.builds(
     pools=pool_maps(pool_accounts(_signed_figure)),
     source=st.sampled_from(["probe", "sglang-metrics", "file"]),
     queues=st.dictionaries(st.sampled_from(["waiting", "running", "inflight"]), st.integers(0, 9000)),
-    tripwires=st.lists(
+    tripwires=few(
         st.builds(
             Tripwire,
             kind=st.sampled_from(TripwireKind),
             pool=st.sampled_from(Pool),
-            slots=st.lists(st.integers(0, 500), max_size=3).map(tuple),
+            slots=few(st.integers(0, 500), 3),
         ),
-        max_size=2,
-    ).map(tuple),
-    incidents=st.lists(
-        st.builds(Incident, kind=st.sampled_from(IncidentKind), message=_label, at=st.just(0.0)), max_size=1
-    ).map(tuple),
+        2,
+    ),
+    incidents=few(
+        st.builds(Incident, kind=st.sampled_from(IncidentKind), message=_label, at=st.just(0.0)), 1
+    ),
     probe=st.none() | st.builds(ProbeHealth, samples_total=st.integers(0, 10**9)),
     idle_check_strict=st.none() | st.booleans(),
     boot_id=st.sampled_from(["a", "b"]),

@@ -78,8 +78,6 @@ def test_a_package_face_is_a_signpost_with_no_code(path: Path) -> None:
 
 
 LONG = 250  # lines: a module past it says why it is one module ("Kept whole: ...")
-# long modules another change of issue 38 splits (the detector families); dropped from here with it
-LONG_FOR_NOW = {"poolwatch/detect/tracker.py"}
 
 
 def test_a_module_over_250_lines_says_in_its_docstring_why_it_is_kept_whole() -> None:
@@ -89,7 +87,6 @@ def test_a_module_over_250_lines_says_in_its_docstring_why_it_is_kept_whole() ->
         for path in sorted(service.rglob("*.py"))
         if (lines := len(path.read_text().splitlines())) > LONG
         and "Kept whole:" not in (ast.get_docstring(ast.parse(path.read_text())) or "")
-        and str(path.relative_to(service)) not in LONG_FOR_NOW
     )
     assert unexplained == [], "split it on a real seam, or say in its docstring why not"
 

@@ -25,15 +25,25 @@ class SchedulerBatchMixin:
             self.emu_chunk_pending = False
             self.last_batch_filter_chunked()
             self.emu_chunk_boundary()
+        self.emu_merge_last_extend(chunked_req_to_exclude=self.chunked_req)
+        batch: ScheduleBatch | None = self.emu_new_or_running(self.get_new_batch_prefill())
+        return batch
+
+    def emu_merge_last_extend(self: Any, **exclude: Any) -> None:
+        """The last step's extend batch, filtered (``exclude``: what ``filter_batch`` leaves out),
+        joins the running batch."""
         last = self.last_batch
         if last is not None and last.forward_mode.is_extend():
-            last.filter_batch(chunked_req_to_exclude=self.chunked_req)
+            last.filter_batch(**exclude)
             if not last.is_empty():
                 if self.running_batch.is_empty():
                     self.running_batch = last
                 else:
                     self.running_batch.merge_batch(last)
-        new_batch: ScheduleBatch | None = self.get_new_batch_prefill()
+
+    def emu_new_or_running(self: Any, new_batch: ScheduleBatch | None) -> ScheduleBatch | None:
+        """``new_batch`` when there is one; else the running batch after its decode update (with
+        retraction), ``None`` when nothing runs."""
         if new_batch is not None:
             return new_batch
         if self.running_batch.is_empty():

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from poolwatch_emulator.ownership import free_row, hybrid
+from poolwatch_emulator.prefix_cache import BasePrefixCache, HybridCounters
 from poolwatch_emulator.radix import RadixTree, TreeNode
 from poolwatch_emulator.spec import free_overallocated
 
@@ -46,16 +47,11 @@ def row_slots(pool: ReqToTokenPool, req: Req, end: int) -> torch.Tensor:
     return pool.req_to_token[req.req_pool_idx, :end].to(torch.int64)
 
 
-class _TreeCache:
+class _TreeCache(BasePrefixCache):
     """What every radix cache shares; subclasses name the counters."""
 
     def __init__(self, req_to_token_pool: ReqToTokenPool, allocator: Any, page_size: int, faults: FaultPlan):
-        self.req_to_token_pool = req_to_token_pool
-        self.token_to_kv_pool_allocator = allocator
-        self.page_size = page_size
-        self.faults = faults
-        self.emu_narrow_row: int | None = None  # speculative decoding: the row before PR #26972
-        self.is_eagle = False  # speculative decoding (EAGLE): keys are bigrams in SGLang
+        super().__init__(req_to_token_pool, allocator, page_size, faults)
         hp = hybrid(req_to_token_pool)
         self.tree = RadixTree(
             page_size,
@@ -71,12 +67,6 @@ class _TreeCache:
 
     def is_tree_cache(self) -> bool:
         return True
-
-    def supports_mamba(self) -> bool:
-        return False
-
-    def supports_swa(self) -> bool:
-        return False
 
     def reset(self) -> None:
         self.tree.reset()
@@ -188,15 +178,9 @@ class RadixCache(_TreeCache):
         return self.tree.full_protected_size_
 
 
-class MambaRadixCache(_TreeCache):
+class MambaRadixCache(HybridCounters, _TreeCache):
     def supports_mamba(self) -> bool:
         return True
-
-    def evictable_size(self) -> int:
-        raise NotImplementedError
-
-    def protected_size(self) -> int:
-        raise NotImplementedError
 
     def full_evictable_size(self) -> int:
         return self.tree.full_evictable_size_

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from poolwatch_emulator.caches import MatchResult, cat_values, row_slots
 from poolwatch_emulator.ownership import free_row
+from poolwatch_emulator.prefix_cache import BasePrefixCache
 from poolwatch_emulator.spec import free_overallocated
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["ChunkCache"]
 
 
-class ChunkCache:
+class ChunkCache(BasePrefixCache):
     """No prefix sharing: everything a request holds is private to it."""
 
     def __init__(
@@ -36,26 +37,12 @@ class ChunkCache:
         *,
         counts_protected: bool = False,
     ):
-        self.req_to_token_pool = req_to_token_pool
-        self.token_to_kv_pool_allocator = allocator
-        self.page_size = page_size
-        self.faults = faults
+        super().__init__(req_to_token_pool, allocator, page_size, faults)
         self.counts_protected = counts_protected  # 0.5.4: protected_size() reports protected_size_
         self.protected_size_ = 0
-        self.emu_narrow_row: int | None = None  # speculative decoding: the row before PR #26972
-        self.is_eagle = False
-
-    def is_tree_cache(self) -> bool:
-        return False
 
     def is_chunk_cache(self) -> bool:
         return True
-
-    def supports_mamba(self) -> bool:
-        return False
-
-    def supports_swa(self) -> bool:
-        return False
 
     def evictable_size(self) -> int:
         return 0

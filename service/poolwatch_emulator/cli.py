@@ -25,6 +25,23 @@ from poolwatch_emulator.workload import WorkloadConfig
 __all__ = ["add_arguments", "config_from_args", "run"]
 
 
+# the model's pool sizes on the command line: (flag, ModelShape field, help); defaults are ModelShape's
+_SHAPE_OPTIONS = (
+    ("--full-kv-tokens", "full_kv_tokens", "full-attention KV pool size per rank, in tokens"),
+    ("--mamba-slots", "mamba_slots", "Mamba pool size per rank (0 = no Mamba pool)"),
+    ("--swa-kv-tokens", "swa_kv_tokens", "sliding-window pool size (SWA-hybrid model)"),
+    (
+        "--hicache-host-tokens",
+        "host_kv_tokens",
+        "HiCache host pool size (--enable-hierarchical-cache; needs --mamba-slots 0)",
+    ),
+    ("--page-size", "page_size", "tokens per KV page (SGLang's --page-size)"),
+    ("--max-running", "max_running_requests", "running requests per rank at most"),
+)
+_OPTIONAL = {"mamba_slots", "swa_kv_tokens", "host_kv_tokens"}  # pools a model may lack: 0 is none
+_SHAPE = ModelShape()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--prefill", type=int, default=1, help="PD prefill workers")
@@ -65,17 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--dt", type=float, default=0.25, help="simulated seconds per scheduler iteration")
     a("--port-base", type=int, default=0, help="first HTTP port (0 = ephemeral ports)")
-    a("--full-kv-tokens", type=int, default=131_072, help="full-attention KV pool size per rank, in tokens")
-    a("--mamba-slots", type=int, default=1024, help="Mamba pool size per rank (0 = no Mamba pool)")
-    a("--swa-kv-tokens", type=int, default=0, help="sliding-window pool size (SWA-hybrid model)")
-    a(
-        "--hicache-host-tokens",
-        type=int,
-        default=0,
-        help="HiCache host pool size (--enable-hierarchical-cache; needs --mamba-slots 0)",
-    )
-    a("--page-size", type=int, default=1, help="tokens per KV page (SGLang's --page-size)")
-    a("--max-running", type=int, default=256, help="running requests per rank at most")
+    for flag, name, text in _SHAPE_OPTIONS:
+        metavar = flag.removeprefix("--").upper().replace("-", "_")  # the flag's, not the field's
+        a(flag, type=int, dest=name, metavar=metavar, default=getattr(_SHAPE, name) or 0, help=text)
     a("--chunked-prefill-size", type=int, default=4096, help="prefill chunk in tokens")
     a("--rate", type=float, default=1.5, help="requests per simulated second during bursts")
     a("--no-strict-idle-check", action="store_true", help="SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE=0")
@@ -85,14 +94,11 @@ def config_from_args(args: argparse.Namespace) -> ClusterConfig:
     """The cluster settings; ``ValueError`` naming the first bad one."""
     if getattr(args, "scenario", None) is not None:
         return _scenario_from_args(args)
-    shape = ModelShape(
-        full_kv_tokens=args.full_kv_tokens,
-        mamba_slots=args.mamba_slots or None,
-        swa_kv_tokens=args.swa_kv_tokens or None,
-        host_kv_tokens=args.hicache_host_tokens or None,
-        page_size=args.page_size,
-        max_running_requests=args.max_running,
-    )
+    sizes: dict[str, Any] = {}
+    for _, name, _ in _SHAPE_OPTIONS:
+        size = getattr(args, name)
+        sizes[name] = size or None if name in _OPTIONAL else size
+    shape = replace(_SHAPE, **sizes)
     config = ClusterConfig(
         prefill=args.prefill,
         decode=args.decode,

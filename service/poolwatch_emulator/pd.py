@@ -38,12 +38,7 @@ class SchedulerDisaggPrefillMixin:
         self.emu_chunk_boundary(fault="pd-chunked-mamba-double-free" if hybrid_pool else None)
 
     def process_batch_result_disagg_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
-        for req in batch.reqs:
-            self.emu_encoder_after_step(req)
-        for req, token in zip(batch.reqs, result, strict=True):
-            if req is self.chunked_req:
-                continue
-            req.output_ids.append(token)
+        for req in self.emu_prefilled(batch, result):
             self.tree_cache.cache_unfinished_req(req)
             self.disagg_prefill_inflight_queue.append(req)
             req.transfer.prefill_done_at = self.clock.now
@@ -167,21 +162,9 @@ class SchedulerDisaggDecodeMixin:
             self.tree_cache.cache_finished_req(req)
 
     def get_next_disagg_decode_batch_to_run(self: Any) -> ScheduleBatch | None:
-        last = self.last_batch
-        if last is not None and last.forward_mode.is_extend():
-            last.filter_batch()
-            if not last.is_empty():
-                if self.running_batch.is_empty():
-                    self.running_batch = last
-                else:
-                    self.running_batch.merge_batch(last)
-        prebuilt: ScheduleBatch | None = self.get_new_prebuilt_batch()
-        if prebuilt is not None:
-            return prebuilt
-        if self.running_batch.is_empty():
-            return None
-        self.running_batch = self.update_running_batch(self.running_batch)
-        return None if self.running_batch.is_empty() else self.running_batch
+        self.emu_merge_last_extend()
+        batch: ScheduleBatch | None = self.emu_new_or_running(self.get_new_prebuilt_batch())
+        return batch
 
     def get_new_prebuilt_batch(self: Any) -> ScheduleBatch | None:
         if not self.waiting_queue:

@@ -4,6 +4,7 @@ prefix cache, log decode stats every ``decode_log_interval`` steps)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from poolwatch_emulator.req import Req, ScheduleBatch
@@ -39,13 +40,18 @@ class SchedulerResultMixin:
         else:
             self.process_batch_result_prefill(batch, result)
 
-    def process_batch_result_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
+    def emu_prefilled(self: Any, batch: ScheduleBatch, result: list[int]) -> Iterator[Req]:
+        """A prefill step's requests after their encoder step, each but the chunked one (still
+        prefilling) with its first new token appended, one at a time as the caller handles it."""
         for req in batch.reqs:
             self.emu_encoder_after_step(req)
         for req, token in zip(batch.reqs, result, strict=True):
-            if req is self.chunked_req:
-                continue
-            req.output_ids.append(token)
+            if req is not self.chunked_req:
+                req.output_ids.append(token)
+                yield req
+
+    def process_batch_result_prefill(self: Any, batch: ScheduleBatch, result: list[int]) -> None:
+        for req in self.emu_prefilled(batch, result):
             req.check_finished()
             if req.finished():
                 self.emu_finish(req)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from poolwatch_emulator.caches import RadixCache
+from poolwatch_emulator.prefix_cache import HybridCounters
 
 if TYPE_CHECKING:
     import torch
@@ -20,15 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["SWARadixCache"]
 
 
-class SWARadixCache(RadixCache):
+class SWARadixCache(HybridCounters, RadixCache):
     def supports_swa(self) -> bool:
         return True
-
-    def evictable_size(self) -> int:
-        raise NotImplementedError
-
-    def protected_size(self) -> int:
-        raise NotImplementedError
 
     full_evictable_size = RadixCache.evictable_size
     full_protected_size = RadixCache.protected_size

@@ -15,6 +15,7 @@ from poolwatch.detect.config import DetectorConfig
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.groups import AlertSettings
 from poolwatch.settings.sidecar import Settings
+from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.store import SnapshotStore
 
 DETECTION_FIELDS = {f.name for f in fields(DetectorConfig)}
@@ -42,6 +43,15 @@ def settings(tmp_path: Path, **values: Any) -> Settings:
 
 def seeded(clock: FakeClock, seed: Snapshot) -> tuple[SnapshotStore, Snapshot]:
     return SnapshotStore(), replace(seed, taken_at=clock.now)
+
+
+def seen_seed(settings: Settings, clock: FakeClock, seed: Snapshot, **wiring: Any) -> AlertWiring:
+    """The alerting wiring of ``settings`` (``wiring``: its transport, sleep, ...) over a store that
+    has just taken ``seed``, as if taken now; not yet evaluated."""
+    store, snap = seeded(clock, seed)
+    alerting = build_alerting(settings, store, clock, **wiring)
+    store.put(snap)
+    return alerting
 
 
 class Ticker:

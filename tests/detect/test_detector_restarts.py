@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.detect.sidecar import FakeAlertmanager, Ticker, seeded, settings, settle
+from tests.detect.sidecar import FakeAlertmanager, Ticker, seen_seed, settings, settle
 from tests.detect.streams import RankStream
 from tests.helpers import FakeClock
 
@@ -22,9 +22,7 @@ from poolwatch.sidecar.store import SnapshotStore
 async def test_a_firing_alert_survives_a_sidecar_restart_and_is_sent_again(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
-    store, seed = seeded(clock, seed_snapshot)
-    first = build_alerting(settings(tmp_path), store, clock)
-    store.put(seed)
+    first = seen_seed(settings(tmp_path), clock, seed_snapshot)
     first.evaluate()
     fired = first.detector.alerts()[0]
     await first.stop()
@@ -53,9 +51,7 @@ async def test_a_firing_alert_survives_a_sidecar_restart_and_is_sent_again(
 def test_a_restored_alert_the_rank_never_confirms_resolves_after_the_grace(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
-    store, seed = seeded(clock, seed_snapshot)
-    first = build_alerting(settings(tmp_path), store, clock)
-    store.put(seed)
+    first = seen_seed(settings(tmp_path), clock, seed_snapshot)
     first.evaluate()
     second = build_alerting(settings(tmp_path), SnapshotStore(), clock)
     clock.advance(299)
@@ -85,9 +81,7 @@ def test_a_restored_alert_a_clean_rank_disproves_resolves_with_the_usual_hystere
 def test_the_state_file_round_trips_and_a_corrupt_one_is_ignored(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store, seed = seeded(clock, seed_snapshot)
-    alerting = build_alerting(settings(tmp_path), store, clock)
-    store.put(seed)
+    alerting = seen_seed(settings(tmp_path), clock, seed_snapshot)
     alerts = alerting.evaluate()
     assert decode_alerts(encode_alerts(alerts)) == alerts
     assert [p.name for p in tmp_path.iterdir()] == ["alerts.json"]  # no temporary file left behind

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 from tests.detect.streams import WORKER, RankStream, coarse, exact
-from tests.helpers import FakeClock
+from tests.helpers import SEED_DOUBLE_FREE_LABELS, FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.alert import Alert, AlertState, _labels
@@ -106,16 +106,7 @@ def test_the_seed_double_free_is_paged_with_the_crash_ahead(clock: FakeClock) ->
     alert = mamba(detector.evaluate(), "PoolwatchDoubleFree")
     assert alert is not None
     assert (alert.state, alert.severity) == (AlertState.FIRING, Severity.CRITICAL)
-    assert alert.all_labels == {
-        "alertname": "PoolwatchDoubleFree",
-        "severity": "critical",
-        "worker": "prefill-0",
-        "role": "prefill",
-        "dp_rank": "0",
-        "tp_rank": "1",
-        "pp_rank": "0",
-        "pool": "mamba",
-    }
+    assert alert.all_labels == SEED_DOUBLE_FREE_LABELS
     description = alert.annotations["description"]
     assert "counts 1 slot twice (gap -1): a double free" in description
     assert (

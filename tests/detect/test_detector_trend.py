@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -13,10 +14,20 @@ from tests.helpers import FakeClock
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.trend import GapSeries, fit_slope
+from poolwatch.detect.trend import GapSeries, Trend, fit_slope
 from poolwatch.model.rank import Pool
 
 T0 = 1_761_907_243.0
+
+
+def trend_of(gap: Callable[[int], int], seconds: int, *, window: float = 900.0, free: int = 100) -> Trend:
+    """The trend of a rank whose gap is ``gap(i)`` at second ``i`` of ``seconds`` (``free`` slots)."""
+    series = GapSeries(window=window)
+    for i in range(seconds):
+        series.add(T0 + i, gap(i), free=free)
+    trend = series.trend()
+    assert trend is not None
+    return trend
 
 
 @given(
@@ -45,42 +56,26 @@ def test_a_single_moment_has_no_slope() -> None:
 
 
 def test_a_sustained_leak_gets_a_rate_and_an_exhaustion_eta() -> None:
-    series = GapSeries(window=900.0)
-    for i in range(901):  # one slot lost every 10 s, 2000 slots still free
-        series.add(T0 + i, i // 10, free=2000)
-    trend = series.trend()
-    assert trend is not None
+    trend = trend_of(lambda i: i // 10, 901, free=2000)  # one slot lost every 10 s, 2000 slots still free
     assert trend.eta is not None
     assert trend.rate == pytest.approx(0.1, rel=0.01)
     assert trend.eta == pytest.approx(20_000, rel=0.01)
 
 
 def test_a_one_off_step_is_not_extrapolated_into_a_forecast() -> None:
-    series = GapSeries(window=900.0)
-    for i in range(900):
-        series.add(T0 + i, 0 if i < 450 else 2, free=100)
-    trend = series.trend()
-    assert trend is not None
+    trend = trend_of(lambda i: 0 if i < 450 else 2, 900)
     assert trend.rate > 0
     assert trend.eta is None
 
 
 def test_a_double_free_trend_is_negative_and_never_exhausts() -> None:
-    series = GapSeries(window=900.0)
-    for i in range(900):
-        series.add(T0 + i, -(i // 100), free=100)
-    trend = series.trend()
-    assert trend is not None
+    trend = trend_of(lambda i: -(i // 100), 900)
     assert trend.rate < 0
     assert trend.eta is None
 
 
 def test_points_older_than_the_window_are_forgotten() -> None:
-    series = GapSeries(window=100.0)
-    for i in range(1000):
-        series.add(T0 + i, 50 if i < 500 else 0, free=100)
-    trend = series.trend()
-    assert trend is not None
+    trend = trend_of(lambda i: 50 if i < 500 else 0, 1000, window=100.0)
     assert trend.rate == 0.0
 
 

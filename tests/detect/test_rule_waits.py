@@ -36,7 +36,7 @@ from poolwatch.detect.schema import Mode, Severity
 from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.holds import Hold, HoldReason
 from poolwatch.model.progress import Progress
-from poolwatch.model.rank import IncidentKind, Phase, Pool
+from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.model.witness import CounterWitness
 from poolwatch.target_state import DirectoryHealth, TargetState
@@ -80,24 +80,37 @@ def observing(detector: Detector, make: Callable[[], Snapshot]) -> Step:
     return step
 
 
-def surplus(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    return observing(d, lambda: s.next(exact(Pool.MAMBA, -1)))
+def showing(
+    *accounts: PoolAccount, phase: Phase = Phase.BUSY, probe: ProbeHealth | None = None, **found: object
+) -> Case:
+    """A rank whose every snapshot shows ``accounts`` in ``phase`` (none: a balanced full and Mamba
+    pool), from a probe of health ``probe`` where given, carrying ``found`` (its tripwires,
+    repairs or counter witnesses)."""
+
+    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
+        if probe is not None:
+            s.probe = probe
+        return observing(d, lambda: replace(s.next(*accounts, phase=phase), **found))
+
+    return case
 
 
-def host_surplus(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    return observing(d, lambda: s.next(exact(Pool.HOST, -3, held=0)))
+IDLE = Phase.IDLE
+surplus = showing(exact(Pool.MAMBA, -1))
+host_surplus = showing(exact(Pool.HOST, -3, held=0))
+host_deficit = showing(exact(Pool.HOST, 3, held=0), phase=IDLE)
+coarse_idle_deficit = showing(coarse(Pool.FULL, 5), phase=IDLE)
+large_idle_deficit = showing(coarse(Pool.FULL, 600), phase=IDLE)
+probe_disabled = showing(probe=ProbeHealth(disabled=True, last_error="kill switch engaged"))
+_REPAIR = Repair(RepairKind.QUARANTINE, Pool.MAMBA, 1, (5,), "process_prefill_chunk", 3, ("r1",))
+guard_repaired = showing(probe=ProbeHealth(guard=True), repairs=(_REPAIR,))
+_TRIP = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, (4, 5), "free_blocks", 7, ("r1",))
+freed_in_flight = showing(exact(Pool.FULL, 0), probe=ProbeHealth(), tripwires=(_TRIP,))
 
 
-def host_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    return observing(d, lambda: s.next(exact(Pool.HOST, 3, held=0), phase=Phase.IDLE))
-
-
-def coarse_idle_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    return observing(d, lambda: s.next(coarse(Pool.FULL, 5), phase=Phase.IDLE))
-
-
-def large_idle_deficit(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    return observing(d, lambda: s.next(coarse(Pool.FULL, 600), phase=Phase.IDLE))
+def counter_drift(figure: str, reported: int) -> Case:
+    witness = CounterWitness(Pool.FULL, figure, "counter()", reported, 10, 5, 5, 0.0)
+    return showing(exact(Pool.FULL, 0), probe=ProbeHealth(), witnesses=(witness,))
 
 
 def steady_leak(d: Detector, c: FakeClock, s: RankStream) -> Step:
@@ -142,23 +155,12 @@ def directory(health: DirectoryHealth) -> Case:
     return case
 
 
-def probe_disabled(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    s.probe = ProbeHealth(disabled=True, last_error="kill switch engaged")
-    return observing(d, s.next)
-
-
 def probe_errors(d: Detector, c: FakeClock, s: RankStream) -> Step:
     def make() -> Snapshot:
         s.probe = ProbeHealth(errors_total=s.seq)
         return s.next()
 
     return observing(d, make)
-
-
-def guard_repaired(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    repair = Repair(RepairKind.QUARANTINE, Pool.MAMBA, 1, (5,), "process_prefill_chunk", 3, ("r1",))
-    s.probe = ProbeHealth(guard=True)
-    return observing(d, lambda: replace(s.next(), repairs=(repair,)))
 
 
 def stranded(slots: int) -> Callable[[Detector, FakeClock, RankStream], Step]:
@@ -170,21 +172,6 @@ def stranded(slots: int) -> Callable[[Detector, FakeClock, RankStream], Step]:
             return replace(s.next(exact(Pool.FULL, 0)), holds=(hold,), progress=Progress())
 
         return observing(d, make)
-
-    return case
-
-
-def freed_in_flight(d: Detector, c: FakeClock, s: RankStream) -> Step:
-    trip = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, (4, 5), "free_blocks", 7, ("r1",))
-    s.probe = ProbeHealth()
-    return observing(d, lambda: replace(s.next(exact(Pool.FULL, 0)), tripwires=(trip,)))
-
-
-def counter_drift(figure: str, reported: int) -> Callable[[Detector, FakeClock, RankStream], Step]:
-    def case(d: Detector, c: FakeClock, s: RankStream) -> Step:
-        witness = CounterWitness(Pool.FULL, figure, "counter()", reported, 10, 5, 5, 0.0)
-        s.probe = ProbeHealth()
-        return observing(d, lambda: replace(s.next(exact(Pool.FULL, 0)), witnesses=(witness,)))
 
     return case
 

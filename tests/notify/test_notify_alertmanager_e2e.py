@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.detect.streams import RankStream, exact
-from tests.helpers import FakeClock, free_port, require_tool
+from tests.helpers import SEED_DOUBLE_FREE_LABELS, FakeClock, free_port, require_tool
 
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
@@ -134,16 +134,7 @@ async def test_alertmanager_receives_shows_and_resolves_alerts_and_an_outage_los
         assert alert["status"]["state"] == "active"
         labels = dict(alert["labels"])
         assert re.fullmatch("[0-9a-f]{8}", labels.pop(DETAIL_LABEL))  # a digest of the cause
-        assert labels == {
-            "alertname": "PoolwatchDoubleFree",
-            "severity": "critical",
-            "worker": "prefill-0",
-            "role": "prefill",
-            "dp_rank": "0",
-            "tp_rank": "1",
-            "pp_rank": "0",
-            "pool": "mamba",
-        }
+        assert labels == SEED_DOUBLE_FREE_LABELS
         assert (
             alert["annotations"]["runbook_url"] == "https://runbooks.example/poolwatch/PoolwatchDoubleFree.md"
         )

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
+from tests.helpers import SEED_DOUBLE_FREE_LABELS, FakeClock
 from tests.notify.fakes import LABELS, FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import AlertState
@@ -32,17 +32,7 @@ async def test_a_firing_alert_is_posted_at_once_and_re_sent_while_it_fires(clock
     assert len(am.bodies) == 2
     [posted] = am.bodies[0]
     assert posted == {
-        "labels": {
-            "alertname": "PoolwatchDoubleFree",
-            "severity": "critical",
-            "dp_rank": "0",
-            "pool": "mamba",
-            "pp_rank": "0",
-            "role": "prefill",
-            "tp_rank": "1",
-            "worker": "prefill-0",
-            DETAIL_LABEL: detail(alerts[0]),
-        },
+        "labels": {**SEED_DOUBLE_FREE_LABELS, DETAIL_LABEL: detail(alerts[0])},
         "annotations": {"summary": "s", "description": "d"},
         "startsAt": iso(clock.now - 60),
         "endsAt": iso(clock.now - 60 + 240),

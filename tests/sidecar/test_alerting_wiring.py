@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
-from tests.detect.sidecar import FakeAlertmanager, Ticker, seeded, settings, settle
+from tests.detect.sidecar import FakeAlertmanager, Ticker, seeded, seen_seed, settings, settle
 from tests.helpers import FakeClock
 
 from poolwatch.errors import ConfigError, Reason
@@ -24,11 +24,9 @@ async def test_the_seed_snapshot_is_paged_to_alertmanager_through_the_wiring(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
     am = FakeAlertmanager()
-    store, seed = seeded(clock, seed_snapshot)
-    alerting = build_alerting(
-        settings(tmp_path), store, clock, transport=httpx.MockTransport(am), sleep=Ticker(clock)
+    alerting = seen_seed(
+        settings(tmp_path), clock, seed_snapshot, transport=httpx.MockTransport(am), sleep=Ticker(clock)
     )
-    store.put(seed)
     await alerting.start()
     await settle()
     await alerting.stop()
@@ -44,9 +42,7 @@ async def test_the_seed_snapshot_is_paged_to_alertmanager_through_the_wiring(
 def test_the_collector_exports_alerts_trends_and_delivery_from_the_catalogue(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
-    store, seed = seeded(clock, seed_snapshot)
-    alerting = build_alerting(settings(tmp_path), store, clock)
-    store.put(seed)
+    alerting = seen_seed(settings(tmp_path), clock, seed_snapshot)
     alerting.evaluate()
     registry = CollectorRegistry()
     registry.register(alerting.collector)
@@ -101,9 +97,7 @@ def test_a_target_alert_names_its_target_in_the_worker_label(tmp_path: Path, clo
 async def test_the_alerts_api_lists_firing_alerts_first_and_filters_by_state(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
-    store, seed = seeded(clock, seed_snapshot)
-    alerting = build_alerting(settings(tmp_path), store, clock)
-    store.put(seed)
+    alerting = seen_seed(settings(tmp_path), clock, seed_snapshot)
     app = FastAPI()
     app.include_router(alerting.router)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as client:
@@ -131,9 +125,9 @@ def test_bad_alerting_settings_fail_at_build_time_with_one_line(group: AlertSett
 def test_the_namespace_and_pod_label_every_alert_and_the_namespace_its_dashboard_link(
     tmp_path: Path, clock: FakeClock, seed_snapshot: Snapshot
 ) -> None:
-    store, seed = seeded(clock, seed_snapshot)
     group = settings(tmp_path, dashboard_url="https://grafana.example/")
     where = IdentitySettings(namespace="llm", pod="prefill-0-7f9c")
+    store, seed = seeded(clock, seed_snapshot)
     alerting = build_alerting(replace(group, identity=where), store, clock)
     store.put(seed)
     [alert] = alerting.evaluate()
@@ -146,9 +140,7 @@ def test_the_namespace_and_pod_label_every_alert_and_the_namespace_its_dashboard
 
 
 def test_alerting_without_receivers_still_detects(clock: FakeClock, seed_snapshot: Snapshot) -> None:
-    store, seed = seeded(clock, seed_snapshot)
-    alerting: AlertWiring = build_alerting(Settings(), store, clock)
-    store.put(seed)
+    alerting: AlertWiring = seen_seed(Settings(), clock, seed_snapshot)
     assert [a.name for a in alerting.evaluate()] == ["PoolwatchDoubleFree"]
     assert alerting.delivery_stats() == []
 
@@ -158,10 +150,8 @@ def test_two_pods_of_one_role_crashing_together_stay_two_alerts(
 ) -> None:
     fingerprints = set()
     for pod in ("decode-0", "decode-1"):
-        store, seed = seeded(clock, seed_snapshot)
         where = IdentitySettings(worker=pod, namespace="llm", pod=pod)
-        alerting = build_alerting(replace(settings(tmp_path / pod), identity=where), store, clock)
-        store.put(seed)
+        alerting = seen_seed(replace(settings(tmp_path / pod), identity=where), clock, seed_snapshot)
         fingerprints |= {a.fingerprint for a in alerting.evaluate()}
     assert len(fingerprints) == 2
 

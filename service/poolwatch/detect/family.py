@@ -21,8 +21,9 @@ What every family repeats is here too, for a new family to use rather than write
 judge subclasses :class:`Judge` (the thresholds it is built with); a rule the detector holds like its
 own alert is :func:`held` (its ``keep_firing_for`` is the tracker's ``resolve_hold``); the verdicts
 a sampled judge gives per pool are :func:`pool_verdicts`; the sentences every family writes about a
-rank are :func:`where` and :func:`first_line`.  What an engine will do next with a finding is
-:mod:`poolwatch.detect.outcome`.
+rank are :func:`where` and :func:`first_line`.  A judge of what a probe snapshot names per pool
+subclasses :class:`poolwatch.detect.pool_judge.PoolJudge`.  What an engine will do next with a
+finding is :mod:`poolwatch.detect.outcome`.
 """
 
 from __future__ import annotations

@@ -29,13 +29,16 @@ import functools
 from collections.abc import Collection, Sequence
 
 from poolwatch.detect.schema import Severity
-from poolwatch.engines import EngineEntry, UnknownEngine, engine_entry
+from poolwatch.engines import ENGINES, EngineEntry, UnknownEngine, engine_entry
 from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.model.witness import CounterWitness
 
 __all__ = [
+    "CHECKED",
+    "CHECKERS",
+    "UNCHECKED",
     "crash_imminent",
     "double_free_outcome",
     "drift_outcome",
@@ -45,6 +48,12 @@ __all__ = [
     "unit_of",
     "units",
 ]
+
+# the rules' engines, by what their own idle check does with an imbalance (dies, or warns, when it
+# checks at all), and the checking engines' names in a sentence
+CHECKED = tuple(e for e in ENGINES if e.idle_check)
+UNCHECKED = tuple(e for e in ENGINES if not e.idle_check)
+CHECKERS = " or ".join(e.title for e in CHECKED) or "the engine"
 
 # pools whose unit is not the engine's: a request row (SGLang's req_to_token_pool), an encoder-cache
 # slot (vLLM's encoder embeddings)

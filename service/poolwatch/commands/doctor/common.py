@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -22,6 +23,7 @@ from poolwatch.discovery.safety import UnsafePathError, check_ancestors, check_d
 __all__ = ["Announced", "announced", "directory_check", "prometheus_check", "sidecar_check"]
 
 TIMEOUT_S = 3.0
+_UNREADABLE = (httpx.HTTPError, ValueError, KeyError, TypeError)  # no answer, or not the JSON it should be
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,15 +126,20 @@ def attached_check(ranks: Sequence[Announced], skipped: dict[str, str], path: st
     return Check("attached", Status.OK, f"{len(ranks)} rank(s) announced and answering: {names}")
 
 
+def _get_json(client: httpx.Client, base: str, path: str, **params: str) -> Any:
+    """The JSON document at ``path`` of the server at ``base`` (raises one of ``_UNREADABLE``)."""
+    answer = client.get(f"{base.rstrip('/')}{path}", params=params or None, timeout=TIMEOUT_S)
+    answer.raise_for_status()
+    return answer.json()
+
+
 def sidecar_check(ranks: Sequence[Announced], sidecar: str, path: str, client: httpx.Client) -> Check:
     """Whether the sidecar at ``sidecar`` follows every rank announced in ``path``."""
     if not sidecar:
         return Check("discovered", Status.SKIP, "not checked: give --sidecar URL (the sidecar's port 9464)")
     try:
-        answer = client.get(f"{sidecar.rstrip('/')}/api/v1/targets", timeout=TIMEOUT_S)
-        answer.raise_for_status()
-        targets = {t["name"]: t for t in answer.json()}
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        targets = {t["name"]: t for t in _get_json(client, sidecar, "/api/v1/targets")}
+    except _UNREADABLE as exc:
         return Check(
             "discovered",
             Status.FAIL,
@@ -178,12 +185,9 @@ def prometheus_check(workers: Sequence[str], prometheus: str, client: httpx.Clie
     names = "|".join(sorted(set(workers)))
     query = f'count by (worker) (poolwatch_worker_info{{worker=~"{names}"}})'
     try:
-        answer = client.get(
-            f"{prometheus.rstrip('/')}/api/v1/query", params={"query": query}, timeout=TIMEOUT_S
-        )
-        answer.raise_for_status()
-        found = {r["metric"].get("worker", "") for r in answer.json()["data"]["result"]}
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        result = _get_json(client, prometheus, "/api/v1/query", query=query)["data"]["result"]
+        found = {r["metric"].get("worker", "") for r in result}
+    except _UNREADABLE as exc:
         return Check(
             "scraped",
             Status.FAIL,

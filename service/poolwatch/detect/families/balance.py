@@ -32,6 +32,8 @@ from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.evidence import Evidence, gather, witness_sentence
 from poolwatch.detect.family import Family, Seen, uses
 from poolwatch.detect.outcome import (
+    CHECKERS,
+    UNCHECKED,
     crash_imminent,
     double_free_outcome,
     encoder_outcome,
@@ -39,7 +41,7 @@ from poolwatch.detect.outcome import (
     unit_of,
 )
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
-from poolwatch.engines import ENGINES, EngineEntry
+from poolwatch.engines import EngineEntry
 from poolwatch.model.findings import LEAK_KINDS, TIMING_KINDS, Tripwire
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
@@ -120,9 +122,6 @@ def _signal(snap: Snapshot, alert: str, pool: Pool, ev: Evidence, cfg: DetectorC
 
 # --- the Prometheus rules ----------------------------------------------------------------------------
 
-_CHECKED = tuple(e for e in ENGINES if e.idle_check)  # engines that die at idle on an imbalance
-_UNCHECKED = tuple(e for e in ENGINES if not e.idle_check)
-_CHECKERS = " or ".join(e.title for e in _CHECKED) or "the engine"
 _POOL_ON = f"{{{{ $labels.pool }}}} pool on {q.WHERE}"
 # vLLM's encoder cache (multimodal and encoder-decoder models) is judged by the same rules, in the
 # budget's words: no request shares an encoder slot and no idle check looks at it
@@ -162,7 +161,7 @@ def _double_free(config: MixinConfig) -> AlertDef:
     keep, cl = q.duration(config.detector.resolve_hold), config.cluster_label
     twice = f"{{{{ $value }}}} slot(s) of the {_POOL_ON} are counted twice (a double free)"
     text = f"{twice}. Drain and restart the worker."
-    checked = PromRule(Severity.CRITICAL, q.apart(q.DOUBLE_FREE, _UNCHECKED, cl), "0s", text, keep)
+    checked = PromRule(Severity.CRITICAL, q.apart(q.DOUBLE_FREE, UNCHECKED, cl), "0s", text, keep)
     return AlertDef(
         DOUBLE_FREE,
         Scope.POOL,
@@ -170,7 +169,7 @@ def _double_free(config: MixinConfig) -> AlertDef:
         "A memory-pool slot was freed twice; two requests can share it and corrupt each other's output.",
         "Surplus: more slots are accounted free/cached than the pool has, or the probe saw a slot in a "
         "free list twice, while still owned, or with a reference count below zero. Fires at once.",
-        (checked, *(_double_free_rule(e, config) for e in _UNCHECKED)),
+        (checked, *(_double_free_rule(e, config) for e in UNCHECKED)),
     )
 
 
@@ -202,22 +201,22 @@ def _slot_leak(config: MixinConfig) -> AlertDef:
     not_strict, large = q.not_strict(cl), f"({q.DEFICIT} >= {q.large(d)})"
     lost = f"{{{{ $value }}}} slot(s) of the {_POOL_ON} are lost"
     crash = f"({q.DEFICIT}\n  unless {not_strict})\nor {large}"
-    dies = f"{lost}. Unless {_CHECKERS}'s idle check is relaxed, the server crashes at its next idle moment."
-    warns = f"{lost}; {_CHECKERS}'s idle check only warns here, so capacity shrinks until a restart."
+    dies = f"{lost}. Unless {CHECKERS}'s idle check is relaxed, the server crashes at its next idle moment."
+    warns = f"{lost}; {CHECKERS}'s idle check only warns here, so capacity shrinks until a restart."
     rules = [
-        PromRule(Severity.CRITICAL, q.apart(crash, _UNCHECKED, cl), hold, dies, keep),
+        PromRule(Severity.CRITICAL, q.apart(crash, UNCHECKED, cl), hold, dies, keep),
         PromRule(Severity.WARNING, f"({q.DEFICIT}\n  and {not_strict})\nunless {large}", hold, warns, keep),
     ]
-    for e in _UNCHECKED:
+    for e in UNCHECKED:
         rules.extend(_leak_rules(e, config, q.DEFICIT, large))
-    unchecked = " or ".join(e.title for e in _UNCHECKED)
+    unchecked = " or ".join(e.title for e in UNCHECKED)
     return AlertDef(
         SLOT_LEAK,
         Scope.POOL,
         Mode.SAMPLED,
         "Memory-pool slots are lost: nobody owns them any more.",
         "Deficit: the pool has fewer slots accounted than its size, for several samples in a row. "
-        f"Critical when {_CHECKERS}'s strict idle check will crash the server, or the leak is large"
+        f"Critical when {CHECKERS}'s strict idle check will crash the server, or the leak is large"
         + (f"; {unchecked}, with no idle check, only loses capacity (a warning)." if unchecked else "."),
         tuple(rules),
     )

@@ -23,69 +23,47 @@ alert fires at once (a census proved it) and holds while the census keeps findin
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
-
 from poolwatch.conservation import gap
 from poolwatch.detect import promql as q
-from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.evidence import witness_sentence
-from poolwatch.detect.family import Family, Seen, uses, where
-from poolwatch.detect.outcome import drift_outcome, facts
+from poolwatch.detect.family import Family, uses, where
+from poolwatch.detect.outcome import CHECKERS, UNCHECKED, drift_outcome
+from poolwatch.detect.pool_judge import PoolJudge, Said
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
-from poolwatch.engines import ENGINES, EngineEntry
+from poolwatch.engines import EngineEntry
 from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 from poolwatch.model.witness import CounterWitness
 
 __all__ = ["COUNTER_DRIFT", "FAMILY", "CounterDrift"]
 
 COUNTER_DRIFT = "PoolwatchCounterDrift"
-_ORDER = {p: i for i, p in enumerate(Pool)}
 
 
-@dataclass(frozen=True, slots=True)
-class CounterDrift:
+class CounterDrift(PoolJudge[CounterWitness]):
     """The family's judge: every snapshot of a rank-source."""
 
-    config: DetectorConfig | None = None  # no threshold of its own: a census proved it
+    ALERT = COUNTER_DRIFT
+    DEVICE_ONLY = True  # a probe's census can witness the counters of its device pools
 
-    def signals(self, seen: Seen) -> list[Signal]:
-        snap = seen.snap
-        if not snap.witnesses:
-            return []
-        by_pool: dict[Pool, list[CounterWitness]] = defaultdict(list)
-        for w in snap.witnesses:
-            by_pool[w.pool].append(w)
-        entry = facts(snap.worker.engine)
-        out = []
-        for pool, found in sorted(by_pool.items(), key=lambda kv: _ORDER[kv[0]]):
-            account = snap.pools.get(pool)
-            severity, value, outcome = drift_outcome(snap, found, None if account is None else gap(account))
-            said = " ".join(witness_sentence(w, entry.unit) for w in found)
-            text = (
-                f"An engine counter of the {pool.value} pool of {where(snap)} disagrees with the probe's "
-                f"census: {said} No {entry.unit} is lost or freed twice for it: the pool's figures and gap "
-                f"are the census's. {outcome}"
-            )
-            labels = rank_labels(snap.worker, pool.value)
-            out.append(Signal(COUNTER_DRIFT, sampled_subject(snap), severity, labels, text, float(value)))
-        return out
+    def found(self, snap: Snapshot) -> tuple[CounterWitness, ...]:
+        return snap.witnesses
 
-    def signature(self, seen: Seen) -> tuple[Pool, ...]:
-        """The device pools a probe snapshot reports (a probe's census can witness their counters)."""
-        snap = seen.snap
-        return tuple(p for p in snap.pools if p is not Pool.HOST) if snap.probe is not None else ()
-
-    def judged(self, seen: Seen) -> set[Verdict]:
-        worker = seen.snap.worker
-        return {(COUNTER_DRIFT, rank_labels(worker, p.value)) for p in self.signature(seen)}
+    def say(self, snap: Snapshot, entry: EngineEntry, pool: Pool, found: list[CounterWitness]) -> Said:
+        account = snap.pools.get(pool)
+        severity, value, outcome = drift_outcome(snap, found, None if account is None else gap(account))
+        said = " ".join(witness_sentence(w, entry.unit) for w in found)
+        text = (
+            f"An engine counter of the {pool.value} pool of {where(snap)} disagrees with the probe's "
+            f"census: {said} No {entry.unit} is lost or freed twice for it: the pool's figures and gap "
+            f"are the census's. {outcome}"
+        )
+        return severity, text, float(value)
 
 
 # --- the Prometheus rules ----------------------------------------------------------------------------
 
-_CHECKED = tuple(e for e in ENGINES if e.idle_check)
-_UNCHECKED = tuple(e for e in ENGINES if not e.idle_check)
 _DRIFT = "max without (counter) (abs(poolwatch_pool_counter_drift_slots))"
 _ABOVE = 'max without (counter) (poolwatch_pool_counter_drift_slots{counter="available"})'
 _OF = f"the {{{{ $labels.pool }}}} pool on {q.WHERE}"
@@ -132,25 +110,22 @@ _SEEN = (
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
     keep, cl = q.duration(config.detector.resolve_hold), config.cluster_label
-    checkers = " or ".join(e.title for e in _CHECKED) or "the engine"
     off = f"An engine counter of {_OF} is off by {{{{ $value }}}} slot(s) from the probe's census"
     dies = (
-        f"{off}, and {checkers} will act on it: its idle check finds the pool off at its next idle moment "
+        f"{off}, and {CHECKERS} will act on it: its idle check finds the pool off at its next idle moment "
         "and, strict, crashes the server; or a counter below zero fails its pool statistics' usage assertion "
         "at the next metrics or log line. Drain and restart the worker."
     )
     warns = (
-        f"{off}; {checkers}'s checks do not act on it here (the idle check is relaxed, or the drift cancels "
+        f"{off}; {CHECKERS}'s checks do not act on it here (the idle check is relaxed, or the drift cancels "
         "what the ids show: see the tripwires). Restart the worker at a quiet moment."
     )
     acts = _acts(q.not_strict(cl))
     rules = [
-        PromRule(Severity.CRITICAL, q.apart(f"{_DRIFT} > 0\nand {acts}", _UNCHECKED, cl), "0s", dies, keep),
-        PromRule(
-            Severity.WARNING, q.apart(f"{_DRIFT} > 0\nunless {acts}", _UNCHECKED, cl), "0s", warns, keep
-        ),
+        PromRule(Severity.CRITICAL, q.apart(f"{_DRIFT} > 0\nand {acts}", UNCHECKED, cl), "0s", dies, keep),
+        PromRule(Severity.WARNING, q.apart(f"{_DRIFT} > 0\nunless {acts}", UNCHECKED, cl), "0s", warns, keep),
     ]
-    for e in _UNCHECKED:
+    for e in UNCHECKED:
         rules.extend(_unchecked_rules(e, config, keep))
     return (
         AlertDef(

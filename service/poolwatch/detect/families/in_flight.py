@@ -16,66 +16,43 @@ A probe snapshot is a verdict on the alert of every pool it reports.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
-
 from poolwatch.detect import promql as q
-from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.evidence import tripwire_sentence
-from poolwatch.detect.family import Family, Seen, uses, where
-from poolwatch.detect.outcome import facts
-from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.family import Family, held, uses, where
+from poolwatch.detect.pool_judge import PoolJudge, Said
+from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
+from poolwatch.engines import EngineEntry
 from poolwatch.model.findings import TIMING_KINDS, Tripwire
 from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["FAMILY", "FREED_IN_FLIGHT", "FreedInFlight"]
 
 FREED_IN_FLIGHT = "PoolwatchFreedInFlight"
-_ORDER = {p: i for i, p in enumerate(Pool)}
 _KINDS = "|".join(sorted(k.value for k in TIMING_KINDS))
 
 
-@dataclass(frozen=True, slots=True)
-class FreedInFlight:
+class FreedInFlight(PoolJudge[Tripwire]):
     """The family's judge: every snapshot of a rank-source."""
 
-    config: DetectorConfig | None = None  # no threshold of its own: a proof at the free
+    ALERT = FREED_IN_FLIGHT
 
-    def signals(self, seen: Seen) -> list[Signal]:
-        snap = seen.snap
-        by_pool: dict[Pool, list[Tripwire]] = defaultdict(list)
-        for t in snap.tripwires:
-            if t.kind in TIMING_KINDS:
-                by_pool[t.pool].append(t)
-        if not by_pool:
-            return []
-        entry = facts(snap.worker.engine)
-        out = []
-        for pool, found in sorted(by_pool.items(), key=lambda kv: _ORDER[kv[0]]):
-            said = " ".join(tripwire_sentence(t, entry.unit) for t in found)
-            requests = list(dict.fromkeys(r for t in found for r in t.requests))
-            text = (
-                f"{entry.title} returned {entry.unit}s of the {pool.value} pool of {where(snap)} to its free "
-                f"list while a step still in flight lists them. {said} Nothing is counted twice or lost, "
-                f"but a KV transfer can refill those {entry.unit}s before the step is done: the requests "
-                f"[{', '.join(requests[:8])}] and whichever request gets the {entry.unit}s next may read or "
-                "write the wrong KV (silent corruption). Drain and restart the worker; upgrade the engine "
-                "to a release that fences such frees, or turn off async scheduling beside the connector."
-            )
-            value = float(max(t.count for t in found))
-            labels = rank_labels(snap.worker, pool.value)
-            out.append(Signal(FREED_IN_FLIGHT, sampled_subject(snap), Severity.CRITICAL, labels, text, value))
-        return out
+    def found(self, snap: Snapshot) -> list[Tripwire]:
+        return [t for t in snap.tripwires if t.kind in TIMING_KINDS]
 
-    def signature(self, seen: Seen) -> tuple[Pool, ...]:
-        """The pools a probe snapshot reports (none without the probe)."""
-        snap = seen.snap
-        return tuple(snap.pools) if snap.probe is not None else ()
-
-    def judged(self, seen: Seen) -> set[Verdict]:
-        worker = seen.snap.worker
-        return {(FREED_IN_FLIGHT, rank_labels(worker, p.value)) for p in self.signature(seen)}
+    def say(self, snap: Snapshot, entry: EngineEntry, pool: Pool, found: list[Tripwire]) -> Said:
+        said = " ".join(tripwire_sentence(t, entry.unit) for t in found)
+        requests = list(dict.fromkeys(r for t in found for r in t.requests))
+        text = (
+            f"{entry.title} returned {entry.unit}s of the {pool.value} pool of {where(snap)} to its free "
+            f"list while a step still in flight lists them. {said} Nothing is counted twice or lost, "
+            f"but a KV transfer can refill those {entry.unit}s before the step is done: the requests "
+            f"[{', '.join(requests[:8])}] and whichever request gets the {entry.unit}s next may read or "
+            "write the wrong KV (silent corruption). Drain and restart the worker; upgrade the engine "
+            "to a release that fences such frees, or turn off async scheduling beside the connector."
+        )
+        return Severity.CRITICAL, text, float(max(t.count for t in found))
 
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
@@ -90,14 +67,13 @@ def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
             "consumer connector). The books balance; the KV of the requests named may be corrupt. Fires "
             "at once, until the worker restarts.",
             (
-                PromRule(
+                held(
                     Severity.CRITICAL,
                     f'max without (kind) (poolwatch_pool_tripwire_slots{{kind=~"{_KINDS}"}}) > 0',
-                    "0s",
                     f"{{{{ $value }}}} unit(s) of the {{{{ $labels.pool }}}} pool on {q.WHERE} were freed "
                     "while a step in flight still listed them, with a KV transfer able to refill them first: "
                     "the requests' KV may be silently corrupt. Drain and restart the worker.",
-                    keep_firing_for=q.duration(config.detector.resolve_hold),
+                    config.detector,
                 ),
             ),
         ),

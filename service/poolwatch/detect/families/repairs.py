@@ -12,17 +12,16 @@ engine's unit (the registry's: slots, or vLLM's blocks); what a refusal refused 
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from poolwatch.detect import promql as q
-from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
 from poolwatch.detect.call_site import repair_site_sentence
 from poolwatch.detect.config import MixinConfig
-from poolwatch.detect.family import Family, Judge, Seen, held, pool_verdicts, uses
-from poolwatch.detect.outcome import facts
+from poolwatch.detect.family import Family, held, uses
+from poolwatch.detect.pool_judge import PoolJudge, Said
 from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
+from poolwatch.engines import EngineEntry
 from poolwatch.model.findings import Repair, RepairKind
 from poolwatch.model.rank import Pool
+from poolwatch.model.snapshot import Snapshot
 
 __all__ = ["FAMILY", "PROBE_REPAIRED", "GuardRepairs"]
 
@@ -55,37 +54,20 @@ def _sentence(r: Repair, unit: str) -> str:
     return f"{text} {site}" if site else text
 
 
-class GuardRepairs(Judge):
+class GuardRepairs(PoolJudge[Repair]):
     """The family's judge: every snapshot of a rank-source (no threshold of its own)."""
 
-    def signals(self, seen: Seen) -> list[Signal]:
+    ALERT = PROBE_REPAIRED
+
+    def found(self, snap: Snapshot) -> tuple[Repair, ...]:
+        return snap.repairs
+
+    def say(self, snap: Snapshot, entry: EngineEntry, pool: Pool, found: list[Repair]) -> Said:
         """One warning per pool the guard repaired on this rank (this boot)."""
-        snap = seen.snap
-        if not snap.repairs:
-            return []
-        by_pool: dict[Pool, list[Repair]] = defaultdict(list)
-        for repair in snap.repairs:
-            by_pool[repair.pool].append(repair)
-        out = []
-        entry = facts(snap.worker.engine)
-        for pool, repairs in sorted(by_pool.items(), key=lambda kv: list(Pool).index(kv[0])):
-            text = " ".join(_sentence(r, entry.unit) for r in repairs)
-            text += (
-                f" {entry.title} kept serving; restart the worker at a quiet moment and report the fault "
-                "upstream."
-            )
-            value = float(sum(r.count for r in repairs))
-            labels = rank_labels(snap.worker, pool.value)
-            out.append(Signal(PROBE_REPAIRED, sampled_subject(snap), Severity.WARNING, labels, text, value))
-        return out
-
-    def signature(self, seen: Seen) -> tuple[Pool, ...]:
-        """The pools a probe snapshot reports (none without the probe)."""
-        snap = seen.snap
-        return tuple(snap.pools) if snap.probe is not None else ()
-
-    def judged(self, seen: Seen) -> set[Verdict]:
-        return pool_verdicts(seen.snap.worker, self.signature(seen), PROBE_REPAIRED)
+        said = " ".join(_sentence(r, entry.unit) for r in found)
+        restart = "restart the worker at a quiet moment and report the fault upstream."
+        text = f"{said} {entry.title} kept serving; {restart}"
+        return Severity.WARNING, text, float(sum(r.count for r in found))
 
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:

@@ -210,7 +210,8 @@ def real(releases: list[str], seconds: float) -> int:
     wait = f"{GPU_STEP_S * 1e3:.0f} ms GPU wait"
     print(f"\nSGLang in the scheduler's loop: a turn + {wait}, {seconds:.0f} s a case")
     for r in results:
-        print(f"  {r['release']}: {r['running']} running, {r['live_kv']} KV slots held by live requests")
+        held, locked = r["live_kv"]
+        print(f"  {r['release']}: {r['running']} running; full KV: {held} held, {locked} protected")
     print(table(results))
     return 0
 

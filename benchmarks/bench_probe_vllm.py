@@ -16,9 +16,10 @@ walk every 300 s busy or on a new gap) with guard on, so every detector runs bes
 tripwire and guard's refusal on every free, freed-in-flight, stranded holds and the admission stall,
 the counter witness, the encoder pool).  Nothing else runs in the process.  *Healthy*: nothing is
 wrong; *growing leak*: 3 blocks a step are taken from the pool and listed by no request (a gap that
-grows at every sample).  Printed per release and case: the probe's share of the thread (its own entry
-points timed from inside, over the run's wall time), the median and p99 of a sample that did not walk,
-the walks and the longest, the gap at the end and the load average.
+grows at every sample).  Printed per release and case (:mod:`loop_meter`): the probe's share of the
+thread -- its entry points timed from inside on the thread's CPU clock, over the loop's CPU time plus
+its GPU waits, with and without the walks, and on the wall clock beside it --, the median and p99 CPU
+time of a sample that did not walk, the walks and the longest, the gap at the end and the load average.
 
 ``--calls`` prints, on one release, the per-call table of earlier runs: one sample, one walk and the
 free-time look back to back, against the scheduler's own step.  Figures, not assertions.

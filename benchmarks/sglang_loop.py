@@ -87,8 +87,9 @@ def inside(version: str, seconds: float) -> int:
     rows = [loop(version, "healthy", 0, seconds), loop(version, "growing leak, 3/step", 3, seconds)]
     load = Load(version)
     snap = load.driver.probe.sample_now("bench")
-    live_kv = snap.pools[Pool.FULL].held if snap is not None else None
-    emit(version, rows, running=len(load.sched.running_batch.reqs), live_kv=live_kv)
+    full = snap.pools[Pool.FULL] if snap is not None else None
+    kv = (full.held, full.protected) if full is not None else (None, None)
+    emit(version, rows, running=len(load.sched.running_batch.reqs), live_kv=kv)
     return 0
 
 

@@ -41,6 +41,15 @@ def _fresh(sched: Scheduler) -> HolderIndex:
     return fresh
 
 
+def _loaded(index: HolderIndex, requests: int, blocks: int, size: int = 1_024) -> Scheduler:
+    """A scheduler with ``requests`` lists of ``blocks`` blocks each, synced once into ``index``."""
+    sched = Scheduler(size)
+    for i in range(requests):
+        sched.add(f"r{i}", blocks)
+    _sync(sched, index)
+    return sched
+
+
 def _pop(sched: Scheduler, index: HolderIndex, rid: str) -> None:
     """vLLM's pop of a finished request's list (the wrapped pop tells the index first), and its free."""
     index.released(0, rid, sched.managers[0].req_to_blocks[rid])
@@ -49,11 +58,8 @@ def _pop(sched: Scheduler, index: HolderIndex, rid: str) -> None:
 
 
 def test_a_sync_reads_only_the_lists_that_came() -> None:
-    sched = Scheduler(4_096)
     index = Counting()
-    for i in range(200):
-        sched.add(f"r{i}", 3)
-    _sync(sched, index)
+    sched = _loaded(index, 200, 3, size=4_096)
     assert len(index.reads) == 200  # the first sync reads every list
     index.reads.clear()
     for i in range(0, 200, 7):  # requests finish (popped), their lists grow, new ones come
@@ -69,11 +75,8 @@ def test_a_sync_reads_only_the_lists_that_came() -> None:
 
 
 def test_a_list_gone_without_a_pop_or_replaced_is_found_by_comparing_every_list() -> None:
-    sched = Scheduler(1_024)
     index = Counting()
-    for i in range(20):
-        sched.add(f"r{i}", 2)
-    _sync(sched, index)
+    sched = _loaded(index, 20, 2)
     index.reads.clear()
     lists = sched.managers[0].req_to_blocks
     sched.pool.free_blocks(reversed(lists.pop("r3")))  # gone, no pop announced
@@ -86,11 +89,8 @@ def test_a_list_gone_without_a_pop_or_replaced_is_found_by_comparing_every_list(
 
 
 def test_a_request_forgotten_with_its_list_kept_is_named_stale() -> None:
-    sched = Scheduler(1_024)
     index = HolderIndex()
-    for i in range(12):
-        sched.add(f"r{i}", 2)
-    _sync(sched, index)
+    sched = _loaded(index, 12, 2)
     del sched.requests["r4"]  # its list stays: a leak
     sched.add("r12", 1)  # ... while another request came (as many requests as before, less one list)
     for _ in range(10):  # found within STALE_EVERY syncs at the latest

@@ -1,18 +1,31 @@
-"""The in-process probe's cost: one cheap sample and one census against 16 ... 1,024 live
-requests, and its overhead on emulated scheduler iterations at 256 live requests.
+"""SGLang's in-process probe: its cost in the scheduler's loop on real SGLang classes, across
+releases, and (``--emulated``) one sample and one census against 16 ... 1,024 live requests of the
+emulator.
 
-Run: ``python benchmarks/bench_probe.py``.  The live requests are real emulator requests held on
-one unified rank (decode-heavy load), read by the same probe code that reads SGLang.  The
-emulator's iteration is pure Python with no GPU work, so the overhead on it is a pessimistic
-bound; the last column relates the cost to a 20 ms GPU decode step for context.
+``python benchmarks/bench_probe.py [--releases 0.5.4.post1,0.5.23] [--seconds 10]`` (or
+``scripts/bench probe``) runs :mod:`sglang_loop` once per release, each in that release's cached
+venv (a release without one is reported and skipped), and prints one table: a unified rank of a
+Mamba hybrid model on the release's own pools, radix tree and ``Req`` objects with 256 live
+requests (248 long ones sharing a prefix, 8 short ones replaced as they finish), one turn of the
+event loop (the loop hook where the probe samples, admission, one decode token each, releases) then
+20 ms of made-up GPU time a step; the probe at its default rates with guard on, healthy and during a
+growing leak (3 KV slots a step owned by no one).  The share of the thread is the probe's CPU time
+over the loop's CPU time plus its GPU waits (:mod:`loop_meter`); the wall-clock share is beside it.
+
+``--emulated``: the earlier table on emulated ranks (real emulator requests on one unified rank,
+read by the same probe code): the emulator's iteration is pure Python with no GPU work, so the
+overhead on it is a pessimistic bound; a column relates the cost to a 20 ms GPU decode step.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.reading import Reading
@@ -155,7 +168,7 @@ def line(cells: tuple[str, ...]) -> str:
     return " | ".join(f"{c:>{w}}" for c, w in zip(cells, WIDTHS, strict=True))
 
 
-def main() -> int:
+def emulated() -> int:
     print(line(HEADER))
     print("-|-".join("-" * w for w in WIDTHS))
     cost_at_256 = 0.0
@@ -184,5 +197,35 @@ def main() -> int:
     return 0
 
 
+RELEASES = ("0.5.4.post1", "0.5.9", "0.5.23")  # the tiers' release venvs
+
+
+def real(releases: list[str], seconds: float) -> int:
+    from loop_meter import GPU_STEP_S, across, table
+
+    from rigs.sglang.releases import release
+
+    here = Path(__file__).resolve().parent / "sglang_loop.py"
+    results = across(here, releases, lambda v: release(v).venv(), "--seconds", str(seconds))
+    wait = f"{GPU_STEP_S * 1e3:.0f} ms GPU wait"
+    print(f"\nSGLang in the scheduler's loop: a turn + {wait}, {seconds:.0f} s a case")
+    for r in results:
+        held, locked = r["live_kv"]
+        print(f"  {r['release']}: {r['running']} running; full KV: {held} held, {locked} protected")
+    print(table(results))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--releases", default=",".join(RELEASES), help="comma-separated SGLang releases")
+    parser.add_argument("--seconds", type=float, default=10.0, help="of the loop, per case")
+    parser.add_argument("--emulated", action="store_true", help="the emulated ranks' table")
+    args = parser.parse_args()
+    if args.emulated:
+        return emulated()
+    return real([v for v in args.releases.split(",") if v], args.seconds)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

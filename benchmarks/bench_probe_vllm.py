@@ -1,26 +1,33 @@
-"""The vLLM probe's cost on vLLM's real Scheduler (CPU) at 256 running requests.
+"""The vLLM probe's cost on vLLM's real Scheduler (CPU), in EngineCore's loop, across releases.
 
-Run ``python benchmarks/bench_probe_vllm.py`` (or ``scripts/bench probe_vllm``): without vLLM
-importable it re-runs itself in the cached 0.33.0 venv of scripts/vllm_venv.py (and says so, and
-stops, when there is none).
+``python benchmarks/bench_probe_vllm.py [--releases 0.26.0,0.33.0] [--seconds 10]`` (or
+``scripts/bench probe_vllm``) runs itself once per release of the real-vLLM probe tier
+(``rigs.vllm.releases``), each in that release's cached venv (a release without one is reported and
+skipped), and prints one table.
 
-256 requests with ~1,900-token prompts (a shared 512-token prefix for half of them, so prefix hits
-share blocks) decode on vLLM's own Scheduler, KV cache manager and block pool: over 25,000 blocks
-held; the model output of each step is made up (no GPU).  Printed: one cheap sample, one full walk,
-and the per-free look, against the scheduler's own CPU time per step and against a 20 ms GPU decode
-step; and the mean step with the probe at the default rates vs without it.
+*In the loop*: vLLM's own ``Scheduler``, KV cache manager and block pool (:class:`rigs.vllm.engine.Engine`,
+32,000 blocks of 16 tokens, prefix caching on) with 256 running requests: 248 long ones (a shared
+1,024-token prefix, then 700-1,000 tokens of their own, decoding for the whole run) and 8 short ones
+(200-300-token prompts, 8-24 output tokens) replaced by new ones as they finish.  A *step* is what
+EngineCore's thread does per engine step with one batch in flight: ``schedule()``, a made-up model
+output (one token a request; no model runs), ``update_from_output()``, then a 20 ms sleep standing
+for the GPU's forward pass.  The probe is attached at the default rates (a sample every 0.1 s, the
+walk every 300 s busy or on a new gap) with guard on, so every detector runs beside it (the free-time
+tripwire and guard's refusal on every free, freed-in-flight, stranded holds and the admission stall,
+the counter witness, the encoder pool).  Nothing else runs in the process.  *Healthy*: nothing is
+wrong; *growing leak*: 3 blocks a step are taken from the pool and listed by no request (a gap that
+grows at every sample).  Printed per release and case (:mod:`loop_meter`): the probe's share of the
+thread -- its entry points timed from inside on the thread's CPU clock, over the loop's CPU time plus
+its GPU waits, with and without the walks, and on the wall clock beside it --, the median and p99 CPU
+time of a sample that did not walk, the walks and the longest, the gap at the end and the load average.
 
-Then *in the loop*, where the probe runs: 10 s of EngineCore's loop (the scheduler's step, then a
-20 ms sleep standing for the GPU's forward pass) with the probe attached at the default rates, its
-hooks timed from inside (``on_step``, ``after_update``, the free-time look): the probe's share of
-the thread, healthy and during a growing leak (a few blocks a step taken and listed by no request,
-so every sample shows a new gap), with the walks each run took; and beside it SGLang's probe on an
-emulated rank at 256 live requests, measured the same way (``bench_probe.in_loop``).  Figures, not
-assertions.
+``--calls`` prints, on one release, the per-call table of earlier runs: one sample, one walk and the
+free-time look back to back, against the scheduler's own step.  Figures, not assertions.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import random
 import statistics
@@ -30,6 +37,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loop_meter import GPU_STEP_S, Figures, Meter, across, emit, figures, table
+
+from poolwatch.conservation import gap
+from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import attach, detach
@@ -37,13 +48,14 @@ from poolwatch.probe.vllm.census import walk_pool
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 
 LIVE = 256
-GPU_STEP_S = 0.020
 EVERY = ProbeConfig(
     serve=False, sample_interval_s=0.01, kv_census_interval_s=86_400, idle_kv_census_gap_s=86_400
 )
 DEFAULT = ProbeConfig(serve=False)
+GUARDED = ProbeConfig(serve=False, guard=True)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # rigs/ (the checkout's root)
+sys.path.insert(0, str(ROOT / "benchmarks"))
 RELEASE = "0.33.0"
 
 
@@ -57,7 +69,7 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.quantiles(samples, n=4)[0] * 1e6
 
 
-def in_vllm_venv() -> int | None:
+def in_vllm_venv(argv: list[str]) -> int | None:
     """Re-run in the release venv when vLLM is not importable here; the exit code, or None to go on."""
     if importlib.util.find_spec("vllm") is not None:
         return None
@@ -65,7 +77,7 @@ def in_vllm_venv() -> int | None:
     from rigs.vllm.releases import release
 
     try:
-        release(RELEASE).venv().reexec(Path(__file__))
+        release(RELEASE).venv().reexec(Path(__file__), argv)
     except Unavailable as exc:
         print(f"skipped: {exc}")
     return 0
@@ -96,54 +108,86 @@ def mean_step(e: Any, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-HOOKS = ("on_step", "after_update", "on_free")
+HOOKS = ("on_step", "after_update", "on_free", "on_pop")
+LONG, SHORT, PREFIX = 248, 8, 1_024
+CHURN_BLOCKS = 32_000
 
 
-def _timed(original: Callable[..., Any], spent: list[float]) -> Callable[..., Any]:
-    def timed(*args: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return original(*args)
-        finally:
-            spent[0] += time.perf_counter() - t0
+def churned(seed: int = 0) -> tuple[Any, Callable[[], None]]:
+    """The 256-running load: the engine, and what replaces the short requests that finished."""
+    from rigs.vllm.engine import Engine
 
-    return timed
+    rng = random.Random(seed)
+    prefix = [rng.randrange(10, 900) for _ in range(PREFIX)]
+    e = Engine(CHURN_BLOCKS, max_running=LONG + SHORT, max_tokens=16_384, max_model_len=4096)
+    for i in range(LONG):
+        e.add(f"long{i}", prefix + [rng.randrange(10, 900) for _ in range(rng.randrange(700, 1_000))], 2_000)
+    shorts: set[str] = set()
+    made = [0]
+
+    def refill() -> None:
+        for rid in [r for r in shorts if r not in e.sched.requests]:
+            shorts.discard(rid)
+        while len(shorts) < SHORT:
+            rid = f"short{made[0]}"
+            made[0] += 1
+            e.add(rid, [rng.randrange(10, 900) for _ in range(rng.randrange(200, 300))], rng.randrange(8, 24))
+            shorts.add(rid)
+
+    refill()
+    while len(e.sched.running) < LONG + SHORT or e.sched.waiting:
+        e.step()
+        refill()
+    return e, refill
 
 
-def in_loop(e: Any, *, leak: int, seconds: float = 10.0) -> tuple[int, int, float, float]:
-    """(steps, walks, seconds inside the probe's hooks, wall seconds) of ``seconds`` of the loop."""
+def loop(case: str, leak: int, seconds: float, release: str) -> Figures:
+    """``seconds`` of EngineCore's loop over the churned load, the probe attached (default rates,
+    guard on) and timed from inside."""
+    e, refill = churned()
     sched = e.sched
-    probe = attach(VLLM, sched, DEFAULT, release=vllm_release(RELEASE))
-    spent = [0.0]
-    for name in HOOKS:  # the probe's own entry points, as the wrapped scheduler calls them
-        setattr(probe, name, _timed(getattr(probe, name), spent))
+    probe = attach(VLLM, sched, GUARDED, release=vllm_release(release))
+    meter = Meter()
+    meter.wrap(probe, HOOKS)
     pool = sched.kv_cache_manager.block_pool
-    walks, steps, started = probe.census_total, 0, time.perf_counter()
+    steps, started, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - started < seconds:
         if leak:
             pool.get_new_blocks(leak)  # counted, listed by no request: a leak that keeps growing
         e.step()
+        refill()
         time.sleep(GPU_STEP_S)  # the forward pass: EngineCore's thread waits on the GPU
         steps += 1
-    wall = time.perf_counter() - started
-    walks = probe.census_total - walks
+    wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
+    snap = probe.sample_now("bench")
+    account = snap.pools.get(Pool.FULL) if snap is not None else None
     detach(sched)
-    return steps, walks, spent[0], wall
+    return figures(case, meter, steps, wall, cpu, gap(account) if account is not None else None)
 
 
-def sglang_in_loop() -> tuple[int, float, float]:
-    """SGLang's probe measured the same way, on an emulated 0.5.4.post1 rank at 256 live requests
-    (``bench_probe.in_loop``)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_probe import in_loop as sglang_loop
+def inside(release: str, seconds: float) -> int:
+    """One release's rows (run in its venv): printed as one JSON line."""
+    rows = [loop("healthy", 0, seconds, release), loop("growing leak, 3/step", 3, seconds, release)]
+    e, _ = churned()
+    pool = e.sched.kv_cache_manager.block_pool
+    held = pool.num_gpu_blocks - 1 - pool.free_block_queue.num_free_blocks
+    emit(release, rows, running=len(e.sched.running), held=held)
+    return 0
 
-    return sglang_loop(LIVE)
+
+def outside(releases: list[str], seconds: float) -> int:
+    from rigs.vllm.releases import release
+
+    results = across(Path(__file__), releases, lambda v: release(v).venv(), "--seconds", str(seconds))
+    print(f"\nvLLM in EngineCore's loop: step + {GPU_STEP_S * 1e3:.0f} ms GPU wait, {seconds:.0f} s a case")
+    for r in results:
+        print(f"  {r['release']}: {r['running']} running, {r['held']} of {CHURN_BLOCKS} blocks held")
+    print(table(results))
+    return 0
 
 
-def main() -> int:
-    redirected = in_vllm_venv()
-    if redirected is not None:
-        return redirected
+def calls() -> int:
+    """The per-call table on :data:`RELEASE` (run in its venv)."""
     e = loaded()
     sched = e.sched
     pool = sched.kv_cache_manager.block_pool
@@ -169,20 +213,31 @@ def main() -> int:
         ("step, a sample every step", f"{every * 1e3:8.2f} ms ({(every / bare - 1) * 100:+.1f} %)"),
         ("step, default rates", f"{default * 1e3:8.2f} ms ({(default / bare - 1) * 100:+.1f} %)"),
     )
-    running = len(sched.running)
-    print(f"vLLM {RELEASE}: {running} running requests, {used} of {pool.num_gpu_blocks} blocks held")
+    print(
+        f"vLLM {RELEASE}: {len(sched.running)} running requests, {used} of {pool.num_gpu_blocks} blocks held"
+    )
     for label, value in rows:
         print(f"  {label:<58} {value}")
-    print(f"\nin the loop, 10 s each (step + {GPU_STEP_S * 1e3:.0f} ms GPU wait), default rates:")
-    for label, leak in (("healthy", 0), ("growing leak, 3 blocks a step", 3)):
-        steps, walks, spent, wall = in_loop(loaded(), leak=leak)
-        share = spent / wall * 100
-        figures = f"{steps:4d} steps, {walks:3d} walks, probe {spent * 1e3:7.1f} ms"
-        print(f"  {label:<32} {figures} = {share:5.2f} % of the thread")
-    steps, spent, wall = sglang_in_loop()
-    figures = f"{steps:4d} steps, probe {spent * 1e3:7.1f} ms = {spent / wall * 100:5.2f} % of the thread"
-    print(f"  {'beside it, SGLang (emulated rank)':<32} {figures}")
     return 0
+
+
+def main() -> int:
+    from rigs.vllm.releases import Tier, tier
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--releases", default=",".join(tier(Tier.PROBE)), help="comma-separated vLLM releases"
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="of the loop, per case")
+    parser.add_argument("--release", help=argparse.SUPPRESS)  # inside a release venv
+    parser.add_argument("--calls", action="store_true", help="the per-call table, on " + RELEASE)
+    args = parser.parse_args()
+    if args.calls:
+        redirected = in_vllm_venv(["--calls"])
+        return calls() if redirected is None else redirected
+    if args.release:
+        return inside(args.release, args.seconds)
+    return outside([v for v in args.releases.split(",") if v], args.seconds)
 
 
 if __name__ == "__main__":

@@ -153,35 +153,39 @@ class Memo:
         last, last_total = self._last
         if len(seqs) == len(last) and all(map(operator.is_, seqs, last)):
             return last_total
-        total = self._sum(seqs)
-        if all(map(hasattr, seqs, itertools.repeat("shape"))):  # lists may change length in place
+        total, tensors = self._sum(seqs)
+        if tensors:  # lists may change length in place
             self._last = (seqs, total)
         return total
 
-    def _sum(self, seqs: list[Any]) -> int:
+    def _sum(self, seqs: list[Any]) -> tuple[int, bool]:
+        """The summed lengths, and whether every sequence was a tensor (only tensors are
+        remembered: a sequence found in ``_known`` is one, and is not looked at again)."""
         ids = list(map(id, seqs))
         known = self._known
         entries: list[tuple[Any, int] | None] = list(map(known.get, ids))
         missing = list(itertools.compress(range(len(entries)), map(operator.is_, entries, _NONE)))
-        if missing:
-            self._learn(seqs, ids, entries, missing)
+        tensors = self._learn(seqs, ids, entries, missing) if missing else True
         if len(known) > 2 * len(seqs) + 64:  # forget the tensors no longer in use
             self._known = {k: e for k, e in zip(ids, entries, strict=True) if e and hasattr(e[0], "shape")}
-        return sum(map(operator.itemgetter(1), entries))  # type: ignore[arg-type]
+        return sum(map(operator.itemgetter(1), entries)), tensors  # type: ignore[arg-type]
 
     def _learn(
         self, seqs: list[Any], ids: list[int], entries: list[tuple[Any, int] | None], missing: list[int]
-    ) -> None:
-        """The lengths of the sequences not seen before (tensors at C speed, then remembered)."""
+    ) -> bool:
+        """The lengths of the sequences not seen before (tensors at C speed, then remembered);
+        whether they all were tensors."""
         fresh = list(map(seqs.__getitem__, missing))
         shapes: list[Any] = list(map(getattr, fresh, itertools.repeat("shape"), _NONE))
-        if any(map(operator.is_, shapes, _NONE)):  # lists among them: one at a time, not remembered
+        tensors = not any(map(operator.is_, shapes, _NONE))
+        if not tensors:  # lists among them: one at a time, not remembered
             found = [(seq, length_of(seq)) for seq in fresh]
         else:
             found = list(zip(fresh, map(int, map(operator.itemgetter(0), shapes)), strict=True))
             self._known.update(zip(map(ids.__getitem__, missing), found, strict=True))
         for i, entry in zip(missing, found, strict=True):
             entries[i] = entry
+        return tensors
 
     def __len__(self) -> int:
         return len(self._known)

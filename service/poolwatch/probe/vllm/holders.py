@@ -24,6 +24,7 @@ and the occurrence counts agree -- every method keeps; the walk that rebuilds it
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -71,10 +72,11 @@ class HolderIndex:
         self.null_id: int | None = None
         self.expected: dict[int, int] = {}  # blocks of popped lists not yet seen at a free
         self.drift = 0  # full rebuilds that found the incremental counts wrong
-        self._seen: dict[int, dict[str, tuple[int, int]]] = {}  # per manager: rid -> (id(list), len)
+        self._seen: dict[int, dict[int, str]] = {}  # per manager: id(list) -> rid, every one tracked
         self._stale: dict[int, set[str]] = {}  # per manager: the rids whose request is gone
-        # per manager: (rids, list ids, lengths, how many requests) at the last sync
-        self._shape: dict[int, tuple[list[str], list[int], list[int], int]] = {}
+        # per manager: the ids of its lists at the last sync, in order (less those forgotten since),
+        # and how many more requests than lists there were
+        self._shape: dict[int, tuple[list[int], int]] = {}
         self._syncs = 0
         self._lens: dict[int, int] = {}  # per manager: the entries of its lists at the last sync
         self._counted = 0  # entries read over every tracked list: the rest are pending
@@ -106,37 +108,76 @@ class HolderIndex:
         if read:
             self._read_pending(kind)
         for index in self._seen.keys() - {i for i, _ in lists}:  # a manager no longer bound
-            for rid in self._seen.pop(index):
+            for rid in self._seen.pop(index).values():
                 self.forget((index, rid))
             self._stale.pop(index, None)
 
     def _sync_one(
         self, index: int, req_to_blocks: Any, requests: Mapping[str, Any], kind: Callable[[str], str]
     ) -> None:
-        keys, values = list(req_to_blocks.keys()), list(req_to_blocks.values())
-        shape = (keys, list(map(id, values)), list(map(len, values)), len(requests))
-        last = self._shape.get(index)
+        values = list(req_to_blocks.values())
+        ids = list(map(id, values))
         self._syncs += 1
-        steady = last is not None and last[0] == keys and last[1] == shape[1] and last[3] == shape[3]
-        # the same lists of as many requests (the steady state): only lengths may have grown.  That
-        # a request went while another came is looked for at least every STALE_EVERY syncs.
-        if steady and (
-            self._syncs % STALE_EVERY or req_to_blocks.keys() - requests.keys() == self._stale[index]
+        self._lens[index] = sum(map(len, values))
+        unlisted = len(requests) - len(ids)  # requests without a list, less lists without a request
+        if self._appended(index, req_to_blocks, requests, kind, ids) and (
+            (self._syncs % STALE_EVERY and unlisted == self._shape[index][1])
+            or req_to_blocks.keys() - requests.keys() == self._stale[index]
         ):
-            self._shape[index], self._lens[index] = shape, sum(shape[2])
+            self._shape[index] = (ids, unlisted)
             return
+        # what changed: the lists that came, went or were replaced, found by identity (C-level
+        # passes); entries appended to a list already counted stay pending, as in the steady state
         stale = set(req_to_blocks.keys() - requests.keys())
-        now = dict(zip(keys, zip(shape[1], shape[2], strict=True), strict=True))
+        now = dict(zip(ids, req_to_blocks.keys(), strict=True))
         before = self._seen.get(index, {})
-        for rid in before.keys() - now.keys():
-            self.forget((index, rid))
-        for rid, _ in now.items() - before.items():
+        for list_id in before.keys() - now.keys():
+            self._forget_seen(index, before[list_id], list_id)
+        for list_id in now.keys() - before.keys():
+            rid = now[list_id]
             self._read((index, rid), req_to_blocks[rid], STALE if rid in stale else kind(rid))
         for rid in stale ^ self._stale.get(index, set()):  # a request gone (or back) with its list
-            if rid in now:
+            if rid in req_to_blocks:
                 self._rekind((index, rid), STALE if rid in stale else kind(rid))
-        self._seen[index], self._stale[index], self._shape[index] = now, stale, shape
-        self._lens[index] = sum(shape[2])
+        self._seen[index], self._stale[index], self._shape[index] = now, stale, (ids, unlisted)
+
+    def _appended(
+        self,
+        index: int,
+        req_to_blocks: Any,
+        requests: Mapping[str, Any],
+        kind: Callable[[str], str],
+        ids: list[int],
+    ) -> bool:
+        """The common case, read in O(what changed): the lists counted at the last sync (less those
+        popped since: :meth:`forget` takes them out) are still there, the same objects in the same
+        order, and any new ones come after them (a dict keeps its insertion order: vLLM adds a
+        request's list when it first schedules it).  The new lists are read; False when anything
+        else changed (a list gone without a pop, or replaced): the caller compares every list."""
+        last = self._shape.get(index)
+        if last is None:
+            return False
+        known = last[0]
+        m = len(known)
+        if len(ids) < m or ids[:m] != known:
+            return False
+        if len(ids) > m:
+            seen, stale = self._seen[index], self._stale[index]
+            tail = list(itertools.islice(reversed(req_to_blocks.items()), len(ids) - m))
+            for rid, blocks in reversed(tail):
+                seen[id(blocks)] = rid
+                gone = rid not in requests
+                if gone:
+                    stale.add(rid)
+                self._read((index, rid), blocks, STALE if gone else kind(rid))
+        return True
+
+    def _forget_seen(self, index: int, rid: str, list_id: int) -> None:
+        """A list counted at the last sync is no longer in its manager: forget it, unless its
+        request already lists a newer one (read since, e.g. after a pop)."""
+        t = self.tracked.get((index, rid))
+        if t is not None and id(t.blocks) == list_id:
+            self.forget((index, rid))
 
     def _read_pending(self, kind: Callable[[str], str]) -> None:
         """Read every list's pending entries (O(requests) in Python: the free-time check and the
@@ -196,13 +237,29 @@ class HolderIndex:
             self._count(t.ids, t.kind, -1)
             self._keep(key, "", drop=t.kind)
             self._counted -= t.counted
+            self._unseen(key, id(t.blocks))
+
+    def _unseen(self, key: tuple[int, str], list_id: int) -> None:
+        """A forgotten list is no longer one the next sync expects (only tracked lists are seen:
+        an id there is never a new list's at a freed one's address)."""
+        index = key[0]
+        seen = self._seen.get(index, {})
+        if seen.get(list_id) != key[1]:
+            return
+        del seen[list_id]
+        shape = self._shape.get(index)
+        if shape is not None:
+            try:
+                shape[0].remove(list_id)
+            except ValueError:  # not among the lists of the last sync: compare them all next time
+                del self._shape[index]
 
     def released(self, index: int, rid: str, blocks: Any) -> None:
         """A manager is about to pop ``rid``'s list ``blocks`` to free it: its occurrences stop
         owning now, and its blocks are expected at a free (now, or later for a deferred free)."""
-        self.forget((index, rid))
-        self._seen.get(index, {}).pop(rid, None)  # a list under this id again is read afresh
-        self._shape.pop(index, None)
+        if (index, rid) not in self.tracked:  # never counted: compare every list at the next sync
+            self._shape.pop(index, None)
+        self.forget((index, rid))  # a list under this request again is read afresh
         ids = [i for i in map(_ID, blocks) if i != self.null_id]
         for i in ids:
             self.expected[i] = self.expected.get(i, 0) + 1

@@ -176,6 +176,7 @@ class VllmWaits:
         last = self._running
         same = last is not None and len(last) == len(running) and all(map(operator.is_, last, running))
         admitted, progressed = 0, self._finished > 0
+        now: dict[int, int] | None = None
         if last is None:
             progressed = True  # the first read: nothing to compare with
         elif same:
@@ -184,10 +185,12 @@ class VllmWaits:
             now = dict(zip(map(id, running), ncts, strict=True))
             before = self._ncts
             admitted = len(now.keys() - before.keys())
-            grew = any(now[i] > before[i] for i in now.keys() & before.keys())
-            progressed = progressed or admitted > 0 or grew
+            # (admitted: progress already; else the first request found grown ends the look)
+            progressed = (
+                progressed or admitted > 0 or any(now[i] > before[i] for i in now.keys() & before.keys())
+            )
         if not same or tokens != self._tokens:  # each running request's count, for the next compare
-            self._ncts = dict(zip(map(id, running), ncts, strict=True))
+            self._ncts = dict(zip(map(id, running), ncts, strict=True)) if now is None else now
         self._running, self._tokens, self._finished = running, tokens, 0
         preempted, self._preempted = tuple(self._preempted), []
         waiting = sum(v for q, v in queues.items() if q in self.shape.queues and q != "running")

@@ -1,0 +1,200 @@
+"""What the in-loop benchmarks share (``bench_probe_vllm.py``, ``bench_probe.py``): the probe's
+time measured from inside a scheduler's loop, and each release run in its own venv.
+
+:class:`Meter` wraps a probe's entry points on the instance (the hooks the wrapped scheduler calls,
+and the free-time look) and its sample: every call is timed with ``perf_counter``, so the share of
+the thread is *probe seconds / wall seconds of the same run*, and each sample's cost is kept (with
+whether a walk -- a census -- ran inside it).  Figures, never assertions.
+
+:func:`across` runs one benchmark module once per release, each in that release's cached venv
+(:mod:`rigs.venv`), and collects the one JSON line each run prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # rigs/ (the checkout's root)
+
+GPU_STEP_S = 0.020  # made-up GPU time per engine step: the thread sleeps it, as it waits on the GPU
+
+
+@dataclass
+class Meter:
+    """The probe's time inside one run of the loop."""
+
+    spent: float = 0.0  # CPU seconds inside any of the probe's entry points
+    spent_wall: float = 0.0  # wall seconds of the same
+    samples: list[float] = field(default_factory=list)  # CPU seconds of each sample (walks aside)
+    walks: list[float] = field(default_factory=list)  # CPU seconds of each sample that walked
+    by_entry: dict[str, float] = field(default_factory=dict)  # CPU seconds per entry point
+    _depth: int = 0
+
+    def wrap(self, probe: Any, hooks: Sequence[str]) -> None:
+        """Time ``hooks`` (entry points) and the probe's sample on the instance."""
+        for name in hooks:
+            setattr(probe, name, self._entry(name, getattr(probe, name)))
+        sample = probe._sample
+
+        def timed_sample(*args: Any, **kwargs: Any) -> Any:
+            walks = probe.census_total
+            t0 = time.thread_time()
+            try:
+                return sample(*args, **kwargs)
+            finally:
+                took = time.thread_time() - t0
+                (self.walks if probe.census_total != walks else self.samples).append(took)
+
+        probe._sample = timed_sample
+
+    def _entry(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
+            t0, w0 = time.thread_time(), time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:  # a hook called inside another is counted once
+                    took = time.thread_time() - t0
+                    self.spent += took
+                    self.spent_wall += time.perf_counter() - w0
+                    self.by_entry[name] = self.by_entry.get(name, 0.0) + took
+
+        return timed
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One run of the loop: what the tables print."""
+
+    case: str
+    steps: int
+    wall_s: float
+    cpu_s: float  # the loop's CPU seconds on its thread, probe included
+    step_s: float  # mean seconds of a step on a machine of its own: its CPU + the GPU wait
+    spent_s: float  # the probe's CPU seconds
+    spent_wall_s: float
+    samples: int
+    median_us: float  # a sample without a walk
+    p99_us: float
+    walks: int
+    walk_ms: float  # the longest walk
+    walk_total_s: float = 0.0  # CPU seconds of every sample that walked
+    gap: int | None = None  # the conservation gap at the end (a leak's size)
+    load: float = 0.0  # the 1-minute load average at the end
+    by_entry: dict[str, float] = field(default_factory=dict)  # the probe's CPU seconds per entry point
+
+    @property
+    def share(self) -> float:
+        """Percent of the thread's time on a machine of its own (CPU clocks)."""
+        return self.spent_s / (self.cpu_s + self.steps * GPU_STEP_S) * 100
+
+    @property
+    def share_sampling(self) -> float:
+        """:attr:`share` less the walks (a census's cost is spaced out by the probe's budget, 0.2 %
+        of the thread: a short run that took one walk shows it whole)."""
+        return (self.spent_s - self.walk_total_s) / (self.cpu_s + self.steps * GPU_STEP_S) * 100
+
+    @property
+    def wall_share(self) -> float:
+        """Percent of the run's wall time (inflated by the machine's load)."""
+        return self.spent_wall_s / self.wall_s * 100
+
+
+def figures(case: str, meter: Meter, steps: int, wall: float, cpu: float, gap: int | None = None) -> Figures:
+    xs = sorted(meter.samples) or [0.0]
+    p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
+    return Figures(
+        case=case,
+        steps=steps,
+        wall_s=wall,
+        cpu_s=cpu,
+        step_s=cpu / max(steps, 1) + GPU_STEP_S,
+        spent_s=meter.spent,
+        spent_wall_s=meter.spent_wall,
+        samples=len(meter.samples),
+        median_us=statistics.median(xs) * 1e6,
+        p99_us=p99 * 1e6,
+        walks=len(meter.walks),
+        walk_ms=max(meter.walks, default=0.0) * 1e3,
+        walk_total_s=sum(meter.walks),
+        gap=gap,
+        load=os.getloadavg()[0],
+        by_entry=dict(meter.by_entry),
+    )
+
+
+def emit(release: str, rows: Sequence[Figures], **extra: Any) -> None:
+    """The one JSON line a run inside a release venv prints for :func:`across`."""
+    print(json.dumps({"release": release, "rows": [asdict(r) for r in rows], **extra}), flush=True)
+
+
+def across(
+    script: Path, releases: Sequence[str], venv_of: Callable[[str], Any], *args: str
+) -> list[dict[str, Any]]:
+    """Run ``script --release R args`` in each release's venv; the JSON each printed (a release
+    whose venv is missing, or whose run failed, is reported and left out)."""
+    import subprocess
+
+    from rigs.venv import Unavailable
+
+    out: list[dict[str, Any]] = []
+    for version in releases:
+        venv = venv_of(version)
+        try:
+            venv.need()
+        except Unavailable as exc:
+            print(f"  {version}: skipped ({exc})", flush=True)
+            continue
+        ran = subprocess.run(
+            [str(venv.python), str(script), "--release", version, *args],
+            env=venv.environment(),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+        lines = [json.loads(x) for x in ran.stdout.splitlines() if x.startswith("{")]
+        if ran.returncode or not lines:
+            print(f"  {version}: failed (exit {ran.returncode})\n{ran.stderr[-2000:]}", flush=True)
+            continue
+        out.append(lines[-1])
+    return out
+
+
+HEADER = (
+    f"{'release':<12} {'case':<22} {'steps':>5} {'step ms':>7} {'probe %':>7} {'no walk':>7} {'wall %':>6} "
+    f"{'samples':>7} {'median µs':>9} {'p99 µs':>8} {'walks':>5} {'walk ms':>8} {'gap':>6} {'load':>5}"
+)
+
+
+def table(results: Sequence[dict[str, Any]]) -> str:
+    lines = [HEADER, "-" * len(HEADER)]
+    for result in results:
+        for r in result["rows"]:
+            f = Figures(**r)
+            gap = "" if f.gap is None else str(f.gap)
+            lines.append(
+                f"{result['release']:<12} {f.case:<22} {f.steps:5d} {f.step_s * 1e3:7.1f} {f.share:7.3f} "
+                f"{f.share_sampling:7.3f} {f.wall_share:6.2f} {f.samples:7d} {f.median_us:9.0f} "
+                f"{f.p99_us:8.0f} {f.walks:5d} {f.walk_ms:8.1f} {gap:>6} {f.load:5.1f}"
+            )
+    lines.append("")
+    lines.append("the probe's CPU per step, by entry point (µs):")
+    for result in results:
+        for r in result["rows"]:
+            f = Figures(**r)
+            parts = ", ".join(f"{k} {v / max(f.steps, 1) * 1e6:.0f}" for k, v in sorted(f.by_entry.items()))
+            lines.append(f"  {result['release']:<12} {f.case:<22} {parts}")
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""SGLang's probe in the scheduler's loop on a release's own classes (run inside its venv by
+``bench_probe.py``; see its docstring for the method).
+
+One rank of :mod:`rigs.sglang.driver` -- the release's own ``HybridReqToTokenPool``,
+``TokenToKVPoolAllocator`` and radix tree (0.5.23: ``UnifiedRadixCache``), real ``Req`` objects --
+with 256 live requests: 248 long ones sharing a 512-token prefix (plus 100-300 tokens of their own)
+that decode for the whole run, and 8 short ones (100-200-token prompts, 8-24 output tokens) replaced
+as they finish.  A *step* is one turn of the release's event loop: the loop hook (where the probe
+looks, at its default rate), the admission of new requests (prefix match, row, KV), one decode token
+for every running request, the release of the finished ones, then 20 ms of made-up GPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from typing import Any
+
+from loop_meter import GPU_STEP_S, Figures, Meter, emit, figures
+
+from poolwatch.conservation import gap
+from poolwatch.model.rank import Pool
+from poolwatch.probe.core.config import ProbeConfig
+from rigs.sglang.driver import Driver
+
+LONG, SHORT, PREFIX = 248, 8, 512
+HOOKS = ("on_loop_boundary", "on_idle", "after_prefill_chunk")
+
+
+class Load:
+    """The 256-live load on one rank, stepped as the scheduler's loop steps it."""
+
+    def __init__(self, version: str, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.driver = Driver(version, ProbeConfig(serve=False, directory="/nonexistent-poolwatch-dir"))
+        live = LONG + SHORT
+        self.sched = self.driver.new(
+            kv=live * 1_400, mamba=3 * live + 16, rows=live + 16, context=2_048, guard=True
+        )
+        self.prefix = [self.rng.randrange(10, 900) for _ in range(PREFIX)]
+        self.shorts: list[Any] = []
+        self.made = 0
+        for i in range(LONG):
+            tail = [self.rng.randrange(10, 900) for _ in range(self.rng.randrange(100, 300))]
+            self.driver.admit(self.driver.arrive(f"long{i}", self.prefix + tail, 100_000))
+        self.refill()
+
+    def refill(self) -> None:
+        d = self.driver
+        for req in [r for r in self.shorts if len(r.output_ids) >= r.sampling_params.max_new_tokens]:
+            self.shorts.remove(req)
+            d.finish(req)
+        while len(self.shorts) < SHORT:
+            ids = [self.rng.randrange(10, 900) for _ in range(self.rng.randrange(100, 200))]
+            req = d.arrive(f"short{self.made}", ids, self.rng.randrange(8, 24))
+            self.made += 1
+            d.admit(req)
+            self.shorts.append(req)
+
+    def step(self, leak: int) -> None:
+        self.driver.loop()  # the loop hook: the probe looks here, at its rate
+        self.refill()
+        self.driver.decode()
+        if leak:  # taken from the pool and owned by no one: a leak that keeps growing
+            self.sched.token_to_kv_pool_allocator.alloc(leak)
+
+
+def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
+    load = Load(version)
+    probe = load.driver.probe
+    meter = Meter()
+    meter.wrap(probe, HOOKS)
+    steps, started, cpu = 0, time.perf_counter(), time.thread_time()
+    while time.perf_counter() - started < seconds:
+        load.step(leak)
+        time.sleep(GPU_STEP_S)  # the forward pass: the scheduler waits on the GPU
+        steps += 1
+    wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
+    snap = probe.sample_now("bench")
+    account = snap.pools.get(Pool.FULL) if snap is not None else None
+    return figures(case, meter, steps, wall, cpu, gap(account) if account is not None else None)
+
+
+def inside(version: str, seconds: float) -> int:
+    rows = [loop(version, "healthy", 0, seconds), loop(version, "growing leak, 3/step", 3, seconds)]
+    load = Load(version)
+    snap = load.driver.probe.sample_now("bench")
+    full = snap.pools[Pool.FULL] if snap is not None else None
+    kv = (full.held, full.protected) if full is not None else (None, None)
+    emit(version, rows, running=len(load.sched.running_batch.reqs), live_kv=kv)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--release", required=True)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    sys.exit(inside(args.release, args.seconds))

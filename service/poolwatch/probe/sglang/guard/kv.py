@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from poolwatch.model.rank import Pool
@@ -55,15 +56,15 @@ class RowView:
 
     def row(self, t: Any) -> int | None:
         """The row ``t`` is a 1-d view of, or ``None`` (another tensor, or a view over rows)."""
-        at = self.at(t)
+        at = self.at(t, t.numel())
         return None if at is None else at[0]
 
-    def at(self, t: Any) -> tuple[int, int] | None:
-        """``(row, first column)`` of a 1-d view of one row, or ``None``."""
-        if getattr(t, "_base", None) is not self.root or t.dim() != 1:
+    def at(self, t: Any, n: int) -> tuple[int, int] | None:
+        """``(row, first column)`` of ``t``, a 1-d view of ``n`` ids in one row, or ``None``."""
+        if getattr(t, "_base", None) is not self.root:
             return None
-        n = t.numel()
-        if n > 1 and t.stride(0) != 1:
+        stride = t.stride()
+        if len(stride) != 1 or (n > 1 and stride[0] != 1):
             return None
         row, col = divmod(t.storage_offset() - self.offset, self.stride)
         return (row, col) if col + n <= self.width else None
@@ -112,7 +113,7 @@ class KvGuard:
 
     def _entry(self, name: str, pool: Pool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         where = f"token_to_kv_pool_allocator.{name}"
-        return self._wrap(lambda free_index: self._owned(free_index, pool, where))
+        return self._wrap(partial(self._owned, pool, where))  # C-level: no extra frame
 
     def _wrap(self, instead: Callable[[Any], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """A free that asks ``instead(free_index)`` what to free: None, the call as it came; else the
@@ -138,37 +139,31 @@ class KvGuard:
 
         return make
 
-    def _owned(self, free_index: Any, pool: Pool, where: str) -> Any:
+    def _owned(self, pool: Pool, where: str, free_index: Any) -> Any:
         """``None`` to free the call as it came, else what to free (``_NOTHING`` or the unowned
         part of the row view); refusals recorded.  Proofs, in order: released row, pending
         transfer, tree prefix (:mod:`~poolwatch.probe.sglang.guard.owners`)."""
         try:
-            if self.view is None or free_index.numel() == 0:
-                return None
-            at = self.view.at(free_index)
+            n = free_index.numel()
+            at = self.view.at(free_index, n) if n and self.view is not None else None
             if at is None:
                 return None
             row, col = at
             if self.rows.released(row):
                 return self._refuse(free_index, [], pool, where)
-            return self._held(row, col, free_index, pool, where)
+            req, owned = self.prefix.at_row(row) if self.prefix is not None else (None, 0)
+            if req is None:
+                return None
+            if self.pending is not None and self.pending.holds(req):
+                return self._refuse(free_index, [f"{rid(req)} (transfer pending)"], pool, where)
+            return None if col >= owned else self._cut(free_index, owned - col, n, req, pool, where)
         except Exception:  # never in SGLang's way: an unreadable call is freed as asked
             log.debug("poolwatch guard: KV free check failed", exc_info=True)
             return None
 
-    def _held(self, row: int, col: int, free_index: Any, pool: Pool, where: str) -> Any:
-        """A free through a held row: refused whole while its request's transfer is pending; the
-        columns the tree owns refused, the rest freed."""
-        req = self.prefix.request(row) if self.prefix is not None else None
-        if req is None:
-            return None
-        if self.pending is not None and self.pending.holds(req):
-            return self._refuse(free_index, [f"{rid(req)} (transfer pending)"], pool, where)
-        owned = self.prefix.owned(req)  # type: ignore[union-attr]
-        if col >= owned:
-            return None
-        n = int(free_index.numel())
-        cut = min(owned - col, n)
+    def _cut(self, free_index: Any, cut: int, n: int, req: Any, pool: Pool, where: str) -> Any:
+        """The tree owns the first ``cut`` columns of the call: refused; the rest freed."""
+        cut = min(cut, n)
         self._refuse(free_index[:cut], [f"tree (prefix of {rid(req)})"], pool, where)
         return free_index[cut:] if cut < n else _NOTHING
 

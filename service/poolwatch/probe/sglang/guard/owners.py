@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 
-__all__ = ["Pending", "TreePrefix", "row_of"]
+__all__ = ["Pending", "TreePrefix", "shares_prefixes"]
 
 log = logging.getLogger("poolwatch.probe")
 _WINDOW = ("process_disagg_prefill_inflight_queue", "handle_inflight_transfer_failure")
@@ -46,14 +47,6 @@ def _path(obj: Any, names: tuple[str, ...]) -> Any:
     return obj
 
 
-def row_of(req: Any) -> Any:
-    """The request's row now (0.5.23: ``req.kv.req_pool_idx``)."""
-    row = getattr(req, "req_pool_idx", None)
-    if row is None and getattr(req, "kv", None) is not None:
-        row = getattr(req.kv, "req_pool_idx", None)
-    return row
-
-
 def shares_prefixes(tree: Any) -> bool:
     """Whether the tree owns what a request matched (not a ``ChunkCache``, not disabled)."""
     if tree is None or getattr(tree, "disable", False) or "ChunkCache" in type(tree).__name__:
@@ -62,24 +55,58 @@ def shares_prefixes(tree: Any) -> bool:
     return bool(sharing()) if callable(sharing) else True
 
 
+def _length(value: Any) -> int:
+    """A protected length: an int (``cache_protected_len``) or a prefix's ids (a 1-d tensor up to
+    0.5.4, whose ``numel`` is much cheaper than ``len``; or a list)."""
+    kind = type(value)
+    if kind is int:
+        return value  # type: ignore[no-any-return]
+    if value is None:
+        return 0
+    return len(value) if kind is list or kind is tuple else int(value.numel())
+
+
 class TreePrefix:
     """The tree's owned columns of a held row, read from the row's request at the free."""
 
     def __init__(self, sched: Any, holder: dict[int, Any], protected: tuple[str, ...]) -> None:
-        self.holder, self.protected = holder, protected
-        self.on = shares_prefixes(getattr(sched, "tree_cache", None)) and bool(protected)
+        self.holder = holder
+        on = shares_prefixes(getattr(sched, "tree_cache", None)) and bool(protected)
+        self.protected = attrgetter(".".join(protected)) if on else None
+        self.row = attrgetter(".".join((*protected[:-1], "req_pool_idx")))  # where the row is kept
+
+    def at_row(self, row: int) -> tuple[Any, int]:
+        """``(the request holding row now, the columns the tree owns of it)``; ``(None, 0)``."""
+        req = self.holder.get(row)
+        if req is None:
+            return None, 0
+        try:
+            if self.row(req) != row:
+                return None, 0
+            value: Any = self.protected(req) if self.protected is not None else 0
+        except AttributeError:
+            return req, 0
+        return req, _length(value)
 
     def request(self, row: int) -> Any:
         """The request holding ``row`` now, or ``None`` (unknown, or the row changed hands)."""
         req = self.holder.get(row)
-        return req if req is not None and row_of(req) == row else None
+        if req is None:
+            return None
+        try:
+            return req if self.row(req) == row else None
+        except AttributeError:
+            return None
 
     def owned(self, req: Any) -> int:
         """How many leading columns of ``req``'s row the tree owns (0: none, or no proof)."""
-        value = _path(req, self.protected) if self.on else None
-        if value is None:
+        if self.protected is None:
             return 0
-        return value if isinstance(value, int) else len(value)
+        try:
+            value = self.protected(req)
+        except AttributeError:
+            return 0
+        return _length(value)
 
 
 class Pending:
@@ -134,14 +161,14 @@ class Pending:
         """Whether ``req``'s transfer is pending (exact: its identity on the queue)."""
         return req is not None and self.active() and id(req) in self.reqs
 
-    def slot_owner(self, slot: int) -> Any:
-        """The pending request whose Mamba working slot is ``slot``, or ``None``."""
+    def slot_map(self) -> dict[int, Any]:
+        """``{Mamba working slot: its pending request}`` (empty when nothing is pending)."""
         if not self.active():
-            return None
+            return {}
         if self.slots is None:
             self.slots = {}
             for req in self.reqs.values():
                 tensor = _path(req, self.slot)
                 if tensor is not None and int(tensor.numel()) == 1:
                     self.slots[int(tensor.reshape(-1)[0])] = req
-        return self.slots.get(slot)
+        return self.slots

@@ -147,8 +147,8 @@ class SlotGuard:
         if self.paused():  # a kill switch is on: the probe is out of SGLang's way
             return None
         live, req = self.live() if self.live is not None else (None, None)
-        pending = self.pending if self.pending is not None and self.pending.active() else None
-        if live is None and not self.tree and pending is None:
+        pending = self.pending.slot_map() if self.pending is not None else {}
+        if live is None and not self.tree and not pending:
             return None
         ids = free_index.tolist()  # 1-d in every call read (0-d and n-d flattened below)
         if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
@@ -164,7 +164,7 @@ class SlotGuard:
             if slot == live:
                 refused.append(slot)
                 owners.append(rid(req))
-            elif pending is not None and (sender := pending.slot_owner(slot)) is not None:
+            elif (sender := pending.get(slot)) is not None:
                 refused.append(slot)
                 owners.append(f"{rid(sender)} (transfer pending)")
             elif slot in self.tree:

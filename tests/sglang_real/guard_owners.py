@@ -68,8 +68,9 @@ def _tree_prefix(d: Driver, mark: dict[str, Any]) -> None:
     d.finish(a)  # a's prompt and output are the tree's now
     d.boundary()
     b = d.arrive("b", [*range(40, 64), 7, 5, 6])  # matches a's prompt and output, and locks them
-    d.admit(b)
-    row, owned = int(d.record(b).req_pool_idx), _prefix(b)
+    batch = d.prefill([b])
+    row, owned = int(d.record(b).req_pool_idx), _prefix(b)  # matched: the tree's, locked by b
+    d.prefill_done(batch)
     if mark["fault"]:  # S13's extra free: the tree's prefix columns through b's row
         s.token_to_kv_pool_allocator.free(s.req_to_token_pool.req_to_token[row, :owned])
     assert owned > 0, "b matched nothing of a's prefix"

@@ -5,8 +5,8 @@ free itself, from state SGLang keeps current (no census, no device read on the h
 
 * **tree prefix** (every family with a prefix-sharing tree): the tree owns the first columns of a
   held request row -- ``[0, cache_protected_len)`` (``req.kv.cache_protected_len`` on 0.5.23,
-  ``req.cache_protected_len`` from 0.5.5.post3, ``len(req.prefix_indices)`` before), the prefix
-  the request matched or inserted and locked.  Every release path read frees a request's KV from
+  ``req.cache_protected_len`` from 0.5.6, ``req.last_matched_prefix_len`` before), the prefix the
+  request matched or inserted and locked.  Every release path read frees a request's KV from
   that column on (the tree frees the prefix by evicting its own nodes, never through a row); a free
   through the row that starts below it frees slots the tree still owns -- S13's class (PD decode
   radix + offload freeing ``[0, kv_allocated_len)``, #27666).  The owned columns are refused, the
@@ -56,8 +56,8 @@ def shares_prefixes(tree: Any) -> bool:
 
 
 def _length(value: Any) -> int:
-    """A protected length: an int (``cache_protected_len``) or a prefix's ids (a 1-d tensor up to
-    0.5.4, whose ``numel`` is much cheaper than ``len``; or a list)."""
+    """A protected length: an int (``cache_protected_len``), or ids whose count it is (a 1-d
+    tensor, whose ``numel`` is much cheaper than ``len``, or a list)."""
     kind = type(value)
     if kind is int:
         return value  # type: ignore[no-any-return]

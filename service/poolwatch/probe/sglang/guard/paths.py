@@ -32,8 +32,11 @@ Why, per column (each read in the released wheel):
   its slots are held by tree nodes only (a commit that is not inserted is freed before any node
   holds it), so the tree proof is its proof.
 * **tree prefix** (the ``protected`` column): the tree owns a held row's ``[0, cache_protected_len)``
-  (``req.kv`` on 0.5.23; ``len(req.prefix_indices)`` up to 0.5.4, before the field existed), read
-  at the free (:mod:`~poolwatch.probe.sglang.guard.owners`).
+  (``req.kv`` on 0.5.23; ``last_matched_prefix_len``, its name before 0.5.6), read at the free
+  (:mod:`~poolwatch.probe.sglang.guard.owners`).  Never ``len(req.prefix_indices)``: the radix
+  tree appends the request's own unaligned tail to it.  Up to 0.5.6 ``MambaRadixCache`` leaves the
+  field at the match when a chunk inserts more (the chunk's columns are then not proven: a miss,
+  never a wrong refusal).
 * **KV**: every free of a request's KV through its ``req_to_token`` row (release, retract, the
   chunk and session paths) runs while the row is held (the row is given back last); the entry
   points are the allocator methods that take such a row view.  Up to 0.5.12 the SWA pair's
@@ -86,13 +89,14 @@ _KV_0523 = (
 
 
 def _legacy(family: str, mamba: MambaPaths, protected: str = "cache_protected_len") -> GuardPaths:
+    """A family up to 0.5.12 (the request's fields on ``req``)."""
     return GuardPaths(family, mamba, False, _KV, direct_kv=True, protected=(protected,))
 
 
 _KV_LENS = ("kv", "cache_protected_len")
 GUARD_PATHS: dict[str, GuardPaths] = {
-    "0.5.4": _legacy("0.5.4", _ROW, "prefix_indices"),
-    "0.5.5.post3": _legacy("0.5.5.post3", _ROW, "prefix_indices"),
+    "0.5.4": _legacy("0.5.4", _ROW, "last_matched_prefix_len"),
+    "0.5.5.post3": _legacy("0.5.5.post3", _ROW, "last_matched_prefix_len"),
     "0.5.6": _legacy("0.5.6", _ROW),
     "0.5.9": _legacy("0.5.9", _SPLIT),
     "0.5.10": _legacy("0.5.10", _SPLIT),

@@ -281,3 +281,19 @@ def test_the_refuser_wires_the_index_on_a_pd_prefill_rank_and_gives_everything_b
     refuser.uninstall()
     assert refuser.pending is None
     assert refuser.hooks is None
+
+
+def test_an_insertion_without_a_mamba_tensor_indexes_nothing() -> None:
+    took: list[Any] = []
+
+    class Radix059:  # a plain radix tree's insert(key, value, chunked): no Mamba value there
+        def insert(self, key: Any, value: Any = None, chunked: bool = False) -> int:
+            return 0
+
+    tree = Radix059()
+    hooks = TreeHooks(tree, lambda ids, value, ckpt: took.append(ids))
+    assert hooks.install()
+    assert tree.insert("k", torch.tensor([1, 2]), True) == 0
+    assert took == []
+    hooks.uninstall()
+    assert "insert" not in vars(tree)

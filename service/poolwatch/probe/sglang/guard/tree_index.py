@@ -100,10 +100,9 @@ def _inserted(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any
     value = getattr(params, "mamba_value", None)
     if value is None:
         value = args[2] if len(args) > 2 else kwargs.get("mamba_value")
-    exist = (
-        result[1] if isinstance(result, tuple) and len(result) > 1 else getattr(result, "mamba_exist", False)
-    )
-    return None if value is None or exist else value
+    legacy = isinstance(result, tuple) and len(result) > 1
+    exist = result[1] if legacy else getattr(result, "mamba_exist", False)
+    return None if not hasattr(value, "reshape") or exist else value  # a tensor, not another flag
 
 
 class TreeHooks:

@@ -76,11 +76,11 @@ def _kv_rows(label: str, family: str, first: int, by_req: bool) -> list[str]:
     for _ in range(3):  # interleaved: the machine's load drifts
         off.append(fastest(pair(bare, row_off)))
         on.append(fastest(pair(sched, row_on)))
-    check = fastest(lambda: kv._released(held, Pool.FULL, "bench"))
+    check = fastest(lambda: kv._owned(Pool.FULL, "bench", held))
     out.append(
         f"| {label} | `free` through a held row (a release) | {min(off):.2f} | {min(on):.2f} | {check:.2f} |"
     )
-    check = fastest(lambda: kv._released(other, Pool.FULL, "bench"))
+    check = fastest(lambda: kv._owned(Pool.FULL, "bench", other))
     out.append(f"| {label} | `free` of another tensor (an eviction) | -- | -- | {check:.2f} |")
     off, on = [], []
     for _ in range(3):

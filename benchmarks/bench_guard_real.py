@@ -4,14 +4,20 @@
 
 ``bench_guard.py --free-path --real`` runs it for every release family (overlays included) and
 prints one table.  The rank is the guard tier's (:class:`rigs.sglang.driver.Driver`): SGLang's
-allocator, request pool, Mamba pool, tree and (0.5.23) int8 checkpoint pool, with 16 requests
-finished into the tree and one live, the probe attached in guard mode.  Per pool it times, fastest
-of several rounds, in µs:
+allocator, request pool, Mamba pool, tree and (0.5.23) int8 checkpoint pool on a PD prefill rank,
+with 16 requests finished into the tree, 4 whose KV transfer is pending on the inflight queue and
+one live that matched a cached prefix, the probe attached in guard mode -- every part of the
+ownership index on (tree prefix, pending transfers, the tree's insertions and own frees).  Per pool
+it times, fastest of several rounds, in µs:
 
 * **the check alone**: the wrapper's decision on a healthy free, without SGLang's free (full KV:
-  a free through a held request row, and a free of another tensor; Mamba and checkpoints: ids the
-  tree does not hold, with and without a live chunked request; 0.5.23's checkpoint pool also a free
-  of a slot the tree held at the census, which reads the tree's values again -- an eviction);
+  a free through a held request row from the tree's prefix on, and a free of another tensor; Mamba
+  and checkpoints: ids the tree does not hold, with and without a live chunked request; on 0.5.23
+  the tree's own free of its value (an eviction: forgotten, no re-read));
+* **the whole wrapper, on a no-op free**: guard's wrapper of the path around a free that does
+  nothing, against that no-op called bare, rounds alternating: ``check`` is the difference -- all
+  guard adds to one healthy free (its frame, the kill-switch read, the decision), without the
+  pool's own work and its noise;
 * **a pair, guard off / on**: SGLang's ``alloc`` + free on the same object, the free through the
   method SGLang's class gives (off) or through guard's wrapper of it (on), rounds alternating --
   the difference is what guard adds to one healthy free;
@@ -78,14 +84,24 @@ def _rank(version: str) -> Any:
     from rigs.sglang.driver import Driver
 
     d = Driver(version)
-    d.new(guard=True, checkpoints=d.release.checkpoints)
+    d.new("prefill", guard=True, checkpoints=d.release.checkpoints)
+    s = d.sched
     for i in range(16):
         req = d.arrive(f"t{i}", [1000 + 40 * i + k for k in range(12)])
         d.admit(req)
         d.finish(req)
-    live = d.arrive("live", list(range(12)))
+    for i in range(4):  # prefilled, KV sent, the transfer pending
+        req = d.arrive(f"p{i}", [3000 + 40 * i + k for k in range(12)])
+        d.prefill([req])
+        if not d.release.unified_tree:
+            s.tree_cache.cache_unfinished_req(req)
+        s.send_kv_chunk(req, last_chunk=True)
+        s.disagg_prefill_inflight_queue.append(req)
+    live = d.arrive("live", [*(1000 + 40 * 15 + k for k in range(12)), 7, 1, 2, 3])  # t15's prefix
     d.prefill([live])
     d.held = int(d.record(live).req_pool_idx)  # type: ignore[attr-defined]
+    d.prefix = int(_probe(s).kv.prefix.owned(live))  # type: ignore[attr-defined]
+    d.pending = s.disagg_prefill_inflight_queue[0]  # type: ignore[attr-defined]
     d.boundary()  # a census: the tree index
     return d
 
@@ -104,35 +120,60 @@ def _original(owner: Any, name: str) -> Any:
     return getattr(type(owner), name).__get__(owner)
 
 
+def _noop(*_: Any, **__: Any) -> None:
+    return None
+
+
+def added(release: str, pool: str, path: str, wrapper: Callable[[Any], Any], arg: Any, state: str) -> None:
+    """All guard adds to one healthy free: its wrapper around a no-op, minus the no-op."""
+    off, on = interleaved(lambda: _noop(arg), lambda: wrapper(arg))
+    row(release, pool, path, f"the whole wrapper on a no-op free: {state}", on - off, off, on)
+
+
 def kv_rows(release: str, rank: Any) -> None:
-    """Full KV: ``rank`` holds one live request (``held``: its row)."""
+    """Full KV: ``rank`` holds one live request (``held``: its row, the tree owning its first
+    ``prefix`` columns) and 4 pending transfers."""
     from poolwatch.model.rank import Pool
 
     refuser = _probe(rank.sched)
-    s, r = rank.sched, rank.held
+    s, r, p = rank.sched, rank.held, rank.prefix
     pool, alloc = s.req_to_token_pool, s.token_to_kv_pool_allocator
-    view = pool.req_to_token[r, :8]
+    view = pool.req_to_token[r, p : p + 8]
     bare = _original(alloc, "free")
 
     def pair(free: Callable[[Any], Any]) -> Callable[[], None]:
         def run() -> None:
-            pool.write((r, slice(0, 8)), alloc.alloc(8))
+            pool.write((r, slice(p, p + 8)), alloc.alloc(8))
             free(view)
 
         return run
 
     pairs = interleaved(pair(bare), pair(alloc.free))
     path = "token_to_kv_pool_allocator.free"
-    check = fastest(lambda: refuser.kv._released(view, Pool.FULL, "bench"))
-    row(release, "full", path, "a held row's view (a release)", check, *pairs)
+    check = fastest(lambda: refuser.kv._owned(Pool.FULL, "bench", view))
+    state = f"a held row's view from the tree's {p} columns on (a release), 4 transfers pending"
+    row(release, "full", path, state, check, *pairs)
+    wrapper = refuser.kv._entry("free", Pool.FULL)(_noop)
+    added(release, "full", path, wrapper, view, "a held row's view")
+    index = refuser.kv.prefix, refuser.kv.pending
+    refuser.kv.prefix = refuser.kv.pending = None  # guard v2's census-time proofs only
+    added(release, "full", path, wrapper, view, "a held row's view, without the ownership index")
+    refuser.kv.prefix, refuser.kv.pending = index
     other = view.clone()
-    check = fastest(lambda: refuser.kv._released(other, Pool.FULL, "bench"))
+    check = fastest(lambda: refuser.kv._owned(Pool.FULL, "bench", other))
     row(release, "full", path, "another tensor (an eviction)", check, None, None)
     gone = min(refuser.rows.free)  # a finished request's row, given back with its KV
     stale = pool.req_to_token[gone, :8]  # a stale pointer through it
     assert refuser.rows.released(gone)
     refused = fastest(lambda: alloc.free(stale))
     row(release, "full", path, "REFUSED: through a released row", refused, None, None)
+    if p:
+        prefix = pool.req_to_token[r, :p]
+        refused = fastest(lambda: alloc.free(prefix))
+        row(release, "full", path, f"REFUSED: the tree's {p} prefix columns (S13)", refused, None, None)
+    sent = pool.req_to_token[int(rank.record(rank.pending).req_pool_idx), :8]
+    refused = fastest(lambda: alloc.free(sent))
+    row(release, "full", path, "REFUSED: a pending transfer's row", refused, None, None)
 
 
 def mamba_rows(release: str, rank: Any, where: str, allocator: Any) -> None:
@@ -147,6 +188,10 @@ def mamba_rows(release: str, rank: Any, where: str, allocator: Any) -> None:
     bare = _original(owner, "free")
     pairs = interleaved(lambda: bare(owner.alloc(1)), lambda: owner.free(owner.alloc(1)))
     row(release, "mamba", where, f"no chunked request, {states} tree states", check, *pairs)
+    added(release, "mamba", where, guard._wrap(_noop), free_id, "a free slot, 4 transfers pending")
+    pending, guard.pending = guard.pending, None
+    added(release, "mamba", where, guard._wrap(_noop), free_id, "a free slot, without the ownership index")
+    guard.pending = pending
     chunked = rank.sched.chunked_req = _Live(free_id.clone() + 1000)
     check = fastest(lambda: guard.keep(free_id))
     row(release, "mamba", where, f"a live chunked request, {states} tree states", check, None, None)
@@ -162,6 +207,14 @@ def mamba_rows(release: str, rank: Any, where: str, allocator: Any) -> None:
         state = "REFUSED: the live chunked request"
         row(release, "mamba", "free_mamba_cache(req)", state, refused, None, None)
     rank.sched.chunked_req = None
+    if guard.hooks is not None:  # 0.5.23: the tree's own free of its value (an eviction)
+        guard.hooks.freeing += 1
+        check = fastest(lambda: guard.keep(free_id))
+        guard.hooks.freeing -= 1
+        row(release, "mamba", where, "the tree's own free (an eviction)", check, None, None)
+    sent = rank.record(rank.pending).mamba_pool_idx.reshape(1).clone()
+    refused = fastest(lambda: owner.free(sent))
+    row(release, "mamba", where, "REFUSED: a pending transfer's slot", refused, None, None)
     if guard.tree:
         held = torch.tensor([next(iter(guard.tree))])
         refused = fastest(lambda: owner.free(held))
@@ -202,6 +255,7 @@ def ckpt_rows(release: str, rank: Any) -> None:
     pairs = interleaved(lambda: bare(ckpt.alloc(1)), lambda: ckpt.free(ckpt.alloc(1)))
     path = "mamba_ckpt_pool.free"
     row(release, "mamba_ckpt", path, f"a slot the tree does not hold, {states} states", check, *pairs)
+    added(release, "mamba_ckpt", path, guard._wrap(_noop), free_id, f"a free slot, {states} states")
     gone = int(free_id[0])  # indexed as if the tree held it at the census and evicted it since
 
     def evicted() -> None:
@@ -209,8 +263,13 @@ def ckpt_rows(release: str, rank: Any) -> None:
         guard.keep(torch.tensor([gone]))
 
     check = fastest(evicted, 100)
-    state = f"an evicted state's slot (one re-read), {states} states"
+    state = f"a slot the index lost track of (one re-read), {states} states"
     row(release, "mamba_ckpt", path, state, check, None, None)
+    if guard.hooks is not None:  # the tree's own free of its checkpoint (an eviction)
+        guard.hooks.freeing += 1
+        check = fastest(lambda: guard.keep(free_id))
+        guard.hooks.freeing -= 1
+        row(release, "mamba_ckpt", path, "the tree's own free (an eviction)", check, None, None)
     held = rank.sched.tree_cache.all_mamba_values_flatten()[:1].clone()
     refused = fastest(lambda: ckpt.free(held), 100)
     row(release, "mamba_ckpt", path, f"REFUSED: a slot the tree holds, {states} states", refused, None, None)

@@ -125,10 +125,13 @@ def _run(d: Driver, fault: Fault, *, wrong: bool, guard: bool, checkpoints: bool
     return {"after": mark.get("after"), "end": d.state(), "leak": leak, "gaps": gap, "actions": d.actions()}
 
 
-def wrong_free_checks(d: Driver) -> None:
+def wrong_free_checks(d: Driver, faults: tuple[tuple[str, str, Fault, bool], ...] | None = None) -> None:
+    """Each fault (pool, what, the flow, with int8 checkpoints) three ways: fixed, guard off, guard on."""
     version = d.release.version
-    for pool, what, fault in (*FAULTS, *([CHECKPOINT_FAULT] if d.release.checkpoints else [])):
-        ckpt = fault is _checkpoint_slot  # SGLang's int8 checkpoint pool on the rank
+    if faults is None:
+        faults = tuple((p, w, f, False) for p, w, f in FAULTS)
+        faults += ((*CHECKPOINT_FAULT, True),) if d.release.checkpoints else ()
+    for pool, what, fault, ckpt in faults:  # ckpt: SGLang's int8 checkpoint pool on the rank
         runs = {
             k: _run(d, fault, wrong=k != "fixed", guard=k == "on", checkpoints=ckpt)
             for k in ("fixed", "off", "on")

@@ -9,11 +9,20 @@ SGLang's bookkeeping stays exactly as if the wrong free had never been called:
 pool           proofs                              module
 =============  ==================================  =============================================
 mamba          live (the chunked request's slot),  :mod:`~poolwatch.probe.sglang.guard.slots`,
-               tree (a node's value)               :mod:`~poolwatch.probe.sglang.guard.tree_index`
-mamba_ckpt     tree (a node's checkpoint slot)     the same, on 0.5.23's ``mamba_ckpt_pool``
+               tree (a value the tree holds now),  :mod:`~poolwatch.probe.sglang.guard.tree_index`,
+               pending (a PD transfer's slot)      :mod:`~poolwatch.probe.sglang.guard.owners`
+mamba_ckpt     tree (a checkpoint slot it holds)   the same, on 0.5.23's ``mamba_ckpt_pool``
 full, swa      released row (a stale row view),    :mod:`~poolwatch.probe.sglang.guard.kv`,
-               free (the SWA pair's sides)         :mod:`~poolwatch.probe.sglang.guard.rows`
+               pending (a PD transfer's row),      :mod:`~poolwatch.probe.sglang.guard.rows`,
+               tree prefix (a held row's first     :mod:`~poolwatch.probe.sglang.guard.owners`
+               ``cache_protected_len`` columns),
+               free (the SWA pair's sides)
 =============  ==================================  =============================================
+
+Ownership is read *at the free*, not at the last census: the tree's insertions and own frees
+(wrapped on the tree instance), the request rows' holders (noted at the row allocation) and a PD
+prefill rank's pending transfers (the inflight queue, outside SGLang's own processing of it) keep
+the index current between censuses.
 
 Which free paths each family has is data: :mod:`~poolwatch.probe.sglang.guard.paths`.  The rank's
 one object is :class:`~poolwatch.probe.sglang.guard.refuser.FreeRefuser`; methods are replaced on

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from poolwatch.model.rank import Pool
+from poolwatch.probe.sglang.guard.owners import Pending, TreePrefix
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.rows import RowBook
-from poolwatch.probe.sglang.guard.slots import Record
+from poolwatch.probe.sglang.guard.slots import Record, rid
 
 __all__ = ["KvGuard", "RowView"]
 
@@ -54,20 +56,34 @@ class RowView:
 
     def row(self, t: Any) -> int | None:
         """The row ``t`` is a 1-d view of, or ``None`` (another tensor, or a view over rows)."""
-        if getattr(t, "_base", None) is not self.root or t.dim() != 1:
+        at = self.at(t, t.numel())
+        return None if at is None else at[0]
+
+    def at(self, t: Any, n: int) -> tuple[int, int] | None:
+        """``(row, first column)`` of ``t``, a 1-d view of ``n`` ids in one row, or ``None``."""
+        if getattr(t, "_base", None) is not self.root:
             return None
-        n = t.numel()
-        if n > 1 and t.stride(0) != 1:
+        stride = t.stride()
+        if len(stride) != 1 or (n > 1 and stride[0] != 1):
             return None
         row, col = divmod(t.storage_offset() - self.offset, self.stride)
-        return row if col + n <= self.width else None
+        return (row, col) if col + n <= self.width else None
 
 
 class KvGuard:
     """The wrapped KV free paths of one rank (installed only in guard mode)."""
 
-    def __init__(self, sched: Any, rows: RowBook, record: Record, paused: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        sched: Any,
+        rows: RowBook,
+        record: Record,
+        paused: Callable[[], bool],
+        prefix: TreePrefix | None = None,
+        pending: Pending | None = None,
+    ) -> None:
         self.sched, self.rows, self.record, self.paused = sched, rows, record, paused
+        self.prefix, self.pending = prefix, pending
         self.view: RowView | None = None
         self.patches: list[Patch] = []
         self.depth = 0  # wrapped calls in progress: a nested one is the outer call's
@@ -97,7 +113,7 @@ class KvGuard:
 
     def _entry(self, name: str, pool: Pool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         where = f"token_to_kv_pool_allocator.{name}"
-        return self._wrap(lambda free_index: _NOTHING if self._released(free_index, pool, where) else None)
+        return self._wrap(partial(self._owned, pool, where))  # C-level: no extra frame
 
     def _wrap(self, instead: Callable[[Any], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """A free that asks ``instead(free_index)`` what to free: None, the call as it came; else the
@@ -123,22 +139,40 @@ class KvGuard:
 
         return make
 
-    def _released(self, free_index: Any, pool: Pool, where: str) -> bool:
-        """Whether the call frees through a released row (then it is recorded)."""
+    def _owned(self, pool: Pool, where: str, free_index: Any) -> Any:
+        """``None`` to free the call as it came, else what to free (``_NOTHING`` or the unowned
+        part of the row view); refusals recorded.  Proofs, in order: released row, pending
+        transfer, tree prefix (:mod:`~poolwatch.probe.sglang.guard.owners`)."""
         try:
-            if self.view is None or free_index.numel() == 0:
-                return False
-            row = self.view.row(free_index)
-            if row is None or not self.rows.released(row):
-                return False
-            ids = free_index.reshape(-1).tolist()
+            n = free_index.numel()
+            at = self.view.at(free_index, n) if n and self.view is not None else None
+            if at is None:
+                return None
+            row, col = at
+            if self.rows.released(row):
+                return self._refuse(free_index, [], pool, where)
+            req, owned = self.prefix.at_row(row) if self.prefix is not None else (None, 0)
+            if req is None:
+                return None
+            if self.pending is not None and self.pending.holds(req):
+                return self._refuse(free_index, [f"{rid(req)} (transfer pending)"], pool, where)
+            return None if col >= owned else self._cut(free_index, owned - col, n, req, pool, where)
         except Exception:  # never in SGLang's way: an unreadable call is freed as asked
             log.debug("poolwatch guard: KV free check failed", exc_info=True)
-            return False
+            return None
+
+    def _cut(self, free_index: Any, cut: int, n: int, req: Any, pool: Pool, where: str) -> Any:
+        """The tree owns the first ``cut`` columns of the call: refused; the rest freed."""
+        cut = min(cut, n)
+        self._refuse(free_index[:cut], [f"tree (prefix of {rid(req)})"], pool, where)
+        return free_index[cut:] if cut < n else _NOTHING
+
+    def _refuse(self, ids: Any, owners: list[str], pool: Pool, where: str) -> Any:
         page = self._page()
-        shown = sorted({int(i) // page for i in ids}) if page > 1 else [int(i) for i in ids]
-        self.record(pool, shown, [], where, page)
-        return True
+        freed = [int(i) for i in ids.reshape(-1).tolist()]
+        shown = sorted({i // page for i in freed}) if page > 1 else freed
+        self.record(pool, shown, owners, where, page)
+        return _NOTHING
 
     def _page(self) -> int:
         page = getattr(getattr(self.sched, "token_to_kv_pool_allocator", None), "page_size", 1)

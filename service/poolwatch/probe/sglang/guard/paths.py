@@ -31,6 +31,12 @@ Why, per column (each read in the released wheel):
 * **checkpoint pool** (``--enable-int8-mamba-checkpoint``, 0.5.23): ``MambaCheckpointPool.free``;
   its slots are held by tree nodes only (a commit that is not inserted is freed before any node
   holds it), so the tree proof is its proof.
+* **tree prefix** (the ``protected`` column): the tree owns a held row's ``[0, cache_protected_len)``
+  (``req.kv`` on 0.5.23; ``last_matched_prefix_len``, its name before 0.5.6), read at the free
+  (:mod:`~poolwatch.probe.sglang.guard.owners`).  Never ``len(req.prefix_indices)``: the radix
+  tree appends the request's own unaligned tail to it.  Up to 0.5.6 ``MambaRadixCache`` leaves the
+  field at the match when a chunk inserts more (the chunk's columns are then not proven: a miss,
+  never a wrong refusal).
 * **KV**: every free of a request's KV through its ``req_to_token`` row (release, retract, the
   chunk and session paths) runs while the row is held (the row is given back last); the entry
   points are the allocator methods that take such a row view.  Up to 0.5.12 the SWA pair's
@@ -66,6 +72,7 @@ class GuardPaths:
     checkpoints: bool  # the int8 checkpoint pool's ``free`` (0.5.23)
     kv_entries: tuple[tuple[str, Pool], ...]  # allocator methods taking a row view, the pool refused
     direct_kv: bool  # the SWA pair's sub-allocators are called by the pair alone
+    protected: tuple[str, ...] = ("cache_protected_len",)  # the tree's columns of a request's row
 
 
 _ROW = MambaPaths("mamba_pool", ("mamba_pool_idx",), tree="node", request_free=False)
@@ -81,17 +88,19 @@ _KV_0523 = (
 )
 
 
-def _legacy(family: str, mamba: MambaPaths) -> GuardPaths:
-    return GuardPaths(family, mamba, checkpoints=False, kv_entries=_KV, direct_kv=True)
+def _legacy(family: str, mamba: MambaPaths, protected: str = "cache_protected_len") -> GuardPaths:
+    """A family up to 0.5.12 (the request's fields on ``req``)."""
+    return GuardPaths(family, mamba, False, _KV, direct_kv=True, protected=(protected,))
 
 
+_KV_LENS = ("kv", "cache_protected_len")
 GUARD_PATHS: dict[str, GuardPaths] = {
-    "0.5.4": _legacy("0.5.4", _ROW),
-    "0.5.5.post3": _legacy("0.5.5.post3", _ROW),
+    "0.5.4": _legacy("0.5.4", _ROW, "last_matched_prefix_len"),
+    "0.5.5.post3": _legacy("0.5.5.post3", _ROW, "last_matched_prefix_len"),
     "0.5.6": _legacy("0.5.6", _ROW),
     "0.5.9": _legacy("0.5.9", _SPLIT),
     "0.5.10": _legacy("0.5.10", _SPLIT),
     "0.5.12": _legacy("0.5.12", _SPLIT),
-    "0.5.20": GuardPaths("0.5.20", _ALLOCATOR, checkpoints=True, kv_entries=_KV_0523, direct_kv=False),
-    "0.5.23": GuardPaths("0.5.23", _ALLOCATOR, checkpoints=True, kv_entries=_KV_0523, direct_kv=False),
+    "0.5.20": GuardPaths("0.5.20", _ALLOCATOR, True, _KV_0523, direct_kv=False, protected=_KV_LENS),
+    "0.5.23": GuardPaths("0.5.23", _ALLOCATOR, True, _KV_0523, direct_kv=False, protected=_KV_LENS),
 }

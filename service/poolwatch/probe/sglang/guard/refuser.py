@@ -9,7 +9,12 @@ Built by the SGLang probe in guard mode on a release whose wheels were read
 * 0.5.23's int8 checkpoint pool's ``free`` (proof *tree*), whenever the pool exists (the pool
   may be attached after the scheduler: each refresh looks again);
 * the KV allocator's entry points and the request pool's row book
-  (:class:`~poolwatch.probe.sglang.guard.kv.KvGuard`, proofs *released row* and *free*).
+  (:class:`~poolwatch.probe.sglang.guard.kv.KvGuard`, proofs *released row*, *free*, *tree
+  prefix* and *pending transfer*);
+* the ownership index kept at the free, not at the census
+  (:mod:`~poolwatch.probe.sglang.guard.owners`, :class:`~poolwatch.probe.sglang.guard.tree_index.TreeHooks`):
+  a PD prefill rank's pending transfers (SGLang's own queue processing wrapped as its window) and,
+  on 0.5.23, the unified tree's insertions and own frees.
 
 Each refusal is recorded at once, from inside the wrapped free (scheduler thread), through
 ``on_refuse`` -- the probe's :class:`~poolwatch.probe.core.repairs.RepairLog` -- and marks the
@@ -24,10 +29,12 @@ from typing import Any
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.kv import KvGuard
+from poolwatch.probe.sglang.guard.owners import Pending, TreePrefix
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, GuardPaths
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import SlotGuard, chunked_slot, rid
+from poolwatch.probe.sglang.guard.tree_index import TreeHooks
 
 __all__ = ["FreeRefuser", "OnRefuse"]
 
@@ -53,6 +60,8 @@ class FreeRefuser:
         self.request: Patch | None = None  # free_mamba_cache
         self.rows: RowBook | None = None
         self.kv: KvGuard | None = None
+        self.pending: Pending | None = None  # a PD prefill rank's transfers still pending
+        self.hooks: TreeHooks | None = None  # the unified tree's insertions and own frees
         self.refused = 0  # slots (pages: ids) refused since the probe started
         self.fresh = False  # a refusal not yet published
 
@@ -61,11 +70,15 @@ class FreeRefuser:
     def install(self) -> bool:
         """Wrap every free path this rank has; False if it has none."""
         pool = getattr(self.sched, "req_to_token_pool", None)
+        pending = Pending(self.sched, self.paths.mamba.slot)
+        self.pending = pending if pending.install() else None
         self._install_mamba(pool)
         self._install_checkpoints(pool)
+        self._install_hooks()
         rows = RowBook(pool)
         if rows.install():
-            kv = KvGuard(self.sched, rows, self._record, self.paused)
+            prefix = TreePrefix(self.sched, rows.holder, self.paths.protected)
+            kv = KvGuard(self.sched, rows, self._record, self.paused, prefix, self.pending)
             if kv.install(self.paths.kv_entries, self.paths.direct_kv):
                 self.rows, self.kv = rows, kv
             else:
@@ -81,6 +94,7 @@ class FreeRefuser:
             self.paused,
             live=self.live,
             tree=mamba.tree,
+            pending=self.pending,
         )
         if not guard.install(getattr(pool, mamba.allocator, None)):
             return
@@ -94,15 +108,38 @@ class FreeRefuser:
             return
         guard = SlotGuard(Pool.MAMBA_CKPT, "mamba_ckpt_pool.free", self._record, self.paused, tree="flat")
         if guard.install(ckpt):
+            guard.hooks = self.hooks
             self.checkpoints = guard
 
+    def _install_hooks(self) -> None:
+        """The tree's insertions and (0.5.23) its own frees, where the family has a tree proof."""
+        tree = getattr(self.sched, "tree_cache", None)
+        if not self.paths.mamba.tree or tree is None or (self.mamba is None and self.checkpoints is None):
+            return
+        hooks = TreeHooks(tree, self._took)
+        if not hooks.install():
+            return
+        self.hooks = hooks
+        for guard in (self.mamba, self.checkpoints):
+            if guard is not None:
+                guard.hooks = hooks
+
+    def _took(self, ids: list[int], value: Any, checkpoint: bool) -> None:
+        """An insertion gave the tree ``ids`` (checkpoint slots when the checkpoint pool holds the
+        tree's states): indexed at once, not at the next census."""
+        self._install_checkpoints(getattr(self.sched, "req_to_token_pool", None))
+        guard = self.checkpoints if checkpoint else self.mamba
+        if guard is not None:
+            guard.took(ids, value)
+
     def uninstall(self) -> None:
-        for guard in (self.mamba, self.checkpoints, self.kv, self.rows):
+        for guard in (self.mamba, self.checkpoints, self.kv, self.rows, self.pending, self.hooks):
             if guard is not None:
                 guard.uninstall()
         if self.request is not None:
             self.request.undo()
         self.mamba = self.checkpoints = self.kv = self.rows = self.request = None
+        self.pending = self.hooks = None
 
     # -- the tree index --------------------------------------------------------------------------
 

@@ -18,8 +18,15 @@ free and never trusted alone:
   only on that suspicion); a row it is not in goes back to held.
 
 So a row wrongly believed free costs one lookup and is never refused on; a row wrongly believed held
-is a miss, not a refusal.  Cost per row alloc/free: one set update and a length read (0.6 -- 0.8 µs
-on a loaded 2-core CPU, ``benchmarks/bench_guard_kv.py``).
+is a miss, not a refusal.
+
+It also notes which request each row was handed to (``holder``), where the allocation names the
+requests (``alloc(reqs)`` from 0.5.9, the hybrid pool's ``alloc(n, reqs)`` before): the ownership
+index (:mod:`~poolwatch.probe.sglang.guard.owners`) reads a held row's request there, and believes
+it only while the request still points at that row.
+
+Cost per row alloc/free: one set update and a length read (0.6 -- 0.8 µs on a loaded 2-core CPU,
+``benchmarks/bench_guard_kv.py``).
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ class RowBook:
         self.seen = -1  # the list's length after the last call seen (-1: rebuild at the next check)
         self.depth = 0  # wrapped calls in progress (an inner one is its outer one's)
         self.patches: list[Patch] = []
+        self.holder: dict[int, Any] = {}  # row -> the request it was handed to (checked at use)
 
     def install(self) -> bool:
         """Wrap the pool's row allocations and frees on the instance; False if it has neither."""
@@ -112,6 +120,13 @@ class RowBook:
         else:
             self.seen = len(self.pool.free_slots)
 
+    def _hold(self, rows: list[Any], args: tuple[Any, ...]) -> None:
+        """Note each row's request, where the call named the requests (one per row, in order)."""
+        reqs = next((a for a in args if isinstance(a, list) and a and not isinstance(a[0], int)), None)
+        if reqs is not None and len(reqs) == len(rows):
+            for row, req in zip(rows, reqs, strict=True):
+                self.holder[int(row)] = req
+
     def _take(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def take(*args: Any, **kwargs: Any) -> Any:
             if self.depth:  # inside another wrapped call (0.5.23's alloc -> alloc_rows): it counts
@@ -125,6 +140,7 @@ class RowBook:
             try:
                 if isinstance(out, list):
                     self.free.difference_update(out)
+                    self._hold(out, args)
                 self._settle(before)
             except Exception:  # never in SGLang's way: the next check rebuilds
                 self.seen = -1

@@ -33,8 +33,15 @@ from collections.abc import Callable
 from typing import Any
 
 from poolwatch.model.rank import Pool
+from poolwatch.probe.sglang.guard.owners import Pending
 from poolwatch.probe.sglang.guard.patch import Patch, patch
-from poolwatch.probe.sglang.guard.tree_index import Owned, current_values, node_index, values_index
+from poolwatch.probe.sglang.guard.tree_index import (
+    Owned,
+    TreeHooks,
+    current_values,
+    node_index,
+    values_index,
+)
 
 __all__ = ["Live", "Record", "SlotGuard", "chunked_slot", "rid"]
 
@@ -85,10 +92,12 @@ class SlotGuard:
         *,
         live: Live | None = None,
         tree: str = "",
+        pending: Pending | None = None,
     ) -> None:
         self.pool, self.where, self.record, self.paused = pool, where, record, paused
-        self.live, self.kind = live, tree  # "node", "flat" or "" (no tree proof)
+        self.live, self.kind, self.pending = live, tree, pending  # tree: "node", "flat" or ""
         self.tree: Owned = {}
+        self.hooks: TreeHooks | None = None  # the tree's own frees pass (and forget what they free)
         self.values: Callable[[], set[int]] | None = None
         self.patched: Patch | None = None
 
@@ -110,6 +119,14 @@ class SlotGuard:
         self.values = current_values(tree_cache) if self.kind == "flat" else None
         self.tree = values_index(self.values) if self.values is not None else {}
 
+    def took(self, ids: list[int], value: Any) -> None:
+        """The tree took ``ids`` (the tensor ``value``) since the census: ``flat``, checked again at
+        a free naming one; ``node``, owned until the tree frees ``value`` itself."""
+        if self.kind == "flat":
+            self.tree.update(dict.fromkeys(ids))
+        elif self.kind == "node":
+            self.tree.update(dict.fromkeys(ids, (None, value)))
+
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def free(free_index: Any, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -130,11 +147,16 @@ class SlotGuard:
         if self.paused():  # a kill switch is on: the probe is out of SGLang's way
             return None
         live, req = self.live() if self.live is not None else (None, None)
-        if live is None and not self.tree:
+        pending = self.pending.slot_map() if self.pending is not None else {}
+        if live is None and not self.tree and not pending:
             return None
         ids = free_index.tolist()  # 1-d in every call read (0-d and n-d flattened below)
         if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
             ids = free_index.reshape(-1).tolist()
+        if self.hooks is not None and self.hooks.freeing:  # the tree frees its own values
+            for slot in ids:
+                self.tree.pop(slot, None)
+            return None
         refused: list[int] = []
         owners: list[str] = []
         now: set[int] | None = None  # the tree's values at this free ("flat"), read once if needed
@@ -142,6 +164,9 @@ class SlotGuard:
             if slot == live:
                 refused.append(slot)
                 owners.append(rid(req))
+            elif (sender := pending.get(slot)) is not None:
+                refused.append(slot)
+                owners.append(f"{rid(sender)} (transfer pending)")
             elif slot in self.tree:
                 if self.kind == "flat" and now is None:
                     now = self._now()
@@ -171,8 +196,9 @@ class SlotGuard:
         if entry is None:  # "flat": the tree's values read at this free
             owned = now is not None and slot in now
         else:  # "node": the node still holds that tensor, and this is not its own eviction
-            node, value = entry
-            owned = getattr(node, "mamba_value", None) is value and free_index is not value
+            node, value = entry  # node None: inserted since the census, its node not yet read
+            held = node is None or getattr(node, "mamba_value", None) is value
+            owned = held and free_index is not value
         if not owned:
             del self.tree[slot]
         return owned

@@ -13,8 +13,19 @@ holds the slot at the free, read two ways as the family keeps its tree
   (once per such free) and refuses the ids still in it.  The unified tree clears a node's Mamba
   value before an eviction frees it, so a slot it still lists is never being evicted.
 
+Between censuses the index is kept incrementally (:class:`TreeHooks`, on the tree instance): an
+insertion adds the value the tree took (the insert's Mamba value unless it reports
+``mamba_exist``; on 0.5.23 an int8 checkpoint slot when the checkpoint pool holds the tree's
+states).  ``flat``: the tree's own frees (the Mamba component's ``_free_mamba_value``: evictions,
+path caps, unused insert values) forget the ids they free and pass unchecked, so an eviction costs
+no re-read.  ``node``: the entry is ``(None, the inserted tensor)`` until the next census finds
+its node; the tree frees that very tensor when it evicts it (let through, forgotten), and any
+other free of its ids is refused.  So a free of a slot the tree took *since the last census* is
+refused at the free.
+
 Cost: O(nodes) and one host read per census; per free a dict lookup per freed id, plus, on 0.5.23
-only for a free of an id the tree held at the census (an eviction, or a wrong free), one re-read.
+only for a free of an indexed id outside the tree's own frees (a wrong free), one re-read; per
+insertion one host read of the value taken.
 """
 
 from __future__ import annotations
@@ -23,7 +34,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Owned", "current_values", "node_index", "values_index"]
+from poolwatch.probe.sglang.guard.patch import Patch, patch
+
+__all__ = ["Owned", "TreeHooks", "current_values", "node_index", "values_index"]
 
 log = logging.getLogger("poolwatch.probe")
 Owned = dict[int, tuple[Any, Any] | None]  # slot -> (node, its value tensor) ("node"), or None ("flat")
@@ -78,3 +91,70 @@ def values_index(values: Callable[[], set[int]]) -> Owned:
     except Exception:
         log.debug("poolwatch guard: tree values unreadable", exc_info=True)
         return {}
+
+
+def _inserted(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any:
+    """The Mamba value an insertion gave the tree, or ``None``: ``insert(params)`` from 0.5.9
+    (``InsertResult.mamba_exist``), ``insert(key, value, mamba_value)`` before (``(len, exist)``)."""
+    params = args[0] if args else kwargs.get("params")
+    value = getattr(params, "mamba_value", None)
+    if value is None:
+        value = args[2] if len(args) > 2 else kwargs.get("mamba_value")
+    legacy = isinstance(result, tuple) and len(result) > 1
+    exist = result[1] if legacy else getattr(result, "mamba_exist", False)
+    return None if not hasattr(value, "reshape") or exist else value  # a tensor, not another flag
+
+
+class TreeHooks:
+    """The tree's insertions and (0.5.23) own frees, seen on the instance (guard mode only).
+
+    ``took(ids, value, checkpoint)`` is told the slots (and the tensor) each insertion gave the
+    tree; :attr:`freeing` is true while the unified tree frees its own values (the Mamba
+    component's ``_free_mamba_value``).  Up to 0.5.12 the tree frees a node's own value tensor,
+    by identity, which :class:`~poolwatch.probe.sglang.guard.slots.SlotGuard` tells apart."""
+
+    def __init__(self, tree_cache: Any, took: Callable[[list[int], Any, bool], None]) -> None:
+        self.tree, self.took = tree_cache, took
+        self.freeing = 0
+        self.patches: list[Patch] = []
+
+    def install(self) -> bool:
+        components = getattr(self.tree, "components", None)
+        owners = list(components.values()) if isinstance(components, dict) else []
+        for owner, name, make in (
+            (self.tree, "insert", self._insert),
+            *((c, "_free_mamba_value", self._own) for c in owners if hasattr(c, "_free_mamba_value")),
+        ):
+            done = patch(owner, name, make)
+            if done is not None:
+                self.patches.append(done)
+        return bool(self.patches)
+
+    def uninstall(self) -> None:
+        for done in self.patches:
+            done.undo()
+        self.patches = []
+
+    def _insert(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def insert(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            try:
+                value = _inserted(args, kwargs, result)
+                if value is not None:
+                    pool = getattr(self.tree, "req_to_token_pool", None)
+                    self.took(_ids([value]), value, getattr(pool, "mamba_ckpt_pool", None) is not None)
+            except Exception:  # never in SGLang's way: the next census re-reads the tree
+                log.debug("poolwatch guard: tree insertion unreadable", exc_info=True)
+            return result
+
+        return insert
+
+    def _own(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def free_value(*args: Any, **kwargs: Any) -> Any:
+            self.freeing += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.freeing -= 1
+
+        return free_value

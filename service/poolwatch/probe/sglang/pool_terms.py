@@ -75,10 +75,14 @@ def _stats(sched: Any, reading: Reading) -> Any:
     return None if stats is MISSING or not hasattr(stats, "full_capacity") else stats
 
 
-def _session_figure(sched: Any, reading: Reading, paths: tuple[str, ...]) -> Any:
+def _session_figure(sched: Any, reading: Reading, paths: tuple[str, ...], own: int | None) -> Any:
+    """SGLang's own session-held figure; where the release keeps none for this pool (0.5.10 counts
+    no session-held Mamba slot, #23496), ``own``: the probe's count of the parked session slots."""
     for path in paths:
         if reading.attr(sched, path, optional=True) is not MISSING:
             return reading.call(sched, path)
+    if own is not None:
+        return own
     tree = reading.attr(sched, "tree_cache", optional=True)
     if not any(name.startswith("session") for name in dir(tree)):
         return 0  # no session machinery anywhere (an emulator, a build without sessions)
@@ -86,10 +90,12 @@ def _session_figure(sched: Any, reading: Reading, paths: tuple[str, ...]) -> Any
     return MISSING
 
 
-def _session(sched: Any, reading: Reading, shape: Shape, paths: tuple[str, ...]) -> Thunk | int:
+def _session(
+    sched: Any, reading: Reading, shape: Shape, paths: tuple[str, ...], own: int | None = None
+) -> Thunk | int:
     if not shape.has_session_held:
         return 0
-    return lambda: _session_figure(sched, reading, paths)
+    return lambda: _session_figure(sched, reading, paths, own)
 
 
 def _full(
@@ -200,6 +206,7 @@ def _mamba(sched: Any, shape: Shape, reading: Reading, held: Holdings, ckpt: Any
                 reading,
                 shape,
                 ("pool_stats_observer.session_held_mamba_slots", "_session_held_mamba_slots"),
+                held.session_mamba,
             ),
         },
     )

@@ -141,3 +141,31 @@ def test_0_5_17_reads_a_requests_lengths_in_req_kv_and_its_row_on_the_request() 
     assert fast_totals(live.holders, chunked, True, shape, 64, Memo()) == tuple(
         sum(t[i] for t in per_request) for i in range(3)
     )
+
+
+def _dense_rank(capacity: int | None) -> Any:
+    """A dense rank whose ``PoolStats`` states ``full_capacity`` (0.5.23), or leaves it ``None``
+    (0.5.21's dense stats)."""
+    stats = SimpleNamespace(full_capacity=capacity, full_available_size=200, full_evictable_size=56)
+    return SimpleNamespace(
+        pool_stats_observer=SimpleNamespace(get_pool_stats=lambda: stats),
+        max_total_num_tokens=256,
+        token_to_kv_pool_allocator=SimpleNamespace(available_size=lambda: 200),
+        tree_cache=SimpleNamespace(evictable_size=lambda: 56, protected_size=lambda: 0),
+        req_to_token_pool=SimpleNamespace(size=4, free_slots=[1, 2, 3, 4]),
+    )
+
+
+def test_a_capacity_pool_stats_leaves_unset_is_the_one_its_usage_divides_by() -> None:
+    from poolwatch.model.rank import Pool
+    from poolwatch.probe.sglang.footprint import Holdings
+    from poolwatch.probe.sglang.pool_terms import PoolKinds, read_pools
+
+    shape = shape_for_version("0.5.21")
+    for capacity in (None, 256):
+        reading = Reading()
+        pools = read_pools(
+            _dense_rank(capacity), shape, reading, Holdings(0, 0, 0, 0), "null", PoolKinds(False, False)
+        )
+        full = pools[Pool.FULL]
+        assert (full.size, full.unreadable) == (256, ()), reading.failures

@@ -152,6 +152,7 @@ class Offload:
             s.token_to_kv_pool_allocator,
         )
         prealloc.tree_cache, prealloc.scheduler, prealloc.token_to_kv_pool = s.tree_cache, s, None
+        prealloc.queue, prealloc.retracted_queue, prealloc.pending_reqs = [], [], []  # as its __init__
         s.enable_decode_hicache, s.sliding_window_size = False, None
         s.tp_worker.is_hybrid_swa = False
         s.disagg_decode_prealloc_queue = prealloc

@@ -258,11 +258,6 @@ class Rank:
     def _publish_kv_events(self) -> None:
         return None
 
-    def _session_held_tokens(self) -> int:
-        return 0
-
-    _session_held_full_tokens = _session_held_mamba_slots = _session_held_tokens
-
 
 @functools.cache
 def rank_class(release: Release) -> type[Rank]:

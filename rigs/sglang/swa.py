@@ -110,6 +110,7 @@ class Windowed:
             req.kv = ReqKvInfo(kv_allocated_len=upto, swa_evicted_seqlen=0)
         req.kv_committed_len = upto
         req.set_extend_range(start, upto)
+        self.sched.chunked_req = req  # where SGLang keeps a request between its chunks
 
     def windowed_boundary(self, req: Any) -> None:
         """The chunk boundary: the tree's own ``cache_unfinished_req`` (its out-of-window free, the
@@ -123,4 +124,5 @@ class Windowed:
 
         req.output_ids.append(7)
         req.finished_reason = FINISH_LENGTH(1)
+        self.sched.chunked_req = None
         release_kv_cache(req, self.sched.tree_cache)

@@ -4,8 +4,9 @@ A live request (collected by :mod:`poolwatch.probe.sglang.requests`) holds a req
 full-KV slots (everything it allocated past the prefix the tree owns and it locks) and Mamba
 slots (its working state, plus ping-pong track slots from 0.5.9).  Each release family keeps
 these figures in other fields (:class:`~poolwatch.probe.sglang.shapes.HeldRule`): ``req.kv`` (0.5.23),
-``kv_allocated_len`` less ``cache_protected_len`` (0.5.6+), less ``len(prefix_indices)``
-(0.5.5.post3), or the sequence length less the prefix (0.5.4).  The per-request rules here are
+``req.kv.kv_allocated_len`` less the request's ``cache_protected_len`` (0.5.17), ``kv_allocated_len``
+less ``cache_protected_len`` (0.5.6+), less ``len(prefix_indices)`` (0.5.5.post3), or the sequence
+length less the prefix (0.5.4).  The per-request rules here are
 also the full-KV census's (:func:`full_private_range`) and the Mamba census's
 (:func:`mamba_slot_objects`).
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.requests import LiveSet
+from poolwatch.probe.sglang.sessions import mamba_ids
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 from poolwatch.probe.sglang.totals import Memo, fast_totals, length_of
 
@@ -39,6 +41,7 @@ class Holdings:
     mamba: int
     live: int
     swa: Callable[[], int | None] = _no_swa  # asked only on SWA-hybrid models (see ``swa_held``)
+    session_mamba: int | None = None  # Mamba slots of parked session slots (:mod:`.sessions`)
 
 
 def _finished(req: Any) -> bool:
@@ -68,6 +71,9 @@ def _full_private(req: Any, shape: Shape, page: int, chunked: Any) -> int:
     rule = shape.held_rule
     if rule is HeldRule.REQ_KV:
         return _ceil(int(req.kv.kv_allocated_len), page) - int(req.kv.cache_protected_len)
+    if rule is HeldRule.KV_LENGTHS:  # req.kv is None once the request's KV is released
+        kv = req.kv
+        return 0 if kv is None else _ceil(int(kv.kv_allocated_len), page) - int(req.cache_protected_len)
     if rule is HeldRule.SEQLEN:
         # decode-side preallocation covers origin + outputs[:-1]; a chunk covers fill_ids
         outputs = max(len(req.output_ids) - 1, 0)
@@ -84,13 +90,24 @@ def _mamba_count(req: Any, shape: Shape, finished: bool | None = None) -> int:
     if shape.held_rule is HeldRule.REQ_KV:
         kv = req.kv
         total = int(kv.mamba_pool_idx.numel()) if kv.holds_mamba else 0
-        if kv.mamba_ping_pong_track_buffer is not None:
-            total += list(kv.mamba_ping_pong_empty).count(False)
-        return total
+        return total + len(_ping_pong_held(kv))
     if req.mamba_pool_idx is None or (_finished(req) if finished is None else finished):
         return 0  # a finished request's pointer may be stale (donated to the tree)
     ping_pong = getattr(req, "mamba_ping_pong_track_buffer", None) if shape.has_ping_pong else None
     return 1 + (int(ping_pong.numel()) if ping_pong is not None else 0)
+
+
+def _ping_pong_held(kv: Any) -> list[Any]:
+    """The ping-pong track slots a ``req.kv`` record holds: the entries not marked empty (0.5.23's
+    ``mamba_ping_pong_empty``), or the whole buffer where the record keeps no such marks (0.5.19 -
+    0.5.20, whose own session count takes the buffer's ``numel()``)."""
+    buffer = kv.mamba_ping_pong_track_buffer
+    if buffer is None:
+        return []
+    empty = getattr(kv, "mamba_ping_pong_empty", None)
+    if empty is None:
+        return [buffer[i] for i in range(int(buffer.shape[0]))]
+    return [buffer[i] for i, e in enumerate(list(empty)) if not e]
 
 
 def mamba_slot_objects(req: Any, shape: Shape) -> list[Any]:
@@ -98,10 +115,7 @@ def mamba_slot_objects(req: Any, shape: Shape) -> list[Any]:
     if shape.held_rule is HeldRule.REQ_KV:
         kv = req.kv
         out = [kv.mamba_pool_idx] if kv.holds_mamba else []
-        if kv.mamba_ping_pong_track_buffer is not None:
-            empty = list(kv.mamba_ping_pong_empty)
-            out += [kv.mamba_ping_pong_track_buffer[i] for i, e in enumerate(empty) if not e]
-        return out
+        return out + _ping_pong_held(kv)
     if _finished(req) or req.mamba_pool_idx is None:
         return []
     ping_pong = getattr(req, "mamba_ping_pong_track_buffer", None) if shape.has_ping_pong else None
@@ -178,7 +192,12 @@ def holdings(
         mamba,
         len(live.holders),
         swa=lambda: swa_held(live, shape, page, reading),
+        session_mamba=reading.guard("sessions.mamba", lambda: _session_mamba(live), None),
     )
+
+
+def _session_mamba(live: LiveSet) -> int:
+    return sum(int(t.numel()) for _, record in live.sessions for t in mamba_ids(record))
 
 
 def _swa_private(req: Any, shape: Shape, page: int, live: LiveSet) -> int:
@@ -186,14 +205,21 @@ def _swa_private(req: Any, shape: Shape, page: int, live: LiveSet) -> int:
     (``ceil(allocated) - max(cache_protected_len, swa_evicted_seqlen)``)."""
     if not _holds_row(req, shape, live):
         return 0
-    freed = max(0, int(req.swa_evicted_seqlen) - int(req.cache_protected_len))
+    evicted = req.swa_evicted_seqlen if shape.held_rule is HeldRule.ALLOCATED_PROTECTED else _kv_evicted(req)
+    freed = max(0, int(evicted) - int(req.cache_protected_len))
     return _full_private(req, shape, page, live.chunked) - freed
+
+
+def _kv_evicted(req: Any) -> int:
+    """0.5.17's SWA eviction cursor, in ``req.kv`` (none once released)."""
+    return 0 if req.kv is None else int(req.kv.swa_evicted_seqlen)
 
 
 def swa_held(live: LiveSet, shape: Shape, page: int, reading: Reading) -> int | None:
     """SWA slots held by live requests, on releases whose requests carry ``swa_evicted_seqlen``
-    and ``kv_allocated_len``/``cache_protected_len`` (0.5.9 - 0.5.15); ``None`` elsewhere."""
-    if shape.held_rule is not HeldRule.ALLOCATED_PROTECTED:
+    and ``kv_allocated_len``/``cache_protected_len`` (0.5.9 - 0.5.16; in ``req.kv`` 0.5.17 -
+    0.5.18); ``None`` elsewhere."""
+    if shape.held_rule not in (HeldRule.ALLOCATED_PROTECTED, HeldRule.KV_LENGTHS):
         return None
     try:
         return sum(_swa_private(req, shape, page, live) for req in live.holders)
@@ -210,7 +236,7 @@ def full_private_range(req: Any, shape: Shape, page: int, live: LiveSet) -> tupl
     rule = shape.held_rule
     if rule is HeldRule.REQ_KV:
         start = int(req.kv.cache_protected_len)
-    elif rule is HeldRule.ALLOCATED_PROTECTED:
+    elif rule in (HeldRule.ALLOCATED_PROTECTED, HeldRule.KV_LENGTHS):
         start = int(req.cache_protected_len)
     else:
         start = length_of(req.prefix_indices)

@@ -23,6 +23,7 @@ from poolwatch.probe.sglang.counter_census import full_readings
 from poolwatch.probe.sglang.footprint import full_private_range
 from poolwatch.probe.sglang.mamba_census import rid_of, tree_values
 from poolwatch.probe.sglang.requests import LiveSet
+from poolwatch.probe.sglang.sessions import kv_span
 from poolwatch.probe.sglang.shapes import Shape
 
 __all__ = ["kv_census"]
@@ -50,14 +51,25 @@ def _live_tokens(sched: Any, shape: Shape, page: int, live: LiveSet) -> list[Any
     import torch
 
     table = sched.req_to_token_pool.req_to_token
-    spans = []
-    for req in live.holders:
-        span = full_private_range(req, shape, page, live)
-        if span is not None and span[2] > span[1]:
-            spans.append(span)
+    spans = [span for _, span in _spans(shape, page, live)]
     if table.device.type != "cpu" and len(spans) > 1:
         return [_gather_spans(table, spans)]
     return [table[row, start:end].to(torch.int64) for row, start, end in spans]
+
+
+def _spans(shape: Shape, page: int, live: LiveSet) -> list[tuple[str, tuple[int, int, int]]]:
+    """``(owner, (row, start, end))`` of every live request's private columns and every parked
+    streaming-session slot's (``session:<id>``), the empty ones left out."""
+    out = []
+    for req in live.holders:
+        span = full_private_range(req, shape, page, live)
+        if span is not None and span[2] > span[1]:
+            out.append((rid_of(req), span))
+    for name, record in live.sessions:
+        span = kv_span(record, page)
+        if span is not None and span[2] > span[1]:
+            out.append((name, span))
+    return out
 
 
 def _gather_spans(table: Any, spans: list[tuple[int, int, int]]) -> Any:
@@ -200,16 +212,13 @@ def _census(
 def _owners(
     sched: Any, shape: Shape, page: int, live: LiveSet, ids: tuple[int, ...]
 ) -> dict[int, tuple[str, ...]]:
-    """The live requests whose private columns hold each of ``ids`` (pages): a second pass over
-    the live requests, only when a census names ids they hold."""
+    """The live requests (and parked session slots) whose private columns hold each of ``ids``
+    (pages): a second pass over them, only when a census names ids they hold."""
     wanted = set(ids)
     table = sched.req_to_token_pool.req_to_token
     held: dict[int, list[str]] = {}
-    for req in live.holders:
-        span = full_private_range(req, shape, page, live)
-        if span is None or span[2] <= span[1]:
-            continue
+    for owner, span in _spans(shape, page, live):
         tokens = table[span[0], span[1] : span[2]].tolist()
         for unit in {int(t) // page for t in tokens} & wanted if page > 1 else set(map(int, tokens)) & wanted:
-            held.setdefault(unit, []).append(rid_of(req))
+            held.setdefault(unit, []).append(owner)
     return {unit: tuple(rids) for unit, rids in sorted(held.items())}

@@ -32,6 +32,7 @@ from poolwatch.probe.sglang.counter_census import mamba_readings, tree_root
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
 from poolwatch.probe.sglang.pool_terms import checkpoint_pool
 from poolwatch.probe.sglang.requests import LiveSet
+from poolwatch.probe.sglang.sessions import mamba_ids
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 from poolwatch.probe.sglang.totals import mamba_holders
 
@@ -113,14 +114,29 @@ def rid_of(req: Any) -> str:
 
 
 def _live_mamba(live: LiveSet, shape: Shape) -> Owners:
-    """``(request id, Mamba slot ids)`` of every live request, read with one host transfer."""
+    """``(request id, Mamba slot ids)`` of every live request, read with one host transfer, and of
+    every parked streaming-session slot (``session:<id>``, :mod:`~poolwatch.probe.sglang.sessions`)."""
     fast = None
     if shape.held_rule is not HeldRule.REQ_KV:
         try:
             fast = _single_slot_owners(live, shape)
         except Exception:  # an odd request: the per-request path reads (and names) it
             fast = None
-    return fast if fast is not None else _live_mamba_each(live, shape)
+    owners = fast if fast is not None else _live_mamba_each(live, shape)
+    return [*owners, *_session_mamba(live)] if live.sessions else owners
+
+
+def _session_mamba(live: LiveSet) -> list[tuple[str, list[int]]]:
+    """``(session:<id>, Mamba slot ids)`` of the parked session slots, in one host transfer."""
+    slots = [(name, mamba_ids(record)) for name, record in live.sessions]
+    ids, lengths = _flat_ids([t for _, ts in slots for t in ts])
+    out, at, each = [], 0, iter(lengths)
+    for name, tensors in slots:
+        n = sum(next(each) for _ in tensors)
+        if n:
+            out.append((name, ids[at : at + n]))
+        at += n
+    return out
 
 
 def _single_slot_owners(live: LiveSet, shape: Shape) -> Owners | None:

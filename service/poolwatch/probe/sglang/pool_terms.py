@@ -75,10 +75,21 @@ def _stats(sched: Any, reading: Reading) -> Any:
     return None if stats is MISSING or not hasattr(stats, "full_capacity") else stats
 
 
-def _session_figure(sched: Any, reading: Reading, paths: tuple[str, ...]) -> Any:
+def _capacity(stated: Any, own: Thunk) -> Any:
+    """``PoolStats``' byte-derived capacity where the release states it; where it leaves it
+    ``None`` (0.5.21 states it for SWA models only), the figure its usage divides by: the
+    scheduler's or allocator's, as on the releases whose ``PoolStats`` has no such field."""
+    return own() if stated is None else stated
+
+
+def _session_figure(sched: Any, reading: Reading, paths: tuple[str, ...], own: int | None) -> Any:
+    """SGLang's own session-held figure; where the release keeps none for this pool (0.5.10 counts
+    no session-held Mamba slot, #23496), ``own``: the probe's count of the parked session slots."""
     for path in paths:
         if reading.attr(sched, path, optional=True) is not MISSING:
             return reading.call(sched, path)
+    if own is not None:
+        return own
     tree = reading.attr(sched, "tree_cache", optional=True)
     if not any(name.startswith("session") for name in dir(tree)):
         return 0  # no session machinery anywhere (an emulator, a build without sessions)
@@ -86,10 +97,12 @@ def _session_figure(sched: Any, reading: Reading, paths: tuple[str, ...]) -> Any
     return MISSING
 
 
-def _session(sched: Any, reading: Reading, shape: Shape, paths: tuple[str, ...]) -> Thunk | int:
+def _session(
+    sched: Any, reading: Reading, shape: Shape, paths: tuple[str, ...], own: int | None = None
+) -> Thunk | int:
     if not shape.has_session_held:
         return 0
-    return lambda: _session_figure(sched, reading, paths)
+    return lambda: _session_figure(sched, reading, paths, own)
 
 
 def _full(
@@ -97,17 +110,18 @@ def _full(
 ) -> PoolAccount:
     alloc = "token_to_kv_pool_allocator"
     hybrid = kinds.swa or kinds.ssm
+    if kinds.swa:
+        own_size: Thunk = lambda: reading.attr(sched, "full_tokens_per_layer")  # noqa: E731
+    elif kinds.ssm:
+        own_size = lambda: reading.attr(sched, f"{alloc}.size")  # noqa: E731
+    else:
+        own_size = lambda: reading.attr(sched, "max_total_num_tokens")  # noqa: E731
     if stats is not None:
-        size: Thunk = lambda: stats.full_capacity  # noqa: E731
+        size: Thunk = lambda: _capacity(stats.full_capacity, own_size)  # noqa: E731
         available: Thunk = lambda: stats.full_available_size  # noqa: E731
         evictable: Thunk = lambda: stats.full_evictable_size  # noqa: E731
     else:
-        if kinds.swa:
-            size = lambda: reading.attr(sched, "full_tokens_per_layer")  # noqa: E731
-        elif kinds.ssm:
-            size = lambda: reading.attr(sched, f"{alloc}.size")  # noqa: E731
-        else:
-            size = lambda: reading.attr(sched, "max_total_num_tokens")  # noqa: E731
+        size = own_size
         avail_path = f"{alloc}.full_available_size" if kinds.swa else f"{alloc}.available_size"
         available = lambda: reading.call(sched, avail_path)  # noqa: E731
         evict_paths = (
@@ -142,13 +156,12 @@ def _full(
 
 def _swa(sched: Any, shape: Shape, reading: Reading, held: Holdings, stats: Any) -> PoolAccount:
     idle_held = 0 if held.live == 0 else held.swa  # busy: from the requests' window frontiers
+    own_size: Thunk = lambda: reading.attr(sched, "swa_tokens_per_layer")  # noqa: E731
     return _account(
         Pool.SWA,
         reading,
         {
-            "size": (lambda: stats.swa_capacity)
-            if stats is not None
-            else (lambda: reading.attr(sched, "swa_tokens_per_layer")),
+            "size": (lambda: _capacity(stats.swa_capacity, own_size)) if stats is not None else own_size,
             "available": (lambda: stats.swa_available_size)
             if stats is not None
             else (lambda: reading.call(sched, "token_to_kv_pool_allocator.swa_available_size")),
@@ -200,6 +213,7 @@ def _mamba(sched: Any, shape: Shape, reading: Reading, held: Holdings, ckpt: Any
                 reading,
                 shape,
                 ("pool_stats_observer.session_held_mamba_slots", "_session_held_mamba_slots"),
+                held.session_mamba,
             ),
         },
     )

@@ -11,6 +11,7 @@ _HELD = {
     HeldRule.SEQLEN: "`seqlen - 1` allocated (`fill_ids` while chunked), less the prefix",
     HeldRule.ALLOCATED_PREFIX: "`kv_allocated_len - len(prefix_indices)`",
     HeldRule.ALLOCATED_PROTECTED: "`kv_allocated_len - cache_protected_len`",
+    HeldRule.KV_LENGTHS: "`req.kv.kv_allocated_len - cache_protected_len` (`req.kv` None once freed)",
     HeldRule.REQ_KV: "the same, under `req.kv`",
 }
 

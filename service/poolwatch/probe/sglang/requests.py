@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.sglang.sessions import Parked, parked_sessions
 from poolwatch.probe.sglang.shapes import Shape
 from poolwatch.probe.sglang.totals import Memo, same_items
 from poolwatch.probe.sglang.waiting import WaitingHolders, maybe_holding
@@ -38,6 +39,7 @@ class LiveSet:
     chunked: Any  # the scheduler's chunked_req (or None)
     chunk_ran: bool = True  # the chunked request is in last_batch (its chunk just ran)
     waiting_exact: bool = True  # False: ``waiting`` was recalled from the last exact scan
+    sessions: Parked = ()  # streaming-session slots holding what no live request runs on
 
 
 def role_of(sched: Any, reading: Reading) -> str:
@@ -116,7 +118,15 @@ def collect_live(
         queue: Any = reading.guard("waiting_queue", lambda: sched.waiting_queue, [])
         found, exact = _waiting_holders(queue, shape, tracker, exact_waiting)
     waiting = tuple(r for r in found if id(r) not in unique)
-    return LiveSet(holders, waiting, chunked, chunk_ran, exact)
+    sessions = _sessions(sched, reading, holders) if shape is None or shape.has_session_held else ()
+    return LiveSet(holders, waiting, chunked, chunk_ran, exact, sessions)
+
+
+def _sessions(sched: Any, reading: Reading, holders: tuple[Any, ...]) -> Parked:
+    tree = reading.attr(sched, "tree_cache", optional=True)
+    if tree is MISSING or tree is None:
+        return ()
+    return reading.guard("sessions", lambda: parked_sessions(tree, holders), ())
 
 
 def _unique(groups: list[Any], memo: Memo | None) -> tuple[dict[int, Any], tuple[Any, ...]]:

@@ -12,6 +12,9 @@ family     mamba ids    req rows  held full KV         stale ``req`` pointers   
 0.5.5.post3 0..size-1   0..size-1 allocated - prefix   row + mamba stay set      self_check..
 0.5.9      1..size      0..size-1 allocated - protect  mamba stays on donation   self_check..
 0.5.12     1..size      1..size   allocated - protect  mamba stays on donation   on_idle
+0.5.13     1..size *    1..size   allocated - protect  mamba stays on donation   on_idle
+0.5.17     1..size *    1..size   ``req.kv`` lengths   ``req.kv`` None on free   on_idle
+0.5.19     1..size *    1..size   ``req.kv`` records   none (``kv.holds_*``)     on_idle
 0.5.20     1..size      1..size   ``req.kv`` records   none (``kv.holds_*``)     on_idle
 0.5.23     1..size      1..size   ``req.kv`` records   none (``kv.holds_*``)     on_idle
 =========  ===========  ========  ===================  ========================  =============
@@ -21,7 +24,12 @@ Where each family frees slots, and so where guard v2 refuses (keyed by ``Shape.f
 ``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` and the int8
 checkpoint pool from 0.5.20; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
 layout, read in its wheel (``req.kv``, ``ingest_requests``, ``mamba_allocator``, the deferred KV
-releases' idle gate); the releases between 0.5.12 and 0.5.20 are read as 0.5.12.
+releases' idle gate).  Between them, each read in its wheel: 0.5.13 moves the Mamba free list to
+``mamba_allocator`` (``*``; the pool keeps no ``free_slots``); 0.5.17 keeps a request's allocated
+and SWA-evicted lengths in ``req.kv`` (a ``ReqKvInfo``, ``None`` once released) while its row and
+``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records (still with
+``recv_requests``).  Guard v2's free paths were not read for these three (``Shape.guarded``): they
+are watched, never guarded.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ class HeldRule(enum.StrEnum):
     SEQLEN = "seqlen"  # 0.5.4: no kv_*_len fields; allocated = seqlen - 1 (fill_ids while chunked)
     ALLOCATED_PREFIX = "allocated_prefix"  # 0.5.5.post3: kv_allocated_len - len(prefix_indices)
     ALLOCATED_PROTECTED = "allocated_protected"  # 0.5.6+: kv_allocated_len - cache_protected_len
+    KV_LENGTHS = "kv_lengths"  # 0.5.17: req.kv.kv_allocated_len (req.kv None once freed) - protected
     REQ_KV = "req_kv"  # 0.5.23: the same figures under req.kv (ReqKvInfo)
 
 
@@ -80,6 +89,7 @@ class Shape:
     # trees of this family that keep no ``cache_protected_len`` (it stays at the first match):
     # their part of a request's KV is ``len(prefix_indices)`` (0.5.6's MambaRadixCache)
     prefix_trees: tuple[str, ...] = ()
+    guarded: bool = True  # guard v2's free paths were read for this family (guard.paths.GUARD_PATHS)
 
 
 _LEGACY = ("is_hybrid", "is_hybrid_gdn")
@@ -111,12 +121,15 @@ _059 = replace(
 )  # fmt: skip
 _0510 = replace(_059, family="0.5.10", since=(0, 5, 10), has_session_held=True)
 _0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_hook="on_idle")
+_0513 = replace(_0512, family="0.5.13", since=(0, 5, 13), mamba_allocator=True, guarded=False)
+_0517 = replace(_0513, family="0.5.17", since=(0, 5, 17), held_rule=HeldRule.KV_LENGTHS)
+_0519 = replace(_0517, family="0.5.19", since=(0, 5, 19), held_rule=HeldRule.REQ_KV)
 _0520 = replace(
     _0512, family="0.5.20", since=(0, 5, 20), held_rule=HeldRule.REQ_KV, loop_hook="ingest_requests",
     mamba_allocator=True,
 )  # fmt: skip
 _0523 = replace(_0520, family="0.5.23", since=(0, 5, 23))
-SHAPES: tuple[Shape, ...] = (_054, _0553, _056, _059, _0510, _0512, _0520, _0523)
+SHAPES: tuple[Shape, ...] = (_054, _0553, _056, _059, _0510, _0512, _0513, _0517, _0519, _0520, _0523)
 
 
 def parse_version(text: str) -> tuple[int, ...]:

@@ -41,6 +41,7 @@ _PREFIX = operator.attrgetter("prefix_indices")
 _FREED = operator.attrgetter("kv_committed_freed")
 _ALLOCATED = operator.attrgetter("kv_allocated_len")
 _PROTECTED = operator.attrgetter("cache_protected_len")
+_KV = operator.attrgetter("kv")
 _NUMEL = operator.methodcaller("numel")
 _REASON = operator.attrgetter("finished_reason")
 _NONE = itertools.repeat(None)
@@ -219,7 +220,11 @@ def _seqlen_full(rows: list[Any], chunked: Any, chunk_in: bool, memo: Memo) -> i
 
 
 def _allocated_full(rows: list[Any], rule: HeldRule, page: int, memo: Memo) -> int:
-    """0.5.5.post3+: ``ceil(kv_allocated_len) - tree part`` of the rows not already freed."""
+    """0.5.5.post3+: ``ceil(kv_allocated_len) - tree part`` of the rows not already freed (0.5.17:
+    the allocated length in ``req.kv``; a row holder's record is never ``None``)."""
+    if rule is HeldRule.KV_LENGTHS:
+        allocated = sum(_ceil_all(map(int, map(_ALLOCATED, map(_KV, rows))), page))
+        return allocated - sum(map(int, map(_PROTECTED, rows)))
     kept = list(itertools.compress(rows, map(operator.not_, map(_FREED, rows))))
     allocated = sum(_ceil_all(map(int, map(_ALLOCATED, kept)), page))
     if rule is HeldRule.ALLOCATED_PROTECTED:

@@ -167,17 +167,31 @@ class ChunkCache:
         return self.protected_size_
 
 
-def _decode_rank() -> tuple[Rank, Req]:
+class HybridChunkCache(ChunkCache):
+    """A hybrid model's chunk cache: the per-pool counters are the base class's 0; its count lives
+    in ``protected_size()`` alone (0.5.4)."""
+
+    def full_evictable_size(self) -> int:
+        return 0
+
+    def full_protected_size(self) -> int:
+        return 0
+
+
+def _decode_rank(*, hybrid: bool = False) -> tuple[Rank, Req]:
     rank = Rank(kv=64, mamba=8, rows=4)
-    rank.sched.tree_cache = ChunkCache()  # type: ignore[assignment]
-    rank.sched.is_hybrid_gdn = False
-    del rank.rows.mamba_pool
+    rank.sched.tree_cache = HybridChunkCache() if hybrid else ChunkCache()  # type: ignore[assignment]
+    rank.sched.is_hybrid_gdn = hybrid
+    if not hybrid:
+        del rank.rows.mamba_pool
     sched: Any = rank.sched
     sched.disaggregation_mode = DisaggregationMode("decode")
     sched.disagg_decode_prealloc_queue = type("Q", (), {"queue": []})()
     sched.disagg_decode_transfer_queue = type("Q", (), {"queue": []})()
     req = Req("d1", 10)
     req.req_pool_idx = rank.rows.free_slots.pop(0)
+    if hybrid:
+        req.mamba_pool_idx = rank.mamba.take()
     req.output_ids = [5, 9]
     kv = rank.alloc.take(11)
     rank.rows.req_to_token[req.req_pool_idx, :11] = kv.to(torch.int32)
@@ -226,5 +240,22 @@ def test_while_the_decode_offload_manager_holds_requests_the_full_pool_and_rows_
         assert gap(snap.pools[Pool.FULL]) is None
         assert gap(snap.pools[Pool.REQ]) is None
         assert snap.queues["decode_offload"] == 1
+    finally:
+        detach(rank.sched)
+
+
+def test_a_hybrid_chunk_cache_is_witnessed_by_the_counter_the_sample_reads() -> None:
+    """A hybrid decode rank's chunk cache (0.5.4) keeps its count in ``protected_size()``; its
+    ``full_protected_size()`` is the base class's 0.  The witness reads the counter the sample
+    reads: a healthy prebuilt request is no drift (reading the other one made a 24 h emulated soak
+    page a double free of every prebuilt slot)."""
+    rank, _ = _decode_rank(hybrid=True)
+    probe = _probe(rank.sched)
+    try:
+        snap = probe.sample_now("census", census=True)
+        assert snap is not None
+        assert snap.witnesses == ()
+        assert gap(snap.pools[Pool.FULL]) == 0
+        assert snap.tripwires == ()
     finally:
         detach(rank.sched)

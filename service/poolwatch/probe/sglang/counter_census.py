@@ -122,14 +122,17 @@ def full_readings(
     tree = _tree(sched, reading)
     if tree is None:
         return ()
-    prefix = ("full_",) if hybrid else ("", "full_")
-    evict = _counter(tree, tuple(f"{p}evictable_size" for p in prefix), reading)
-    protect = _counter(tree, tuple(f"{p}protected_size" for p in prefix), reading)
     if tree_root(tree) is None:  # a chunk cache: its counter moves with prefixes
+        # the counter the sample reads: protected_size() alone (a hybrid chunk cache's
+        # full_protected_size() is the base class's 0 on every release)
+        protect = _counter(tree, ("protected_size",), reading)
         if protect is None or shape.since >= _CHUNK_COUNTS_UNTIL:
             return ()
         counted = _chunk_protected(live.holders, offload_pending(sched, reading))
         return (CounterReading(Pool.FULL, "protected", protect[0], protect[1], counted),)
+    prefix = ("full_",) if hybrid else ("", "full_")
+    evict = _counter(tree, tuple(f"{p}evictable_size" for p in prefix), reading)
+    protect = _counter(tree, tuple(f"{p}protected_size" for p in prefix), reading)
     counts = tree_lock_counts(tree, "full_lock_ref" if hybrid else "lock_ref", "value")
     if counts is None and not hybrid:
         counts = tree_lock_counts(tree, "full_lock_ref", "value")

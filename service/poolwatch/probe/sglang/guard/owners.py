@@ -29,11 +29,10 @@ read of the queue (pending); see ``benchmarks/bench_guard.py --free-path --real`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.probe.sglang.guard.patch import Patch, patch
+from poolwatch.probe.sglang.guard.patch import Depth, Patch, patch
 
 __all__ = ["Pending", "TreePrefix", "shares_prefixes"]
 
@@ -115,7 +114,7 @@ class Pending:
 
     def __init__(self, sched: Any, slot: tuple[str, ...]) -> None:
         self.sched, self.slot = sched, slot
-        self.depth = 0  # SGLang's own window in progress
+        self.depth = Depth()  # SGLang's own window in progress
         self.patches: list[Patch] = []
         self.seen: tuple[int, int] = (0, -1)  # the queue list's identity and length indexed
         self.reqs: dict[int, Any] = {}  # id(req) -> req
@@ -126,7 +125,7 @@ class Pending:
         if not isinstance(getattr(self.sched, "disagg_prefill_inflight_queue", None), list):
             return False
         for name in _WINDOW:
-            done = patch(self.sched, name, self._window)
+            done = patch(self.sched, name, self.depth.wrap)
             if done is not None:
                 self.patches.append(done)
         return True
@@ -135,16 +134,6 @@ class Pending:
         for done in self.patches:
             done.undo()
         self.patches = []
-
-    def _window(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def window(*args: Any, **kwargs: Any) -> Any:
-            self.depth += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.depth -= 1
-
-        return window
 
     def active(self) -> bool:
         """Index the queue if it changed; False when nothing is pending (or inside the window)."""

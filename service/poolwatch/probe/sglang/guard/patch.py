@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Patch", "patch"]
+__all__ = ["Depth", "Patch", "patch"]
 
 Wrapper = Callable[..., Any]
 
@@ -40,3 +40,24 @@ def patch(owner: Any, name: str, make: Callable[[Wrapper], Wrapper]) -> Patch | 
     except (AttributeError, TypeError):  # __slots__ without __dict__, a read-only proxy
         return None
     return Patch(owner, name, original, wrapper)
+
+
+class Depth:
+    """The calls in progress through the methods :meth:`wrap` made (true while inside one): how a
+    guard tells SGLang's own freeing window from a free made elsewhere."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __bool__(self) -> bool:
+        return self.calls > 0
+
+    def wrap(self, original: Wrapper) -> Wrapper:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.calls -= 1
+
+        return counted

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from poolwatch.probe.sglang.guard.patch import Patch, patch
+from poolwatch.probe.sglang.guard.patch import Depth, Patch, patch
 
 __all__ = ["Owned", "TreeHooks", "current_values", "node_index", "values_index"]
 
@@ -115,7 +115,7 @@ class TreeHooks:
 
     def __init__(self, tree_cache: Any, took: Callable[[list[int], Any, bool], None]) -> None:
         self.tree, self.took = tree_cache, took
-        self.freeing = 0
+        self.freeing = Depth()
         self.patches: list[Patch] = []
 
     def install(self) -> bool:
@@ -123,7 +123,7 @@ class TreeHooks:
         owners = list(components.values()) if isinstance(components, dict) else []
         for owner, name, make in (
             (self.tree, "insert", self._insert),
-            *((c, "_free_mamba_value", self._own) for c in owners if hasattr(c, "_free_mamba_value")),
+            *((c, "_free_mamba_value", self.freeing.wrap) for c in owners if hasattr(c, "_free_mamba_value")),
         ):
             done = patch(owner, name, make)
             if done is not None:
@@ -148,13 +148,3 @@ class TreeHooks:
             return result
 
         return insert
-
-    def _own(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def free_value(*args: Any, **kwargs: Any) -> Any:
-            self.freeing += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.freeing -= 1
-
-        return free_value

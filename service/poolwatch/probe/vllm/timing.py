@@ -14,7 +14,7 @@ wrapper telling both).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,7 @@ class Timing:
 
 
 def arm(
-    scheduler: Any, managers: tuple[Any, ...], receiving: Callable[[], Iterable[str]], dropped: Named
+    scheduler: Any, managers: tuple[Any, ...], receiving: Callable[[], Collection[str]], dropped: Named
 ) -> Timing:
     """The checks ``scheduler`` needs, wrapped on it; ``receiving``: the finished requests the probe
     saw waiting for remote KV; ``dropped``: told a window's drop a rollback still needs."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 __all__ = ["Transfers"]
@@ -39,7 +39,7 @@ def _ids(found: Iterable[Any] | None) -> frozenset[str]:
 class Transfers:
     """One scheduler's pending transfers of finished requests, and the reports being applied."""
 
-    def __init__(self, scheduler: Any, receiving: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, scheduler: Any, receiving: Callable[[], Collection[str]]) -> None:
         self.sched = scheduler
         self.receiving = receiving  # finished requests the probe saw waiting for remote KV
         self.sending: set[str] = set()
@@ -103,7 +103,7 @@ class Transfers:
         if rid in self.sending and rid not in self.sent_before:
             out.append("send")
         if rid not in self.received_before and (
-            rid in getattr(self.sched, "_aborted_kv_loads", ()) or rid in set(self.receiving())
+            rid in getattr(self.sched, "_aborted_kv_loads", ()) or rid in self.receiving()
         ):
             out.append("receive")
         return tuple(out)

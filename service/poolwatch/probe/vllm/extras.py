@@ -2,37 +2,24 @@
 free-time tripwire and the opt-in guard (EngineCore thread).
 
 * :meth:`VllmProbe.on_step`, before ``Scheduler.schedule``: the previous step is complete;
-* :meth:`VllmProbe.after_update`, after ``update_from_output``/``finish_requests``: once no request
-  is left the scheduler is idle -- an idle sample at once (vLLM calls it once per transition to
-  idle, then no hook at all while idle: the endpoint's keepalive re-stamps the idle snapshot);
-* :meth:`VllmProbe.on_free`, inside the pool's ``free_blocks`` before it runs
-  (:mod:`~poolwatch.probe.vllm.free_check`): a block freed at ``ref_cnt`` 0, listed twice in one
-  free, or left with fewer references than the owners that still name it (a shared prefix freed
-  twice, a premature free) is named at the free, before it can be handed to another request; a
-  block freed below ``ref_cnt`` 0 fails vLLM's assert at its next allocation (one step later under
-  load), so the free then waits, bounded, until the sidecar has that proof (the last word,
-  :meth:`~poolwatch.probe.core.probe.Probe.last_words`, as SGLang's doomed idle check does);
+* :meth:`VllmProbe.after_update`, after ``update_from_output``/``finish_requests``: idle once no
+  request is left -- an idle sample at once (the endpoint's keepalive re-stamps it while idle);
+* :meth:`VllmProbe.on_free`, inside the pool's ``free_blocks`` before it runs (:mod:`~.free_check`):
+  a block freed at ``ref_cnt`` 0, listed twice in one free, or left with fewer references than its
+  owners is named at the free; one freed below ``ref_cnt`` 0 fails vLLM's assert at its next
+  allocation, so the free waits, bounded, until the sidecar has the proof (the last word);
   :meth:`VllmProbe.on_pop`, before a manager pops a request's list, keeps the owners exact;
-* where a KV consumer connector can refill a freed block outside the step's order, a block freed
-  while a step in flight still lists it (:mod:`~poolwatch.probe.vllm.in_flight`, the #45357 class)
-  is named at the free, with its request (``freed_in_flight``; never a double free; judged on what
-  the free lets through, after guard's refusal); with speculative decoding, a window's block dropped
-  though a rollback of the drafts in flight still needs it (:mod:`~poolwatch.probe.vllm.rollback`,
-  the #47282 class) is named before the drop; beside any connector, a finished request's blocks
-  freed by one transfer's report while another it waits for is pending
-  (:mod:`~poolwatch.probe.vllm.transfers`, the #46240 class) are named at the pop;
-* guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on a release never read and beside a
-  HiSparse manager): that wrong part of the free is refused before vLLM's own ``free_blocks`` runs
-  (:mod:`~poolwatch.probe.vllm.refuse`), recorded as a ``refuse`` repair from inside the free, and
-  the findings it averted are settled (a warning, PoolwatchProbeRepaired, not a DoubleFree page);
-  every kill switch turns it off with the probe;
-* at attach (:meth:`VllmProbe.start`), the shape check (:mod:`~poolwatch.probe.vllm.shape_check`):
-  a field missing or changed refuses the scheduler, visibly; then the pool's ``free_blocks`` and the
-  managers' pops are wrapped (:mod:`~poolwatch.probe.vllm.wrapping`) and one idle sample is taken;
-* an unverified release (one whose wheel was never read: a newer one, or a pre-release, development
-  or local build) is coarse until its first idle walk balances, and refused when it does not; its
-  frees are judged against their owners only once the free path check passed
-  (:mod:`~poolwatch.probe.vllm.free_path`); guard stays off there.
+* a free wrong only in time (armed where its hazard exists, :mod:`~poolwatch.probe.vllm.timing`):
+  blocks freed while a step in flight lists them beside a consumer connector, dropped while a draft
+  rollback needs them, or freed while a transfer is pending -- named with their request
+  (``freed_in_flight``; never a double free; judged on what guard's refusal lets through);
+* guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on an unread release and beside HiSparse):
+  the wrong part of a free is refused before vLLM's ``free_blocks`` runs (:mod:`~.refuse`), recorded
+  as a ``refuse`` repair, its averted findings settled (PoolwatchProbeRepaired, not DoubleFree);
+* at attach (:meth:`VllmProbe.start`): the shape check (:mod:`~.shape_check`; a field missing refuses
+  the scheduler), the wraps (:mod:`~.wrapping`) and one idle sample; an unverified release is coarse
+  until its first idle walk balances (refused when not), its frees judged once the free path check
+  passed (:mod:`~.free_path`), guard off.
 
 Nothing here writes to vLLM's objects (guard hands vLLM's ``free_blocks`` less than it was given).
 Cadence, census schedule, containment, snapshot, kill switch and heartbeat are the neutral Probe's.

@@ -26,7 +26,9 @@ from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import Severity
 from poolwatch.model.snapshot import Snapshot
 
-__all__ = ["Fired", "Mark", "Timeline"]
+__all__ = ["EPOCH", "Fired", "Mark", "Timeline"]
+
+EPOCH = 1_800_000_000.0  # the unix time of engine step 0
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,13 @@ class Timeline:
         self._detector = Detector(self.config, self._now)
 
     def _now(self) -> float:
-        return 1_800_000_000.0 + self._step * self.seconds_per_step
+        return self.at(self._step)
+
+    def at(self, step: int) -> float:
+        """The wall time of engine step ``step`` (unix seconds): the detector's clock, and the
+        probe's where the driver gives it this clock (so the ages of its holds and stalls are
+        engine time, as the detector's hold times are)."""
+        return EPOCH + step * self.seconds_per_step
 
     def wrong(self, step: int, what: str) -> None:
         """The trigger's first wrong act (later ones are not recorded)."""

@@ -116,11 +116,20 @@ class Engine:
         self.steps = 0
 
     def attach(self, config: ProbeConfig) -> VllmProbe:
-        """The probe of ``config`` on this scheduler, its clock a second further at every read."""
-        probe = attach(VLLM, self.sched, config, release=vllm_release(RELEASE.version))
+        """The probe of ``config`` on this scheduler, its clock a second further at every read; with
+        a timeline, its wall time the engine's (:meth:`now`), so what it ages -- a hold, a stall --
+        ages in engine steps, as the timeline's detector judges them."""
+        wall = self.now if self.timeline is not None else None
+        probe = attach(
+            VLLM, self.sched, config, release=vllm_release(RELEASE.version), clock=Ticks(), wall=wall
+        )
         assert isinstance(probe, VllmProbe)
-        probe.clock = Ticks()
         return probe
+
+    def now(self) -> float:
+        """The engine's wall time: its timeline's time of the step being run."""
+        assert self.timeline is not None
+        return self.timeline.at(self.steps)
 
     def request(
         self,

@@ -130,3 +130,28 @@ def test_the_committed_table_is_current_and_the_cli_checks_it() -> None:
     recorded = results.load()
     assert set(recorded) <= {b.id for b in catalog.bugs()}
     assert "rigs.bugs table --check" in (ROOT / "scripts" / "test").read_text()
+
+
+def test_a_hold_aged_on_the_engines_clock_pages_past_its_bound_in_engine_steps(
+    seed_snapshot: Snapshot,
+) -> None:
+    """A driver that gives the probe the timeline's clock (``Timeline.at``) ages its holds in engine
+    steps: a hold first seen at step 2 under a 480 s bound (and the 60 s grace) pages at the first
+    look past 540 s, 5401 steps of 0.1 s on -- not at the wall time the run took."""
+    from dataclasses import replace
+
+    from poolwatch.model.holds import Hold, Holder, HoldReason
+    from poolwatch.model.progress import Progress
+    from poolwatch.model.rank import Pool
+
+    timeline = Timeline()
+    full = {Pool.FULL: seed_snapshot.pools[Pool.FULL]}
+    since = timeline.at(2)
+    hold = Hold(Pool.FULL, HoldReason.KV_RECV, 7, 1, since, 480.0, (Holder("B", 7, since, True),), "ttl")
+    clean = replace(seed_snapshot, pools=full, tripwires=(), progress=Progress(), holds=(hold,))
+    timeline.wrong(2, "B aborted while waiting for remote KV")
+    for step in (2, 3, 5402, 5403):
+        timeline.look(step, replace(clean, taken_at=timeline.at(step)))
+    row = timeline.row()
+    assert row["alerts"] == {"PoolwatchStrandedHold": [5403, "warning"]}  # 7 slots: under 5 % of the pool
+    assert row["steps_to_alert"] == 5401

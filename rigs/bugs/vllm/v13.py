@@ -56,12 +56,11 @@ def run(release: str) -> dict[str, Any]:
             e.steps + 1, f"the engine idles with P1's blocks {held} kept for a transfer it cannot see end"
         )
     probe = probe_of(e.sched)
-    for tick in range(int(IDLE_S / timeline.seconds_per_step)):
+    for _ in range(int(IDLE_S / timeline.seconds_per_step)):
+        e.steps += 1  # the loop's turns while it waits count as its steps (the engine's clock runs)
         if probe is not None:
             probe.refresh_idle(quiet_s=0.0)
-            timeline.look(e.steps + 1 + tick, probe.latest)
-    idle_ticks = int(IDLE_S / timeline.seconds_per_step)
-    e.steps += idle_ticks  # the loop's turns while it waited count as its steps
+            timeline.look(e.steps, probe.latest)
     e.add("N1", [600 + i for i in range(20)], 2)  # a new request wakes the engine
     _busy_loop(e, finished)
     return record(timeline, release, held_while_idle=held, released=not blocks_of(e.sched, "P1"))

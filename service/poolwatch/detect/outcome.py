@@ -164,6 +164,14 @@ def drift_outcome(
     if entry.idle_check:
         return _checked_drift(snap, entry, found, judged_gap, worst)
     above = max((w.drift for w in found if w.figure == "available" and w.drift > 0), default=0)
+    if above and all(w.pool is Pool.ENCODER for w in found):
+        return (
+            Severity.CRITICAL,
+            worst,
+            f"{entry.title} admits encoder inputs against this free count: above what the cache holds, its "
+            "admission check no longer limits the encoder cache, and a burst of multimodal or audio inputs "
+            "fills it past the memory it was sized for, until the worker restarts.",
+        )
     if above:
         return (
             Severity.CRITICAL,

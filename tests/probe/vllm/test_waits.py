@@ -265,7 +265,9 @@ def test_a_preemption_whose_victim_is_fenced_is_fruitless() -> None:
     assert [v for _, v in p.recent] == ["R4"]
 
 
-def test_the_encoder_cache_is_a_pool_whose_surplus_is_proven_from_its_figures() -> None:
+def test_the_encoder_caches_free_count_is_witnessed_against_its_census_never_paged_a_surplus() -> None:
+    """``num_free_slots`` is a counter: credited again at a decode step (PR #51228) it is a counter
+    witness (the cache's size bounds it), and the pool's figures are the census's -- no surplus."""
     sched, clocks = Sched(), Clocks()
     sched.encoder_cache_manager = type(
         "EncoderDecoderCacheManager", (), {"cache_size": 2048, "num_free_slots": 2048}
@@ -273,9 +275,20 @@ def test_the_encoder_cache_is_a_pool_whose_surplus_is_proven_from_its_figures() 
     probe = probe_for(sched, clocks)
     sched.admit("w", 2)
     assert findings(sample(probe))[Pool.ENCODER].balance is Balance.UNKNOWN  # busy, coarse: no proof
-    sched.encoder_cache_manager.num_free_slots = 3548  # credited again at a decode step (PR #51228)
-    found = findings(sample(probe))[Pool.ENCODER]
-    assert (found.balance, found.gap) == (Balance.SURPLUS, -1500)
+    assert sample(probe).witnesses == ()
+    sched.encoder_cache_manager.num_free_slots = 3548
+    snap = sample(probe)
+    assert [(w.pool, w.figure, w.reported, w.census) for w in snap.witnesses] == [
+        (Pool.ENCODER, "available", 3548, 2048)
+    ]
+    assert snap.pools[Pool.ENCODER].available == 2048  # the census's figure
+    assert findings(snap)[Pool.ENCODER].balance is not Balance.SURPLUS
+    mm = type("EncoderCacheManager", (), {"cache_size": 4096, "num_free_slots": 1000})()
+    mm.num_embeds_by_hash = {"img-1": 3000}  # the multimodal manager keeps each entry's size
+    sched.encoder_cache_manager = mm
+    assert [(w.reported, w.census) for w in sample(probe).witnesses] == [(1000, 1096)]
+    mm.num_free_slots = 1096
+    assert sample(probe).witnesses == ()
     sched.encoder_cache_manager = type("EncoderCacheManager", (), {"cache_size": 0, "num_free_slots": 0})()
     assert Pool.ENCODER not in sample(probe).pools  # a text-only model has no cache
 

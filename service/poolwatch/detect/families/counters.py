@@ -74,10 +74,10 @@ def _unchecked_rules(e: EngineEntry, config: MixinConfig, keep: str) -> tuple[Pr
     u, engine = e.unit, q.on_engines((e,), config.cluster_label)
     above = f"({_ABOVE} > 0)\n{engine}"
     critical = (
-        f"{e.title}'s free-{u} count of {_OF} is {{{{ $value }}}} {u}(s) above the {u}s its free queue holds "
-        f"(the probe's census walked it): an allocation that takes the last free {u}s walks past the end of "
-        f"the queue and fails {e.title}'s assertion, and the engine exits with every request in flight. "
-        "Drain and restart the worker."
+        f"{e.title}'s free count of {_OF} is {{{{ $value }}}} above what the probe's census counts free "
+        f"(the free queue walked; the encoder cache's entries): {e.title} allocates and admits against it -- "
+        f"a KV allocation that takes the last free {u}s walks past the end of the queue and fails its "
+        "assertion; an encoder cache admits inputs past its size. Drain and restart the worker."
     )
     warning = (
         f"An engine counter of {_OF} is off by {{{{ $value }}}} {u}(s) from the probe's census; no {u} is "

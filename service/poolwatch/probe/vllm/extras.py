@@ -2,33 +2,24 @@
 free-time tripwire and the opt-in guard (EngineCore thread).
 
 * :meth:`VllmProbe.on_step`, before ``Scheduler.schedule``: the previous step is complete;
-* :meth:`VllmProbe.after_update`, after ``update_from_output``/``finish_requests``: once no request
-  is left the scheduler is idle -- an idle sample at once (vLLM calls it once per transition to
-  idle, then no hook at all while idle: the endpoint's keepalive re-stamps the idle snapshot);
-* :meth:`VllmProbe.on_free`, inside the pool's ``free_blocks`` before it runs
-  (:mod:`~poolwatch.probe.vllm.free_check`): a block freed at ``ref_cnt`` 0, listed twice in one
-  free, or left with fewer references than the owners that still name it (a shared prefix freed
-  twice, a premature free) is named at the free, before it can be handed to another request; a
-  block freed below ``ref_cnt`` 0 fails vLLM's assert at its next allocation (one step later under
-  load), so the free then waits, bounded, until the sidecar has that proof (the last word,
-  :meth:`~poolwatch.probe.core.probe.Probe.last_words`, as SGLang's doomed idle check does);
+* :meth:`VllmProbe.after_update`, after ``update_from_output``/``finish_requests``: idle once no
+  request is left -- an idle sample at once (the endpoint's keepalive re-stamps it while idle);
+* :meth:`VllmProbe.on_free`, inside the pool's ``free_blocks`` before it runs (:mod:`~.free_check`):
+  a block freed at ``ref_cnt`` 0, listed twice in one free, or left with fewer references than its
+  owners is named at the free; one freed below ``ref_cnt`` 0 fails vLLM's assert at its next
+  allocation, so the free waits, bounded, until the sidecar has the proof (the last word);
   :meth:`VllmProbe.on_pop`, before a manager pops a request's list, keeps the owners exact;
-* where a KV consumer connector can refill a freed block outside the step's order, a block freed
-  while a step in flight still lists it (:mod:`~poolwatch.probe.vllm.in_flight`, the #45357 class)
-  is named at the free, with its request (``freed_in_flight``; never a double free; judged on what
-  the free lets through, after guard's refusal);
-* guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on a release never read and beside a
-  HiSparse manager): that wrong part of the free is refused before vLLM's own ``free_blocks`` runs
-  (:mod:`~poolwatch.probe.vllm.refuse`), recorded as a ``refuse`` repair from inside the free, and
-  the findings it averted are settled (a warning, PoolwatchProbeRepaired, not a DoubleFree page);
-  every kill switch turns it off with the probe;
-* at attach (:meth:`VllmProbe.start`), the shape check (:mod:`~poolwatch.probe.vllm.shape_check`):
-  a field missing or changed refuses the scheduler, visibly; then the pool's ``free_blocks`` and the
-  managers' pops are wrapped (:mod:`~poolwatch.probe.vllm.wrapping`) and one idle sample is taken;
-* an unverified release (one whose wheel was never read: a newer one, or a pre-release, development
-  or local build) is coarse until its first idle walk balances, and refused when it does not; its
-  frees are judged against their owners only once the free path check passed
-  (:mod:`~poolwatch.probe.vllm.free_path`); guard stays off there.
+* a free wrong only in time (armed where its hazard exists, :mod:`~poolwatch.probe.vllm.timing`):
+  blocks freed while a step in flight lists them beside a consumer connector, dropped while a draft
+  rollback needs them, or freed while a transfer is pending -- named with their request
+  (``freed_in_flight``; never a double free; judged on what guard's refusal lets through);
+* guard mode (``POOLWATCH_PROBE_GUARD=1``, opt-in; off on an unread release and beside HiSparse):
+  the wrong part of a free is refused before vLLM's ``free_blocks`` runs (:mod:`~.refuse`), recorded
+  as a ``refuse`` repair, its averted findings settled (PoolwatchProbeRepaired, not DoubleFree);
+* at attach (:meth:`VllmProbe.start`): the shape check (:mod:`~.shape_check`; a field missing refuses
+  the scheduler), the wraps (:mod:`~.wrapping`) and one idle sample; an unverified release is coarse
+  until its first idle walk balances (refused when not), its frees judged once the free path check
+  passed (:mod:`~.free_path`), guard off.
 
 Nothing here writes to vLLM's objects (guard hands vLLM's ``free_blocks`` less than it was given).
 Cadence, census schedule, containment, snapshot, kill switch and heartbeat are the neutral Probe's.
@@ -49,11 +40,13 @@ from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.vllm.free_check import free_findings
 from poolwatch.probe.vllm.free_path import FREES, FreePath
-from poolwatch.probe.vllm.in_flight import InFlight, unordered_writer
+from poolwatch.probe.vllm.in_flight import InFlight
 from poolwatch.probe.vllm.pool_terms import hisparse, managers, side_owners
 from poolwatch.probe.vllm.reader import VllmReader
 from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal
-from poolwatch.probe.vllm.wrapping import Restore, restore, unwrap, wrap_frees, wrap_steps
+from poolwatch.probe.vllm.timing import Timing, arm
+from poolwatch.probe.vllm.transfers import Transfers
+from poolwatch.probe.vllm.wrapping import unwrap, wrap_frees
 
 __all__ = ["VllmProbe"]
 
@@ -68,8 +61,9 @@ class VllmProbe(Probe):
     refuser: FreeRefuser | None = None  # guard mode, where it can be exact (set at start)
     free_path: FreePath = FreePath(True)  # an unverified release's free path check (set at start)
     _mgrs: tuple[Any, ...] = ()  # the single-type managers (fixed once the scheduler is built)
-    in_flight: InFlight | None = None  # the steps in flight, where an unordered writer exists
-    _steps: tuple[Restore, ...] = ()
+    in_flight: InFlight | None = None  # the steps in flight, where a free can come too early
+    transfers: Transfers | None = None  # finished requests' pending transfers, beside a connector
+    _timing: Timing | None = None  # the timing checks armed at start
 
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
@@ -86,6 +80,8 @@ class VllmProbe(Probe):
         parked = False
         if not self.disabled:
             self.contain("waits", lambda: self.reader.waits.step_ended())  # noqa: PLW0108
+            if self.transfers is not None:
+                self.contain("transfers", self.transfers.applied)
             parked = bool(requests) and not self.parked and self._parked_now()
         emptied = requests is not None and not requests
         if emptied or parked:
@@ -153,9 +149,14 @@ class VllmProbe(Probe):
         if found:
             self.contain("in_flight", lambda: self._named_early(found))
 
-    def _named_early(self, found: dict[str, tuple[int, ...]]) -> None:
+    def _dropped(self, request_id: str, ids: tuple[int, ...]) -> None:
+        """Before a windowed manager drops ``ids`` that a rollback of the drafts in flight still needs."""
+        if not self.disabled:
+            self.contain("in_flight", lambda: self._named_early({request_id: ids}, "remove_skipped_blocks"))
+
+    def _named_early(self, found: dict[str, tuple[int, ...]], hook: str = "free_blocks") -> None:
         ids = tuple(sorted({b for blocks in found.values() for b in blocks}))
-        trip = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, ids, "free_blocks", self.seq, tuple(found))
+        trip = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, ids, hook, self.seq, tuple(found))
         if self.tripwires.add((trip,)) and self.latest is not None:  # mid-step: publish the proof
             self._swap(replace(self.latest, tripwires=self.tripwires.all()))
 
@@ -182,6 +183,10 @@ class VllmProbe(Probe):
         self.reader.waits.popped(request_id)
         if self.in_flight is not None and self.in_flight.steps:
             self.in_flight.popped(request_id, blocks)
+        pending = self.transfers.pending(request_id) if self.transfers is not None else ()
+        ids = tuple(b.block_id for b in blocks if not b.is_null) if pending else ()
+        if ids:
+            self.contain("transfers", lambda: self._named_early({request_id: ids}, "kv_transfer"))
 
     # -- the extension points --------------------------------------------------------------------
 
@@ -209,10 +214,8 @@ class VllmProbe(Probe):
         self._mgrs = managers(self.scheduler, Reading())
         self.refuser = self._refuser() if self.config.guard else None
         self._wrapped = wrap_frees(self.scheduler, self.on_free, self.on_pop)
-        writer = unordered_writer(self.scheduler)
-        if writer is not None:
-            self.in_flight = flight = InFlight(writer)
-            self._steps = tuple(wrap_steps(self.scheduler, flight.scheduled, flight.applying))
+        self._timing = arm(self.scheduler, self._mgrs, self.reader.waits.receiving, self._dropped)
+        self.in_flight, self.transfers = self._timing.in_flight, self._timing.transfers
         self.idle("attach", fresh=True)
 
     def _refuser(self) -> FreeRefuser | None:
@@ -230,8 +233,9 @@ class VllmProbe(Probe):
 
     def close(self) -> None:
         unwrap(getattr(self, "_wrapped", ()))
-        restore(self._steps)
-        self._steps, self.in_flight, self.refuser = (), None, None
+        if self._timing is not None:
+            self._timing.disarm()
+        self.in_flight, self.transfers, self.refuser = None, None, None
 
     def _health_extras(self) -> dict[str, bool]:
         return {"guard": self.refuser is not None}

@@ -22,9 +22,11 @@ What it keeps (EngineCore thread; nothing of vLLM's is written):
   freed only once its fence step's output is applied: by then the step has left and its entries
   were dropped, so the fixed release is never named.
 
-Armed only where the hazard exists: a scheduler with a KV consumer connector.  Cost: one append and
-one popleft per step; a dict lookup per scheduled-step count at each pop; at a free, nothing unless
-an entry is kept, then a lookup per block.
+Armed only where the hazard exists: a scheduler with a KV consumer connector (the blocks popped are
+kept only then: ``writer``); the steps in flight are also what a spec-decode rollback is judged
+against (:mod:`~poolwatch.probe.vllm.rollback`: the drafts in flight, :meth:`InFlight.drafts`).
+Cost: one append and one popleft per step; a dict lookup per scheduled-step count at each pop; at a
+free, nothing unless an entry is kept, then a lookup per block.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ def unordered_writer(scheduler: Any) -> str | None:
 class InFlight:
     """The steps in flight on one scheduler, and the blocks popped while one of them lists them."""
 
-    def __init__(self, writer: str) -> None:
-        self.writer = writer
+    def __init__(self, writer: str | None) -> None:
+        self.writer = writer  # the unordered writer (None: only the steps are kept)
         self.steps: deque[tuple[int, Any, Mapping[str, Any]]] = deque()  # (seq, output, scheduled)
         self.seq = 0  # non-empty steps scheduled
         self.kept: dict[int, tuple[str, int]] = {}  # block id -> (request, the step in flight)
@@ -83,7 +85,7 @@ class InFlight:
     def popped(self, request_id: str, blocks: Sequence[Any]) -> None:
         """A manager pops ``request_id``'s list to free (or defer) it: keep its blocks if a step in
         flight lists the request."""
-        step = self._latest(request_id)
+        step = self._latest(request_id) if self.writer is not None else None
         if step is None or len(self.kept) >= _MAX_KEPT:
             return
         for block in blocks:
@@ -102,6 +104,16 @@ class InFlight:
             if entry is not None:
                 out.setdefault(entry[0], []).append(block.block_id)
         return {rid: tuple(ids) for rid, ids in out.items()}
+
+    def drafts(self, request_id: str) -> int:
+        """The draft tokens the steps in flight carry for ``request_id`` (a rollback can undo them)."""
+        total = 0
+        for _, out, _ in self.steps:
+            spec = getattr(out, "scheduled_spec_decode_tokens", None)
+            listed = spec.get(request_id) if spec else None
+            if listed:
+                total += len(listed)
+        return total
 
     def step_of(self, block_id: int) -> int | None:
         entry = self.kept.get(block_id)

@@ -21,7 +21,7 @@ from poolwatch.probe.core.engine import EngineSample, ReadAsk, Release
 from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.core.schedule import CensusRule
 from poolwatch.probe.vllm.census import Walk, walk_pool
-from poolwatch.probe.vllm.encoder import encoder_account
+from poolwatch.probe.vllm.encoder import EncoderCensus, encoder_account
 from poolwatch.probe.vllm.holders import HolderIndex
 from poolwatch.probe.vllm.identity import local_index, rank_identity
 from poolwatch.probe.vllm.pool_terms import block_pool, managers
@@ -103,7 +103,7 @@ class VllmReader:
         self.waits = VllmWaits(scheduler, self.shape, environ)  # transfer owners and progress
         self.index = HolderIndex()
         self.walk = BlockWalk(scheduler, self.shape, self.index, trusted=release.verified)
-        self.censuses = (self.walk,)
+        self.censuses = (self.walk, EncoderCensus(scheduler))
 
     @property
     def trusted(self) -> bool:

@@ -98,6 +98,10 @@ class VllmWaits:
             if request is not None:
                 self.kept[rid] = request
 
+    def receiving(self) -> set[str]:
+        """The requests seen waiting for remote KV at a read (kept once finished, while vLLM keeps them)."""
+        return self._receiving
+
     def popped(self, rid: str) -> None:
         """A manager pops ``rid``'s list: a preemption when the request still runs."""
         request = self.sched.requests.get(rid)

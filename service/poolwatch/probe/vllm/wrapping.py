@@ -118,11 +118,11 @@ def _after(original: Callable[..., Any], seen: Callable[[Any], None]) -> Callabl
     return schedule
 
 
-def _before(original: Callable[..., Any], seen: Callable[[Any], None]) -> Callable[..., Any]:
+def _before(original: Callable[..., Any], seen: Callable[..., None]) -> Callable[..., Any]:
     @functools.wraps(original)
     def update_from_output(output: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            seen(output)
+            seen(output, *args[:1])  # the scheduler's output, and the model runner's
         except Exception:
             log.debug("poolwatch step look failed", exc_info=True)
         return original(output, *args, **kwargs)
@@ -131,15 +131,16 @@ def _before(original: Callable[..., Any], seen: Callable[[Any], None]) -> Callab
 
 
 def wrap_steps(
-    scheduler: object, scheduled: Callable[[Any], None], applying: Callable[[Any], None]
+    scheduler: object, scheduled: Callable[[Any], None] | None, applying: Callable[..., None]
 ) -> list[Restore]:
-    """Wrap the instance's ``schedule`` (``scheduled(output)`` after it) and ``update_from_output``
-    (``applying(output)`` before it), over whatever the instance has (the probe's own hooks, on the
-    class or the instance); what to give back, for :func:`restore`."""
+    """Wrap the instance's ``schedule`` (``scheduled(output)`` after it; not wrapped when None) and
+    ``update_from_output`` (``applying(output, runner_output)`` before it, the second when given),
+    over whatever the instance has (the probe's own hooks, on the class or the instance); what to
+    give back, for :func:`restore`."""
     done: list[Restore] = []
     for name, make, seen in (("schedule", _after, scheduled), ("update_from_output", _before, applying)):
         method = getattr(scheduler, name, None)
-        if not callable(method):
+        if seen is None or not callable(method):
             continue
         wrapper = make(method, seen)
         done.append((scheduler, name, vars(scheduler).get(name), wrapper))

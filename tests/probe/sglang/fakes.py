@@ -231,14 +231,19 @@ class Rank:
         self.rows.req_to_token[req.req_pool_idx, : len(row)] = row
 
 
-# a probe reading a 0.5.4.post1 rank by hand (no sampling schedule, not served)
-GUARD_CONFIG = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=0.0,
-    serve=False,
-    directory="/nonexistent-poolwatch-test-dir",
-    release="0.5.4.post1",
-)
+def by_hand(release: str = "0.5.4.post1", census_interval_s: float = 0.0) -> ProbeConfig:
+    """A probe reading a fake rank of ``release`` by hand: every sample now, not served, censuses
+    every time (0) or on their schedule."""
+    return ProbeConfig(
+        sample_interval_s=0.0,
+        census_interval_s=census_interval_s,
+        serve=False,
+        directory="/nonexistent-poolwatch-test-dir",
+        release=release,
+    )
+
+
+GUARD_CONFIG = by_hand()
 
 
 def seed_rank() -> tuple[Rank, int]:

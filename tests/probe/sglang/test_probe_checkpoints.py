@@ -7,23 +7,16 @@ from dataclasses import replace
 
 import torch
 from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import MambaPool, Rank
+from tests.probe.sglang.fakes import MambaPool, Rank, by_hand
 
 from poolwatch.conservation import gap
 from poolwatch.model.findings import RepairKind, TripwireKind
 from poolwatch.model.rank import Pool
-from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 
-CONFIG = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=0.0,
-    serve=False,
-    directory="/nonexistent-poolwatch-test-dir",
-    release="0.5.9",
-)
+CONFIG = by_hand("0.5.9")
 
 
 class CheckpointPool:

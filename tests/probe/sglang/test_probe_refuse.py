@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from tests.detect.emulated import Watched, scenario
 from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import MambaPool, Rank
+from tests.probe.sglang.fakes import MambaPool, Rank, by_hand
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import findings, gap
@@ -18,20 +18,13 @@ from poolwatch.detect.family import Seen
 from poolwatch.model.findings import RepairKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
-from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 
-CONFIG = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=0.0,
-    serve=False,
-    directory="/nonexistent-poolwatch-test-dir",
-    release="0.5.4.post1",
-)
+CONFIG = by_hand()
 
 
 def probe_for(rank: Rank, *, guard: bool, version: str = "0.5.4.post1", directory: str = "") -> SglangProbe:

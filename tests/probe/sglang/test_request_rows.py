@@ -6,25 +6,17 @@ PoolwatchSlotLeak on the ``req`` pool in rows; the same rank with the row return
 from __future__ import annotations
 
 from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import Rank
+from tests.probe.sglang.fakes import Rank, by_hand
 
 from poolwatch.conservation import gap
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.families.balance import SLOT_LEAK
 from poolwatch.model.rank import Pool
-from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 
-# a probe reading a 0.5.4.post1-named fake rank by hand (every sample now, censuses on their schedule)
-CONFIG = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=60.0,
-    serve=False,
-    directory="/nonexistent-poolwatch-test-dir",
-    release="0.5.4.post1",
-)
+CONFIG = by_hand(census_interval_s=60.0)
 
 
 def finished_in_first_prefill(keeps_row: bool) -> Rank:

@@ -6,26 +6,18 @@ detector pages a send that outlived the bound, naming its owner, and never one w
 from __future__ import annotations
 
 from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import DisaggregationMode, Queue, Rank
+from tests.probe.sglang.fakes import DisaggregationMode, Queue, Rank, by_hand
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.families.holds import STRANDED_HOLD
 from poolwatch.model.holds import HoldReason
 from poolwatch.model.rank import Pool
-from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.waits import pd_timeouts
 
-# a probe reading a 0.5.4.post1-named fake rank by hand (every sample now, censuses on their schedule)
-CONFIG = ProbeConfig(
-    sample_interval_s=0.0,
-    census_interval_s=60.0,
-    serve=False,
-    directory="/nonexistent-poolwatch-test-dir",
-    release="0.5.4.post1",
-)
+CONFIG = by_hand(census_interval_s=60.0)
 
 
 class _Decode:

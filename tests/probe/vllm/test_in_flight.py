@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pytest
 from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.model.findings import TripwireKind
@@ -79,14 +77,6 @@ class Overlapping(Scheduler):
         for m in self.managers:
             self.deferred_frees.append((self.scheduled_seq, m.pop_blocks_for_free(rid)))
         del self.requests[rid]
-
-
-@pytest.fixture
-def made() -> Iterator[list[Scheduler]]:
-    out: list[Scheduler] = []
-    yield out
-    for s in out:
-        detach(s)
 
 
 def attached(

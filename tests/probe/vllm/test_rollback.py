@@ -7,16 +7,14 @@ scheduler, a scheduler without drafts and a manager with its own drop rule name 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from tests.probe.vllm.fakes import Block, FullAttentionManager, Scheduler
 
 from poolwatch.model.findings import TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.lifecycle import attach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.in_flight import InFlight
@@ -114,14 +112,6 @@ class Drafting(Scheduler):
         for rid, n in output.num_scheduled_tokens.items():
             self.in_flight[rid] -= n
             self.requests[rid].num_computed_tokens -= len(output.scheduled_spec_decode_tokens.get(rid, ()))
-
-
-@pytest.fixture
-def made() -> Iterator[list[Scheduler]]:
-    out: list[Scheduler] = []
-    yield out
-    for s in out:
-        detach(s)
 
 
 def attached(sched: Scheduler, made: list[Scheduler], release: str) -> VllmProbe:

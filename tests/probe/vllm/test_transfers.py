@@ -5,7 +5,6 @@ only transfer, by both reported together, by the last of two, or by no report at
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +13,7 @@ from tests.probe.vllm.fakes import Block, Scheduler
 
 from poolwatch.model.findings import TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.lifecycle import attach, detach
+from poolwatch.probe.lifecycle import attach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 
@@ -73,14 +72,6 @@ class Kept(Scheduler):
         for rid in sorted(kv.finished_sending if kv else ()):
             assert rid in self.requests  # vLLM's own assert: a second report of a freed request
             self._free(rid)
-
-
-@pytest.fixture
-def made() -> Iterator[list[Scheduler]]:
-    out: list[Scheduler] = []
-    yield out
-    for s in out:
-        detach(s)
 
 
 def attached(sched: Scheduler, made: list[Scheduler]) -> VllmProbe:

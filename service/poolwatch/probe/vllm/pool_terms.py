@@ -231,20 +231,13 @@ def walk_free(pool: Any, limit: int, *, backward: bool = False) -> list[Any]:
         if backward
         else (queue.fake_free_list_head, queue.fake_free_list_tail)
     )
+    step = attrgetter("prev_free_block" if backward else "next_free_block")
     nodes: list[Any] = []
     append = nodes.append
-    if backward:
-        node = start.prev_free_block
-        for _ in range(limit):
-            if node is None or node is end:
-                break
-            append(node)
-            node = node.prev_free_block
-        return nodes
-    node = start.next_free_block
+    node = step(start)
     for _ in range(limit):
         if node is None or node is end:
             break
         append(node)
-        node = node.next_free_block
+        node = step(node)
     return nodes

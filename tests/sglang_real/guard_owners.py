@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from rigs.sglang.driver import Driver
-from tests.sglang_real.guard_pools import Fault, wrong_free_checks
+from tests.sglang_real.guard_pools import Fault, reuse_cached, wrong_free_checks
 
 __all__ = ["guard_owner_checks"]
 
@@ -49,11 +49,7 @@ def _tree_since_census(d: Driver, mark: dict[str, Any], *, checkpoint: bool = Fa
     elif mark["fault"]:  # no census between: a's stale pointer (the tree took that very slot)
         pool.mamba_pool.free(stale.reshape(1).clone())
     mark["after"] = d.state()
-    b = d.arrive("b", [*range(500, 520), 9])  # hits a's cached state (copy on write)
-    d.admit(b)
-    d.decode()
-    d.finish(b)
-    d.evict(tokens=64, mamba=4)
+    reuse_cached(d)
 
 
 def _checkpoint_since_census(d: Driver, mark: dict[str, Any]) -> None:

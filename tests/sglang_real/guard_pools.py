@@ -78,6 +78,15 @@ def _chunked_slot(d: Driver, mark: dict[str, Any]) -> None:
     d.finish(c)
 
 
+def reuse_cached(d: Driver) -> None:
+    """A second request hits a's cached state (copy on write), finishes, and the tree evicts."""
+    b = d.arrive("b", [*range(500, 520), 9])  # hits a's cached state (copy on write)
+    d.admit(b)
+    d.decode()
+    d.finish(b)
+    d.evict(tokens=64, mamba=4)
+
+
 def _tree_slot(d: Driver, mark: dict[str, Any], *, checkpoint: bool = False) -> None:
     s = d.sched
     a = d.arrive("a", list(range(500, 520)))
@@ -94,11 +103,7 @@ def _tree_slot(d: Driver, mark: dict[str, Any], *, checkpoint: bool = False) -> 
         else:
             pool.mamba_pool.free(stale.reshape(1))
     mark["after"] = d.state()
-    b = d.arrive("b", [*range(500, 520), 9])  # hits a's cached state (copy on write)
-    d.admit(b)
-    d.decode()
-    d.finish(b)
-    d.evict(tokens=64, mamba=4)
+    reuse_cached(d)
 
 
 def _checkpoint_slot(d: Driver, mark: dict[str, Any]) -> None:

@@ -21,6 +21,23 @@ def turn(d: Driver) -> int:
     return d.steps + 1
 
 
+def decoded_then_offloaded(d: Driver, r: Any) -> int:
+    """A PD decode request from its transfer to its offload's end: the transfer lands (row and KV),
+    the request is prebuilt (a chunk cache counts its KV protected; a decode tree takes the prompt)
+    and decodes to its end, its KV is copied to host, then the copy completes and the release's own
+    offload manager releases it.  The step of that release (the trigger of S12 and S13)."""
+    d.transferred(r)
+    d.loop()
+    d.prebuilt([r])
+    d.loop()
+    while not d.decode_one(r):
+        d.loop()
+    d.loop()  # the turn it finished in: its KV is being copied to host
+    step = turn(d)
+    d.offload_done()
+    return step
+
+
 def cow_waiting(
     release: str, timeline: Timeline, *, priority: bool = False, max_queued: int | None = None
 ) -> tuple[Driver, Any, int | None]:

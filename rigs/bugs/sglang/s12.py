@@ -32,7 +32,7 @@ SERVER = {"disaggregation_mode": "decode", "disaggregation_decode_enable_offload
 
 
 def run(release: str) -> dict[str, Any]:
-    from rigs.bugs.sglang.flows import idle, turn
+    from rigs.bugs.sglang.flows import decoded_then_offloaded, idle
     from rigs.sglang.driver import Driver
     from rigs.timeline import Timeline
 
@@ -43,15 +43,7 @@ def run(release: str) -> dict[str, Any]:
     r = d.arrive("r", list(range(100, 140)), max_new=3, vocab_size=1000)
     r.sampling_params.normalize(None)
     r.output_ids = [5]  # the first token, sampled by the prefill rank
-    d.transferred(r)  # the transfer lands: row and KV
-    d.loop()
-    d.prebuilt([r])  # the request runs: ChunkCache counts its KV protected
-    d.loop()
-    while not d.decode_one(r):
-        d.loop()
-    d.loop()  # the turn it finished in: its KV is being copied to host
-    step = turn(d)
-    d.offload_done()  # the trigger: the copy is done, the release's own release of the request
+    step = decoded_then_offloaded(d, r)  # the trigger: the copy done, the release frees the request
     tree = d.sched.tree_cache
     drift = int(tree.protected_size())
     intact = d.sched.token_to_kv_pool_allocator.available_size() == d.sched.max_total_num_tokens

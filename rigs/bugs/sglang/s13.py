@@ -60,20 +60,12 @@ def run(release: str) -> dict[str, Any]:
 
 
 def _serve(d: Any, timeline: Any, rid: str) -> bool:
-    from rigs.bugs.sglang.flows import turn
+    from rigs.bugs.sglang.flows import decoded_then_offloaded
 
     r = d.arrive(rid, list(range(100, 112)), max_new=3, vocab_size=1000)
     r.sampling_params.normalize(None)
     r.output_ids.append(5)  # the first token, sampled by the prefill rank
-    d.transferred(r)  # the decode tree's match, locked; the row and the KV the transfer writes
-    d.loop()
-    d.prebuilt([r])  # the tree takes the prompt
-    d.loop()
-    while not d.decode_one(r):
-        d.loop()
-    d.loop()  # the turn it finished in: its KV is being copied to host
-    step = turn(d)
-    d.offload_done()  # the trigger: the copy is done, the release's own release of the request
+    step = decoded_then_offloaded(d, r)  # the trigger: the copy done, the release frees the request
     both = _free_and_in_tree(d)
     if both:
         timeline.wrong(step, f"{rid}'s release frees {len(both)} slots the tree still holds ({both[:4]}...)")

@@ -64,6 +64,13 @@ MAY_BE_EMPTY = {
     "Probe errors contained",  # no probe's kill switch is engaged
     "Sidecar task crashes and internal errors",  # nothing crashed
     "Probe guard repairs and dropped tripwires",  # the guard is off; no tripwire was dropped
+    # absent while there is nothing to say (catalog/waiting.py): no engine counter is off from the census,
+    "Counter drift per rank",
+    # no owner waits on a transfer or a lock at the seed's moment,
+    "Held by owners waiting on a transfer or a lock",
+    "Oldest hold's wait against the engine's bound",
+    # and SGLang's scheduler has no preemption count (vLLM's only)
+    "Preemptions per rank",
 }
 
 

@@ -14,9 +14,9 @@ from tests.helpers import FakeClock
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.families.holds import STRANDED_HOLD, stranded
 from poolwatch.detect.families.stall import ADMISSION_STALL
 from poolwatch.detect.schema import Severity
+from poolwatch.detect.stranded import STRANDED_HOLD, HoldThresholds, stranded
 from poolwatch.model.holds import Hold, Holder, HoldReason
 from poolwatch.model.progress import Progress
 from poolwatch.model.rank import Pool
@@ -87,13 +87,13 @@ def test_without_an_engine_bound_the_default_applies_and_a_configured_limit_over
     lease = Hold(Pool.FULL, HoldReason.KV_SEND, 9, 1, 10_000.0 - 95, 30.0)
     snap = replace(snap, holds=(lock, lease))
     assert stranded(snap, CFG) == [lock, lease]  # 601 > 600; 95 > 30 + 60
-    assert stranded(snap, replace(CFG, hold_limit=700.0)) == []
-    assert stranded(snap, replace(CFG, hold_grace=70.0)) == [lock]
+    assert stranded(snap, DetectorConfig(families=(HoldThresholds(hold_limit=700.0),))) == []
+    assert stranded(snap, DetectorConfig(families=(HoldThresholds(hold_grace=70.0),))) == [lock]
 
 
 def test_holds_below_the_minimum_or_from_a_source_without_progress_say_nothing() -> None:
     clock = FakeClock()
-    detector = Detector(replace(CFG, hold_min_slots=8), clock)
+    detector = Detector(DetectorConfig(families=(HoldThresholds(hold_min_slots=8),)), clock)
     stream = RankStream(clock, worker=VLLM, strict=None)
     detector.observe(holding(stream, recv_hold(clock.now - 5000, slots=7)))
     assert alerts_named(detector.evaluate(), STRANDED_HOLD) == []

@@ -21,7 +21,6 @@ from poolwatch.detect.detector import Detector
 from poolwatch.detect.families.balance import DOUBLE_FREE, SLOT_LEAK
 from poolwatch.detect.families.counters import COUNTER_DRIFT
 from poolwatch.detect.families.forecast import POOL_EXHAUSTION_FORECAST
-from poolwatch.detect.families.holds import STRANDED_HOLD
 from poolwatch.detect.families.host_pool import HOST_POOL_GAP
 from poolwatch.detect.families.in_flight import FREED_IN_FLIGHT
 from poolwatch.detect.families.incidents import IDLE_CHECK_FAILED, SCHEDULER_CRASHED
@@ -33,6 +32,7 @@ from poolwatch.detect.families.stall import ADMISSION_STALL
 from poolwatch.detect.families.targets import TARGET_DOWN
 from poolwatch.detect.rules import alert_definitions
 from poolwatch.detect.schema import Mode, Severity
+from poolwatch.detect.stranded import STRANDED_HOLD
 from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.holds import Hold, HoldReason
 from poolwatch.model.progress import Progress

@@ -1,11 +1,14 @@
 """The worker dashboard's label selectors, and its panels over every rank of the worker: gap, leak
-rate, exhaustion forecast, snapshot age, queues and tripwires per rank, then incidents and probe
-health.  :mod:`poolwatch.artifacts.worker_dashboard` puts them below the selected rank's panels."""
+rate, exhaustion forecast, snapshot age, queues and tripwires per rank, the detector families'
+charts, then incidents and probe health.  :mod:`poolwatch.artifacts.worker_dashboard` puts them
+below the selected rank's panels."""
 
 from __future__ import annotations
 
 from poolwatch.artifacts.grafana import PanelSpec, Query
 from poolwatch.artifacts.panels import SLOTS, SLOTS_PER_SECOND, firing, runbook_link, series, table
+from poolwatch.detect.charts import Chart, Line
+from poolwatch.detect.rules import FAMILIES
 
 __all__ = ["ALERTS", "POOLS", "RANK", "RANKS", "W", "health_panels", "rank_panels", "waiting_panels"]
 
@@ -61,79 +64,32 @@ def rank_panels() -> list[PanelSpec]:
             "negative_ref, ref_below_owners, ref_above_owners, missing, null_block, freed_in_flight: "
             "docs/engines).",
         ),
-        series(
-            "Counter drift per rank",
-            (Query(f"poolwatch_pool_counter_drift_slots{{{W}}}", f"{RANKS} {{{{pool}}}} {{{{counter}}}}"),),
-            SLOTS,
-            "An engine counter minus the probe's census of the same quantity from the ids (SGLang's tree "
-            "evictable/protected, vLLM's free count): the census is right, the pool's figures are its "
-            "(PoolwatchCounterDrift).",
-        ),
     ]
 
 
 def waiting_panels() -> list[PanelSpec]:
-    """What waits on every rank of the worker: holds by reason and age, and scheduler progress."""
-    hold = f"{RANKS} {{{{pool}}}} {{{{reason}}}}"
-    return [
-        PanelSpec("row", "Holds and admission on $worker"),
-        series(
-            "Held by owners waiting on a transfer or a lock",
-            (
-                Query(f"poolwatch_pool_hold_slots{{{POOLS}}}", hold),
-                Query(f"poolwatch_pool_hold_owners{{{POOLS}}}", f"owners {hold}"),
-            ),
-            SLOTS,
-            "Capacity kept by finished requests until their KV is sent (kv_send), by requests waiting for "
-            "remote KV (kv_recv) and by tree locks awaiting a host copy (tree_lock); counted as held, so "
-            "it never shows in the gap. Stranded once older than the engine's own bound: "
-            "PoolwatchStrandedHold.",
-        ),
-        series(
-            "Oldest hold's wait against the engine's bound",
-            (
-                Query(f"poolwatch_pool_hold_age_seconds{{{POOLS}}}", f"age {hold}"),
-                Query(f"poolwatch_pool_hold_timeout_seconds{{{POOLS}}}", f"bound {hold}"),
-            ),
-            "s",
-            "Seconds the oldest owner of each hold has waited, and the engine's own bound on that wait "
-            "(read from its configuration; absent where it has none).",
-        ),
-        series(
-            "Admission and stalls per rank",
-            (
-                Query(
-                    f"rate(poolwatch_scheduler_admitted_total{{{W}}}[$__rate_interval])",
-                    f"admitted/s {RANKS}",
-                ),
-                Query(f"poolwatch_scheduler_waiting_admittable{{{W}}}", f"admittable waiting {RANKS}"),
-                Query(f"poolwatch_scheduler_stalled_steps{{{W}}}", f"stalled steps {RANKS}"),
-                Query(f"poolwatch_scheduler_stalled_seconds{{{W}}}", f"stalled s {RANKS}"),
-            ),
-            "short",
-            "Requests admitted per second, requests waiting that could be admitted now (not those waiting "
-            "for remote KV), and the current stall in steps and seconds (0 while the scheduler moves): "
-            "PoolwatchAdmissionStall.",
-        ),
-        series(
-            "Preemptions per rank",
-            (
-                Query(
-                    f"increase(poolwatch_scheduler_preemptions_total{{{W}}}[$__rate_interval])",
-                    f"all {RANKS}",
-                ),
-                Query(
-                    f"increase(poolwatch_scheduler_fruitless_preemptions_total{{{W}}}[$__rate_interval])",
-                    f"fruitless {RANKS}",
-                ),
-            ),
-            "suffix: preemptions",
-            "Requests preempted (vLLM), and those whose capacity could not return at once (fenced by a "
-            "step in flight): a cascade of fruitless ones is PoolwatchAdmissionStall's warning. SGLang's "
-            "retractions are not counted.",
-            custom={"drawStyle": "bars", "fillOpacity": 80},
-        ),
-    ]
+    """What the gap cannot see on every rank of the worker: each detector family's charts
+    (:attr:`poolwatch.detect.family.Family.charts`: holds, counters, admission), in family order."""
+    charts = [c for family in FAMILIES for c in family.charts]
+    return [PanelSpec("row", "Holds, counters and admission on $worker"), *(_chart(c) for c in charts)]
+
+
+_UNITS = {"slots": SLOTS, "seconds": "s"}
+
+
+def _query(line: Line) -> Query:
+    expr = f"{line.metric}{{{POOLS if line.per_pool else W}}}"
+    if line.over:
+        expr = f"{line.over}({expr}[$__rate_interval])"
+    return Query(expr, line.legend.replace("$ranks", RANKS))
+
+
+def _chart(chart: Chart) -> PanelSpec:
+    custom = {"drawStyle": "bars", "fillOpacity": 80} if chart.bars else None
+    unit = _UNITS.get(chart.unit, chart.unit)
+    return series(
+        chart.title, tuple(_query(line) for line in chart.lines), unit, chart.description, custom=custom
+    )
 
 
 def health_panels() -> list[PanelSpec]:

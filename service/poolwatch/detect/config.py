@@ -1,18 +1,22 @@
 """The one definition of how poolwatch judges and links its alerts.
 
-:class:`DetectorConfig` holds every detection threshold with its default and range check; it is
-also the sidecar's ``detection`` settings group (``POOLWATCH_<FIELD>``), so a threshold is written
-once.  :class:`MixinConfig` wraps it with what the generated rules and dashboards need besides
-(the kubernetes-mixin ``_config`` idea): runbook and Grafana URLs, dashboard uids, an optional
-label selector and cluster label.  The detector, :mod:`poolwatch.detect.rules` and
-:mod:`poolwatch.artifacts` all read the same value, so ``poolwatch generate --config`` emits rules
-that match a sidecar run with the same settings, and the committed artifacts use the defaults.
+:class:`DetectorConfig` holds the detection thresholds every family shares, with their defaults and
+range checks; it is also the sidecar's ``detection`` settings group (``POOLWATCH_<FIELD>``), so a
+threshold is written once.  A family's own thresholds are declared in its module
+(:mod:`poolwatch.detect.thresholds`) and carried here by value.  :class:`MixinConfig` wraps it
+with what the generated rules and dashboards need besides (the kubernetes-mixin ``_config`` idea):
+runbook and Grafana URLs, dashboard uids, an optional label selector and cluster label.  The
+detector, :mod:`poolwatch.detect.rules` and :mod:`poolwatch.artifacts` all read the same value,
+so ``poolwatch generate --config`` emits rules that match a sidecar run with the same settings,
+and the committed artifacts use the defaults.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from typing import TypeVar
 
+from poolwatch.detect.thresholds import Thresholds, check_ranges
 from poolwatch.errors import ConfigError
 
 __all__ = [
@@ -30,6 +34,7 @@ RUNBOOK_BASE_URL = "https://github.com/poolwatch/poolwatch/blob/main/docs/runboo
 GRAFANA_URL = "http://grafana.monitoring.svc:3000"
 FLEET_DASHBOARD_UID = "poolwatch-fleet"
 WORKER_DASHBOARD_UID = "poolwatch-worker"
+T = TypeVar("T", bound=Thresholds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,17 +58,9 @@ class DetectorConfig:
     ``probe_disabled_for``    seconds the probe's kill switch stays engaged before it fires;
     ``restore_grace``         a restored alert whose rank reports nothing for this long resolves;
     ``retention``             seconds a resolved alert stays listed (and is re-sent as resolved);
-    ``hold_grace``            seconds past the engine's own bound on a wait (a KV transfer's lease or
-                              timeout) after which its owners' capacity counts as stranded;
-    ``hold_default``          ... the bound where the engine has none for that wait;
-    ``hold_limit``            > 0: this bound for every wait instead, whatever the engine's (0: theirs);
-    ``hold_min_slots``        a stranded hold pages only from this many slots (blocks on vLLM);
-    ``stall_steps``           step boundaries without progress, admittable requests waiting, before
-                              PoolwatchAdmissionStall fires ...
-    ``stall_for``             ... lasting at least this many seconds ...
-    ``stall_free_fraction``   ... with at least this share of every device pool free or evictable;
-    ``stall_fruitless``       preemptions that could give nothing back at once (a fenced victim) ...
-    ``stall_window``          ... within this many seconds, which fire it as well.
+    ``families``              the thresholds of the families that declare their own
+                              (:mod:`poolwatch.detect.thresholds`), one value per class given; a
+                              class not given reads its defaults (:meth:`of`).
     """
 
     deficit_samples: int = 3
@@ -74,7 +71,7 @@ class DetectorConfig:
     stale_after: float = 10.0
     stale_for: float = 60.0
     target_down_for: float = 120.0
-    large_leak_fraction: float = 0.05
+    large_leak_fraction: float = field(default=0.05, metadata={"share": True})
     trend_window: float = 900.0
     exhaustion_horizon: float = 4 * 3600.0
     forecast_for: float = 600.0
@@ -82,34 +79,20 @@ class DetectorConfig:
     probe_disabled_for: float = 60.0
     restore_grace: float = 300.0
     retention: float = 900.0
-    hold_grace: float = 60.0
-    hold_default: float = 600.0
-    hold_limit: float = 0.0
-    hold_min_slots: int = 1
-    stall_steps: int = 20
-    stall_for: float = 30.0
-    stall_free_fraction: float = 0.1
-    stall_fruitless: int = 3
-    stall_window: float = 300.0
+    families: tuple[Thresholds, ...] = field(default=(), metadata={"setting": False})
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            least = 1 if f.type == "int" else 0
-            if not value >= least:  # also rejects NaN
-                raise ConfigError(f"POOLWATCH_{f.name.upper()}: must be at least {least}, got {value}")
-        for name in ("large_leak_fraction", "stall_free_fraction"):
-            fraction = getattr(self, name)
-            if not 0 < fraction <= 1:
-                raise ConfigError(f"POOLWATCH_{name.upper()}: must be in (0, 1], got {fraction}")
+        check_ranges(self)
+        kinds = [type(t) for t in self.families]
+        if len(set(kinds)) != len(kinds):
+            raise ConfigError("detector thresholds: one value per family's class")
 
-    def hold_bound(self, timeout: float | None) -> float:
-        """Seconds a hold's oldest owner may wait before its capacity counts as stranded: the
-        engine's own bound on the wait (``timeout``) and the grace, or :attr:`hold_default` where
-        the engine has none; :attr:`hold_limit` instead when set."""
-        if self.hold_limit > 0:
-            return self.hold_limit
-        return self.hold_default if timeout is None else timeout + self.hold_grace
+    def of(self, kind: type[T]) -> T:
+        """The thresholds of class ``kind`` given to this config, or its defaults."""
+        for given in self.families:
+            if type(given) is kind:
+                return given
+        return kind()
 
 
 @dataclass(frozen=True, slots=True)

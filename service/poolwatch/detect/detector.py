@@ -31,6 +31,7 @@ from poolwatch.detect.family import Seen, Tick
 from poolwatch.detect.judges import JudgedMemo, Judges
 from poolwatch.detect.rules import by_name
 from poolwatch.detect.schema import dashboard_link
+from poolwatch.detect.stranded import stranded_slots
 from poolwatch.detect.tracker import Tracker
 from poolwatch.detect.trend import GapSeries, PoolTrend, best_trends, fitted
 from poolwatch.model.rank import Pool, WorkerId
@@ -160,7 +161,7 @@ class Detector:
             rank = _Rank(snap.boot_id, snap.worker, snap.source)
             self._ranks[subject] = rank
         rank.worker = snap.worker
-        stranded = self._stranded(snap) if snap.holds else {}
+        stranded = stranded_slots(snap, self._cfg) if snap.holds else {}
         for pool, finding in findings(snap).items():
             account = snap.pools[pool]
             if finding.gap is not None and finding.basis in (Basis.EXACT, Basis.IDLE_RESIDUAL):
@@ -172,17 +173,6 @@ class Detector:
                     series = rank.series[account.pool] = GapSeries(self._cfg.trend_window)
                 series.add(snap.taken_at, finding.gap + stranded.get(pool, 0), free)
         return rank
-
-    def _stranded(self, snap: Snapshot) -> dict[Pool, int]:
-        """Per pool, the slots of hold owners waiting past their bound: the books count them
-        (``session_held``, the tree's locks), so the gap stays zero, but they never come back by
-        themselves -- lost to the forecast as surely as a leak's."""
-        out: dict[Pool, int] = {}
-        for h in snap.holds:
-            late = h.stranded(snap.taken_at, self._cfg.hold_bound(h.timeout))
-            if late:
-                out[h.pool] = out.get(h.pool, 0) + late
-        return out
 
     def _restart(self, key: str, now: float) -> None:
         """Rank ``key`` was seen in a new boot ``now`` (by any of its sources: a boot is the

@@ -37,8 +37,10 @@ from poolwatch.catalog.spec import MetricSpec
 from poolwatch.conservation import Finding
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels
+from poolwatch.detect.charts import Chart
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Severity
+from poolwatch.detect.thresholds import Thresholds
 from poolwatch.detect.trend import Trend
 from poolwatch.model.rank import Pool, WorkerId
 from poolwatch.model.snapshot import Snapshot
@@ -150,7 +152,10 @@ class Family:
     ``about``    one sentence: what it watches;
     ``metrics``  the catalogue entries its rules read (:func:`uses`; a test holds them to the rules);
     ``alerts``   its alert definitions, thresholds and waits from a config;
-    ``sampled`` / ``event`` / ``timed``  the judge's factory for its mode (none: Prometheus alone).
+    ``sampled`` / ``event`` / ``timed``  the judge's factory for its mode (none: Prometheus alone);
+    ``thresholds``  the class of its own thresholds (:mod:`poolwatch.detect.thresholds`): settings,
+                 ``--help`` and the detector's config read them from it (none: it uses only the shared ones);
+    ``charts``   its figures on the worker dashboard (:mod:`poolwatch.detect.charts`).
     """
 
     name: str
@@ -161,8 +166,13 @@ class Family:
     sampled: Callable[[DetectorConfig], SampledJudge] | None = None
     event: Callable[[DetectorConfig], EventJudge] | None = None
     timed: Callable[[DetectorConfig], TimedJudge] | None = None
+    thresholds: type[Thresholds] | None = None
+    charts: tuple[Chart, ...] = ()
 
     def __post_init__(self) -> None:
+        for chart in self.charts:
+            for line in chart.lines:
+                by_name(line.metric)  # a chart reads the catalogue only (KeyError names the stranger)
         modes = {a.mode for a in self.alerts(MixinConfig())}
         if len(modes) != 1:
             raise ValueError(f"family {self.name}: its alerts are of {len(modes)} modes, not one")

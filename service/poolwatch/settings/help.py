@@ -2,7 +2,8 @@
 (which adds the default and the ``POOLWATCH_*`` variable) and of the deploy docs.
 
 A test fails when a setting has no line here or a line names no setting, so a new setting cannot
-reach ``--help`` undescribed.
+reach ``--help`` undescribed.  A detector family's own thresholds are described where they are
+declared (:func:`poolwatch.detect.thresholds.threshold`), not here.
 """
 
 from __future__ import annotations
@@ -90,18 +91,7 @@ HELP: dict[str, str] = {
     "probe_disabled_for": "seconds the probe's kill switch stays engaged before it fires",
     "restore_grace": "seconds a restored alert waits for its rank to report before it resolves",
     "retention": "seconds a resolved alert stays listed (and is re-sent as resolved)",
-    "hold_grace": "seconds past the engine's own bound on a KV transfer or lock wait before its capacity "
-    "counts as stranded",
-    "hold_default": "seconds a hold may wait where the engine has no bound of its own",
-    "hold_limit": "seconds every hold may wait, whatever the engine's bound (0: the engine's bound and "
-    "the grace)",
-    "hold_min_slots": "a stranded hold pages only from this many slots (vLLM: blocks)",
-    "stall_steps": "step boundaries without progress, with admittable requests waiting, before a stall fires",
-    "stall_for": "seconds a stall must last before it fires",
-    "stall_free_fraction": "share of every device pool that must be free or evictable for a stall to fire",
-    "stall_fruitless": "preemptions that free nothing at once (fenced victims) within the window that "
-    "fire a stall",
-    "stall_window": "seconds over which fruitless preemptions are counted",
+    # each detector family's own thresholds carry their help (poolwatch.detect.thresholds.threshold)
     # limits (poolwatch.limits.Limits): per-target caps; a target past one is refused with a reason
     "max_queues": "queues one snapshot may name (more: the snapshot is refused, reason schema)",
     "max_listed": "tripwires, repairs or incidents one snapshot may list (more: reason schema)",

@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from poolwatch.detect.config import DetectorConfig, MixinConfig
+from poolwatch.detect.rules import FAMILIES
+from poolwatch.detect.thresholds import Thresholds, help_of
 from poolwatch.errors import ConfigError
 from poolwatch.limits import Limits
 from poolwatch.naming import namespace_name, pod_name, worker_name
@@ -30,7 +32,7 @@ from poolwatch.settings.groups import (
 from poolwatch.settings.help import HELP, SHOWN_DEFAULTS, show_default
 from poolwatch.settings.parse import build_group, env_name
 
-__all__ = ["Settings", "add_flags", "from_args"]
+__all__ = ["Settings", "add_flags", "from_args", "help_line", "setting_fields", "setting_groups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +53,13 @@ class Settings:
     @classmethod
     def from_values(cls, values: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Settings:
         """Settings from raw strings keyed by field name; unknown names are an error."""
-        known = {f.name for group in _GROUPS.values() for f in fields(group)}
+        known = {f.name for f in setting_fields()}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"{env_name(unknown[0])}: unknown setting")
         groups = {name: build_group(group, values) for name, group in _GROUPS.items()}
+        families = tuple(build_group(kind, values) for kind in _FAMILY_THRESHOLDS.values())
+        groups["detection"] = dataclasses.replace(groups["detection"], families=families)
         settings = cls(**groups)
         return settings.with_default_worker(environ or {})
 
@@ -96,20 +100,45 @@ _GROUPS: dict[str, type[Any]] = {
 }
 
 
+# the detector families' own thresholds (poolwatch.detect.thresholds), one group per family that has them
+_FAMILY_THRESHOLDS: dict[str, type[Thresholds]] = {
+    f"detection: {family.title.lower()}": family.thresholds for family in FAMILIES if family.thresholds
+}
+
+
+def setting_groups() -> dict[str, type[Any]]:
+    """Every settings group by its ``--help`` section: the sidecar's, then each family's thresholds."""
+    return {**_GROUPS, **_FAMILY_THRESHOLDS}
+
+
+def setting_fields() -> list[Field[Any]]:
+    """Every setting: one variable and one flag each (a field marked ``setting=False`` is none)."""
+    return [
+        f for group in setting_groups().values() for f in fields(group) if f.metadata.get("setting", True)
+    ]
+
+
+def help_line(f: Field[Any]) -> str:
+    """What a setting means: its threshold's own line, or :data:`HELP`'s."""
+    return help_of(f) or HELP[f.name]
+
+
 def _env_values(environ: Mapping[str, str]) -> dict[str, str]:
-    names = {env_name(f.name): f.name for group in _GROUPS.values() for f in fields(group)}
+    names = {env_name(f.name): f.name for f in setting_fields()}
     return {names[k]: v for k, v in environ.items() if k in names}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """One ``--flag`` per setting, its help saying what it does, its default and its variable
     (values stay strings until :meth:`Settings.from_values`)."""
-    for group_name, group in _GROUPS.items():
+    for group_name, group in setting_groups().items():
         section = parser.add_argument_group(group_name)
         for f in fields(group):
+            if not f.metadata.get("setting", True):
+                continue
             flag = "--" + f.name.replace("_", "-")
             shown = SHOWN_DEFAULTS.get(f.name) or show_default(f.default)
-            text = f"{HELP[f.name]} (default: {shown}; env {env_name(f.name)})"
+            text = f"{help_line(f)} (default: {shown}; env {env_name(f.name)})"
             section.add_argument(
                 flag, dest=f"setting_{f.name}", metavar="VALUE", help=text.replace("%", "%%")
             )

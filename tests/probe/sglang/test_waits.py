@@ -10,7 +10,7 @@ from tests.probe.sglang.fakes import DisaggregationMode, Queue, Rank, by_hand
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
-from poolwatch.detect.families.holds import STRANDED_HOLD
+from poolwatch.detect.stranded import STRANDED_HOLD
 from poolwatch.model.holds import HoldReason
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.probe import new_probe

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from poolwatch.conservation import gap
 from poolwatch.detect import promql as q
+from poolwatch.detect.charts import Chart, Line
 from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.evidence import witness_sentence
 from poolwatch.detect.family import Family, uses, where
@@ -155,4 +156,14 @@ FAMILY = Family(
     ),
     alerts=alerts,
     sampled=CounterDrift,
+    charts=(
+        Chart(
+            "Counter drift per rank",
+            (Line("poolwatch_pool_counter_drift_slots", "$ranks {{pool}} {{counter}}", per_pool=False),),
+            "slots",
+            "An engine counter minus the probe's census of the same quantity from the ids (SGLang's tree "
+            "evictable/protected, vLLM's free count): the census is right, the pool's figures are its "
+            f"({COUNTER_DRIFT}).",
+        ),
+    ),
 )

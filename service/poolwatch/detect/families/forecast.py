@@ -20,12 +20,12 @@ from poolwatch.detect.config import MixinConfig
 from poolwatch.detect.family import Family, Judge, Seen, held, pool_verdicts, uses, where
 from poolwatch.detect.outcome import facts
 from poolwatch.detect.schema import AlertDef, Mode, Scope, Severity
+from poolwatch.detect.stranded import STRANDED_HOLD, stranded_slots
 from poolwatch.model.rank import Pool
 
 __all__ = ["FAMILY", "POOL_EXHAUSTION_FORECAST", "ExhaustionForecast"]
 
 POOL_EXHAUSTION_FORECAST = "PoolwatchPoolExhaustionForecast"
-STRANDED = "PoolwatchStrandedHold"
 
 
 class ExhaustionForecast(Judge):
@@ -39,10 +39,8 @@ class ExhaustionForecast(Judge):
             if trend.eta is None or trend.eta >= cfg.exhaustion_horizon:
                 continue
             unit = facts(snap.worker.engine).unit
-            held = any(
-                h.pool is pool and h.stranded(snap.taken_at, cfg.hold_bound(h.timeout)) for h in snap.holds
-            )
-            how = f" (lost, or held by owners waiting past their bound: see {STRANDED})" if held else ""
+            stuck = pool in stranded_slots(snap, cfg)
+            how = f" (lost, or held by owners waiting past their bound: see {STRANDED_HOLD})" if stuck else ""
             loses = f"loses {trend.rate * 3600:.1f} {unit}s per hour{how}"
             text = (
                 f"The {pool.value} pool of {where(snap)} {loses}; "

@@ -17,54 +17,45 @@ every pool it accounts exactly (no hold there: clean); other sources say nothing
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
+from poolwatch.detect.charts import Chart, Line
 from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Seen, uses, where
+from poolwatch.detect.family import Family, Judge, Seen, uses, where
 from poolwatch.detect.outcome import facts, units
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.stranded import STRANDED_HOLD, HoldThresholds, stranded
 from poolwatch.engines import ENGINES
 from poolwatch.model.holds import Hold, Holder, HoldReason
 from poolwatch.model.rank import Exactness, Pool
 from poolwatch.model.snapshot import Snapshot
 
-__all__ = ["FAMILY", "STRANDED_HOLD", "StrandedHolds", "stranded"]
+__all__ = ["FAMILY", "StrandedHolds"]
 
-STRANDED_HOLD = "PoolwatchStrandedHold"
 WAITS_FOR = {
     HoldReason.KV_SEND: "their KV to finish sending",
     HoldReason.KV_RECV: "remote KV to arrive",
     HoldReason.TREE_LOCK: "a host copy to be acknowledged",
 }
 _NAMED = 4  # owners named in a page
+_HOLD = "$ranks {{pool}} {{reason}}"  # a chart's legend
 
 
-def stranded(snap: Snapshot, cfg: DetectorConfig) -> list[Hold]:
-    """The holds of ``snap`` whose oldest owner waited past its bound, in pool and reason order."""
-    return [h for h in snap.holds if h.age(snap.taken_at) > cfg.hold_bound(h.timeout)]
-
-
-@dataclass(frozen=True, slots=True)
-class StrandedHolds:
+class StrandedHolds(Judge):
     """The family's judge: every snapshot of a rank-source."""
-
-    config: DetectorConfig
 
     def signals(self, seen: Seen) -> list[Signal]:
         snap = seen.snap
         if not snap.holds:
             return []
-        by_pool: dict[Pool, list[Hold]] = {}
-        for h in stranded(snap, self.config):
-            by_pool.setdefault(h.pool, []).append(h)
-        out = []
-        for pool, holds in by_pool.items():
-            total = sum(h.slots for h in holds)
-            if total >= self.config.hold_min_slots:
-                out.append(self._signal(snap, pool, holds, total))
-        return out
+        late = stranded(snap, self.config)
+        least = self.config.of(HoldThresholds).hold_min_slots
+        totals = {p: sum(h.slots for h in late if h.pool is p) for p in {h.pool: 0 for h in late}}
+        return [
+            self._signal(snap, p, [h for h in late if h.pool is p], n)
+            for p, n in totals.items()
+            if n >= least
+        ]
 
     def _signal(self, snap: Snapshot, pool: Pool, holds: list[Hold], total: int) -> Signal:
         cfg = self.config
@@ -99,8 +90,8 @@ class StrandedHolds:
         return {(STRANDED_HOLD, rank_labels(worker, p.value)) for p in self.signature(seen)}
 
 
-def _hold_sentence(snap: Snapshot, h: Hold, cfg: DetectorConfig, unit: str) -> str:
-    age = h.age(snap.taken_at)
+def _hold_sentence(snap: Snapshot, h: Hold, config: DetectorConfig, unit: str) -> str:
+    cfg, age = config.of(HoldThresholds), h.age(snap.taken_at)
     if cfg.hold_limit > 0:
         bound = f"the configured limit of {cfg.hold_limit:g} s"
     elif h.timeout is None:
@@ -108,7 +99,7 @@ def _hold_sentence(snap: Snapshot, h: Hold, cfg: DetectorConfig, unit: str) -> s
     else:
         named = f" ({h.source})" if h.source else ""
         bound = f"the engine's own bound of {h.timeout:g} s{named} and {cfg.hold_grace:g} s of grace"
-    late = [n for n in h.named if snap.taken_at - n.since > cfg.hold_bound(h.timeout)][:_NAMED]
+    late = [n for n in h.named if snap.taken_at - n.since > cfg.bound(h.timeout)][:_NAMED]
     owners = "; ".join(_owner(snap, n, unit) for n in late)
     more = h.owners - len(late)
     listed = f" Past it: {owners}{f' and {more} more' if more > 0 else ''}." if late else ""
@@ -126,8 +117,9 @@ def _owner(snap: Snapshot, n: Holder, unit: str) -> str:
 # --- the Prometheus rules ----------------------------------------------------------------------------
 
 
-def _stranded_slots(d: DetectorConfig) -> str:
+def _stranded_slots(config: DetectorConfig) -> str:
     """The slots of every hold past its bound, summed per pool (what the detector sums)."""
+    d = config.of(HoldThresholds)
     age, timeout = "poolwatch_pool_hold_age_seconds", "poolwatch_pool_hold_timeout_seconds"
     if d.hold_limit > 0:
         late = f"{age} > {d.hold_limit:g}"
@@ -159,7 +151,7 @@ def _rules(severity: Severity, expr: str, config: MixinConfig) -> tuple[PromRule
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
     d = config.detector
     held = _stranded_slots(d)
-    enough = f"({held}) >= {d.hold_min_slots}"
+    enough = f"({held}) >= {d.of(HoldThresholds).hold_min_slots}"
     large = f"({held}) >= {q.large(d)}"
     return (
         AlertDef(
@@ -193,4 +185,25 @@ FAMILY = Family(
     ),
     alerts=alerts,
     sampled=StrandedHolds,
+    thresholds=HoldThresholds,
+    charts=(
+        Chart(
+            "Held by owners waiting on a transfer or a lock",
+            (Line("poolwatch_pool_hold_slots", _HOLD), Line("poolwatch_pool_hold_owners", f"owners {_HOLD}")),
+            "slots",
+            "Capacity kept by finished requests until their KV is sent (kv_send), by requests waiting for "
+            "remote KV (kv_recv) and by tree locks awaiting a host copy (tree_lock); counted as held, so "
+            f"it never shows in the gap. Stranded once older than the engine's own bound: {STRANDED_HOLD}.",
+        ),
+        Chart(
+            "Oldest hold's wait against the engine's bound",
+            (
+                Line("poolwatch_pool_hold_age_seconds", f"age {_HOLD}"),
+                Line("poolwatch_pool_hold_timeout_seconds", f"bound {_HOLD}"),
+            ),
+            "seconds",
+            "Seconds the oldest owner of each hold has waited, and the engine's own bound on that wait "
+            "(read from its configuration; absent where it has none).",
+        ),
+    ),
 )

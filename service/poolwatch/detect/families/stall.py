@@ -23,19 +23,38 @@ from dataclasses import dataclass
 
 from poolwatch.detect import promql as q
 from poolwatch.detect.alert import Signal, Verdict, rank_labels, sampled_subject
-from poolwatch.detect.config import DetectorConfig, MixinConfig
-from poolwatch.detect.family import Family, Seen, uses, where
+from poolwatch.detect.charts import Chart, Line
+from poolwatch.detect.config import MixinConfig
+from poolwatch.detect.family import Family, Judge, Seen, uses, where
 from poolwatch.detect.outcome import facts
 from poolwatch.detect.schema import AlertDef, Mode, PromRule, Scope, Severity
+from poolwatch.detect.thresholds import Thresholds, threshold
 from poolwatch.model.progress import Progress
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 
-__all__ = ["ADMISSION_STALL", "FAMILY", "AdmissionStall", "free_shares"]
+__all__ = ["ADMISSION_STALL", "FAMILY", "AdmissionStall", "StallThresholds", "free_shares"]
 
 ADMISSION_STALL = "PoolwatchAdmissionStall"
 ADMITTING = (Pool.FULL, Pool.SWA, Pool.MAMBA, Pool.REQ)  # the pools a request needs room in to be admitted
 _ADMITTING = "|".join(p.value for p in ADMITTING)
+
+
+@dataclass(frozen=True, slots=True)
+class StallThresholds(Thresholds):
+    """When a scheduler that does not move pages."""
+
+    stall_steps: int = threshold(
+        20, "step boundaries without progress, with admittable requests waiting, before a stall fires"
+    )
+    stall_for: float = threshold(30.0, "seconds a stall must last before it fires")
+    stall_free_fraction: float = threshold(
+        0.1, "share of every device pool that must be free or evictable for a stall to fire", share=True
+    )
+    stall_fruitless: int = threshold(
+        3, "preemptions that free nothing at once (fenced victims) within the window that fire a stall"
+    )
+    stall_window: float = threshold(300.0, "seconds over which fruitless preemptions are counted")
 
 
 def free_shares(snap: Snapshot) -> dict[Pool, float]:
@@ -48,14 +67,11 @@ def free_shares(snap: Snapshot) -> dict[Pool, float]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionStall:
+class AdmissionStall(Judge):
     """The family's judge: every snapshot that reports its scheduler's progress."""
 
-    config: DetectorConfig
-
     def signals(self, seen: Seen) -> list[Signal]:
-        snap, cfg = seen.snap, self.config
+        snap, cfg = seen.snap, self.config.of(StallThresholds)
         p = snap.progress
         if p is None or not (p.stalled_steps or p.recent):
             return []
@@ -89,7 +105,7 @@ class AdmissionStall:
         ]
 
     def _stalled(self, snap: Snapshot, p: Progress) -> str | None:
-        cfg = self.config
+        cfg = self.config.of(StallThresholds)
         lasted = p.stalled_for(snap.taken_at)
         if not p.waiting or p.stalled_steps < cfg.stall_steps or lasted < cfg.stall_for:
             return None
@@ -118,7 +134,7 @@ class AdmissionStall:
 # --- the Prometheus rules ----------------------------------------------------------------------------
 
 
-def _short_of_room(d: DetectorConfig) -> str:
+def _short_of_room(d: StallThresholds) -> str:
     """Ranks with an admitting pool less than the free share: not a stall, whatever waits."""
     room = f'sum without (state) (poolwatch_pool_slots{{state=~"available|evictable",pool=~"{_ADMITTING}"}})'
     share = f'{room}\n    / poolwatch_pool_capacity_slots{{pool=~"{_ADMITTING}"}}'
@@ -126,7 +142,7 @@ def _short_of_room(d: DetectorConfig) -> str:
 
 
 def _stalled(config: MixinConfig) -> str:
-    d = config.detector
+    d = config.detector.of(StallThresholds)
     return (
         f"poolwatch_scheduler_stalled_steps >= {d.stall_steps}\n"
         f"and poolwatch_scheduler_stalled_seconds >= {d.stall_for:g}\n"
@@ -135,7 +151,7 @@ def _stalled(config: MixinConfig) -> str:
     )
 
 
-def _fruitless(d: DetectorConfig) -> str:
+def _fruitless(d: StallThresholds) -> str:
     total = "poolwatch_scheduler_fruitless_preemptions_total"
     window = q.duration(d.stall_window)
     return (
@@ -145,8 +161,8 @@ def _fruitless(d: DetectorConfig) -> str:
 
 
 def alerts(config: MixinConfig) -> tuple[AlertDef, ...]:
-    d = config.detector
-    keep = q.duration(d.resolve_hold)
+    d = config.detector.of(StallThresholds)
+    keep = q.duration(config.detector.resolve_hold)
     stalled = _stalled(config)
     return (
         AlertDef(
@@ -196,4 +212,34 @@ FAMILY = Family(
     ),
     alerts=alerts,
     sampled=AdmissionStall,
+    thresholds=StallThresholds,
+    charts=(
+        Chart(
+            "Admission and stalls per rank",
+            (
+                Line("poolwatch_scheduler_admitted_total", "admitted/s $ranks", per_pool=False, over="rate"),
+                Line("poolwatch_scheduler_waiting_admittable", "admittable waiting $ranks", per_pool=False),
+                Line("poolwatch_scheduler_stalled_steps", "stalled steps $ranks", per_pool=False),
+                Line("poolwatch_scheduler_stalled_seconds", "stalled s $ranks", per_pool=False),
+            ),
+            "short",
+            "Requests admitted per second, requests waiting that could be admitted now (not those waiting "
+            "for remote KV), and the current stall in steps and seconds (0 while the scheduler moves): "
+            f"{ADMISSION_STALL}.",
+        ),
+        Chart(
+            "Preemptions per rank",
+            (
+                Line("poolwatch_scheduler_preemptions_total", "all $ranks", per_pool=False, over="increase"),
+                Line(
+                    "poolwatch_scheduler_fruitless_preemptions_total", "fruitless $ranks", False, "increase"
+                ),
+            ),
+            "suffix: preemptions",
+            "Requests preempted (vLLM), and those whose capacity could not return at once (fenced by a "
+            f"step in flight): a cascade of fruitless ones is {ADMISSION_STALL}'s warning. SGLang's "
+            "retractions are not counted.",
+            bars=True,
+        ),
+    ),
 )

@@ -117,20 +117,19 @@ class PrefillLoop:
         s._pending_chunked_abort_req = None
         _poll_each_sender()
 
-    def arrive(self, rid: str, tokens: int, *, optimistic: bool = False) -> Any:
-        """A request popped from the bootstrap queue into the waiting queue, its metadata buffer
-        taken; ``optimistic``: its decode peer has not bootstrapped yet (``--optimistic-prefill-
-        attempts``; SGLang turns it off for a model using its Mamba tree, and for ``pp_size > 1``)."""
+    def arrive(self, rid: str, tokens: int) -> Any:
+        """A request popped from the bootstrap queue into the waiting queue, bootstrapped (SGLang's
+        optimistic prefill, before the decode side bootstraps, is off by default, and off for a
+        model on its Mamba tree), its metadata buffer taken."""
         from sglang.srt.disaggregation.base import KVPoll
 
         first = 1000 * (len(self.arrived) + 1)  # no two requests share a prefix
         req = self.d.arrive(rid, list(range(first, first + tokens)))
         self.arrived.append(req)
-        req.bootstrap_host, req.bootstrap_room = "decode", len(self.sched.waiting_queue) + 1
-        req.disagg_kv_sender = Sender(KVPoll.Bootstrapping if optimistic else KVPoll.WaitingForInput)
+        req.bootstrap_host, req.bootstrap_room = "decode", len(self.arrived)
+        req.disagg_kv_sender = Sender(KVPoll.WaitingForInput)
         req.metadata_buffer_index = self.sched.req_to_metadata_buffer_idx_allocator.alloc()
-        req.pending_bootstrap = optimistic
-        req.prefill_attempt_count = int(optimistic)  # the bootstrap queue counts an optimistic pop
+        req.pending_bootstrap = False
         self.sched.waiting_queue.append(req)
         return req
 

@@ -234,8 +234,9 @@ class Rank:
 
     # -- what the scheduler's loop calls (the release's hook names: rank_class) ------------------
 
-    def no_requests(self) -> list[Any]:
-        """The loop hook: no request arrives from a tokenizer."""
+    def no_requests(self, *_: Any) -> list[Any]:
+        """The loop hook: no request arrives from a tokenizer (0.5.13 - 0.5.19's hook,
+        ``process_input_requests``, is handed the received list)."""
         return []
 
     def own_check(self) -> tuple[bool, str]:

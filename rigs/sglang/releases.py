@@ -16,16 +16,18 @@ release        runs on      rows   kv lens   tree    evict      loop / idle     
 0.5.10         0.5.9        req    req       mamba*  params     recv / self_chk  mamba       defaults
 0.5.11 (bugs)  0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
 0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
-0.5.13 (bugs)  0.5.23 + tf  req    req       mamba*  params     recv / on_idle   checker     defaults
-0.5.17/18 b    0.5.23 + tf  req    req (kv)  unified params     recv / on_idle   checker     resolved
+0.5.13 (bugs)  0.5.23 + tf  req    req       mamba*  params     input / on_idle  checker     defaults
+0.5.17/18 b    0.5.23 + tf  req    req (kv)  unified params     input / on_idle  checker     resolved
+0.5.19 (bugs)  0.5.23 + tf  req    req.kv    unified params     input / on_idle  checker     resolved
 0.5.20/21 b    0.5.23 + tf  req    req.kv    unified params     ingest / on_idle checker     resolved
 0.5.23         its venv     req    req.kv    unified params     ingest / on_idle checker     resolved
 =============  ===========  =====  ========  ======  =========  ===============  ==========  ========
 
-(``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``count``: ``alloc(n, reqs)`` /
-``free(row)``, the chunked request's row freed at every chunk boundary; ``(bugs)``, ``b``: only the
-real-bug suite runs there; ``+ tf``: with a layer of the transformers the release pins,
-:data:`LAYERS`; the Mamba columns of 0.5.17 - 0.5.21 are 0.5.23's, their ranks being SWA or
+(``input``: ``process_input_requests``, the loop's first scheduler call where the receiver is a
+component; ``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``count``:
+``alloc(n, reqs)`` / ``free(row)``, the chunked request's row freed at every chunk boundary;
+``(bugs)``, ``b``: only the real-bug suite runs there; ``+ tf``: with a layer of the transformers the
+release pins, :data:`LAYERS`; the Mamba columns of 0.5.17 - 0.5.21 are 0.5.23's, their ranks being SWA or
 dense.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
 """
 
@@ -199,6 +201,7 @@ _0_5_13 = replace(  # on 0.5.23's venv: the scheduler components, the Mamba slot
     _0_5_12,
     version="0.5.13",
     base="0.5.23",
+    loop_hook="process_input_requests",  # the receiver is a component; the loop's first call
     check=Check.CHECKER,
     mamba_allocator=True,
     token_array=True,
@@ -233,6 +236,7 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
     tiers=_BUGS,
 )
 _0_5_18 = replace(_0_5_17, version="0.5.18")
+_0_5_19 = replace(_0_5_17, version="0.5.19", kv_lens="req.kv")  # 0.5.20's req.kv records (S20)
 _0_5_20 = replace(  # PD decode: its own radix tree, the offload manager's per-request state
     _0_5_23, version="0.5.20", base="0.5.23", layer="transformers-5.12.1", decode_radix=True, tiers=_BUGS
 )
@@ -250,6 +254,7 @@ RELEASES: tuple[Release, ...] = (
     _0_5_13,
     _0_5_17,
     _0_5_18,
+    _0_5_19,
     _0_5_20,
     _0_5_21,
     _0_5_23,

@@ -1,11 +1,12 @@
-"""What only SGLang's spec says: its plugin's consent, its release families as releases."""
+"""What only SGLang's spec says: its plugin's consent, its release families as releases, its hooks."""
 
 from __future__ import annotations
 
 import pytest
 
 from poolwatch.probe.core.engine import UnknownRelease
-from poolwatch.probe.sglang.engine import SGLANG, sglang_release
+from poolwatch.probe.core.hooks import hook_names
+from poolwatch.probe.sglang.engine import HOOKS, SGLANG, sglang_release
 
 
 @pytest.mark.parametrize(
@@ -80,3 +81,27 @@ def test_the_running_code_s_own_version_is_the_installed_release() -> None:
     assert running == "0.5.10"
     release = sglang_release("0.5.10", installed=running)
     assert (release.family, release.verified) == ("0.5.10", True)
+
+
+class _Receiving:
+    """A 0.5.13 - 0.5.19 scheduler's loop head: the receiver is a component, the scheduler's first
+    call of every iteration is ``process_input_requests`` (no ``recv_requests`` method)."""
+
+    def process_input_requests(self, recv_reqs: list[object]) -> None: ...
+
+    def on_idle(self) -> None: ...
+
+
+class _Ingesting(_Receiving):
+    """0.5.20+: ``ingest_requests`` receives and then calls ``process_input_requests`` itself."""
+
+    def ingest_requests(self) -> list[object]:
+        return []
+
+
+def test_the_loop_hook_is_the_first_call_of_each_iteration_on_every_layout() -> None:
+    boundary = ("before", "on_loop_boundary")
+    assert hook_names(_Receiving, HOOKS)["process_input_requests"] == boundary
+    ingesting = hook_names(_Ingesting, HOOKS)  # one boundary an iteration: only ingest_requests
+    assert ingesting["ingest_requests"] == boundary
+    assert "process_input_requests" not in ingesting

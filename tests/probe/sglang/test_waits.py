@@ -68,6 +68,23 @@ def test_a_prefills_inflight_request_is_a_kv_send_hold_aged_from_its_first_sight
     assert probe.sample_now().holds == ()
 
 
+class FINISH_ABORT:  # SGLang's class name: the probe reads it
+    """SGLang's abort finish (``sglang.srt.managers.schedule_batch.FINISH_ABORT``)."""
+
+
+def test_a_send_aborted_while_it_waits_is_named_aborted_its_slots_as_first_read() -> None:
+    clock = FakeClock()
+    rank, probe = prefill_with_inflight(clock)
+    [req] = rank.sched.disagg_prefill_inflight_queue
+    assert [n.aborted for n in probe.sample_now().holds[0].named] == [False]
+    req.to_finish = FINISH_ABORT()  # abort_request on a request whose last chunk ran (<= 0.5.19)
+    clock.advance(5.0)
+    [hold] = probe.sample_now().holds
+    assert (hold.slots, [(n.slots, n.aborted) for n in hold.named]) == (12, [(12, True)])
+    req.to_finish, req.finished_reason = None, FINISH_ABORT()  # applied: still aborted
+    assert [n.aborted for n in probe.sample_now().holds[0].named] == [True]
+
+
 def test_the_detector_pages_a_send_past_sglangs_bound_naming_it_and_not_before() -> None:
     clock = FakeClock()
     _, probe = prefill_with_inflight(clock)

@@ -5,7 +5,8 @@ method (first that exists)  when     probe call
 ========================  =========  ==========================================================
 ``__init__``              after      attach (the probe is born with the scheduler)
 ``ingest_requests`` /     before     ``on_loop_boundary``: the previous iteration is complete
-``recv_requests``
+``recv_requests`` /                  (0.5.13 - 0.5.19 receive through a component, then call
+``process_input_requests``           ``process_input_requests`` at the head of every loop)
 ``on_idle``,              before     ``on_idle``: look before SGLang's own idle check (each
 ``self_check_during_idle``           that exists: a release calls only its own)
 ``process_prefill_chunk``  after     ``after_prefill_chunk``: the #12994 tripwire
@@ -35,7 +36,7 @@ from poolwatch.probe.sglang.shapes import installed_version, known_release, shap
 __all__ = ["HOOKS", "SGLANG", "sglang_plugin"]
 
 HOOKS: tuple[Hook, ...] = (
-    (("ingest_requests", "recv_requests"), "before", "on_loop_boundary"),
+    (("ingest_requests", "recv_requests", "process_input_requests"), "before", "on_loop_boundary"),
     (("on_idle",), "before", "on_idle"),  # 0.5.12+
     (("self_check_during_idle",), "before", "on_idle"),  # up to 0.5.10
     (("process_prefill_chunk",), "after", "after_prefill_chunk"),

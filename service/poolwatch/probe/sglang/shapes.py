@@ -27,8 +27,10 @@ layout, read in its wheel (``req.kv``, ``ingest_requests``, ``mamba_allocator``,
 releases' idle gate).  Between them, each read in its wheel: 0.5.13 moves the Mamba free list to
 ``mamba_allocator`` (``*``; the pool keeps no ``free_slots``); 0.5.17 keeps a request's allocated
 and SWA-evicted lengths in ``req.kv`` (a ``ReqKvInfo``, ``None`` once released) while its row and
-``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records (still with
-``recv_requests``).  Guard v2's free paths were not read for these three (``Shape.guarded``): they
+``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records.  From 0.5.13 to
+0.5.19 a loop receives through its ``request_receiver`` component and then calls the scheduler's
+``process_input_requests``, the loop hook there (``recv_requests`` is no scheduler method; 0.5.20's
+``ingest_requests`` is).  Guard v2's free paths were not read for these three (``Shape.guarded``): they
 are watched, never guarded.
 """
 
@@ -121,7 +123,10 @@ _059 = replace(
 )  # fmt: skip
 _0510 = replace(_059, family="0.5.10", since=(0, 5, 10), has_session_held=True)
 _0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_hook="on_idle")
-_0513 = replace(_0512, family="0.5.13", since=(0, 5, 13), mamba_allocator=True, guarded=False)
+_0513 = replace(
+    _0512, family="0.5.13", since=(0, 5, 13), mamba_allocator=True, guarded=False,
+    loop_hook="process_input_requests",
+)  # fmt: skip
 _0517 = replace(_0513, family="0.5.17", since=(0, 5, 17), held_rule=HeldRule.KV_LENGTHS)
 _0519 = replace(_0517, family="0.5.19", since=(0, 5, 19), held_rule=HeldRule.REQ_KV)
 _0520 = replace(

@@ -4,7 +4,9 @@ transfer is pending, and the scheduler's progress since the last read (scheduler
 Owners of a hold (:mod:`poolwatch.probe.core.waiting`), full-KV slots each:
 
 * ``kv_send``: a prefill rank's ``disagg_prefill_inflight_queue`` -- requests whose prefill is done,
-  kept with their row and KV until the sender reports the decode side has read it.  SGLang bounds the
+  kept with their row and KV until the sender reports the decode side has read it (an aborted one
+  too, named so: up to 0.5.19 a request aborted while its last chunk ran is still enqueued and sent,
+  SGLang PR #36988).  SGLang bounds the
   wait on the far side: a decode aborts a request whose KV has not landed within
   ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` after bootstrapping (``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``),
   the sum the sender's deferred bootstrap uses (0.5.23); a send older than both has no decode left
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from poolwatch.model.holds import HoldReason
@@ -129,16 +132,17 @@ class SglangWaits:
         for r in reqs:  # an owner waiting keeps what it holds: counted once, when first seen
             key = id(r)
             kept = last.get(key)
-            owned[key] = (
-                kept if kept is not None and kept[0] is r else (r, self._owner(r, reason, page, live))
-            )
+            owner = kept[1] if kept is not None and kept[0] is r else self._owner(r, reason, page, live)
+            if not owner.aborted and _aborted(r):  # an abort may come while it waits
+                owner = replace(owner, aborted=True)
+            owned[key] = (r, owner)
         self._owned = owned
         return tuple(o for _, o in owned.values())
 
     def _owner(self, req: Any, reason: HoldReason, page: int, live: LiveSet) -> Owner:
         span = full_private_range(req, self.shape, page, live)
         slots = 0 if span is None else max(0, span[2])  # its private columns and the prefix it locks
-        return Owner(Pool.FULL, reason, str(req.rid), slots)
+        return Owner(Pool.FULL, reason, str(req.rid), slots, _aborted(req))
 
     def _moves(self, live: LiveSet) -> Moves:
         holders = live.holders
@@ -172,3 +176,12 @@ def _locked(node: Any) -> bool:
     if lock is None:
         lock = getattr(node, "full_lock_ref", 0)
     return isinstance(lock, int) and lock > 0
+
+
+def _aborted(req: Any) -> bool:
+    """``req`` carries an abort: SGLang's ``FINISH_ABORT`` as its finish (``finished_reason``) or as
+    the finish the next step applies (``to_finish``, what ``abort_request`` sets on a request whose
+    step is in flight: a PD prefill up to 0.5.19 still enqueues it for its KV send)."""
+    return any(
+        type(getattr(req, name, None)).__name__ == "FINISH_ABORT" for name in ("finished_reason", "to_finish")
+    )

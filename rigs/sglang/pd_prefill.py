@@ -1,0 +1,238 @@
+"""A PD prefill rank's overlap loop around SGLang's own result path (run in the release's venv).
+
+The release's ``SchedulerDisaggregationPrefillMixin`` and ``Scheduler`` methods run unmodified, in
+the order of its ``event_loop_overlap_disagg_prefill``: a turn receives (aborts reach
+``abort_request``), releases a deferred chunked abort (``process_pending_chunked_abort``), resolves
+the waiting queue's bootstrap, ends the previous chunk (``process_prefill_chunk``: the chunk to the
+tree, the bootstrap check, an optimistic request's yield), launches the next batch, then processes
+the *previous* batch's result (``process_batch_result_disagg_prefill``) and polls the inflight queue.
+What is stood in for is what SGLang's own CPU tests of this path stand in for: the forward (a
+result of one sampled token per request), the cross-rank poll reduction (each sender's own poll),
+the KV sender (:class:`Sender`, scripted: it reports what the test says the decode side did), the
+bootstrap queue's hand-over, and the batch builder, which here allocates a request's next chunk --
+its row and Mamba slot first, then the chunk's KV -- as ``prepare_for_extend`` does.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from rigs.sglang.driver import Driver
+from rigs.sglang.rank import Batch
+
+__all__ = ["PrefillLoop", "Sender"]
+
+# the release's own methods the loop runs, where the release has them (bound on the rank's class)
+_PREFILL = (
+    "process_batch_result_disagg_prefill",
+    "check_bootstrap",
+    "handle_pending_bootstrap",
+    "handle_bootstrap_failure",
+    "has_bootstrapped_waiting_req",
+    "clear_pending_chunk_send",
+    "optimistic_release_and_requeue",
+    "process_disagg_prefill_inflight_queue",
+    "handle_inflight_transfer_failure",
+    "resolve_waiting_queue_bootstrap",
+    "_retire_aborted_prefill_result",  # 0.5.20: the fix
+)
+_SCHEDULER = ("process_pending_chunked_abort", "collect_inflight_reqs", "_release_aborted_request")
+
+
+class Sender:
+    """A request's KV sender as the decode side drives it: its poll is what the test sets (from
+    ``state``), and an abort concludes it as failed, as a real sender reports an aborted room."""
+
+    def __init__(self, state: Any) -> None:
+        self.state, self.aborted = state, False
+
+    def poll(self) -> Any:
+        return self.state
+
+    def abort(self) -> None:
+        from sglang.srt.disaggregation.base import KVPoll
+
+        self.aborted, self.state = True, KVPoll.Failed
+
+    def failure_exception(self) -> None:
+        raise RuntimeError("the decode side is gone")
+
+    def clear(self) -> None:
+        return None
+
+    def get_transfer_metric(self) -> Any:
+        from sglang.srt.disaggregation.base.conn import KVTransferMetric
+
+        return KVTransferMetric()
+
+
+class _Tokenizer:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send_output(self, out: Any, req: Any = None) -> None:
+        self.sent.append(out)
+
+
+def _bind(cls: type) -> None:
+    """The release's own methods on the rank's class (those the class has -- the probe's wrapped
+    ``process_prefill_chunk`` among them -- stay)."""
+    from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
+    from sglang.srt.managers.scheduler import Scheduler
+
+    for owner, names in ((SchedulerDisaggregationPrefillMixin, _PREFILL), (Scheduler, _SCHEDULER)):
+        for name in names:
+            if hasattr(owner, name) and name not in cls.__dict__:
+                setattr(cls, name, getattr(owner, name))
+
+
+class PrefillLoop:
+    """``d``'s PD prefill rank (made with :meth:`Driver.new` in mode ``prefill``) turning as the
+    release's overlap loop turns, ``chunk`` tokens a prefill chunk."""
+
+    def __init__(self, d: Driver, chunk: int) -> None:
+        from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
+
+        self.d, self.chunk = d, chunk
+        self.arrived: list[Any] = []
+        s = self.sched = d.sched
+        _bind(type(s))
+        d.open_admission()  # abort_request's queues and its reply to the tokenizer
+        s.enable_overlap, s.result_queue = True, []
+        s.disagg_prefill_pending_chunk_rids = set()
+        s.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(s.req_to_token_pool.size)
+        s.disagg_prefill_bootstrap_queue = SimpleNamespace(queue=[], finalize_bootstrap=_finalized)
+        s.ipc_channels = SimpleNamespace(send_to_tokenizer=_Tokenizer())
+        s.output_streamer = SimpleNamespace(stream_output=lambda *_, **__: None)
+        s.batch_result_processor = SimpleNamespace(
+            snapshot_auxiliary_output_starts=lambda *_: None, move_logprobs_to_cpu=lambda **_: None
+        )
+        s.metrics_reporter = SimpleNamespace(enable_metrics=False, report_prefill_stats=lambda **_: None)
+        s.spec_algorithm = SimpleNamespace(is_eagle=lambda: False)
+        s.ps = SimpleNamespace(pp_size=1, tp_rank=0, pp_rank=0)
+        s.attn_cp_cpu_group = s.attn_tp_cpu_group = s.mm_receiver = s.scheduler_stage_metrics = None
+        s.beam_coordinator = SimpleNamespace(retire_group=lambda _: None)
+        s.maybe_send_health_check_signal = lambda: None
+        s._pending_chunked_abort_req = None
+        _poll_each_sender()
+
+    def arrive(self, rid: str, tokens: int) -> Any:
+        """A request popped from the bootstrap queue into the waiting queue, bootstrapped (SGLang's
+        optimistic prefill, before the decode side bootstraps, is off by default, and off for a
+        model on its Mamba tree), its metadata buffer taken."""
+        from sglang.srt.disaggregation.base import KVPoll
+
+        first = 1000 * (len(self.arrived) + 1)  # no two requests share a prefix
+        req = self.d.arrive(rid, list(range(first, first + tokens)))
+        self.arrived.append(req)
+        req.bootstrap_host, req.bootstrap_room = "decode", len(self.arrived)
+        req.disagg_kv_sender = Sender(KVPoll.WaitingForInput)
+        req.metadata_buffer_index = self.sched.req_to_metadata_buffer_idx_allocator.alloc()
+        req.pending_bootstrap = False
+        self.sched.waiting_queue.append(req)
+        return req
+
+    def turn(self, *aborts: str) -> None:
+        """One turn of ``event_loop_overlap_disagg_prefill`` (``aborts``: the rids an ``AbortReq``
+        names, received at its head)."""
+        from sglang.srt.managers.io_struct import AbortReq
+
+        s = self.sched
+        self.d.loop()  # the loop's first call: the probe looks before it
+        for rid in aborts:
+            s.abort_request(AbortReq(rid=rid))
+        s.process_pending_chunked_abort()
+        s.running_batch.batch_is_full = False
+        s.resolve_waiting_queue_bootstrap()
+        s.process_prefill_chunk(last_batch=s.last_batch, running_batch=s.running_batch)
+        batch = self._next_batch()
+        if batch is not None:
+            s.result_queue.append((_copy(batch), _result(batch)))
+        if s.last_batch is not None:  # the previous batch's result, a turn late
+            done, result = s.result_queue.pop(0)
+            s.process_batch_result_disagg_prefill(done, result)
+        s.process_disagg_prefill_inflight_queue()
+        s.last_batch = batch
+
+    def busy(self) -> bool:
+        """Anything still in flight or queued (SGLang's idle check waits for none)."""
+        s = self.sched
+        return bool(s.last_batch or s.result_queue or s.chunked_req or s.disagg_prefill_inflight_queue)
+
+    def _next_batch(self) -> Batch | None:
+        """The batch builder's pick: the chunked request's next chunk, else the first waiting
+        request that is not aborted."""
+        from sglang.srt.disaggregation.utils import is_aborted
+
+        s = self.sched
+        req = s.chunked_req
+        if req is None:
+            ready = [r for r in s.waiting_queue if not is_aborted(r)]
+            if not ready:
+                return None
+            req = ready[0]
+            s.waiting_queue.remove(req)
+        self._allocate(req)
+        return Batch([req], _extend())
+
+    def _allocate(self, req: Any) -> None:
+        """The adder and ``prepare_for_extend`` for one request: a new one's match (locked), row and
+        Mamba slot, then the chunk's KV; the request stays ``chunked_req`` while its prompt is not done."""
+        s, record = self.sched, self.d.record(req)
+        pool, alloc = s.req_to_token_pool, s.token_to_kv_pool_allocator
+        if not record.holds_kv:
+            req.init_next_round_input(s.tree_cache)
+            s.tree_cache.inc_lock_ref(req.last_node)  # the adder locks the match
+            req.skip_lock_node_ids = {}
+            pool.alloc([req])
+            start = len(req.prefix_indices)
+            pool.write((record.req_pool_idx, slice(0, start)), req.prefix_indices)
+        else:
+            start = record.kv_allocated_len
+        upto = min(start + self.chunk, len(req.origin_input_ids))
+        pool.write((record.req_pool_idx, slice(start, upto)), alloc.alloc(upto - start))
+        record.kv_allocated_len = record.kv_committed_len = upto
+        req.set_extend_range(start, upto)
+        s.chunked_req = req if upto < len(req.origin_input_ids) else None
+        if s.chunked_req is not None:
+            req.inflight_middle_chunks += 1
+
+
+def _finalized(req: Any) -> bool:
+    """The bootstrap queue's hand-over of a bootstrapped request (its sender's init)."""
+    req.pending_bootstrap = False
+    return True
+
+
+def _poll_each_sender() -> None:
+    """One rank: the cross-rank minimum of the polls is each sender's own poll."""
+    from sglang.srt.disaggregation import prefill
+
+    prefill.poll_and_all_reduce_attn_cp_tp_group = lambda senders, *_: [int(x.poll()) for x in senders]
+
+
+def _extend() -> Any:
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return ForwardMode.EXTEND
+
+
+def _copy(batch: Batch) -> Batch:
+    """``batch.copy()``: what the result processor iterates, with the fields it reads."""
+    done = Batch(list(batch.reqs), batch.forward_mode)
+    done.spec_info = done.prefill_stats = done.dp_cooperation_info = None  # type: ignore[attr-defined]
+    return done
+
+
+def _result(batch: Batch) -> Any:
+    """The forward's result: one sampled token per request, nothing else."""
+    import torch
+
+    none = dict.fromkeys(
+        ("logits_output", "extend_input_len_per_req", "extend_logprob_start_len_per_req", "copy_done",
+         "auxiliary_host_output", "routed_experts_output", "indexer_topk_output", "next_draft_input")
+    )  # fmt: skip
+    return SimpleNamespace(
+        next_token_ids=torch.tensor([7] * len(batch.reqs)), can_run_cuda_graph=False, **none
+    )

@@ -12,49 +12,36 @@ pages``, ``KV page use-after-free: ...``) and allocator asserts a crash's traceb
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from poolwatch.model.rank import Pool
+from poolwatch.sources.logfile.errors import ErrorRule
 from poolwatch.sources.logfile.events import ErrorClass
 
-__all__ = ["BUGS", "COUNTER_BUGS", "CRASH_ASSERTS", "ERROR_MARKERS", "ErrorMarker", "bugs_for"]
+__all__ = ["BUGS", "COUNTER_BUGS", "CRASH_ASSERTS", "ERROR_MARKERS", "bugs_for"]
 
 _DF, _LEAK, _COUNTER = ErrorClass.DOUBLE_FREE, ErrorClass.LEAK, ErrorClass.COUNTER
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorMarker:
-    """A message or assert that names a pool error by its text."""
-
-    name: str
-    releases: str
-    marker: re.Pattern[str]
-    cls: ErrorClass
-    what: str
-    pool: Pool | None = None
-    bugs: tuple[str, ...] = ()
-
-
 # SGLang's own checks that name a pool error without figures; raised or warned as a leak report is
 # (``raise_error_or_warn``), read in the same positions.  0.5.23 ``invariant_checker.py``.
-ERROR_MARKERS: tuple[ErrorMarker, ...] = (
-    ErrorMarker(
+ERROR_MARKERS: tuple[ErrorRule, ...] = (
+    ErrorRule(
         "kv-double-free",
         "0.5.15-current (SGLANG_CHECK_KV_PAGE_INVARIANTS)",
         re.compile(r"KV double free: sub-pool \d{1,4} has \d{1,12} duplicate pages"),
         _DF,
         "the same page twice on a free list",
-        Pool.FULL,
+        pool=Pool.FULL,
     ),
-    ErrorMarker(
+    ErrorRule(
         "kv-use-after-free",
         "0.5.15-current (SGLANG_CHECK_KV_PAGE_INVARIANTS)",
         re.compile(r"KV page use-after-free: \d{1,12} owner page refs are in the free pool"),
         _DF,
         "pages a live owner holds are on the free list (freed early)",
-        Pool.FULL,
+        pool=Pool.FULL,
     ),
-    ErrorMarker(
+    ErrorRule(
         "pool-bytes",
         "0.5.23-current",
         re.compile(r"pool-bytes memory leak detected!"),
@@ -65,15 +52,15 @@ ERROR_MARKERS: tuple[ErrorMarker, ...] = (
 
 # Allocator asserts a scheduler crash's traceback can end in (the statement Python prints under the
 # last frame, or the exception line).
-CRASH_ASSERTS: tuple[ErrorMarker, ...] = (
-    ErrorMarker(
+CRASH_ASSERTS: tuple[ErrorRule, ...] = (
+    ErrorRule(
         "swa-over-free",
         "0.5.12-current",
         re.compile(r"swa_attn_allocator\.available_size\(\) <= (?:self\.)?swa_attn_allocator\.size"),
         _DF,
         "more SWA pages returned to the allocator than it has",
-        Pool.SWA,
-        ("S08", "S07"),
+        pool=Pool.SWA,
+        bugs=("S08", "S07"),
     ),
 )
 

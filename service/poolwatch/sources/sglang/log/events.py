@@ -86,7 +86,7 @@ def _crash_error(lines: tuple[str, ...]) -> PoolError | None:
     """The allocator assert a crash's traceback ends in (read from its last lines)."""
     for line in lines[-4:]:
         for known in CRASH_ASSERTS:
-            if known.marker.search(line):
+            if known.text.search(line):
                 return PoolError(known.cls, known.what, known.pool, known.bugs)
     return None
 

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from poolwatch.conservation import Balance, assess
 from poolwatch.model.rank import Exactness, IncidentKind, Phase, Pool, PoolAccount
 from poolwatch.model.snapshot import Incident
+from poolwatch.sources.logfile.errors import ErrorRule
 from poolwatch.sources.logfile.events import ErrorClass, PoolError
-from poolwatch.sources.sglang.log.errors import COUNTER_BUGS, ERROR_MARKERS, ErrorMarker, bugs_for
+from poolwatch.sources.sglang.log.errors import COUNTER_BUGS, ERROR_MARKERS, bugs_for
 from poolwatch.sources.sglang.log.formats import LEAK_FORMATS, LeakFormat
 
 __all__ = ["Report", "find_reports", "parse_leak_figures", "report_at"]
@@ -76,7 +77,7 @@ class Report:
     error: PoolError | None
 
 
-def report_at(line: str) -> LeakFormat | ErrorMarker | None:
+def report_at(line: str) -> LeakFormat | ErrorRule | None:
     """The report whose marker starts ``line`` (after spaces and an exception or warning lead), else
     ``None``: a marker further in (source code quoted in a traceback, a request's text) is none."""
     if not any(hint in line for hint in _HINTS):
@@ -86,7 +87,7 @@ def report_at(line: str) -> LeakFormat | ErrorMarker | None:
     for fmt in LEAK_FORMATS:
         if fmt.marker.match(line, pos):
             return fmt
-    return next((m for m in ERROR_MARKERS if m.marker.match(line, pos)), None)
+    return next((m for m in ERROR_MARKERS if m.text.match(line, pos)), None)
 
 
 def find_reports(lines: Sequence[str], at: float, *, first: bool = True, rest: bool = True) -> list[Report]:

@@ -20,26 +20,13 @@ the frame's function when it names one.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from poolwatch.sources.logfile.errors import ErrorRule
 from poolwatch.sources.logfile.events import ErrorClass
 
-__all__ = ["CRASH_RULES", "ErrorRule", "WARNING_RULES"]
+__all__ = ["CRASH_RULES", "WARNING_RULES"]
 
 _DF, _COUNTER, _STRANDED = ErrorClass.DOUBLE_FREE, ErrorClass.COUNTER, ErrorClass.STRANDED
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorRule:
-    name: str
-    releases: str
-    text: re.Pattern[str]  # the exception, a statement of the traceback, or a warning's message
-    cls: ErrorClass
-    what: str
-    bugs: tuple[str, ...] = ()
-    func: str = ""  # the traceback frame's function it is raised in ("" when any)
-    proven: bool = True  # False: worth a row, proves no fault alone
-    files: tuple[str, ...] = ()  # a warning's logger position: the source files it is written from
 
 
 CRASH_RULES: tuple[ErrorRule, ...] = (

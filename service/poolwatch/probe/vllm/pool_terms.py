@@ -116,7 +116,10 @@ def connector_pins(sched: Any, pool: Any) -> Iterator[tuple[str, list[Any]]]:
     """The GPU blocks of each in-flight store of the scheduler's SimpleCPUOffload connector: none
     without one, or where it cannot be read (never raises)."""
     try:
-        manager = sched.connector.scheduler_manager
+        connector = getattr(sched, "connector", None)
+        if connector is None:  # the usual case: nothing pinned, and no exception built to say so
+            return iter(())
+        manager = connector.scheduler_manager
         owner, stores = manager._gpu_block_pool, list(manager._store_event_to_blocks.items())
         pins = [(f"store@{e}", [owner.blocks[i] for i in t.gpu_block_ids]) for e, t in stores]
     except Exception:

@@ -50,7 +50,7 @@ class VllmProgress:
         self._running: list[Any] | None = None  # the last read's running list (a copy)
         self._ncts: dict[int, int] | None = {}
         self._tokens = -1
-        self._told = False  # a step's output was seen (its scheduled tokens counted)
+        self.told = False  # a step's output was seen (its scheduled tokens counted)
         self._scheduled = 0  # tokens the steps scheduled since the last read
         self._blocked_waiting = 0  # blocked requests in ``waiting`` at the last look (<= 0.17)
 
@@ -58,7 +58,7 @@ class VllmProgress:
         """After ``schedule``: the tokens its output schedules (vLLM counts them computed at once)."""
         tokens = getattr(output, "total_num_scheduled_tokens", None)
         if type(tokens) is int:
-            self._told = True
+            self.told = True
             self._scheduled += tokens
 
     def popped(self, rid: str) -> None:
@@ -79,7 +79,7 @@ class VllmProgress:
         running = list(getattr(self.sched, "running", ()))
         last = self._running
         same = last is not None and len(last) == len(running) and all(map(operator.is_, last, running))
-        if self._told:  # the steps' own outputs say whether tokens were computed: no request read
+        if self.told:  # the steps' own outputs say whether tokens were computed: no request read
             admitted = 0 if same or last is None else len(set(map(id, running)).difference(map(id, last)))
             progressed = last is None or self.finished > 0 or admitted > 0 or self._scheduled > 0
             self._ncts, self._tokens = None, -1

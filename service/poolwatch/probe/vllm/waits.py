@@ -55,8 +55,10 @@ class VllmWaits:
 
     def step_begins(self) -> None:
         """Before ``schedule``: it clears ``finished_req_ids``."""
-        self._step_finished.clear()
-        self.moves.step_preempted.clear()
+        if self._step_finished:
+            self._step_finished.clear()
+        if self.moves.step_preempted:
+            self.moves.step_preempted.clear()
 
     def step_ended(self) -> None:
         """After ``update_from_output``/``finish_requests``: the requests finished meanwhile, and

@@ -211,9 +211,7 @@ def queue_depths(sched: Any, shape: VllmShape, reading: Reading) -> dict[str, in
     """``len`` of each queue, of ``requests`` and of the deferred frees (0.24+): plain ``getattr``
     at every sample, a failure noted under the field's name (a queue whose ``len`` fails counts 0)."""
     out: dict[str, int] = {}
-    names = (
-        (*shape.queues, "requests", "deferred_frees") if shape.deferred_frees else (*shape.queues, "requests")
-    )
+    names = (*shape.queues, "requests", *(("deferred_frees",) if shape.deferred_frees else ()))
     for name in names:
         try:
             queue = getattr(sched, name)

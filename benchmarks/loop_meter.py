@@ -57,6 +57,11 @@ class Meter:
 
         probe._sample = timed_sample
 
+    def clear(self) -> None:
+        """Forget what was timed so far (the loop starts now)."""
+        self.spent = self.spent_wall = 0.0
+        self.samples, self.walks, self.by_entry = [], [], {}
+
     def _entry(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             self._depth += 1

@@ -231,6 +231,7 @@ def check_plugin() -> None:
 
 def main() -> int:
     from tests.vllm_real.check_guard import CHECKS as GUARD_CHECKS
+    from tests.vllm_real.check_incremental import CHECKS as INCREMENTAL_CHECKS
 
     checks: list[tuple[str, Callable[[], None]]] = [
         ("clean_run", lambda: check_clean(False)),
@@ -242,6 +243,7 @@ def main() -> int:
         ("leak_on_abort", check_leak_on_abort),
         ("premature_free", check_premature_free),
         *GUARD_CHECKS,  # the same faults with guard on: refused, vLLM's pool sound after
+        *INCREMENTAL_CHECKS,  # the incremental figures and moves equal a from-scratch recount
         ("plugin_activation", check_plugin),  # last: it wraps the Scheduler class for good
     ]
     return run_all(checks, set(sys.argv[1:]))

@@ -40,6 +40,8 @@ CHECKS = {
     "guard_shared_double_free",
     "guard_duplicate_in_one_free_42571",
     "guard_premature_free",
+    # check_incremental.py: a randomized run's incremental figures and moves equal a from-scratch recount
+    "incremental_equals_scratch",
 }
 DEFERRED_CHECKS = {
     "deferred_frees_clean",

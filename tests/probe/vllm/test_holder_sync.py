@@ -138,3 +138,19 @@ def test_every_sync_counts_what_a_fresh_count_does(ops: list[tuple[str, int]]) -
         assert index.held(set(), set()).held == fresh.held(set(), set()).held
         read_holders(sched, SHAPE, sched.pool, index, Reading(), read=True)  # every pending entry read
         assert index.counts == fresh.counts
+
+
+def test_a_list_first_seen_empty_is_read_when_its_prefix_hits_land() -> None:
+    """vLLM 0.10.2 sizes an allocation through ``req_to_blocks[rid]`` (a defaultdict): a waiting
+    request whose allocation failed has an empty list, and its prefix hits come into it later."""
+    index = Counting()
+    sched = _loaded(index, 2, 3)
+    sched.requests["w"] = type(sched.requests["r0"])("w")
+    waiting = sched.managers[0].req_to_blocks["w"]  # sized, not allocated: an empty list
+    _sync(sched, index)
+    shared = sched.managers[0].req_to_blocks["r0"][:2]
+    sched.pool.touch(shared)
+    waiting.extend(shared)  # its prefix hits on r0's blocks
+    _sync(sched, index)
+    assert index.reads[-1] == "w"
+    assert index.held(set(), set()) == _fresh(sched).held(set(), set())

@@ -305,3 +305,48 @@ def test_an_owner_id_a_client_sent_lands_inert() -> None:
     assert owner.isprintable()
     assert len(owner) == 64
     assert owner.startswith("chatcmpl-\u240a[FIRING] forged\u241b[31m")  # poolwatch.inert's signs
+
+
+class Unread(Req):
+    """A request whose computed tokens must not be read (the outputs say what moved)."""
+
+    @property  # type: ignore[override]
+    def num_computed_tokens(self) -> int:
+        raise AssertionError("num_computed_tokens read")
+
+    @num_computed_tokens.setter
+    def num_computed_tokens(self, value: int) -> None:
+        pass
+
+
+class Told(Sched):
+    """A stand-in whose ``schedule`` returns an output with its scheduled tokens, as vLLM's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = 0
+
+    def schedule(self) -> Any:  # type: ignore[override]
+        super().schedule()
+        return type("SchedulerOutput", (), {"total_num_scheduled_tokens": self.tokens})()
+
+
+def test_progress_is_told_by_each_schedule_output_and_no_request_is_read_for_it() -> None:
+    sched, clocks = Told(), Clocks()
+    probe = probe_for(sched, clocks)
+    probe.start()  # wraps schedule: each output's scheduled tokens are counted
+    for rid in ("a", "b"):
+        sched.admit(rid, 2)
+        sched.requests[rid] = sched.running[-1] = Unread(rid)
+    waiting = Unread("w")
+    sched.requests["w"], sched.waiting = waiting, [waiting]  # admittable, never admitted
+    sched.schedule()  # the first output: from now on the outputs say what moved
+    sample(probe)
+    for tokens, stalled in ((2, False), (0, True), (0, True), (1, False)):
+        sched.tokens = tokens
+        sched.schedule()
+        snap = sample(probe)
+        assert snap.progress is not None
+        assert (snap.progress.admitted, snap.progress.stalled_steps > 0) == (2, stalled)
+        assert snap.probe.errors_total == 0  # no request's computed tokens read
+    assert probe.reader.waits.moves.told

@@ -41,12 +41,12 @@ from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.vllm.free_check import free_findings
 from poolwatch.probe.vllm.free_path import FREES, FreePath
 from poolwatch.probe.vllm.in_flight import InFlight
-from poolwatch.probe.vllm.pool_terms import hisparse, managers, side_owners
+from poolwatch.probe.vllm.pool_terms import managers, side_owners
 from poolwatch.probe.vllm.reader import VllmReader
-from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal
+from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal, refuser_for
 from poolwatch.probe.vllm.timing import Timing, arm
 from poolwatch.probe.vllm.transfers import Transfers
-from poolwatch.probe.vllm.wrapping import unwrap, wrap_frees
+from poolwatch.probe.vllm.wrapping import Restore, restore, unwrap, wrap_frees, wrap_steps
 
 __all__ = ["VllmProbe"]
 
@@ -64,13 +64,21 @@ class VllmProbe(Probe):
     in_flight: InFlight | None = None  # the steps in flight, where a free can come too early
     transfers: Transfers | None = None  # finished requests' pending transfers, beside a connector
     _timing: Timing | None = None  # the timing checks armed at start
+    _steps: tuple[Restore, ...] = ()  # ``schedule`` wrapped to see each step's output
 
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
     def on_step(self, hook: str) -> None:
         if not self.disabled:
-            self.contain("waits", lambda: self.reader.waits.step_begins())  # noqa: PLW0108 (read inside containment)
+            try:  # (contained in line: this runs at every step)
+                self.reader.waits.step_begins()
+            except Exception as exc:
+                self._failed("waits", exc)
         self.step(hook)
+
+    def _failed(self, where: str, exc: Exception) -> None:
+        self.guard.failed(where, exc)
+        self._publish_health()
 
     def after_update(self, hook: str) -> None:
         """After ``update_from_output``/``finish_requests``: idle once no request is left; a sample
@@ -79,24 +87,23 @@ class VllmProbe(Probe):
         requests = getattr(self.scheduler, "requests", None)
         parked = False
         if not self.disabled:
-            self.contain("waits", lambda: self.reader.waits.step_ended())  # noqa: PLW0108
+            try:
+                self.reader.waits.step_ended()
+                parked = not self.parked and self.reader.waits.parked_now(requests)
+            except Exception as exc:
+                self._failed("waits", exc)
             if self.transfers is not None:
                 self.contain("transfers", self.transfers.applied)
-            parked = bool(requests) and not self.parked and self._parked_now()
         emptied = requests is not None and not requests
         if emptied or parked:
             self.idle(hook, fresh=True)
         else:
             self._last_hook = self.clock()
 
-    def _parked_now(self) -> bool:
-        """Nothing to step: every request left is one kept for a transfer (queues all empty)."""
-        sched = self.scheduler
-        try:
-            return all(not getattr(sched, name, None) for name in self.reader.shape.queues)
-        except Exception as exc:
-            self.guard.failed("parked", exc)
-            return False
+    def on_scheduled(self, output: Any) -> None:
+        """After ``schedule``: the tokens it scheduled (the waits' progress, without a request read)."""
+        if not self.disabled:  # (the wrap of ``schedule`` contains what cannot raise: a getattr, a sum)
+            self.reader.waits.moves.scheduled(output)
 
     def on_free(self, blocks: list[Any]) -> Sequence[list[Any]] | None:
         """Inside ``BlockPool.free_blocks``, before it runs: name a double free at the free itself;
@@ -212,29 +219,19 @@ class VllmProbe(Probe):
             )
         self.free_path = FreePath(release.verified, release.version)
         self._mgrs = managers(self.scheduler, Reading())
-        self.refuser = self._refuser() if self.config.guard else None
+        shape, guard = self.reader.shape, self.config.guard
+        self.refuser = refuser_for(self.scheduler, self.release, shape, self._mgrs, guard)
         self._wrapped = wrap_frees(self.scheduler, self.on_free, self.on_pop)
+        self._steps = tuple(wrap_steps(self.scheduler, self.on_scheduled, None))
         self._timing = arm(self.scheduler, self._mgrs, self.reader.waits.receiving, self._dropped)
         self.in_flight, self.transfers = self._timing.in_flight, self._timing.transfers
         self.idle("attach", fresh=True)
-
-    def _refuser(self) -> FreeRefuser | None:
-        """Guard mode where the owners can be counted exactly: a release whose wheel was read, and
-        no HiSparse manager (it lists pages it holds no reference to); else off, said once."""
-        why = ""
-        if not self.release.verified:
-            why = f"vLLM {self.release.version} is a release poolwatch has not read"
-        elif self.reader.shape.hisparse and hisparse(self._mgrs):
-            why = "a HiSparse manager lists blocks it holds no reference to: owners cannot be counted exactly"
-        if why:
-            log.warning("poolwatch guard: off on this scheduler (%s); the probe only watches", why)
-            return None
-        return FreeRefuser(self.scheduler, self.reader.shape)
 
     def close(self) -> None:
         unwrap(getattr(self, "_wrapped", ()))
         if self._timing is not None:
             self._timing.disarm()
+        restore(self._steps)
         self.in_flight, self.transfers, self.refuser = None, None, None
 
     def _health_extras(self) -> dict[str, bool]:

@@ -81,6 +81,7 @@ class HolderIndex:
         self._lens: dict[int, int] = {}  # per manager: the entries of its lists at the last sync
         self._counted = 0  # entries read over every tracked list: the rest are pending
         self._kept: dict[str, set[tuple[int, str]]] = {TRANSFER: set(), STALE: set()}  # lists by kind
+        self._empty: set[tuple[int, str]] = set()  # lists read while still empty (see :meth:`sync`)
 
     # -- the incremental read -----------------------------------------------------------------
 
@@ -102,9 +103,15 @@ class HolderIndex:
         counted is one ``get_new_blocks`` just took off the free queue (prefix hits go only into a
         request's first, empty list), so while the pool is sound a pending entry is a distinct block
         no other list names; the free-time check and the census read them first (``read=True``).
+        A list first seen empty is read in full once it has entries: a release that sizes an
+        allocation through ``req_to_blocks[rid]`` (a ``defaultdict``: 0.10.2, for one) makes a
+        waiting request's list even when the allocation then fails, and its prefix hits land there
+        later.
         A steady-state sync is then O(requests) in C and nothing per list."""
         for index, req_to_blocks in lists:
             self._sync_one(index, req_to_blocks, requests, kind)
+        for key in [k for k in self._empty if len(self.tracked[k].blocks)]:
+            self._read(key, self.tracked[key].blocks, self.tracked[key].kind)
         if read:
             self._read_pending(kind)
         for index in self._seen.keys() - {i for i, _ in lists}:  # a manager no longer bound
@@ -200,7 +207,10 @@ class HolderIndex:
             self._keep(key, kind)
         elif t.kind != kind:
             self._rekind(key, kind)
-        if n > t.counted:
+        if n == 0:
+            self._empty.add(key)
+        elif n > t.counted:
+            self._empty.discard(key)
             new = list(map(_ID, blocks[t.counted : n]))
             if self.null_id in new:
                 new = [i for i in new if i != self.null_id]
@@ -233,6 +243,7 @@ class HolderIndex:
     def forget(self, key: tuple[int, str]) -> None:
         """The list of ``key`` is gone (popped by vLLM): its occurrences no longer own anything."""
         t = self.tracked.pop(key, None)
+        self._empty.discard(key)
         if t is not None:
             self._count(t.ids, t.kind, -1)
             self._keep(key, "", drop=t.kind)
@@ -331,6 +342,7 @@ class HolderIndex:
         self.tracked, self.counts = fresh.tracked, fresh.counts
         self._seen, self._stale, self._shape = fresh._seen, fresh._stale, fresh._shape
         self._lens, self._counted, self._kept = fresh._lens, fresh._counted, fresh._kept
+        self._empty = fresh._empty
         self.drift += drifted
         return drifted
 

@@ -19,7 +19,6 @@ block objects' plain fields.  The owners of a block, per release family
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Iterator
 from operator import attrgetter
 from typing import Any
@@ -116,7 +115,10 @@ def connector_pins(sched: Any, pool: Any) -> Iterator[tuple[str, list[Any]]]:
     """The GPU blocks of each in-flight store of the scheduler's SimpleCPUOffload connector: none
     without one, or where it cannot be read (never raises)."""
     try:
-        manager = sched.connector.scheduler_manager
+        connector = getattr(sched, "connector", None)
+        if connector is None:  # the usual case: nothing pinned, and no exception built to say so
+            return iter(())
+        manager = connector.scheduler_manager
         owner, stores = manager._gpu_block_pool, list(manager._store_event_to_blocks.items())
         pins = [(f"store@{e}", [owner.blocks[i] for i in t.gpu_block_ids]) for e, t in stores]
     except Exception:
@@ -206,18 +208,22 @@ def kind_of(request: Any, reading: Reading) -> str:
 
 
 def queue_depths(sched: Any, shape: VllmShape, reading: Reading) -> dict[str, int]:
+    """``len`` of each queue, of ``requests`` and of the deferred frees (0.24+): plain ``getattr``
+    at every sample, a failure noted under the field's name (a queue whose ``len`` fails counts 0)."""
     out: dict[str, int] = {}
-    for name in shape.queues:
-        queue = reading.attr(sched, name)
-        if queue is not MISSING:
-            out[name] = reading.guard(name, functools.partial(len, queue), 0)
-    requests = reading.attr(sched, "requests")
-    if requests is not MISSING:
-        out["requests"] = len(requests)
-    if shape.deferred_frees:
-        deferred = reading.attr(sched, "deferred_frees")
-        if deferred is not MISSING:
-            out["deferred_frees"] = len(deferred)
+    names = (*shape.queues, "requests", *(("deferred_frees",) if shape.deferred_frees else ()))
+    for name in names:
+        try:
+            queue = getattr(sched, name)
+        except Exception as exc:
+            reading.fail(name, exc)
+            continue
+        try:
+            out[name] = len(queue)
+        except Exception as exc:
+            reading.fail(name, exc)
+            if name in shape.queues:
+                out[name] = 0
     return out
 
 

@@ -120,7 +120,8 @@ class VllmReader:
         encoder = encoder_account(self.scheduler, reading)
         if encoder is not None:
             pools[Pool.ENCODER] = encoder
-        waits = self.waits.read(sample.queues, managers(self.scheduler, reading), reading)
+        mgrs = sample.managers if sample.held is not None else managers(self.scheduler, reading)
+        waits = self.waits.read(sample.queues, mgrs, reading)
         return EngineSample(Role.UNIFIED, sample.phase, pools, sample.queues, detail=sample.held, waits=waits)
 
     def resync(self) -> None:

@@ -37,15 +37,19 @@ pass over every list (the census's owner count, O(blocks held)), once per faulty
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from poolwatch.probe.core.engine import Release
 from poolwatch.probe.core.reading import MISSING, Reading
-from poolwatch.probe.vllm.pool_terms import block_pool, in_pool, owner_lists
+from poolwatch.probe.vllm.pool_terms import block_pool, hisparse, in_pool, owner_lists
 from poolwatch.probe.vllm.shapes import VllmShape
 
-__all__ = ["MAX_REQUESTS", "Admission", "FreeRefuser", "Refusal", "admit"]
+__all__ = ["MAX_REQUESTS", "Admission", "FreeRefuser", "Refusal", "admit", "refuser_for"]
+
+log = logging.getLogger("poolwatch.probe")
 
 _ID = attrgetter("block_id")
 MAX_REQUESTS = 16  # owners named per refusal
@@ -152,3 +156,21 @@ class FreeRefuser:
                     counts[i] = counts.get(i, 0) + 1
                     names.setdefault(i, []).append(owner)
         return counts, names
+
+
+def refuser_for(
+    scheduler: Any, release: Release, shape: VllmShape, mgrs: tuple[Any, ...], guard: bool
+) -> FreeRefuser | None:
+    """Guard mode (``guard``) where the owners can be counted exactly: a release whose wheel was
+    read, and no HiSparse manager (it lists pages it holds no reference to); else off, said once."""
+    if not guard:
+        return None
+    why = ""
+    if not release.verified:
+        why = f"vLLM {release.version} is a release poolwatch has not read"
+    elif shape.hisparse and hisparse(mgrs):
+        why = "a HiSparse manager lists blocks it holds no reference to: owners cannot be counted exactly"
+    if why:
+        log.warning("poolwatch guard: off on this scheduler (%s); the probe only watches", why)
+        return None
+    return FreeRefuser(scheduler, shape)

@@ -54,6 +54,7 @@ class VllmSample:
     pools: dict[Pool, PoolAccount]
     queues: dict[str, int]
     held: Held | None
+    managers: tuple[Any, ...] = ()  # the single-type managers as this read found them
 
 
 def _phase(queues: dict[str, int]) -> Phase:
@@ -89,10 +90,12 @@ def read_holders(
     *,
     census: bool = False,
     read: bool = False,
+    mgrs: tuple[Any, ...] | None = None,
 ) -> Held:
     """Bring ``index`` up to date and count the distinct blocks each kind holds (``read``: reading
-    every pending entry too; ``census``: and re-telling every request's kind)."""
-    mgrs = managers(sched, reading)
+    every pending entry too; ``census``: and re-telling every request's kind; ``mgrs``: the
+    managers, when the caller read them already)."""
+    mgrs = managers(sched, reading) if mgrs is None else mgrs
     index.null_id = reading.attr(pool, "null_block.block_id", optional=True)
     kinds = Kinds(sched, reading)
     append_only: list[tuple[int, Any]] = []
@@ -132,12 +135,13 @@ def take_sample(
         return VllmSample(_phase(queues), {}, queues, None)
     n = reading.int_of(reading.attr(pool, "num_gpu_blocks"), "block_pool.num_gpu_blocks")
     free = reading.int_of(reading.attr(pool, "free_block_queue.num_free_blocks"), "num_free_blocks")
-    held = read_holders(sched, shape, pool, index, reading)
+    mgrs = managers(sched, reading)
+    held = read_holders(sched, shape, pool, index, reading, mgrs=mgrs)
     if n is None or free is None:
         account = PoolAccount(Pool.FULL, n, unreadable=tuple(sorted(reading.failures)))
-        return VllmSample(_phase(queues), {Pool.FULL: account}, queues, held)
+        return VllmSample(_phase(queues), {Pool.FULL: account}, queues, held, mgrs)
     cached = max(0, min(evictable, free))
-    exact = not (shape.hisparse and hisparse(managers(sched, reading)))
+    exact = not (shape.hisparse and hisparse(mgrs))
     account = PoolAccount(
         pool=Pool.FULL,
         size=n - 1,
@@ -149,4 +153,4 @@ def take_sample(
         exactness=Exactness.EXACT if exact else Exactness.COARSE,
         unreadable=tuple(sorted(reading.failures)),
     )
-    return VllmSample(_phase(queues), {Pool.FULL: account}, queues, held)
+    return VllmSample(_phase(queues), {Pool.FULL: account}, queues, held, mgrs)

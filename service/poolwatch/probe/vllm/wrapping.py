@@ -131,10 +131,10 @@ def _before(original: Callable[..., Any], seen: Callable[..., None]) -> Callable
 
 
 def wrap_steps(
-    scheduler: object, scheduled: Callable[[Any], None] | None, applying: Callable[..., None]
+    scheduler: object, scheduled: Callable[[Any], None] | None, applying: Callable[..., None] | None
 ) -> list[Restore]:
-    """Wrap the instance's ``schedule`` (``scheduled(output)`` after it; not wrapped when None) and
-    ``update_from_output`` (``applying(output, runner_output)`` before it, the second when given),
+    """Wrap the instance's ``schedule`` (``scheduled(output)`` after it) and ``update_from_output``
+    (``applying(output, runner_output)`` before it, the second when given), each unless None,
     over whatever the instance has (the probe's own hooks, on the class or the instance); what to
     give back, for :func:`restore`."""
     done: list[Restore] = []

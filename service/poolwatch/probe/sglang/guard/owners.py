@@ -14,16 +14,23 @@ free itself, from state SGLang keeps current (no census, no device read on the h
   <poolwatch.probe.sglang.guard.rows.RowBook.holder>`, believed only while it still points at the
   row.  Off with a tree that shares nothing (``ChunkCache``, ``disable``): the prefix is the
   request's own there.
-* **pending transfer** (a PD prefill rank): a request on ``disagg_prefill_inflight_queue`` has its
-  KV and Mamba state read by the transfer engine until SGLang polls it done or failed and releases
-  it, inside ``process_disagg_prefill_inflight_queue`` (or ``handle_inflight_transfer_failure``).
-  Both are wrapped on the instance as SGLang's own window; outside it, a free through such a
-  request's row, or of its Mamba slot, is refused whole (S20 / S21's class: a release while the
-  transfer still reads the slots), and the real release later frees them once.  The queue's
-  requests are indexed once per queue change (the list is replaced each loop turn), not per free.
+* **pending transfer** (a PD rank): on a prefill rank a request on ``disagg_prefill_inflight_queue``
+  has its KV and Mamba state read by the transfer engine until SGLang polls it done or failed and
+  releases it, inside ``process_disagg_prefill_inflight_queue`` (or
+  ``handle_inflight_transfer_failure``).  On a decode rank a request on the transfer queue
+  (``disagg_decode_transfer_queue.queue``) has its pre-allocated row and Mamba slot written by the
+  transfer engine until ``pop_transferred`` commits it (or releases it, failed or aborted; an
+  aborted one may wait in ``_deferred_releases`` until the sender drains), and a request on the
+  pre-allocation queue holds what ``pop_preallocated`` gave it; SGLang moves and releases them
+  inside those queue methods (``process_decode_queue`` and the queues' own ``pop_*``,
+  ``resolve_deferred_releases``, ``resume_retracted_reqs``, ``release_memory_occupation``).  All
+  are wrapped on the instance as SGLang's own window; outside it, a free through such a request's
+  row, or of its Mamba slot, is refused whole (S20 / S21's class on either side: a release while
+  the transfer still reads or writes the slots), and the real release later frees them once.  The
+  queues' requests are indexed once per queue change (a list replaced or resized), not per free.
 
 Cost per healthy free: a dict lookup and two attribute reads (tree prefix), a length and identity
-read of the queue (pending); see ``benchmarks/bench_guard.py --free-path --real``.
+read of each queue (pending); see ``benchmarks/bench_guard.py --free-path --real``.
 """
 
 from __future__ import annotations
@@ -37,7 +44,25 @@ from poolwatch.probe.sglang.guard.patch import Depth, Patch, patch
 __all__ = ["Pending", "TreePrefix", "shares_prefixes"]
 
 log = logging.getLogger("poolwatch.probe")
-_WINDOW = ("process_disagg_prefill_inflight_queue", "handle_inflight_transfer_failure")
+_WINDOW = (  # the scheduler's own processing of its pending queues
+    "process_disagg_prefill_inflight_queue",
+    "handle_inflight_transfer_failure",
+    "process_decode_queue",
+)
+# a decode rank's queue objects: (scheduler attribute, its lists of pending entries, its methods
+# that release or move them -- SGLang's own window)
+_DECODE: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (
+        "disagg_decode_transfer_queue",
+        ("queue", "_deferred_releases"),
+        ("pop_transferred", "resolve_deferred_releases", "release_memory_occupation", "_release_request"),
+    ),
+    (
+        "disagg_decode_prealloc_queue",
+        ("queue",),
+        ("pop_preallocated", "resume_retracted_reqs", "release_memory_occupation"),
+    ),
+)
 
 
 def _path(obj: Any, names: tuple[str, ...]) -> Any:
@@ -109,46 +134,95 @@ class TreePrefix:
 
 
 class Pending:
-    """Requests whose PD transfer is pending (a prefill rank's inflight queue), outside SGLang's
-    own processing of the queue; their rows and Mamba slots (installed only in guard mode)."""
+    """Requests whose PD transfer is pending, outside SGLang's own processing of their queue; their
+    rows and Mamba slots (installed only in guard mode).
 
-    def __init__(self, sched: Any, slot: tuple[str, ...]) -> None:
-        self.sched, self.slot = sched, slot
+    A prefill rank's ``disagg_prefill_inflight_queue`` (its requests' KV still read), and a decode
+    rank's queues (:data:`_DECODE`): the transfer queue's entries (their KV and state still written
+    by the transfer engine until ``pop_transferred`` commits or releases them), its deferred
+    releases (an aborted transfer not yet drained) and the pre-allocation queue's entries.  The
+    queue objects may be made after the scheduler (each is looked up at the free, its window
+    methods wrapped when first seen)."""
+
+    def __init__(self, sched: Any, slot: tuple[str, ...], row: tuple[str, ...] = ("req_pool_idx",)) -> None:
+        self.sched, self.slot, self.row = sched, slot, row
         self.depth = Depth()  # SGLang's own window in progress
         self.patches: list[Patch] = []
-        self.seen: tuple[int, int] = (0, -1)  # the queue list's identity and length indexed
+        self.seen: tuple[Any, ...] = ()  # the queue lists' identities and lengths indexed
         self.reqs: dict[int, Any] = {}  # id(req) -> req
         self.slots: dict[int, Any] | None = None  # Mamba slot -> req (built on a Mamba free)
+        self.rows: dict[int, Any] | None = None  # request row -> req (built on a KV free)
+        self.holders: dict[str, Any] = {}  # decode queue attribute -> the queue object wrapped
 
     def install(self) -> bool:
-        """On a rank with an inflight queue: wrap SGLang's window; False without a queue."""
-        if not isinstance(getattr(self.sched, "disagg_prefill_inflight_queue", None), list):
+        """On a PD rank (an inflight queue, or a decode queue attribute): wrap SGLang's windows on
+        the scheduler; False on a rank with neither."""
+        sched = self.sched
+        prefill = isinstance(getattr(sched, "disagg_prefill_inflight_queue", None), list)
+        if not prefill and not any(hasattr(sched, name) for name, _, _ in _DECODE):
             return False
         for name in _WINDOW:
-            done = patch(self.sched, name, self.depth.wrap)
-            if done is not None:
-                self.patches.append(done)
+            self._wrap(sched, name)
         return True
+
+    def _wrap(self, owner: Any, name: str) -> None:
+        done = patch(owner, name, self.depth.wrap)
+        if done is not None:
+            self.patches.append(done)
 
     def uninstall(self) -> None:
         for done in self.patches:
             done.undo()
         self.patches = []
+        self.holders = {}
+
+    def _lists(self) -> list[Any]:
+        """The pending lists now (the prefill queue; the decode queues' lists, their windows
+        wrapped on first sight of each queue object)."""
+        sched = self.sched
+        lists = [getattr(sched, "disagg_prefill_inflight_queue", None)]
+        for name, attrs, window in _DECODE:
+            holder = getattr(sched, name, None)
+            if holder is None:
+                continue
+            if self.holders.get(name) is not holder:
+                self.holders[name] = holder
+                for method in window:
+                    self._wrap(holder, method)
+            lists.extend(getattr(holder, attr, None) for attr in attrs)
+        return lists
 
     def active(self) -> bool:
-        """Index the queue if it changed; False when nothing is pending (or inside the window)."""
-        queue = getattr(self.sched, "disagg_prefill_inflight_queue", None)
-        if self.depth or not queue:
+        """Index the queues if they changed; False when nothing is pending (or inside a window)."""
+        if self.depth:
             return False
-        key = (id(queue), len(queue))
+        lists = self._lists()
+        key = tuple((id(q), len(q)) for q in lists if q)
+        if not key:
+            return False
         if key != self.seen:
-            self.reqs = {id(r): r for r in queue}
-            self.slots, self.seen = None, key
+            self.reqs = {id(r): r for q in lists if q for r in map(_request, q)}
+            self.slots = self.rows = None
+            self.seen = key
         return True
 
     def holds(self, req: Any) -> bool:
-        """Whether ``req``'s transfer is pending (exact: its identity on the queue)."""
+        """Whether ``req``'s transfer is pending (exact: its identity on a queue)."""
         return req is not None and self.active() and id(req) in self.reqs
+
+    def at_row(self, row: int) -> Any:
+        """The pending request holding request row ``row``, or ``None`` -- read from the queues'
+        requests themselves, so a row handed out without naming its request (a decode rank's
+        ``alloc(n)``) is covered too."""
+        if not self.active():
+            return None
+        if self.rows is None:
+            self.rows = {}
+            for req in self.reqs.values():
+                held = _path(req, self.row)
+                if held is not None:
+                    self.rows[int(held)] = req
+        return self.rows.get(row)
 
     def slot_map(self) -> dict[int, Any]:
         """``{Mamba working slot: its pending request}`` (empty when nothing is pending)."""
@@ -161,3 +235,11 @@ class Pending:
                 if tensor is not None and int(tensor.numel()) == 1:
                     self.slots[int(tensor.reshape(-1)[0])] = req
         return self.slots
+
+
+def _request(entry: Any) -> Any:
+    """A queue entry's request: a prefill ``Req``, a decode ``DecodeRequest`` (``.req``), or a
+    deferred release's tuple (the ``DecodeRequest`` first)."""
+    if type(entry) is tuple:
+        entry = entry[0]
+    return getattr(entry, "req", entry)

@@ -142,7 +142,7 @@ class Pending:
     by the transfer engine until ``pop_transferred`` commits or releases them), its deferred
     releases (an aborted transfer not yet drained) and the pre-allocation queue's entries.  The
     queue objects may be made after the scheduler (each is looked up at the free, its window
-    methods wrapped when first seen)."""
+    methods wrapped when first seen there or at a census)."""
 
     def __init__(self, sched: Any, slot: tuple[str, ...], row: tuple[str, ...] = ("req_pool_idx",)) -> None:
         self.sched, self.slot, self.row = sched, slot, row
@@ -163,7 +163,13 @@ class Pending:
             return False
         for name in _WINDOW:
             self._wrap(sched, name)
+        self.see()
         return True
+
+    def see(self) -> None:
+        """Wrap the windows of decode queue objects made since (at install, and at each census:
+        before SGLang's own processing of a queue first runs)."""
+        self._decode_lists()
 
     def _wrap(self, owner: Any, name: str) -> None:
         done = patch(owner, name, self.depth.wrap)
@@ -176,13 +182,11 @@ class Pending:
         self.patches = []
         self.holders = {}
 
-    def _lists(self) -> list[Any]:
-        """The pending lists now (the prefill queue; the decode queues' lists, their windows
-        wrapped on first sight of each queue object)."""
-        sched = self.sched
-        lists = [getattr(sched, "disagg_prefill_inflight_queue", None)]
+    def _decode_lists(self) -> list[Any]:
+        """The decode queues' pending lists now (each queue's window wrapped on first sight)."""
+        lists: list[Any] = []
         for name, attrs, window in _DECODE:
-            holder = getattr(sched, name, None)
+            holder = getattr(self.sched, name, None)
             if holder is None:
                 continue
             if self.holders.get(name) is not holder:
@@ -196,12 +200,20 @@ class Pending:
         """Index the queues if they changed; False when nothing is pending (or inside a window)."""
         if self.depth:
             return False
-        lists = self._lists()
-        key = tuple((id(q), len(q)) for q in lists if q)
-        if not key:
-            return False
+        sched = self.sched
+        inflight = getattr(sched, "disagg_prefill_inflight_queue", None)
+        if getattr(sched, "disagg_decode_transfer_queue", None) is None:  # a prefill or plain rank
+            if not inflight:
+                return False
+            lists = [inflight]
+            key: tuple[Any, ...] = (id(inflight), len(inflight))
+        else:
+            lists = [q for q in (inflight, *self._decode_lists()) if q]
+            key = tuple((id(q), len(q)) for q in lists)
+            if not key:
+                return False
         if key != self.seen:
-            self.reqs = {id(r): r for q in lists if q for r in map(_request, q)}
+            self.reqs = {id(r): r for q in lists for r in map(_request, q)}
             self.slots = self.rows = None
             self.seen = key
         return True

@@ -15,7 +15,7 @@ Built by the SGLang probe in guard mode on a release whose wheels were read
   (:mod:`~poolwatch.probe.sglang.guard.owners`, :class:`~poolwatch.probe.sglang.guard.tree_index.TreeHooks`):
   a PD rank's pending transfers (a prefill rank's inflight queue, a decode rank's transfer and
   pre-allocation queues; SGLang's own queue processing wrapped as its window) and, on 0.5.23, the
-  unified tree's insertions and own frees.
+  unified tree's insertions, HiCache load-backs and own frees.
 
 Each refusal is recorded at once, from inside the wrapped free (scheduler thread), through
 ``on_refuse`` -- the probe's :class:`~poolwatch.probe.core.repairs.RepairLog` -- and marks the
@@ -117,7 +117,7 @@ class FreeRefuser:
         tree = getattr(self.sched, "tree_cache", None)
         if not self.paths.mamba.tree or tree is None or (self.mamba is None and self.checkpoints is None):
             return
-        hooks = TreeHooks(tree, self._took)
+        hooks = TreeHooks(tree, self._took, self.refresh if self.paths.mamba.tree == "flat" else None)
         if not hooks.install():
             return
         self.hooks = hooks
@@ -150,6 +150,8 @@ class FreeRefuser:
         checkpoint pool's)."""
         pool = getattr(self.sched, "req_to_token_pool", None)
         tree = getattr(self.sched, "tree_cache", None)
+        if self.pending is not None:
+            self.pending.see()
         self._install_checkpoints(pool)
         ckpt = getattr(pool, "mamba_ckpt_pool", None)
         if self.mamba is not None:

@@ -153,6 +153,10 @@ class Pending:
         self.slots: dict[int, Any] | None = None  # Mamba slot -> req (built on a Mamba free)
         self.rows: dict[int, Any] | None = None  # request row -> req (built on a KV free)
         self.holders: dict[str, Any] = {}  # decode queue attribute -> the queue object wrapped
+        # where the queues hang (SGLang sets them on the instance; a scheduler without a __dict__
+        # is read through a view of its attributes)
+        fields = getattr(sched, "__dict__", None)
+        self.fields: Any = fields if isinstance(fields, dict) else _Attrs(sched)
 
     def install(self) -> bool:
         """On a PD rank (an inflight queue, or a decode queue attribute): wrap SGLang's windows on
@@ -200,9 +204,9 @@ class Pending:
         """Index the queues if they changed; False when nothing is pending (or inside a window)."""
         if self.depth:
             return False
-        sched = self.sched
-        inflight = getattr(sched, "disagg_prefill_inflight_queue", None)
-        if getattr(sched, "disagg_decode_transfer_queue", None) is None:  # a prefill or plain rank
+        fields = self.fields  # the scheduler's instance attributes: a dict read, even for a missing one
+        inflight = fields.get("disagg_prefill_inflight_queue")
+        if fields.get("disagg_decode_transfer_queue") is None:  # a prefill or plain rank
             if not inflight:
                 return False
             lists = [inflight]
@@ -255,3 +259,13 @@ def _request(entry: Any) -> Any:
     if type(entry) is tuple:
         entry = entry[0]
     return getattr(entry, "req", entry)
+
+
+class _Attrs:
+    """``get(name)`` of an object's attributes, for a scheduler that keeps no ``__dict__``."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def get(self, name: str) -> Any:
+        return getattr(self.obj, name, None)

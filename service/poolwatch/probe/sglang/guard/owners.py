@@ -202,7 +202,7 @@ class Pending:
 
     def active(self) -> bool:
         """Index the queues if they changed; False when nothing is pending (or inside a window)."""
-        if self.depth:
+        if self.depth.calls:  # (the counter itself: no __bool__ dispatch on every free)
             return False
         fields = self.fields  # the scheduler's instance attributes: a dict read, even for a missing one
         inflight = fields.get("disagg_prefill_inflight_queue")

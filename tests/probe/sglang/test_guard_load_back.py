@@ -8,10 +8,31 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from tests.probe.sglang.test_probe_refuse_families import _Pool0523, _Tree0523
 
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
+
+
+class _Allocator:
+    """0.5.23's ``MambaSlotAllocator`` as far as a free goes: ids 1..size, no state touched."""
+
+    def __init__(self, size: int) -> None:
+        self.free_slots = torch.arange(1, size + 1)
+
+    def alloc(self, n: int) -> torch.Tensor:
+        out, self.free_slots = self.free_slots[:n], self.free_slots[n:]
+        return out
+
+    def free(self, ids: torch.Tensor) -> None:
+        self.free_slots = torch.cat((self.free_slots, ids))
+
+
+class _Pool0523:
+    """0.5.23's request pool as guard's Mamba paths see it."""
+
+    def __init__(self) -> None:
+        self.mamba_allocator = _Allocator(8)
+        self.mamba_pool = SimpleNamespace(free=None)  # 0.5.23's MambaPool holds states only
 
 
 class _Mamba:
@@ -24,13 +45,13 @@ class _Mamba:
         self.pool.mamba_allocator.free(value)
 
 
-class _HiTree(_Tree0523):
-    """A unified tree with HiCache: ``init_load_back`` allocates device Mamba slots for the states
-    it loads from host and hangs them on the nodes (no ``insert``); eviction tombstones a node's
-    value, then frees it through the component."""
+class _HiTree:
+    """A unified tree with HiCache: its own flattened Mamba values; ``init_load_back`` allocates
+    device Mamba slots for the states it loads from host and hangs them on the nodes (no
+    ``insert``); eviction tombstones a node's value, then frees it through the component."""
 
     def __init__(self, pool: Any) -> None:
-        super().__init__()
+        self.values: list[torch.Tensor] = []
         self.pool = pool
         self.components = {"mamba": _Mamba(pool)}
 
@@ -44,6 +65,9 @@ class _HiTree(_Tree0523):
     def evict(self) -> None:
         value = self.values.pop(0)
         self.components["mamba"]._free_mamba_value(value)
+
+    def all_mamba_values_flatten(self) -> torch.Tensor:
+        return torch.cat(self.values) if self.values else torch.empty((0,), dtype=torch.int64)
 
 
 def test_a_loaded_back_slot_is_the_trees_at_once_and_its_eviction_goes_through() -> None:

@@ -32,8 +32,9 @@ from functools import partial
 from typing import Any
 
 from poolwatch.model.rank import Pool
-from poolwatch.probe.sglang.guard.owners import Pending, TreePrefix
+from poolwatch.probe.sglang.guard.owners import TreePrefix
 from poolwatch.probe.sglang.guard.patch import Patch, patch
+from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import Record, rid
 

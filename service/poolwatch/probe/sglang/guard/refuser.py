@@ -30,9 +30,10 @@ from typing import Any
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.kv import KvGuard
-from poolwatch.probe.sglang.guard.owners import Pending, TreePrefix
+from poolwatch.probe.sglang.guard.owners import TreePrefix
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, GuardPaths
+from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import SlotGuard, chunked_slot, rid
 from poolwatch.probe.sglang.guard.tree_index import TreeHooks

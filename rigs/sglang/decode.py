@@ -194,8 +194,13 @@ class Offload:
             ScheduleBatchDisaggregationDecodeMixin.process_prebuilt(
                 batch, SimpleNamespace(stash=lambda *a, **k: None)
             )
-        else:
-            ScheduleBatchDisaggregationDecodeMixin.process_prebuilt(batch, s.server_args, None)
+        else:  # (0.5.4.post1 names it process_prebuilt_extend; 0.5.13 stashes the last token)
+            import torch
+
+            mixin = ScheduleBatchDisaggregationDecodeMixin
+            own = getattr(mixin, "process_prebuilt", None) or mixin.process_prebuilt_extend
+            batch.req_pool_indices = torch.tensor([r.req_pool_idx for r in reqs])
+            own(batch, s.server_args, SimpleNamespace(stash=lambda *a, **k: None))
         s.running_batch.reqs.extend(reqs)
 
     def decode_one(self, req: Any) -> bool:

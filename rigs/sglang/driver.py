@@ -179,10 +179,15 @@ class Driver(Steps, Admission, Sessions, Offload, Windowed):
         s = self.sched
         alloc, pool, tree = s.token_to_kv_pool_allocator, s.req_to_token_pool, s.tree_cache
         ckpt = getattr(pool, "mamba_ckpt_pool", None)
+        hybrid = s.cache_params is not None  # (a dense rank has no Mamba pool)
         return {
             "kv_free": alloc.free_pages.tolist() + alloc.release_pages.tolist(),
-            "mamba_free": self.mamba_free.free_slots.tolist(),
+            "mamba_free": self.mamba_free.free_slots.tolist() if hybrid else None,
             "ckpt_free": ckpt.allocator.free_slots.tolist() if ckpt is not None else None,
             "rows_free": list(pool.free_slots),
-            "tree": (tree.full_evictable_size(), tree.full_protected_size(), tree.mamba_evictable_size()),
+            "tree": (
+                (tree.full_evictable_size(), tree.full_protected_size(), tree.mamba_evictable_size())
+                if hybrid
+                else (tree.evictable_size(), tree.protected_size(), 0)
+            ),
         }

@@ -241,12 +241,17 @@ class Rank:
 
     def own_check(self) -> tuple[bool, str]:
         """SGLang's own idle check of the pools, as the release calls it: (leak, message)."""
+        dense = self.cache_params is None and not getattr(self, self.release.hybrid_flags[0])  # a plain model
         if self.release.check is Check.MAMBA:
-            leak, message = self._check_mamba_memory()  # type: ignore[attr-defined]
+            check = self._check_radix_cache_memory if dense else self._check_mamba_memory  # type: ignore[attr-defined]
+            leak, message = check()
             return bool(leak), str(message)
         if self.release.check is Check.POOLS:
-            stats = self._get_mamba_token_info()  # type: ignore[attr-defined]
-            checks = [self._check_full_pool(stats), self._check_mamba_pool(stats)]  # type: ignore[attr-defined]
+            if dense:
+                checks = [self._check_full_pool(self._get_token_info())]  # type: ignore[attr-defined]
+            else:
+                stats = self._get_mamba_token_info()  # type: ignore[attr-defined]
+                checks = [self._check_full_pool(stats), self._check_mamba_pool(stats)]  # type: ignore[attr-defined]
             return any(c[0] for c in checks), "; ".join(str(c[1]) for c in checks if c[0])
         leak, messages = self.invariant_checker._check_all_pools(self.pool_stats_observer.get_pool_stats())
         return bool(leak), "; ".join(map(str, messages))
@@ -272,6 +277,8 @@ def rank_class(release: Release) -> type[Rank]:
         release.idle_hook: Rank.own_check,
         "process_prefill_chunk": SchedulerDisaggregationPrefillMixin.process_prefill_chunk,
     }
+    if hasattr(SchedulerDisaggregationPrefillMixin, "check_bootstrap"):  # 0.5.13 on: the chunk step
+        body["check_bootstrap"] = SchedulerDisaggregationPrefillMixin.check_bootstrap  # asks first
     from rigs.sglang.admission import scheduler_methods
 
     body.update(scheduler_methods())  # admission and aborts, run only by the steps that ask

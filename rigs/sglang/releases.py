@@ -16,7 +16,7 @@ release        runs on      rows   kv lens   tree    evict      loop / idle     
 0.5.10         0.5.9        req    req       mamba*  params     recv / self_chk  mamba       defaults
 0.5.11 (bugs)  0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
 0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
-0.5.13 (bugs)  0.5.23 + tf  req    req       mamba*  params     input / on_idle  checker     defaults
+0.5.13         0.5.23 + tf  req    req       mamba*  params     input / on_idle  checker     defaults
 0.5.17/18 b    0.5.23 + tf  req    req (kv)  unified params     input / on_idle  checker     resolved
 0.5.19 (bugs)  0.5.23 + tf  req    req.kv    unified params     input / on_idle  checker     resolved
 0.5.20/21 b    0.5.23 + tf  req    req.kv    unified params     ingest / on_idle checker     resolved
@@ -208,7 +208,7 @@ _0_5_13 = replace(  # on 0.5.23's venv: the scheduler components, the Mamba slot
     fill_len=True,
     chunk_count="inflight_middle_chunks",
     layer="transformers-5.8.1",
-    tiers=_BUGS,
+    tiers=_GUARD | _BUGS,
 )
 _0_5_23 = replace(
     _0_5_12,

@@ -46,6 +46,10 @@ def publish_server_args(release: Release, **over: object) -> None:
         elif f.default_factory is not dataclasses.MISSING:
             setattr(args, f.name, f.default_factory())
     args.page_size = 1
+    if isinstance(getattr(sa.ServerArgs, "mamba_cache_chunk_size", None), property):
+        # 0.5.13's MambaRadixCache reads it at construction; the property would resolve a model
+        # config, and the weightless Qwen3-Next's has no ``mamba_chunk_size``: the release's default
+        args._mamba_cache_chunk_size = max(int(getattr(sa, "FLA_CHUNK_SIZE", 64)), args.page_size)
     for name, value in over.items():
         setattr(args, name, value)
     sa.set_global_server_args_for_scheduler(args)

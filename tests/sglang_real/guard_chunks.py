@@ -53,6 +53,8 @@ def forward(driver: Driver, req: Any) -> None:
     slot = int(held.mamba_pool_idx)
     if driver.release.unified_tree:
         tokens = list(req.origin_input_ids[req.prefix_len : req.extend_end])
+    elif driver.release.fill_len:  # 0.5.13: the round's fill is fill_len over the untruncated ids
+        tokens = list(req.full_untruncated_fill_ids[len(req.prefix_indices) : req.fill_len])
     else:
         tokens = list(req.fill_ids[len(req.prefix_indices) :])
     step = float(sum(tokens) % 997) + 0.25 * len(tokens)

@@ -15,7 +15,10 @@ guard on; :func:`tests.sglang_real.guard_pools.wrong_free_checks`):
   frees again with ``[0, kv_allocated_len)``;
 * **full KV / Mamba, pending transfer** (a PD prefill rank, every release): a request whose KV is
   on the inflight queue, still being read by the transfer engine, released early through its row
-  (S20 / S21's class); the queue's own release frees it once later.
+  (S20 / S21's class); the queue's own release frees it once later;
+* **full KV, decode-side pending transfer** (a PD decode rank, every release): a request SGLang's
+  own ``_pre_alloc`` gave a row and KV, on the transfer queue while the transfer engine writes
+  them, released early through its row; the transfer lands and the request runs and is released.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from rigs.sglang.driver import Driver
+from rigs.sglang.releases import ServerArgs
 from tests.sglang_real.guard_pools import Fault, reuse_cached, wrong_free_checks
 
 __all__ = ["guard_owner_checks"]
@@ -47,7 +51,7 @@ def _tree_since_census(d: Driver, mark: dict[str, Any], *, checkpoint: bool = Fa
         held = s.tree_cache.all_mamba_values_flatten()[-1:].clone()
         (pool.mamba_ckpt_pool if checkpoint else pool.mamba_allocator).free(held)
     elif mark["fault"]:  # no census between: a's stale pointer (the tree took that very slot)
-        pool.mamba_pool.free(stale.reshape(1).clone())
+        d.mamba_free.free(stale.reshape(1).clone())
     mark["after"] = d.state()
     reuse_cached(d)
 
@@ -96,6 +100,33 @@ def _pending(d: Driver, mark: dict[str, Any], *, mamba: bool) -> None:
     d.finish(c)
 
 
+def _decode_pending(d: Driver, mark: dict[str, Any]) -> None:
+    """A PD decode rank: the request's row and KV pre-allocated by SGLang's own ``_pre_alloc``,
+    the transfer writing them while it waits on the transfer queue; a release then (the fault)
+    frees slots the transfer still writes.  The transfer lands, the request joins the running batch
+    and finishes (SGLang's own release)."""
+    from rigs.sglang.server_args import DENSE
+
+    server: dict[str, Any] = {"disaggregation_mode": "decode"}
+    if d.release.server_args is ServerArgs.RESOLVED:
+        server["model_path"] = str(DENSE)
+    tree = "radix" if d.release.decode_radix else "chunk"
+    d.new("decode", guard=mark["guard"], kv=256, rows=4, context=512, dense=tree, pre_alloc=8, server=server)
+    d.open_offload()
+    r = d.arrive("r", list(range(100, 140)), max_new=3, vocab_size=1000)
+    r.sampling_params.normalize(None)
+    r.output_ids.append(5)  # the first token, sampled by the prefill rank
+    d.transferred(r)  # on the transfer queue: the transfer engine writes r's row now
+    if mark["fault"]:  # r's KV released while the transfer still writes it
+        s, row = d.sched, int(d.record(r).req_pool_idx)
+        s.token_to_kv_pool_allocator.free(s.req_to_token_pool.req_to_token[row, : d.allocated(r)])
+    mark["after"] = d.state()
+    d.loop()
+    d.prebuilt([r])  # the transfer landed: off the queue, into the running batch
+    d.loop()
+    d.finish(r)  # SGLang's own release of the finished request
+
+
 def _pending_kv(d: Driver, mark: dict[str, Any]) -> None:
     _pending(d, mark, mamba=False)
 
@@ -114,6 +145,12 @@ FAULTS: tuple[tuple[str, str, Fault, bool], ...] = (  # pool, what, the flow, in
     ),
     ("full", "a request's KV freed while its PD transfer is pending", _pending_kv, False),
     ("mamba", "a request's Mamba slot freed while its PD transfer is pending", _pending_mamba, False),
+    (
+        "full",
+        "a PD decode request's pre-allocated KV freed while its transfer is pending",
+        _decode_pending,
+        False,
+    ),
 )
 CHECKPOINTS: tuple[tuple[str, str, Fault, bool], ...] = (
     (

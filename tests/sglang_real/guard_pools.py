@@ -100,8 +100,8 @@ def _tree_slot(d: Driver, mark: dict[str, Any], *, checkpoint: bool = False) -> 
         if d.release.unified_tree:  # the request's pointer is cleared: the tree's own value
             held = s.tree_cache.all_mamba_values_flatten()[:1].clone()
             (pool.mamba_ckpt_pool if checkpoint else pool.mamba_allocator).free(held)
-        else:
-            pool.mamba_pool.free(stale.reshape(1))
+        else:  # the family's Mamba free list (0.5.13 on: the slot allocator)
+            d.mamba_free.free(stale.reshape(1))
     mark["after"] = d.state()
     reuse_cached(d)
 
@@ -124,7 +124,7 @@ CHECKPOINT_FAULT = (
 
 def _run(d: Driver, fault: Fault, *, wrong: bool, guard: bool, checkpoints: bool) -> dict[str, Any]:
     d.new("prefill", guard=guard, checkpoints=checkpoints)
-    mark: dict[str, Any] = {"fault": wrong}
+    mark: dict[str, Any] = {"fault": wrong, "guard": guard}  # (a flow may make its own rank)
     fault(d, mark)
     leak, gap = _idle(d)
     return {"after": mark.get("after"), "end": d.state(), "leak": leak, "gaps": gap, "actions": d.actions()}

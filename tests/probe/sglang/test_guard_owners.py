@@ -12,8 +12,9 @@ import torch
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.kv import KvGuard
-from poolwatch.probe.sglang.guard.owners import Pending, TreePrefix
+from poolwatch.probe.sglang.guard.owners import TreePrefix
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
+from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import SlotGuard

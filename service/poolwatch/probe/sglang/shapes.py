@@ -21,8 +21,8 @@ family     mamba ids    req rows  held full KV         stale ``req`` pointers   
 
 Where each family frees slots, and so where guard v2 refuses (keyed by ``Shape.family``), is
 :data:`poolwatch.probe.sglang.guard.paths.GUARD_PATHS`: ``mamba_pool.free`` up to 0.5.6, plus
-``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` and the int8
-checkpoint pool from 0.5.20; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
+``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` from 0.5.13, and
+the int8 checkpoint pool from 0.5.20; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
 layout, read in its wheel (``req.kv``, ``ingest_requests``, ``mamba_allocator``, the deferred KV
 releases' idle gate).  Between them, each read in its wheel: 0.5.13 moves the Mamba free list to
 ``mamba_allocator`` (``*``; the pool keeps no ``free_slots``); 0.5.17 keeps a request's allocated
@@ -30,8 +30,8 @@ and SWA-evicted lengths in ``req.kv`` (a ``ReqKvInfo``, ``None`` once released) 
 ``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records.  From 0.5.13 to
 0.5.19 a loop receives through its ``request_receiver`` component and then calls the scheduler's
 ``process_input_requests``, the loop hook there (``recv_requests`` is no scheduler method; 0.5.20's
-``ingest_requests`` is).  Guard v2's free paths were not read for these three (``Shape.guarded``): they
-are watched, never guarded.
+``ingest_requests`` is).  Guard v2's free paths of 0.5.13 are read (its own row of ``GUARD_PATHS``);
+those of 0.5.17 and 0.5.19 are not yet (``Shape.guarded``): they are watched, never guarded.
 """
 
 from __future__ import annotations
@@ -124,10 +124,9 @@ _059 = replace(
 _0510 = replace(_059, family="0.5.10", since=(0, 5, 10), has_session_held=True)
 _0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_hook="on_idle")
 _0513 = replace(
-    _0512, family="0.5.13", since=(0, 5, 13), mamba_allocator=True, guarded=False,
-    loop_hook="process_input_requests",
-)  # fmt: skip
-_0517 = replace(_0513, family="0.5.17", since=(0, 5, 17), held_rule=HeldRule.KV_LENGTHS)
+    _0512, family="0.5.13", since=(0, 5, 13), mamba_allocator=True, loop_hook="process_input_requests"
+)
+_0517 = replace(_0513, family="0.5.17", since=(0, 5, 17), held_rule=HeldRule.KV_LENGTHS, guarded=False)
 _0519 = replace(_0517, family="0.5.19", since=(0, 5, 19), held_rule=HeldRule.REQ_KV)
 _0520 = replace(
     _0512, family="0.5.20", since=(0, 5, 20), held_rule=HeldRule.REQ_KV, loop_hook="ingest_requests",

@@ -10,10 +10,11 @@ pool           proofs                              module
 =============  ==================================  =============================================
 mamba          live (the chunked request's slot),  :mod:`~poolwatch.probe.sglang.guard.slots`,
                tree (a value the tree holds now),  :mod:`~poolwatch.probe.sglang.guard.tree_index`,
-               pending (a PD transfer's slot)      :mod:`~poolwatch.probe.sglang.guard.owners`
+               pending (a PD transfer's slot)      :mod:`~poolwatch.probe.sglang.guard.pending`
 mamba_ckpt     tree (a checkpoint slot it holds)   the same, on 0.5.23's ``mamba_ckpt_pool``
 full, swa      released row (a stale row view),    :mod:`~poolwatch.probe.sglang.guard.kv`,
                pending (a PD transfer's row),      :mod:`~poolwatch.probe.sglang.guard.rows`,
+                                                   :mod:`~poolwatch.probe.sglang.guard.pending`,
                tree prefix (a held row's first     :mod:`~poolwatch.probe.sglang.guard.owners`
                ``cache_protected_len`` columns),
                free (the SWA pair's sides)
@@ -21,8 +22,9 @@ full, swa      released row (a stale row view),    :mod:`~poolwatch.probe.sglang
 
 Ownership is read *at the free*, not at the last census: the tree's insertions and own frees
 (wrapped on the tree instance), the request rows' holders (noted at the row allocation) and a PD
-prefill rank's pending transfers (the inflight queue, outside SGLang's own processing of it) keep
-the index current between censuses.
+PD rank's pending transfers (a prefill rank's inflight queue, a decode rank's transfer and
+pre-allocation queues, outside SGLang's own processing of them) keep the index current between
+censuses.
 
 Which free paths each family has is data: :mod:`~poolwatch.probe.sglang.guard.paths`.  The rank's
 one object is :class:`~poolwatch.probe.sglang.guard.refuser.FreeRefuser`; methods are replaced on

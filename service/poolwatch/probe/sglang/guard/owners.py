@@ -1,4 +1,5 @@
-"""Who owns a request's slots *at the free*: the tree's prefix of a held row, and a pending PD transfer.
+"""Who owns a request's slots *at the free*: the tree's prefix of a held row (and, in
+:mod:`~poolwatch.probe.sglang.guard.pending`, a pending PD transfer).
 
 Guard v2's census-time proofs miss what changed since the last census; these two are read at the
 free itself, from state SGLang keeps current (no census, no device read on the healthy path):
@@ -14,16 +15,10 @@ free itself, from state SGLang keeps current (no census, no device read on the h
   <poolwatch.probe.sglang.guard.rows.RowBook.holder>`, believed only while it still points at the
   row.  Off with a tree that shares nothing (``ChunkCache``, ``disable``): the prefix is the
   request's own there.
-* **pending transfer** (a PD prefill rank): a request on ``disagg_prefill_inflight_queue`` has its
-  KV and Mamba state read by the transfer engine until SGLang polls it done or failed and releases
-  it, inside ``process_disagg_prefill_inflight_queue`` (or ``handle_inflight_transfer_failure``).
-  Both are wrapped on the instance as SGLang's own window; outside it, a free through such a
-  request's row, or of its Mamba slot, is refused whole (S20 / S21's class: a release while the
-  transfer still reads the slots), and the real release later frees them once.  The queue's
-  requests are indexed once per queue change (the list is replaced each loop turn), not per free.
+* **pending transfer** (a PD rank): :mod:`~poolwatch.probe.sglang.guard.pending`.
 
-Cost per healthy free: a dict lookup and two attribute reads (tree prefix), a length and identity
-read of the queue (pending); see ``benchmarks/bench_guard.py --free-path --real``.
+Cost per healthy free: a dict lookup and two attribute reads; see
+``benchmarks/bench_guard.py --free-path --real``.
 """
 
 from __future__ import annotations
@@ -32,18 +27,9 @@ import logging
 from operator import attrgetter
 from typing import Any
 
-from poolwatch.probe.sglang.guard.patch import Depth, Patch, patch
-
-__all__ = ["Pending", "TreePrefix", "shares_prefixes"]
+__all__ = ["TreePrefix", "shares_prefixes"]
 
 log = logging.getLogger("poolwatch.probe")
-_WINDOW = ("process_disagg_prefill_inflight_queue", "handle_inflight_transfer_failure")
-
-
-def _path(obj: Any, names: tuple[str, ...]) -> Any:
-    for name in names:
-        obj = getattr(obj, name, None)
-    return obj
 
 
 def shares_prefixes(tree: Any) -> bool:
@@ -106,58 +92,3 @@ class TreePrefix:
         except AttributeError:
             return 0
         return _length(value)
-
-
-class Pending:
-    """Requests whose PD transfer is pending (a prefill rank's inflight queue), outside SGLang's
-    own processing of the queue; their rows and Mamba slots (installed only in guard mode)."""
-
-    def __init__(self, sched: Any, slot: tuple[str, ...]) -> None:
-        self.sched, self.slot = sched, slot
-        self.depth = Depth()  # SGLang's own window in progress
-        self.patches: list[Patch] = []
-        self.seen: tuple[int, int] = (0, -1)  # the queue list's identity and length indexed
-        self.reqs: dict[int, Any] = {}  # id(req) -> req
-        self.slots: dict[int, Any] | None = None  # Mamba slot -> req (built on a Mamba free)
-
-    def install(self) -> bool:
-        """On a rank with an inflight queue: wrap SGLang's window; False without a queue."""
-        if not isinstance(getattr(self.sched, "disagg_prefill_inflight_queue", None), list):
-            return False
-        for name in _WINDOW:
-            done = patch(self.sched, name, self.depth.wrap)
-            if done is not None:
-                self.patches.append(done)
-        return True
-
-    def uninstall(self) -> None:
-        for done in self.patches:
-            done.undo()
-        self.patches = []
-
-    def active(self) -> bool:
-        """Index the queue if it changed; False when nothing is pending (or inside the window)."""
-        queue = getattr(self.sched, "disagg_prefill_inflight_queue", None)
-        if self.depth or not queue:
-            return False
-        key = (id(queue), len(queue))
-        if key != self.seen:
-            self.reqs = {id(r): r for r in queue}
-            self.slots, self.seen = None, key
-        return True
-
-    def holds(self, req: Any) -> bool:
-        """Whether ``req``'s transfer is pending (exact: its identity on the queue)."""
-        return req is not None and self.active() and id(req) in self.reqs
-
-    def slot_map(self) -> dict[int, Any]:
-        """``{Mamba working slot: its pending request}`` (empty when nothing is pending)."""
-        if not self.active():
-            return {}
-        if self.slots is None:
-            self.slots = {}
-            for req in self.reqs.values():
-                tensor = _path(req, self.slot)
-                if tensor is not None and int(tensor.numel()) == 1:
-                    self.slots[int(tensor.reshape(-1)[0])] = req
-        return self.slots

@@ -13,6 +13,8 @@ family       Mamba free(ids) wrapped      Mamba tree proof  checkpoint pool  KV 
 0.5.9        ``mamba_pool.free``,         ``mamba_value``   --               as 0.5.4
 0.5.10       + ``free_mamba_cache``                                          (the SWA pair's two
 0.5.12                                                                       sides: only the pair)
+0.5.13       ``mamba_allocator.free``,    ``mamba_value``   --               as 0.5.4
+             + ``free_mamba_cache``
 0.5.20,      ``mamba_allocator.free``,    the tree's        ``mamba_ckpt_    + ``free_full``,
 0.5.23       + ``free_mamba_cache``       flattened values  pool.free``      the ``*_segment`` frees
 ===========  ===========================  ================  ===============  ======================
@@ -21,8 +23,9 @@ Why, per column (each read in the released wheel):
 
 * **Mamba**: up to 0.5.6 every Mamba free goes through ``mamba_pool.free`` (the row free's Mamba
   default, the fork release, eviction by node, ChunkCache); from 0.5.9 ``free_mamba_cache(req)``
-  also frees the slot *and clears the pointer* (refused whole for the live chunked request); 0.5.23
-  moved the free list to ``mamba_allocator`` and the slot to ``req.kv``.
+  also frees the slot *and clears the pointer* (refused whole for the live chunked request); 0.5.13
+  moved the free list to ``mamba_allocator`` (``MambaSlotAllocator``; its ``MambaRadixCache`` still
+  evicts ``x.mamba_value`` by identity), 0.5.19 the slot to ``req.kv``.
 * **tree proof**: up to 0.5.12 eviction frees the node's own ``mamba_value`` tensor (by identity)
   before deleting the node; 0.5.23's unified tree tombstones the node's Mamba component
   (``value = None``) *before* the eviction result is freed, so a free of a value the tree still
@@ -38,7 +41,9 @@ Why, per column (each read in the released wheel):
   field at the match when a chunk inserts more (the chunk's columns are then not proven: a miss,
   never a wrong refusal).
 * **KV**: every free of a request's KV through its ``req_to_token`` row (release, retract, the
-  chunk and session paths) runs while the row is held (the row is given back last); the entry
+  chunk and session paths) runs while the row is held (the row is given back last) -- but for
+  ``ChunkCache.cache_finished_req`` up to 0.5.6 (``row_first``: the row goes back first, then the
+  KV through it; a PD decode rank's default tree), wrapped as that release's window; the entry
   points are the allocator methods that take such a row view.  Up to 0.5.12 the SWA pair's
   sub-allocators are called by the pair alone (``direct_kv``), so a direct call of their
   ``free`` is off every healthy path; 0.5.23 calls them from its unified components too.
@@ -73,10 +78,12 @@ class GuardPaths:
     kv_entries: tuple[tuple[str, Pool], ...]  # allocator methods taking a row view, the pool refused
     direct_kv: bool  # the SWA pair's sub-allocators are called by the pair alone
     protected: tuple[str, ...] = ("cache_protected_len",)  # the tree's columns of a request's row
+    row_first: bool = False  # ChunkCache.cache_finished_req frees the row before the KV through it
 
 
 _ROW = MambaPaths("mamba_pool", ("mamba_pool_idx",), tree="node", request_free=False)
 _SPLIT = MambaPaths("mamba_pool", ("mamba_pool_idx",), tree="node", request_free=True)
+_NODE_ALLOCATOR = MambaPaths("mamba_allocator", ("mamba_pool_idx",), tree="node", request_free=True)
 _ALLOCATOR = MambaPaths("mamba_allocator", ("kv", "mamba_pool_idx"), tree="flat", request_free=True)
 _KV = (("free", Pool.FULL), ("free_swa", Pool.SWA))
 _KV_0523 = (
@@ -88,19 +95,22 @@ _KV_0523 = (
 )
 
 
-def _legacy(family: str, mamba: MambaPaths, protected: str = "cache_protected_len") -> GuardPaths:
-    """A family up to 0.5.12 (the request's fields on ``req``)."""
-    return GuardPaths(family, mamba, False, _KV, direct_kv=True, protected=(protected,))
+def _legacy(
+    family: str, mamba: MambaPaths, protected: str = "cache_protected_len", row_first: bool = False
+) -> GuardPaths:
+    """A family up to 0.5.13 (the request's fields on ``req``)."""
+    return GuardPaths(family, mamba, False, _KV, direct_kv=True, protected=(protected,), row_first=row_first)
 
 
 _KV_LENS = ("kv", "cache_protected_len")
 GUARD_PATHS: dict[str, GuardPaths] = {
-    "0.5.4": _legacy("0.5.4", _ROW, "last_matched_prefix_len"),
-    "0.5.5.post3": _legacy("0.5.5.post3", _ROW, "last_matched_prefix_len"),
-    "0.5.6": _legacy("0.5.6", _ROW),
+    "0.5.4": _legacy("0.5.4", _ROW, "last_matched_prefix_len", row_first=True),
+    "0.5.5.post3": _legacy("0.5.5.post3", _ROW, "last_matched_prefix_len", row_first=True),
+    "0.5.6": _legacy("0.5.6", _ROW, row_first=True),
     "0.5.9": _legacy("0.5.9", _SPLIT),
     "0.5.10": _legacy("0.5.10", _SPLIT),
     "0.5.12": _legacy("0.5.12", _SPLIT),
+    "0.5.13": _legacy("0.5.13", _NODE_ALLOCATOR),
     "0.5.20": GuardPaths("0.5.20", _ALLOCATOR, True, _KV_0523, direct_kv=False, protected=_KV_LENS),
     "0.5.23": GuardPaths("0.5.23", _ALLOCATOR, True, _KV_0523, direct_kv=False, protected=_KV_LENS),
 }

@@ -13,8 +13,9 @@ Built by the SGLang probe in guard mode on a release whose wheels were read
   prefix* and *pending transfer*);
 * the ownership index kept at the free, not at the census
   (:mod:`~poolwatch.probe.sglang.guard.owners`, :class:`~poolwatch.probe.sglang.guard.tree_index.TreeHooks`):
-  a PD prefill rank's pending transfers (SGLang's own queue processing wrapped as its window) and,
-  on 0.5.23, the unified tree's insertions and own frees.
+  a PD rank's pending transfers (a prefill rank's inflight queue, a decode rank's transfer and
+  pre-allocation queues; SGLang's own queue processing wrapped as its window) and, on 0.5.23, the
+  unified tree's insertions, HiCache load-backs and own frees.
 
 Each refusal is recorded at once, from inside the wrapped free (scheduler thread), through
 ``on_refuse`` -- the probe's :class:`~poolwatch.probe.core.repairs.RepairLog` -- and marks the
@@ -29,9 +30,10 @@ from typing import Any
 
 from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.kv import KvGuard
-from poolwatch.probe.sglang.guard.owners import Pending, TreePrefix
+from poolwatch.probe.sglang.guard.owners import TreePrefix
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, GuardPaths
+from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import SlotGuard, chunked_slot, rid
 from poolwatch.probe.sglang.guard.tree_index import TreeHooks
@@ -60,7 +62,7 @@ class FreeRefuser:
         self.request: Patch | None = None  # free_mamba_cache
         self.rows: RowBook | None = None
         self.kv: KvGuard | None = None
-        self.pending: Pending | None = None  # a PD prefill rank's transfers still pending
+        self.pending: Pending | None = None  # a PD rank's transfers still pending
         self.hooks: TreeHooks | None = None  # the unified tree's insertions and own frees
         self.refused = 0  # slots (pages: ids) refused since the probe started
         self.fresh = False  # a refusal not yet published
@@ -70,7 +72,7 @@ class FreeRefuser:
     def install(self) -> bool:
         """Wrap every free path this rank has; False if it has none."""
         pool = getattr(self.sched, "req_to_token_pool", None)
-        pending = Pending(self.sched, self.paths.mamba.slot)
+        pending = Pending(self.sched, self.paths.mamba.slot, (*self.paths.protected[:-1], "req_pool_idx"))
         self.pending = pending if pending.install() else None
         self._install_mamba(pool)
         self._install_checkpoints(pool)
@@ -79,7 +81,7 @@ class FreeRefuser:
         if rows.install():
             prefix = TreePrefix(self.sched, rows.holder, self.paths.protected)
             kv = KvGuard(self.sched, rows, self._record, self.paused, prefix, self.pending)
-            if kv.install(self.paths.kv_entries, self.paths.direct_kv):
+            if kv.install(self.paths.kv_entries, self.paths.direct_kv, self.paths.row_first):
                 self.rows, self.kv = rows, kv
             else:
                 rows.uninstall()
@@ -116,7 +118,7 @@ class FreeRefuser:
         tree = getattr(self.sched, "tree_cache", None)
         if not self.paths.mamba.tree or tree is None or (self.mamba is None and self.checkpoints is None):
             return
-        hooks = TreeHooks(tree, self._took)
+        hooks = TreeHooks(tree, self._took, self.refresh if self.paths.mamba.tree == "flat" else None)
         if not hooks.install():
             return
         self.hooks = hooks
@@ -149,6 +151,8 @@ class FreeRefuser:
         checkpoint pool's)."""
         pool = getattr(self.sched, "req_to_token_pool", None)
         tree = getattr(self.sched, "tree_cache", None)
+        if self.pending is not None:
+            self.pending.see()
         self._install_checkpoints(pool)
         ckpt = getattr(pool, "mamba_ckpt_pool", None)
         if self.mamba is not None:

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from poolwatch.model.rank import Pool
-from poolwatch.probe.sglang.guard.owners import Pending
 from poolwatch.probe.sglang.guard.patch import Patch, patch
+from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.tree_index import (
     Owned,
     TreeHooks,

@@ -16,8 +16,11 @@ holds the slot at the free, read two ways as the family keeps its tree
 Between censuses the index is kept incrementally (:class:`TreeHooks`, on the tree instance): an
 insertion adds the value the tree took (the insert's Mamba value unless it reports
 ``mamba_exist``; on 0.5.23 an int8 checkpoint slot when the checkpoint pool holds the tree's
-states).  ``flat``: the tree's own frees (the Mamba component's ``_free_mamba_value``: evictions,
-path caps, unused insert values) forget the ids they free and pass unchecked, so an eviction costs
+states); a HiCache load-back (``init_load_back``, ``flat`` trees: its device slots are given to
+the nodes without an insertion) re-reads the tree's values, so a loaded-back slot is indexed at
+once (and forgotten as any other when the tree evicts it again, through its own frees).
+``flat``: the tree's own frees (the Mamba component's ``_free_mamba_value``: evictions, path
+caps, unused insert values) forget the ids they free and pass unchecked, so an eviction costs
 no re-read.  ``node``: the entry is ``(None, the inserted tensor)`` until the next census finds
 its node; the tree frees that very tensor when it evicts it (let through, forgotten), and any
 other free of its ids is refused.  So a free of a slot the tree took *since the last census* is
@@ -113,16 +116,23 @@ class TreeHooks:
     component's ``_free_mamba_value``).  Up to 0.5.12 the tree frees a node's own value tensor,
     by identity, which :class:`~poolwatch.probe.sglang.guard.slots.SlotGuard` tells apart."""
 
-    def __init__(self, tree_cache: Any, took: Callable[[list[int], Any, bool], None]) -> None:
-        self.tree, self.took = tree_cache, took
+    def __init__(
+        self,
+        tree_cache: Any,
+        took: Callable[[list[int], Any, bool], None],
+        loaded: Callable[[], None] | None = None,
+    ) -> None:
+        self.tree, self.took, self.loaded = tree_cache, took, loaded
         self.freeing = Depth()
         self.patches: list[Patch] = []
 
     def install(self) -> bool:
         components = getattr(self.tree, "components", None)
         owners = list(components.values()) if isinstance(components, dict) else []
+        loads = ((self.tree, "init_load_back", self._load_back),) if self.loaded is not None else ()
         for owner, name, make in (
             (self.tree, "insert", self._insert),
+            *loads,
             *((c, "_free_mamba_value", self.freeing.wrap) for c in owners if hasattr(c, "_free_mamba_value")),
         ):
             done = patch(owner, name, make)
@@ -134,6 +144,22 @@ class TreeHooks:
         for done in self.patches:
             done.undo()
         self.patches = []
+
+    def _load_back(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``init_load_back`` (0.5.23 HiCache, its buffer pipeline and external linker): the states
+        it loads from host are given to the tree's nodes without an insertion -- indexed at once
+        (``loaded``: the tree's values read again), not at the next census."""
+
+        def init_load_back(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            try:
+                if self.loaded is not None:
+                    self.loaded()
+            except Exception:  # never in SGLang's way: the next census re-reads the tree
+                log.debug("poolwatch guard: load-back unreadable", exc_info=True)
+            return result
+
+        return init_load_back
 
     def _insert(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def insert(*args: Any, **kwargs: Any) -> Any:

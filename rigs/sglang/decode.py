@@ -27,7 +27,8 @@ __all__ = ["Offload", "dense_pools"]
 
 
 def dense_pools(rank: Any, mode: str, *, kv: int, rows: int, context: int, tree: str, pre_alloc: int) -> None:
-    """A plain model's rows, KV allocator and tree (``tree``: ``chunk`` or ``radix``) on ``rank``."""
+    """A plain model's rows, KV allocator and tree (``tree``: ``chunk``, ``radix`` or HiCache's
+    ``hiradix``) on ``rank``."""
     import torch
     from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
 
@@ -54,6 +55,10 @@ def dense_pools(rank: Any, mode: str, *, kv: int, rows: int, context: int, tree:
 
 def _tree(rank: Any, kind: str) -> Any:
     pool, alloc = rank.req_to_token_pool, rank.token_to_kv_pool_allocator
+    if kind == "hiradix":  # --enable-hierarchical-cache
+        from rigs.sglang.hicache import hicache_tree
+
+        return hicache_tree(rank)
     if kind == "chunk":
         from sglang.srt.mem_cache.chunk_cache import ChunkCache as Tree
     else:

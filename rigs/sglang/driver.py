@@ -27,6 +27,7 @@ from poolwatch.probe.lifecycle import install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
 from rigs.sglang.admission import Admission
 from rigs.sglang.decode import Offload
+from rigs.sglang.hicache import HiDecode
 from rigs.sglang.rank import Rank, rank_class
 from rigs.sglang.releases import Check, Release, release
 from rigs.sglang.server_args import publish_server_args
@@ -53,7 +54,7 @@ def gaps(snap: Snapshot) -> dict[str, int | None]:
     return {p.value: gap(a) for p, a in snap.pools.items()}
 
 
-class Driver(Steps, Admission, Sessions, Offload, Windowed):
+class Driver(Steps, Admission, Sessions, Offload, Windowed, HiDecode):
     """One release's scheduler on the rank :meth:`new` made (``sched``), the probe attached."""
 
     def __init__(
@@ -96,6 +97,16 @@ class Driver(Steps, Admission, Sessions, Offload, Windowed):
         probe = probe_of(self.sched)
         assert probe is not None, "the rank has no probe"
         return probe
+
+    def engine_clock(self) -> None:
+        """The probe's wall time is the engine's: the timeline's time of the step its loop hook
+        closes, so what it ages -- a hold, a stall -- ages in engine steps, as the timeline's
+        detector judges them (the driver's timeline; every step a sample, as :data:`CONFIG`)."""
+        timeline = self.timeline
+        assert timeline is not None, "the engine's clock is its timeline's"
+        probe = self.probe
+        probe.wall = lambda: timeline.at(self.steps + 1)
+        probe.started_at = timeline.at(self.steps)
 
     def loop(self) -> None:
         """One turn of the event loop: the release's loop hook (the probe looks before it, at the

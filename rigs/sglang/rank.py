@@ -74,7 +74,7 @@ class Rank:
         pre_alloc: int = 0,
         window: tuple[int, int, bool] | None = None,
     ) -> None:
-        """A Mamba hybrid model's rank; ``dense`` (``chunk`` or ``radix``: its tree): a plain
+        """A Mamba hybrid model's rank; ``dense`` (``chunk``, ``radix`` or ``hiradix``: its tree): a plain
         model's (:func:`rigs.sglang.decode.dense_pools`); ``window`` (page size, sliding window,
         EAGLE): a hybrid SWA model's (:func:`rigs.sglang.swa.swa_pools`)."""
         os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
@@ -280,8 +280,10 @@ def rank_class(release: Release) -> type[Rank]:
     if hasattr(SchedulerDisaggregationPrefillMixin, "check_bootstrap"):  # 0.5.13 on: the chunk step
         body["check_bootstrap"] = SchedulerDisaggregationPrefillMixin.check_bootstrap  # asks first
     from rigs.sglang.admission import scheduler_methods
+    from rigs.sglang.hicache import decode_methods
 
     body.update(scheduler_methods())  # admission and aborts, run only by the steps that ask
+    body.update(decode_methods())  # the loop's batch selection (HiCache's decode turns)
     bases: tuple[type, ...] = (Rank,)
     if release.check is not Check.CHECKER:
         from sglang.srt.managers.scheduler_runtime_checker_mixin import SchedulerRuntimeCheckerMixin

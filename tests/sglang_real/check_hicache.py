@@ -28,6 +28,7 @@ from poolwatch.conservation import gap
 from poolwatch.model.rank import PoolAccount
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.host_census import host_account
+from poolwatch.probe.sglang.mamba_census import tree_values
 from rigs.checks import failures, report
 
 
@@ -107,9 +108,29 @@ def main(version: str) -> int:
         figures(acc),
     )
     sched.tree_cache.enable_storage = False
+    device_values_of_a_tree_evicted_to_host(sched.tree_cache, a)
     if version.startswith("0.5.9"):
         evict_host_by_sglang(sched, root, c)
     return failures()
+
+
+def device_values_of_a_tree_evicted_to_host(tree: Any, kept: Any) -> None:
+    """The full census reads the device values of a tree whose other nodes were evicted to host
+    (``value`` None): SGLang's own ``all_values_flatten`` cannot concatenate them (TypeError), so the
+    census walks the nodes (it once failed whole there, and the probe reported itself degraded)."""
+    kept.value = torch.tensor([5, 6, 7])
+    try:
+        tree.all_values_flatten()
+        raised = ""
+    except TypeError as exc:
+        raised = type(exc).__name__
+    values = [v.tolist() for v in tree_values(tree, "all_values_flatten", "value")]
+    report(
+        "a tree evicted to host: the census walks the device values SGLang's flatten cannot join",
+        (raised, values) == ("TypeError", [[5, 6, 7]]),
+        {"sglang_flatten": raised, "values": values},
+    )
+    kept.value = None
 
 
 def evict_host_by_sglang(sched: Any, root: Any, node: Any) -> None:

@@ -8,7 +8,7 @@ import pytest
 from rigs.sglang.releases import Tier, release, tier
 from tests.tiers import passed
 
-CHECKS = {"0.5.4.post1": 6, "0.5.9": 7}  # 0.5.9 also runs SGLang's own evict_host
+CHECKS = {"0.5.4.post1": 7, "0.5.9": 8}  # 0.5.9 also runs SGLang's own evict_host
 UNIFIED = tuple(v for v in tier(Tier.HICACHE) if release(v).unified_tree)
 
 

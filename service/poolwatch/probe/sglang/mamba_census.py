@@ -87,15 +87,16 @@ def tree_is_empty(tree_cache: Any) -> bool:
 
 def tree_values(tree_cache: Any, flatten_name: str, attr: str) -> list[Any]:
     """The tree's value tensors: SGLang's own flatten helper, or a walk of the nodes (0.5.4's
-    Mamba values).  SGLang's helpers cannot concatenate an empty tree, hence the check."""
+    Mamba values; a HiCache tree with nodes evicted to host, whose ``value`` is None).  SGLang's
+    helpers cannot concatenate an empty tree, hence the check."""
     if tree_is_empty(tree_cache):
         return []
     flatten = getattr(tree_cache, flatten_name, None)
     if callable(flatten):
         try:
             return [flatten()]
-        except RuntimeError:  # nodes, but none with such a value: SGLang's cat of nothing
-            pass
+        except (RuntimeError, TypeError):  # nodes, but none with such a value (SGLang's cat of
+            pass  # nothing), or a node whose value is gone (HiCache: evicted to host) -- walk them
     root = tree_root(tree_cache)
     if root is None:  # a ChunkCache (PD decode): no tree; 0.5.4's counts live requests' KV as protected
         return []

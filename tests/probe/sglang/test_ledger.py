@@ -4,7 +4,7 @@ Two randomized runs: the emulator's ranks (unified and PD, aborts, chunked prefi
 joining, moving and leaving) on the families it emulates, and hand-made requests of every release
 family moved the way SGLang moves them (admitted, grown, chunked, finished in place, retracted:
 row cleared and prefix reset, KV freed, ``req.kv`` released or replaced, ping-pong marks flipped
-in place, sessions' records parked) -- checked after every move, on pages of 1 and 4 slots.
+in place, the chunked request's fill grown) -- checked after every move, on pages of 1 and 4 slots.
 """
 
 from __future__ import annotations

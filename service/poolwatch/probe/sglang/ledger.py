@@ -11,8 +11,11 @@ from 0.5.5.post3 (in ``req.kv`` from 0.5.17).  So a request's private full KV is
 pages), and a sample reads, for every live request and at C speed (``map`` over the holders, no
 Python frame per request):
 
-* the **signal**: the identity of every field that decides the static part (SGLang reassigns these
-  fields, it never changes them in place; the list-valued ones' lengths are read as well), and
+* the **signal**: every field that decides the static part, in one tuple, compared with the last
+  sample's by ``==`` -- identity first, so an unchanged field costs no comparison; a new object equal
+  to the old one (the same row index, an equal prefix) decides the same figures; a tensor whose
+  comparison cannot say falls back to identity.  SGLang reassigns these fields, it never changes
+  them in place (a prompt, a prefix, a pointer), and
 * the **growth**: that one length.
 
 Requests whose signal matches the last sample's keep their static part and their row and Mamba
@@ -24,9 +27,10 @@ reused by a new object in between.
 
 Exactness: a request's figures equal the per-request rule's whenever its signal is unchanged, since
 the rule reads nothing else (``tests/probe/sglang/test_ledger.py`` checks this against a
-from-scratch recomputation over randomized runs with aborts, retractions, chunks, PD queues and
-sessions).  Cost: one pass per signal field over the live requests (the first brings them into the
-cache; the rest are warm) and one per-request rule call per request that moved.
+from-scratch recomputation over randomized runs with aborts, retractions, chunks and PD queues).
+Cost: one pass over the live requests for the signal (the one that brings them into the cache), a
+warm one for the growth and a few over ids and kept signals; one per-request rule call per request
+that moved.  Parked sessions' slots are counted apart (:mod:`poolwatch.probe.sglang.sessions`).
 """
 
 from __future__ import annotations
@@ -113,10 +117,10 @@ class Ledger:
             for key in self._signals.keys() - set(ids):
                 self._forget(key)
         stale = self._stale(ids, signals, kept, holders, chunked, shape)
-        for i in stale:
+        for i in stale:  # (each kept with its signal at once: a rule that raises leaves no stray figure)
             self._forget(ids[i])
             self._keep(ids[i], self._fresh(holders[i], growth[i], chunked, shape, rule))
-        self._signals.update(zip(map(ids.__getitem__, stale), map(signals.__getitem__, stale), strict=True))
+            self._signals[ids[i]] = signals[i]
         self._pins = (holders, signals, chunked)
         grown = sum(growth)
         if self._still:

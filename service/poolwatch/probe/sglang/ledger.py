@@ -168,9 +168,6 @@ class Ledger:
         self._still.discard(key)
         self._sums = [self._sums[0] - kept.rows, self._sums[1] - kept.static, self._sums[2] - kept.mamba]
 
-    def __len__(self) -> int:
-        return len(self._kept)
-
 
 def _identical(a: tuple[Any, ...], b: tuple[Any, ...] | None) -> bool:
     return b is not None and len(a) == len(b) and all(map(operator.is_, a, b))

@@ -138,6 +138,7 @@ class Rank:
         self.disagg_prefill_inflight_queue: list[Any] = []
         self.disagg_prefill_bootstrap_queue = SimpleNamespace(queue=[])
         self.enable_overlap = False
+        self.forward_ct = 0  # run_batch's count of forward passes (the steps below count theirs)
         self.page_size = getattr(self, "page_size", 1)  # (an SWA rank's pools are paged)
         self.tp_rank, self.pp_rank, self.dp_rank = 0, 0, None
         self.sessions: dict[str, Any] = {}

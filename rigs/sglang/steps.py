@@ -71,6 +71,7 @@ class Steps:
             (self._extend if self.release.unified_tree else self._prefill_one)(req, chunk)
         batch = Batch(reqs, ForwardMode.EXTEND)
         self.sched.last_batch = batch
+        self.sched.forward_ct += 1  # run_batch counts each forward pass
         return batch
 
     def _prefill_one(self, req: Any, chunk: int | None) -> None:
@@ -162,6 +163,7 @@ class Steps:
             req.output_ids.append(8)
         s.running_batch.forward_mode = ForwardMode.DECODE
         s.last_batch = s.running_batch
+        s.forward_ct += 1
 
     def chunk_boundary(self) -> None:
         """get_next_batch_to_run on a chunked request: the chunk goes to the tree (0.5.23:

@@ -1,13 +1,14 @@
 """The cheap sample's incremental paths give the figures a from-scratch sample gives.
 
 The waiting queue's copy-on-write Mamba holders are recalled between exact scans instead of
-walking the queue; what did not change since the last sample (prefix-tensor lengths, who holds a
-row or a slot) is remembered by identity; the holders are summed at C speed.  None of it may
+walking the queue; what did not change since the last sample (each holder's figures, the deduplicated
+holders) is kept by identity (:mod:`poolwatch.probe.sglang.ledger`).  None of it may
 change a figure.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -25,10 +26,11 @@ from poolwatch.probe.sglang import mamba_census as census
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.footprint import _one
+from poolwatch.probe.sglang.ledger import Ledger
 from poolwatch.probe.sglang.requests import collect_live
 from poolwatch.probe.sglang.shapes import SHAPES, HeldRule, shape_for_version
 from poolwatch.probe.sglang.snapshot import take_sample
-from poolwatch.probe.sglang.totals import Memo, fast_totals
+from poolwatch.probe.sglang.totals import Memo
 from poolwatch.probe.sglang.waiting import WaitingHolders
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster
@@ -215,12 +217,12 @@ def test_samples_kept_between_steps_match_from_scratch_samples_as_requests_join_
 
 
 @pytest.mark.parametrize("emulated", ["0.5.4.post1", "0.5.9", "0.5.12"])
-def test_the_c_speed_totals_equal_the_per_request_rules_of_every_release_family(emulated: str) -> None:
+def test_the_kept_totals_equal_the_per_request_rules_of_every_release_family(emulated: str) -> None:
     # the emulator's requests keep their lengths on the request: the families that read them in
     # ``req.kv`` (0.5.17's KV_LENGTHS: tests/probe/sglang/test_session_and_kv_layouts.py) are not theirs
     shapes = [s for s in SHAPES if s.held_rule not in (HeldRule.REQ_KV, HeldRule.KV_LENGTHS)]
     cluster = busy_cluster(emulated, unified=1, prefill=0, decode=0)
-    memos = {s.family: Memo() for s in shapes}
+    ledgers = {s.family: {page: Ledger() for page in (1, 4)} for s in shapes}
     compared = 0
     for _ in range(120):
         cluster.step()
@@ -230,9 +232,8 @@ def test_the_c_speed_totals_equal_the_per_request_rules_of_every_release_family(
             for page in (1, 4):
                 per_request = [_one(r, shape, page, live) for r in live.holders]
                 expected = tuple(sum(t[i] for t in per_request) for i in range(3))
-                got = fast_totals(
-                    live.holders, live.chunked, live.chunk_ran, shape, page, memos[shape.family]
-                )
+                rule = functools.partial(_one, shape=shape, page=page, live=live)
+                got = ledgers[shape.family][page].totals(live.holders, live.chunked, shape, page, rule)
                 assert got == expected
         compared += len(live.holders) > 1
     assert compared > 50

@@ -17,11 +17,11 @@ import torch
 
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.footprint import _one, full_private_range, holdings, swa_held
+from poolwatch.probe.sglang.ledger import Ledger
 from poolwatch.probe.sglang.mamba_census import mamba_census
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.sessions import kv_span, mamba_ids, parked_sessions
 from poolwatch.probe.sglang.shapes import HeldRule, shape_for_version
-from poolwatch.probe.sglang.totals import Memo, fast_totals
 
 
 class _SessionCache:
@@ -138,9 +138,8 @@ def test_0_5_17_reads_a_requests_lengths_in_req_kv_and_its_row_on_the_request() 
     assert swa_held(live, shape, 64, reading) == 1024 - 64 - (200 - 64)
     assert full_private_range(released, shape, 64, live) is None
     per_request = [_one(r, shape, 64, live) for r in live.holders]  # the careful path agrees
-    assert fast_totals(live.holders, chunked, True, shape, 64, Memo()) == tuple(
-        sum(t[i] for t in per_request) for i in range(3)
-    )
+    kept = Ledger().totals(live.holders, chunked, shape, 64, lambda r: _one(r, shape, 64, live))
+    assert kept == tuple(sum(t[i] for t in per_request) for i in range(3))
 
 
 def _dense_rank(capacity: int | None) -> Any:

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolwatch.probe.core.reading import Reading
+from poolwatch.probe.sglang.ledger import Ledger
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.sessions import mamba_ids
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
-from poolwatch.probe.sglang.totals import Memo, fast_totals, length_of
+from poolwatch.probe.sglang.totals import Memo, length_of
 
 __all__ = ["Holdings", "full_private_range", "holdings", "mamba_slot_objects", "swa_held"]
 
@@ -147,13 +148,6 @@ def _one_guarded(req: Any, shape: Shape, page: int, live: LiveSet, reading: Read
     return 1, _guarded_int(reading, "req.full", _full_private, req, shape, page, live.chunked), mamba
 
 
-def _totals(live: LiveSet, shape: Shape, page: int) -> tuple[int, int, int]:
-    """``(rows, private full KV, Mamba slots)`` of every holder with :func:`_one` (0.5.23's
-    ``req.kv``).  Raises on the first request it cannot read."""
-    totals = [_one(req, shape, page, live) for req in live.holders]
-    return sum(t[0] for t in totals), sum(t[1] for t in totals), sum(t[2] for t in totals)
-
-
 def holdings(
     live: LiveSet,
     shape: Shape,
@@ -167,11 +161,10 @@ def holdings(
     ``memo`` keeps what did not change from one sample to the next
     (:class:`~poolwatch.probe.sglang.totals.Memo`)."""
     try:
-        if shape.held_rule is HeldRule.REQ_KV:  # a per-request loop (not vectorised yet)
-            rows, full, mamba = _totals(live, shape, page)
-        else:
-            cache = Memo() if memo is None else memo
-            rows, full, mamba = fast_totals(live.holders, live.chunked, live.chunk_ran, shape, page, cache)
+        ledger = Ledger() if memo is None else memo.ledger
+        rows, full, mamba = ledger.totals(
+            live.holders, live.chunked, shape, page, lambda req: _one(req, shape, page, live)
+        )
     except Exception:  # the careful path: each figure of each request on its own, failures named
         rows = full = mamba = 0
         for req in live.holders:

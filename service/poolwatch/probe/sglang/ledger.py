@@ -1,0 +1,249 @@
+"""The live requests' holdings kept by identity between samples: each request's figures are
+recomputed only when what decides them changed.
+
+What a live request holds (a row, private full-KV slots, Mamba slots) is decided by a few of its
+fields (:mod:`poolwatch.probe.sglang.footprint`'s per-request rules).  All but one of them change
+only when the request moves (admitted, chunked, finished, freed, retracted): its row and Mamba
+pointers, its prefix or protected length, its ``req.kv`` record, its finished reason.  The one that
+changes at every decode step is its length: ``len(output_ids)`` up to 0.5.4, ``kv_allocated_len``
+from 0.5.5.post3 (in ``req.kv`` from 0.5.17).  So a request's private full KV is kept as a
+*static* part plus its *growth* (that length, ceiled to the page where the release allocates in
+pages), and a sample reads, for every live request and at C speed (``map`` over the holders, no
+Python frame per request):
+
+* the **signal**: every field that decides the static part, in one tuple, compared with the last
+  sample's by ``==`` -- identity first, so an unchanged field costs no comparison; a new object equal
+  to the old one (the same row index, an equal prefix) decides the same figures; a tensor whose
+  comparison cannot say falls back to identity.  SGLang reassigns these fields, it never changes
+  them in place (a prompt, a prefix, a pointer), and
+* the **growth**: that one length.
+
+Requests whose signal matches the last sample's keep their static part and their row and Mamba
+counts; the others (new, moved, or *volatile*: the chunked request, whose row and length follow
+its chunk, and a record whose ping-pong marks change in place) are recomputed by the per-request
+rule itself.  The totals are then three sums over the kept figures and one over the growth.  The
+objects whose identity a signal names are kept until the next sample, so an identity cannot be
+reused by a new object in between.
+
+Exactness: a request's figures equal the per-request rule's whenever its signal is unchanged, since
+the rule reads nothing else (``tests/probe/sglang/test_ledger.py`` checks this against a
+from-scratch recomputation over randomized runs with aborts, retractions, chunks and PD queues).
+Cost: one pass over the live requests for the signal (the one that brings them into the cache), a
+warm one for the growth and a few over ids and kept signals; one per-request rule call per request
+that moved.  Parked sessions' slots are counted apart (:mod:`poolwatch.probe.sglang.sessions`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from poolwatch.probe.sglang.shapes import HeldRule, Shape
+
+__all__ = ["Ledger", "Rule", "ceil_all", "plain_finished"]
+
+# one request's (row, private full KV, Mamba slots) by the per-request rule (footprint._one)
+Rule = Callable[[Any], tuple[int, int, int]]
+
+_GROWTH = {  # each family's growing length (SEQLEN: the output's length, turned into its allocation)
+    HeldRule.SEQLEN: operator.attrgetter("output_ids"),
+    HeldRule.ALLOCATED_PREFIX: operator.attrgetter("kv_allocated_len"),
+    HeldRule.ALLOCATED_PROTECTED: operator.attrgetter("kv_allocated_len"),
+    HeldRule.REQ_KV: operator.attrgetter("kv.kv_allocated_len"),
+}
+_POINTERS = ("finished_reason", "req_pool_idx", "mamba_pool_idx")
+_SIGNALS: dict[HeldRule, tuple[str, ...]] = {
+    HeldRule.SEQLEN: (*_POINTERS, "prefix_indices", "origin_input_ids"),
+    HeldRule.ALLOCATED_PREFIX: (*_POINTERS, "kv_committed_freed", "prefix_indices"),
+    HeldRule.ALLOCATED_PROTECTED: (*_POINTERS, "kv_committed_freed", "cache_protected_len"),
+    HeldRule.KV_LENGTHS: (*_POINTERS, "kv", "cache_protected_len"),
+    HeldRule.REQ_KV: (
+        "kv",
+        "kv.holds_kv",
+        "kv.cache_protected_len",
+        "kv.holds_mamba",
+        "kv.mamba_pool_idx",
+        "kv.mamba_ping_pong_track_buffer",
+    ),
+}
+_PING_PONG = "mamba_ping_pong_track_buffer"
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One request's figures as last computed: its growth is added to ``static`` when ``grows``."""
+
+    rows: int
+    static: int
+    mamba: int
+    grows: bool
+
+
+_NOTHING = _Kept(0, 0, 0, False)
+
+
+class Ledger:
+    """Each live request's holdings by identity (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._reset(0, None)
+        self.recomputed = 0  # requests recomputed by the per-request rule, over the ledger's life
+
+    def _reset(self, page: int, shape: Shape | None) -> None:
+        self._signals: dict[int, tuple[Any, ...]] = {}  # by the request's id (the request is pinned)
+        self._kept: dict[int, _Kept] = {}
+        self._still: set[int] = set()  # the requests whose private KV does not follow their growth
+        self._sums = [0, 0, 0]  # rows, static full KV, Mamba slots of the kept requests
+        self._pins: tuple[Any, ...] = ()  # the last holders and signals (their ids stay theirs)
+        self._page, self._shape = page, shape
+        self._chunked: Any = None  # the last sample's chunked request (recomputed when it is no longer)
+
+    def totals(
+        self, holders: Sequence[Any], chunked: Any, shape: Shape, page: int, rule: Rule
+    ) -> tuple[int, int, int]:
+        """``(rows, private full KV, Mamba slots)`` of ``holders``, as ``rule`` gives them one by
+        one.  Raises on anything unexpected (the caller then takes its careful path)."""
+        if page != self._page or shape is not self._shape:
+            self._reset(page, shape)
+        signals = _signals(holders, shape)
+        growth = _growth(holders, shape.held_rule, page)
+        ids = list(map(id, holders))
+        kept = list(map(self._signals.get, ids))
+        if len(self._signals) > len(ids) - kept.count(None):  # some kept requests are gone
+            for key in self._signals.keys() - set(ids):
+                self._forget(key)
+        stale = self._stale(ids, signals, kept, holders, chunked, shape)
+        for i in stale:  # (each kept with its signal at once: a rule that raises leaves no stray figure)
+            self._forget(ids[i])
+            self._keep(ids[i], self._fresh(holders[i], growth[i], chunked, shape, rule))
+            self._signals[ids[i]] = signals[i]
+        self._pins = (holders, signals, chunked)
+        grown = sum(growth)
+        if self._still:
+            grown -= sum(itertools.compress(growth, map(self._still.__contains__, ids)))
+        rows, static, mamba = self._sums
+        return rows, static + grown, mamba
+
+    def _stale(
+        self,
+        ids: list[int],
+        signals: list[tuple[Any, ...]],
+        kept: list[tuple[Any, ...] | None],
+        holders: Sequence[Any],
+        chunked: Any,
+        shape: Shape,
+    ) -> list[int]:
+        """The holders to recompute: new, moved (a signal not equal to the kept one), or volatile."""
+        try:
+            same = list(map(operator.eq, signals, kept))
+        except Exception:  # a tensor compared with another of other contents: by identity instead
+            same = list(map(_identical, signals, kept))
+        stale = list(itertools.compress(range(len(ids)), map(operator.not_, same)))
+        chunks = {id(chunked), id(self._chunked)} - {id(None)}  # the chunked request, and the last one
+        volatile = list(itertools.compress(range(len(ids)), map(chunks.__contains__, ids))) if chunks else []
+        self._chunked = chunked
+        volatile += _volatile(signals, holders, shape)
+        return sorted(set(stale).union(volatile)) if volatile else stale
+
+    def _fresh(self, req: Any, growth: int, chunked: Any, shape: Shape, rule: Rule) -> _Kept:
+        """One request by the per-request rule; its static part is the rule's less its growth."""
+        self.recomputed += 1
+        rows, full, mamba = rule(req)
+        grows = bool(rows) and _grows(req, chunked, shape.held_rule)
+        return _Kept(rows, full - growth if grows else full, mamba, grows)
+
+    def _keep(self, key: int, kept: _Kept) -> None:
+        self._kept[key] = kept
+        self._sums = [self._sums[0] + kept.rows, self._sums[1] + kept.static, self._sums[2] + kept.mamba]
+        if not kept.grows:
+            self._still.add(key)
+
+    def _forget(self, key: int) -> None:
+        kept = self._kept.pop(key, _NOTHING)
+        self._signals.pop(key, None)
+        self._still.discard(key)
+        self._sums = [self._sums[0] - kept.rows, self._sums[1] - kept.static, self._sums[2] - kept.mamba]
+
+
+def _identical(a: tuple[Any, ...], b: tuple[Any, ...] | None) -> bool:
+    return b is not None and len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+def _volatile(signals: list[tuple[Any, ...]], holders: Sequence[Any], shape: Shape) -> list[int]:
+    """Holders recomputed at every sample: a ``req.kv`` record with ping-pong track slots (their
+    marks change in place), and every holder whose ``finished()`` is not SGLang's plain one (its
+    answer is not a field the signal can name)."""
+    if shape.held_rule is HeldRule.REQ_KV:
+        buffers = map(operator.itemgetter(-1), signals)
+        return list(
+            itertools.compress(range(len(signals)), map(operator.is_not, buffers, itertools.repeat(None)))
+        )
+    if all(map(plain_finished, set(map(type, holders)))):
+        return []
+    return list(range(len(holders)))
+
+
+def _signals(holders: Sequence[Any], shape: Shape) -> list[tuple[Any, ...]]:
+    """Each holder's signal, at C speed: the one cold pass over the requests (the ping-pong buffer
+    read apart, with a default: a request may have none)."""
+    signals = list(map(operator.attrgetter(*_SIGNALS[shape.held_rule]), holders))
+    if shape.has_ping_pong and shape.held_rule is not HeldRule.REQ_KV:
+        buffers = map(getattr, holders, itertools.repeat(_PING_PONG), itertools.repeat(None))
+        signals = list(map(operator.add, signals, zip(buffers)))  # (zip: one-tuples at C speed)
+    return signals
+
+
+def _grows(req: Any, chunked: Any, rule: HeldRule) -> bool:
+    """Whether a row holder's private KV is its growth plus a static part (the chunked request's
+    follows its chunk; a request whose KV is already freed, or whose record is gone, holds none)."""
+    if rule is HeldRule.SEQLEN:
+        return req is not chunked
+    if rule is HeldRule.KV_LENGTHS:
+        return req.kv is not None
+    if rule is HeldRule.REQ_KV:
+        return True
+    return not req.kv_committed_freed
+
+
+def _growth(holders: Sequence[Any], rule: HeldRule, page: int) -> list[int]:
+    """Each holder's length at C speed: ``max(len(output_ids) - 1, 0)`` (0.5.4's decode-side
+    allocation), else ``kv_allocated_len`` ceiled to the page (0 where ``req.kv`` is gone)."""
+    if rule is HeldRule.SEQLEN:
+        lengths = map(max, map(len, map(_GROWTH[rule], holders)), itertools.repeat(1))
+        return list(map(operator.sub, lengths, itertools.repeat(1)))
+    if rule is HeldRule.KV_LENGTHS:
+        records = map(operator.attrgetter("kv"), holders)
+        allocated = map(getattr, records, itertools.repeat("kv_allocated_len"), itertools.repeat(0))
+    else:
+        allocated = map(_GROWTH[rule], holders)
+    return list(ceil_all(allocated, page))
+
+
+def _reference_finished(self: Any) -> bool:  # SGLang's Req.finished in every release read
+    return self.finished_reason is not None
+
+
+@functools.lru_cache(maxsize=16)
+def plain_finished(cls: type) -> bool:
+    """Whether ``cls.finished`` is exactly ``return self.finished_reason is not None`` (same
+    bytecode, names and constants), so reading the attribute gives what calling it would."""
+    code = getattr(getattr(cls, "finished", None), "__code__", None)
+    ref = _reference_finished.__code__
+    return code is not None and (code.co_code, code.co_names, code.co_consts, code.co_argcount) == (
+        ref.co_code,
+        ref.co_names,
+        ref.co_consts,
+        ref.co_argcount,
+    )
+
+
+def ceil_all(values: Iterable[int], page: int) -> Iterable[int]:
+    """``-(-n // page) * page`` of each value, at C speed (``page == 1``: the values)."""
+    if page <= 1:
+        return values
+    negated = map(operator.floordiv, map(operator.neg, values), itertools.repeat(page))
+    return map(operator.mul, map(operator.neg, negated), itertools.repeat(page))

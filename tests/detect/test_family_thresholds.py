@@ -74,3 +74,13 @@ def test_every_family_chart_is_on_the_committed_worker_dashboard_reading_its_met
             assert line.metric in expr
             assert ('pool=~"$pool"' in expr) is line.per_pool
             assert f"{line.over}({line.metric}" in expr if line.over else True
+
+
+def test_untouched_family_thresholds_keep_the_settings_equal_to_the_defaults_and_bundles_list_them() -> None:
+    from poolwatch.sidecar.incidents.redact import settings_summary
+
+    assert Settings.from_env({}) == Settings()
+    summary = settings_summary(Settings.from_env({"POOLWATCH_HOLD_GRACE": "5"}))
+    shown = {name: value for group in summary.values() for name, value in group.items()}
+    assert shown["hold_grace"] == 5.0 and shown["stall_steps"] == StallThresholds().stall_steps
+    assert "families" not in shown

@@ -32,7 +32,15 @@ from poolwatch.settings.groups import (
 from poolwatch.settings.help import HELP, SHOWN_DEFAULTS, show_default
 from poolwatch.settings.parse import build_group, env_name
 
-__all__ = ["Settings", "add_flags", "from_args", "help_line", "setting_fields", "setting_groups"]
+__all__ = [
+    "FAMILY_THRESHOLDS",
+    "Settings",
+    "add_flags",
+    "from_args",
+    "help_line",
+    "setting_fields",
+    "setting_groups",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +66,9 @@ class Settings:
         if unknown:
             raise ConfigError(f"{env_name(unknown[0])}: unknown setting")
         groups = {name: build_group(group, values) for name, group in _GROUPS.items()}
-        families = tuple(build_group(kind, values) for kind in _FAMILY_THRESHOLDS.values())
+        families = tuple(  # the families given a threshold; the others read their defaults
+            build_group(kind, values) for kind in FAMILY_THRESHOLDS.values() if _names(kind) & set(values)
+        )
         groups["detection"] = dataclasses.replace(groups["detection"], families=families)
         settings = cls(**groups)
         return settings.with_default_worker(environ or {})
@@ -101,14 +111,18 @@ _GROUPS: dict[str, type[Any]] = {
 
 
 # the detector families' own thresholds (poolwatch.detect.thresholds), one group per family that has them
-_FAMILY_THRESHOLDS: dict[str, type[Thresholds]] = {
+FAMILY_THRESHOLDS: dict[str, type[Thresholds]] = {
     f"detection: {family.title.lower()}": family.thresholds for family in FAMILIES if family.thresholds
 }
 
 
+def _names(group: type[Any]) -> set[str]:
+    return {f.name for f in fields(group)}
+
+
 def setting_groups() -> dict[str, type[Any]]:
     """Every settings group by its ``--help`` section: the sidecar's, then each family's thresholds."""
-    return {**_GROUPS, **_FAMILY_THRESHOLDS}
+    return {**_GROUPS, **FAMILY_THRESHOLDS}
 
 
 def setting_fields() -> list[Field[Any]]:

@@ -31,7 +31,7 @@ import re
 from typing import Any
 
 from poolwatch.addresses import shown_url
-from poolwatch.settings.sidecar import Settings
+from poolwatch.settings.sidecar import FAMILY_THRESHOLDS, Settings
 
 __all__ = ["OWN_OWNERS", "model_name", "request_name", "settings_summary"]
 
@@ -86,12 +86,14 @@ def _shown(name: str, value: Any) -> Any:
 
 def settings_summary(settings: Settings) -> dict[str, dict[str, Any]]:
     """The sidecar's settings by group, redacted as the module docstring says."""
-    out: dict[str, dict[str, Any]] = {}
-    for group in dataclasses.fields(settings):
-        values = getattr(settings, group.name)
-        out[group.name] = {
-            f.name: _shown(f.name, getattr(values, f.name))
-            for f in dataclasses.fields(values)
-            if f.name not in _LEFT_OUT
-        }
-    return out
+    groups = {group.name: getattr(settings, group.name) for group in dataclasses.fields(settings)}
+    groups |= {title: settings.detection.of(kind) for title, kind in FAMILY_THRESHOLDS.items()}
+    return {name: _group(values) for name, values in groups.items()}
+
+
+def _group(values: Any) -> dict[str, Any]:
+    return {
+        f.name: _shown(f.name, getattr(values, f.name))
+        for f in dataclasses.fields(values)
+        if f.name not in _LEFT_OUT and f.metadata.get("setting", True)
+    }

@@ -82,5 +82,6 @@ def test_untouched_family_thresholds_keep_the_settings_equal_to_the_defaults_and
     assert Settings.from_env({}) == Settings()
     summary = settings_summary(Settings.from_env({"POOLWATCH_HOLD_GRACE": "5"}))
     shown = {name: value for group in summary.values() for name, value in group.items()}
-    assert shown["hold_grace"] == 5.0 and shown["stall_steps"] == StallThresholds().stall_steps
+    assert shown["hold_grace"] == 5.0
+    assert shown["stall_steps"] == StallThresholds().stall_steps
     assert "families" not in shown

@@ -79,7 +79,7 @@ def test_every_family_chart_is_on_the_committed_worker_dashboard_reading_its_met
 def test_untouched_family_thresholds_keep_the_settings_equal_to_the_defaults_and_bundles_list_them() -> None:
     from poolwatch.sidecar.incidents.redact import settings_summary
 
-    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env({}).detection == DetectorConfig()
     summary = settings_summary(Settings.from_env({"POOLWATCH_HOLD_GRACE": "5"}))
     shown = {name: value for group in summary.values() for name, value in group.items()}
     assert shown["hold_grace"] == 5.0

@@ -14,6 +14,32 @@ from typing import Any
 import torch
 
 from poolwatch.probe.core.config import ProbeConfig
+from poolwatch_emulator.workload import WorkloadConfig
+
+# an emulated load where KV runs out first, so requests wait holding the COW slot of their prefix hit
+BUSY = WorkloadConfig(
+    rate=30.0,
+    prompt_median=600,
+    output_median=200,
+    prefix_median=120,
+    burst_s=3.0,
+    gap_s=2.0,
+    abort_fraction=0.2,
+)
+
+
+class SlotAllocator:
+    """0.5.23's ``MambaSlotAllocator`` as far as a free goes: ids 1..size, no state touched."""
+
+    def __init__(self, size: int) -> None:
+        self.free_slots = torch.arange(1, size + 1)
+
+    def alloc(self, n: int) -> torch.Tensor:
+        out, self.free_slots = self.free_slots[:n], self.free_slots[n:]
+        return out
+
+    def free(self, ids: torch.Tensor) -> None:
+        self.free_slots = torch.cat((self.free_slots, ids))
 
 
 class DisaggregationMode:

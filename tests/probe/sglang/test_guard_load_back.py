@@ -8,30 +8,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from tests.probe.sglang.fakes import SlotAllocator
 
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
-
-
-class _Allocator:
-    """0.5.23's ``MambaSlotAllocator`` as far as a free goes: ids 1..size, no state touched."""
-
-    def __init__(self, size: int) -> None:
-        self.free_slots = torch.arange(1, size + 1)
-
-    def alloc(self, n: int) -> torch.Tensor:
-        out, self.free_slots = self.free_slots[:n], self.free_slots[n:]
-        return out
-
-    def free(self, ids: torch.Tensor) -> None:
-        self.free_slots = torch.cat((self.free_slots, ids))
 
 
 class _Pool0523:
     """0.5.23's request pool as guard's Mamba paths see it."""
 
     def __init__(self) -> None:
-        self.mamba_allocator = _Allocator(8)
+        self.mamba_allocator = SlotAllocator(8)
         self.mamba_pool = SimpleNamespace(free=None)  # 0.5.23's MambaPool holds states only
 
 

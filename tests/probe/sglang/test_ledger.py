@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from tests.probe.sglang.fakes import BUSY
 
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.footprint import _one
@@ -24,17 +25,6 @@ from poolwatch.probe.sglang.shapes import SHAPES, HeldRule, Shape, shape_for_ver
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster
 from poolwatch_emulator.cluster_config import ClusterConfig
-from poolwatch_emulator.workload import WorkloadConfig
-
-BUSY = WorkloadConfig(
-    rate=30.0,
-    prompt_median=600,
-    output_median=200,
-    prefix_median=120,
-    burst_s=3.0,
-    gap_s=2.0,
-    abort_fraction=0.2,
-)
 
 
 def scratch(live: LiveSet, shape: Shape, page: int) -> tuple[int, int, int]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import Rank
+from tests.probe.sglang.fakes import BUSY, Rank
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool
@@ -35,7 +35,6 @@ from poolwatch.probe.sglang.waiting import WaitingHolders
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster
 from poolwatch_emulator.cluster_config import ClusterConfig
-from poolwatch_emulator.workload import WorkloadConfig
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,
@@ -45,15 +44,6 @@ CONFIG = ProbeConfig(
     release="0.5.4.post1",  # the fakes' attribute names
 )
 SHAPE = ModelShape(full_kv_tokens=3072, mamba_slots=48, max_running_requests=12, context_len=2048)
-BUSY = WorkloadConfig(  # KV runs out first, so requests wait holding the COW slot of their prefix hit
-    rate=30.0,
-    prompt_median=600,
-    output_median=200,
-    prefix_median=120,
-    burst_s=3.0,
-    gap_s=2.0,
-    abort_fraction=0.2,
-)
 
 
 class CountingQueue(list[Any]):

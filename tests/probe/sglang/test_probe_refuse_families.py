@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from tests.probe.sglang.fakes import SlotAllocator
 
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
@@ -117,23 +118,9 @@ def test_detach_gives_both_free_paths_back() -> None:
     assert "free" not in pool.mamba_pool.__dict__
 
 
-class _Allocator:
-    """0.5.23's ``MambaSlotAllocator`` as far as a free goes: ids 1..size, no state touched."""
-
-    def __init__(self, size: int) -> None:
-        self.free_slots = torch.arange(1, size + 1)
-
-    def alloc(self, n: int) -> torch.Tensor:
-        out, self.free_slots = self.free_slots[:n], self.free_slots[n:]
-        return out
-
-    def free(self, ids: torch.Tensor) -> None:
-        self.free_slots = torch.cat((self.free_slots, ids))
-
-
 class _Pool0523:
     def __init__(self) -> None:
-        self.mamba_allocator = _Allocator(8)
+        self.mamba_allocator = SlotAllocator(8)
         self.mamba_pool = SimpleNamespace(free=None)  # 0.5.23's MambaPool holds states only
 
     def free_mamba_cache(self, req: Any) -> None:
@@ -181,7 +168,7 @@ class _CheckpointPool:
     """0.5.23's ``MambaCheckpointPool`` as far as a free goes."""
 
     def __init__(self, size: int) -> None:
-        self.allocator = _Allocator(size)
+        self.allocator = SlotAllocator(size)
 
     def free(self, slots: torch.Tensor) -> None:
         self.allocator.free(slots)

@@ -92,7 +92,13 @@ class DetectorConfig:
         for given in self.families:
             if type(given) is kind:
                 return given
-        return kind()
+        default = _DEFAULTS.get(kind)
+        if not isinstance(default, kind):  # built (and range-checked) once, not at every snapshot
+            default = _DEFAULTS[kind] = kind()
+        return default
+
+
+_DEFAULTS: dict[type[Thresholds], Thresholds] = {}  # each family's default thresholds, a value each
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,7 +221,7 @@ class Engine:
         # a request still inside its prompt (a chunked prefill) samples nothing this step; in flight
         # (a batch queue) the scheduler says so itself
         if self.depth > 1:
-            sampled = [[] if self.sched.requests[rid].is_prefill_chunk else [token] for rid in ids]
+            sampled = [[] if _prefill_chunk(self.sched.requests[rid]) else [token] for rid in ids]
         else:
             done = [
                 self.sched.requests[rid].num_computed_tokens >= self.sched.requests[rid].num_tokens
@@ -256,6 +256,14 @@ class Engine:
         """At the step being run (counted from 1, as the look after the step that finished it)."""
         if self.timeline is not None:
             self.timeline.engine_said(self.steps + 1, assert_site(exc))
+
+
+def _prefill_chunk(req: Any) -> bool:
+    """Whether ``req``'s scheduled step is a chunk inside its prompt (it samples nothing): vLLM's
+    own flag, or on releases without it (0.10.2) the prompt not yet covered by the computed tokens,
+    which async scheduling advanced at ``schedule``."""
+    flag = getattr(req, "is_prefill_chunk", None)
+    return bool(flag) if flag is not None else bool(req.num_computed_tokens < req.num_prompt_tokens)
 
 
 def assert_site(exc: AssertionError) -> str:

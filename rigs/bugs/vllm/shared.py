@@ -32,15 +32,16 @@ def affected(release: str) -> bool:
     return not release.endswith(FIX_SUFFIX)
 
 
-def started(blocks: int, **engine: Any) -> tuple[Engine, Timeline]:
+def started(blocks: int, *, seconds_per_step: float = 0.1, **engine: Any) -> tuple[Engine, Timeline]:
     """vLLM's scheduler of this venv's release with the probe attached as deployed (guard off) --
     every hook sampling and every census due, so the timeline sees each step (deployed:
-    ``ProbeConfig.from_env``) -- and the timeline every step is recorded on."""
+    ``ProbeConfig.from_env``) -- and the timeline every step is recorded on, each step
+    ``seconds_per_step`` of its clock."""
     from poolwatch.probe.core.config import ProbeConfig
     from rigs.timeline import Timeline
     from rigs.vllm.engine import Engine
 
-    timeline = Timeline()
+    timeline = Timeline(seconds_per_step=seconds_per_step)
     e = Engine(blocks, timeline=timeline, **engine)
     e.attach(
         ProbeConfig(

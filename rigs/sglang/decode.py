@@ -147,9 +147,11 @@ class Offload:
         m.decode_host_mem_pool = SimpleNamespace(free=lambda idx: None)
         m.cache_controller, m.tp_group, m.tp_world_size = _CopyEngine(), None, 1
         m.ongoing_offload, m.ongoing_backup, m.offloaded_state = {}, {}, {}
+        m.offload_stride = 1  # (0.5.10+ offload a decoding request's KV in strides of this many tokens)
+        m.offload_inflight = {}  # (0.5.13: the offloads in flight, by request id)
         if self.release.decode_radix:  # per-request offload state, the incremental offload's stride
             m.offloaded_state, m.offload_inflight = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
-            m.offload_stride, m.kv_cache = 1, s.token_to_kv_pool_allocator.get_kvcache()
+            m.kv_cache = s.token_to_kv_pool_allocator.get_kvcache()
         s.decode_offload_manager = m
         prealloc = DecodePreallocQueue.__new__(DecodePreallocQueue)
         prealloc.req_to_token_pool, prealloc.token_to_kv_pool_allocator = (

@@ -1,7 +1,7 @@
 """The cache of a PD decode worker (radix cache disabled): no prefix sharing, evictable = 0; a
 finished request frees all of its KV, its row and its Mamba slot.
 
-``protected_size_`` as the release keeps it: 0.5.4 (to 0.5.5.post3) adds a request's prebuilt KV
+``protected_size_`` as the release keeps it: 0.5.4 (to 0.5.6) adds a request's prebuilt KV
 (``len(fill_ids) - len(prefix_indices)``) in ``cache_unfinished_req`` and takes
 ``len(prefix_indices)`` off in ``cache_finished_req``, and ``protected_size()`` reports it; from
 0.5.9 ``protected_size()`` is 0 and the counter is left alone (the decode offload still decrements

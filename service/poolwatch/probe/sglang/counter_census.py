@@ -30,21 +30,13 @@ from typing import Any
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.readings import CounterReading
 from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.sglang.nodes import tree_root
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import Shape
 
-__all__ = ["full_readings", "mamba_readings", "offload_pending", "tree_lock_counts", "tree_root"]
+__all__ = ["full_readings", "mamba_readings", "offload_pending", "tree_lock_counts"]
 
 _CHUNK_COUNTS_UNTIL = (0, 5, 9)  # a chunk cache's protected_size_ moves before this release only
-
-
-def tree_root(tree_cache: Any) -> Any:
-    """The tree's root node, or ``None``: a ChunkCache has none, and 0.5.23's unified tree raises
-    ``NotImplementedError`` on ``root_node`` (its nodes live in a Rust tree core)."""
-    try:
-        return getattr(tree_cache, "root_node", None)
-    except NotImplementedError:
-        return None
 
 
 def _len(value: Any) -> int:

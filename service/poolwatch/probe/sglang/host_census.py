@@ -62,6 +62,7 @@ from typing import Any
 
 from poolwatch.model.rank import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.reading import MISSING, Reading
+from poolwatch.probe.sglang.nodes import tree_root
 
 __all__ = [
     "HostReader",
@@ -103,7 +104,7 @@ def host_pool_of(sched: Any, reading: Reading) -> Any:
     if reading.attr(tree, "host_pool_group", optional=True) is not MISSING:
         return None  # 0.5.23's UnifiedRadixCache: :func:`unified_kv_host_pool_of`
     host = reading.attr(tree, "token_to_kv_pool_host", optional=True)
-    if host is MISSING or host is None or reading.attr(tree, "root_node", optional=True) is MISSING:
+    if host is MISSING or host is None or tree_root(tree) is None:
         return None
     return host
 

@@ -28,8 +28,9 @@ from typing import Any
 from poolwatch.model.rank import Pool
 from poolwatch.probe.census.proofs import Owners, PoolCensus, busy_lost, id_census
 from poolwatch.probe.core.reading import MISSING, Reading
-from poolwatch.probe.sglang.counter_census import mamba_readings, tree_root
+from poolwatch.probe.sglang.counter_census import mamba_readings
 from poolwatch.probe.sglang.footprint import mamba_slot_objects
+from poolwatch.probe.sglang.nodes import tree_root
 from poolwatch.probe.sglang.pool_terms import checkpoint_pool
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.sessions import mamba_ids

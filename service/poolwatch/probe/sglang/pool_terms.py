@@ -17,6 +17,7 @@ from typing import Any
 from poolwatch.model.rank import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import Holdings
+from poolwatch.probe.sglang.nodes import tree_root
 from poolwatch.probe.sglang.shapes import Shape
 
 __all__ = ["PoolKinds", "checkpoint_pool", "pool_kinds", "read_pools"]
@@ -132,7 +133,9 @@ def _full(
         evictable = lambda: _first(reading, sched, evict_paths)  # noqa: E731
     # a ChunkCache (PD decode, no tree) keeps its protected count in protected_size() alone: 0.5.4's
     # counts the prebuilt requests' KV there, and its full_protected_size() is the base class's 0
-    tree = reading.attr(sched, "tree_cache.root_node", optional=True) is not MISSING
+    # (0.5.23's unified tree raises NotImplementedError on root_node: a Rust core holds its nodes)
+    cache = reading.attr(sched, "tree_cache", optional=True)
+    tree = cache is not MISSING and tree_root(cache) is not None
     prot_paths = (
         ("tree_cache.full_protected_size", "tree_cache.protected_size")
         if hybrid and tree

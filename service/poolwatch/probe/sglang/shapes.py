@@ -113,9 +113,11 @@ _054 = Shape(
     has_ping_pong=False,
 )
 _0553 = replace(_054, family="0.5.5.post3", since=(0, 5, 5, 3), held_rule=HeldRule.ALLOCATED_PREFIX)
+# 0.5.6's ChunkCache moves a prebuilt request's KV to prefix_indices and protected_size_, and its
+# MambaRadixCache keeps the tree part there too: neither sets cache_protected_len
 _056 = replace(
     _0553, family="0.5.6", since=(0, 5, 6), held_rule=HeldRule.ALLOCATED_PROTECTED,
-    hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), prefix_trees=("MambaRadixCache",),
+    hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), prefix_trees=("MambaRadixCache", "ChunkCache"),
 )  # fmt: skip
 _059 = replace(
     _056, family="0.5.9", since=(0, 5, 9), mamba_first_id=1, row_pointer_cleared=True, hybrid_flags=_MODERN,

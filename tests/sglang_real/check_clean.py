@@ -1,0 +1,279 @@
+"""Long clean runs of one real SGLang release, judged by every detector as the sidecar deploys it:
+not one finding of the probe, not one alert of any family, and SGLang's own idle check passing at
+the end (issue 39: no false alarm on the clean long runs of every supported release).
+
+Run inside the release's venv (:meth:`rigs.venv.Venv.run`)::
+
+    python -m tests.sglang_real.check_clean 0.5.23 [WORKLOAD ...]
+
+:class:`rigs.sglang.driver.Driver` moves real ``Req`` objects through the release's own pools and
+tree for :data:`STEPS` loop turns of :data:`SECONDS_PER_STEP` each -- 1,000 s of engine time, past
+the stranded-hold bound (600 s) and every rule's wait.  The probe samples at every loop hook with
+every census due, on the engine's clock; every snapshot goes to a :class:`~rigs.timeline.Timeline`
+whose :class:`~poolwatch.detect.detector.Detector` carries the shipped thresholds.  The workloads:
+
+* ``clean_hybrid`` -- a full KV + Mamba rank: prompts sharing prefixes through the tree, long
+  prompts prefilled in chunks, decode, an abort every 23 turns, a retraction every 41 (from 0.5.9:
+  :func:`retracts`), the tree evicted whenever a step needs room (SGLang's allocation helpers'
+  order);
+* ``clean_pd_prefill`` -- a PD prefill rank: each prompt prefilled (long ones in chunks), its KV
+  sent while it waits a turn on the inflight queue, then released;
+* ``clean_pd_decode`` -- a dense PD decode rank (its chunk cache; from 0.5.20 its own radix tree):
+  each request's KV lands through SGLang's own pre-allocation, ``process_prebuilt`` runs it, it
+  decodes to its end and SGLang's own offload manager copies it to host and releases it (from
+  0.5.5.post3: the rig follows ``kv_allocated_len``).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from rigs.checks import report, run_all
+from rigs.sglang.driver import Driver
+from rigs.timeline import Timeline
+
+STEPS = 2000
+SECONDS_PER_STEP = 0.5  # a loop turn's wall time: 2,000 turns are 1,000 s of the detector's clock
+MAX_RUNNING = 8
+CHUNK = 16  # a prompt longer than this is prefilled in chunks of it
+PREFIXES = [[random.Random(p).randrange(10, 900) for _ in range(48)] for p in range(4)]
+
+
+class Traffic:
+    """The requests arriving at a rank: shared prefixes, some long enough to chunk."""
+
+    def __init__(self, d: Driver) -> None:
+        self.d, self.rng, self.arrived, self.aborted, self.retracted = d, random.Random(7), 0, 0, 0
+
+    def arrive(self) -> Any:
+        rng = self.rng
+        shared = PREFIXES[rng.randrange(len(PREFIXES))][: rng.choice((8, 16, 32, 48))]
+        ids = shared + [rng.randrange(10, 900) for _ in range(rng.randrange(1, 24))]
+        self.arrived += 1
+        return self.d.arrive(f"r{self.arrived}", ids, max_new=rng.randrange(2, 24))
+
+    def figures(self) -> dict[str, int]:
+        return {"arrived": self.arrived, "aborted": self.aborted, "retracted": self.retracted}
+
+
+def started(version: str, mode: str, **rank: Any) -> tuple[Driver, Timeline]:
+    """A rank of ``version`` in ``mode`` with the probe attached as deployed, on the engine's clock
+    (``rank``: :meth:`Driver.new`'s sizes and options)."""
+    timeline = Timeline(seconds_per_step=SECONDS_PER_STEP)
+    d = Driver(version, timeline=timeline)
+    d.new(mode, **rank)
+    d.engine_clock()
+    return d, timeline
+
+
+def prefill_turn(d: Driver) -> Any:
+    """A prefill turn in the scheduler's order: the chunked request's boundary and next chunk, or
+    the next waiting request (a long one chunked).  The request whose prompt is done now, or None
+    (a chunk of it still to come; a prompt whose prefix the tree held may be done in one chunk)."""
+    s = d.sched
+    if s.chunked_req is not None:
+        req = s.chunked_req
+        d.chunk_boundary()
+    else:
+        req = s.waiting_queue.pop(0)
+    long = len(req.origin_input_ids) > 2 * CHUNK or req is s.chunked_req
+    batch = d.prefill([req], chunk=CHUNK if long else None)
+    if s.chunked_req is req:
+        return None
+    d.prefill_done(batch)
+    return req
+
+
+def retracts(version: str) -> bool:
+    """Whether a retracted request runs again on the release's Mamba rank.  Up to 0.5.6 (the rows'
+    ``alloc(n, reqs)`` API) the tree frees a retracted request's row by index and
+    ``reset_for_retract`` leaves the index set, so its tree's copy-on-write match asserts that the
+    re-admitted request has none (``assert req.req_pool_idx is None``); from 0.5.9 the row's
+    ``free(req)`` clears it."""
+    from rigs.sglang.releases import release
+
+    return not release(version).legacy
+
+
+def hybrid(version: str) -> tuple[Timeline, dict[str, Any]]:
+    d, timeline = started(version, "null", kv=2048, mamba=48, rows=32, context=512)
+    s, traffic = d.sched, Traffic(d)
+    for turn in range(STEPS):
+        if turn % 3 == 0:
+            s.waiting_queue.append(traffic.arrive())
+        running = s.running_batch.reqs
+        if s.chunked_req is not None or (s.waiting_queue and len(running) < MAX_RUNNING):
+            prefill_turn(d)
+        elif running:
+            d.decode()
+            for req in [r for r in running if len(r.output_ids) >= r.sampling_params.max_new_tokens]:
+                d.finish(req)
+        if turn % 23 == 11 and len(running) > 1:
+            d.finish(running[-1], abort=True)
+            traffic.aborted += 1
+        if turn % 41 == 20 and len(running) > 1 and retracts(version):
+            d.retract(running[0])
+            traffic.retracted += 1
+        d.loop()
+    return drained(d, timeline, traffic)
+
+
+def pd_prefill(version: str) -> tuple[Timeline, dict[str, Any]]:
+    d, timeline = started(version, "prefill", kv=2048, mamba=48, rows=32, context=512)
+    s, traffic = d.sched, Traffic(d)
+    for turn in range(STEPS):
+        if turn % 2 == 0:
+            s.waiting_queue.append(traffic.arrive())
+        done = prefill_turn(d) if s.chunked_req is not None or s.waiting_queue else None
+        if done is None:
+            d.loop()
+            continue
+        s.running_batch.reqs.remove(done)  # a prefill rank runs no decode: the prompt's KV is sent
+        d.send(done)  # (one loop turn on the inflight queue, then the release)
+    return drained(d, timeline, traffic, sends=True)
+
+
+def decode_rank(version: str) -> dict[str, Any]:
+    """A dense PD decode rank with SGLang's offload of finished requests to host: its chunk cache,
+    or from 0.5.20 its own radix tree (``--disaggregation-decode-enable-radix-cache``)."""
+    from rigs.sglang.releases import release
+    from rigs.sglang.server_args import DENSE
+
+    server: dict[str, Any] = {
+        "disaggregation_mode": "decode",
+        "disaggregation_decode_enable_offload_kvcache": True,
+    }
+    if not release(version).decode_radix:
+        return {"dense": "chunk", "server": server}
+    server.update(
+        model_path=str(DENSE),
+        disaggregation_transfer_backend="nixl",
+        disaggregation_decode_enable_radix_cache=True,
+        hicache_storage_backend="file",
+    )
+    return {"dense": "radix", "server": server}
+
+
+class Unsupported(Exception):
+    """The rig cannot drive the workload on this release (said, with the reason, as skipped)."""
+
+
+def room(d: Driver, tokens: int) -> None:
+    """A dense decode rank's allocation helper: its tree evicted until ``tokens`` KV slots are free
+    (a chunk cache has nothing to evict: its slots come back as the offloads complete)."""
+    tree, short = d.sched.tree_cache, tokens - d.sched.token_to_kv_pool_allocator.available_size()
+    if short <= 0 or not hasattr(tree, "evict"):
+        return
+    if d.release.evict_params:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        tree.evict(EvictParams(num_tokens=short))
+    else:
+        tree.evict(short)
+
+
+def pd_decode(version: str) -> tuple[Timeline, dict[str, Any]]:
+    from rigs.sglang.releases import release
+
+    if not release(version).kv_lens:
+        raise Unsupported(
+            "the rig's decode rank follows kv_allocated_len, which SGLang keeps from 0.5.5.post3"
+        )
+    d, timeline = started(
+        version, "decode", kv=2048, rows=32, context=512, pre_alloc=8, **decode_rank(version)
+    )
+    d.open_offload()
+    s, traffic = d.sched, Traffic(d)
+    landing: list[Any] = []
+    for turn in range(STEPS):
+        if landing:
+            d.prebuilt(landing)  # last turn's transfers done: they run
+            landing = []
+        if turn % 3 == 0 and len(s.running_batch.reqs) < MAX_RUNNING:
+            req = traffic.arrive()
+            req.output_ids.append(5)  # the first token, sampled by the prefill rank
+            d.transferred(req)
+            landing = [req]
+        room(d, len(s.running_batch.reqs))
+        for req in list(s.running_batch.reqs):
+            d.decode_one(req)
+        if turn % 2:
+            d.offload_done()
+        d.loop()
+    if landing:
+        d.prebuilt(landing)
+    while s.running_batch.reqs:
+        room(d, len(s.running_batch.reqs))
+        for req in list(s.running_batch.reqs):
+            d.decode_one(req)
+        d.loop()
+    d.offload_done()
+    return drained(d, timeline, traffic)
+
+
+def drained(
+    d: Driver, timeline: Timeline, traffic: Traffic, *, sends: bool = False
+) -> tuple[Timeline, dict[str, Any]]:
+    """Every request finished (``sends``: a prefill rank's, sent), the rank idle a few turns,
+    SGLang's own idle check run."""
+    s = d.sched
+    while s.chunked_req is not None or s.waiting_queue or s.running_batch.reqs:
+        if s.chunked_req is not None or s.waiting_queue:
+            done = prefill_turn(d)
+            if done is not None and sends:
+                s.running_batch.reqs.remove(done)
+                d.send(done)
+                continue
+        else:
+            d.decode()
+            for req in [
+                r for r in s.running_batch.reqs if len(r.output_ids) >= r.sampling_params.max_new_tokens
+            ]:
+                d.finish(req)
+        d.loop()
+    s.last_batch = None
+    for _ in range(3):
+        d.loop()
+    own = ""
+    try:
+        d.strict_check()
+    except ValueError as exc:
+        own = str(exc)[:300]
+    return timeline, {"turns": d.steps, **traffic.figures(), "sglang_idle_check": own or "passed"}
+
+
+WORKLOADS: dict[str, Callable[[str], tuple[Timeline, dict[str, Any]]]] = {
+    "clean_hybrid": hybrid,
+    "clean_pd_prefill": pd_prefill,
+    "clean_pd_decode": pd_decode,
+}
+
+
+def check(name: str, version: str) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            timeline, ran = WORKLOADS[name](version)
+        except Unsupported as exc:
+            report(name, True, {"skipped": str(exc)})
+            return
+        row = timeline.row()
+        quiet = row["finding"] is None and row["alerts"] == {} and ran["sglang_idle_check"] == "passed"
+        report(
+            name,
+            quiet and timeline.snapshots > STEPS,
+            {**ran, "snapshots": timeline.snapshots, "finding": row["finding"], "alerts": row["alerts"]},
+        )
+
+    return run
+
+
+def main() -> int:
+    version, wanted = sys.argv[1], sys.argv[2:]
+    return run_all([(name, check(name, version)) for name in WORKLOADS], wanted)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from rigs.sglang.driver import Driver
-from rigs.sglang.pd_prefill import PrefillLoop, _copy, _result
+from rigs.sglang.pd_prefill import PrefillLoop, launched
 
 __all__ = ["PipelineLoop"]
 
@@ -52,7 +52,7 @@ class PipelineLoop(PrefillLoop):
         s.process_prefill_chunk(last_batch=s.last_batch, running_batch=s.running_batch)
         batch = self._next_batch()
         s.mbs[mb], s.running_mbs[mb] = batch, s.running_batch
-        self.results[mb] = (_copy(batch), _result(batch)) if batch is not None else None
+        self.results[mb] = launched(batch) if batch is not None else None
         if s.mbs[nxt] is not None:  # the next slot's batch, launched a turn earlier
             done, result = self.results[nxt]
             self.results[nxt] = None

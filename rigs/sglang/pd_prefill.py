@@ -6,6 +6,8 @@ the order of its ``event_loop_overlap_disagg_prefill``: a turn receives (aborts 
 the waiting queue's bootstrap, ends the previous chunk (``process_prefill_chunk``: the chunk to the
 tree, the bootstrap check, an optimistic request's yield), launches the next batch, then processes
 the *previous* batch's result (``process_batch_result_disagg_prefill``) and polls the inflight queue.
+A request arrives bootstrapped, or optimistically (its decode side still bootstrapping: the chunk
+step's bootstrap check, the yield and the requeue are the release's own).
 What is stood in for is what SGLang's own CPU tests of this path stand in for: the forward (a
 result of one sampled token per request), the cross-rank poll reduction (each sender's own poll),
 the KV sender (:class:`Sender`, scripted: it reports what the test says the decode side did), the
@@ -21,7 +23,7 @@ from typing import Any
 from rigs.sglang.driver import Driver
 from rigs.sglang.rank import Batch
 
-__all__ = ["PrefillLoop", "Sender"]
+__all__ = ["PrefillLoop", "Sender", "launched"]
 
 # the release's own methods the loop runs, where the release has them (bound on the rank's class)
 _PREFILL = (
@@ -157,7 +159,7 @@ class PrefillLoop:
         s.process_prefill_chunk(last_batch=s.last_batch, running_batch=s.running_batch)
         batch = self._next_batch()
         if batch is not None:
-            s.result_queue.append((_copy(batch), _result(batch)))
+            s.result_queue.append(launched(batch))
         if s.last_batch is not None:  # the previous batch's result, a turn late
             done, result = s.result_queue.pop(0)
             s.process_batch_result_disagg_prefill(done, result)
@@ -240,6 +242,11 @@ def _extend() -> Any:
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     return ForwardMode.EXTEND
+
+
+def launched(batch: Batch) -> tuple[Batch, Any]:
+    """What a launch leaves for the result path: ``batch.copy()`` and the forward's result."""
+    return _copy(batch), _result(batch)
 
 
 def _copy(batch: Batch) -> Batch:

@@ -18,8 +18,9 @@ inflight-queue handling, on a Mamba hybrid rank, in three loops (:mod:`.pd_windo
 checked for the wrong act: an aborted request whose last result was processed, still holding KV or
 a Mamba slot, owned by no scheduler list or pending batch; SGLang's own idle check closes each):
 
-* ``event_loop_overlap_disagg_prefill`` on the Mamba tree (the flags resolve optimistic prefill to
-  0 attempts): ``AbortReq`` with the final result pending, with a middle one pending, and a decode
+* ``event_loop_overlap_disagg_prefill`` on the Mamba tree with the extra buffer (a request holds its
+  state and two ping-pong slots, the three states of the PR's report; the flags resolve optimistic
+  prefill to 0 attempts): ``AbortReq`` with the final result pending, with a middle one pending, and a decode
   side failing with a middle one pending;
 * the same loop with ``--disable-radix-cache`` (SGLang's ``ChunkCache``), where the flags leave
   optimistic prefill on (2 attempts): the decode side failing with a middle result pending, a yield
@@ -36,16 +37,20 @@ and on 0.5.19 every way a chunked request stops early releases it first: the def
 at the top of the next overlap turn, the chunk step's bootstrap check (``handle_bootstrap_failure``),
 the yield's deferred release in the same turn as its pending result (no ``AbortReq`` can land
 between them, so the PR's requeue of an aborted optimistic request never runs).  The pipeline loop
-never runs the deferred chunked abort at all: the aborted request is prefilled to its end (3 KV
-sends after the abort on 0.5.19, 2 on 0.5.20), so it is still chunking at every middle result.  A
+never runs the deferred chunked abort at all: the aborted request is prefilled to its end, its
+middle chunks' KV still sent (and on 0.5.19 its final chunk's: 3 sends after the abort, 2 on
+0.5.20), so it is still chunking at every middle result.  A
 final result is always put on the inflight queue, which releases the request when its sender
 concludes -- the aborted decode side failing it, or its bootstrap timeout -- so 0.5.19 holds an
 aborted request 2 to 3 turns past its result where 0.5.20 releases it at once
 (``*_held_turns``), the probe showing the hold meanwhile as an aborted owner of a ``kv_send`` hold.
-The permanent loss the PR reports needs an optimistic request on a Mamba tree, which 0.5.19's flags
-refuse, or an abort source 0.5.19's PD prefill does not have.  On CPU the Mamba tree runs without
-the extra buffer (its ping-pong slots need a GPU kernel): it changes how many slots a request holds,
-not which path frees them.
+The PR's CPU tests set their state up directly (a request already aborted when its result arrives)
+instead of reaching it through a loop; its production deficit was on a Mamba extra-buffer tree,
+where 0.5.19's flags turn optimistic prefill off; the abort source #36988 names (a VLM encoder
+failure after the allocations) has no site in 0.5.19's or 0.5.20's PD prefill, whose only encoder
+abort drops requests still waiting for their embeddings.  (No model runs: the extra buffer's
+pools and tree are SGLang's own; its flags would refuse the strategy on a CPU, so the published
+flags keep ``no_buffer``.)
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ def run(release: str) -> dict[str, Any]:
     for name, server in LOOPS.items():
         timeline = Timeline()
         d = Driver(release, timeline=timeline)
-        # the overlap loop's Mamba tree with the extra buffer (what overlap selects on a GPU)
+        # the overlap loop's Mamba tree with the extra buffer (what the overlap scheduler selects)
         d.new("prefill", kv=512, mamba=16, rows=8, context=512, extra_buffer=name == "overlap", server=server)
         extra |= _drive(name, d)
         idle(d)  # SGLang's own idle check (raises, recorded, on a slot nobody owns)

@@ -6,6 +6,8 @@ the order of its ``event_loop_overlap_disagg_prefill``: a turn receives (aborts 
 the waiting queue's bootstrap, ends the previous chunk (``process_prefill_chunk``: the chunk to the
 tree, the bootstrap check, an optimistic request's yield), launches the next batch, then processes
 the *previous* batch's result (``process_batch_result_disagg_prefill``) and polls the inflight queue.
+A request arrives bootstrapped, or optimistically (its decode side still bootstrapping: the chunk
+step's bootstrap check, the yield and the requeue are the release's own).
 What is stood in for is what SGLang's own CPU tests of this path stand in for: the forward (a
 result of one sampled token per request), the cross-rank poll reduction (each sender's own poll),
 the KV sender (:class:`Sender`, scripted: it reports what the test says the decode side did), the
@@ -21,7 +23,7 @@ from typing import Any
 from rigs.sglang.driver import Driver
 from rigs.sglang.rank import Batch
 
-__all__ = ["PrefillLoop", "Sender"]
+__all__ = ["PrefillLoop", "Sender", "launched"]
 
 # the release's own methods the loop runs, where the release has them (bound on the rank's class)
 _PREFILL = (
@@ -89,15 +91,21 @@ def _bind(cls: type) -> None:
 
 class PrefillLoop:
     """``d``'s PD prefill rank (made with :meth:`Driver.new` in mode ``prefill``) turning as the
-    release's overlap loop turns, ``chunk`` tokens a prefill chunk."""
+    release's overlap loop turns, ``chunk`` tokens a prefill chunk; ``radix=False``: the rank runs
+    with ``--disable-radix-cache`` (SGLang's ``ChunkCache`` over the same pools, the Mamba slot freed
+    with the request)."""
 
-    def __init__(self, d: Driver, chunk: int) -> None:
+    pp_size = 1
+
+    def __init__(self, d: Driver, chunk: int, *, radix: bool = True) -> None:
         from sglang.srt.disaggregation.utils import ReqToMetadataIdxAllocator
 
         self.d, self.chunk = d, chunk
         self.arrived: list[Any] = []
         s = self.sched = d.sched
         _bind(type(s))
+        if not radix:
+            s.tree_cache = _chunk_cache(s)
         d.open_admission()  # abort_request's queues and its reply to the tokenizer
         s.enable_overlap, s.result_queue = True, []
         s.disagg_prefill_pending_chunk_rids = set()
@@ -110,26 +118,29 @@ class PrefillLoop:
         )
         s.metrics_reporter = SimpleNamespace(enable_metrics=False, report_prefill_stats=lambda **_: None)
         s.spec_algorithm = SimpleNamespace(is_eagle=lambda: False)
-        s.ps = SimpleNamespace(pp_size=1, tp_rank=0, pp_rank=0)
+        s.ps = SimpleNamespace(pp_size=self.pp_size, tp_rank=0, pp_rank=0)
         s.attn_cp_cpu_group = s.attn_tp_cpu_group = s.mm_receiver = s.scheduler_stage_metrics = None
         s.beam_coordinator = SimpleNamespace(retire_group=lambda _: None)
         s.maybe_send_health_check_signal = lambda: None
         s._pending_chunked_abort_req = None
+        s.processed_tokens_counter = 0  # (0.5.20: a requeued request's arrival mark)
         _poll_each_sender()
 
-    def arrive(self, rid: str, tokens: int) -> Any:
-        """A request popped from the bootstrap queue into the waiting queue, bootstrapped (SGLang's
-        optimistic prefill, before the decode side bootstraps, is off by default, and off for a
-        model on its Mamba tree), its metadata buffer taken."""
+    def arrive(self, rid: str, tokens: int, *, optimistic: bool = False) -> Any:
+        """A request popped from the bootstrap queue into the waiting queue, its metadata buffer
+        taken: bootstrapped, or (``optimistic``: SGLang's optimistic prefill, where the release's
+        flags leave it on) popped while its decode side is still bootstrapping, its first attempt."""
         from sglang.srt.disaggregation.base import KVPoll
 
         first = 1000 * (len(self.arrived) + 1)  # no two requests share a prefix
         req = self.d.arrive(rid, list(range(first, first + tokens)))
         self.arrived.append(req)
         req.bootstrap_host, req.bootstrap_room = "decode", len(self.arrived)
-        req.disagg_kv_sender = Sender(KVPoll.WaitingForInput)
+        req.disagg_kv_sender = Sender(KVPoll.Bootstrapping if optimistic else KVPoll.WaitingForInput)
         req.metadata_buffer_index = self.sched.req_to_metadata_buffer_idx_allocator.alloc()
-        req.pending_bootstrap = False
+        req.pending_bootstrap = optimistic
+        if optimistic:
+            req.prefill_attempt_count += 1  # as pop_bootstrapped counts it
         self.sched.waiting_queue.append(req)
         return req
 
@@ -148,7 +159,7 @@ class PrefillLoop:
         s.process_prefill_chunk(last_batch=s.last_batch, running_batch=s.running_batch)
         batch = self._next_batch()
         if batch is not None:
-            s.result_queue.append((_copy(batch), _result(batch)))
+            s.result_queue.append(launched(batch))
         if s.last_batch is not None:  # the previous batch's result, a turn late
             done, result = s.result_queue.pop(0)
             s.process_batch_result_disagg_prefill(done, result)
@@ -159,6 +170,10 @@ class PrefillLoop:
         """Anything still in flight or queued (SGLang's idle check waits for none)."""
         s = self.sched
         return bool(s.last_batch or s.result_queue or s.chunked_req or s.disagg_prefill_inflight_queue)
+
+    def pending(self) -> list[Any]:
+        """The requests of the batches whose results are still to be processed."""
+        return [r for b, _ in self.sched.result_queue for r in b.reqs]
 
     def _next_batch(self) -> Batch | None:
         """The batch builder's pick: the chunked request's next chunk, else the first waiting
@@ -199,6 +214,17 @@ class PrefillLoop:
             req.inflight_middle_chunks += 1
 
 
+def _chunk_cache(s: Any) -> Any:
+    """SGLang's tree with ``--disable-radix-cache``: its ``ChunkCache`` over the rank's pools."""
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.chunk_cache import ChunkCache
+
+    pool, alloc = s.req_to_token_pool, s.token_to_kv_pool_allocator
+    return ChunkCache(
+        CacheInitParams(disable=True, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1)
+    )
+
+
 def _finalized(req: Any) -> bool:
     """The bootstrap queue's hand-over of a bootstrapped request (its sender's init)."""
     req.pending_bootstrap = False
@@ -216,6 +242,11 @@ def _extend() -> Any:
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     return ForwardMode.EXTEND
+
+
+def launched(batch: Batch) -> tuple[Batch, Any]:
+    """What a launch leaves for the result path: ``batch.copy()`` and the forward's result."""
+    return _copy(batch), _result(batch)
 
 
 def _copy(batch: Batch) -> Batch:

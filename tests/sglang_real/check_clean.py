@@ -9,7 +9,8 @@ Run inside the release's venv (:meth:`rigs.venv.Venv.run`)::
 :class:`rigs.sglang.driver.Driver` moves real ``Req`` objects through the release's own pools and
 tree for :data:`STEPS` loop turns of :data:`SECONDS_PER_STEP` each -- 1,000 s of engine time, past
 the stranded-hold bound (600 s) and every rule's wait.  The probe samples at every loop hook with
-every census due, on the engine's clock; every snapshot goes to a :class:`~rigs.timeline.Timeline`
+every census due, on the engine's clock, guard on where the release is guarded (a refused healthy
+free is a finding); every snapshot goes to a :class:`~rigs.timeline.Timeline`
 whose :class:`~poolwatch.detect.detector.Detector` carries the shipped thresholds.  The workloads:
 
 * ``clean_hybrid`` -- a full KV + Mamba rank: prompts sharing prefixes through the tree, long
@@ -59,12 +60,20 @@ class Traffic:
         return {"arrived": self.arrived, "aborted": self.aborted, "retracted": self.retracted}
 
 
+def guarded(version: str) -> bool:
+    """Guard is on where the release's free paths are guarded: a healthy free it refused would be
+    a finding (0 refusals on clean runs)."""
+    from poolwatch.probe.sglang.shapes import shape_for_version
+
+    return shape_for_version(version).guarded
+
+
 def started(version: str, mode: str, **rank: Any) -> tuple[Driver, Timeline]:
     """A rank of ``version`` in ``mode`` with the probe attached as deployed, on the engine's clock
     (``rank``: :meth:`Driver.new`'s sizes and options)."""
     timeline = Timeline(seconds_per_step=SECONDS_PER_STEP)
     d = Driver(version, timeline=timeline)
-    d.new(mode, **rank)
+    d.new(mode, guard=guarded(version), **rank)
     d.engine_clock()
     return d, timeline
 
@@ -242,7 +251,8 @@ def drained(
         d.strict_check()
     except ValueError as exc:
         own = str(exc)[:300]
-    return timeline, {"turns": d.steps, **traffic.figures(), "sglang_idle_check": own or "passed"}
+    figures = {"turns": d.steps, **traffic.figures(), "guard": guarded(d.release.version)}
+    return timeline, {**figures, "sglang_idle_check": own or "passed"}
 
 
 WORKLOADS: dict[str, Callable[[str], tuple[Timeline, dict[str, Any]]]] = {

@@ -10,7 +10,8 @@ Each workload steps vLLM's own ``Scheduler`` (:class:`rigs.vllm.engine.Engine`) 
 :data:`STEPS` engine steps of :data:`SECONDS_PER_STEP` each -- 1,000 s of engine time, beyond the
 stranded-hold bound (600 s) and every rule's wait -- with shared prefixes, chunked prefills, a
 steady stream of arrivals and an abort every 23 steps, then drains it and takes a final look with a
-census.  The probe samples at every hook with every census due; every snapshot goes to a
+census.  The probe samples at every hook with every census due, once with guard off and once on
+(``_guarded``: a refused healthy free is a finding); every snapshot goes to a
 :class:`~rigs.timeline.Timeline`, whose :class:`~poolwatch.detect.detector.Detector` carries the
 shipped thresholds.  The workloads: the plain pool, a pool small enough to preempt, full + Mamba
 (align mode), async scheduling (two steps in flight), async speculative decoding (two n-gram
@@ -102,11 +103,12 @@ class Traffic:
         return done
 
 
-def drive(work: Workload) -> tuple[Timeline, dict[str, Any]]:
-    """``work`` for :data:`STEPS` steps, drained, and a final look with a census."""
+def drive(work: Workload, guard: bool) -> tuple[Timeline, dict[str, Any]]:
+    """``work`` for :data:`STEPS` steps (``guard``: guard on), drained, and a final look with a
+    census."""
     from rigs.bugs.vllm.shared import started
 
-    e, timeline = started(seconds_per_step=SECONDS_PER_STEP, **work.engine)
+    e, timeline = started(seconds_per_step=SECONDS_PER_STEP, guard=guard, **work.engine)
     traffic, preempted = Traffic(work.side), set[str]()
     traffic.feed(e, 24)
     for i in range(STEPS):
@@ -150,28 +152,34 @@ def _probe(e: Any) -> Any:
     return probe
 
 
-def check(work: Workload) -> None:
-    """One workload: no finding, no alert of any family, the run drained."""
-    timeline, ran = drive(work)
+def check(work: Workload, guard: bool) -> None:
+    """One workload: no finding (with guard on: no refusal either), no alert of any family, the
+    run drained."""
+    timeline, ran = drive(work, guard)
     row = timeline.row()
     quiet = row["finding"] is None and row["alerts"] == {} and timeline.engine is None
     report(
-        work.name,
+        name(work, guard),
         quiet and ran["left"] == 0 and timeline.snapshots > STEPS,
         {**ran, "snapshots": timeline.snapshots, "finding": row["finding"], "alerts": row["alerts"]},
     )
 
 
-def guarded(work: Workload) -> Callable[[], None]:
-    """``check(work)``, with a release that cannot build the workload's engine said plainly."""
+def name(work: Workload, guard: bool) -> str:
+    """The check's name: the workload's, ``_guarded`` with guard on."""
+    return work.name + ("_guarded" if guard else "")
+
+
+def buildable(work: Workload, guard: bool) -> Callable[[], None]:
+    """``check(work, guard)``, with a release that cannot build the workload's engine said plainly."""
 
     def run() -> None:
         try:
             _buildable(work)
         except Exception as exc:  # the release's own error, said as it is
-            report(work.name, True, {"skipped": f"{type(exc).__name__}: {exc}"[:300]})
+            report(name(work, guard), True, {"skipped": f"{type(exc).__name__}: {exc}"[:300]})
             return
-        check(work)
+        check(work, guard)
 
     return run
 
@@ -183,7 +191,8 @@ def _buildable(work: Workload) -> None:
 
 
 def main() -> int:
-    return run_all([(w.name, guarded(w)) for w in WORKLOADS], sys.argv[1:])
+    runs = [(name(w, guard), buildable(w, guard)) for guard in (False, True) for w in WORKLOADS]
+    return run_all(runs, sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 workload of ``check_clean.py`` -- prefix caching with aborts, preemption, full + Mamba, async
 scheduling, async speculative decoding, and both sides of P/D over vLLM's own NIXL connector --
 runs 2,000 engine steps (1,000 s of the detector's clock) on the release's own scheduler with the
-probe sampling at every hook, and neither the probe nor any detector family says anything."""
+probe sampling at every hook, guard off and on, and neither the probe (nor guard, refusing) nor any
+detector family says anything."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from rigs.vllm.releases import Tier, release, tier
 from tests.tiers import passed
 
-WORKLOADS = {
+_RUNS = {
     "clean_prefix_aborts",
     "clean_preempting",
     "clean_hybrid",
@@ -20,8 +21,9 @@ WORKLOADS = {
     "clean_pd_decode",
     "clean_pd_prefill",
 }
+WORKLOADS = _RUNS | {f"{w}_guarded" for w in _RUNS}  # guard off, and on (no refusal either)
 # what every release of the tier has: these may not be skipped (0.10.2 has no async speculative decoding)
-ALWAYS = WORKLOADS - {"clean_spec_decode"}
+ALWAYS = WORKLOADS - {"clean_spec_decode", "clean_spec_decode_guarded"}
 
 
 @pytest.mark.vllm

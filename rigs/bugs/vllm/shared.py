@@ -32,10 +32,12 @@ def affected(release: str) -> bool:
     return not release.endswith(FIX_SUFFIX)
 
 
-def started(blocks: int, *, seconds_per_step: float = 0.1, **engine: Any) -> tuple[Engine, Timeline]:
-    """vLLM's scheduler of this venv's release with the probe attached as deployed (guard off) --
-    every hook sampling and every census due, so the timeline sees each step (deployed:
-    ``ProbeConfig.from_env``) -- and the timeline every step is recorded on, each step
+def started(
+    blocks: int, *, seconds_per_step: float = 0.1, guard: bool = False, **engine: Any
+) -> tuple[Engine, Timeline]:
+    """vLLM's scheduler of this venv's release with the probe attached as deployed (guard off
+    unless ``guard``) -- every hook sampling and every census due, so the timeline sees each step
+    (deployed: ``ProbeConfig.from_env``) -- and the timeline every step is recorded on, each step
     ``seconds_per_step`` of its clock."""
     from poolwatch.probe.core.config import ProbeConfig
     from rigs.timeline import Timeline
@@ -51,6 +53,7 @@ def started(blocks: int, *, seconds_per_step: float = 0.1, **engine: Any) -> tup
             idle_kv_census_gap_s=0.0,
             serve=False,
             directory="/nonexistent-poolwatch-dir",
+            guard=guard,
         )
     )
     return e, timeline

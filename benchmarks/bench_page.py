@@ -6,7 +6,7 @@ starts (and with its helpers): one sidecar per pod with the environment and argu
 rendered PD example (:mod:`rigs.stack.deployed`), real Prometheus with the rendered rules and
 PodMonitor scrape, real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its
 templates, every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder.  The
-emulated cluster is ``bench_detection.cases()``'s deployment of the fault class (the fault strikes
+emulated cluster is ``detection_cases.cases()``'s deployment of the fault class (the fault strikes
 at step 40; traffic at 0.5x, 1x, 2x its rate; ``--seed``-th run seeded ``seed + i``), run in a child
 process (``page_cluster.py``) at ``--time-scale`` simulated seconds per wall second with the probe
 on every rank; a unified worker gets the prefill pod's sidecar configuration (the PD example has no
@@ -53,7 +53,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_detection import Case, cases  # benchmarks/ (this script's directory is on sys.path)
+from detection_cases import Case, cases  # benchmarks/ (this script's directory is on sys.path)
 from page_cluster import STARTUP
 from page_figures import retried
 from page_runs import (

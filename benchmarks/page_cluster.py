@@ -1,7 +1,7 @@
 """bench_page's child process: the emulated cluster the fault strikes, with a probe on every rank.
 
 ``python benchmarks/page_cluster.py SPEC`` (``SPEC`` a JSON object :func:`bench_page.one_run`
-writes): builds ``bench_detection.cases()``'s deployment of the case, the fault at step 40 after
+writes): builds ``detection_cases.cases()``'s deployment of the case, the fault at step 40 after
 ``warm_steps`` more, serves each worker's ``/metrics`` and attaches the probes, says ``probes:
 ready``, waits for the parent's ``go`` file and runs at ``time_scale``.  It prints one JSON line
 per event, stamped with the wall clock: ``fault`` the moment the fault strikes (a hook on the rank's
@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_detection import cases  # benchmarks/ (this script's directory is on sys.path)
+from detection_cases import cases  # benchmarks/ (this script's directory is on sys.path)
 
 from poolwatch.probe.lifecycle import probe_of
 from poolwatch_emulator import Cluster, WorkerServer, attach_probes, parse_fault

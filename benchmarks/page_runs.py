@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_detection import SIGN  # benchmarks/ (this script's directory is on sys.path)
+from detection_cases import SIGN  # benchmarks/ (this script's directory is on sys.path)
 from page_cluster import STARTUP
 from page_figures import pct, spread
 

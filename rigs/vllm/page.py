@@ -10,14 +10,14 @@ CPU server (:mod:`rigs.vllm.server`) with that container's poolwatch environment
 switches, its directory, the worker's name); vLLM's output is the file the container's ``tee``
 writes (the sidecar's ``POOLWATCH_LOG_PATHS``).
 
-Then the clients of :mod:`rigs.vllm.load` send completions (each prompt its own, no prefix
-shared) and, after ``warm`` seconds, one of them the request the fault plugin frees twice.  vLLM 0.32 puts that
-request's last, uncached block at the front of the free queue at the first free, so the next
-allocation that reaches it -- a request already waiting, or at the latest the fault's client's
-next one -- pops it at ``ref_cnt == -1`` and EngineCore dies on ``assert block.ref_cnt == 0``: the
-clients go on until it does.  The times come from vLLM's side: the fault (just before the second
-free) and EngineCore's "fatal error" record as the fault plugin stamps them in the server's log,
-and EngineCore's exit (its ``/proc`` entry, looked at every 5 ms).  The page is the first webhook
+Then the clients of :mod:`rigs.vllm.load` send completions (each prompt its own, no prefix shared)
+and, after ``warm`` seconds, one of them the request the fault plugin frees twice. vLLM 0.32 puts
+that request's last, uncached block at the front of the free queue at the first free, so the next
+allocation that reaches it -- a request already waiting, or at the latest the fault's client's next
+one -- pops it at ``ref_cnt == -1`` and EngineCore dies on ``assert block.ref_cnt == 0``: the
+clients go on until it does. The times come from vLLM's side: the fault (just before the second
+free) and EngineCore's "fatal error" record as the fault plugin stamps them in the server's log, and
+EngineCore's exit (its ``/proc`` entry, looked at every 5 ms). The page is the first webhook
 notification of PoolwatchDoubleFree firing for the pod's ``full`` pool, its text the first Slack
 message naming the pod, the pool, the rank and exactly the ids freed twice.
 """

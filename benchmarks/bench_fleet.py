@@ -42,7 +42,8 @@ REPO = HERE.parent
 BASELINE = "53ccbcc"  # main when issue 14 was measured
 sys.path.insert(0, str(HERE))
 
-from fleet_measures import MEASURES, fleet_plan  # noqa: E402
+from fleet_measures import MEASURES  # noqa: E402
+from fleet_sidecar import fleet_plan  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = [
     # (row, measure name, figure key, goal)

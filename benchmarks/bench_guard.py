@@ -1,6 +1,6 @@
 """Guard off vs on, every fault class x load x seed: crashes, shared slots, repairs, pages, latency.
 
-Each run is an emulated deployment (``bench_detection.cases()``: the fault strikes at step 40)
+Each run is an emulated deployment (``detection_cases.cases()``: the fault strikes at step 40)
 stepped in process under the real probe, with traffic at 0.5x, 1x and 2x the case's rate.  The
 sidecar is modelled the way it now runs: every snapshot the probe publishes reaches the detector
 at once (the long-poll wakes on publish), and a rank that dies leaves its final snapshot, which the
@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_detection import SIGN, Case, cases
+from detection_cases import SIGN, Case, cases
 
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.detect.alert import AlertState

@@ -25,6 +25,10 @@ it times, fastest of several rounds, in µs:
   recorded in the probe's repair log (the call-site capture included), SGLang's free not called.
 
 Figures only; one JSON line per row on stdout.
+
+Kept whole: one guarded rank of one release, built once in that release's venv, and the rows of
+each pool it holds, timed the same way (:func:`fastest`, :func:`interleaved`) through the same
+probe's refuser.
 """
 
 from __future__ import annotations

@@ -26,16 +26,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,6 +40,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hostile_processes import neighbour, sidecar, until  # benchmarks/ (this script's directory)
 from tests.hostile.neighbours import HOG, RECEIVERS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,74 +52,6 @@ resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 from poolwatch.cli import main
 sys.exit(main(["serve"]))
 """
-
-
-def as_neighbour() -> list[str]:
-    """How the neighbour's processes start: as ``nobody`` when this is root, else as this user."""
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() == 0 and setpriv and os.access("/usr/bin/python3", os.X_OK):
-        return [
-            setpriv,
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-I",
-            "-c",
-        ]
-    return [sys.executable, "-I", "-c"]
-
-
-@contextlib.contextmanager
-def neighbour(code: str, *args: str) -> Iterator[str]:
-    """Run ``code`` as the neighbour; yields its first line of output (it runs until the block ends)."""
-    proc = subprocess.Popen([*as_neighbour(), code, *args], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.kill()
-        proc.communicate(timeout=10)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def sidecar(
-    env: dict[str, str], log: Path, argv: list[str] | None = None
-) -> Iterator[tuple[str, int, float]]:
-    """``poolwatch serve``; yields (URL, pid, the monotonic time it was started)."""
-    port = free_port()
-    full = {**os.environ, "POOLWATCH_HOST": "127.0.0.1", "POOLWATCH_PORT": str(port), **env}
-    started = time.monotonic()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv or [sys.executable, "-m", "poolwatch.cli", "serve"], env=full, stdout=out, stderr=out
-        )
-    try:
-        yield f"http://127.0.0.1:{port}", proc.pid, started
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def until(probe: object, timeout: float = 60.0, every: float = 0.01) -> float:
-    """Poll ``probe()`` until true; the monotonic time it first was."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if probe():  # type: ignore[operator]
-                return time.monotonic()
-        time.sleep(every)
-    raise TimeoutError("never")
 
 
 def one_restart(probe_dir: Path, log: Path) -> tuple[float, float, bool]:

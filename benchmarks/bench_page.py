@@ -6,12 +6,11 @@ starts (and with its helpers): one sidecar per pod with the environment and argu
 rendered PD example (:mod:`rigs.stack.deployed`), real Prometheus with the rendered rules and
 PodMonitor scrape, real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its
 templates, every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder.  The
-emulated cluster is ``bench_detection.cases()``'s deployment of the fault class (the fault strikes
+emulated cluster is ``detection_cases.cases()``'s deployment of the fault class (the fault strikes
 at step 40; traffic at 0.5x, 1x, 2x its rate; ``--seed``-th run seeded ``seed + i``), run in a child
-process at ``--time-scale`` simulated seconds per wall second with the probe on every rank; a
-unified worker gets the prefill pod's sidecar configuration (the PD example has no unified pod).
-The child reports the wall time the fault strikes (a hook on the rank's fault counter, in the
-scheduler thread) and the time a worker crashes (polled every 5 ms).
+process (``page_cluster.py``) at ``--time-scale`` simulated seconds per wall second with the probe
+on every rank; a unified worker gets the prefill pod's sidecar configuration (the PD example has no
+unified pod).  What a run saw and the tables' rows are ``page_runs.py``'s.
 
 Per cell it prints: runs where the fault struck, runs whose worker crashed within the watch, % of
 struck runs whose **received** page (the first webhook notification of the fault's alert for that
@@ -31,6 +30,10 @@ light load and the unreachable variant, 10 seeded runs each).  ``--engine vllm [
 [--loads busy,light]``: a real vLLM server on CPU with an injected double free instead of the
 emulated cluster (``bench_page_vllm.py``).
 Figures, never asserts.  Needs ``prometheus`` and ``prometheus-alertmanager`` on PATH.
+
+Kept whole: one run through the deployed stack (:func:`one_run`) and the cells that repeat it
+(seeds, retries, ``--until-struck``) share the run's arguments; the child process and what a run
+saw are their own modules.
 """
 
 from __future__ import annotations
@@ -40,27 +43,33 @@ import contextlib
 import functools
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_detection import SIGN, Case, cases  # benchmarks/ (this script's directory is on sys.path)
-from page_figures import pct, retried, spread
+from detection_cases import Case, cases  # benchmarks/ (this script's directory is on sys.path)
+from page_cluster import STARTUP
+from page_figures import retried
+from page_runs import (
+    ROW_HEAD,
+    SEED_FAULT,
+    UNREACHABLE_HEAD,
+    UPDATE_HEAD,
+    Run,
+    finished,
+    observe,
+    progress,
+    row,
+    unreachable_row,
+    update_row,
+)
 
-from poolwatch.artifacts.notification_text import UPDATE_MARK
-from poolwatch.probe.core.config import ProbeConfig
-from poolwatch.probe.lifecycle import probe_of
-from poolwatch_emulator import Cluster, WorkerServer, attach_probes, parse_fault
 from poolwatch_emulator.faults import FAULTS
 from rigs.stack import deployed
 from rigs.stack.launch import (
@@ -71,108 +80,10 @@ from rigs.stack.launch import (
 )
 from rigs.stack.processes import Process, free_ports, http_ok, poll
 from rigs.stack.prometheus import Prometheus
-from rigs.stack.receivers import Post, WebhookRecorder
+from rigs.stack.receivers import WebhookRecorder
 
 LOADS = (0.5, 1.0, 2.0)
-SEED_FAULT = "pd-chunked-mamba-double-free"
-R = TypeVar("R")
-IDS = re.compile(r"(?:slot|page)s?(?:\(s\))? \[\d")
-STARTUP = 60.0  # wall seconds for the fault to strike after the emulator starts
-
-
-# --- the child: the emulated cluster -----------------------------------------------------------
-
-
-def emit(event: str, worker: str) -> None:
-    print(json.dumps({"event": event, "worker": worker, "t": time.time()}), flush=True)
-
-
-def silence(worker: Any) -> None:
-    """Stop every probe endpoint of ``worker``'s ranks (its discovery files and final snapshots stay)."""
-    for rank in worker.ranks:
-        probe = probe_of(rank)
-        server = getattr(getattr(probe, "publisher", None), "server", None)
-        if server is not None:
-            server.stop()
-
-
-class Tripped(Counter[str]):
-    """A rank's fault counter that reports the fault the moment it strikes (and, for the
-    unreachable variant, silences the worker's probes before the probe's next hook runs)."""
-
-    def __init__(self, worker: Any, fault: str, unreachable: bool, struck: set[str]) -> None:
-        super().__init__()
-        self.worker, self.fault, self.unreachable, self.struck = worker, fault, unreachable, struck
-
-    def __setitem__(self, key: str, value: int) -> None:
-        if key == self.fault and self.worker.name not in self.struck:
-            self.struck.add(self.worker.name)
-            if self.unreachable:
-                silence(self.worker)
-            emit("fault", self.worker.name)
-        super().__setitem__(key, value)
-
-
-def child(spec: dict[str, Any]) -> int:
-    c = {x.name: x for x in cases()}[spec["case"]]
-    root = Path(spec["root"])
-    workload = replace(c.config.workload, rate=c.config.workload.rate * spec["load"])
-    fault = parse_fault(f"{c.fault}@step={40 + spec['warm_steps']}")  # bench_detection's step 40, warmed
-    config = replace(
-        c.config,
-        workload=workload,
-        faults=(fault,),
-        seed=spec["seed"],
-        epoch=None,
-        log_dir=root / "sglang-logs",
-    )
-    cluster = Cluster(config)
-    assert [w.name for w in cluster.workers] == spec["pods"], [w.name for w in cluster.workers]
-    servers = [WorkerServer(w, spec["port_base"] + i).start() for i, w in enumerate(cluster.workers)]
-    attach_probes(cluster, Path(spec["probe_dir"]))
-    struck: set[str] = set()  # workers the fault struck (one report each; TP ranks strike alike)
-    for worker in cluster.workers:
-        for rank in worker.ranks:
-            rank.faults.fired = Tripped(worker, c.fault, spec["unreachable"], struck)
-    print("probes: ready", flush=True)
-    go = root / "go"
-    poll(lambda: go.exists() or None, timeout=STARTUP, what="the stack", every=0.05)
-    crashed: set[str] = set()
-    cluster.start(spec["time_scale"])
-    deadline = time.monotonic() + spec["limit"]
-    try:
-        while time.monotonic() < deadline:
-            for worker in cluster.workers:
-                if worker.crashed and worker.name not in crashed:
-                    crashed.add(worker.name)
-                    emit("crash", worker.name)
-                    silence(worker)  # the process is gone
-            time.sleep(0.005)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.stop()
-        for server in servers:
-            server.stop()
-        for worker in cluster.workers:
-            silence(worker)
-    return 0
-
-
-# --- the parent: one run through the deployed stack --------------------------------------------
-
-
-@dataclass
-class Run:
-    struck: float | None = None
-    worker: str = ""
-    crashed: float | None = None
-    paged: float | None = None  # first webhook notification of the fault's alert
-    text: float | None = None  # first Slack text naming pool and rank
-    ids: float | None = None  # first Slack text naming pool, rank and slot ids
-    update: float | None = None  # first Slack "[UPDATE]" naming them (ids learned after the page)
-    incidents: set[str] = field(default_factory=set)  # PagerDuty dedup_keys of the fault's events
-    notes: list[str] = field(default_factory=list)
+CLUSTER = Path(__file__).resolve().parent / "page_cluster.py"
 
 
 def pod_names(c: Case) -> list[str]:
@@ -182,67 +93,6 @@ def pod_names(c: Case) -> list[str]:
         for role, n in (("prefill", cfg.prefill), ("unified", cfg.unified), ("decode", cfg.decode))
         for i in range(n)
     ]
-
-
-def events(log: Path) -> list[dict[str, Any]]:
-    try:
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    return [json.loads(x) for x in lines if x.startswith('{"event"')]
-
-
-def observe_slack(run: Run, post: Post, alert: str, pool: str) -> None:
-    """A Slack message about the fault's alert on the run's worker: text, slot ids, update."""
-    attachment = post.body.get("attachments", [{}])[0]
-    text = str(attachment.get("text", ""))
-    if f"pod {run.worker}," not in text or alert not in text or f"pool {pool}" not in text:
-        return
-    if "rank dp " in text:
-        run.text = min(run.text or post.received_at, post.received_at)
-        if IDS.search(text):
-            run.ids = min(run.ids or post.received_at, post.received_at)
-            if str(attachment.get("title", "")).startswith(UPDATE_MARK):
-                run.update = min(run.update or post.received_at, post.received_at)
-
-
-def observe(run: Run, log: Path, hooks: WebhookRecorder, fault: str) -> None:
-    """Fill ``run`` from the child's events and what the receivers got so far."""
-    for e in events(log):
-        if e["event"] == "fault" and run.struck is None:
-            run.struck, run.worker = e["t"], e["worker"]
-        if e["event"] == "crash" and e["worker"] == run.worker and run.crashed is None:
-            run.crashed = e["t"]
-    if run.struck is None:
-        return
-    info = FAULTS[fault]
-    alert = SIGN[info.sign]
-    for post in list(hooks.posts):
-        if "/slack/" in post.path:
-            observe_slack(run, post, alert, info.pool)
-        elif "/pagerduty/" in post.path:
-            summary = str(post.body.get("payload", {}).get("summary", ""))
-            if f"{alert} " in summary and f"/{run.worker} {info.pool} pool" in summary:
-                run.incidents.add(str(post.body.get("dedup_key")))
-        else:
-            for a in post.body.get("alerts", []):
-                labels = a["labels"]
-                if a["status"] == "firing" and (
-                    labels["alertname"],
-                    labels.get("pool"),
-                    labels.get("worker"),
-                ) == (alert, info.pool, run.worker):
-                    run.paged = min(run.paged or post.received_at, post.received_at)
-
-
-def finished(run: Run, now: float, limit: float, started: float) -> bool:
-    if run.struck is None:
-        return now > started + STARTUP
-    if now > run.struck + limit:
-        return True
-    if run.paged is not None and run.ids is not None:  # and the crash seen, or 3 s without one
-        return run.crashed is not None or now > run.paged + 3.0
-    return run.crashed is not None and now > run.crashed + 8.0  # the issue's window after a crash
 
 
 def watching(port: int) -> bool | None:
@@ -292,7 +142,7 @@ def one_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.N
             "limit": STARTUP + args.limit + 10.0,
         }
         log = root / "emulator.log"
-        emulator = Process("emulator", [sys.executable, __file__, "--child", json.dumps(spec)], log)
+        emulator = Process("emulator", [sys.executable, str(CLUSTER), json.dumps(spec)], log)
         emulator.stop_signal = signal.SIGINT
         cleanup.callback(emulator.stop)
         emulator.start()
@@ -315,68 +165,6 @@ def one_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.N
         if run.struck is None:
             run.notes.append(f"no fault ({'emulator exited' if not emulator.alive() else 'timeout'})")
         return run
-
-
-# --- the table --------------------------------------------------------------------------------
-
-
-def row(name: str, load: float, runs: list[Run]) -> str:
-    struck = [r for r in runs if r.struck is not None]
-    crashed = [r for r in struck if r.crashed is not None]
-    before = [r for r in struck if r.paged is not None and (r.crashed is None or r.paged < r.crashed)]
-    exact = [r for r in struck if r.ids is not None]
-    latency = [r.paged - r.struck for r in struck if r.paged is not None and r.struck is not None]
-    # the Slack and webhook posts of one flush arrive in either order: a text 1 ms early counts 0
-    ids_after = [max(0.0, r.ids - r.paged) for r in struck if r.ids is not None and r.paged is not None]
-    late = [r.paged - r.crashed for r in struck if r.paged is not None and r.crashed is not None]
-    late = [x for x in late if x >= 0]
-    return (
-        f"| {name} | {load:g}x | {len(struck)}/{len(runs)} | {len(crashed)} "
-        f"| {pct(len(before), len(struck))} | {pct(len(exact), len(struck))} "
-        f"| {spread(latency)} | {spread(late)} | {spread(ids_after)} |"
-    )
-
-
-def census_interval(pool: str) -> float:
-    """The busy census interval of ``pool`` (wall s: the probe's clock is the wall clock here), the
-    defaults the manifests keep: Mamba 10 s, full KV and SWA 300 s (probe/core/config.py)."""
-    defaults = ProbeConfig()
-    return defaults.census_interval_s if pool == "mamba" else defaults.kv_census_interval_s
-
-
-def update_row(name: str, pool: str, load: float, runs: list[Run]) -> str:
-    """Leaks and SWA: when the slot ids reach the receiver, after the first page."""
-    struck = [r for r in runs if r.struck is not None and r.paged is not None]
-    after = [max(0.0, r.ids - r.paged) for r in struck if r.ids is not None and r.paged is not None]
-    interval = census_interval(pool)
-    within = [x for x in after if x <= interval]
-    first = [r for r in struck if r.ids is not None and r.update is None]
-    incidents = max((len(r.incidents) for r in struck), default=0)
-    return (
-        f"| {name} | {load:g}x | {len(struck)}/{len(runs)} | {pct(len(first), len(struck))} "
-        f"| {pct(len([r for r in struck if r.update is not None]), len(struck))} | {spread(after)} "
-        f"| {interval:g} s | {pct(len(within), len(struck))} | {incidents} |"
-    )
-
-
-def unreachable_row(runs: list[Run]) -> str:
-    struck = [r for r in runs if r.struck is not None]
-    crashed = [r for r in struck if r.crashed is not None]
-    exact = [r for r in crashed if r.ids is not None]
-    late = [r.ids - r.crashed for r in exact if r.ids is not None and r.crashed is not None]
-    within = [x for x in late if x <= 1.0]
-    return (
-        f"| {SEED_FAULT} (busy), probe unreachable from the fault | 1x | {len(struck)}/{len(runs)} "
-        f"| {len(crashed)} | {pct(len(exact), len(crashed))} | {pct(len(within), len(crashed))} "
-        f"| {spread(late)} |"
-    )
-
-
-def progress(run: Run) -> str:
-    if run.struck is None:
-        return "not struck"
-    paged = "not paged" if run.paged is None else f"paged {run.paged - run.struck:.2f} s after the fault"
-    return f"struck, {paged}{', crashed' if run.crashed is not None else ''}"
 
 
 def tried_run(c: Case, load: float, seed: int, unreachable: bool, args: argparse.Namespace) -> Run:
@@ -446,10 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--updates", action="store_true", help="the leak and SWA cells only (the slot-id updates)"
     )
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        return child(json.loads(args.child))
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
     if args.engine == "vllm":
         import bench_page_vllm  # benchmarks/ (this script's directory is on sys.path)
@@ -458,12 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# done {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
         return done
     runs_a_cell = 2 if args.quick else args.runs or 10
-    print(
-        "| case | load | struck/runs | crashed in the watch | received page before crash "
-        "| received text names pool, rank, slot ids | fault -> page, wall s median / max "
-        "| paged after the crash: crash -> page, s median / max | page -> text with ids, s median / max |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(ROW_HEAD)
     updates = []
     for c, load in [] if args.unreachable_only else cells(args):
         runs = cell_runs(c, load, False, args, runs_a_cell)
@@ -472,21 +252,12 @@ def main(argv: list[str] | None = None) -> int:
             updates.append(update_row(c.name, FAULTS[c.fault].pool, load, runs))
             print(f"# update row (the table follows at the end): {updates[-1]}", file=sys.stderr, flush=True)
     if updates:
-        print(
-            "\n| case | load | paged/runs | slot ids in the first page | ids in an [UPDATE] "
-            "| page -> ids received, wall s median / max | the pool's busy census interval "
-            "| ids within one census interval of the page | PagerDuty incidents a run (max) |"
-        )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print(f"\n{UPDATE_HEAD}")
         print("\n".join(updates), flush=True)
     if not args.no_unreachable and not args.updates and args.only in ("", SEED_FAULT):
         (busy,) = [c for c in cases() if c.name == f"{SEED_FAULT} (busy)"]
         runs = cell_runs(busy, 1.0, True, args, runs_a_cell)
-        print(
-            "\n| variant | load | struck/runs | crashed | paged with the exact cause "
-            "| within 1 s of the crash | crash -> page, wall s median / max |"
-        )
-        print("|---|---|---|---|---|---|---|")
+        print(f"\n{UNREACHABLE_HEAD}")
         print(unreachable_row(runs), flush=True)
     print(f"\nTime scale {args.time_scale:g}; watch {args.limit:g} wall s after the fault.")
     print(f"# done {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from page_figures import pct, retried, spread  # benchmarks/ (the script's directory is on sys.path)
 
-from rigs.vllm.page import LOADS, Load, PageRun, run_once
+from rigs.vllm.load import LOADS, Load
+from rigs.vllm.page import PageRun, run_once
 from rigs.vllm.releases import server_venv
 
 RUNS = 5  # a load's runs unless --runs says otherwise

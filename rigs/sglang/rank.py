@@ -9,6 +9,11 @@ the release (:func:`rank_class`) whose loop and idle hooks carry the release's n
 wraps them as it wraps SGLang's ``Scheduler``; what is stood in for is what the engine's own unit
 tests stand in for: no model runs, and the KV transfer to a decode rank is recorded, not sent.
 Constructors are called with the keywords the release's signature takes (:func:`build`).
+
+Kept whole: one class, the scheduler-shaped rank -- its constructor builds the release's pools,
+tree and idle checker in the order the release's own ``Scheduler`` does, and its methods carry the
+names the probe wraps; the plain, SWA and decode ranks' pools are their own modules
+(:mod:`rigs.sglang.decode`, :mod:`rigs.sglang.swa`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ component; ``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``c
 ``(bugs)``, ``b``: only the real-bug suite runs there; ``+ tf``: with a layer of the transformers the
 release pins, :data:`LAYERS`; the Mamba columns of 0.5.17 - 0.5.21 are 0.5.23's, their ranks being SWA or
 dense.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
+
+Kept whole: one table -- the release rows and the class whose fields are its columns, read row by
+row by the tiers, the drivers and the real-bug suite (as ``poolwatch_emulator.catalogue`` is).
 """
 
 from __future__ import annotations

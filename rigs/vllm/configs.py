@@ -3,7 +3,12 @@ model's ``ModelConfig`` (a ``config.json`` in a temporary directory: no weights,
 hub) -- a Llama, or a Whisper (an encoder-decoder: the encoder cache) --, the scheduler, cache and
 speculative configs, the KV cache groups (full attention, and a Mamba group in vLLM's align mode, a
 sliding-window group, a cross-attention group), each constructor given the keywords its release
-takes (:func:`accepted`)."""
+takes (:func:`accepted`).
+
+Kept whole: one release's config tree for one scheduler -- the model, scheduler, cache and
+speculative configs and the KV cache groups are built together through :func:`accepted` from the
+same release's signatures (the real-bug suite's vLLM entries import :class:`Groups` from here).
+"""
 
 from __future__ import annotations
 

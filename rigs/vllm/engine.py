@@ -14,6 +14,10 @@ weights, no tokenizer, no hub).
 ``AsyncScheduler`` with async scheduling on, stepped like EngineCore's batch queue (step N+1 is
 scheduled before step N's output is applied).  It counts engine steps and feeds a
 :class:`~rigs.timeline.Timeline` every snapshot the probe published and vLLM's own assert.
+
+Kept whole: one class, one scheduler and the step that drives it -- the requests it adds, the
+outputs it makes and the asserts it records share the scheduler's state and its step count; what
+the scheduler is built from is :mod:`rigs.vllm.configs`.
 """
 
 from __future__ import annotations

@@ -4,23 +4,20 @@ by ``test_vllm_page.py`` and ``benchmarks/bench_page.py --engine vllm``.
 On 127.0.0.1 only, with the helpers of :mod:`rigs.stack.launch` (what bench_page runs
 for SGLang): real Alertmanager with ``deploy/alertmanager/alertmanager.yaml`` and its templates,
 every receiver (webhook, Slack, PagerDuty) pointed at a loopback recorder; the rendered vLLM pod
-example (``deploy/kubernetes/examples/vllm``): its sidecar as ``poolwatch serve`` with the
-container's environment and the image's command, real Prometheus with its rules and its
-PodMonitor's scrape, and in the ``vllm`` container's place the real vLLM CPU server
-(:mod:`rigs.vllm.server`) with that container's poolwatch environment (the probe's
-switches, its directory, the worker's name).  As in :mod:`rigs.stack.deployed`, each volume is a
-directory of the run, Alertmanager's Service and vLLM's ``127.0.0.1:8000`` are the local ports,
-vLLM's output is the file the container's ``tee`` writes (the sidecar's ``POOLWATCH_LOG_PATHS``),
-and the namespace the example leaves unset is ``default``.
+example on loopback (:mod:`rigs.vllm.pod`): its sidecar as ``poolwatch serve``, real Prometheus
+with its rules and its PodMonitor's scrape, and in the ``vllm`` container's place the real vLLM
+CPU server (:mod:`rigs.vllm.server`) with that container's poolwatch environment (the probe's
+switches, its directory, the worker's name); vLLM's output is the file the container's ``tee``
+writes (the sidecar's ``POOLWATCH_LOG_PATHS``).
 
-Then :class:`Load`'s clients send completions (each prompt its own, no prefix shared) and, after
-``warm`` seconds, one of them the request the fault plugin frees twice.  vLLM 0.32 puts that
-request's last, uncached block at the front of the free queue at the first free, so the next
-allocation that reaches it -- a request already waiting, or at the latest the fault's client's
-next one -- pops it at ``ref_cnt == -1`` and EngineCore dies on ``assert block.ref_cnt == 0``: the
-clients go on until it does.  The times come from vLLM's side: the fault (just before the second
-free) and EngineCore's "fatal error" record as the fault plugin stamps them in the server's log,
-and EngineCore's exit (its ``/proc`` entry, looked at every 5 ms).  The page is the first webhook
+Then the clients of :mod:`rigs.vllm.load` send completions (each prompt its own, no prefix shared)
+and, after ``warm`` seconds, one of them the request the fault plugin frees twice. vLLM 0.32 puts
+that request's last, uncached block at the front of the free queue at the first free, so the next
+allocation that reaches it -- a request already waiting, or at the latest the fault's client's next
+one -- pops it at ``ref_cnt == -1`` and EngineCore dies on ``assert block.ref_cnt == 0``: the
+clients go on until it does. The times come from vLLM's side: the fault (just before the second
+free) and EngineCore's "fatal error" record as the fault plugin stamps them in the server's log, and
+EngineCore's exit (its ``/proc`` entry, looked at every 5 ms). The page is the first webhook
 notification of PoolwatchDoubleFree firing for the pod's ``full`` pool, its text the first Slack
 message naming the pod, the pool, the rank and exactly the ids freed twice.
 """
@@ -40,11 +37,12 @@ import httpx
 
 from rigs.stack import deployed
 from rigs.stack.launch import start_alertmanager, start_prometheus, start_sidecar
-from rigs.stack.manifests import container, kustomize, workloads
+from rigs.stack.manifests import kustomize
 from rigs.stack.processes import free_port, http_ok, poll
 from rigs.stack.prometheus import Prometheus
 from rigs.stack.receivers import Post, WebhookRecorder
-from rigs.vllm.fault_plugin import FAULT_MAX_TOKENS
+from rigs.vllm.load import Clients, Load
+from rigs.vllm.pod import EXAMPLE, POD, example_pod
 from rigs.vllm.server import (
     Freed,
     engine_core_pid,
@@ -55,13 +53,9 @@ from rigs.vllm.server import (
     start,
 )
 
-EXAMPLE = "deploy/kubernetes/examples/vllm"
-POD = "vllm-0"
-NAMESPACE = "default"  # the example names none: where `kubectl apply -k` puts it without -n
 ALERT, POOL = "PoolwatchDoubleFree", "full"
 STARTUP = 900.0  # wall s for vLLM to serve: the API server, EngineCore and the worker each import vLLM
 _TRIPWIRE = re.compile(r"Tripwire (\w+): \d+ (?:slot|block|page)s? [^\[]*\[([\d, \-]+)\]")
-_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
 
 
 def tripwire_ids(text: str) -> dict[str, set[int]]:
@@ -73,24 +67,6 @@ def tripwire_ids(text: str) -> dict[str, set[int]]:
             low, _, high = part.strip().partition("-")
             ids.update(range(int(low), int(high or low) + 1))
     return out
-
-
-@dataclass(frozen=True)
-class Load:
-    """Completions sent while the fault strikes: ``clients`` each send one request after another,
-    ``gap`` s apart; the fault request goes out ``warm`` s after the load starts."""
-
-    name: str
-    clients: int
-    gap: float
-    warm: float = 5.0
-    max_tokens: int = 16
-
-
-LOADS = {
-    "busy": Load("busy", clients=4, gap=0.0),
-    "light": Load("light", clients=1, gap=1.0),
-}
 
 
 @dataclass
@@ -114,58 +90,6 @@ class PageRun:
     def before_death(self) -> bool:
         """The page was received before EngineCore's fatal record (or with no crash at all)."""
         return self.paged is not None and (self.fatal is None or self.paged < self.fatal)
-
-
-def _prompt(i: int) -> str:
-    """A prompt of its own: the leading number makes its first block (and so every block) unique."""
-    return f"{i} " + " ".join(_WORDS[(i + k) % len(_WORDS)] for k in range(90))
-
-
-class Clients:
-    """``load.clients`` threads sending completions one after another, ``load.gap`` s apart, until
-    stopped.  The first request the first client starts ``load.warm`` s in is the fault request: it
-    takes that client's turn, so the client's next request (``gap`` s after it ends) is the one
-    that finds the fault's last block at the front of the free queue."""
-
-    def __init__(self, url: str, model: str, load: Load) -> None:
-        self.url, self.model, self.load = url, model, load
-        self.sent = 0
-        self.stopped = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._client, args=(i == 0,), daemon=True) for i in range(load.clients)
-        ]
-
-    def start(self) -> Clients:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopped.set()
-        for t in self._threads:
-            t.join(timeout=70)
-
-    def _next(self) -> int:
-        with self._lock:
-            self.sent += 1
-            return self.sent
-
-    def _send(self, client: httpx.Client, prompt: str, max_tokens: int) -> None:
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
-        with contextlib.suppress(httpx.HTTPError):
-            client.post(f"{self.url}/v1/completions", json=body | {"temperature": 0}, timeout=60)
-
-    def _client(self, faults: bool) -> None:
-        due = time.monotonic() + self.load.warm if faults else None
-        with httpx.Client() as client:
-            while not self.stopped.is_set():
-                if due is not None and time.monotonic() >= due:
-                    due = None
-                    self._send(client, "fault " + _prompt(self._next()) * 3, FAULT_MAX_TOKENS)
-                else:
-                    self._send(client, _prompt(self._next()), self.load.max_tokens)
-                self.stopped.wait(self.load.gap)
 
 
 def observe(run: PageRun, posts: list[Post], freed: Freed | None) -> None:
@@ -209,44 +133,6 @@ class ExitWatch:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
-@dataclass(frozen=True)
-class Pod:
-    """The vLLM example's pod on loopback: the sidecar's process, and the engine container's
-    poolwatch environment (the probe's switches) and log file (what its ``tee`` writes)."""
-
-    sidecar: deployed.Pod
-    engine_env: dict[str, str]
-    log: Path
-
-
-def example_pod(root: Path, rendered: deployed.Rendered, am_port: int, vllm_port: int) -> Pod:
-    """The rendered vLLM example's pod with its volumes under ``root/pods/<pod>``, Alertmanager's
-    Service and vLLM's ``127.0.0.1:8000`` mapped to the local ports, the sidecar on a free port."""
-    (workload,) = workloads(rendered.docs)
-    metadata, spec = workload["spec"]["template"]["metadata"], workload["spec"]["template"]["spec"]
-    sidecar, engine = container(spec, "poolwatch", init=True), container(spec, "vllm", init=False)
-    namespace = workload["metadata"].get("namespace", NAMESPACE)
-    pod_root = root / "pods" / POD
-    for mount in [*sidecar["volumeMounts"], *engine["volumeMounts"]]:
-        (pod_root / mount["name"]).mkdir(parents=True, exist_ok=True)
-    addresses = {
-        "alertmanager-operated.monitoring.svc:9093": f"127.0.0.1:{am_port}",
-        "127.0.0.1:8000": f"127.0.0.1:{vllm_port}",
-    }
-    env = deployed.on_loopback(
-        deployed.pod_env(metadata, sidecar, POD, namespace), sidecar, pod_root, addresses
-    )
-    port = free_port()
-    env |= {"POOLWATCH_HOST": "127.0.0.1", "POOLWATCH_PORT": str(port)}
-    role = metadata["labels"]["poolwatch.io/role"]
-    pod = deployed.Pod(POD, namespace, role, pod_root, env, deployed.image_command(), port)
-    ours = {**engine, "env": [v for v in engine["env"] if v["name"].startswith("POOLWATCH_")]}
-    engine_env = deployed.on_loopback(
-        deployed.pod_env(metadata, ours, POD, namespace), engine, pod_root, addresses
-    )
-    return Pod(pod, engine_env, Path(env["POOLWATCH_LOG_PATHS"]))
 
 
 def pool_published(sidecar: int) -> bool | None:

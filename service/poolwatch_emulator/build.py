@@ -93,24 +93,26 @@ class ServerArgs:
 
 @dataclass(frozen=True, slots=True)
 class RankSettings:
-    """Everything one rank needs besides the shared clock and sinks."""
+    """Everything one rank needs besides the shared clock and sinks: what the worker reads from its
+    :class:`~poolwatch_emulator.cluster_config.ClusterConfig` for this rank (the defaults are the
+    cluster config's, written there once), and what no cluster config varies."""
 
     release: Release
     mode: DisaggregationMode
     shape: ModelShape
-    tp_rank: int = 0
-    dp_rank: int = 0
-    tp_size: int = 1
-    dp_size: int = 1
-    chunked_prefill_size: int = 4096
-    decode_log_interval: int = 40
+    tp_rank: int
+    dp_rank: int
+    tp_size: int
+    dp_size: int
+    chunked_prefill_size: int
+    decode_log_interval: int
+    idle_check_strict: bool
+    speculative: SpecConfig | None
+    disaggregation_waiting_timeout: float  # SGLANG_DISAGGREGATION_WAITING_TIMEOUT (decode receiver)
+    decode_offload: bool  # --disaggregation-decode-enable-offload-kvcache
+    encoder_cache: EncoderCacheConfig | None  # vLLM's encoder cache, generic (encoder_cache.py)
     decode_reserve_per_req: int = 8
-    idle_check_strict: bool = True
     metrics_all_ranks: bool = False
-    speculative: SpecConfig | None = None
-    disaggregation_waiting_timeout: float = 300.0  # SGLANG_DISAGGREGATION_WAITING_TIMEOUT (decode receiver)
-    decode_offload: bool = False  # --disaggregation-decode-enable-offload-kvcache
-    encoder_cache: EncoderCacheConfig | None = None  # vLLM's encoder cache, generic (encoder_cache.py)
 
     def server_args(self) -> ServerArgs:
         s, spec = self.shape, self.speculative

@@ -48,7 +48,7 @@ from rigs.stack.manifests import kustomize
 from rigs.stack.processes import free_port, http_ok, poll
 from rigs.stack.prometheus import Prometheus
 from rigs.stack.receivers import WebhookRecorder
-from rigs.vllm.page import EXAMPLE, example_pod
+from rigs.vllm.pod import EXAMPLE, example_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

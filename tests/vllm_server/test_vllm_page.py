@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from rigs.vllm.page import LOADS, run_once
+from rigs.vllm.load import LOADS
+from rigs.vllm.page import run_once
 from rigs.vllm.releases import server_venv
 from tests.helpers import require_tool
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from rigs.sglang.driver import Driver
-from rigs.sglang.pd_prefill import PrefillLoop, launched
+from rigs.sglang.pd_prefill import PrefillLoop
+from rigs.sglang.pd_standins import launched
 
 __all__ = ["PipelineLoop"]
 

@@ -10,7 +10,8 @@ A request arrives bootstrapped, or optimistically (its decode side still bootstr
 step's bootstrap check, the yield and the requeue are the release's own).
 What is stood in for is what SGLang's own CPU tests of this path stand in for: the forward (a
 result of one sampled token per request), the cross-rank poll reduction (each sender's own poll),
-the KV sender (:class:`Sender`, scripted: it reports what the test says the decode side did), the
+the KV sender (:class:`~rigs.sglang.pd_standins.Sender`, scripted: it reports what the test says
+the decode side did), the
 bootstrap queue's hand-over, and the batch builder, which here allocates a request's next chunk --
 its row and Mamba slot first, then the chunk's KV -- as ``prepare_for_extend`` does.
 """
@@ -21,9 +22,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from rigs.sglang.driver import Driver
+from rigs.sglang.pd_standins import Sender, Tokenizer, launched, poll_each_sender
 from rigs.sglang.rank import Batch
 
-__all__ = ["PrefillLoop", "Sender", "launched"]
+__all__ = ["PrefillLoop"]
 
 # the release's own methods the loop runs, where the release has them (bound on the rank's class)
 _PREFILL = (
@@ -40,41 +42,6 @@ _PREFILL = (
     "_retire_aborted_prefill_result",  # 0.5.20: the fix
 )
 _SCHEDULER = ("process_pending_chunked_abort", "collect_inflight_reqs", "_release_aborted_request")
-
-
-class Sender:
-    """A request's KV sender as the decode side drives it: its poll is what the test sets (from
-    ``state``), and an abort concludes it as failed, as a real sender reports an aborted room."""
-
-    def __init__(self, state: Any) -> None:
-        self.state, self.aborted = state, False
-
-    def poll(self) -> Any:
-        return self.state
-
-    def abort(self) -> None:
-        from sglang.srt.disaggregation.base import KVPoll
-
-        self.aborted, self.state = True, KVPoll.Failed
-
-    def failure_exception(self) -> None:
-        raise RuntimeError("the decode side is gone")
-
-    def clear(self) -> None:
-        return None
-
-    def get_transfer_metric(self) -> Any:
-        from sglang.srt.disaggregation.base.conn import KVTransferMetric
-
-        return KVTransferMetric()
-
-
-class _Tokenizer:
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-    def send_output(self, out: Any, req: Any = None) -> None:
-        self.sent.append(out)
 
 
 def _bind(cls: type) -> None:
@@ -111,7 +78,7 @@ class PrefillLoop:
         s.disagg_prefill_pending_chunk_rids = set()
         s.req_to_metadata_buffer_idx_allocator = ReqToMetadataIdxAllocator(s.req_to_token_pool.size)
         s.disagg_prefill_bootstrap_queue = SimpleNamespace(queue=[], finalize_bootstrap=_finalized)
-        s.ipc_channels = SimpleNamespace(send_to_tokenizer=_Tokenizer())
+        s.ipc_channels = SimpleNamespace(send_to_tokenizer=Tokenizer())
         s.output_streamer = SimpleNamespace(stream_output=lambda *_, **__: None)
         s.batch_result_processor = SimpleNamespace(
             snapshot_auxiliary_output_starts=lambda *_: None, move_logprobs_to_cpu=lambda **_: None
@@ -124,7 +91,7 @@ class PrefillLoop:
         s.maybe_send_health_check_signal = lambda: None
         s._pending_chunked_abort_req = None
         s.processed_tokens_counter = 0  # (0.5.20: a requeued request's arrival mark)
-        _poll_each_sender()
+        poll_each_sender()
 
     def arrive(self, rid: str, tokens: int, *, optimistic: bool = False) -> Any:
         """A request popped from the bootstrap queue into the waiting queue, its metadata buffer
@@ -231,39 +198,7 @@ def _finalized(req: Any) -> bool:
     return True
 
 
-def _poll_each_sender() -> None:
-    """One rank: the cross-rank minimum of the polls is each sender's own poll."""
-    from sglang.srt.disaggregation import prefill
-
-    prefill.poll_and_all_reduce_attn_cp_tp_group = lambda senders, *_: [int(x.poll()) for x in senders]
-
-
 def _extend() -> Any:
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     return ForwardMode.EXTEND
-
-
-def launched(batch: Batch) -> tuple[Batch, Any]:
-    """What a launch leaves for the result path: ``batch.copy()`` and the forward's result."""
-    return _copy(batch), _result(batch)
-
-
-def _copy(batch: Batch) -> Batch:
-    """``batch.copy()``: what the result processor iterates, with the fields it reads."""
-    done = Batch(list(batch.reqs), batch.forward_mode)
-    done.spec_info = done.prefill_stats = done.dp_cooperation_info = None  # type: ignore[attr-defined]
-    return done
-
-
-def _result(batch: Batch) -> Any:
-    """The forward's result: one sampled token per request, nothing else."""
-    import torch
-
-    none = dict.fromkeys(
-        ("logits_output", "extend_input_len_per_req", "extend_logprob_start_len_per_req", "copy_done",
-         "auxiliary_host_output", "routed_experts_output", "indexer_topk_output", "next_draft_input")
-    )  # fmt: skip
-    return SimpleNamespace(
-        next_token_ids=torch.tensor([7] * len(batch.reqs)), can_run_cuda_graph=False, **none
-    )

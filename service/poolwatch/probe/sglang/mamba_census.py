@@ -12,10 +12,9 @@ own (:func:`checkpoint_census`, pool ``mamba_ckpt``): ``F`` its allocator's free
 values, no ``Q`` (no request holds a checkpoint slot: a commit the tree did not take is freed at
 once), ids ``1..num_slots`` -- the same findings, by slot id, as the active pool's.
 
-What these sets prove, and when, is the pure arithmetic of :mod:`poolwatch.probe.census.proofs`; the
-full-KV census (:mod:`poolwatch.probe.sglang.kv_census`) does the same with GPU-side set operations
-and reads the tree with the helpers here.  These reads synchronise with the GPU: they run at a low
-rate, at idle and after the hooks that need them, never on every sample.
+What these sets prove, and when, is :mod:`poolwatch.probe.census.proofs`; the full-KV census
+(:mod:`poolwatch.probe.sglang.kv_census`) does the same on the GPU and reads the tree with the helpers
+here.  These reads synchronise with the GPU: a low rate, at idle and after the hooks that need them.
 """
 
 from __future__ import annotations

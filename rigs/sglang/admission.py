@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rigs.sglang.rank import Batch, build
+from rigs.sglang.pieces import Batch, build
 from rigs.sglang.releases import Release
 
 __all__ = ["METHODS", "Admission", "scheduler_methods"]

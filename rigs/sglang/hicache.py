@@ -19,7 +19,7 @@ import functools
 import threading
 from typing import Any
 
-from rigs.sglang.rank import Batch
+from rigs.sglang.pieces import Batch
 from rigs.sglang.releases import Release
 
 __all__ = ["DECODE_METHODS", "HiDecode", "decode_methods", "hicache_tree"]
@@ -123,7 +123,7 @@ def hicache_tree(rank: Any) -> Any:
 
 @functools.cache
 def _decode_batch() -> type[_DecodeBatch]:
-    """The running batch: :class:`~rigs.sglang.rank.Batch` with SGLang's own ``check_decode_mem``,
+    """The running batch: :class:`~rigs.sglang.pieces.Batch` with SGLang's own ``check_decode_mem``,
     ``retract_decode`` and ``release_req`` (a retraction), the model's step stood in for."""
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 

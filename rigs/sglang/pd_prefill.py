@@ -23,7 +23,7 @@ from typing import Any
 
 from rigs.sglang.driver import Driver
 from rigs.sglang.pd_standins import Sender, Tokenizer, launched, poll_each_sender
-from rigs.sglang.rank import Batch
+from rigs.sglang.pieces import Batch
 
 __all__ = ["PrefillLoop"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from rigs.sglang.rank import Batch
+from rigs.sglang.pieces import Batch
 
 __all__ = ["Sender", "Tokenizer", "launched", "poll_each_sender"]
 

@@ -19,43 +19,18 @@ names the probe wraps; the plain, SWA and decode ranks' pools are their own modu
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 from types import SimpleNamespace
 from typing import Any
 
+from rigs.sglang.pieces import Batch, build
 from rigs.sglang.releases import Check, Release
 
-__all__ = ["MAMBA_LAYER", "Batch", "Rank", "build", "rank_class"]
+__all__ = ["MAMBA_LAYER", "Rank", "rank_class"]
 
 # one tiny Mamba2 layer: its conv and temporal state make a slot a few hundred bytes on CPU
 MAMBA_LAYER = {"tp_world_size": 1, "intermediate_size": 32, "n_groups": 1, "num_heads": 2, "head_dim": 16,
                "state_size": 4, "conv_kernel": 4}  # fmt: skip
-
-
-def build(cls: Any, **kwargs: Any) -> Any:
-    """``cls(**kwargs)`` with only the keywords this release's constructor takes."""
-    takes = inspect.signature(cls.__init__).parameters
-    return cls(**{k: v for k, v in kwargs.items() if k in takes})
-
-
-class Batch:
-    """The part of ``ScheduleBatch`` the loop and ``process_prefill_chunk`` touch."""
-
-    def __init__(self, reqs: list[Any], mode: Any) -> None:
-        self.reqs, self.forward_mode, self.batch_is_full = list(reqs), mode, False
-        self.chunked_req: Any = None
-
-    def batch_size(self) -> int:
-        return len(self.reqs)
-
-    def is_empty(self) -> bool:
-        return not self.reqs
-
-    def filter_batch(self, chunked_req_to_exclude: Any = None, **_: Any) -> None:
-        drop = chunked_req_to_exclude
-        drop = drop if isinstance(drop, list) else [drop]
-        self.reqs = [r for r in self.reqs if not r.finished() and all(r is not d for d in drop)]
 
 
 class Rank:

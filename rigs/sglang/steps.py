@@ -15,7 +15,7 @@ from __future__ import annotations
 import array
 from typing import Any
 
-from rigs.sglang.rank import Batch
+from rigs.sglang.pieces import Batch
 from rigs.sglang.releases import Release
 
 __all__ = ["Steps"]

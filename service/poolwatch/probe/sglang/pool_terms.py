@@ -18,6 +18,7 @@ from poolwatch.model.rank import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import Holdings
 from poolwatch.probe.sglang.shapes import Shape
+from poolwatch.probe.sglang.tree_root import TreeRoot
 
 __all__ = ["PoolKinds", "checkpoint_pool", "pool_kinds", "read_pools"]
 
@@ -106,7 +107,13 @@ def _session(
 
 
 def _full(
-    sched: Any, kinds: PoolKinds, shape: Shape, reading: Reading, held: Holdings, stats: Any
+    sched: Any,
+    kinds: PoolKinds,
+    shape: Shape,
+    reading: Reading,
+    held: Holdings,
+    stats: Any,
+    root: TreeRoot | None = None,
 ) -> PoolAccount:
     alloc = "token_to_kv_pool_allocator"
     hybrid = kinds.swa or kinds.ssm
@@ -132,7 +139,7 @@ def _full(
         evictable = lambda: _first(reading, sched, evict_paths)  # noqa: E731
     # a ChunkCache (PD decode, no tree) keeps its protected count in protected_size() alone: 0.5.4's
     # counts the prebuilt requests' KV there, and its full_protected_size() is the base class's 0
-    tree = reading.attr(sched, "tree_cache.root_node", optional=True) is not MISSING
+    tree = (root or TreeRoot()).found(sched, reading)
     prot_paths = (
         ("tree_cache.full_protected_size", "tree_cache.protected_size")
         if hybrid and tree
@@ -270,12 +277,19 @@ def _req(sched: Any, shape: Shape, reading: Reading, held: Holdings, role: str) 
 
 
 def read_pools(
-    sched: Any, shape: Shape, reading: Reading, held: Holdings, role: str, kinds: PoolKinds | None = None
+    sched: Any,
+    shape: Shape,
+    reading: Reading,
+    held: Holdings,
+    role: str,
+    kinds: PoolKinds | None = None,
+    root: TreeRoot | None = None,
 ) -> dict[Pool, PoolAccount]:
-    """One exact account per pool this rank has (``kinds``: already read in this pass)."""
+    """One exact account per pool this rank has (``kinds``: already read in this pass; ``root``:
+    whether the tree has a root node, kept from one sample to the next)."""
     kinds = pool_kinds(sched, shape, reading) if kinds is None else kinds
     stats = _stats(sched, reading)
-    pools = {Pool.FULL: _full(sched, kinds, shape, reading, held, stats)}
+    pools = {Pool.FULL: _full(sched, kinds, shape, reading, held, stats, root)}
     if kinds.swa:
         pools[Pool.SWA] = _swa(sched, shape, reading, held, stats)
     if kinds.ssm:

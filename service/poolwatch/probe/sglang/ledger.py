@@ -41,6 +41,7 @@ import functools
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,17 +108,18 @@ class Ledger:
         page: int,
         rule: Rule,
         ids: Sequence[int] | None = None,
+        members: AbstractSet[int] | None = None,
     ) -> tuple[int, int, int]:
         """``(rows, private full KV, Mamba slots)`` of ``holders``, as ``rule`` gives them one by
-        one (``ids``: ``id()`` of each holder, when the caller has them already).  Raises on
-        anything unexpected (the caller then takes its careful path)."""
+        one (``ids``: ``id()`` of each holder, and ``members`` the same as a set, when the caller
+        has them already).  Raises on anything unexpected (the caller then takes its careful path)."""
         if page != self._page or shape is not self._shape:
             self._reset(page, shape)
         signals, growth = _read(holders, shape, page)
         ids = list(map(id, holders)) if ids is None else ids
         kept = list(map(self._signals.get, ids))
         if len(self._signals) > len(ids) - kept.count(None):  # some kept requests are gone
-            for key in self._signals.keys() - set(ids):
+            for key in self._signals.keys() - (set(ids) if members is None else members):
                 self._forget(key)
                 self._odd.discard(key)
         stale = self._stale(ids, signals, kept, holders, chunked, shape)

@@ -139,7 +139,9 @@ def _unique(groups: list[Any], memo: Memo | None) -> tuple[set[int], tuple[Any, 
     last = None if memo is None else memo.groups
     if last is not None and len(last[0]) == len(groups) and all(map(_same, groups, last[0])):
         return last[1], last[2], last[3]
-    combined = list(itertools.chain.from_iterable(groups))
+    filled = [g for g in groups if g]
+    one = len(filled) == 1 and isinstance(filled[0], list)  # a decode step: a fresh copy of one batch's list
+    combined = filled[0] if one else list(itertools.chain.from_iterable(filled))
     ids = list(map(id, combined))
     members = set(ids)
     if len(members) == len(ids):  # no request in two places (a decode step: one list)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from poolwatch.probe.sglang.host_census import HostReader
-from poolwatch.probe.sglang.ledger import Ledger, plain_finished
+from poolwatch.probe.sglang.ledger import Ledger
+from poolwatch.probe.sglang.signals import plain_finished
 from poolwatch.probe.sglang.tree_root import TreeRoot
 
 __all__ = ["Memo", "length_of", "mamba_holders", "same_items"]

@@ -70,8 +70,10 @@ class SglangProbe(Probe):
     # -- the hooks (scheduler thread) ----------------------------------------------------------
 
     def on_loop_boundary(self, hook: str) -> None:
-        """Start of a scheduler iteration: the previous one is complete (a fresh refusal samples at once)."""
-        self.step(hook, self._refused_fresh)
+        """Start of a scheduler iteration: the previous one is complete (a fresh refusal samples at once;
+        asked only while guard's refuser holds one, so most steps make no call for it)."""
+        refuser = self.refuser
+        self.step(hook, self._refused_fresh if refuser is not None and refuser.fresh else None)
 
     def on_idle(self, hook: str) -> None:
         """SGLang's idle hook: fresh at the first one after work, but only where SGLang's check runs."""

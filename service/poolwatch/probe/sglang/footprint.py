@@ -163,7 +163,13 @@ def holdings(
     try:
         ledger = Ledger() if memo is None else memo.ledger
         rows, full, mamba = ledger.totals(
-            live.holders, live.chunked, shape, page, lambda req: _one(req, shape, page, live)
+            live.holders,
+            live.chunked,
+            shape,
+            page,
+            lambda req: _one(req, shape, page, live),
+            live.ids,
+            live.members,
         )
     except Exception:  # the careful path: each figure of each request on its own, failures named
         rows = full = mamba = 0

@@ -28,49 +28,29 @@ reused by a new object in between.
 Exactness: a request's figures equal the per-request rule's whenever its signal is unchanged, since
 the rule reads nothing else (``tests/probe/sglang/test_ledger.py`` checks this against a
 from-scratch recomputation over randomized runs with aborts, retractions, chunks and PD queues).
-Cost: one pass over the live requests for the signal (the one that brings them into the cache), a
-warm one for the growth and a few over ids and kept signals; one per-request rule call per request
-that moved.  Parked sessions' slots are counted apart (:mod:`poolwatch.probe.sglang.sessions`).
+Cost: one pass over the live requests for the signal (the one that brings them into the cache; on
+0.5.4 it carries the growing output list too, on 0.5.23 it reads each ``req.kv`` record once), a warm
+one for the growth elsewhere, and a few over ids (the live set's, when it has them) and kept
+signals; one per-request rule call per request that moved.  Parked sessions' slots are counted
+apart (:mod:`poolwatch.probe.sglang.sessions`).
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
+from poolwatch.probe.sglang.signals import plain_finished, read
 
-__all__ = ["Ledger", "Rule", "ceil_all", "plain_finished"]
+__all__ = ["Ledger", "Rule"]
 
 # one request's (row, private full KV, Mamba slots) by the per-request rule (footprint._one)
 Rule = Callable[[Any], tuple[int, int, int]]
-
-_GROWTH = {  # each family's growing length (SEQLEN: the output's length, turned into its allocation)
-    HeldRule.SEQLEN: operator.attrgetter("output_ids"),
-    HeldRule.ALLOCATED_PREFIX: operator.attrgetter("kv_allocated_len"),
-    HeldRule.ALLOCATED_PROTECTED: operator.attrgetter("kv_allocated_len"),
-    HeldRule.REQ_KV: operator.attrgetter("kv.kv_allocated_len"),
-}
-_POINTERS = ("finished_reason", "req_pool_idx", "mamba_pool_idx")
-_SIGNALS: dict[HeldRule, tuple[str, ...]] = {
-    HeldRule.SEQLEN: (*_POINTERS, "prefix_indices", "origin_input_ids"),
-    HeldRule.ALLOCATED_PREFIX: (*_POINTERS, "kv_committed_freed", "prefix_indices"),
-    HeldRule.ALLOCATED_PROTECTED: (*_POINTERS, "kv_committed_freed", "cache_protected_len"),
-    HeldRule.KV_LENGTHS: (*_POINTERS, "kv", "cache_protected_len"),
-    HeldRule.REQ_KV: (
-        "kv",
-        "kv.holds_kv",
-        "kv.cache_protected_len",
-        "kv.holds_mamba",
-        "kv.mamba_pool_idx",
-        "kv.mamba_ping_pong_track_buffer",
-    ),
-}
-_PING_PONG = "mamba_ping_pong_track_buffer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,40 +77,49 @@ class Ledger:
         self._signals: dict[int, tuple[Any, ...]] = {}  # by the request's id (the request is pinned)
         self._kept: dict[int, _Kept] = {}
         self._still: set[int] = set()  # the requests whose private KV does not follow their growth
+        self._odd: set[int] = set()  # the requests whose class's finished() is not SGLang's plain one
         self._sums = [0, 0, 0]  # rows, static full KV, Mamba slots of the kept requests
         self._pins: tuple[Any, ...] = ()  # the last holders and signals (their ids stay theirs)
         self._page, self._shape = page, shape
         self._chunked: Any = None  # the last sample's chunked request (recomputed when it is no longer)
 
     def totals(
-        self, holders: Sequence[Any], chunked: Any, shape: Shape, page: int, rule: Rule
+        self,
+        holders: Sequence[Any],
+        chunked: Any,
+        shape: Shape,
+        page: int,
+        rule: Rule,
+        ids: Sequence[int] | None = None,
+        members: AbstractSet[int] | None = None,
     ) -> tuple[int, int, int]:
         """``(rows, private full KV, Mamba slots)`` of ``holders``, as ``rule`` gives them one by
-        one.  Raises on anything unexpected (the caller then takes its careful path)."""
+        one (``ids``: ``id()`` of each holder, and ``members`` the same as a set, when the caller
+        has them already).  Raises on anything unexpected (the caller then takes its careful path)."""
         if page != self._page or shape is not self._shape:
             self._reset(page, shape)
-        signals = _signals(holders, shape)
-        growth = _growth(holders, shape.held_rule, page)
-        ids = list(map(id, holders))
+        signals, growth = read(holders, shape, page)
+        ids = list(map(id, holders)) if ids is None else ids
         kept = list(map(self._signals.get, ids))
         if len(self._signals) > len(ids) - kept.count(None):  # some kept requests are gone
-            for key in self._signals.keys() - set(ids):
+            for key in self._signals.keys() - (set(ids) if members is None else members):
                 self._forget(key)
+                self._odd.discard(key)
         stale = self._stale(ids, signals, kept, holders, chunked, shape)
         for i in stale:  # (each kept with its signal at once: a rule that raises leaves no stray figure)
             self._forget(ids[i])
-            self._keep(ids[i], self._fresh(holders[i], growth[i], chunked, shape, rule))
+            self._keep(ids[i], self._fresh(holders[i], growth.of(i), chunked, shape, rule))
             self._signals[ids[i]] = signals[i]
         self._pins = (holders, signals, chunked)
-        grown = sum(growth)
+        grown = growth.total()
         if self._still:
-            grown -= sum(itertools.compress(growth, map(self._still.__contains__, ids)))
+            grown -= growth.total(list(map(self._still.__contains__, ids)))
         rows, static, mamba = self._sums
         return rows, static + grown, mamba
 
     def _stale(
         self,
-        ids: list[int],
+        ids: Sequence[int],
         signals: list[tuple[Any, ...]],
         kept: list[tuple[Any, ...] | None],
         holders: Sequence[Any],
@@ -138,16 +127,23 @@ class Ledger:
         shape: Shape,
     ) -> list[int]:
         """The holders to recompute: new, moved (a signal not equal to the kept one), or volatile."""
+        indices = range(len(ids))
         try:
-            same = list(map(operator.eq, signals, kept))
+            stale = list(itertools.compress(indices, map(operator.ne, signals, kept)))
         except Exception:  # a tensor compared with another of other contents: by identity instead
-            same = list(map(_identical, signals, kept))
-        stale = list(itertools.compress(range(len(ids)), map(operator.not_, same)))
+            stale = list(itertools.compress(indices, map(operator.not_, map(_identical, signals, kept))))
+        if shape.held_rule is not HeldRule.REQ_KV:  # (0.5.23's rule reads no finished())
+            self._odd.update(ids[i] for i in stale if not _plain(holders[i]))
+            if self._odd:  # a holder's finished() is not a field the signal names: every one, each time
+                self._chunked = chunked
+                return list(indices)
         chunks = {id(chunked), id(self._chunked)} - {id(None)}  # the chunked request, and the last one
-        volatile = list(itertools.compress(range(len(ids)), map(chunks.__contains__, ids))) if chunks else []
         self._chunked = chunked
-        volatile += _volatile(signals, holders, shape)
-        return sorted(set(stale).union(volatile)) if volatile else stale
+        extra = [i for i in map(_position(ids), chunks) if i is not None]
+        if shape.held_rule is HeldRule.REQ_KV:
+            buffers = map(operator.itemgetter(-1), signals)
+            extra += itertools.compress(indices, map(operator.is_not, buffers, itertools.repeat(None)))
+        return sorted(set(stale).union(extra)) if extra else stale
 
     def _fresh(self, req: Any, growth: int, chunked: Any, shape: Shape, rule: Rule) -> _Kept:
         """One request by the per-request rule; its static part is the rule's less its growth."""
@@ -173,28 +169,21 @@ def _identical(a: tuple[Any, ...], b: tuple[Any, ...] | None) -> bool:
     return b is not None and len(a) == len(b) and all(map(operator.is_, a, b))
 
 
-def _volatile(signals: list[tuple[Any, ...]], holders: Sequence[Any], shape: Shape) -> list[int]:
-    """Holders recomputed at every sample: a ``req.kv`` record with ping-pong track slots (their
-    marks change in place), and every holder whose ``finished()`` is not SGLang's plain one (its
-    answer is not a field the signal can name)."""
-    if shape.held_rule is HeldRule.REQ_KV:
-        buffers = map(operator.itemgetter(-1), signals)
-        return list(
-            itertools.compress(range(len(signals)), map(operator.is_not, buffers, itertools.repeat(None)))
-        )
-    if all(map(plain_finished, set(map(type, holders)))):
-        return []
-    return list(range(len(holders)))
+def _plain(req: Any) -> bool:
+    cls: type = type(req)
+    return plain_finished(cls)
 
 
-def _signals(holders: Sequence[Any], shape: Shape) -> list[tuple[Any, ...]]:
-    """Each holder's signal, at C speed: the one cold pass over the requests (the ping-pong buffer
-    read apart, with a default: a request may have none)."""
-    signals = list(map(operator.attrgetter(*_SIGNALS[shape.held_rule]), holders))
-    if shape.has_ping_pong and shape.held_rule is not HeldRule.REQ_KV:
-        buffers = map(getattr, holders, itertools.repeat(_PING_PONG), itertools.repeat(None))
-        signals = list(map(operator.add, signals, zip(buffers)))  # (zip: one-tuples at C speed)
-    return signals
+def _position(ids: Sequence[int]) -> Callable[[int], int | None]:
+    """``ids.index`` as a function that answers None for an id not there (C speed, no request read)."""
+
+    def find(key: int) -> int | None:
+        try:
+            return ids.index(key)
+        except ValueError:
+            return None
+
+    return find
 
 
 def _grows(req: Any, chunked: Any, rule: HeldRule) -> bool:
@@ -207,43 +196,3 @@ def _grows(req: Any, chunked: Any, rule: HeldRule) -> bool:
     if rule is HeldRule.REQ_KV:
         return True
     return not req.kv_committed_freed
-
-
-def _growth(holders: Sequence[Any], rule: HeldRule, page: int) -> list[int]:
-    """Each holder's length at C speed: ``max(len(output_ids) - 1, 0)`` (0.5.4's decode-side
-    allocation), else ``kv_allocated_len`` ceiled to the page (0 where ``req.kv`` is gone)."""
-    if rule is HeldRule.SEQLEN:
-        lengths = map(max, map(len, map(_GROWTH[rule], holders)), itertools.repeat(1))
-        return list(map(operator.sub, lengths, itertools.repeat(1)))
-    if rule is HeldRule.KV_LENGTHS:
-        records = map(operator.attrgetter("kv"), holders)
-        allocated = map(getattr, records, itertools.repeat("kv_allocated_len"), itertools.repeat(0))
-    else:
-        allocated = map(_GROWTH[rule], holders)
-    return list(ceil_all(allocated, page))
-
-
-def _reference_finished(self: Any) -> bool:  # SGLang's Req.finished in every release read
-    return self.finished_reason is not None
-
-
-@functools.lru_cache(maxsize=16)
-def plain_finished(cls: type) -> bool:
-    """Whether ``cls.finished`` is exactly ``return self.finished_reason is not None`` (same
-    bytecode, names and constants), so reading the attribute gives what calling it would."""
-    code = getattr(getattr(cls, "finished", None), "__code__", None)
-    ref = _reference_finished.__code__
-    return code is not None and (code.co_code, code.co_names, code.co_consts, code.co_argcount) == (
-        ref.co_code,
-        ref.co_names,
-        ref.co_consts,
-        ref.co_argcount,
-    )
-
-
-def ceil_all(values: Iterable[int], page: int) -> Iterable[int]:
-    """``-(-n // page) * page`` of each value, at C speed (``page == 1``: the values)."""
-    if page <= 1:
-        return values
-    negated = map(operator.floordiv, map(operator.neg, values), itertools.repeat(page))
-    return map(operator.mul, map(operator.neg, negated), itertools.repeat(page))

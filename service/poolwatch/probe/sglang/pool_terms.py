@@ -17,7 +17,7 @@ from typing import Any
 from poolwatch.model.rank import Exactness, Pool, PoolAccount
 from poolwatch.probe.core.reading import MISSING, Reading
 from poolwatch.probe.sglang.footprint import Holdings
-from poolwatch.probe.sglang.nodes import tree_root
+from poolwatch.probe.sglang.nodes import TreeRoot
 from poolwatch.probe.sglang.shapes import Shape
 
 __all__ = ["PoolKinds", "checkpoint_pool", "pool_kinds", "read_pools"]
@@ -107,7 +107,13 @@ def _session(
 
 
 def _full(
-    sched: Any, kinds: PoolKinds, shape: Shape, reading: Reading, held: Holdings, stats: Any
+    sched: Any,
+    kinds: PoolKinds,
+    shape: Shape,
+    reading: Reading,
+    held: Holdings,
+    stats: Any,
+    root: TreeRoot | None = None,
 ) -> PoolAccount:
     alloc = "token_to_kv_pool_allocator"
     hybrid = kinds.swa or kinds.ssm
@@ -134,8 +140,7 @@ def _full(
     # a ChunkCache (PD decode, no tree) keeps its protected count in protected_size() alone: 0.5.4's
     # counts the prebuilt requests' KV there, and its full_protected_size() is the base class's 0
     # (0.5.23's unified tree raises NotImplementedError on root_node: a Rust core holds its nodes)
-    cache = reading.attr(sched, "tree_cache", optional=True)
-    tree = cache is not MISSING and tree_root(cache) is not None
+    tree = (root or TreeRoot()).found(sched, reading)
     prot_paths = (
         ("tree_cache.full_protected_size", "tree_cache.protected_size")
         if hybrid and tree
@@ -273,12 +278,19 @@ def _req(sched: Any, shape: Shape, reading: Reading, held: Holdings, role: str) 
 
 
 def read_pools(
-    sched: Any, shape: Shape, reading: Reading, held: Holdings, role: str, kinds: PoolKinds | None = None
+    sched: Any,
+    shape: Shape,
+    reading: Reading,
+    held: Holdings,
+    role: str,
+    kinds: PoolKinds | None = None,
+    root: TreeRoot | None = None,
 ) -> dict[Pool, PoolAccount]:
-    """One exact account per pool this rank has (``kinds``: already read in this pass)."""
+    """One exact account per pool this rank has (``kinds``: already read in this pass; ``root``:
+    whether the tree has a root node, kept from one sample to the next)."""
     kinds = pool_kinds(sched, shape, reading) if kinds is None else kinds
     stats = _stats(sched, reading)
-    pools = {Pool.FULL: _full(sched, kinds, shape, reading, held, stats)}
+    pools = {Pool.FULL: _full(sched, kinds, shape, reading, held, stats, root)}
     if kinds.swa:
         pools[Pool.SWA] = _swa(sched, shape, reading, held, stats)
     if kinds.ssm:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,8 @@ class LiveSet:
     chunk_ran: bool = True  # the chunked request is in last_batch (its chunk just ran)
     waiting_exact: bool = True  # False: ``waiting`` was recalled from the last exact scan
     sessions: Parked = ()  # streaming-session slots holding what no live request runs on
+    ids: Sequence[int] | None = None  # id() of each holder, in order (None: not collected)
+    members: AbstractSet[int] | None = None  # the same ids, as a set
 
 
 def role_of(sched: Any, reading: Reading) -> str:
@@ -110,16 +113,16 @@ def collect_live(
     last, running = groups[0], groups[1]  # last_batch.reqs, running_batch.reqs (lists)
     if _same(last, running):  # a decode step: the running batch is the batch that just ran
         groups[1] = []
-    unique, holders = _unique(groups, memo)
+    members, holders, ids = _unique(groups, memo)
     chunk_ran = chunked is None or any(map(operator.is_, last, itertools.repeat(chunked)))
     found: list[Any] = []
     exact = True
     if role != "decode" and mamba:
         queue: Any = reading.guard("waiting_queue", lambda: sched.waiting_queue, [])
         found, exact = _waiting_holders(queue, shape, tracker, exact_waiting)
-    waiting = tuple(r for r in found if id(r) not in unique)
+    waiting = tuple(r for r in found if id(r) not in members)
     sessions = _sessions(sched, reading, holders) if shape is None or shape.has_session_held else ()
-    return LiveSet(holders, waiting, chunked, chunk_ran, exact, sessions)
+    return LiveSet(holders, waiting, chunked, chunk_ran, exact, sessions, ids, members)
 
 
 def _sessions(sched: Any, reading: Reading, holders: tuple[Any, ...]) -> Parked:
@@ -129,19 +132,26 @@ def _sessions(sched: Any, reading: Reading, holders: tuple[Any, ...]) -> Parked:
     return reading.guard("sessions", lambda: parked_sessions(tree, holders), ())
 
 
-def _unique(groups: list[Any], memo: Memo | None) -> tuple[dict[int, Any], tuple[Any, ...]]:
-    """The requests of ``groups`` by identity, first occurrence first, and as a tuple; the last
-    sample's (the very same tuple, so the totals know them unchanged in O(1)) when every group
-    holds the very same requests (identity, C speed)."""
+def _unique(groups: list[Any], memo: Memo | None) -> tuple[set[int], tuple[Any, ...], list[int]]:
+    """The ids of the requests of ``groups``, the requests by identity, first occurrence first, as a
+    tuple, and their ids in that order; the last sample's (the very same tuple, so the totals know
+    them unchanged in O(1)) when every group holds the very same requests (identity, C speed)."""
     last = None if memo is None else memo.groups
     if last is not None and len(last[0]) == len(groups) and all(map(_same, groups, last[0])):
-        return last[1], last[2]
-    combined = list(itertools.chain.from_iterable(groups))
-    unique = dict(zip(map(id, combined), combined, strict=True))
-    holders = tuple(unique.values())
+        return last[1], last[2], last[3]
+    filled = [g for g in groups if g]
+    one = len(filled) == 1 and isinstance(filled[0], list)  # a decode step: a fresh copy of one batch's list
+    combined = filled[0] if one else list(itertools.chain.from_iterable(filled))
+    ids = list(map(id, combined))
+    members = set(ids)
+    if len(members) == len(ids):  # no request in two places (a decode step: one list)
+        holders = tuple(combined)
+    else:
+        unique = dict(zip(ids, combined, strict=True))
+        holders, ids = tuple(unique.values()), list(unique)
     if memo is not None:
-        memo.groups = (groups, unique, holders)
-    return unique, holders
+        memo.groups = (groups, members, holders, ids)
+    return members, holders, ids
 
 
 def _waiting_holders(

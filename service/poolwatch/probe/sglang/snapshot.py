@@ -128,7 +128,7 @@ def take_sample(
     page = _page_size(sched, reading)
     full_exact = _full_exact(sched, shape, reading, phase)
     held = holdings(live, shape, page, reading, full_exact=full_exact, memo=memo)
-    pools = read_pools(sched, shape, reading, held, role, kinds)
+    pools = read_pools(sched, shape, reading, held, role, kinds, memo.root if memo is not None else None)
     host = (memo.host if memo is not None else HostReader()).read(sched, reading)  # HiCache's host tier
     if host is not None:
         pools[Pool.HOST] = host

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from poolwatch.probe.sglang.host_census import HostReader
-from poolwatch.probe.sglang.ledger import Ledger, plain_finished
+from poolwatch.probe.sglang.ledger import Ledger
+from poolwatch.probe.sglang.nodes import TreeRoot
+from poolwatch.probe.sglang.signals import plain_finished
 
 __all__ = ["Memo", "length_of", "mamba_holders", "same_items"]
 
@@ -61,6 +63,7 @@ class Memo:
     the holders' figures by identity (the ledger) and the HiCache host account's reader."""
 
     def __init__(self) -> None:
-        self.groups: tuple[list[Any], dict[int, Any], tuple[Any, ...]] | None = None
+        self.groups: tuple[list[Any], set[int], tuple[Any, ...], list[int]] | None = None
         self.host = HostReader()  # the HiCache host account, walked within its budget
         self.ledger = Ledger()  # the live requests' holdings by identity (footprint.holdings)
+        self.root = TreeRoot()  # whether the prefix tree has a root node (pool_terms)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
@@ -83,7 +84,7 @@ class SglangWaits:
         self.timeouts = pd_timeouts(environ)
         self._forward: int | None = None
         self._holders: tuple[Any, ...] | None = None
-        self._ids: set[int] = set()
+        self._ids: AbstractSet[int] = set()
         self._tokens = -1
         self._head: tuple[str, ...] | None = None  # the stalled queue's head, read once per stall
         self._owned: dict[int, tuple[Any, Owner]] = {}  # transfer owners by identity, as first read
@@ -150,7 +151,7 @@ class SglangWaits:
         changed = holders is not self._holders
         admitted = 0
         if changed:
-            ids = set(map(id, holders))
+            ids = set(map(id, holders)) if live.members is None else live.members
             admitted = len(ids - self._ids) if self._holders is not None else 0
             self._ids = ids
         if isinstance(forward, int):

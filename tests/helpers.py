@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -148,3 +149,20 @@ def seed_issue() -> Path:
     if os.environ.get("POOLWATCH_REQUIRE_TOOLS") == "1":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def source_tree(into: Path) -> Path:
+    """A copy of this checkout's source (the files git tracks, and the untracked ones it does not
+    ignore, as they are in the working tree) under ``into``: what ``python -m build`` builds from
+    when two test processes may build at once (setuptools writes ``build/`` and ``*.egg-info`` in
+    the tree it builds)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            target = into / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return into

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from rigs.sglang.releases import Tier, release, tier
-from tests.helpers import REPO
+from tests.helpers import source_tree
 
 HERE = Path(__file__).parent
 # how the probe activates there: SGLang's plugin entry point where the release loads plugins
@@ -37,8 +37,9 @@ def cached_venv(version: str) -> Path:
 @pytest.fixture(scope="module")
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    source = source_tree(tmp_path_factory.mktemp("source"))  # (each xdist worker builds its own)
     result = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=600,

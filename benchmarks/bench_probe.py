@@ -7,10 +7,11 @@ emulator.
 venv (a release without one is reported and skipped), and prints one table: a unified rank of a
 Mamba hybrid model on the release's own pools, radix tree and ``Req`` objects with 256 live
 requests (248 long ones sharing a prefix, 8 short ones replaced as they finish), one turn of the
-event loop (the loop hook where the probe samples, admission, one decode token each, releases) then
-20 ms of made-up GPU time a step; the probe at its default rates with guard on, healthy and during a
-growing leak (3 KV slots a step owned by no one).  The share of the thread is the probe's CPU time
-over the loop's CPU time plus its GPU waits (:mod:`loop_meter`); the wall-clock share is beside it.
+event loop in SGLang's order (20 ms of made-up GPU time, the batch's result: one decode token each,
+releases, admission, then the loop hook where the probe samples); the probe at its default rates
+with guard on, healthy and during a growing leak (3 KV slots a step owned by no one).  The share of
+the thread is the probe's CPU time over the loop's CPU time plus its GPU waits (:mod:`loop_meter`);
+the wall-clock share is beside it.
 
 ``--emulated``: the earlier table on emulated ranks (real emulator requests on one unified rank,
 read by the same probe code): the emulator's iteration is pure Python with no GPU work, so the

@@ -5,9 +5,12 @@ One rank of :mod:`rigs.sglang.driver` -- the release's own ``HybridReqToTokenPoo
 ``TokenToKVPoolAllocator`` and radix tree (0.5.23: ``UnifiedRadixCache``), real ``Req`` objects --
 with 256 live requests: 248 long ones sharing a 512-token prefix (plus 100-300 tokens of their own)
 that decode for the whole run, and 8 short ones (100-200-token prompts, 8-24 output tokens) replaced
-as they finish.  A *step* is one turn of the release's event loop: the loop hook (where the probe
-looks, at its default rate), the admission of new requests (prefix match, row, KV), one decode token
-for every running request, the release of the finished ones, then 20 ms of made-up GPU time.
+as they finish.  A *step* is one turn of the release's event loop, in its order: 20 ms of made-up
+GPU time (the forward pass the scheduler waits on), the batch's result (one decode token for every
+running request), the release of the finished ones and the admission of new ones (prefix match, row,
+KV), then the loop hook (where the probe looks, at its default rate).  As in SGLang's own loop, the
+hook comes right after the result processing has touched every running request; until 2026-12-05
+the hook came right after the GPU wait instead, when those requests were cold (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -60,11 +63,15 @@ class Load:
             self.shorts.append(req)
 
     def step(self, leak: int) -> None:
-        self.driver.loop()  # the loop hook: the probe looks here, at its rate
-        self.refill()
+        """One turn after the GPU wait, in the order of SGLang's loop: the last batch's result (a
+        token for every running request -- the rig's ``decode`` also takes each one's next slot),
+        its finished requests released and new ones admitted, then the loop hook of the next turn,
+        where the probe looks at its rate."""
         self.driver.decode()
         if leak:  # taken from the pool and owned by no one: a leak that keeps growing
             self.sched.token_to_kv_pool_allocator.alloc(leak)
+        self.refill()
+        self.driver.loop()  # the loop hook: the probe looks here, at its rate
 
 
 def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
@@ -74,8 +81,8 @@ def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
     meter.wrap(probe, HOOKS)
     steps, started, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - started < seconds:
-        load.step(leak)
         time.sleep(GPU_STEP_S)  # the forward pass: the scheduler waits on the GPU
+        load.step(leak)
         steps += 1
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
     snap = probe.sample_now("bench")

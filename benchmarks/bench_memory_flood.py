@@ -31,6 +31,8 @@ from pathlib import Path
 
 import httpx
 
+from rigs.stack.processes import end
+
 HERE = Path(__file__).parent
 LIMIT_MIB = 256  # deploy/kubernetes/components/sidecar/sidecar.yaml: resources.limits.memory
 CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
@@ -157,15 +159,6 @@ def watch(proc: subprocess.Popen[bytes], url: str, seconds: float) -> tuple[floa
     return peak, True
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def run(ranks: int, seconds: float, limit_mib: int) -> int:
     """The benchmark; 0 when the sidecar lived, answered and stayed under ``limit_mib``."""
     work = Path(tempfile.mkdtemp(prefix="bench-flood-"))
@@ -190,7 +183,7 @@ def run(ranks: int, seconds: float, limit_mib: int) -> int:
             killed = "oom_kill 1" in cgroup_figure(group, "memory.oom_control") or (
                 not alive and group is not None
             )
-            stop(proc)
+            end(proc, grace=20)
         print(f"\npeak RSS {peak:.0f} MiB (limit {limit_mib} MiB): {'under' if peak < limit_mib else 'OVER'}")
         if group is not None:
             print(

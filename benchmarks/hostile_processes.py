@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from rigs.stack.processes import end
+
 
 def as_neighbour() -> list[str]:
     """How the neighbour's processes start: as ``nobody`` when this is root, else as this user."""
@@ -67,12 +69,7 @@ def sidecar(
     try:
         yield f"http://127.0.0.1:{port}", proc.pid, started
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, grace=15)
 
 
 def until(probe: object, timeout: float = 60.0, every: float = 0.01) -> float:

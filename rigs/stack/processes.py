@@ -21,7 +21,17 @@ from typing import TypeVar
 
 import httpx
 
-__all__ = ["LogWatcher", "Process", "ephemeral_low", "free_port", "free_ports", "http_ok", "poll", "tail"]
+__all__ = [
+    "LogWatcher",
+    "Process",
+    "end",
+    "ephemeral_low",
+    "free_port",
+    "free_ports",
+    "http_ok",
+    "poll",
+    "tail",
+]
 
 T = TypeVar("T")
 
@@ -117,14 +127,20 @@ class Process:
         return self.popen is not None and self.popen.poll() is None
 
     def stop(self) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(self.stop_signal)
-        try:
-            self.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(timeout=15)
+        if self.popen is not None:
+            end(self.popen, self.stop_signal)
+
+
+def end(popen: subprocess.Popen[bytes], stop_signal: int = signal.SIGTERM, grace: float = 15.0) -> None:
+    """End ``popen`` if it still runs: ``stop_signal``, then SIGKILL after ``grace`` seconds."""
+    if popen.poll() is not None:
+        return
+    popen.send_signal(stop_signal)
+    try:
+        popen.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(timeout=grace)
 
 
 class LogWatcher:

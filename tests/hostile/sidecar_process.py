@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 from tests.helpers import free_port
 
+from rigs.stack.processes import end
+
 __all__ = ["running", "samples", "serve"]
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)$")
@@ -55,12 +57,7 @@ def running(argv: list[str], env: dict[str, str], log: Path, up: Callable[[], bo
             time.sleep(0.1)
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, grace=15)
 
 
 def samples(url: str) -> dict[tuple[str, str], float]:

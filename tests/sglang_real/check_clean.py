@@ -96,6 +96,15 @@ def prefill_turn(d: Driver) -> Any:
     return req
 
 
+def decode_turn(d: Driver) -> None:
+    """A decode turn: a token for every running request, the ones at their length released."""
+    d.decode()
+    for req in [
+        r for r in d.sched.running_batch.reqs if len(r.output_ids) >= r.sampling_params.max_new_tokens
+    ]:
+        d.finish(req)
+
+
 def retracts(version: str) -> bool:
     """Whether a retracted request runs again on the release's Mamba rank.  Up to 0.5.6 (the rows'
     ``alloc(n, reqs)`` API) the tree frees a retracted request's row by index and
@@ -117,9 +126,7 @@ def hybrid(version: str) -> tuple[Timeline, dict[str, Any]]:
         if s.chunked_req is not None or (s.waiting_queue and len(running) < MAX_RUNNING):
             prefill_turn(d)
         elif running:
-            d.decode()
-            for req in [r for r in running if len(r.output_ids) >= r.sampling_params.max_new_tokens]:
-                d.finish(req)
+            decode_turn(d)
         if turn % 23 == 11 and len(running) > 1:
             d.finish(running[-1], abort=True)
             traffic.aborted += 1
@@ -237,11 +244,7 @@ def drained(
                 d.send(done)
                 continue
         else:
-            d.decode()
-            for req in [
-                r for r in s.running_batch.reqs if len(r.output_ids) >= r.sampling_params.max_new_tokens
-            ]:
-                d.finish(req)
+            decode_turn(d)
         d.loop()
     s.last_batch = None
     for _ in range(3):

@@ -147,3 +147,22 @@ def test_without_row_first_the_family_keeps_the_stale_row_proof_everywhere() -> 
     assert [s[0] for s in seen] == [Pool.FULL]
     refuser.uninstall()
     assert torch.equal(kv, sched.req_to_token_pool.req_to_token[r.req_pool_idx, :3])
+
+
+def test_a_queue_changed_at_the_same_length_is_indexed_again() -> None:
+    """The queue list keeps its identity and length while its request changes (one landed and
+    left, another arrived, between two frees), as a replaced list can come back at a freed one's
+    address: the landed request is no longer pending, and its own release of its KV is let
+    through; the new one's is refused."""
+    sched, _, seen = _rank()
+    landed, arriving, other = (_pre_alloc(sched, rid, 4) for rid in ("landed", "arriving", "other"))
+    queue = sched.disagg_decode_transfer_queue.queue
+    queue.append(SimpleNamespace(req=landed))
+    table, alloc = sched.req_to_token_pool.req_to_token, sched.token_to_kv_pool_allocator
+    alloc.free(table[other.req_pool_idx, :4])  # a free while only "landed" is pending: indexed
+    queue[:] = [SimpleNamespace(req=arriving)]  # the same list, the same length, another request
+    alloc.free(table[landed.req_pool_idx, :4])
+    assert seen == []
+    assert set(table[landed.req_pool_idx, :4].tolist()) <= set(_free_list(sched))
+    alloc.free(table[arriving.req_pool_idx, :4])
+    assert [s[2] for s in seen] == [("arriving (transfer pending)",)]

@@ -134,13 +134,10 @@ class Offload:
     def open_offload(self) -> Any:
         """The release's own ``DecodeKVCacheOffloadManager`` over the rank (its copy engine and
         host pool stood in for), and its ``DecodePreallocQueue``'s pre-allocation."""
-        from sglang.srt.disaggregation.decode import DecodePreallocQueue
         from sglang.srt.disaggregation.decode_kvcache_offload_manager import DecodeKVCacheOffloadManager
 
-        from rigs.sglang.server_args import published
-
         s = self.sched
-        s.server_args = published()
+        self.open_decode()
         m = DecodeKVCacheOffloadManager.__new__(DecodeKVCacheOffloadManager)
         m.req_to_token_pool, m.token_to_kv_pool_allocator = s.req_to_token_pool, s.token_to_kv_pool_allocator
         m.page_size, m.server_args, m.request_counter, m.tree_cache = 1, s.server_args, 0, s.tree_cache
@@ -153,6 +150,18 @@ class Offload:
             m.offloaded_state, m.offload_inflight = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
             m.kv_cache = s.token_to_kv_pool_allocator.get_kvcache()
         s.decode_offload_manager = m
+        return m
+
+    def open_decode(self) -> None:
+        """The decode side without the offload (finished requests released by the release's own
+        path): its ``DecodePreallocQueue``'s pre-allocation and the transfer queue."""
+        from sglang.srt.disaggregation.decode import DecodePreallocQueue
+
+        from rigs.sglang.server_args import published
+
+        s = self.sched
+        s.server_args = published()
+        s.decode_offload_manager = None  # (as SGLang's scheduler sets it with the offload off)
         prealloc = DecodePreallocQueue.__new__(DecodePreallocQueue)
         prealloc.req_to_token_pool, prealloc.token_to_kv_pool_allocator = (
             s.req_to_token_pool,
@@ -164,7 +173,6 @@ class Offload:
         s.tp_worker.is_hybrid_swa = False
         s.disagg_decode_prealloc_queue = prealloc
         s.disagg_decode_transfer_queue = SimpleNamespace(queue=[])  # DecodeRequest(req=...) entries
-        return m
 
     def transferred(self, req: Any) -> None:
         """The PD transfer starts: SGLang's own ``_pre_alloc`` takes the request's row and the KV
@@ -225,18 +233,24 @@ class Offload:
         if len(req.output_ids) >= req.sampling_params.max_new_tokens:  # the length stop
             req.finished_reason = FINISH_LENGTH(len(req.output_ids))
         m = s.decode_offload_manager
+        if m is None:  # no offload: the release's own release of a finished request
+            if req.finished():
+                self.release_req(req)  # type: ignore[attr-defined]
+            return bool(req.finished())
         if not req.finished():
-            if self.release.decode_radix:  # the incremental offload while it decodes
+            if self.release.offload_decoding:  # the incremental offload while it decodes
                 m.offload_kv_cache(req)
             return False
         s.running_batch.reqs.remove(req)
-        if not m.offload_kv_cache(req) and self.release.decode_radix:
+        if not m.offload_kv_cache(req) and self.release.offload_decoding:
             m.finalize_release_on_finish(req)
         return True
 
     def offload_done(self) -> None:
         """The device-to-host copies finish; SGLang's own ``check_offload_progress`` releases the
-        requests whose copy is done."""
+        requests whose copy is done (nothing without the offload)."""
         m = self.sched.decode_offload_manager
+        if m is None:
+            return
         m.cache_controller.finish()
         m.check_offload_progress()

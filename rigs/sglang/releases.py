@@ -117,6 +117,8 @@ class Release:
     layer: str = ""  # a LAYERS entry the overlay runs with
     fill_len: bool = False  # a round's fill is Req.fill_len over full_untruncated_fill_ids (not fill_ids)
     decode_radix: bool = False  # PD decode pre-allocation matches and locks its own radix tree
+    offload_decoding: bool = False  # the PD decode offload copies a request's KV to host at every
+    # decode step (0.5.10+: output processing calls offload_kv_cache for unfinished requests too)
     chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
 
     @property
@@ -189,7 +191,7 @@ _0_5_9 = replace(
     grammar="grammar_manager",
     tiers=_ALL - {Tier.WHEEL},
 )
-_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD | _BUGS, sessions="aware")
+_0_5_10 = replace(_0_5_9, version="0.5.10", tiers=_GUARD | _BUGS, sessions="aware", offload_decoding=True)
 _0_5_11 = replace(
     _0_5_10,
     version="0.5.11",

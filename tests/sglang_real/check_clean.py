@@ -152,6 +152,11 @@ def pd_prefill(version: str) -> tuple[Timeline, dict[str, Any]]:
     return drained(d, timeline, traffic, sends=True)
 
 
+# the releases whose decode offload frees a decoding request's KV (S29, rigs/bugs/sglang/s29.py: a
+# real use after free the probe pages): their clean decode rank runs without the offload
+OFFLOAD_FREES_LIVE_KV = frozenset({"0.5.10", "0.5.11", "0.5.12"})
+
+
 def decode_rank(version: str) -> dict[str, Any]:
     """A dense PD decode rank with SGLang's offload of finished requests to host: its chunk cache,
     or from 0.5.20 its own radix tree (``--disaggregation-decode-enable-radix-cache``)."""
@@ -160,7 +165,7 @@ def decode_rank(version: str) -> dict[str, Any]:
 
     server: dict[str, Any] = {
         "disaggregation_mode": "decode",
-        "disaggregation_decode_enable_offload_kvcache": True,
+        "disaggregation_decode_enable_offload_kvcache": version not in OFFLOAD_FREES_LIVE_KV,
     }
     if not release(version).decode_radix:
         return {"dense": "chunk", "server": server}
@@ -201,7 +206,8 @@ def pd_decode(version: str) -> tuple[Timeline, dict[str, Any]]:
     d, timeline = started(
         version, "decode", kv=2048, rows=32, context=512, pre_alloc=8, **decode_rank(version)
     )
-    d.open_offload()
+    offload = version not in OFFLOAD_FREES_LIVE_KV
+    d.open_offload() if offload else d.open_decode()
     s, traffic = d.sched, Traffic(d)
     landing: list[Any] = []
     for turn in range(STEPS):
@@ -213,21 +219,25 @@ def pd_decode(version: str) -> tuple[Timeline, dict[str, Any]]:
             req.output_ids.append(5)  # the first token, sampled by the prefill rank
             d.transferred(req)
             landing = [req]
-        room(d, len(s.running_batch.reqs))
-        for req in list(s.running_batch.reqs):
-            d.decode_one(req)
-        if turn % 2:
-            d.offload_done()
-        d.loop()
+        decoded(d)
     if landing:
         d.prebuilt(landing)
     while s.running_batch.reqs:
-        room(d, len(s.running_batch.reqs))
-        for req in list(s.running_batch.reqs):
-            d.decode_one(req)
-        d.loop()
+        decoded(d)
     d.offload_done()
-    return drained(d, timeline, traffic)
+    timeline_, figures = drained(d, timeline, traffic)
+    return timeline_, {**figures, "offload": offload}
+
+
+def decoded(d: Driver) -> None:
+    """A decode rank's turn in its loop's order: ``process_decode_queue`` acknowledges the copies
+    to host of the turn before (the offload's releases), the running requests decode a token each
+    (room made first), the loop's boundary."""
+    room(d, len(d.sched.running_batch.reqs))
+    d.offload_done()
+    for req in list(d.sched.running_batch.reqs):
+        d.decode_one(req)
+    d.loop()
 
 
 def drained(

@@ -112,7 +112,7 @@ def _decode_pending(d: Driver, mark: dict[str, Any]) -> None:
         server["model_path"] = str(DENSE)
     tree = "radix" if d.release.decode_radix else "chunk"
     d.new("decode", guard=mark["guard"], kv=256, rows=4, context=512, dense=tree, pre_alloc=8, server=server)
-    d.open_offload()
+    d.open_decode()
     r = d.arrive("r", list(range(100, 140)), max_new=3, vocab_size=1000)
     r.sampling_params.normalize(None)
     r.output_ids.append(5)  # the first token, sampled by the prefill rank

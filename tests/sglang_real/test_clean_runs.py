@@ -1,7 +1,8 @@
 """No false alarm on a long clean run of any real SGLang release the probe and guard tiers run
 (issue 39): every workload of ``check_clean.py`` -- a full KV + Mamba rank with shared prefixes,
 chunked prefill, aborts, retractions and eviction; a PD prefill rank sending each prompt's KV; a
-dense PD decode rank whose finished requests SGLang's own offload manager releases -- runs 2,000
+dense PD decode rank whose finished requests SGLang's own offload manager releases (released
+without the offload on 0.5.10 - 0.5.12, whose offload frees KV still decoding: S29) -- runs 2,000
 loop turns (1,000 s of the detector's clock) on the release's own pools and tree with the probe
 sampling at every hook, and neither the probe nor any detector family says anything, and SGLang's
 own idle check passes at the end."""

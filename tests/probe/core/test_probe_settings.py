@@ -33,6 +33,7 @@ def test_every_variable_is_read() -> None:
             "POOLWATCH_PROBE_PORT_BASE": "9100",
             "POOLWATCH_PROBE_SERVE": "0",
             "POOLWATCH_PROBE_SAMPLE_INTERVAL": "0.5",
+            "POOLWATCH_PROBE_SAMPLE_BUDGET": "0.002",
             "POOLWATCH_PROBE_CENSUS_INTERVAL": "2",
             "POOLWATCH_PROBE_KV_CENSUS_INTERVAL": "60",
             "POOLWATCH_PROBE_CHUNK_TRIPWIRE": "false",
@@ -44,6 +45,7 @@ def test_every_variable_is_read() -> None:
     )
     assert config == ProbeConfig(
         sample_interval_s=0.5,
+        sample_budget=0.002,
         census_interval_s=2.0,
         kv_census_interval_s=60.0,
         chunk_tripwire=False,
@@ -72,6 +74,10 @@ def test_every_variable_is_read() -> None:
         ("POOLWATCH_PROBE_SAMPLE_INTERVAL", "0"),  # a sample every iteration: -43 % scheduler steps
         ("POOLWATCH_PROBE_SAMPLE_INTERVAL", "1e308"),  # never samples again
         ("POOLWATCH_PROBE_KV_CENSUS_INTERVAL", "0.001"),
+        ("POOLWATCH_PROBE_SAMPLE_BUDGET", "0.5"),  # half the scheduler thread
+        ("POOLWATCH_PROBE_SAMPLE_BUDGET", "-0.001"),
+        ("POOLWATCH_PROBE_SAMPLE_BUDGET", "nan"),
+        ("POOLWATCH_PROBE_SAMPLE_BUDGET", "0.1%"),
         ("POOLWATCH_PROBE_SERVE", "perhaps"),
         ("POOLWATCH_PROBE_PORT_BASE", "9" * 5000),
         ("POOLWATCH_WORKER", "pod-\udcff"),  # an undecodable byte from the environment

@@ -9,6 +9,10 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_PORT_BASE``          unset      bind ``base + local rank`` instead of port 0
 ``POOLWATCH_PROBE_SERVE``              1          ``0``: take snapshots but serve nothing
 ``POOLWATCH_PROBE_SAMPLE_INTERVAL``    0.1        seconds between cheap samples (0.01 to 60)
+``POOLWATCH_PROBE_SAMPLE_BUDGET``      0.0008     the most of the scheduler thread the busy samples
+                                                  take: the interval stretches (up to 2 s) when a
+                                                  sample costs more (0 = off, 0 to 0.05;
+                                                  ``poolwatch.probe.core.pacing``)
 ``POOLWATCH_PROBE_CENSUS_INTERVAL``    10         seconds between Mamba censuses while busy (1 to 86400)
 ``POOLWATCH_PROBE_KV_CENSUS_INTERVAL`` 300        seconds between full-KV censuses while busy (1 to 86400)
 ``POOLWATCH_PROBE_CHUNK_TRIPWIRE``     1          ``0``: skip the check after each prefill chunk
@@ -45,6 +49,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 SAMPLE_RANGE = (0.01, 60.0)  # seconds: below, the probe costs the scheduler; above, it never watches
 CENSUS_RANGE = (1.0, 86_400.0)
+BUDGET_RANGE = (0.0, 0.05)  # a share of the scheduler thread (0: no pacing)
 LAST_WORD_RANGE = (0.0, 5.0)  # seconds: a crash already certain is delayed at most this (core/last_word.py)
 
 
@@ -55,6 +60,7 @@ class ProbeConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ProbeConfig:
     sample_interval_s: float = 0.1
+    sample_budget: float = 0.0008  # the busy samples' share of the scheduler thread (core/pacing.py)
     census_interval_s: float = 10.0
     kv_census_interval_s: float = 300.0
     idle_kv_census_gap_s: float = 30.0  # at idle the KV census runs at most this often
@@ -79,6 +85,7 @@ class ProbeConfig:
         release, deprecated = _release(environ, release_env)
         return cls(
             sample_interval_s=_seconds(environ, "POOLWATCH_PROBE_SAMPLE_INTERVAL", 0.1, SAMPLE_RANGE),
+            sample_budget=_share(environ, "POOLWATCH_PROBE_SAMPLE_BUDGET", 0.0008, BUDGET_RANGE),
             census_interval_s=_seconds(environ, "POOLWATCH_PROBE_CENSUS_INTERVAL", 10.0, CENSUS_RANGE),
             kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0, CENSUS_RANGE),
             chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),
@@ -143,6 +150,20 @@ def _seconds(environ: Mapping[str, str], name: str, default: float, bounds: tupl
     low, high = bounds
     if not math.isfinite(value) or not low <= value <= high:
         raise ProbeConfigError(f"{name}: expected {low:g} to {high:g} seconds, got {raw[:40]!r}")
+    return value
+
+
+def _share(environ: Mapping[str, str], name: str, default: float, bounds: tuple[float, float]) -> float:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ProbeConfigError(f"{name}: expected a share such as 0.001, got {raw[:40]!r}") from None
+    low, high = bounds
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ProbeConfigError(f"{name}: expected a share from {low:g} to {high:g}, got {raw[:40]!r}")
     return value
 
 

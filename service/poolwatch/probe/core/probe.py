@@ -49,6 +49,7 @@ from poolwatch.probe.core.counters import CounterBook, readings_of
 from poolwatch.probe.core.engine import Engine, EngineSample, Proof, ReadAsk, Reader, Release
 from poolwatch.probe.core.kill_switch import KillSwitch
 from poolwatch.probe.core.last_word import Outcome
+from poolwatch.probe.core.pacing import SamplePacer
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.core.rank_identity import RankIdentity
 from poolwatch.probe.core.reading import Reading
@@ -109,6 +110,7 @@ class Probe(Stamping):
         self._last_hook = clock()
         self._idle_seq = -1  # the iteration of the last idle hook
         self._sample_cost = 0.0
+        self.pacer = SamplePacer(config.sample_interval_s, config.sample_budget)
         self.waits = WaitBook()  # holds' ages, progress counters and the stall, across samples
         self.parked = False  # the last sample found nothing to step but owners waiting (keepalive)
 
@@ -174,7 +176,7 @@ class Probe(Stamping):
         return not self.disabled
 
     def _due(self) -> bool:
-        interval = self.config.sample_interval_s
+        interval = self.pacer.current_s  # the configured interval, paced to the sample budget
         return self.clock() - self._last_sample >= interval and self._active() and self.guard.allow()
 
     def refuse(self, reason: str) -> None:
@@ -221,6 +223,8 @@ class Probe(Stamping):
         self._waited(waits)
         sample = replace(sample, pools=self.counters.judged(sample.pools))  # the census's figures
         self._sample_cost = time.perf_counter() - started - census_cost
+        if not idle_hook:
+            self.pacer.record(self._sample_cost)
         self._deliver(sample, reading, hook, idle_hook=idle_hook)
 
     def _waited(self, waits: Waits | None) -> None:

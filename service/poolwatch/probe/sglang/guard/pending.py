@@ -28,7 +28,6 @@ from poolwatch.probe.sglang.guard.patch import Depth, Patch, patch
 
 __all__ = ["Pending"]
 
-_Shape = tuple[Any, int, Any, Any]  # a queue list, its length, its first and last entries
 _WINDOW = (  # the scheduler's own processing of its pending queues
     "process_disagg_prefill_inflight_queue",
     "handle_inflight_transfer_failure",
@@ -71,7 +70,12 @@ class Pending:
         self.sched, self.slot, self.row = sched, slot, row
         self.depth = Depth()  # SGLang's own window in progress
         self.patches: list[Patch] = []
-        self.seen: tuple[_Shape, ...] = ()  # the queue lists indexed (_shape)
+        # the queue lists indexed: each list's id, length and end entries' ids, the objects pinned
+        # meanwhile (a list SGLang replaced and freed can come back at the same address with the
+        # same length and other requests in it: an (id, len) key took it for unchanged, and read a
+        # request long landed as still pending; a pinned object's id is its own)
+        self.seen: tuple[tuple[int, int, int, int], ...] = ()
+        self.pins: tuple[tuple[Any, Any, Any], ...] = ()
         self.reqs: dict[int, Any] = {}  # id(req) -> req
         self.slots: dict[int, Any] | None = None  # Mamba slot -> req (built on a Mamba free)
         self.rows: dict[int, Any] | None = None  # request row -> req (built on a KV free)
@@ -108,6 +112,7 @@ class Pending:
             done.undo()
         self.patches = []
         self.holders = {}
+        self.seen, self.pins, self.reqs = (), (), {}  # (nothing of the scheduler's kept alive)
 
     def _decode_lists(self) -> list[Any]:
         """The decode queues' pending lists now (each queue's window wrapped on first sight)."""
@@ -137,11 +142,11 @@ class Pending:
             lists = [q for q in (inflight, *self._decode_lists()) if q]
             if not lists:
                 return False
-        key = tuple(map(_shape, lists))
-        if not _same(key, self.seen):
+        key = tuple((id(q), len(q), id(q[0]), id(q[-1])) for q in lists)
+        if key != self.seen:
             self.reqs = {id(r): r for q in lists for r in map(_request, q)}
             self.slots = self.rows = None
-            self.seen = key
+            self.seen, self.pins = key, tuple((q, q[0], q[-1]) for q in lists)
         return True
 
     def holds(self, req: Any) -> bool:
@@ -173,23 +178,6 @@ class Pending:
                 if tensor is not None and int(tensor.numel()) == 1:
                     self.slots[int(tensor.reshape(-1)[0])] = req
         return self.slots
-
-
-def _shape(queue: Any) -> _Shape:
-    """What tells a queue list's change: the list itself, its length, its first and last entries.
-    The objects are kept, not their ``id()``: a list SGLang replaced (``self.queue = [...]``) and
-    freed can come back at the same address with the same length and other requests in it, which
-    an ``(id, len)`` key took for unchanged (a finished request then read as still pending)."""
-    return (queue, len(queue), queue[0], queue[-1])
-
-
-def _same(key: tuple[_Shape, ...], seen: tuple[_Shape, ...]) -> bool:
-    """Whether every queue is the same object, of the same length, with the same ends (identity,
-    never ``==``: a request's equality may compare tensors)."""
-    return len(key) == len(seen) and all(
-        a[0] is b[0] and a[1] == b[1] and a[2] is b[2] and a[3] is b[3]
-        for a, b in zip(key, seen, strict=True)
-    )
 
 
 def _request(entry: Any) -> Any:

@@ -62,12 +62,13 @@ def test_a_busy_probe_samples_at_the_paced_interval_and_an_idle_hook_at_once() -
     config = ProbeConfig(serve=False, directory="/nonexistent-poolwatch-test-dir", release="0.5.4.post1")
     rank = Rank()
     sched = Scheduler(rank.alloc, rank.rows, rank.tree, max_total_num_tokens=64)
-    probe = attach(SGLANG, sched, replace(config, sample_interval_s=0.1, sample_budget=0.001), clock=lambda: now[0])
+    paced = replace(config, sample_interval_s=0.1, sample_budget=0.001)
+    probe = attach(SGLANG, sched, paced, clock=lambda: now[0])
     pacer = probe.pacer
     pacer.record = lambda cost: SamplePacer.record(pacer, 400e-6)  # type: ignore[method-assign]  # 400 us each
     try:
         sampled = []
-        for hook in range(40):  # a hook every 0.1 s of the fake clock
+        for _ in range(40):  # a hook every 0.1 s of the fake clock
             now[0] += 0.1
             before = probe.guard.samples_total
             probe.step("on_loop_boundary")

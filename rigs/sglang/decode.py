@@ -1,14 +1,12 @@
-"""A dense model's rank (no Mamba, no SWA pool) and the PD decode side's KV offload, on an SGLang
-release's own classes (run in its venv).
+"""The PD decode side and its KV offload, on an SGLang release's own classes (run in its venv), on
+a dense rank (:mod:`rigs.sglang.dense`).
 
-:func:`dense_pools` gives a :class:`~rigs.sglang.rank.Rank` a plain model's pools: the request
-rows (``DecodeReqToTokenPool`` on a decode rank, with its pre-allocation rows), the KV allocator,
-and the tree the decode side runs (``ChunkCache``, or the ``RadixCache`` of
-``--disaggregation-decode-enable-radix-cache``).  :class:`Offload` drives the decode side of a PD
-transfer through the release's own code: ``DecodePreallocQueue._pre_alloc`` (where the transfer
-lands), ``process_prebuilt`` (the request joins the running batch), and the
-``DecodeKVCacheOffloadManager`` of ``--disaggregation-decode-enable-offload-kvcache`` (the finished
-request's KV copied to host, then released).  What is stood in for: the KV transfer (none runs: the
+:class:`Offload` drives the decode side of a PD transfer through the release's own code:
+``DecodePreallocQueue._pre_alloc`` (where the transfer lands), ``process_prebuilt`` (the request
+joins the running batch), and the ``DecodeKVCacheOffloadManager`` of
+``--disaggregation-decode-enable-offload-kvcache`` (a request's KV copied to host -- at every
+decode step from 0.5.10, at its finish before -- then released), or without it the release's own
+release of a finished request.  What is stood in for: the KV transfer (none runs: the
 slots are allocated where it lands), and the device-to-host copy engine and host pool (a write
 completes when the flow says so: :meth:`Offload.offload_done`).
 """
@@ -23,57 +21,7 @@ from typing import Any
 
 from rigs.sglang.releases import Release
 
-__all__ = ["Offload", "dense_pools"]
-
-
-def dense_pools(rank: Any, mode: str, *, kv: int, rows: int, context: int, tree: str, pre_alloc: int) -> None:
-    """A plain model's rows, KV allocator and tree (``tree``: ``chunk``, ``radix`` or HiCache's
-    ``hiradix``) on ``rank``."""
-    import torch
-    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
-
-    if mode == "decode":
-        from sglang.srt.disaggregation.decode import DecodeReqToTokenPool as Rows
-
-        rank.req_to_token_pool = Rows(
-            size=rows,
-            max_context_len=context,
-            device="cpu",
-            enable_memory_saver=False,
-            pre_alloc_size=pre_alloc,
-        )
-    else:
-        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-
-        rank.req_to_token_pool = ReqToTokenPool(rows, context, "cpu", False)
-    rank.token_to_kv_pool_allocator = TokenToKVPoolAllocator(
-        kv, torch.float16, "cpu", None, need_sort=mode != "null"
-    )
-    rank.tree_cache = _tree(rank, tree)
-    rank.cache_params = None
-
-
-def _tree(rank: Any, kind: str) -> Any:
-    pool, alloc = rank.req_to_token_pool, rank.token_to_kv_pool_allocator
-    if kind == "hiradix":  # --enable-hierarchical-cache
-        from rigs.sglang.hicache import hicache_tree
-
-        return hicache_tree(rank)
-    if kind == "chunk":
-        from sglang.srt.mem_cache.chunk_cache import ChunkCache as Tree
-    else:
-        from sglang.srt.mem_cache.radix_cache import RadixCache as Tree
-    if not rank.release.tree_params:
-        return (
-            Tree(pool, alloc, page_size=1)
-            if kind == "chunk"
-            else Tree(pool, alloc, page_size=1, disable=False)
-        )
-    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-
-    return Tree(
-        CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1)
-    )
+__all__ = ["Offload"]
 
 
 class _Written:

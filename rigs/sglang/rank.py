@@ -13,7 +13,7 @@ Constructors are called with the keywords the release's signature takes (:func:`
 Kept whole: one class, the scheduler-shaped rank -- its constructor builds the release's pools,
 tree and idle checker in the order the release's own ``Scheduler`` does, and its methods carry the
 names the probe wraps; the plain, SWA and decode ranks' pools are their own modules
-(:mod:`rigs.sglang.decode`, :mod:`rigs.sglang.swa`).
+(:mod:`rigs.sglang.dense`, :mod:`rigs.sglang.swa`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Rank:
         window: tuple[int, int, bool] | None = None,
     ) -> None:
         """A Mamba hybrid model's rank; ``dense`` (``chunk``, ``radix`` or ``hiradix``: its tree): a plain
-        model's (:func:`rigs.sglang.decode.dense_pools`); ``window`` (page size, sliding window,
+        model's (:func:`rigs.sglang.dense.dense_pools`); ``window`` (page size, sliding window,
         EAGLE): a hybrid SWA model's (:func:`rigs.sglang.swa.swa_pools`)."""
         os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
         if window:
@@ -64,7 +64,7 @@ class Rank:
             page, size, eagle = window
             swa_pools(self, kv=kv, rows=rows, context=context, page=page, window=size, eagle=eagle)
         elif dense:
-            from rigs.sglang.decode import dense_pools
+            from rigs.sglang.dense import dense_pools
 
             dense_pools(self, mode, kv=kv, rows=rows, context=context, tree=dense, pre_alloc=pre_alloc)
         else:

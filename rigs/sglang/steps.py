@@ -85,8 +85,8 @@ class Steps:
             self.load_back(req)  # (HiCache: the prefix's host part back on the device)
             s.tree_cache.inc_lock_ref(req.last_node)
         pre, fill = len(req.prefix_indices), self._fill(req, chunk)
-        if chunk is not None or req is s.chunked_req:
-            s.chunked_req = req if fill < len(req.origin_input_ids) else None
+        if chunk is not None or req is s.chunked_req:  # (a retracted request refills its output too)
+            s.chunked_req = req if fill < len(req.origin_input_ids) + len(req.output_ids) else None
         if self.release.legacy:  # (a plain model's rows: alloc(n), no Mamba slot to give the request)
             dense = s.cache_params is None
             req.req_pool_idx = (s.req_to_token_pool.alloc(1) if dense else s.req_to_token_pool.alloc(1, [req]))[0]
@@ -194,7 +194,7 @@ class Steps:
 
             release_kv_cache(req, s.tree_cache, checkpoint=insert)
             return
-        if self.release.insert_flag:
+        if self.release.insert_flag or s.cache_params is None:  # (0.5.4's RadixCache takes is_insert)
             s.tree_cache.cache_finished_req(req, is_insert=insert)
         else:  # 0.5.4's MambaRadixCache always inserts
             s.tree_cache.cache_finished_req(req)

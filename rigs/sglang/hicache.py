@@ -18,8 +18,8 @@ import functools
 import inspect
 from typing import Any
 
-from rigs.sglang.pieces import Batch
 from rigs.sglang.hicache_tree import hicache_tree
+from rigs.sglang.pieces import Batch
 from rigs.sglang.releases import Release
 
 __all__ = ["DECODE_METHODS", "HiDecode", "decode_methods", "hicache_tree"]
@@ -174,8 +174,9 @@ class HiDecode:
         setattr(req, _protected_len(), len(req.prefix_indices))  # what the tree owns of its row
         s.loaded_back = getattr(s, "loaded_back", 0) + len(new)  # (the workload's figures)
         tree.ready_to_load_host_cache()
-        self._room(len(req.origin_input_ids) + len(req.output_ids) + 8)  # type: ignore[attr-defined]  # (prepare_for_extend's
-        # alloc_token_slots evicts for the new tokens after the load took its slots; the loaded node is locked)
+        # prepare_for_extend's alloc_token_slots evicts for the new tokens after the load took its
+        # slots (the loaded node is locked by the load)
+        self._room(len(req.origin_input_ids) + len(req.output_ids) + 8)  # type: ignore[attr-defined]
 
 
 @functools.cache
@@ -186,7 +187,8 @@ def _protected_len() -> str:
     from sglang.srt.managers.schedule_policy import PrefillAdder
 
     source = inspect.getsource(PrefillAdder.add_one_req)
-    return "cache_protected_len" if "req.cache_protected_len = prefix_len" in source else "last_matched_prefix_len"
+    new = "req.cache_protected_len = prefix_len" in source
+    return "cache_protected_len" if new else "last_matched_prefix_len"
 
 
 def _load_back_args(tree: Any, req: Any) -> tuple[Any, ...]:

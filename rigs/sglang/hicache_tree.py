@@ -97,7 +97,8 @@ def hicache_tree(rank: Any) -> Any:
     tree.metrics_collector = tree.storage_metrics_collector = None
     tree.enable_storage = tree.enable_storage_metrics = False
     tree.extra_metric_labels = None
-    tree.prefetch_threshold, tree.prefetch_timeout_base, tree.prefetch_timeout_per_page = 256, 1.0, 0.25 / 1024
+    tree.prefetch_threshold, tree.prefetch_timeout_base = 256, 1.0
+    tree.prefetch_timeout_per_page = 0.25 / 1024
     tree.hicache_storage_pass_prefix_keys = False
     tree.is_prefetch_timeout = tree._prefetch_timeout_check_linear_func
     tree.prefetch_stop_policy = "best_effort"

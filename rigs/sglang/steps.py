@@ -88,8 +88,8 @@ class Steps:
         if chunk is not None or req is s.chunked_req:  # (a retracted request refills its output too)
             s.chunked_req = req if fill < len(req.origin_input_ids) + len(req.output_ids) else None
         if self.release.legacy:  # (a plain model's rows: alloc(n), no Mamba slot to give the request)
-            dense = s.cache_params is None
-            req.req_pool_idx = (s.req_to_token_pool.alloc(1) if dense else s.req_to_token_pool.alloc(1, [req]))[0]
+            pool = s.req_to_token_pool
+            req.req_pool_idx = (pool.alloc(1) if s.cache_params is None else pool.alloc(1, [req]))[0]
             row = int(req.req_pool_idx)
         else:
             req.extend_input_len = fill - pre

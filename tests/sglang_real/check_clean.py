@@ -120,6 +120,10 @@ def retracts(version: str) -> bool:
     return not release(version).legacy
 
 
+def as_is(d: Driver) -> None:
+    """A turn that starts with nothing of its own (no HiCache events to check)."""
+
+
 def hybrid(version: str) -> tuple[Timeline, dict[str, Any]]:
     d, timeline = started(version, "null", kv=2048, mamba=48, rows=32, context=512)
     traffic = Traffic(d)
@@ -127,7 +131,7 @@ def hybrid(version: str) -> tuple[Timeline, dict[str, Any]]:
     return drained(d, timeline, traffic)
 
 
-def busy(d: Driver, traffic: Traffic, *, retract: bool, turn_start: Callable[[Driver], object] = id) -> None:
+def busy(d: Driver, traffic: Traffic, *, retract: bool, turn_start: Callable[[Driver], None] = as_is) -> None:
     """:data:`STEPS` busy loop turns: an arrival every third, a prefill turn (the chunked request's
     next chunk, or a waiting request while fewer than :data:`MAX_RUNNING` run) or a decode turn,
     the last running request aborted every 23 turns and (``retract``) the first retracted every 41;
@@ -250,7 +254,7 @@ def drained(
     traffic: Traffic,
     *,
     sends: bool = False,
-    turn_start: Callable[[Driver], object] = id,
+    turn_start: Callable[[Driver], None] = as_is,
 ) -> tuple[Timeline, dict[str, Any]]:
     """Every request finished, admitted as in :func:`busy` (``sends``: a prefill rank's, sent;
     ``turn_start``: as for :func:`busy`), the rank idle a few turns, SGLang's own idle check run."""

@@ -16,7 +16,10 @@ loaded part.
   :func:`tests.sglang_real.guard_pools.wrong_free_checks`): S13's extra free -- the request's
   prefix columns freed through its row, here the slots the load-back just gave the tree -- is
   refused at the free by the tree-prefix proof (:mod:`poolwatch.probe.sglang.guard.owners`), the
-  state bit-identical to the fixed path's.
+  state bit-identical to the fixed path's.  From 0.5.9 only: that proof reads the row's request
+  where the row allocation names it (``alloc(reqs)``); a dense rank up to 0.5.6 takes its rows with
+  ``ReqToTokenPool.alloc(need_size)``, which names none, so there guard lets the free run and
+  quarantines the slots at the next loop hook (the census sees them free and in the tree).
 
 0.5.23 has no ``HiRadixCache`` (its HiCache is the unified tree's host pool group: its Mamba
 load-back is guard's ``tree_index`` hook, tested on fakes in ``tests/probe/sglang``): nothing runs.
@@ -100,5 +103,7 @@ def guard_load_back_checks(d: Driver) -> None:
     if d.release.unified_tree:
         return
     _healthy(d)
+    if d.release.legacy:  # no row holder on a dense rank: repaired at the next hook, not refused
+        return
     what = "the slots a HiCache load-back just gave the tree freed again through the row"
     wrong_free_checks(d, (("full", what, _loaded_back, False),))

@@ -11,8 +11,8 @@ prefill, aborts, retractions) over :data:`PREFIXES` -- more shared prefixes than
 ``evict_host`` frees the coldest copies, and a later request whose prefix ends on host has it
 loaded back (the ``PrefillAdder``'s ``init_load_back``, then ``ready_to_load_host_cache``).  Each
 turn starts where the release's scheduler calls ``check_hicache_events``: its prefill builder, past
-the early return for nothing to prefill, and from 0.5.10 every decode turn too (read in the
-release's own ``update_running_batch``; S14 is the 0.5.9 side of that change).
+the early return for nothing to prefill (up to 0.5.9), or before it, every turn (from 0.5.10; read
+in the builder's own source: S14 is the 0.5.9 side of that change).
 
 0.5.23 has no ``HiRadixCache``: its HiCache is the unified tree's host pool group, which the rig
 does not build (said as skipped).
@@ -74,12 +74,11 @@ def hicache(version: str) -> tuple[Timeline, dict[str, Any]]:
 
 
 def events(d: Driver) -> Any:
-    """What each turn does first: ``check_hicache_events`` where the release's scheduler calls it --
-    its prefill builder, past the early return (a request waits or a chunk is in flight), and from
-    0.5.10 also ``update_running_batch`` on every decode turn."""
-    from sglang.srt.managers.scheduler import Scheduler
-
-    every = "check_hicache_events" in inspect.getsource(Scheduler.update_running_batch)
+    """What each turn does first: ``check_hicache_events`` where the release's prefill builder
+    (run every loop turn) calls it -- before its early return for nothing to prefill from 0.5.10,
+    so every turn; past it up to 0.5.9, so only while a request waits or a chunk is in flight (read
+    in the builder's own source)."""
+    every = _events_before_early_return()
 
     def turn_start(d: Driver) -> None:
         s = d.sched
@@ -87,6 +86,15 @@ def events(d: Driver) -> Any:
             d.hicache_events()
 
     return turn_start
+
+
+def _events_before_early_return() -> bool:
+    from sglang.srt.managers.scheduler import Scheduler
+
+    builder = getattr(Scheduler, "_get_new_batch_prefill_raw", None) or Scheduler.get_new_batch_prefill
+    source = inspect.getsource(builder)
+    events, early = source.find("check_hicache_events"), source.find("len(self.waiting_queue) == 0")
+    return 0 <= events < early
 
 
 def counted(controller: Any) -> Counter[str]:

@@ -1,24 +1,24 @@
-"""HiCache on a dense rank (``--enable-hierarchical-cache``, the write-through policy) and the decode
-turns of the release's own scheduler loop (run in the release's venv).
+"""HiCache's turns on a dense rank (``--enable-hierarchical-cache``, the write-through policy; the
+tree: :func:`rigs.sglang.hicache_tree.hicache_tree`), run in the release's venv.
 
-:func:`hicache_tree` builds the release's own ``HiRadixCache`` over a rank's KV allocator and rows,
-with the release's own ``MHATokenToKVPoolHost`` accounting (its KV buffers not allocated) and the
-release's own ``HiCacheController`` -- ``write``, ``evict_device``, ``evict_host``, ``reset`` --
-of which only the copy is stood in for: ``start_writing`` hands the merged write's node ids to
-``ack_write_queue`` with a copy that is already finished (no device stream runs), as a copy that
-completes within a step does.  :class:`HiDecode` runs the scheduler's turns through the release's
-own ``get_next_batch_to_run`` (the prefill builder, ``update_running_batch`` and its
-``check_decode_mem`` / ``retract_decode``); what is stood in for is the model: a prompt's forward
-(the row, the KV, a first token), a decode step's (a slot per request, a token), and the request
-finishing at its length, released by SGLang's own ``release_kv_cache``.
+:class:`HiDecode` gives a :class:`~rigs.sglang.driver.Driver` what the release's scheduler does
+for HiCache: the prefill batch builder's ``check_hicache_events`` (acknowledged write-throughs
+unlocked, finished load-backs unlocked), the ``PrefillAdder``'s load-back of a prefix whose tail
+lives only on host (``init_load_back`` under the adder's lock, then ``ready_to_load_host_cache``),
+and the decode turns through the release's own ``get_next_batch_to_run`` (the prefill builder,
+``update_running_batch`` and its ``check_decode_mem`` / ``retract_decode``); what is stood in for
+is the model: a prompt's forward (the row, the KV, a first token), a decode step's (a slot per
+request, a token), and the request finishing at its length, released by SGLang's own
+``release_kv_cache``.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
+import inspect
 from typing import Any
 
+from rigs.sglang.hicache_tree import hicache_tree
 from rigs.sglang.pieces import Batch
 from rigs.sglang.releases import Release
 
@@ -33,7 +33,6 @@ DECODE_METHODS = (
     "stash_chunked_request",
     "_maybe_prepare_ngram_embedding",
 )
-HOST_RATIO = 2  # SGLang's default --hicache-ratio: the host pool twice the device's
 
 
 def decode_methods() -> dict[str, Any]:
@@ -43,84 +42,6 @@ def decode_methods() -> dict[str, Any]:
     return {name: getattr(Scheduler, name) for name in DECODE_METHODS if hasattr(Scheduler, name)}
 
 
-class _Done:
-    """A device-to-host copy that has finished (``query``: it is done; ``synchronize``: at once)."""
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        return None
-
-
-def _started_writing(controller: Any) -> None:
-    """``HiCacheController.start_writing`` without the copy: the queued writes merged (SGLang's own
-    ``CacheOperation.merge_ops``) and acknowledged as finished."""
-    from sglang.srt.managers.cache_controller import CacheOperation, HiCacheAck
-
-    if not controller.write_queue:
-        return
-    op = CacheOperation.merge_ops(controller.write_queue)
-    controller.write_queue.clear()
-    controller.ack_write_queue.append(HiCacheAck(_Done(), _Done(), op.node_ids))
-
-
-def _controller(alloc: Any, host: Any) -> Any:
-    from sglang.srt.managers.cache_controller import HiCacheController, TransferBuffer
-
-    c = object.__new__(HiCacheController)
-    c.mem_pool_device_allocator, c.mem_pool_host, c.mem_pool_device = alloc, host, None
-    c.write_policy, c.io_backend, c.page_size, c.enable_storage = "write_through", "direct", 1, False
-    c.write_queue, c.load_queue, c.ack_write_queue, c.ack_load_queue = [], [], [], []
-    c.stop_event, c.storage_stop_event = threading.Event(), threading.Event()
-    c.write_buffer, c.load_buffer = TransferBuffer(c.stop_event), TransferBuffer(c.stop_event)
-    c.start_writing = lambda: _started_writing(c)
-    return c
-
-
-def _host_pool(size: int) -> Any:
-    from sglang.srt.mem_cache.memory_pool_host import HostKVCache, MHATokenToKVPoolHost
-
-    host = object.__new__(MHATokenToKVPoolHost)
-    host.size, host.page_size, host.device, host.lock = size, 1, "cpu", threading.RLock()
-    HostKVCache.clear(host)
-    return host
-
-
-def hicache_tree(rank: Any) -> Any:
-    """The release's ``HiRadixCache`` over ``rank``'s rows and KV allocator, as its constructor
-    sets it up for ``--hicache-write-policy write_through`` with no storage backend."""
-    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-    from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
-    from sglang.srt.mem_cache.radix_cache import RadixCache
-
-    alloc = rank.token_to_kv_pool_allocator
-    tree = object.__new__(HiRadixCache)
-    tree._enable_metrics_flag, tree.page_size, tree.kv_cache = False, 1, None
-    tree.token_to_kv_pool_host = _host_pool(HOST_RATIO * alloc.size)
-    tree.tp_group, tree.tp_world_size, tree.pp_rank, tree.pp_size = None, 1, 0, 1
-    tree.enable_storage = tree.enable_storage_metrics = False
-    tree.extra_metric_labels = None
-    tree.is_prefetch_timeout = tree._prefetch_timeout_check_linear_func
-    tree.prefetch_stop_policy = "best_effort"
-    tree.load_cache_event = threading.Event()
-    tree.cache_controller = _controller(alloc, tree.token_to_kv_pool_host)
-    tree._apply_storage_runtime_config(
-        storage_backend=None, prefetch_threshold=256, prefetch_timeout_base=1.0,
-        prefetch_timeout_per_ki_token=0.25, hicache_storage_pass_prefix_keys=False,
-        enable_storage=False, enable_storage_metrics=False, extra_metric_labels=None,
-    )  # fmt: skip
-    tree.ongoing_write_through, tree.ongoing_load_back, tree.ongoing_prefetch = {}, {}, {}
-    tree.ongoing_backup, tree.prefetch_loaded_tokens_by_reqid = {}, {}
-    tree.write_through_threshold, tree.load_back_threshold = 1, 10
-    tree.evictable_host_leaves = set()
-    params = CacheInitParams(
-        disable=False, req_to_token_pool=rank.req_to_token_pool, token_to_kv_pool_allocator=alloc, page_size=1
-    )
-    RadixCache.__init__(tree, params)
-    return tree
-
-
 @functools.cache
 def _decode_batch() -> type[_DecodeBatch]:
     """The running batch: :class:`~rigs.sglang.pieces.Batch` with SGLang's own ``check_decode_mem``,
@@ -128,7 +49,8 @@ def _decode_batch() -> type[_DecodeBatch]:
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 
     names = ("check_decode_mem", "new_tokens_required_next_decode", "retract_decode", "release_req")
-    return type("DecodeBatch", (_DecodeBatch,), {n: getattr(ScheduleBatch, n) for n in names})
+    own = {n: getattr(ScheduleBatch, n) for n in names if hasattr(ScheduleBatch, n)}  # (where it has them)
+    return type("DecodeBatch", (_DecodeBatch,), own)
 
 
 class _DecodeBatch(Batch):
@@ -223,3 +145,62 @@ class HiDecode:
             s.last_batch = batch
         self.loop()  # type: ignore[attr-defined]
         return batch
+
+    # -- the prefill builder's HiCache steps (a Driver's own prefill turns: rigs.sglang.steps) ----
+
+    def hicache_events(self) -> None:
+        """``check_hicache_events``, where the release's prefill builder calls it: finished
+        write-throughs and load-backs unlocked (the copies are done: :mod:`rigs.sglang.hicache_tree`)."""
+        self.sched.tree_cache.check_hicache_events()
+
+    def load_back(self, req: Any) -> None:
+        """The ``PrefillAdder``'s HiCache step for a new request, after its prefix match: where the
+        matched prefix ends on host, the release's own ``init_load_back`` (under the adder's lock of
+        the device part) gives the host part device slots, the request's prefix grows by them and
+        its last node moves down; the batch then starts the load (``ready_to_load_host_cache``).
+        Nothing without HiCache (:meth:`open_hicache`) or a host hit."""
+        s = self.sched
+        if not getattr(s, "enable_hierarchical_cache", False) or req.host_hit_length <= 0:
+            return
+        import torch
+
+        tree, locked = s.tree_cache, req.last_node
+        tree.inc_lock_ref(locked)
+        try:
+            new, req.last_node = tree.init_load_back(*_load_back_args(tree, req))
+        finally:
+            tree.dec_lock_ref(locked)
+        req.prefix_indices = torch.cat([req.prefix_indices, new])
+        setattr(req, _protected_len(), len(req.prefix_indices))  # what the tree owns of its row
+        s.loaded_back = getattr(s, "loaded_back", 0) + len(new)  # (the workload's figures)
+        tree.ready_to_load_host_cache()
+        # prepare_for_extend's alloc_token_slots evicts for the new tokens after the load took its
+        # slots (the loaded node is locked by the load)
+        self._room(len(req.origin_input_ids) + len(req.output_ids) + 8)  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _protected_len() -> str:
+    """The ``Req`` field the release's adder sets to the prefix length after a load-back (the part
+    of the row the tree owns, which ``cache_finished_req`` does not free): ``cache_protected_len``
+    from 0.5.6, ``last_matched_prefix_len`` before (read in its own ``add_one_req``)."""
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+
+    source = inspect.getsource(PrefillAdder.add_one_req)
+    new = "req.cache_protected_len = prefix_len" in source
+    return "cache_protected_len" if new else "last_matched_prefix_len"
+
+
+def _load_back_args(tree: Any, req: Any) -> tuple[Any, ...]:
+    """``init_load_back``'s arguments in the release's API: ``(last_host_node, host_hit_length)``,
+    or an ``InitLoadBackParams`` (0.5.10: of the request's last host node; 0.5.13: of its best
+    match node), with the fields the release's dataclass has."""
+    if "params" not in inspect.signature(tree.init_load_back).parameters:
+        return req.last_host_node, req.host_hit_length
+    import dataclasses
+
+    from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
+
+    fields = {f.name for f in dataclasses.fields(InitLoadBackParams)}
+    node = "best_match_node" if "best_match_node" in fields else "last_host_node"
+    return (InitLoadBackParams(**{node: getattr(req, node)}, host_hit_length=req.host_hit_length, req=req),)

@@ -26,6 +26,7 @@ class Steps:
 
     release: Release
     sched: Any
+    load_back: Any  # a new request's host hit loaded back after its match (HiCache: rigs.sglang.hicache)
 
     def arrive(self, rid: str, ids: list[int], max_new: int = 4, **fields: Any) -> Any:
         """A real ``Req`` (``fields``: more of its constructor's keywords, e.g. ``priority``)."""
@@ -58,7 +59,7 @@ class Steps:
         """What the scheduler's allocation helpers do first: evict the tree until ``tokens`` KV slots
         and two Mamba slots (a request's and a copy-on-write one) are free."""
         short_kv = tokens - self.sched.token_to_kv_pool_allocator.available_size()
-        short_mamba = 2 - self.mamba_free.available_size()
+        short_mamba = 2 - self.mamba_free.available_size() if self.sched.cache_params is not None else 0
         if short_kv > 0 or short_mamba > 0:
             self.evict(tokens=max(short_kv, 0), mamba=max(short_mamba, 0))
 
@@ -76,17 +77,19 @@ class Steps:
 
     def _prefill_one(self, req: Any, chunk: int | None) -> None:
         s, lens = self.sched, self.release.kv_lens
-        self._room(len(req.origin_input_ids) + 8)
+        self._room(len(req.origin_input_ids) + len(req.output_ids) + 8)  # (a retracted one reruns its output)
         if req is s.chunked_req:  # a continuing chunk keeps the prefix cache_unfinished_req set
             req.init_next_round_input()
         else:
             req.init_next_round_input(s.tree_cache)
+            self.load_back(req)  # (HiCache: the prefix's host part back on the device)
             s.tree_cache.inc_lock_ref(req.last_node)
         pre, fill = len(req.prefix_indices), self._fill(req, chunk)
-        if chunk is not None or req is s.chunked_req:
-            s.chunked_req = req if fill < len(req.origin_input_ids) else None
-        if self.release.legacy:
-            req.req_pool_idx = s.req_to_token_pool.alloc(1, [req])[0]
+        if chunk is not None or req is s.chunked_req:  # (a retracted request refills its output too)
+            s.chunked_req = req if fill < len(req.origin_input_ids) + len(req.output_ids) else None
+        if self.release.legacy:  # (a plain model's rows: alloc(n), no Mamba slot to give the request)
+            pool = s.req_to_token_pool
+            req.req_pool_idx = (pool.alloc(1) if s.cache_params is None else pool.alloc(1, [req]))[0]
             row = int(req.req_pool_idx)
         else:
             req.extend_input_len = fill - pre
@@ -175,7 +178,9 @@ class Steps:
             checkpoint_kv_cache(s.chunked_req, s.tree_cache)
             return
         s.tree_cache.cache_unfinished_req(s.chunked_req, chunked=True)
-        if self.release.legacy:
+        if self.release.legacy and s.cache_params is None:  # a plain model's row: nothing else
+            s.req_to_token_pool.free(s.chunked_req.req_pool_idx)
+        elif self.release.legacy:
             s.req_to_token_pool.free(s.chunked_req.req_pool_idx, free_mamba_cache=False)
 
     def release_req(self, req: Any, *, insert: bool = True) -> None:
@@ -189,7 +194,7 @@ class Steps:
 
             release_kv_cache(req, s.tree_cache, checkpoint=insert)
             return
-        if self.release.insert_flag:
+        if self.release.insert_flag or s.cache_params is None:  # (0.5.4's RadixCache takes is_insert)
             s.tree_cache.cache_finished_req(req, is_insert=insert)
         else:  # 0.5.4's MambaRadixCache always inserts
             s.tree_cache.cache_finished_req(req)
@@ -211,10 +216,13 @@ class Steps:
         self.sched.waiting_queue.append(req)
 
     def evict(self, *, tokens: int, mamba: int) -> None:
-        tree = self.sched.tree_cache
+        """The tree's eviction of ``tokens`` KV slots and ``mamba`` Mamba slots (a plain model's
+        tree holds no Mamba slots: its KV only)."""
+        tree, dense = self.sched.tree_cache, self.sched.cache_params is None
         if not self.release.evict_params:
             tree.evict(tokens)
-            tree.evict_mamba(mamba)
+            if not dense:
+                tree.evict_mamba(mamba)
             return
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
@@ -222,4 +230,5 @@ class Steps:
             tree.evict(EvictParams(num_tokens=tokens, mamba_num=mamba))
             return
         tree.evict(EvictParams(num_tokens=tokens))
-        tree.evict(EvictParams(num_tokens=0, mamba_num=mamba))
+        if not dense:
+            tree.evict(EvictParams(num_tokens=0, mamba_num=mamba))

@@ -22,7 +22,10 @@ whose :class:`~poolwatch.detect.detector.Detector` carries the shipped threshold
 * ``clean_pd_decode`` -- a dense PD decode rank (its chunk cache; from 0.5.20 its own radix tree):
   each request's KV lands through SGLang's own pre-allocation, ``process_prebuilt`` runs it, it
   decodes to its end and SGLang's own offload manager copies it to host and releases it (from
-  0.5.5.post3: the rig follows ``kv_allocated_len``).
+  0.5.5.post3: the rig follows ``kv_allocated_len``);
+* ``clean_hicache`` -- a dense rank with HiCache (:mod:`tests.sglang_real.check_clean_hicache`):
+  the busy turns of ``clean_hybrid`` over more prefixes than the device pool keeps, so evicted
+  prefixes live on host and come back through SGLang's own load-back.
 """
 
 from __future__ import annotations
@@ -46,12 +49,13 @@ PREFIXES = [[random.Random(p).randrange(10, 900) for _ in range(48)] for p in ra
 class Traffic:
     """The requests arriving at a rank: shared prefixes, some long enough to chunk."""
 
-    def __init__(self, d: Driver) -> None:
+    def __init__(self, d: Driver, prefixes: list[list[int]] = PREFIXES) -> None:
         self.d, self.rng, self.arrived, self.aborted, self.retracted = d, random.Random(7), 0, 0, 0
+        self.prefixes = prefixes
 
     def arrive(self) -> Any:
         rng = self.rng
-        shared = PREFIXES[rng.randrange(len(PREFIXES))][: rng.choice((8, 16, 32, 48))]
+        shared = self.prefixes[rng.randrange(len(self.prefixes))][: rng.choice((8, 16, 32, 48))]
         ids = shared + [rng.randrange(10, 900) for _ in range(rng.randrange(1, 24))]
         self.arrived += 1
         return self.d.arrive(f"r{self.arrived}", ids, max_new=rng.randrange(2, 24))
@@ -116,12 +120,27 @@ def retracts(version: str) -> bool:
     return not release(version).legacy
 
 
+def as_is(d: Driver) -> None:
+    """A turn that starts with nothing of its own (no HiCache events to check)."""
+
+
 def hybrid(version: str) -> tuple[Timeline, dict[str, Any]]:
     d, timeline = started(version, "null", kv=2048, mamba=48, rows=32, context=512)
-    s, traffic = d.sched, Traffic(d)
+    traffic = Traffic(d)
+    busy(d, traffic, retract=retracts(version))
+    return drained(d, timeline, traffic)
+
+
+def busy(d: Driver, traffic: Traffic, *, retract: bool, turn_start: Callable[[Driver], None] = as_is) -> None:
+    """:data:`STEPS` busy loop turns: an arrival every third, a prefill turn (the chunked request's
+    next chunk, or a waiting request while fewer than :data:`MAX_RUNNING` run) or a decode turn,
+    the last running request aborted every 23 turns and (``retract``) the first retracted every 41;
+    ``turn_start``: what the scheduler does first in each turn (HiCache's events)."""
+    s = d.sched
     for turn in range(STEPS):
         if turn % 3 == 0:
             s.waiting_queue.append(traffic.arrive())
+        turn_start(d)
         running = s.running_batch.reqs
         if s.chunked_req is not None or (s.waiting_queue and len(running) < MAX_RUNNING):
             prefill_turn(d)
@@ -130,11 +149,10 @@ def hybrid(version: str) -> tuple[Timeline, dict[str, Any]]:
         if turn % 23 == 11 and len(running) > 1:
             d.finish(running[-1], abort=True)
             traffic.aborted += 1
-        if turn % 41 == 20 and len(running) > 1 and retracts(version):
+        if turn % 41 == 20 and len(running) > 1 and retract:
             d.retract(running[0])
             traffic.retracted += 1
         d.loop()
-    return drained(d, timeline, traffic)
 
 
 def pd_prefill(version: str) -> tuple[Timeline, dict[str, Any]]:
@@ -241,13 +259,19 @@ def decoded(d: Driver) -> None:
 
 
 def drained(
-    d: Driver, timeline: Timeline, traffic: Traffic, *, sends: bool = False
+    d: Driver,
+    timeline: Timeline,
+    traffic: Traffic,
+    *,
+    sends: bool = False,
+    turn_start: Callable[[Driver], None] = as_is,
 ) -> tuple[Timeline, dict[str, Any]]:
-    """Every request finished (``sends``: a prefill rank's, sent), the rank idle a few turns,
-    SGLang's own idle check run."""
+    """Every request finished, admitted as in :func:`busy` (``sends``: a prefill rank's, sent;
+    ``turn_start``: as for :func:`busy`), the rank idle a few turns, SGLang's own idle check run."""
     s = d.sched
     while s.chunked_req is not None or s.waiting_queue or s.running_batch.reqs:
-        if s.chunked_req is not None or s.waiting_queue:
+        turn_start(d)
+        if s.chunked_req is not None or (s.waiting_queue and len(s.running_batch.reqs) < MAX_RUNNING):
             done = prefill_turn(d)
             if done is not None and sends:
                 s.running_batch.reqs.remove(done)
@@ -258,6 +282,7 @@ def drained(
         d.loop()
     s.last_batch = None
     for _ in range(3):
+        turn_start(d)
         d.loop()
     own = ""
     try:
@@ -268,10 +293,21 @@ def drained(
     return timeline, {**figures, "sglang_idle_check": own or "passed"}
 
 
+def hicache(version: str) -> tuple[Timeline, dict[str, Any]]:
+    """``clean_hicache``: :mod:`tests.sglang_real.check_clean_hicache`."""
+    from tests.sglang_real.check_clean_hicache import hicache as run
+    from tests.sglang_real.check_clean_hicache import why_not
+
+    if reason := why_not(version):
+        raise Unsupported(reason)
+    return run(version)
+
+
 WORKLOADS: dict[str, Callable[[str], tuple[Timeline, dict[str, Any]]]] = {
     "clean_hybrid": hybrid,
     "clean_pd_prefill": pd_prefill,
     "clean_pd_decode": pd_decode,
+    "clean_hicache": hicache,
 }
 
 

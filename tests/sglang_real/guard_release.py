@@ -1,7 +1,8 @@
 """Guard on one SGLang release's own classes, on CPU (one JSON line per check): guard v2 on every
 pool (``guard_pools.py``), at the chunk boundary (``guard_chunks.py``) and by ownership at the free
-(``guard_owners.py``: what changed since the last census); a healthy chunk the tree
-cached balances (``tree_balance.py``).
+(``guard_owners.py``: what changed since the last census), during HiCache's load-back
+(``guard_load_back.py``, on a ``HiRadixCache`` release); a healthy chunk the tree cached balances
+(``tree_balance.py``).
 
 Run with a release venv's Python, this checkout's ``service/`` and root on ``PYTHONPATH`` and, for a
 release without a venv of its own, that release's ``sglang`` package first (an overlay,
@@ -20,6 +21,7 @@ import sys
 from rigs.checks import failures, report, run
 from rigs.sglang.driver import Driver
 from tests.sglang_real.guard_chunks import guard_chunk_checks
+from tests.sglang_real.guard_load_back import guard_load_back_checks
 from tests.sglang_real.guard_owners import guard_owner_checks
 from tests.sglang_real.guard_pools import guard_pool_checks
 from tests.sglang_real.tree_balance import tree_balance_checks
@@ -38,6 +40,7 @@ def main(argv: list[str]) -> int:
     run("guard v2, every pool", lambda: guard_pool_checks(driver))
     run("guard v2, chunk boundaries", lambda: guard_chunk_checks(driver))
     run("guard by ownership at the free", lambda: guard_owner_checks(driver))
+    run("guard during HiCache load-back", lambda: guard_load_back_checks(driver))
     run("a healthy chunk cached by the tree", lambda: tree_balance_checks(driver))
     return failures()
 

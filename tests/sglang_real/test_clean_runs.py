@@ -2,7 +2,8 @@
 (issue 39): every workload of ``check_clean.py`` -- a full KV + Mamba rank with shared prefixes,
 chunked prefill, aborts, retractions and eviction; a PD prefill rank sending each prompt's KV; a
 dense PD decode rank whose finished requests SGLang's own offload manager releases (released
-without the offload on 0.5.10 - 0.5.12, whose offload frees KV still decoding: S29) -- runs 2,000
+without the offload on 0.5.10 - 0.5.12, whose offload frees KV still decoding: S29); a dense rank
+with HiCache, its prefixes evicted to host and loaded back -- runs 2,000
 loop turns (1,000 s of the detector's clock) on the release's own pools and tree with the probe
 sampling at every hook, and neither the probe nor any detector family says anything, and SGLang's
 own idle check passes at the end."""
@@ -15,9 +16,10 @@ from rigs.sglang.releases import RELEASES as TABLE
 from rigs.sglang.releases import Tier, release
 from tests.tiers import passed
 
-WORKLOADS = {"clean_hybrid", "clean_pd_prefill", "clean_pd_decode"}
-# the rig's PD decode rank follows kv_allocated_len: 0.5.4.post1 has none (its decode is the seed's tier)
-SKIPS = {"0.5.4.post1": {"clean_pd_decode"}}
+WORKLOADS = {"clean_hybrid", "clean_pd_prefill", "clean_pd_decode", "clean_hicache"}
+# the rig's PD decode rank follows kv_allocated_len: 0.5.4.post1 has none (its decode is the seed's tier);
+# 0.5.23's HiCache is the unified tree's host pool group, which the rig does not build (no HiRadixCache)
+SKIPS = {"0.5.4.post1": {"clean_pd_decode"}, "0.5.23": {"clean_hicache"}}
 RELEASES = tuple(r.version for r in TABLE if {Tier.PROBE, Tier.GUARD} & r.tiers)  # oldest first
 
 
@@ -33,3 +35,6 @@ def test_no_finding_and_no_alert_on_long_clean_runs(version: str) -> None:
             assert result["detail"]["turns"] >= 2000, result
             assert result["detail"]["alerts"] == {}, result
             assert result["detail"]["sglang_idle_check"] == "passed", result
+    hicache = next(r["detail"] for r in ran.results if r["check"] == "clean_hicache")
+    if "skipped" not in hicache:  # the host side was exercised: evictions to host, load-backs, host evictions
+        assert min(hicache["evicted_to_host"], hicache["load_backs"], hicache["host_evicted"]) > 0, hicache

@@ -25,6 +25,7 @@ from poolwatch.probe.sglang.mamba_census import rid_of, tree_values
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.sessions import kv_span
 from poolwatch.probe.sglang.shapes import Shape
+from poolwatch.probe.sglang.unreleased import live_tails
 
 __all__ = ["kv_census"]
 
@@ -130,7 +131,7 @@ def kv_census(
         sched, "req_to_token_pool.mamba_pool", optional=True
     ) not in (MISSING, None)
     found = reading.guard(
-        "census.full", lambda: _census(sched, alloc, shape, live, idle=idle, lost=lost), None
+        "census.full", lambda: _census(sched, alloc, shape, live, reading, idle=idle, lost=lost), None
     )
     if found is None:
         return None
@@ -167,7 +168,7 @@ def _swa_census(alloc: Any) -> PoolCensus:
 
 
 def _census(
-    sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool, lost: int | None
+    sched: Any, alloc: Any, shape: Shape, live: LiveSet, reading: Reading, *, idle: bool, lost: int | None
 ) -> PoolCensus:
     import torch
 
@@ -182,12 +183,17 @@ def _census(
     on_free = counts > 0
     tree_marks, live_marks = _mark(tree, n, device), _mark(held, n, device)
     live_tree = torch.nonzero(live_marks & tree_marks).reshape(-1)
+    seen = on_free | tree_marks | live_marks
+    tail = live_tails(sched, shape, page, live, seen, first, lost, reading)
     missing = None
     if idle or lost:
-        unseen = ~(on_free | tree_marks | live_marks)
+        unseen = ~seen
         unseen[:first] = False
+        if tail.every:  # a live request's, past its release: named as unreleased, not missing
+            unseen[torch.tensor(tail.every, dtype=torch.int64, device=device)] = False
         missing = torch.nonzero(unseen).reshape(-1)
-        if not idle and not busy_lost(int(missing.numel()), page, lost):
+        rest = None if lost is None else lost - tail.count * page
+        if not idle and not busy_lost(int(missing.numel()), page, rest):
             missing = None  # in flight somewhere the census does not look: no proof
     return PoolCensus(
         pool=Pool.FULL,
@@ -205,7 +211,12 @@ def _census(
         missing_ids=() if missing is None else _host(missing, MAX_RETURN),
         page_size=page,
         live_and_tree=_host(live_tree),
-        owners=_owners(sched, shape, page, live, _host(live_tree)) if live_tree.numel() else {},
+        owners={
+            **tail.owners,
+            **(_owners(sched, shape, page, live, _host(live_tree)) if live_tree.numel() else {}),
+        },
+        unreleased=tail.ids,
+        unreleased_count=tail.count,
     )
 
 

@@ -15,7 +15,7 @@ from poolwatch.model.findings import LEAK_KINDS, Tripwire, TripwireKind
 from poolwatch.probe.lifecycle import probe_of
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import shape_for_version
-from poolwatch.probe.sglang.unreleased import Tail, release_end, tails, unreleased
+from poolwatch.probe.sglang.unreleased import TAIL_REACH, Tail, reach_of, release_end, tails, unreleased
 from poolwatch_emulator.scenarios import scenario_config
 
 PAGE, WIDTH = 4, 16
@@ -41,6 +41,18 @@ def test_the_books_account_for_the_row_up_to_the_allocated_length_page_aligned()
     assert release_end(req, SHAPE, PAGE) == 12
     assert release_end(SimpleNamespace(kv=None), shape_for_version("0.5.17"), PAGE) is None  # released
     assert release_end(req, shape_for_version("0.5.4.post1"), PAGE) is None  # no kv_allocated_len
+
+
+def test_the_reach_is_twice_a_decode_steps_over_allocation_plus_a_page_from_the_server_args() -> None:
+    args = SimpleNamespace(
+        speculative_algorithm="EAGLE", speculative_num_steps=3, speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+    )  # fmt: skip
+    assert reach_of(args, 16) == 32  # 2 x max(3, 4) + 16, in pages
+    topk4 = SimpleNamespace(**{**vars(args), "speculative_eagle_topk": 4})
+    assert reach_of(topk4, 16) == 272  # 2 x (4 branches x 2 whole pages) + a page
+    assert reach_of(SimpleNamespace(speculative_algorithm=None), 16) == 32
+    assert reach_of(None, 16) == TAIL_REACH
 
 
 def test_a_page_past_the_release_end_in_no_set_is_named_with_its_request_when_the_deficit_covers_it() -> None:

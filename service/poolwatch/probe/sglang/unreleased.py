@@ -13,9 +13,11 @@ release: a paged speculative over-allocation that never reaches ``kv_allocated_l
 sglang#13741 / PR #13826, PR #31616) lies in the row past ``end`` (until the next allocation writes
 over it, and it is lost either way); a draft reserve wider than the row (S11, PR #26972) lies past
 the row's end, where the engine's flat write put it (the next row's memory: ``row * width +
-column``).  The full-KV census reads the columns ``[end, end + reach)`` of every live request
-through that flat view (``reach``: :data:`TAIL_REACH` tokens, more than any over-allocation SGLang
-makes) and names the pages there that are on no free list, in no tree node and in no live request's
+column``).  The full-KV census reads the columns ``[end, max(end, tokens) + reach)`` of every live
+request
+through that flat view (``reach``: twice a decode step's over-allocation, from the scheduler's
+``server_args``, past the larger of ``end`` and the request's token count; :data:`TAIL_REACH` where
+they do not say) and names the pages there that are on no free list, in no tree node and in no live request's
 private range -- *unreleased*: allocated to that request, lost at its release or its next
 allocation, named with it before either happens.
 
@@ -26,13 +28,15 @@ when the sample's exact deficit is at least their slots (an unrecorded allocatio
 the held count, so it shows in the gap); pages past the row's end need no such proof (the lengths
 already say the release's slice cannot reach them).
 
-Cost: the census only, never the sample: one gather of at most ``reach`` columns per live request
-(one launch on an accelerator), and Python ints per request for the spans.
+Cost: the census only, never the sample.  Without an exact deficit only what lies past a row's end
+is read -- nothing for a request far from its row's end -- so a healthy census gathers nothing; with
+one (the census a new gap forces), one gather of the tail columns of every live request (one launch
+on an accelerator) and Python ints per request for the spans.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from poolwatch.probe.census.proofs import MAX_IDS
@@ -42,10 +46,10 @@ from poolwatch.probe.sglang.mamba_census import rid_of
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 
-__all__ = ["TAIL_REACH", "Tail", "Unreleased", "live_tails", "release_end", "tails", "unreleased"]
+__all__ = ["TAIL_REACH", "Tail", "Unreleased", "live_tails", "reach_of", "release_end", "tails", "unreleased"]
 
-# Tokens past the release's end that the census reads per request: above SGLang's largest over-
-# allocation (spec v2's reserve, 2 x topk x whole pages per branch, plus a partial page).
+# Tokens past a request's extent the census reads where the scheduler's server args do not say:
+# above SGLang's largest over-allocation (spec v2's reserve, 2 x topk x whole pages per branch).
 TAIL_REACH = 2048
 _NO_LENGTHS = HeldRule.SEQLEN  # 0.5.4: no kv_allocated_len, nothing to compare with
 
@@ -88,8 +92,27 @@ def release_end(req: Any, shape: Shape, page: int) -> int | None:
     return None if record is None else _ceil(int(record.kv_allocated_len), page)
 
 
+def reach_of(server_args: Any, page: int) -> int:
+    """Columns past a request's extent the census reads: twice what one decode step allocates past
+    the committed KV (spec v2 tops a request up to ``kv_committed_len + 2 * get_alloc_len_per_decode``;
+    with page > 1 and topk > 1 each branch takes whole pages), plus a page; :data:`TAIL_REACH` where
+    the scheduler's ``server_args`` do not say."""
+    if server_args is None or not hasattr(server_args, "speculative_algorithm"):
+        return TAIL_REACH
+    if server_args.speculative_algorithm is None:
+        per_decode = 1
+    else:
+        steps = int(getattr(server_args, "speculative_num_steps", None) or 1)
+        topk = int(getattr(server_args, "speculative_eagle_topk", None) or 1)
+        drafts = int(getattr(server_args, "speculative_num_draft_tokens", None) or 1)
+        branch = _ceil(page - 1 + steps, page) if page > 1 and topk > 1 else steps
+        per_decode = max(branch * topk, drafts)
+    return _ceil(2 * per_decode + page, page)
+
+
 def tails(live: LiveSet, shape: Shape, page: int, width: int, reach: int = TAIL_REACH) -> list[Tail]:
-    """The flat positions past each live request's release end (``width``: the row's width)."""
+    """The flat positions past each live request's release end, up to ``reach`` columns past the
+    larger of that end and its token count (``width``: the row's width)."""
     if shape.held_rule is _NO_LENGTHS:
         return []
     out = []
@@ -100,9 +123,10 @@ def tails(live: LiveSet, shape: Shape, page: int, width: int, reach: int = TAIL_
         if end is None:
             continue
         row = int(req.kv.req_pool_idx if shape.held_rule is HeldRule.REQ_KV else req.req_pool_idx)
-        stop = min(end, width)  # the release's slice ends at the row's end
+        extent = max(end, _ceil(len(req.origin_input_ids) + len(req.output_ids), page))
+        base = row * width
         out.append(
-            Tail(rid_of(req), row * width + stop, row * width + end + _ceil(reach, page), (row + 1) * width)
+            Tail(rid_of(req), base + min(end, width), base + extent + _ceil(reach, page), base + width)
         )
     return out
 
@@ -111,31 +135,30 @@ def unreleased(
     table: Any, spans: list[Tail], seen: Any, page: int, first: int, lost: int | None
 ) -> Unreleased:
     """The pages at ``spans`` of ``table`` (``req_to_token``) that ``seen`` (a boolean mark per page
-    id: free, tree or live) does not mark, with the requests whose tails hold them.  Pages inside a
-    row are kept only when ``lost`` (the sample's exact deficit, slots) accounts for them."""
+    id: free, tree or live, on the table's device) does not mark, with the requests whose tails
+    hold them.  Pages inside a row are read only when ``lost`` (the sample's exact deficit, slots)
+    may account for them; without a deficit only what lies past a row's end is read (usually
+    nothing: a healthy census pays for no gather)."""
     import torch
 
     flat = table.reshape(-1)
+    if not (lost is not None and lost > 0):
+        spans = [replace(s, start=max(s.start, s.beyond)) for s in spans]
     spans = [s for s in spans if s.start < min(s.end, flat.numel())]
     if not spans:
         return Unreleased.none()
-    ends = [min(s.end, flat.numel()) for s in spans]
-    counts = torch.tensor([e - s.start for s, e in zip(spans, ends, strict=True)], dtype=torch.int64)
-    starts = torch.tensor([s.start for s in spans], dtype=torch.int64)
-    beyond = torch.tensor([s.beyond for s in spans], dtype=torch.int64)
+    counts = torch.tensor([min(s.end, flat.numel()) - s.start for s in spans], dtype=torch.int64)
+    meta = torch.tensor([[s.start for s in spans], [s.beyond for s in spans]], dtype=torch.int64)
     total = int(counts.sum())
-    before = torch.cumsum(counts, 0) - counts
     which = torch.repeat_interleave(torch.arange(len(spans)), counts, output_size=total)
-    at = torch.arange(total) - (before - starts)[which]
-    ids = flat[at.to(flat.device)].to(torch.int64).cpu()
+    at = torch.arange(total) - (torch.cumsum(counts, 0) - counts - meta[0])[which]
+    past_row = at >= meta[1][which]
+    ids = flat[at.to(flat.device)].to(torch.int64)
     ids = ids // page if page > 1 else ids
     n = int(seen.numel())
-    valid = (ids >= first) & (ids < n)
-    unseen = valid & ~seen.cpu()[ids.clamp(0, n - 1)]
-    past_row = at >= beyond[which]
-    if not (lost is not None and lost > 0):
-        unseen &= past_row
-    return _named(ids[unseen].tolist(), which[unseen].tolist(), spans, past_row[unseen].tolist(), page, lost)
+    unseen = ((ids >= first) & (ids < n) & ~seen[ids.clamp(0, n - 1)]).cpu()
+    found = ids.cpu()[unseen].tolist()
+    return _named(found, which[unseen].tolist(), spans, past_row[unseen].tolist(), page, lost)
 
 
 def _named(
@@ -171,7 +194,8 @@ def live_tails(
     table = sched.req_to_token_pool.req_to_token
 
     def find() -> Unreleased:
-        spans = tails(live, shape, page, int(table.shape[1]))
+        reach = reach_of(getattr(sched, "server_args", None), page)
+        spans = tails(live, shape, page, int(table.shape[1]), reach)
         return unreleased(table, spans, seen, page, first, lost) if spans else Unreleased.none()
 
     return reading.guard("census.unreleased", find, Unreleased.none())

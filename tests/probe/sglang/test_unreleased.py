@@ -12,7 +12,9 @@ import torch
 from tests.detect.emulated import EPOCH, Watched
 
 from poolwatch.model.findings import LEAK_KINDS, Tripwire, TripwireKind
+from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.lifecycle import probe_of
+from poolwatch.probe.sglang.kv_census import kv_census
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import shape_for_version
 from poolwatch.probe.sglang.unreleased import TAIL_REACH, Tail, reach_of, release_end, tails, unreleased
@@ -89,6 +91,44 @@ def test_a_reserve_past_the_rows_end_is_named_where_the_flat_write_put_it_withou
     assert spans == [Tail("a", 16, 28, 16)]
     found = unreleased(table, spans, _seen(16, 1, 2, 3, 4), PAGE, 1, lost=None)
     assert (found.ids, found.owners) == ((10, 11), {10: ("a",), 11: ("a",)})
+
+
+class _ChunkCache:
+    """No tree (a PD decode rank's ``ChunkCache``): nothing to flatten, nothing protected."""
+
+    root_node = None
+
+    def protected_size(self) -> int:
+        return 0
+
+    def evictable_size(self) -> int:
+        return 0
+
+
+def test_the_census_reads_a_row_up_to_kv_allocated_len_not_to_the_page_end() -> None:
+    """Past an unaligned ``kv_allocated_len`` the row's columns up to the page end were never
+    written: a reused row holds its earlier owner's entries there, pages that may be free.  They
+    are not the request's (the real 0.5.9 run of ``tests/sglang_real/check_spec_tail.py`` named such
+    a page ``free_and_live`` before the census stopped at the written length)."""
+    table = torch.zeros((2, WIDTH), dtype=torch.int32)
+    table[0, :8] = torch.arange(4, 12, dtype=torch.int32)  # an earlier owner's pages 1 and 2
+    table[0, :6] = torch.tensor([12, 13, 14, 15, 16, 17], dtype=torch.int32)  # pages 3, 4 (written to 6)
+    alloc = SimpleNamespace(
+        size=8 * PAGE, page_size=PAGE, free_pages=torch.tensor([1, 2, 5, 6, 7, 8]),
+        release_pages=torch.empty(0, dtype=torch.int64),
+    )  # fmt: skip
+    sched = SimpleNamespace(
+        token_to_kv_pool_allocator=alloc, req_to_token_pool=SimpleNamespace(req_to_token=table),
+        tree_cache=_ChunkCache(),
+    )  # fmt: skip
+    live = LiveSet(holders=(_req("a", 0, allocated=6, committed=5, tokens=5),), waiting=(), chunked=None)
+    reading = Reading()
+    census = kv_census(sched, SHAPE, reading, live, idle=False, lost=PAGE)
+    assert census is not None
+    assert reading.failures == {}
+    assert census.free_and_live == ()  # page 2 (columns 6, 7) is the earlier owner's, and free
+    assert census.live == 2
+    assert census.tripwires("h", 0) == ()
 
 
 def _unreleased_tripwire(w: Watched) -> tuple[Tripwire, int] | None:

@@ -25,7 +25,7 @@ from poolwatch.probe.sglang.mamba_census import rid_of, tree_values
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.sessions import kv_span
 from poolwatch.probe.sglang.shapes import Shape
-from poolwatch.probe.sglang.unreleased import live_tails
+from poolwatch.probe.sglang.unreleased import allocated_len, live_tails
 
 __all__ = ["kv_census"]
 
@@ -60,17 +60,29 @@ def _live_tokens(sched: Any, shape: Shape, page: int, live: LiveSet) -> list[Any
 
 def _spans(shape: Shape, page: int, live: LiveSet) -> list[tuple[str, tuple[int, int, int]]]:
     """``(owner, (row, start, end))`` of every live request's private columns and every parked
-    streaming-session slot's (``session:<id>``), the empty ones left out."""
+    streaming-session slot's (``session:<id>``), the empty ones left out.  With pages, the columns
+    read end at ``kv_allocated_len`` (what the engine wrote), not at the page boundary the held
+    count rounds it to: past it the row holds what its earlier owners left, and the last written
+    slot's page is the partial page already."""
     out = []
     for req in live.holders:
         span = full_private_range(req, shape, page, live)
+        if span is not None and page > 1:
+            span = _written(span, allocated_len(req, shape))
         if span is not None and span[2] > span[1]:
             out.append((rid_of(req), span))
     for name, record in live.sessions:
         span = kv_span(record, page)
+        if span is not None and page > 1:
+            span = _written(span, int(record.kv_allocated_len))
         if span is not None and span[2] > span[1]:
             out.append((name, span))
     return out
+
+
+def _written(span: tuple[int, int, int], allocated: int | None) -> tuple[int, int, int]:
+    row, start, end = span
+    return span if allocated is None else (row, start, min(end, allocated))
 
 
 def _gather_spans(table: Any, spans: list[tuple[int, int, int]]) -> Any:

@@ -46,7 +46,17 @@ from poolwatch.probe.sglang.mamba_census import rid_of
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import HeldRule, Shape
 
-__all__ = ["TAIL_REACH", "Tail", "Unreleased", "live_tails", "reach_of", "release_end", "tails", "unreleased"]
+__all__ = [
+    "TAIL_REACH",
+    "Tail",
+    "Unreleased",
+    "allocated_len",
+    "live_tails",
+    "reach_of",
+    "release_end",
+    "tails",
+    "unreleased",
+]
 
 # Tokens past a request's extent the census reads where the scheduler's server args do not say:
 # above SGLang's largest over-allocation (spec v2's reserve, 2 x topk x whole pages per branch).
@@ -82,14 +92,20 @@ def _ceil(n: int, page: int) -> int:
     return -(-n // page) * page if page > 1 else n
 
 
-def release_end(req: Any, shape: Shape, page: int) -> int | None:
-    """The column the request's books account for up to (before the row's end clamps it):
-    ``ceil_page(kv_allocated_len)``; ``None`` on a family without it, or once released (0.5.17)."""
+def allocated_len(req: Any, shape: Shape) -> int | None:
+    """The request's ``kv_allocated_len``; ``None`` on a family without it, or once released (0.5.17)."""
     rule = shape.held_rule
     if rule is _NO_LENGTHS:
         return None
     record = req.kv if rule in (HeldRule.REQ_KV, HeldRule.KV_LENGTHS) else req
-    return None if record is None else _ceil(int(record.kv_allocated_len), page)
+    return None if record is None else int(record.kv_allocated_len)
+
+
+def release_end(req: Any, shape: Shape, page: int) -> int | None:
+    """The column the request's books account for up to (before the row's end clamps it):
+    ``ceil_page(kv_allocated_len)``; ``None`` on a family without it, or once released (0.5.17)."""
+    allocated = allocated_len(req, shape)
+    return None if allocated is None else _ceil(allocated, page)
 
 
 def reach_of(server_args: Any, page: int) -> int:

@@ -45,6 +45,7 @@ def _stand_in_kernels(page: int) -> Any:
     modules' ``assign_req_to_token_pool_func`` as the kernel's flat write."""
     from sglang.srt.speculative import eagle_info_v2, spec_utils
 
+    paged: Any
     try:
         paged = importlib.import_module("sglang.srt.mem_cache.allocator.paged")
     except ImportError:  # up to 0.5.12 the allocators are one module

@@ -123,8 +123,16 @@ def tripwire_sentence(t: Tripwire, unit: str) -> str:
     return (
         f"Tripwire {t.kind.value}: {ids} [{shown}] first seen after "
         f"{t.first_seen_hook} at iteration {t.seq}{requests if t.requests else ''}."
+        + (f" {_UNRELEASED}" if t.kind is TripwireKind.UNRELEASED else "")
         + (f" {site}" if site else "")
     )
+
+
+_UNRELEASED = (
+    "They are allocated to the running request(s) named, past the allocation their own books record "
+    "(the length their release frees up to, or the end of their request row): no release will free them, "
+    "so they are lost when those requests finish (or allocate again), whatever else happens."
+)
 
 
 def witness_sentence(w: CounterWitness, unit: str) -> str:

@@ -31,6 +31,9 @@ class TripwireKind(enum.StrEnum):
     MISSING = "missing"  # an id in no list at all (lost)
     LIVE_SHARED = "live_shared"  # two live requests hold the same slot (both are corrupt)
     LIVE_AND_TREE = "live_and_tree"  # a live request privately holds a slot a tree node owns
+    # allocated to a live request past what its release frees (kv_allocated_len, the row's end):
+    # no set holds it, and the request's release will not free it (a leak named before it happens)
+    UNRELEASED = "unreleased"
     # ref-counted block pools (vLLM V1): the per-block reference census
     NEGATIVE_REF = "negative_ref"  # a block's ref_cnt is below zero (freed more often than taken)
     REF_BELOW_OWNERS = "ref_below_owners"  # fewer references than requests listing it (a double free)
@@ -40,7 +43,9 @@ class TripwireKind(enum.StrEnum):
     FREED_IN_FLIGHT = "freed_in_flight"  # freed while an in-flight step lists it, an unordered writer present
 
 
-LEAK_KINDS = frozenset({TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS})  # slots lost, not freed twice
+LEAK_KINDS = frozenset(
+    {TripwireKind.MISSING, TripwireKind.REF_ABOVE_OWNERS, TripwireKind.UNRELEASED}
+)  # slots lost (or lost at the owner's release), not freed twice
 TIMING_KINDS = frozenset({TripwireKind.FREED_IN_FLIGHT})  # neither freed twice nor lost: freed too early
 
 

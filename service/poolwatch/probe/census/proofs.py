@@ -10,7 +10,10 @@ requests (``LIVE_SHARED``, with both request ids), or by a live request and a tr
 value; the tree gets a copy).  Ids in none of the sets (``MISSING``) are reported at idle, when
 nobody may legitimately hold a slot the probe does not see, and while busy only when the cheap
 sample's exact count already shows that many slots lost (:func:`busy_lost`): the ids then account
-for exactly the deficit the page reports, so they are as proven as the gap itself.
+for exactly the deficit the page reports, so they are as proven as the gap itself.  Ids in no set
+that a live request's row holds past what its release frees (``UNRELEASED``: allocated to it, freed
+by no release) are that request's, named with it while it runs
+(:mod:`poolwatch.probe.sglang.unreleased`), and are not missing.
 
 Both censuses (:mod:`poolwatch.probe.sglang.mamba_census`, :mod:`poolwatch.probe.sglang.kv_census`) produce a
 :class:`PoolCensus`; each finding names at most ``MAX_IDS`` slot ids (the counts are complete).
@@ -57,6 +60,9 @@ class PoolCensus:
     owners: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # flagged slot -> request ids
     missing_ids: tuple[int, ...] = ()  # every missing id (up to MAX_RETURN), for the guard only
     page_size: int = 1  # > 1: the ids are pages of this many slots (a paged free list)
+    # allocated to a live request past what its release frees (``owners`` names the request)
+    unreleased: tuple[int, ...] = ()
+    unreleased_count: int = 0
     # the engine's counters and the census's count of the same quantities, read at this census
     counter_readings: tuple[CounterReading, ...] = ()
 
@@ -81,6 +87,7 @@ class PoolCensus:
             "out_of_range",
             "live_shared",
             "live_and_tree",
+            "unreleased",
         ):
             doc[key] = list(doc[key])
         doc["missing"] = None if self.missing is None else list(self.missing)
@@ -99,12 +106,17 @@ class PoolCensus:
             (TripwireKind.OUT_OF_RANGE, self.out_of_range),
             (TripwireKind.MISSING, self.missing or ()),
             (TripwireKind.LIVE_AND_TREE, self.live_and_tree),
+            (TripwireKind.UNRELEASED, self.unreleased),
         ]
         page = self.page_size
         out = [Tripwire(k, self.pool, ids, hook, seq, self.requests_of(ids), page) for k, ids in found if ids]
-        missing = next((i for i, t in enumerate(out) if t.kind is TripwireKind.MISSING), None)
-        if missing is not None and (self.missing_count or 0) > len(out[missing].slots):
-            out[missing] = replace(out[missing], total=self.missing_count or 0)
+        totals = {
+            TripwireKind.MISSING: self.missing_count or 0,
+            TripwireKind.UNRELEASED: self.unreleased_count,
+        }
+        for i, t in enumerate(out):
+            if totals.get(t.kind, 0) > len(t.slots):
+                out[i] = replace(t, total=totals[t.kind])
         for slot in self.live_shared:  # one finding per shared slot, naming every holder
             out.append(
                 Tripwire(TripwireKind.LIVE_SHARED, self.pool, (slot,), hook, seq, self.owners[slot], page)

@@ -25,6 +25,7 @@ from poolwatch.probe.sglang.mamba_census import rid_of, tree_values
 from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.sessions import kv_span
 from poolwatch.probe.sglang.shapes import Shape
+from poolwatch.probe.sglang.unreleased import allocated_len, live_tails
 
 __all__ = ["kv_census"]
 
@@ -59,17 +60,29 @@ def _live_tokens(sched: Any, shape: Shape, page: int, live: LiveSet) -> list[Any
 
 def _spans(shape: Shape, page: int, live: LiveSet) -> list[tuple[str, tuple[int, int, int]]]:
     """``(owner, (row, start, end))`` of every live request's private columns and every parked
-    streaming-session slot's (``session:<id>``), the empty ones left out."""
+    streaming-session slot's (``session:<id>``), the empty ones left out.  With pages, the columns
+    read end at ``kv_allocated_len`` (what the engine wrote), not at the page boundary the held
+    count rounds it to: past it the row holds what its earlier owners left, and the last written
+    slot's page is the partial page already."""
     out = []
     for req in live.holders:
         span = full_private_range(req, shape, page, live)
+        if span is not None and page > 1:
+            span = _written(span, allocated_len(req, shape))
         if span is not None and span[2] > span[1]:
             out.append((rid_of(req), span))
     for name, record in live.sessions:
         span = kv_span(record, page)
+        if span is not None and page > 1:
+            span = _written(span, int(record.kv_allocated_len))
         if span is not None and span[2] > span[1]:
             out.append((name, span))
     return out
+
+
+def _written(span: tuple[int, int, int], allocated: int | None) -> tuple[int, int, int]:
+    row, start, end = span
+    return span if allocated is None else (row, start, min(end, allocated))
 
 
 def _gather_spans(table: Any, spans: list[tuple[int, int, int]]) -> Any:
@@ -130,7 +143,7 @@ def kv_census(
         sched, "req_to_token_pool.mamba_pool", optional=True
     ) not in (MISSING, None)
     found = reading.guard(
-        "census.full", lambda: _census(sched, alloc, shape, live, idle=idle, lost=lost), None
+        "census.full", lambda: _census(sched, alloc, shape, live, reading, idle=idle, lost=lost), None
     )
     if found is None:
         return None
@@ -167,7 +180,7 @@ def _swa_census(alloc: Any) -> PoolCensus:
 
 
 def _census(
-    sched: Any, alloc: Any, shape: Shape, live: LiveSet, *, idle: bool, lost: int | None
+    sched: Any, alloc: Any, shape: Shape, live: LiveSet, reading: Reading, *, idle: bool, lost: int | None
 ) -> PoolCensus:
     import torch
 
@@ -182,12 +195,17 @@ def _census(
     on_free = counts > 0
     tree_marks, live_marks = _mark(tree, n, device), _mark(held, n, device)
     live_tree = torch.nonzero(live_marks & tree_marks).reshape(-1)
+    seen = on_free | tree_marks | live_marks
+    tail = live_tails(sched, shape, page, live, seen, first, lost, reading)
     missing = None
     if idle or lost:
-        unseen = ~(on_free | tree_marks | live_marks)
+        unseen = ~seen
         unseen[:first] = False
+        if tail.every:  # a live request's, past its release: named as unreleased, not missing
+            unseen[torch.tensor(tail.every, dtype=torch.int64, device=device)] = False
         missing = torch.nonzero(unseen).reshape(-1)
-        if not idle and not busy_lost(int(missing.numel()), page, lost):
+        rest = None if lost is None else lost - tail.count * page
+        if not idle and not busy_lost(int(missing.numel()), page, rest):
             missing = None  # in flight somewhere the census does not look: no proof
     return PoolCensus(
         pool=Pool.FULL,
@@ -205,7 +223,12 @@ def _census(
         missing_ids=() if missing is None else _host(missing, MAX_RETURN),
         page_size=page,
         live_and_tree=_host(live_tree),
-        owners=_owners(sched, shape, page, live, _host(live_tree)) if live_tree.numel() else {},
+        owners={
+            **tail.owners,
+            **(_owners(sched, shape, page, live, _host(live_tree)) if live_tree.numel() else {}),
+        },
+        unreleased=tail.ids,
+        unreleased_count=tail.count,
     )
 
 

@@ -109,3 +109,20 @@ def test_a_payload_that_is_not_a_snapshot_is_refused(payload: object) -> None:
 def test_any_json_value_either_parses_or_raises_a_format_error(payload: object) -> None:
     with contextlib.suppress(SnapshotFormatError):
         parse_snapshot(payload)
+
+
+def test_a_tripwire_of_a_kind_a_newer_probe_names_is_skipped_not_the_snapshot(
+    seed_snapshot: Snapshot,
+) -> None:
+    """A rolling upgrade can put a newer probe beside this sidecar: a finding of a kind it does not
+    know is left out, and the snapshot (its pools, so its gap) still comes through; a malformed
+    kind is still an error."""
+    doc = _doc(seed_snapshot)
+    known = {"kind": "free_duplicate", "pool": "mamba", "slots": [4]}
+    doc["tripwires"] = [{"kind": "freed_by_a_newer_check", "pool": "full", "slots": [7]}, known]
+    snap = parse_snapshot(doc)
+    assert [(t.kind.value, t.slots) for t in snap.tripwires] == [("free_duplicate", (4,))]
+    assert snap.pools == seed_snapshot.pools
+    doc["tripwires"] = [{"kind": "no such kind!", "pool": "full"}]
+    with pytest.raises(SnapshotFormatError, match="tripwires"):
+        parse_snapshot(doc)

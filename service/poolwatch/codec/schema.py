@@ -101,7 +101,7 @@ def _parse(raw: object, limits: Limits) -> Snapshot:
         pools=pools,
         source=_str(doc.get("source", "probe"), "source"),
         queues=_queues(doc.get("queues", {}), limits.max_queues),
-        tripwires=_list(doc.get("tripwires", []), "tripwires", _tripwire, limits.max_listed),
+        tripwires=_tripwires(doc.get("tripwires", []), limits.max_listed),
         incidents=_list(doc.get("incidents", []), "incidents", _incident, limits.max_listed),
         probe=None if doc.get("probe") is None else _probe(doc["probe"], "probe"),
         idle_check_strict=None if strict is None else _bool(strict, "idle_check_strict"),
@@ -143,6 +143,24 @@ def _account(raw: object, where: str) -> PoolAccount:
         unreadable=unreadable,
         **figures,
     )
+
+
+_KINDS = frozenset(k.value for k in TripwireKind)
+
+
+def _tripwires(raw: object, limit: int) -> tuple[Tripwire, ...]:
+    """The tripwires a sidecar of this version can read: a kind a newer probe names and this
+    sidecar does not know (a rolling upgrade, the probe first) is skipped, never the whole
+    snapshot -- its pools, and so its gap, still come through."""
+    found = _list(raw, "tripwires", _known_tripwire, limit)
+    return tuple(t for t in found if t is not None)
+
+
+def _known_tripwire(raw: object, where: str) -> Tripwire | None:
+    kind = _mapping(raw, where).get("kind")
+    if isinstance(kind, str) and kind not in _KINDS and kind.isidentifier():
+        return None
+    return _tripwire(raw, where)
 
 
 def _tripwire(raw: object, where: str) -> Tripwire:

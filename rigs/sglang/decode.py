@@ -214,8 +214,9 @@ class Offload:
 
             mixin = ScheduleBatchDisaggregationDecodeMixin
             own = getattr(mixin, "process_prebuilt", None) or mixin.process_prebuilt_extend
-            batch.req_pool_indices = torch.tensor([r.req_pool_idx for r in reqs])
-            own(batch, s.server_args, SimpleNamespace(stash=lambda *a, **k: None))
+            batch.req_pool_indices = torch.tensor([self.record(r).req_pool_idx for r in reqs])
+            args = () if self.release.kv_lens == "req.kv" else (s.server_args,)  # (0.5.19: no server args)
+            own(batch, *args, SimpleNamespace(stash=lambda *a, **k: None))
         s.running_batch.reqs.extend(reqs)
 
     def decode_one(self, req: Any) -> bool:

@@ -120,6 +120,10 @@ class Release:
     offload_decoding: bool = False  # the PD decode offload copies a request's KV to host at every
     # decode step (0.5.10+: output processing calls offload_kv_cache for unfinished requests too)
     chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
+    tree_lock: bool = (
+        False  # the unified tree's lock(node) / checkpoint_kv_cache / release_kv_cache(checkpoint=)
+    )
+    # (0.5.23; 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), release_kv_cache(is_insert=))
 
     @property
     def overlaid(self) -> bool:
@@ -231,6 +235,7 @@ _0_5_23 = replace(
     checkpoints=True,
     token_array=True,
     decode_radix=True,
+    tree_lock=True,
 )
 _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
     _0_5_13,
@@ -243,7 +248,13 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
 _0_5_18 = replace(_0_5_17, version="0.5.18")
 _0_5_19 = replace(_0_5_17, version="0.5.19", kv_lens="req.kv")  # 0.5.20's req.kv records (S20)
 _0_5_20 = replace(  # PD decode: its own radix tree, the offload manager's per-request state
-    _0_5_23, version="0.5.20", base="0.5.23", layer="transformers-5.12.1", decode_radix=True, tiers=_BUGS
+    _0_5_23,
+    version="0.5.20",
+    base="0.5.23",
+    layer="transformers-5.12.1",
+    decode_radix=True,
+    tiers=_BUGS,
+    tree_lock=False,
 )
 _0_5_21 = replace(_0_5_20, version="0.5.21")
 RELEASES: tuple[Release, ...] = (

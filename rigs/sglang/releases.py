@@ -120,10 +120,8 @@ class Release:
     offload_decoding: bool = False  # the PD decode offload copies a request's KV to host at every
     # decode step (0.5.10+: output processing calls offload_kv_cache for unfinished requests too)
     chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
-    tree_lock: bool = (
-        False  # the unified tree's lock(node) / checkpoint_kv_cache / release_kv_cache(checkpoint=)
-    )
-    # (0.5.23; 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), release_kv_cache(is_insert=))
+    tree_lock: bool = False  # 0.5.23's unified tree: lock(node), checkpoint_kv_cache, release_kv_cache(
+    # checkpoint=) -- 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), (is_insert=)
 
     @property
     def overlaid(self) -> bool:

@@ -149,7 +149,8 @@ def fixed_step(driver: Driver, _req: Any) -> None:
 
 
 def checkpoint_then(fault: str) -> Step:
-    """The unified tree's chunk boundary (0.5.17 on), then ``fault`` on the chunked request's slot ("" for none)."""
+    """The unified tree's chunk boundary (0.5.17 on), then ``fault`` on the chunked request's slot
+    ("" for none)."""
 
     def step(driver: Driver, req: Any) -> None:
         driver.chunk_boundary()

@@ -214,7 +214,7 @@ class Offload:
 
             mixin = ScheduleBatchDisaggregationDecodeMixin
             own = getattr(mixin, "process_prebuilt", None) or mixin.process_prebuilt_extend
-            batch.req_pool_indices = torch.tensor([_row(r) for r in reqs])
+            batch.req_pool_indices = torch.tensor([self.record(r).req_pool_idx for r in reqs])  # type: ignore[attr-defined]
             args = () if self.release.kv_lens == "req.kv" else (s.server_args,)  # (0.5.19: no server args)
             own(batch, *args, SimpleNamespace(stash=lambda *a, **k: None))
         s.running_batch.reqs.extend(reqs)
@@ -255,9 +255,3 @@ class Offload:
             return
         m.cache_controller.finish()
         m.check_offload_progress()
-
-
-def _row(req: Any) -> Any:
-    """The request's row (0.5.19 keeps it in ``req.kv``)."""
-    kv = getattr(req, "kv", None)
-    return req.req_pool_idx if kv is None or not hasattr(kv, "req_pool_idx") else kv.req_pool_idx

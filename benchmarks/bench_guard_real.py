@@ -211,10 +211,10 @@ def mamba_rows(release: str, rank: Any, where: str, allocator: Any) -> None:
         state = "REFUSED: the live chunked request"
         row(release, "mamba", "free_mamba_cache(req)", state, refused, None, None)
     rank.sched.chunked_req = None
-    if guard.hooks is not None:  # 0.5.23: the tree's own free of its value (an eviction)
-        guard.hooks.freeing += 1
+    if guard.hooks is not None:  # from 0.5.17: the tree's own free of its value (an eviction)
+        guard.hooks.freeing.calls += 1
         check = fastest(lambda: guard.keep(free_id))
-        guard.hooks.freeing -= 1
+        guard.hooks.freeing.calls -= 1
         row(release, "mamba", where, "the tree's own free (an eviction)", check, None, None)
     sent = rank.record(rank.pending).mamba_pool_idx.reshape(1).clone()
     refused = fastest(lambda: owner.free(sent))
@@ -270,9 +270,9 @@ def ckpt_rows(release: str, rank: Any) -> None:
     state = f"a slot the index lost track of (one re-read), {states} states"
     row(release, "mamba_ckpt", path, state, check, None, None)
     if guard.hooks is not None:  # the tree's own free of its checkpoint (an eviction)
-        guard.hooks.freeing += 1
+        guard.hooks.freeing.calls += 1
         check = fastest(lambda: guard.keep(free_id))
-        guard.hooks.freeing -= 1
+        guard.hooks.freeing.calls -= 1
         row(release, "mamba_ckpt", path, "the tree's own free (an eviction)", check, None, None)
     held = rank.sched.tree_cache.all_mamba_values_flatten()[:1].clone()
     refused = fastest(lambda: ckpt.free(held), 100)

@@ -5,6 +5,9 @@ one JSON check line (:mod:`rigs.checks`)::
     <release venv>/bin/python -m rigs.bugs.runner rigs.bugs.sglang.s03 0.5.4.post1
 
 A fix applied (``0.5.9+fix``) runs in the affected release's venv; the entry applies the fix.
+``--guard`` (a double free's entry, ``run(release, guard=True)``): the same trigger with the
+probe's guard on, the row adding what guard refused and the pools after
+(:func:`rigs.bugs.sglang.flows.guarded`; ``tests/sglang_real/test_real_guard.py``).
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ def venv(bug: Bug, release: str) -> Venv:
     return vllm_release(base).venv()
 
 
-def run(bug: Bug, release: str, timeout: float = 900) -> dict[str, Any]:
-    """``bug``'s entry run on ``release`` in its venv: the row it returned (JSON-normalised: lists
-    for tuples).  ``RuntimeError`` with the end of its output when the entry failed;
-    :class:`rigs.venv.Unavailable` when the venv is not on this machine."""
-    ran = venv(bug, release).run("rigs.bugs.runner", bug.module, release, timeout=timeout)
+def run(bug: Bug, release: str, timeout: float = 900, *, guard: bool = False) -> dict[str, Any]:
+    """``bug``'s entry run on ``release`` in its venv (``guard``: with the probe's guard on): the row
+    it returned (JSON-normalised: lists for tuples).  ``RuntimeError`` with the end of its output
+    when the entry failed; :class:`rigs.venv.Unavailable` when the venv is not on this machine."""
+    flags = ("--guard",) if guard else ()
+    ran = venv(bug, release).run("rigs.bugs.runner", bug.module, release, *flags, timeout=timeout)
     rows = [r for r in ran.results if r.get("check") == f"{bug.id}@{release}"]
     if ran.returncode != 0 or len(rows) != 1 or not rows[0].get("ok"):
         detail = rows[0].get("detail") if rows else ""
@@ -49,12 +53,12 @@ def run(bug: Bug, release: str, timeout: float = 900) -> dict[str, Any]:
     return row
 
 
-def _inside(module: str, release: str) -> int:
+def _inside(module: str, release: str, *flags: str) -> int:
     """In the release venv: the entry's run, its row printed as the check ``<id>@<release>``."""
     entry = importlib.import_module(module)
     bug: Bug = entry.BUG
     try:
-        row = entry.run(release)
+        row = entry.run(release, guard=True) if "--guard" in flags else entry.run(release)
     except Exception:
         import traceback
 
@@ -65,4 +69,4 @@ def _inside(module: str, release: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_inside(sys.argv[1], sys.argv[2]))
+    sys.exit(_inside(*sys.argv[1:]))

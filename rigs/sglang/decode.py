@@ -162,8 +162,9 @@ class Offload:
 
             mixin = ScheduleBatchDisaggregationDecodeMixin
             own = getattr(mixin, "process_prebuilt", None) or mixin.process_prebuilt_extend
-            batch.req_pool_indices = torch.tensor([r.req_pool_idx for r in reqs])
-            own(batch, s.server_args, SimpleNamespace(stash=lambda *a, **k: None))
+            batch.req_pool_indices = torch.tensor([self.record(r).req_pool_idx for r in reqs])  # type: ignore[attr-defined]
+            args = () if self.release.kv_lens == "req.kv" else (s.server_args,)  # (0.5.19: no server args)
+            own(batch, *args, SimpleNamespace(stash=lambda *a, **k: None))
         s.running_batch.reqs.extend(reqs)
 
     def decode_one(self, req: Any) -> bool:
@@ -172,11 +173,11 @@ class Offload:
         from sglang.srt.managers.schedule_batch import FINISH_LENGTH
 
         s, held = self.sched, self.record(req)  # type: ignore[attr-defined]
-        pos = held.kv_allocated_len
+        pos = self.allocated(req)  # type: ignore[attr-defined]
         s.req_to_token_pool.write(
             (held.req_pool_idx, slice(pos, pos + 1)), s.token_to_kv_pool_allocator.alloc(1)
         )
-        held.kv_allocated_len = held.kv_committed_len = pos + 1
+        self._grown(req, pos + 1)  # type: ignore[attr-defined]
         req.output_ids.append(9)
         if len(req.output_ids) >= req.sampling_params.max_new_tokens:  # the length stop
             req.finished_reason = FINISH_LENGTH(len(req.output_ids))

@@ -17,8 +17,8 @@ release        runs on      rows   kv lens   tree    evict      loop / idle     
 0.5.11 (bugs)  0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
 0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
 0.5.13         0.5.23 + tf  req    req       mamba*  params     input / on_idle  checker     defaults
-0.5.17/18 b    0.5.23 + tf  req    req (kv)  unified params     input / on_idle  checker     resolved
-0.5.19 (bugs)  0.5.23 + tf  req    req.kv    unified params     input / on_idle  checker     resolved
+0.5.17, .18 b  0.5.23 + tf  req    req (kv)  unified params     input / on_idle  checker     resolved
+0.5.19         0.5.23 + tf  req    req.kv    unified params     input / on_idle  checker     resolved
 0.5.20/21 b    0.5.23 + tf  req    req.kv    unified params     ingest / on_idle checker     resolved
 0.5.23         its venv     req    req.kv    unified params     ingest / on_idle checker     resolved
 =============  ===========  =====  ========  ======  =========  ===============  ==========  ========
@@ -26,9 +26,10 @@ release        runs on      rows   kv lens   tree    evict      loop / idle     
 (``input``: ``process_input_requests``, the loop's first scheduler call where the receiver is a
 component; ``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``count``:
 ``alloc(n, reqs)`` / ``free(row)``, the chunked request's row freed at every chunk boundary;
-``(bugs)``, ``b``: only the real-bug suite runs there; ``+ tf``: with a layer of the transformers the
-release pins, :data:`LAYERS`; the Mamba columns of 0.5.17 - 0.5.21 are 0.5.23's, their ranks being SWA or
-dense.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
+``(bugs)``, ``b``: only the real-bug suite runs there (``.18 b``: 0.5.18 only); ``+ tf``: with a
+layer of the transformers the release pins, :data:`LAYERS`; 0.5.17 and 0.5.19 build their Mamba
+hybrid ranks on their own classes (the guard tier), 0.5.18, 0.5.20 and 0.5.21 only SWA or dense
+ones.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
 
 Kept whole: one table -- the release rows and the class whose fields are its columns, read row by
 row by the tiers, the drivers and the real-bug suite (as ``poolwatch_emulator.catalogue`` is).
@@ -120,6 +121,8 @@ class Release:
     offload_decoding: bool = False  # the PD decode offload copies a request's KV to host at every
     # decode step (0.5.10+: output processing calls offload_kv_cache for unfinished requests too)
     chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
+    tree_lock: bool = False  # 0.5.23's unified tree: lock(node), checkpoint_kv_cache, release_kv_cache(
+    # checkpoint=) -- 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), (is_insert=)
 
     @property
     def overlaid(self) -> bool:
@@ -231,6 +234,7 @@ _0_5_23 = replace(
     checkpoints=True,
     token_array=True,
     decode_radix=True,
+    tree_lock=True,
 )
 _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
     _0_5_13,
@@ -238,12 +242,18 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
     layer="transformers-5.12.1",
     unified_tree=True,
     server_args=ServerArgs.RESOLVED,
-    tiers=_BUGS,
+    tiers=_GUARD | _BUGS,
 )
-_0_5_18 = replace(_0_5_17, version="0.5.18")
+_0_5_18 = replace(_0_5_17, version="0.5.18", tiers=_BUGS)
 _0_5_19 = replace(_0_5_17, version="0.5.19", kv_lens="req.kv")  # 0.5.20's req.kv records (S20)
 _0_5_20 = replace(  # PD decode: its own radix tree, the offload manager's per-request state
-    _0_5_23, version="0.5.20", base="0.5.23", layer="transformers-5.12.1", decode_radix=True, tiers=_BUGS
+    _0_5_23,
+    version="0.5.20",
+    base="0.5.23",
+    layer="transformers-5.12.1",
+    decode_radix=True,
+    tiers=_BUGS,
+    tree_lock=False,
 )
 _0_5_21 = replace(_0_5_20, version="0.5.21")
 RELEASES: tuple[Release, ...] = (

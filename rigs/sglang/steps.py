@@ -15,13 +15,14 @@ from __future__ import annotations
 import array
 from typing import Any
 
+from rigs.sglang.extend import Extend
 from rigs.sglang.pieces import Batch
 from rigs.sglang.releases import Release
 
 __all__ = ["Steps"]
 
 
-class Steps:
+class Steps(Extend):
     """The scheduler's steps on ``sched`` (a rank of ``release``)."""
 
     release: Release
@@ -44,9 +45,19 @@ class Steps:
 
     def allocated(self, req: Any) -> int:
         """How many KV slots the request's row holds."""
+        if self.release.kv_lens == "req" and self.release.unified_tree:  # 0.5.17: in its ReqKvInfo
+            return int(req.kv.kv_allocated_len) if req.kv is not None else 0
         if self.release.kv_lens:
             return int(self.record(req).kv_allocated_len)
         return len(req.origin_input_ids) + len(req.output_ids) - 1
+
+    def _grown(self, req: Any, upto: int) -> None:
+        """The request's KV now reaches ``upto``, recorded where the release keeps its lengths."""
+        if self.release.kv_lens == "req" and self.release.unified_tree:
+            req.kv.kv_allocated_len = req.kv_committed_len = upto
+        elif self.release.kv_lens:
+            held = self.record(req)
+            held.kv_committed_len = held.kv_allocated_len = upto
 
     @property
     def mamba_free(self) -> Any:
@@ -68,8 +79,10 @@ class Steps:
         the request becoming the chunked one while its prompt is not done), then the forward."""
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+        one = self._prefill_one if not self.release.unified_tree else None
+        one = one or (self._extend if self.release.tree_lock else self._extend_v1)
         for req in reqs:
-            (self._extend if self.release.unified_tree else self._prefill_one)(req, chunk)
+            one(req, chunk)
         batch = Batch(reqs, ForwardMode.EXTEND)
         self.sched.last_batch = batch
         self.sched.forward_ct += 1  # run_batch counts each forward pass
@@ -112,25 +125,6 @@ class Steps:
             req.fill_ids = req.fill_ids[: len(req.prefix_indices) + chunk]
         return len(req.fill_ids)
 
-    def _extend(self, req: Any, chunk: int | None) -> None:
-        """0.5.23's prepare_for_extend: the match and the lock (a new request), the row, the prefix
-        and the new KV up to ``chunk`` tokens past the prefix (the whole prompt without ``chunk``)."""
-        s = self.sched
-        self._room(len(req.origin_input_ids) + 8)
-        if not req.kv.holds_kv:
-            req.init_next_round_input(s.tree_cache)
-            req.lock = s.tree_cache.lock(req.last_node)
-        whole, pre = len(req.origin_input_ids), req.prefix_len
-        upto = whole if chunk is None else min(pre + chunk, whole)
-        row = s.req_to_token_pool.alloc([req])[0]
-        if not req.kv.kv_allocated_len and pre:
-            s.req_to_token_pool.write((row, slice(0, pre)), s.tree_cache.prefix_device_indices(req))
-        start = max(req.kv.kv_allocated_len, pre)
-        s.req_to_token_pool.write((row, slice(start, upto)), s.token_to_kv_pool_allocator.alloc(upto - start))
-        req.kv.kv_committed_len = req.kv.kv_allocated_len = req.extend_end = upto
-        if chunk is not None or req is s.chunked_req:
-            s.chunked_req = req if upto < whole else None
-
     def prefill_done(self, batch: Batch) -> None:
         """process_batch_result_prefill: one token for each finished prompt, which runs on."""
         s = self.sched
@@ -161,8 +155,7 @@ class Steps:
             s.req_to_token_pool.write(
                 (held.req_pool_idx, slice(pos, pos + 1)), s.token_to_kv_pool_allocator.alloc(1)
             )
-            if self.release.kv_lens:
-                held.kv_committed_len = held.kv_allocated_len = pos + 1
+            self._grown(req, pos + 1)
             req.output_ids.append(8)
         s.running_batch.forward_mode = ForwardMode.DECODE
         s.last_batch = s.running_batch
@@ -172,10 +165,13 @@ class Steps:
         """get_next_batch_to_run on a chunked request: the chunk goes to the tree (0.5.23:
         ``checkpoint_kv_cache``); up to 0.5.6 the row goes back, the Mamba slot kept (the fixed step)."""
         s = self.sched
-        if self.release.unified_tree:
+        if self.release.tree_lock:
             from sglang.srt.mem_cache.common import checkpoint_kv_cache
 
             checkpoint_kv_cache(s.chunked_req, s.tree_cache)
+            return
+        if self.release.unified_tree:  # 0.5.17 - 0.5.21: the tree's own chunk boundary
+            s.tree_cache.cache_unfinished_req(s.chunked_req, chunked=True)
             return
         s.tree_cache.cache_unfinished_req(s.chunked_req, chunked=True)
         if self.release.legacy and s.cache_params is None:  # a plain model's row: nothing else
@@ -192,7 +188,10 @@ class Steps:
         if self.release.unified_tree:
             from sglang.srt.mem_cache.common import release_kv_cache
 
-            release_kv_cache(req, s.tree_cache, checkpoint=insert)
+            if self.release.tree_lock:
+                release_kv_cache(req, s.tree_cache, checkpoint=insert)
+            else:
+                release_kv_cache(req, s.tree_cache, is_insert=insert)
             return
         if self.release.insert_flag or s.cache_params is None:  # (0.5.4's RadixCache takes is_insert)
             s.tree_cache.cache_finished_req(req, is_insert=insert)

@@ -24,13 +24,15 @@ OFFLOAD_FREES_LIVE_KV = frozenset({"0.5.10", "0.5.11", "0.5.12"})
 def decode_rank(version: str) -> dict[str, Any]:
     """A dense PD decode rank with SGLang's offload of finished requests to host: its chunk cache,
     or from 0.5.20 its own radix tree (``--disaggregation-decode-enable-radix-cache``)."""
-    from rigs.sglang.releases import release
+    from rigs.sglang.releases import ServerArgs, release
     from rigs.sglang.server_args import DENSE
 
     server: dict[str, Any] = {
         "disaggregation_mode": "decode",
         "disaggregation_decode_enable_offload_kvcache": version not in OFFLOAD_FREES_LIVE_KV,
     }
+    if release(version).server_args is ServerArgs.RESOLVED:  # (0.5.17 on: checked as resolved)
+        server.update(model_path=str(DENSE), hicache_storage_backend="file")  # the offload's storage
     if not release(version).decode_radix:
         return {"dense": "chunk", "server": server}
     server.update(

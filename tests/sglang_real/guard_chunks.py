@@ -51,8 +51,10 @@ def forward(driver: Driver, req: Any) -> None:
     """The model's step on ``req``: its state from its previous state and this pass's tokens."""
     held = driver.record(req)
     slot = int(held.mamba_pool_idx)
-    if driver.release.unified_tree:
+    if driver.release.tree_lock:
         tokens = list(req.origin_input_ids[req.prefix_len : req.extend_end])
+    elif driver.release.unified_tree:  # 0.5.17 - 0.5.21: from the prefix to what the round allocated
+        tokens = list(req.origin_input_ids[len(req.prefix_indices) : driver.allocated(req)])
     elif driver.release.fill_len:  # 0.5.13: the round's fill is fill_len over the untruncated ids
         tokens = list(req.full_untruncated_fill_ids[len(req.prefix_indices) : req.fill_len])
     else:
@@ -147,7 +149,8 @@ def fixed_step(driver: Driver, _req: Any) -> None:
 
 
 def checkpoint_then(fault: str) -> Step:
-    """0.5.23's chunk boundary, then ``fault`` on the chunked request's slot ("" for none)."""
+    """The unified tree's chunk boundary (0.5.17 on), then ``fault`` on the chunked request's slot
+    ("" for none)."""
 
     def step(driver: Driver, req: Any) -> None:
         driver.chunk_boundary()
@@ -155,7 +158,7 @@ def checkpoint_then(fault: str) -> Step:
         if fault == "free_mamba_cache":
             pool.free_mamba_cache(req)
         elif fault == "mamba_allocator.free":
-            pool.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(0))
+            pool.mamba_allocator.free(driver.record(req).mamba_pool_idx.unsqueeze(0))
 
     return step
 
@@ -207,11 +210,12 @@ def guard_chunk_checks(driver: Driver) -> None:
         refused = [("refuse", "mamba", PROMPTS * (CHUNKS - 1), "mamba_pool.free")] if buggy else []
         _guard_on(label, run_flow(driver, guard=True, step=own_step), ref, refused)
         return
+    version = driver.release.version
     _guard_on(
-        "0.5.23 healthy chunk boundaries", run_flow(driver, guard=True, step=checkpoint_then("")), ref, []
+        f"{version} healthy chunk boundaries", run_flow(driver, guard=True, step=checkpoint_then("")), ref, []
     )
     for fault in ("free_mamba_cache", "mamba_allocator.free"):
-        label = f"0.5.23 {fault} of the chunked request's slot"
+        label = f"{version} {fault} of the chunked request's slot"
         off = run_flow(driver, guard=False, step=checkpoint_then(fault))
         _guard_off(label, off, ref, raises="leak" if fault == "mamba_allocator.free" else "")
         on = run_flow(driver, guard=True, step=checkpoint_then(fault))

@@ -13,7 +13,7 @@ from typing import Any
 from rigs.sglang.driver import Driver
 from rigs.timeline import Timeline
 
-__all__ = ["cow_waiting", "drain", "idle", "turn"]
+__all__ = ["cow_waiting", "drain", "guarded", "idle", "turn"]
 
 
 def turn(d: Driver) -> int:
@@ -88,3 +88,15 @@ def idle(d: Driver) -> None:
     d.loop()
     with contextlib.suppress(ValueError):
         d.strict_check()
+
+
+def guarded(d: Driver) -> dict[str, Any]:
+    """What an entry run with guard on adds to its row: each refusal (pool, slots or pages, the path
+    refused) and the pools the probe read at the last boundary (available, evictable, protected,
+    held per pool), to be compared with the fixed release's."""
+    snap = d.probe.latest
+    assert snap is not None, "the probe published nothing"
+    refused = [(r.pool.value, r.count, r.hook) for r in snap.repairs if r.kind.value == "refuse"]
+    fields = ("size", "available", "evictable", "protected", "held", "session_held")
+    pools = {pool.value: {f: getattr(a, f) for f in fields} for pool, a in snap.pools.items()}
+    return {"refused": refused, "pools": pools}

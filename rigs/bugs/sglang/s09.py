@@ -33,9 +33,11 @@ BUG = Bug(
 PAGE, WINDOW, KV, CHUNK = 64, 127, 64 * 40, 1024
 
 
-def run(release: str) -> dict[str, Any]:
+def run(release: str, *, guard: bool = False) -> dict[str, Any]:
+    """The trigger on ``release`` (``guard``: with the probe's guard on, the row adds what it refused
+    and the pools after, :func:`~rigs.bugs.sglang.flows.guarded`)."""
     os.environ["SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"] = "1"  # 0.5.17's opt-in
-    from rigs.bugs.sglang.flows import idle, turn
+    from rigs.bugs.sglang.flows import guarded, idle, turn
     from rigs.sglang.driver import Driver
     from rigs.sglang.server_args import DENSE
     from rigs.timeline import Timeline
@@ -44,6 +46,7 @@ def run(release: str) -> dict[str, Any]:
     d = Driver(release, timeline=timeline)
     d.new(
         "null",
+        guard=guard,
         kv=KV,
         rows=4,
         context=4096,
@@ -66,7 +69,8 @@ def run(release: str) -> dict[str, Any]:
             step, f"the tree takes the chunk but the request keeps it: {len(both)} slots freed twice"
         )
     idle(d)
-    return outcome(release, bool(split and both), {**timeline.row(), "free_and_in_tree": len(both)})
+    row = {**timeline.row(), "free_and_in_tree": len(both), **(guarded(d) if guard else {})}
+    return outcome(release, bool(split and both), row)
 
 
 def _free_and_in_tree(d: Any) -> list[int]:

@@ -41,7 +41,9 @@ SERVER = {
 }
 
 
-def run(release: str) -> dict[str, Any]:
+def run(release: str, *, guard: bool = False) -> dict[str, Any]:
+    """The trigger on ``release`` (``guard``: with the probe's guard on, the row adds what it refused
+    and the pools after, :func:`~rigs.bugs.sglang.flows.guarded`)."""
     from rigs.sglang.driver import Driver
     from rigs.sglang.server_args import DENSE
     from rigs.timeline import Timeline
@@ -49,14 +51,19 @@ def run(release: str) -> dict[str, Any]:
     timeline = Timeline()
     d = Driver(release, timeline=timeline)
     server = {**SERVER, "model_path": str(DENSE)}
-    d.new("decode", kv=256, rows=8, context=512, dense="radix", pre_alloc=8, server=server)
+    d.new("decode", guard=guard, kv=256, rows=8, context=512, dense="radix", pre_alloc=8, server=server)
     d.open_offload()
     struck = False
     for rid in ("r1", "r2"):  # two requests with the same prompt: the second reuses the prefix
         struck = _serve(d, timeline, rid) or struck
     _idle(d, timeline)
     tree = d.sched.tree_cache
-    return outcome(release, struck, {**timeline.row(), "protected_after": int(tree.protected_size())})
+    row = {**timeline.row(), "protected_after": int(tree.protected_size())}
+    if guard:
+        from rigs.bugs.sglang.flows import guarded
+
+        row.update(guarded(d))
+    return outcome(release, struck, row)
 
 
 def _serve(d: Any, timeline: Any, rid: str) -> bool:

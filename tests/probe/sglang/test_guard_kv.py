@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from poolwatch.model.rank import Pool
-from poolwatch.probe.sglang.guard.kv import KvGuard, RowView
+from poolwatch.probe.sglang.guard.kv import KvGuard
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
-from poolwatch.probe.sglang.guard.rows import RowBook
+from poolwatch.probe.sglang.guard.rows import RowBook, RowView
 from poolwatch_emulator.allocator import SWATokenToKVPoolAllocator, TokenToKVPoolAllocator
 from poolwatch_emulator.req_pool import ReqToTokenPool
 

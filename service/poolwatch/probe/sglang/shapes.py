@@ -30,8 +30,9 @@ and SWA-evicted lengths in ``req.kv`` (a ``ReqKvInfo``, ``None`` once released) 
 ``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records.  From 0.5.13 to
 0.5.19 a loop receives through its ``request_receiver`` component and then calls the scheduler's
 ``process_input_requests``, the loop hook there (``recv_requests`` is no scheduler method; 0.5.20's
-``ingest_requests`` is).  Guard v2's free paths of 0.5.13 are read (its own row of ``GUARD_PATHS``);
-those of 0.5.17 and 0.5.19 are not yet (``Shape.guarded``): they are watched, never guarded.
+``ingest_requests`` is).  Guard v2's free paths of every family are read (its row of
+``GUARD_PATHS``; 0.5.17 and 0.5.19 were read for the probe first, ``Shape.guarded`` says which
+families are watched only: none now).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ _0512 = replace(_0510, family="0.5.12", since=(0, 5, 12), req_first_row=1, idle_
 _0513 = replace(
     _0512, family="0.5.13", since=(0, 5, 13), mamba_allocator=True, loop_hook="process_input_requests"
 )
-_0517 = replace(_0513, family="0.5.17", since=(0, 5, 17), held_rule=HeldRule.KV_LENGTHS, guarded=False)
+_0517 = replace(_0513, family="0.5.17", since=(0, 5, 17), held_rule=HeldRule.KV_LENGTHS)
 _0519 = replace(_0517, family="0.5.19", since=(0, 5, 19), held_rule=HeldRule.REQ_KV)
 _0520 = replace(
     _0512, family="0.5.20", since=(0, 5, 20), held_rule=HeldRule.REQ_KV, loop_hook="ingest_requests",

@@ -15,8 +15,10 @@ mamba_ckpt     tree (a checkpoint slot it holds)   the same, on 0.5.23's ``mamba
 full, swa      released row (a stale row view),    :mod:`~poolwatch.probe.sglang.guard.kv`,
                pending (a PD transfer's row),      :mod:`~poolwatch.probe.sglang.guard.rows`,
                                                    :mod:`~poolwatch.probe.sglang.guard.pending`,
-               tree prefix (a held row's first     :mod:`~poolwatch.probe.sglang.guard.owners`
-               ``cache_protected_len`` columns),
+               tree prefix (a held row's first     :mod:`~poolwatch.probe.sglang.guard.owners`,
+               ``cache_protected_len`` columns,    :mod:`~poolwatch.probe.sglang.guard.takes`
+               and, from 0.5.17, the columns the
+               tree's insertions kept of it),
                free (the SWA pair's sides)
 =============  ==================================  =============================================
 

@@ -35,40 +35,17 @@ from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.owners import TreePrefix
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.pending import Pending
-from poolwatch.probe.sglang.guard.rows import RowBook
+from poolwatch.probe.sglang.guard.rows import RowBook, RowView
 from poolwatch.probe.sglang.guard.slots import Record, rid
+from poolwatch.probe.sglang.guard.takes import Range, Takes, overlap
 
-__all__ = ["KvGuard", "RowView"]
+__all__ = ["KvGuard"]
 
 log = logging.getLogger("poolwatch.probe")
 _SIDES = (("full_attn_allocator", Pool.FULL), ("swa_attn_allocator", Pool.SWA))
 
 
 _NOTHING = object()  # what a wrapped free frees instead of a released row's ids: nothing
-
-
-class RowView:
-    """How a tensor sits in ``req_to_token``: which row a one-row view reads (O(1), no read)."""
-
-    def __init__(self, table: Any) -> None:
-        self.root = table if table._base is None else table._base
-        self.offset = int(table.storage_offset())
-        self.stride, self.width = int(table.stride(0)), int(table.shape[1])
-
-    def row(self, t: Any) -> int | None:
-        """The row ``t`` is a 1-d view of, or ``None`` (another tensor, or a view over rows)."""
-        at = self.at(t, t.numel())
-        return None if at is None else at[0]
-
-    def at(self, t: Any, n: int) -> tuple[int, int] | None:
-        """``(row, first column)`` of ``t``, a 1-d view of ``n`` ids in one row, or ``None``."""
-        if getattr(t, "_base", None) is not self.root:
-            return None
-        stride = t.stride()
-        if len(stride) != 1 or (n > 1 and stride[0] != 1):
-            return None
-        row, col = divmod(t.storage_offset() - self.offset, self.stride)
-        return (row, col) if col + n <= self.width else None
 
 
 class KvGuard:
@@ -82,9 +59,10 @@ class KvGuard:
         paused: Callable[[], bool],
         prefix: TreePrefix | None = None,
         pending: Pending | None = None,
+        takes: Takes | None = None,
     ) -> None:
         self.sched, self.rows, self.record, self.paused = sched, rows, record, paused
-        self.prefix, self.pending = prefix, pending
+        self.prefix, self.pending, self.takes = prefix, pending, takes
         self.view: RowView | None = None
         self.patches: list[Patch] = []
         self.depth = 0  # wrapped calls in progress: a nested one is the outer call's
@@ -170,12 +148,14 @@ class KvGuard:
     def _owned(self, pool: Pool, where: str, free_index: Any) -> Any:
         """``None`` to free the call as it came, else what to free (``_NOTHING`` or the unowned
         part of the row view); refusals recorded.  Proofs, in order: released row, pending
-        transfer, tree prefix (:mod:`~poolwatch.probe.sglang.guard.owners`)."""
+        transfer, tree prefix (:mod:`~poolwatch.probe.sglang.guard.owners`) and the columns the
+        tree took (:mod:`~poolwatch.probe.sglang.guard.takes`; also for a view of an insertion's
+        value, the duplicates it frees)."""
         try:
             n = free_index.numel()
             at = self.view.at(free_index, n) if n and self.view is not None else None
             if at is None:
-                return None
+                return self._duplicates(free_index, n, pool, where)
             row, col = at
             if row != self.releasing and self.rows.released(row):
                 return self._refuse(free_index, [], pool, where)
@@ -185,16 +165,42 @@ class KvGuard:
             req, owned = self.prefix.at_row(row) if self.prefix is not None else (None, 0)
             if req is None:
                 return None
-            return None if col >= owned else self._cut(free_index, owned - col, n, req, pool, where)
+            taken = self.takes.ranges(row, req) if self.takes is not None else []
+            return self._cut(free_index, col, n, req, [(0, owned), *taken], pool, where)
         except Exception:  # never in SGLang's way: an unreadable call is freed as asked
             log.debug("poolwatch guard: KV free check failed", exc_info=True)
             return None
 
-    def _cut(self, free_index: Any, cut: int, n: int, req: Any, pool: Pool, where: str) -> Any:
-        """The tree owns the first ``cut`` columns of the call: refused; the rest freed."""
-        cut = min(cut, n)
-        self._refuse(free_index[:cut], [f"tree (prefix of {rid(req)})"], pool, where)
-        return free_index[cut:] if cut < n else _NOTHING
+    def _duplicates(self, free_index: Any, n: int, pool: Pool, where: str) -> Any:
+        """A view of the insertion's value in progress (the duplicates it frees): its columns the
+        tree took from the request's row before are refused."""
+        inside = self.takes.in_insert(free_index, n) if n and self.takes is not None else None
+        if inside is None or self.takes is None:
+            return None
+        req, row, col = inside
+        return self._cut(free_index, col, n, req, self.takes.ranges(row, req), pool, where)
+
+    def _cut(
+        self, free_index: Any, col: int, n: int, req: Any, owned: list[Range], pool: Pool, where: str
+    ) -> Any:
+        """The tree owns the ``owned`` columns of the row: the call's ``[col, col + n)`` in them is
+        refused, the rest freed (``None``: none of it is the tree's)."""
+        cuts = overlap(owned, col, n)
+        if not cuts:
+            return None
+        keep, at = [], 0
+        for a, b in cuts:
+            if a > at:
+                keep.append(free_index[at:a])
+            self._refuse(free_index[a:b], [f"tree (prefix of {rid(req)})"], pool, where)
+            at = b
+        if at < n:
+            keep.append(free_index[at:])
+        if not keep:
+            return _NOTHING
+        import torch
+
+        return keep[0] if len(keep) == 1 else torch.cat(keep)
 
     def _refuse(self, ids: Any, owners: list[str], pool: Pool, where: str) -> Any:
         page = self._page()

@@ -36,6 +36,7 @@ from poolwatch.probe.sglang.guard.paths import GUARD_PATHS, GuardPaths
 from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import SlotGuard, chunked_slot, rid
+from poolwatch.probe.sglang.guard.takes import Takes
 from poolwatch.probe.sglang.guard.tree_index import TreeHooks
 
 __all__ = ["FreeRefuser", "OnRefuse"]
@@ -76,15 +77,17 @@ class FreeRefuser:
         self.pending = pending if pending.install() else None
         self._install_mamba(pool)
         self._install_checkpoints(pool)
-        self._install_hooks()
-        rows = RowBook(pool)
+        rows, takes = RowBook(pool), None
         if rows.install():
             prefix = TreePrefix(self.sched, rows.holder, self.paths.protected)
-            kv = KvGuard(self.sched, rows, self._record, self.paused, prefix, self.pending)
+            takes = Takes(prefix.row) if self.paths.takes and prefix.protected is not None else None
+            kv = KvGuard(self.sched, rows, self._record, self.paused, prefix, self.pending, takes)
             if kv.install(self.paths.kv_entries, self.paths.direct_kv, self.paths.row_first):
                 self.rows, self.kv = rows, kv
+                rows.given = takes.forget if takes is not None else None
             else:
                 rows.uninstall()
+        self._install_hooks(takes if self.kv is not None else None)
         return any((self.mamba, self.checkpoints, self.kv))
 
     def _install_mamba(self, pool: Any) -> None:
@@ -113,12 +116,15 @@ class FreeRefuser:
             guard.hooks = self.hooks
             self.checkpoints = guard
 
-    def _install_hooks(self) -> None:
-        """The tree's insertions and (0.5.23) its own frees, where the family has a tree proof."""
+    def _install_hooks(self, takes: Takes | None) -> None:
+        """The tree's insertions and (from 0.5.17) its own frees, where the family has a tree proof
+        (and ``takes``: the KV columns each insertion keeps of a request's row)."""
         tree = getattr(self.sched, "tree_cache", None)
-        if not self.paths.mamba.tree or tree is None or (self.mamba is None and self.checkpoints is None):
+        mamba = bool(self.paths.mamba.tree) and (self.mamba is not None or self.checkpoints is not None)
+        if tree is None or not (mamba or takes is not None):
             return
-        hooks = TreeHooks(tree, self._took, self.refresh if self.paths.mamba.tree == "flat" else None)
+        loaded = self.refresh if mamba and self.paths.mamba.tree == "flat" else None
+        hooks = TreeHooks(tree, self._took, loaded, takes)
         if not hooks.install():
             return
         self.hooks = hooks

@@ -37,7 +37,7 @@ from typing import Any
 
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 
-__all__ = ["RowBook", "rows_of"]
+__all__ = ["RowBook", "RowView", "rows_of"]
 
 log = logging.getLogger("poolwatch.probe")
 _TAKE = ("alloc", "alloc_rows")
@@ -70,6 +70,7 @@ class RowBook:
         self.depth = 0  # wrapped calls in progress (an inner one is its outer one's)
         self.patches: list[Patch] = []
         self.holder: dict[int, Any] = {}  # row -> the request it was handed to (checked at use)
+        self.given: Callable[[list[int]], None] | None = None  # told the rows each free gave back
 
     def install(self) -> bool:
         """Wrap the pool's row allocations and frees on the instance; False if it has neither."""
@@ -165,8 +166,34 @@ class RowBook:
             try:
                 self.free.update(rows)
                 self._settle(before)
+                if self.given is not None:
+                    self.given(rows)
             except Exception:
                 self.seen = -1
             return out
 
         return give
+
+
+class RowView:
+    """How a tensor sits in ``req_to_token``: which row a one-row view reads (O(1), no read)."""
+
+    def __init__(self, table: Any) -> None:
+        self.root = table if table._base is None else table._base
+        self.offset = int(table.storage_offset())
+        self.stride, self.width = int(table.stride(0)), int(table.shape[1])
+
+    def row(self, t: Any) -> int | None:
+        """The row ``t`` is a 1-d view of, or ``None`` (another tensor, or a view over rows)."""
+        at = self.at(t, t.numel())
+        return None if at is None else at[0]
+
+    def at(self, t: Any, n: int) -> tuple[int, int] | None:
+        """``(row, first column)`` of ``t``, a 1-d view of ``n`` ids in one row, or ``None``."""
+        if getattr(t, "_base", None) is not self.root:
+            return None
+        stride = t.stride()
+        if len(stride) != 1 or (n > 1 and stride[0] != 1):
+            return None
+        row, col = divmod(t.storage_offset() - self.offset, self.stride)
+        return (row, col) if col + n <= self.width else None

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from poolwatch.probe.sglang.guard.patch import Depth, Patch, patch
+from poolwatch.probe.sglang.guard.takes import Takes
 
 __all__ = ["Owned", "TreeHooks", "current_values", "node_index", "values_index"]
 
@@ -114,15 +115,18 @@ class TreeHooks:
     ``took(ids, value, checkpoint)`` is told the slots (and the tensor) each insertion gave the
     tree; :attr:`freeing` is true while the unified tree frees its own values (the Mamba
     component's ``_free_mamba_value``).  Up to 0.5.12 the tree frees a node's own value tensor,
-    by identity, which :class:`~poolwatch.probe.sglang.guard.slots.SlotGuard` tells apart."""
+    by identity, which :class:`~poolwatch.probe.sglang.guard.slots.SlotGuard` tells apart.
+    ``takes``: the KV columns each insertion of a request keeps of its row
+    (:mod:`~poolwatch.probe.sglang.guard.takes`; the tree's ``cache_*_req`` wrapped too)."""
 
     def __init__(
         self,
         tree_cache: Any,
         took: Callable[[list[int], Any, bool], None],
         loaded: Callable[[], None] | None = None,
+        takes: Takes | None = None,
     ) -> None:
-        self.tree, self.took, self.loaded = tree_cache, took, loaded
+        self.tree, self.took, self.loaded, self.takes = tree_cache, took, loaded, takes
         self.freeing = Depth()
         self.patches: list[Patch] = []
 
@@ -130,9 +134,12 @@ class TreeHooks:
         components = getattr(self.tree, "components", None)
         owners = list(components.values()) if isinstance(components, dict) else []
         loads = ((self.tree, "init_load_back", self._load_back),) if self.loaded is not None else ()
+        names = ("cache_unfinished_req", "cache_finished_req") if self.takes is not None else ()
+        caches = tuple((self.tree, name, self.takes.cache) for name in names if self.takes is not None)
         for owner, name, make in (
             (self.tree, "insert", self._insert),
             *loads,
+            *caches,
             *((c, "_free_mamba_value", self.freeing.wrap) for c in owners if hasattr(c, "_free_mamba_value")),
         ):
             done = patch(owner, name, make)
@@ -162,8 +169,19 @@ class TreeHooks:
         return init_load_back
 
     def _insert(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        takes = self.takes
+
         def insert(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
+            if takes is None:
+                result = original(*args, **kwargs)
+            else:
+                params = args[0] if args else kwargs.get("params")
+                takes.begin(params)
+                result = None
+                try:
+                    result = original(*args, **kwargs)
+                finally:
+                    takes.end(params, result)
             try:
                 value = _inserted(args, kwargs, result)
                 if value is not None:

@@ -34,6 +34,21 @@ _BLOCKED = ("WAITING_FOR_REMOTE_KVS", "WAITING_FOR_FSM", "WAITING_FOR_STRUCTURED
 MAX_HEAD = 8
 
 
+def _new(running: list[Any], last: list[Any]) -> int:
+    """How many of ``running`` are not in ``last``, by identity: a set of the requests themselves
+    where their classes keep object's own equality and hash (C-level, no int made per request),
+    else of their ids."""
+    classes: set[Any] = set(map(type, running)).union(map(type, last))
+    if all(_plain(c) for c in classes):
+        return len(set(running).difference(last))
+    return len(set(map(id, running)).difference(map(id, last)))
+
+
+def _plain(cls: Any) -> bool:
+    """Whether ``cls`` keeps object's own equality and hash (identity)."""
+    return bool(cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__)
+
+
 def member(status: Any, name: str) -> Any:
     """The member ``name`` of a request status's enum (None when the release has none)."""
     return getattr(type(status), name, None)
@@ -47,7 +62,7 @@ class VllmProgress:
         self.step_preempted: set[str] = set()  # this step's victims (a pop is announced once)
         self.finished = 0  # requests finished since the last read (counted by the update hook)
         self._preempted: list[tuple[str, bool]] = []
-        self._running: list[Any] | None = None  # the last read's running list (a copy)
+        self._running: list[Any] | None = None  # the last read's running list (a copy, kept while equal)
         self._ncts: dict[int, int] | None = {}
         self._tokens = -1
         self.told = False  # a step's output was seen (its scheduled tokens counted)
@@ -76,11 +91,12 @@ class VllmProgress:
 
     def read(self, queues: Mapping[str, int]) -> Moves:
         """The moves since the last read, and the baseline of the next."""
-        running = list(getattr(self.sched, "running", ()))
+        live = getattr(self.sched, "running", ())
         last = self._running
-        same = last is not None and len(last) == len(running) and all(map(operator.is_, last, running))
+        same = last is not None and len(last) == len(live) and all(map(operator.is_, last, live))
+        running = last if same and last is not None else list(live)  # (no copy while it is the same)
         if self.told:  # the steps' own outputs say whether tokens were computed: no request read
-            admitted = 0 if same or last is None else len(set(map(id, running)).difference(map(id, last)))
+            admitted = 0 if same or last is None else _new(running, last)
             progressed = last is None or self.finished > 0 or admitted > 0 or self._scheduled > 0
             self._ncts, self._tokens = None, -1
         else:

@@ -202,7 +202,8 @@ class Probe(Stamping):
         self._last_sample = now
         idle = sample.phase is Phase.IDLE
         force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)
-        due = self.schedule.due(now, self.counters.judged(sample.pools), idle=idle, force=force)
+        judged = self.counters.judged(sample.pools)
+        due = self.schedule.due(now, judged, idle=idle, force=force)
         census_cost = 0.0
         if due:
             proofs = self._census(due, sample, reading, hook)
@@ -219,7 +220,9 @@ class Probe(Stamping):
             self.guard.note(label, message)
         self.guard.succeeded()
         self._waited(waits)
-        sample = replace(sample, pools=self.counters.judged(sample.pools))  # the census's figures
+        if due:  # a census measured the counters (and may have read again): judge them anew
+            judged = self.counters.judged(sample.pools)
+        sample = replace(sample, pools=judged)  # the census's figures
         self._sample_cost = time.perf_counter() - started - census_cost
         self._deliver(sample, reading, hook, idle_hook=idle_hook)
 

@@ -76,7 +76,7 @@ class VllmProgress:
         # the requests the steps since the last read scheduled for the first time (their outputs'
         # ``scheduled_new_reqs``; None: an output without it), and those preempted and not seen
         # back at a read: while none is, a request that entered the running list is a new one
-        self._entered: list[str] | None = []
+        self._entered: list[Any] | None = []  # each output's list
         self._out: set[str] = set()
 
     def scheduled(self, output: Any) -> None:
@@ -89,7 +89,7 @@ class VllmProgress:
         if new is None:
             self._entered = None
         elif new and self._entered is not None:
-            self._entered += [r.req_id for r in new]
+            self._entered.append(new)  # (their ids read at the read, not at every step)
 
     def popped(self, rid: str) -> None:
         """A manager pops ``rid``'s list (inside ``schedule``): a preemption when the request still runs."""
@@ -136,7 +136,8 @@ class VllmProgress:
         if entered is None or out or self._preempted:
             return _new(running, last)
         requests = self.sched.requests
-        return sum(1 for rid in set(entered) if _status(requests.get(rid)) == "RUNNING")
+        rids = {new.req_id for outputs in entered for new in outputs}
+        return sum(1 for rid in rids if _status(requests.get(rid)) == "RUNNING")
 
     def _compared(self, running: list[Any], same: bool) -> tuple[int, bool]:
         """Admissions and progress from the running requests' computed tokens, compared with the last

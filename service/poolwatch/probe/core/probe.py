@@ -114,15 +114,23 @@ class Probe(Stamping):
 
     # -- entry points (scheduler thread) ------------------------------------------------------
 
-    def step(self, hook: str, now: Callable[[], bool] | None = None) -> None:
+    def step(self, hook: str, now: Callable[[], bool] | None = None, *, grace_s: float = 0.0) -> None:
         """A step boundary: the previous iteration is complete.  A sample when the interval has
-        passed or ``now()`` says so (asked only when the interval has not)."""
+        passed or ``now()`` says so (asked only when the interval has not); ``grace_s``: a due
+        sample is left this much longer to a later point of the same step (:meth:`settled`)."""
         self.seq += 1
         self._last_hook = self.clock()
-        if self._due() or (now is not None and now()):
+        if self._due(grace_s) or (now is not None and now()):
             self.contain("sample", lambda: self._sample(hook))
         elif self.disabled and self.switch.heartbeat_due(self.clock()):
             self.contain("heartbeat", self._heartbeat)
+
+    def settled(self, hook: str) -> None:
+        """A later point of a step than :meth:`step` (its results applied, what a sample reads just
+        touched by the engine, so still in the CPU's caches): the sample due, if any."""
+        self._last_hook = self.clock()
+        if self._due():
+            self.contain("sample", lambda: self._sample(hook))
 
     def idle(self, hook: str, *, fresh: bool | None = None, idle_hook: bool = True) -> None:
         """An idle hook: a sample when the interval has passed, or at once when ``fresh`` (the first
@@ -173,8 +181,8 @@ class Probe(Stamping):
         self.switch.look(self.clock())
         return not self.disabled
 
-    def _due(self) -> bool:
-        interval = self.config.sample_interval_s
+    def _due(self, grace_s: float = 0.0) -> bool:
+        interval = self.config.sample_interval_s + grace_s
         return self.clock() - self._last_sample >= interval and self._active() and self.guard.allow()
 
     def refuse(self, reason: str) -> None:

@@ -74,7 +74,9 @@ class VllmProbe(Probe):
                 self.reader.waits.step_begins()
             except Exception as exc:
                 self._failed("waits", exc)
-        self.step(hook)
+        # the sample waits for the step's end (``after_update``), where the requests and lists it
+        # reads were just touched by vLLM; here only when that never came for a whole interval more
+        self.step(hook, grace_s=self.config.sample_interval_s)
 
     def _failed(self, where: str, exc: Exception) -> None:
         self.guard.failed(where, exc)
@@ -98,7 +100,7 @@ class VllmProbe(Probe):
         if emptied or parked:
             self.idle(hook, fresh=True)
         else:
-            self._last_hook = self.clock()
+            self.settled(hook)
 
     def on_scheduled(self, output: Any) -> None:
         """After ``schedule``: the tokens it scheduled (the waits' progress, without a request read)."""

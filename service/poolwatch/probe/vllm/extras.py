@@ -128,6 +128,7 @@ class VllmProbe(Probe):
             refusal = self.refuser.refuse(blocks, found) if self.refuser is not None else None
         except Exception as exc:
             self.guard.failed("free", exc)
+            self._unowned(blocks)
             return None
         if refusal is not None:
             self.contain("refuse", lambda: self._refused(refusal))
@@ -135,6 +136,18 @@ class VllmProbe(Probe):
         if found:
             self.contain("free", lambda: self._named(found))
         return refusal.calls if refusal is not None and refusal.refused else None
+
+    def _unowned(self, blocks: list[Any]) -> None:
+        """The owner count failed at this free: what needs none is still named (a block freed at
+        ``ref_cnt`` 0 or below, one listed more often than it has references), so a failed read of
+        the lists never costs the proof of a double free vLLM will die of."""
+        try:
+            found = free_findings(blocks)
+        except Exception as exc:
+            self.guard.failed("free", exc)
+            return
+        if found:
+            self.contain("free", lambda: self._named(found))
 
     def _named(self, found: dict[str, tuple[int, ...]]) -> None:
         hook = "free_blocks"

@@ -5,8 +5,9 @@ Run by ``check_release.py`` (its ``CHECKS``).  The release's own Scheduler, KVCa
 BlockPool run on a pool small enough to preempt, with shared prefixes (prefix caching: several
 requests list the same block), admissions, aborts of running and waiting requests and finishes
 interleaved at random, and the probe sampled at random moments only (its holder index lags the
-lists by a few steps, or by many).  Every list that reaches the probe's free-time check -- each of
-vLLM's own frees, and the frees the run asks about -- is judged twice:
+lists by a few steps, or by many) or, in two of the runs, at every step's hooks as in EngineCore.
+Every list that reaches the probe's free-time check -- each of vLLM's own frees, and the frees the
+run asks about -- is judged twice:
 
 * by the probe (``free_findings`` as the probe calls it: its incremental holder index, announced by
   the pops, read again for an unannounced free);
@@ -45,7 +46,11 @@ __all__ = ["CHECKS"]
 
 # only the run's own samples: the index lags the lists between them (never a walk to rebuild it)
 QUIET = ProbeConfig(serve=False, sample_interval_s=1e12, kv_census_interval_s=1e12, idle_kv_census_gap_s=1e12)
-SEEDS = (11, 12, 13, 14)
+# ... or a sample at every step's hooks (the probe's clock moves a second a read), still no walk
+HOOKED = ProbeConfig(
+    serve=False, sample_interval_s=0.01, kv_census_interval_s=1e12, idle_kv_census_gap_s=1e12
+)
+SEEDS = {11: QUIET, 12: QUIET, 13: QUIET, 14: QUIET, 15: HOOKED, 16: HOOKED}
 
 
 def recount(blocks: Sequence[Any], sched: Any, shape: Any, mgrs: tuple[Any, ...]) -> set[int]:
@@ -141,9 +146,9 @@ def _asked(e: Any, probe: Any, rng: random.Random, stale: list[list[Any]]) -> st
     return "none"
 
 
-def randomized_run(seed: int, steps: int = 260) -> dict[str, Any]:
+def randomized_run(seed: int, config: ProbeConfig, steps: int = 260) -> dict[str, Any]:
     rng = random.Random(seed)
-    e, probe = started(QUIET, blocks=rng.choice((24, 32, 48)), max_running=rng.choice((8, 16)))
+    e, probe = started(config, blocks=rng.choice((24, 32, 48)), max_running=rng.choice((8, 16)))
     judged = Judged(probe)
     extras.free_findings = judged
     asked: Counter[str] = Counter()
@@ -197,7 +202,7 @@ def randomized_run(seed: int, steps: int = 260) -> dict[str, Any]:
 
 
 def check_free_time() -> None:
-    runs = {seed: randomized_run(seed) for seed in SEEDS}
+    runs = {seed: randomized_run(seed, config) for seed, config in SEEDS.items()}
     ok = all(r["differences"] == 0 and r["unjudged"] == 0 for r in runs.values())
     covered = all(r["doomed"] > 20 and r["announced"] > 20 and r["aborted"] > 0 for r in runs.values())
     covered = covered and any(r["preempted"] > 0 for r in runs.values())

@@ -23,6 +23,8 @@ free-time tripwire and the opt-in guard (EngineCore thread).
 
 Nothing here writes to vLLM's objects (guard hands vLLM's ``free_blocks`` less than it was given).
 Cadence, census schedule, containment, snapshot, kill switch and heartbeat are the neutral Probe's.
+Kept whole: the hooks are one probe's entry points into one state (tripwires, repairs, publication,
+guard); what each judges stands apart already (free_check, refuse, timing, waits, holders).
 """
 
 from __future__ import annotations
@@ -138,14 +140,9 @@ class VllmProbe(Probe):
         return refusal.calls if refusal is not None and refusal.refused else None
 
     def _unowned(self, blocks: list[Any]) -> None:
-        """The owner count failed at this free: what needs none is still named (a block freed at
-        ``ref_cnt`` 0 or below, one listed more often than it has references), so a failed read of
-        the lists never costs the proof of a double free vLLM will die of."""
-        try:
-            found = free_findings(blocks)
-        except Exception as exc:
-            self.guard.failed("free", exc)
-            return
+        """The owner count failed: what needs none is still named (``ref_cnt`` 0, a block twice)."""
+        found: dict[str, tuple[int, ...]] = {}
+        self.contain("free", lambda: found.update(free_findings(blocks)))
         if found:
             self.contain("free", lambda: self._named(found))
 

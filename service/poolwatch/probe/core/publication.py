@@ -76,8 +76,7 @@ class Publication:
         with self._cond:
             self._snapshot = snapshot
             self._version += 1
-            if self._waiting:  # only a long-poll waits for a publish (``wait_served`` for a hand-over)
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     def served(self, snapshot: Snapshot) -> None:
         """A client was handed ``snapshot`` (HTTP thread, just before the send): wakes a scheduler

@@ -21,6 +21,7 @@ load by default, not bench_page's 10.  Figures, never asserts.  Needs the vllm-c
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -87,7 +88,16 @@ def progress(run: PageRun) -> str:
             ("exit", run.exited),
         )
     )
-    return f"blocks {list(run.ids)} freed twice; {times}; {run.requests} requests"
+    notes = "".join(f"; {n}" for n in run.notes)
+    return f"blocks {list(run.ids)} freed twice; {times}; {run.requests} requests{notes}"
+
+
+def kept(root: Path) -> Path:
+    """A copy of a lost run's logs (the server's, the sidecar's, Alertmanager's...) that outlives it."""
+    keep = Path(tempfile.mkdtemp(prefix="bench-page-vllm-lost-"))
+    for log in root.rglob("*.log"):
+        shutil.copy2(log, keep / "-".join(log.relative_to(root).parts))
+    return keep
 
 
 def load_runs(load: Load, n: int, limit: float) -> list[PageRun]:
@@ -97,7 +107,10 @@ def load_runs(load: Load, n: int, limit: float) -> list[PageRun]:
 
         def attempt() -> PageRun:
             with tempfile.TemporaryDirectory(prefix="bench-page-vllm-") as tmp:
-                return run_once(Path(tmp), load, limit)
+                run = run_once(Path(tmp), load, limit)
+                if run.fault is not None and not run.before_death:
+                    run.notes.append(f"logs kept in {kept(Path(tmp))}")
+                return run
 
         run = retried(label, attempt)
         runs.append(PageRun(load.name, notes=[f"the stack failed: {run}"]) if isinstance(run, list) else run)

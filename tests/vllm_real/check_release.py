@@ -230,6 +230,7 @@ def check_plugin() -> None:
 
 
 def main() -> int:
+    from tests.vllm_real.check_free_time import CHECKS as FREE_TIME_CHECKS
     from tests.vllm_real.check_guard import CHECKS as GUARD_CHECKS
     from tests.vllm_real.check_incremental import CHECKS as INCREMENTAL_CHECKS
 
@@ -244,6 +245,7 @@ def main() -> int:
         ("premature_free", check_premature_free),
         *GUARD_CHECKS,  # the same faults with guard on: refused, vLLM's pool sound after
         *INCREMENTAL_CHECKS,  # the incremental figures and moves equal a from-scratch recount
+        *FREE_TIME_CHECKS,  # the free-time check's verdict equals a from-scratch owner count
         ("plugin_activation", check_plugin),  # last: it wraps the Scheduler class for good
     ]
     return run_all(checks, set(sys.argv[1:]))

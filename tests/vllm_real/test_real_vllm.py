@@ -42,6 +42,8 @@ CHECKS = {
     "guard_premature_free",
     # check_incremental.py: a randomized run's incremental figures and moves equal a from-scratch recount
     "incremental_equals_scratch",
+    # check_free_time.py: every free's verdict equals a from-scratch owner count, over random runs
+    "free_check_equals_recount",
 }
 DEFERRED_CHECKS = {
     "deferred_frees_clean",

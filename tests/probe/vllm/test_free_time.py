@@ -89,6 +89,22 @@ def test_a_list_the_probe_has_not_counted_yet_is_read_before_a_block_is_named(sc
     assert named(probe) == {TripwireKind.REF_BELOW_OWNERS: (blocks[0].block_id,)}
 
 
+def unreadable() -> None:
+    raise RuntimeError("the lists could not be read")
+
+
+def test_a_double_free_is_named_at_the_free_when_reading_the_lists_fails_there(sched: Scheduler) -> None:
+    probe = attached(sched)
+    blocks = sched.add("a", 2)
+    sched.schedule()
+    stale = list(sched.managers[0].req_to_blocks["a"])
+    sched.finish("a")  # the sound free: each block at 0
+    probe.reader.resync = unreadable  # type: ignore[method-assign]  # the owner count's re-read fails
+    sched.pool.free_blocks(reversed(stale))  # unannounced: the lists are read again, and that fails
+    assert named(probe) == {TripwireKind.NEGATIVE_REF: tuple(sorted(b.block_id for b in blocks))}
+    assert probe.guard.last_error == "free: RuntimeError: the lists could not be read"
+
+
 def test_blocks_freed_while_a_deferred_free_still_holds_them_are_named_at_the_free(sched: Scheduler) -> None:
     probe = attached(sched)
     blocks = sched.add("a", 2)

@@ -350,3 +350,24 @@ def test_progress_is_told_by_each_schedule_output_and_no_request_is_read_for_it(
         assert (snap.progress.admitted, snap.progress.stalled_steps > 0) == (2, stalled)
         assert snap.probe.errors_total == 0  # no request's computed tokens read
     assert probe.reader.waits.moves.told
+
+
+def test_a_due_sample_is_taken_at_the_steps_end_and_before_schedule_only_when_that_never_came() -> None:
+    sched, now = Sched(), [1e9]
+    config = ProbeConfig(serve=False, sample_interval_s=1.0)
+    env = {"POOLWATCH_WORKER": "w"}
+    probe = new_probe(VLLM, sched, config, release=vllm_release("0.34.0"), environ=env, clock=lambda: now[0])
+    assert isinstance(probe, VllmProbe)
+    sched.admit("a", 2)
+    first = sample(probe)
+    now[0] += 1.5  # the interval passed during the GPU wait
+    probe.on_step("schedule")
+    assert probe.latest is first  # left to the step's end, where vLLM just touched what it reads
+    probe.after_update("update_from_output")
+    taken = probe.latest
+    assert taken is not None
+    assert taken is not first
+    assert taken.seq == probe.seq
+    now[0] += 2.5  # no step's end came for a whole interval more (a step that raised, say)
+    probe.on_step("schedule")
+    assert probe.latest is not taken

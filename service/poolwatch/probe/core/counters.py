@@ -67,6 +67,8 @@ class CounterBook:
 
     def all(self) -> tuple[CounterWitness, ...]:
         """The witnesses kept, in pool then figure order."""
+        if not self._kept:
+            return ()  # the usual case: nothing witnessed (no order to build)
         order = {p: i for i, p in enumerate(Pool)}
         return tuple(sorted(self._kept.values(), key=lambda w: (order[w.pool], w.figure)))
 

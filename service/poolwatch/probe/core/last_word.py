@@ -8,7 +8,8 @@ Alertmanager -> receiver), and the crash sometimes beat it (issue 23; vLLM under
 So the scheduler thread -- its rank about to die anyway -- waits (``Probe.last_words``) until the
 endpoint has *handed* that snapshot (or a later one) to a client
 (:meth:`~poolwatch.probe.core.publication.Publication.served`: the explicit signal the sidecar's
-long-poll produces), then a short grace for the sidecar's Alertmanager post, never more
+long-poll produces), then a grace for the page's way on (the sidecar's Alertmanager post,
+Alertmanager's dispatch to the receivers: it is what a loaded machine slows), never more
 than the bound (``POOLWATCH_PROBE_LAST_WORD_WAIT``).  No one collecting (nothing served and no
 long-poll for :data:`ATTENDED_S`), a bound of 0, or an endpoint that serves nothing: no wait at all.
 Cost: a crash that is already certain comes at most the bound later; a healthy rank never waits.
@@ -25,7 +26,9 @@ from typing import Protocol
 __all__ = ["ATTENDED_S", "GRACE_S", "Collected", "Outcome", "await_collection"]
 
 ATTENDED_S = 30.0  # a collector seen this recently (or blocked in a long-poll now) counts as attached
-GRACE_S = 0.05  # after the hand-over: the sidecar's POST to Alertmanager (median page path ~20 ms)
+# after the hand-over: the sidecar's POST, Alertmanager's dispatch and the receiver (20-50 ms on a
+# quiet 2-core machine, 140-260 ms at load 10: docs/benchmarks.md, the vLLM page); the bound caps it
+GRACE_S = 0.25
 
 
 class Outcome(Enum):

@@ -116,15 +116,23 @@ class Probe(Stamping):
 
     # -- entry points (scheduler thread) ------------------------------------------------------
 
-    def step(self, hook: str, now: Callable[[], bool] | None = None) -> None:
+    def step(self, hook: str, now: Callable[[], bool] | None = None, *, grace_s: float = 0.0) -> None:
         """A step boundary: the previous iteration is complete.  A sample when the interval has
-        passed or ``now()`` says so (asked only when the interval has not)."""
+        passed or ``now()`` says so (asked only when the interval has not); ``grace_s``: a due
+        sample is left this much longer to a later point of the same step (:meth:`settled`)."""
         self.seq += 1
         self._last_hook = self.clock()
-        if self._due() or (now is not None and now()):
+        if self._due(grace_s) or (now is not None and now()):
             self.contain("sample", lambda: self._sample(hook))
         elif self.disabled and self.switch.heartbeat_due(self.clock()):
             self.contain("heartbeat", self._heartbeat)
+
+    def settled(self, hook: str) -> None:
+        """A later point of a step than :meth:`step` (its results applied, what a sample reads just
+        touched by the engine, so still in the CPU's caches): the sample due, if any."""
+        self._last_hook = self.clock()
+        if self._due():
+            self.contain("sample", lambda: self._sample(hook))
 
     def idle(self, hook: str, *, fresh: bool | None = None, idle_hook: bool = True) -> None:
         """An idle hook: a sample when the interval has passed, or at once when ``fresh`` (the first
@@ -175,8 +183,8 @@ class Probe(Stamping):
         self.switch.look(self.clock())
         return not self.disabled
 
-    def _due(self) -> bool:
-        interval = self.pacer.current_s  # the configured interval, paced to the sample budget
+    def _due(self, grace_s: float = 0.0) -> bool:
+        interval = self.pacer.current_s + grace_s  # the configured interval, paced to the budget
         return self.clock() - self._last_sample >= interval and self._active() and self.guard.allow()
 
     def refuse(self, reason: str) -> None:
@@ -204,7 +212,8 @@ class Probe(Stamping):
         self._last_sample = now
         idle = sample.phase is Phase.IDLE
         force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)
-        due = self.schedule.due(now, self.counters.judged(sample.pools), idle=idle, force=force)
+        judged = self.counters.judged(sample.pools)
+        due = self.schedule.due(now, judged, idle=idle, force=force)
         census_cost = 0.0
         if due:
             proofs = self._census(due, sample, reading, hook)
@@ -221,7 +230,9 @@ class Probe(Stamping):
             self.guard.note(label, message)
         self.guard.succeeded()
         self._waited(waits)
-        sample = replace(sample, pools=self.counters.judged(sample.pools))  # the census's figures
+        if due:  # a census measured the counters (and may have read again): judge them anew
+            judged = self.counters.judged(sample.pools)
+        sample = replace(sample, pools=judged)  # the census's figures
         self._sample_cost = time.perf_counter() - started - census_cost
         if not idle_hook:
             self.pacer.record(self._sample_cost)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, Pool, PoolAccount
@@ -65,6 +66,18 @@ def exact_gaps(pools: Mapping[Pool, PoolAccount]) -> dict[Pool, int]:
     return out
 
 
+_NONE: frozenset[str] = frozenset()
+_QUIET = Due(_NONE, MappingProxyType({}))  # nothing due
+_NEVER = float("inf")
+
+
+def _shortest(rule: CensusRule, *, longest: bool = False) -> float:
+    """The shorter of a rule's busy and idle intervals (``longest``: the longer; no idle interval
+    counts as never)."""
+    idle = _NEVER if rule.idle_every_s is None else rule.idle_every_s
+    return max(rule.busy_every_s, idle) if longest else min(rule.busy_every_s, idle)
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     rule: CensusRule
@@ -83,16 +96,38 @@ class CensusSchedule:
         self.last_gap = -float("inf")
         self.gap_runs = 0  # gap-triggered census passes
         self.pass_cost = 0.0  # seconds the last census pass took (the budget spaces the next out)
+        self._soonest: float | None = None  # no census is due by the clock before this (None: unknown)
+        # the censuses due at every sample, busy or idle (a zero interval: one that applies only to
+        # a pool some models lack, the encoder's)
+        self._always = frozenset(n for n, e in self._entries.items() if _shortest(e.rule, longest=True) <= 0)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
 
     def _since(self, name: str, now: float) -> float:
-        return now - self.last.setdefault(name, now)  # busy censuses start one interval in
+        if name not in self.last:
+            self.last[name], self._soonest = now, None  # busy censuses start one interval in
+        return now - self.last[name]
+
+    def _quiet(self, now: float) -> bool:
+        """Whether no census but those due at every sample (:attr:`_always`) can be due by the clock
+        at ``now``, busy or idle: one comparison while none is near (the earliest interval's end is
+        kept until a census runs)."""
+        soonest = self._soonest
+        if soonest is None:
+            timed = [n for n in self._entries if n not in self._always]
+            if not self.last.keys() >= set(timed):
+                return False  # a census not yet seen: its interval starts at this sample
+            soonest = self._soonest = min(
+                (self.last[n] + _shortest(self._entries[n].rule) for n in timed), default=_NEVER
+            )
+        return now < soonest
 
     def by_clock(self, now: float, *, idle: bool) -> frozenset[str]:
         """The censuses whose interval has passed (asked before a read: it reads what they need)."""
+        if self._quiet(now):
+            return self._always
         return frozenset(
             n for n, e in self._entries.items() if self._interval_due(e, self._since(n, now), idle)
         )
@@ -107,6 +142,10 @@ class CensusSchedule:
         """What to census after a sample of ``pools`` (``idle``: the sample's phase)."""
         entering, self.was_idle = idle and not self.was_idle, idle
         gaps = exact_gaps(pools)
+        quiet = not (force or entering or gaps) and self._quiet(now)
+        if quiet and all(self._entries[n].pools.isdisjoint(pools) for n in self._always):
+            self.gaps = {}  # (balanced: the next gap is new)
+            return _QUIET  # the usual busy sample: nothing forced, no gap, no interval ended
         gapped = self.gapped(gaps, now)
         names, by_gap = set(), set()
         for name, entry in self._entries.items():
@@ -124,7 +163,7 @@ class CensusSchedule:
         return Due(frozenset(names), lost, frozenset(by_gap))
 
     def ran(self, name: str, now: float) -> None:
-        self.last[name] = now
+        self.last[name], self._soonest = now, None
 
     @property
     def gap_interval(self) -> float:

@@ -23,6 +23,8 @@ free-time tripwire and the opt-in guard (EngineCore thread).
 
 Nothing here writes to vLLM's objects (guard hands vLLM's ``free_blocks`` less than it was given).
 Cadence, census schedule, containment, snapshot, kill switch and heartbeat are the neutral Probe's.
+Kept whole: the hooks are one probe's entry points into one state (tripwires, repairs, publication,
+guard); what each judges stands apart already (free_check, refuse, timing, waits, holders).
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ class VllmProbe(Probe):
                 self.reader.waits.step_begins()
             except Exception as exc:
                 self._failed("waits", exc)
-        self.step(hook)
+        # the sample waits for the step's end (``after_update``), where the requests and lists it
+        # reads were just touched by vLLM; here only when that never came for a whole interval more
+        self.step(hook, grace_s=self.config.sample_interval_s)
 
     def _failed(self, where: str, exc: Exception) -> None:
         self.guard.failed(where, exc)
@@ -98,7 +102,7 @@ class VllmProbe(Probe):
         if emptied or parked:
             self.idle(hook, fresh=True)
         else:
-            self._last_hook = self.clock()
+            self.settled(hook)
 
     def on_scheduled(self, output: Any) -> None:
         """After ``schedule``: the tokens it scheduled (the waits' progress, without a request read)."""
@@ -126,6 +130,7 @@ class VllmProbe(Probe):
             refusal = self.refuser.refuse(blocks, found) if self.refuser is not None else None
         except Exception as exc:
             self.guard.failed("free", exc)
+            self._unowned(blocks)
             return None
         if refusal is not None:
             self.contain("refuse", lambda: self._refused(refusal))
@@ -133,6 +138,13 @@ class VllmProbe(Probe):
         if found:
             self.contain("free", lambda: self._named(found))
         return refusal.calls if refusal is not None and refusal.refused else None
+
+    def _unowned(self, blocks: list[Any]) -> None:
+        """The owner count failed: what needs none is still named (``ref_cnt`` 0, a block twice)."""
+        found: dict[str, tuple[int, ...]] = {}
+        self.contain("free", lambda: found.update(free_findings(blocks)))
+        if found:
+            self.contain("free", lambda: self._named(found))
 
     def _named(self, found: dict[str, tuple[int, ...]]) -> None:
         hook = "free_blocks"

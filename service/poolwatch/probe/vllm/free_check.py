@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from operator import attrgetter
+from itertools import repeat
+from operator import add, attrgetter, sub
 from typing import Any
 
 from poolwatch.probe.vllm.holders import HolderIndex
@@ -48,26 +49,26 @@ def _short(
     index: HolderIndex,
     times: list[int] | None,
     side: Mapping[int, int],
+    refs: list[int] | None = None,
 ) -> list[int]:
     """Positions of ``blocks`` (distinct) that this free leaves below their owners: each freed
-    ``times[k]`` times (once when ``times`` is None)."""
-    refs = list(map(_REF, blocks))
+    ``times[k]`` times (once when ``times`` is None); ``refs``: their ``ref_cnt``, when read already.
+    The sound case is C-level passes (``map`` over the counts' ``get``), no Python loop per block."""
+    refs = list(map(_REF, blocks)) if refs is None else refs
     live, transfer = index.counts["live"], index.counts["transfer"]
-    owners = [live.get(i, 0) + (transfer.get(i, 0) if transfer else 0) for i in ids]
+    owners = list(map(live.get, ids, repeat(0)))
+    if transfer:
+        owners = list(map(add, owners, map(transfer.get, ids, repeat(0))))
     if side:
-        owners = [own + side.get(i, 0) for own, i in zip(owners, ids, strict=True)]
+        owners = list(map(add, owners, map(side.get, ids, repeat(0))))
+    spare = list(map(sub, refs, owners))  # references beyond the owners that still name the block
+    sound = min(spare, default=1) > 0 if times is None else min(map(sub, spare, times), default=0) >= 0
+    if sound:
+        return []  # every block keeps a reference for each owner left (the sound free)
     null_id = index.null_id
     if times is None:
-        return [
-            k
-            for k, (ref, own) in enumerate(zip(refs, owners, strict=True))
-            if ref - 1 < own and ids[k] != null_id
-        ]
-    return [
-        k
-        for k, (ref, own, n) in enumerate(zip(refs, owners, times, strict=True))
-        if ref - n < own and ids[k] != null_id
-    ]
+        return [k for k, left in enumerate(spare) if left < 1 and ids[k] != null_id]
+    return [k for k, (left, n) in enumerate(zip(spare, times, strict=True)) if left < n and ids[k] != null_id]
 
 
 def free_findings(
@@ -80,7 +81,10 @@ def free_findings(
     occurrences of blocks in owners beside the lists
     (:func:`~poolwatch.probe.vllm.pool_terms.side_owners`)."""
     out: dict[str, tuple[int, ...]] = {}
-    negative = tuple(b.block_id for b in blocks if b.ref_cnt <= 0 and not b.is_null)
+    refs = list(map(_REF, blocks))
+    negative: tuple[int, ...] = ()
+    if min(refs, default=1) <= 0:
+        negative = tuple(b.block_id for b in blocks if b.ref_cnt <= 0 and not b.is_null)
     if negative:
         out["negative_ref"] = negative
     below: list[int] = []
@@ -98,7 +102,7 @@ def free_findings(
         if (not index.explained(every) or twice or held) and resync is not None:
             resync()  # unannounced, listing a block twice, or still held beside the lists: read them now
         ids = every if distinct is blocks else list(map(_ID, distinct))
-        short = _short(distinct, ids, index, times, side or {})
+        short = _short(distinct, ids, index, times, side or {}, refs if distinct is blocks else None)
         below += [ids[k] for k in short if ids[k] not in negative]
     if below:
         out["ref_below_owners"] = tuple(dict.fromkeys(below))

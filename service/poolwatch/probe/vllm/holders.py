@@ -25,6 +25,7 @@ and the occurrence counts agree -- every method keeps; the walk that rebuilds it
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -53,6 +54,14 @@ class Tracked:
     last: Any = None  # the entry at ``counted - 1`` when counted (a swap there re-counts the list)
 
 
+@dataclass(slots=True)
+class Shape:
+    """One manager's lists as the last sync left them (less those forgotten since), in order."""
+
+    lists: dict[int, Any]  # id -> vLLM's list object (held: an id cannot be reused while known)
+    unlisted: int  # requests without a list, less lists without a request
+
+
 @dataclass(frozen=True, slots=True)
 class Held:
     """The distinct blocks of each kind of holder at one sample."""
@@ -74,9 +83,9 @@ class HolderIndex:
         self.drift = 0  # full rebuilds that found the incremental counts wrong
         self._seen: dict[int, dict[int, str]] = {}  # per manager: id(list) -> rid, every one tracked
         self._stale: dict[int, set[str]] = {}  # per manager: the rids whose request is gone
-        # per manager: the ids of its lists at the last sync, in order (less those forgotten since),
+        # per manager: its lists at the last sync, in order (less those forgotten since), their ids,
         # and how many more requests than lists there were
-        self._shape: dict[int, tuple[list[int], int]] = {}
+        self._shape: dict[int, Shape] = {}
         self._syncs = 0
         self._lens: dict[int, int] = {}  # per manager: the entries of its lists at the last sync
         self._counted = 0  # entries read over every tracked list: the rest are pending
@@ -122,17 +131,19 @@ class HolderIndex:
     def _sync_one(
         self, index: int, req_to_blocks: Any, requests: Mapping[str, Any], kind: Callable[[str], str]
     ) -> None:
-        values = list(req_to_blocks.values())
-        ids = list(map(id, values))
+        # the steady state is two C-level passes and no new object per list: ``len`` of each list
+        # (its header), and the lists compared by identity with the last sync's (``is``)
         self._syncs += 1
-        self._lens[index] = sum(map(len, values))
-        unlisted = len(requests) - len(ids)  # requests without a list, less lists without a request
-        if self._appended(index, req_to_blocks, requests, kind, ids) and (
-            (self._syncs % STALE_EVERY and unlisted == self._shape[index][1])
+        self._lens[index] = sum(map(len, req_to_blocks.values()))
+        unlisted = len(requests) - len(req_to_blocks)  # requests without a list, less lists without one
+        shape = self._appended(index, req_to_blocks, requests, kind)
+        if shape is not None and (
+            (self._syncs % STALE_EVERY and unlisted == shape.unlisted)
             or req_to_blocks.keys() - requests.keys() == self._stale[index]
         ):
-            self._shape[index] = (ids, unlisted)
+            shape.unlisted = unlisted
             return
+        ids = list(map(id, req_to_blocks.values()))
         # what changed: the lists that came, went or were replaced, found by identity (C-level
         # passes); entries appended to a list already counted stay pending, as in the steady state
         stale = set(req_to_blocks.keys() - requests.keys())
@@ -146,7 +157,8 @@ class HolderIndex:
         for rid in stale ^ self._stale.get(index, set()):  # a request gone (or back) with its list
             if rid in req_to_blocks:
                 self._rekind((index, rid), STALE if rid in stale else kind(rid))
-        self._seen[index], self._stale[index], self._shape[index] = now, stale, (ids, unlisted)
+        self._seen[index], self._stale[index] = now, stale
+        self._shape[index] = Shape(dict(zip(ids, req_to_blocks.values(), strict=True)), unlisted)
 
     def _appended(
         self,
@@ -154,30 +166,31 @@ class HolderIndex:
         req_to_blocks: Any,
         requests: Mapping[str, Any],
         kind: Callable[[str], str],
-        ids: list[int],
-    ) -> bool:
+    ) -> Shape | None:
         """The common case, read in O(what changed): the lists counted at the last sync (less those
         popped since: :meth:`forget` takes them out) are still there, the same objects in the same
         order, and any new ones come after them (a dict keeps its insertion order: vLLM adds a
-        request's list when it first schedules it).  The new lists are read; False when anything
-        else changed (a list gone without a pop, or replaced): the caller compares every list."""
+        request's list when it first schedules it).  The new lists are read and appended to the
+        shape (returned); None when anything else changed (a list gone without a pop, or replaced):
+        the caller compares every list."""
         last = self._shape.get(index)
         if last is None:
-            return False
-        known = last[0]
+            return None
+        known, n = last.lists, len(req_to_blocks)
         m = len(known)
-        if len(ids) < m or ids[:m] != known:
-            return False
-        if len(ids) > m:
+        if n < m or not all(map(operator.is_, known.values(), req_to_blocks.values())):
+            return None
+        if n > m:
             seen, stale = self._seen[index], self._stale[index]
-            tail = list(itertools.islice(reversed(req_to_blocks.items()), len(ids) - m))
+            tail = list(itertools.islice(reversed(req_to_blocks.items()), n - m))
             for rid, blocks in reversed(tail):
                 seen[id(blocks)] = rid
                 gone = rid not in requests
                 if gone:
                     stale.add(rid)
                 self._read((index, rid), blocks, STALE if gone else kind(rid))
-        return True
+                known[id(blocks)] = blocks
+        return last
 
     def _forget_seen(self, index: int, rid: str, list_id: int) -> None:
         """A list counted at the last sync is no longer in its manager: forget it, unless its
@@ -259,11 +272,8 @@ class HolderIndex:
             return
         del seen[list_id]
         shape = self._shape.get(index)
-        if shape is not None:
-            try:
-                shape[0].remove(list_id)
-            except ValueError:  # not among the lists of the last sync: compare them all next time
-                del self._shape[index]
+        if shape is not None and shape.lists.pop(list_id, None) is None:
+            del self._shape[index]  # not among the lists of the last sync: compare them all next time
 
     def released(self, index: int, rid: str, blocks: Any) -> None:
         """A manager is about to pop ``rid``'s list ``blocks`` to free it: its occurrences stop
@@ -271,19 +281,22 @@ class HolderIndex:
         if (index, rid) not in self.tracked:  # never counted: compare every list at the next sync
             self._shape.pop(index, None)
         self.forget((index, rid))  # a list under this request again is read afresh
-        ids = [i for i in map(_ID, blocks) if i != self.null_id]
+        ids = list(map(_ID, blocks))
+        if self.null_id in ids:
+            ids = [i for i in ids if i != self.null_id]
+        expected, get = self.expected, self.expected.get
         for i in ids:
-            self.expected[i] = self.expected.get(i, 0) + 1
+            expected[i] = get(i, 0) + 1
         while len(self.expected) > MAX_EXPECTED:  # popped blocks never freed (a leak): forget the oldest
             del self.expected[next(iter(self.expected))]
 
     def explained(self, ids: list[int]) -> bool:
         """Whether a free of ``ids`` is what earlier pops announced (each id consumed once); False
         when some block comes with no pop before it (then the lists are read again before judging)."""
-        expected = self.expected
+        expected, get = self.expected, self.expected.get
         whole = True
         for i in ids:
-            n = expected.get(i, 0)
+            n = get(i, 0)
             if n > 1:
                 expected[i] = n - 1
             elif n == 1:

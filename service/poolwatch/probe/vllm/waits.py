@@ -109,7 +109,10 @@ class VllmWaits:
     def _owners(
         self, requests: Mapping[str, Any], in_queues: int, mgrs: tuple[Any, ...]
     ) -> tuple[Owner, ...]:
-        self._prune(requests, len(requests) - in_queues)
+        expected = len(requests) - in_queues  # requests vLLM keeps beyond its queues
+        if not self.kept and expected <= 0 and not self._receiving and not self._blocked_places():
+            return ()  # the usual case: nothing kept, nothing waits for remote KV (no request read)
+        self._prune(requests, expected)
         receiving = self._receivers()
         owners = [self._kept_owner(rid, r, mgrs) for rid, r in self.kept.items()]
         owners += [Owner(Pool.FULL, HoldReason.KV_RECV, rid, _listed(mgrs, rid)) for rid in receiving]

@@ -1,7 +1,8 @@
-"""A rank's final snapshot: what its probe wrote just before SGLang's idle check killed it.
+"""A rank's final snapshot: what its probe wrote just before the engine killed it.
 
-When the probe sees that SGLang's strict idle check is about to raise (a fully idle rank with a
-pool out of balance), it writes the snapshot that proves it -- pool, sign, slot ids, the hook where
+When the probe sees that its rank dies next -- SGLang's strict idle check about to raise (a fully
+idle rank with a pool out of balance), a vLLM block freed at ``ref_cnt`` 0 whose next allocation
+fails vLLM's assert -- it writes the snapshot that proves it -- pool, sign, slot ids, the hook where
 the fault was first seen -- into the discovery directory (:func:`poolwatch.discovery.final.write_final`),
 signed with the node's secret, before SGLang raises.  The sidecar reads it in two places:
 

@@ -189,3 +189,34 @@ def test_the_incremental_index_counts_what_a_fresh_count_does(ops: list[tuple[st
             assert index.held(set(), set()) == fresh.held(set(), set())
             if read:
                 assert index.counts == fresh.counts
+
+
+def test_a_free_that_dooms_enginecore_leaves_its_proof_as_the_ranks_final_snapshot(
+    sched: Scheduler, tmp_path: Any
+) -> None:
+    """vLLM asserts at a block's next allocation once it was freed at ``ref_cnt`` 0: the proof is
+    written as the rank's signed final snapshot before the probe waits for its sidecar, so the page
+    still leaves when EngineCore is gone before a long-poll collected it."""
+    from dataclasses import replace
+
+    from poolwatch.codec.snapshot import parse_snapshot
+    from poolwatch.discovery.files import read_secret
+    from poolwatch.discovery.final import read_final_dir
+
+    probe = attach(VLLM, sched, replace(CONFIG, directory=str(tmp_path)), release=vllm_release("0.33.0"))
+    blocks = sched.add("a", 2)
+    sched.schedule()
+    stale = list(sched.managers[0].req_to_blocks["a"])
+    sched.finish("a")  # the sound free: each block at 0
+    assert read_final_dir(tmp_path, read_secret(tmp_path) or "") == []
+    sched.pool.free_blocks(reversed(stale))  # freed again: ref_cnt -1, vLLM's assert comes next
+    ((name, doc),) = read_final_dir(tmp_path, read_secret(tmp_path) or "")
+    final = parse_snapshot(doc)
+    assert name.endswith("-dp0-tp0-pp0.final")
+    assert final.final
+    assert {t.kind: tuple(sorted(t.slots)) for t in final.tripwires} == {
+        TripwireKind.NEGATIVE_REF: tuple(sorted(b.block_id for b in blocks))
+    }
+    assert probe.final_cost > 0
+    assert probe.latest is not None
+    assert not probe.latest.final  # the rank still serves: only the file is final

@@ -23,6 +23,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.counters import CounterBook
 from poolwatch.probe.core.engine import EngineSample, Reader
+from poolwatch.probe.core.final_file import write_final_snapshot
 from poolwatch.probe.core.kill_switch import KillSwitch, heartbeat_snapshot
 from poolwatch.probe.core.last_word import Outcome, await_collection
 from poolwatch.probe.core.publication import Publication
@@ -57,6 +58,7 @@ class Stamping:
     census_total: int
     _sample_cost: float
     _lock: threading.Lock
+    final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
     holds: tuple[Hold, ...] = ()  # what the last sample found waiting (core/waiting.py)
     progress: Progress | None = None
 
@@ -81,6 +83,16 @@ class Stamping:
         seq, version = (snap.seq, self.publication.version) if snap is not None else (0, 0)
         bound = self.config.last_word_wait_s
         self.last_word = await_collection(publication, seq, bound, version=version)
+
+    def leave_final(self, snap: Snapshot) -> None:
+        """The room knows this rank dies next: write ``snap`` as its final snapshot file, so the
+        proof still pages when the process is gone before a long-poll collected it
+        (:mod:`~poolwatch.probe.core.final_file`); a failed write is noted, never raised."""
+        try:
+            secret = getattr(self.publisher, "secret", None)
+            self.final_cost = write_final_snapshot(self.config.directory, snap, secret)
+        except OSError as exc:
+            self.guard.note("final", f"{type(exc).__name__}: {exc}")
 
     def _publish_health(self) -> None:
         if self.latest is not None:

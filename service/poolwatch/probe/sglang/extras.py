@@ -34,7 +34,7 @@ from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.core.schedule import Due
 from poolwatch.probe.core.witness import FreeWitness
-from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now, write_final_snapshot
+from poolwatch.probe.sglang.final import Suspicion, check_fails, sglang_checks_now
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.reader import SglangReader
@@ -60,7 +60,6 @@ class SglangProbe(Probe):
         self.refuser = self._refuser() if self.repairer is not None else None  # guard v2
         self._suspicion = Suspicion()
         self._has_mamba = True  # until a sample shows the model has no Mamba pool
-        self.final_cost = 0.0  # seconds the final snapshot's write took (0: none written)
         self.witness = FreeWitness(self.call_sites, self._witnessed, lambda: self.seq)
 
     @property
@@ -137,11 +136,7 @@ class SglangProbe(Probe):
         if final:
             snap = replace(snap, final=final)
         if final:  # SGLang raises next: the file must exist before the process is gone
-            try:
-                secret = getattr(self.publisher, "secret", None)
-                self.final_cost = write_final_snapshot(self.config.directory, snap, secret)
-            except OSError as exc:
-                self.guard.note("final", f"{type(exc).__name__}: {exc}")
+            self.leave_final(snap)
         self._swap(snap)
         if final:  # the rank dies next anyway: let the sidecar collect it first (bounded)
             self.last_words()

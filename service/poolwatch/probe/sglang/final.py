@@ -13,18 +13,13 @@ measures it; the goal is about 100 us).  The sidecar reads the file once the ran
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.conservation import gap, used
-from poolwatch.discovery.files import ensure_secret
-from poolwatch.discovery.final import final_name, write_final
 from poolwatch.model.rank import Phase, Pool, PoolAccount
-from poolwatch.model.snapshot import Snapshot
+from poolwatch.probe.core.final_file import write_final_snapshot
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
 from poolwatch.probe.sglang.requests import role_of
@@ -140,15 +135,3 @@ class Suspicion:
             return False
         self._seen = gaps
         return True
-
-
-def write_final_snapshot(directory: str, snap: Snapshot, secret: str | None = None) -> float:
-    """Write ``snap`` as its rank's final snapshot, signed with the node's ``secret`` (the one the
-    endpoint holds; when it serves none, the directory's, created if need be); returns the
-    seconds it took.  Raises ``OSError`` (an unsafe directory included: nothing is written)."""
-    started = time.perf_counter()
-    w = snap.worker
-    payload = json.dumps(dump_snapshot(snap), separators=(",", ":")).encode("utf-8")
-    name = final_name(w.worker, w.dp_rank, w.tp_rank, w.pp_rank)
-    write_final(directory, name, payload, secret or ensure_secret(directory))
-    return time.perf_counter() - started

@@ -152,8 +152,11 @@ class VllmProbe(Probe):
             Tripwire(_FREE_KINDS[kind], Pool.FULL, ids, hook, self.seq) for kind, ids in found.items()
         )
         if self.tripwires.add(tripwires) and self.latest is not None:  # mid-step: publish the proof
-            self._swap(replace(self.latest, tripwires=self.tripwires.all()))
-            if "negative_ref" in found:  # vLLM's assert fails at the block's next allocation
+            snap, doomed = replace(self.latest, tripwires=self.tripwires.all()), "negative_ref" in found
+            if doomed:  # vLLM's assert fails at the block's next allocation: the proof on disk first
+                self.leave_final(snap)
+            self._swap(snap)
+            if doomed:
                 self.last_words()
 
     def _early(self, blocks: list[Any]) -> None:

@@ -19,7 +19,6 @@ from typing import Any
 
 from poolwatch.conservation import gap, used
 from poolwatch.model.rank import Phase, Pool, PoolAccount
-from poolwatch.probe.core.final_file import write_final_snapshot
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.phase import gate_readings, phase_of, queue_depths
 from poolwatch.probe.sglang.requests import role_of
@@ -32,7 +31,6 @@ __all__ = [
     "residual",
     "sglang_checks",
     "sglang_checks_now",
-    "write_final_snapshot",
 ]
 
 

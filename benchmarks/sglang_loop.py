@@ -35,12 +35,13 @@ HOOKS = ("on_loop_boundary", "on_idle", "after_prefill_chunk")
 class Load:
     """The 256-live load on one rank, stepped as the scheduler's loop steps it."""
 
-    def __init__(self, version: str, seed: int = 0) -> None:
+    def __init__(self, version: str, seed: int = 0, seconds: float = 10.0) -> None:
         self.rng = random.Random(seed)
         self.driver = Driver(version, ProbeConfig(serve=False, directory="/nonexistent-poolwatch-dir"))
         live = LONG + SHORT
+        steps = int(seconds / GPU_STEP_S) + 50  # a long request grows a token a step, for the whole run
         self.sched = self.driver.new(
-            kv=live * 1_400, mamba=3 * live + 16, rows=live + 16, context=2_048, guard=True
+            kv=live * (1_100 + steps), mamba=3 * live + 16, rows=live + 16, context=1_100 + steps, guard=True
         )
         self.prefix = [self.rng.randrange(10, 900) for _ in range(PREFIX)]
         self.shorts: list[Any] = []
@@ -75,7 +76,7 @@ class Load:
 
 
 def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
-    load = Load(version)
+    load = Load(version, seconds=seconds)
     probe = load.driver.probe
     meter = Meter()
     meter.wrap(probe, HOOKS)

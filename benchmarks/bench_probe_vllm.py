@@ -148,6 +148,7 @@ def loop(case: str, leak: int, seconds: float, release: str) -> Figures:
     sched = e.sched
     probe = attach(VLLM, sched, GUARDED, release=vllm_release(release))
     meter = Meter()
+    meter.calibrate()
     meter.wrap(probe, HOOKS)
     probe.close()  # the room's wraps (the pool's free, the pops, schedule) bound the entry points at
     probe.start()  # attach: made again, they call the timed ones, so the free-time look counts too

@@ -2,9 +2,12 @@
 time measured from inside a scheduler's loop, and each release run in its own venv.
 
 :class:`Meter` wraps a probe's entry points on the instance (the hooks the wrapped scheduler calls,
-and the free-time look) and its sample: every call is timed with ``perf_counter``, so the share of
-the thread is *probe seconds / wall seconds of the same run*, and each sample's cost is kept (with
-whether a walk -- a census -- ran inside it).  Figures, never assertions.
+and the free-time look) and its sample: every call is timed with the thread's CPU clock, so the
+share of the thread is *probe CPU seconds / (the loop's CPU seconds + its GPU waits)*, the
+timing's own cost included (:meth:`Meter.calibrate` measures it in the loop's conditions and the
+table prints its bound: a cold timed call right after the GPU wait costs about 5 µs on the
+development VM, a warm one 0.6 µs), and each sample's cost is kept (with whether a walk -- a
+census -- ran inside it).  Figures, never assertions.
 
 :func:`across` runs one benchmark module once per release, each in that release's cached venv
 (:mod:`rigs.venv`), and collects the one JSON line each run prints.
@@ -38,6 +41,8 @@ class Meter:
     samples: list[float] = field(default_factory=list)  # CPU seconds of each sample (walks aside)
     walks: list[float] = field(default_factory=list)  # CPU seconds of each sample that walked
     by_entry: dict[str, float] = field(default_factory=dict)  # CPU seconds per entry point
+    calls: int = 0  # timed calls (a hook inside another counted once)
+    timer: float = 0.0  # CPU seconds the timing itself adds to one call (calibrate)
     _depth: int = 0
 
     def wrap(self, probe: Any, hooks: Sequence[str]) -> None:
@@ -60,7 +65,23 @@ class Meter:
     def clear(self) -> None:
         """Forget what was timed so far (the loop starts now)."""
         self.spent = self.spent_wall = 0.0
-        self.samples, self.walks, self.by_entry = [], [], {}
+        self.samples, self.walks, self.by_entry, self.calls = [], [], {}, 0
+
+    def calibrate(self, rounds: int = 40) -> None:
+        """What timing a call costs in the loop's conditions: an empty call timed as an entry point
+        is, right after a GPU wait and some of the loop's work (the thread-CPU clock is a system
+        call, and a cold one after a sleep: about 5 µs a call on this VM, 0.6 µs in a tight loop).
+        The first entry point after each GPU wait pays about this; the table prints the bound."""
+        empty = self._entry("(calibration)", lambda: None)
+        took = []
+        for _ in range(rounds):
+            time.sleep(GPU_STEP_S)
+            sum(range(20_000))  # some of the loop's own work between the wait and the hook
+            before = self.spent
+            empty()
+            took.append(self.spent - before)
+        self.timer = statistics.median(took)
+        self.clear()
 
     def _entry(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -72,6 +93,7 @@ class Meter:
                 self._depth -= 1
                 if self._depth == 0:  # a hook called inside another is counted once
                     took = time.thread_time() - t0
+                    self.calls += 1
                     self.spent += took
                     self.spent_wall += time.perf_counter() - w0
                     self.by_entry[name] = self.by_entry.get(name, 0.0) + took
@@ -99,10 +121,12 @@ class Figures:
     gap: int | None = None  # the conservation gap at the end (a leak's size)
     load: float = 0.0  # the 1-minute load average at the end
     by_entry: dict[str, float] = field(default_factory=dict)  # the probe's CPU seconds per entry point
+    timer_s: float = 0.0  # CPU seconds the meter's timing adds at most (calls x a cold call's cost)
 
     @property
     def share(self) -> float:
-        """Percent of the thread's time on a machine of its own (CPU clocks)."""
+        """Percent of the thread's time on a machine of its own (CPU clocks), the meter's own timing
+        included (:meth:`Meter.calibrate` says what a cold timed call adds)."""
         return self.spent_s / (self.cpu_s + self.steps * GPU_STEP_S) * 100
 
     @property
@@ -137,6 +161,7 @@ def figures(case: str, meter: Meter, steps: int, wall: float, cpu: float, gap: i
         gap=gap,
         load=os.getloadavg()[0],
         by_entry=dict(meter.by_entry),
+        timer_s=meter.calls * meter.timer,
     )
 
 
@@ -196,6 +221,12 @@ def table(results: Sequence[dict[str, Any]]) -> str:
                 f"{f.p99_us:8.0f} {f.walks:5d} {f.walk_ms:8.1f} {gap:>6} {f.load:5.1f}"
             )
     lines.append("")
+    lines.append("(the meter's own timing, counted in probe %: at most, per step, µs -- every timed")
+    lines.append(" call charged a cold call's cost, as the first after the GPU wait pays it)")
+    for result in results:
+        for r in result["rows"]:
+            f = Figures(**r)
+            lines.append(f"  {result['release']:<12} {f.case:<22} {f.timer_s / max(f.steps, 1) * 1e6:.1f}")
     lines.append("the probe's CPU per step, by entry point (µs):")
     for result in results:
         for r in result["rows"]:

@@ -79,6 +79,7 @@ def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
     load = Load(version, seconds=seconds)
     probe = load.driver.probe
     meter = Meter()
+    meter.calibrate()
     meter.wrap(probe, HOOKS)
     steps, started, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - started < seconds:

@@ -140,30 +140,33 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _seconds(environ: Mapping[str, str], name: str, default: float, bounds: tuple[float, float]) -> float:
-    raw = environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ProbeConfigError(f"{name}: expected seconds, got {raw[:40]!r}") from None
-    low, high = bounds
-    if not math.isfinite(value) or not low <= value <= high:
-        raise ProbeConfigError(f"{name}: expected {low:g} to {high:g} seconds, got {raw[:40]!r}")
-    return value
+    return _number(environ, name, default, bounds, noun="seconds", unit=" seconds")
 
 
 def _share(environ: Mapping[str, str], name: str, default: float, bounds: tuple[float, float]) -> float:
+    return _number(environ, name, default, bounds, noun="a share such as 0.001", unit=" (a share)")
+
+
+def _number(
+    environ: Mapping[str, str],
+    name: str,
+    default: float,
+    bounds: tuple[float, float],
+    *,
+    noun: str,
+    unit: str,
+) -> float:
+    """A finite number within ``bounds``; unset or empty is the default."""
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise ProbeConfigError(f"{name}: expected a share such as 0.001, got {raw[:40]!r}") from None
+        raise ProbeConfigError(f"{name}: expected {noun}, got {raw[:40]!r}") from None
     low, high = bounds
     if not math.isfinite(value) or not low <= value <= high:
-        raise ProbeConfigError(f"{name}: expected a share from {low:g} to {high:g}, got {raw[:40]!r}")
+        raise ProbeConfigError(f"{name}: expected {low:g} to {high:g}{unit}, got {raw[:40]!r}")
     return value
 
 

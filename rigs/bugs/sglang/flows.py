@@ -13,7 +13,17 @@ from typing import Any
 from rigs.sglang.driver import Driver
 from rigs.timeline import Timeline
 
-__all__ = ["cow_waiting", "drain", "guarded", "idle", "turn"]
+__all__ = [
+    "cow_waiting",
+    "decoded_then_offloaded",
+    "drain",
+    "free_ids",
+    "guarded",
+    "idle",
+    "landed",
+    "prefilled",
+    "turn",
+]
 
 
 def turn(d: Driver) -> int:
@@ -21,15 +31,33 @@ def turn(d: Driver) -> int:
     return d.steps + 1
 
 
-def decoded_then_offloaded(d: Driver, r: Any) -> int:
-    """A PD decode request from its transfer to its offload's end: the transfer lands (row and KV),
-    the request is prebuilt (a chunk cache counts its KV protected; a decode tree takes the prompt)
-    and decodes to its end, its KV is copied to host, then the copy completes and the release's own
-    offload manager releases it.  The step of that release (the trigger of S12 and S13)."""
+def prefilled(d: Driver, rid: str, ids: list[int], max_new: int) -> Any:
+    """A request a PD prefill rank prefilled: its first token sampled there, about to transfer."""
+    r = d.arrive(rid, ids, max_new=max_new, vocab_size=1000)
+    r.sampling_params.normalize(None)
+    r.output_ids.append(5)  # the first token, sampled by the prefill rank
+    return r
+
+
+def landed(d: Driver, r: Any) -> None:
+    """The transfer lands (row and KV), and the request is prebuilt into the running batch (a chunk
+    cache counts its KV protected; a decode tree takes the prompt)."""
     d.transferred(r)
     d.loop()
     d.prebuilt([r])
     d.loop()
+
+
+def free_ids(alloc: Any) -> set[int]:
+    """Every id on an allocator's free list (its free and its released pages)."""
+    return set(alloc.free_pages.tolist()) | set(alloc.release_pages.tolist())
+
+
+def decoded_then_offloaded(d: Driver, r: Any) -> int:
+    """A PD decode request from its transfer to its offload's end: it lands (:func:`landed`) and
+    decodes to its end, its KV is copied to host, then the copy completes and the release's own
+    offload manager releases it.  The step of that release (the trigger of S12 and S13)."""
+    landed(d, r)
     while not d.decode_one(r):
         d.loop()
     d.loop()  # the turn it finished in: its KV is being copied to host

@@ -32,7 +32,7 @@ SERVER = {"disaggregation_mode": "decode", "disaggregation_decode_enable_offload
 
 
 def run(release: str) -> dict[str, Any]:
-    from rigs.bugs.sglang.flows import decoded_then_offloaded, idle
+    from rigs.bugs.sglang.flows import decoded_then_offloaded, idle, prefilled
     from rigs.sglang.driver import Driver
     from rigs.timeline import Timeline
 
@@ -40,9 +40,7 @@ def run(release: str) -> dict[str, Any]:
     d = Driver(release, timeline=timeline)
     d.new("decode", kv=256, rows=4, context=512, dense="chunk", pre_alloc=8, server=SERVER)
     d.open_offload()
-    r = d.arrive("r", list(range(100, 140)), max_new=3, vocab_size=1000)
-    r.sampling_params.normalize(None)
-    r.output_ids = [5]  # the first token, sampled by the prefill rank
+    r = prefilled(d, "r", list(range(100, 140)), max_new=3)
     step = decoded_then_offloaded(d, r)  # the trigger: the copy done, the release frees the request
     tree = d.sched.tree_cache
     drift = int(tree.protected_size())

@@ -67,11 +67,9 @@ def run(release: str, *, guard: bool = False) -> dict[str, Any]:
 
 
 def _serve(d: Any, timeline: Any, rid: str) -> bool:
-    from rigs.bugs.sglang.flows import decoded_then_offloaded
+    from rigs.bugs.sglang.flows import decoded_then_offloaded, prefilled
 
-    r = d.arrive(rid, list(range(100, 112)), max_new=3, vocab_size=1000)
-    r.sampling_params.normalize(None)
-    r.output_ids.append(5)  # the first token, sampled by the prefill rank
+    r = prefilled(d, rid, list(range(100, 112)), max_new=3)
     step = decoded_then_offloaded(d, r)  # the trigger: the copy done, the release frees the request
     both = _free_and_in_tree(d)
     if both:
@@ -80,8 +78,9 @@ def _serve(d: Any, timeline: Any, rid: str) -> bool:
 
 
 def _free_and_in_tree(d: Any) -> list[int]:
-    alloc, tree = d.sched.token_to_kv_pool_allocator, d.sched.tree_cache
-    free = set(alloc.free_pages.tolist()) | set(alloc.release_pages.tolist())
+    from rigs.bugs.sglang.flows import free_ids
+
+    tree, free = d.sched.tree_cache, free_ids(d.sched.token_to_kv_pool_allocator)
     held: set[int] = set()
     stack = [tree.root_node]
     while stack:

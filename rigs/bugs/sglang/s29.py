@@ -37,7 +37,7 @@ PROMPT = list(range(100, 140))
 
 
 def run(release: str) -> dict[str, Any]:
-    from rigs.bugs.sglang.flows import idle, turn
+    from rigs.bugs.sglang.flows import idle, landed, prefilled, turn
     from rigs.sglang.driver import Driver
     from rigs.timeline import Timeline
 
@@ -45,7 +45,8 @@ def run(release: str) -> dict[str, Any]:
     d = Driver(release, timeline=timeline)
     d.new("decode", kv=256, rows=4, context=512, dense="chunk", pre_alloc=8, server=SERVER)
     d.open_offload()
-    r = _landed(d, "r", max_new=6)
+    r = prefilled(d, "r", PROMPT, max_new=6)
+    landed(d, r)
     step, struck = turn(d), False
     d.decode_one(r)  # the trigger: the loop offloads the running request's first new token
     early = _freed_rows(d, r)
@@ -67,21 +68,10 @@ def run(release: str) -> dict[str, Any]:
     return outcome(release, struck, {**timeline.row(), "freed_while_decoding": attended})
 
 
-def _landed(d: Any, rid: str, *, max_new: int) -> Any:
-    """A request whose transfer landed and that joined the running batch."""
-    r = d.arrive(rid, PROMPT, max_new=max_new, vocab_size=1000)
-    r.sampling_params.normalize(None)
-    r.output_ids.append(5)  # the first token, sampled by the prefill rank
-    d.transferred(r)
-    d.loop()
-    d.prebuilt([r])
-    d.loop()
-    return r
-
-
 def _freed_rows(d: Any, r: Any) -> list[int]:
     """The slots of ``r``'s row (up to what it has allocated) that are on the free list."""
-    alloc = d.sched.token_to_kv_pool_allocator
-    free = set(alloc.free_pages.tolist()) | set(alloc.release_pages.tolist())
+    from rigs.bugs.sglang.flows import free_ids
+
+    free = free_ids(d.sched.token_to_kv_pool_allocator)
     row = d.sched.req_to_token_pool.req_to_token[r.req_pool_idx, : d.record(r).kv_allocated_len].tolist()
     return [s for s in row if s in free]

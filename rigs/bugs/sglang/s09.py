@@ -74,8 +74,9 @@ def run(release: str, *, guard: bool = False) -> dict[str, Any]:
 
 
 def _free_and_in_tree(d: Any) -> list[int]:
-    full = d.sched.token_to_kv_pool_allocator.full_attn_allocator
-    pages = set(full.free_pages.tolist()) | set(full.release_pages.tolist())
+    from rigs.bugs.sglang.flows import free_ids
+
+    pages = free_ids(d.sched.token_to_kv_pool_allocator.full_attn_allocator)
     tree = d.sched.tree_cache
     values = tree.all_values_flatten().tolist() if hasattr(tree, "all_values_flatten") else []
     return sorted(v for v in values if v // PAGE in pages)

@@ -81,3 +81,41 @@ def test_a_busy_probe_samples_at_the_paced_interval_and_an_idle_hook_at_once() -
         assert probe.guard.samples_total == before + 1
     finally:
         detach(sched)
+
+
+def test_bursts_shorter_than_the_paced_interval_are_still_sampled_busy() -> None:
+    """The first idle sample after each burst is taken at once; it must not restart the busy clock,
+    or bursts shorter than the paced interval would only ever be sampled idle (a real vLLM server's
+    held blocks never exported)."""
+    from dataclasses import replace
+
+    from tests.probe.sglang.fakes import Rank, Scheduler
+
+    from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.lifecycle import attach, detach
+    from poolwatch.probe.sglang.engine import SGLANG
+
+    now = [0.0]
+    config = ProbeConfig(serve=False, directory="/nonexistent-poolwatch-test-dir", release="0.5.4.post1")
+    rank = Rank()
+    sched = Scheduler(rank.alloc, rank.rows, rank.tree, max_total_num_tokens=64)
+    paced = replace(config, sample_interval_s=0.1, sample_budget=0.001)
+    probe = attach(SGLANG, sched, paced, clock=lambda: now[0])
+    pacer = probe.pacer
+    pacer.record = lambda cost: SamplePacer.record(pacer, 1.5e-3)  # type: ignore[method-assign]  # paced to 1.5 s
+    try:
+        busy = 0
+        for _ in range(12):  # bursts of 1 s (10 steps), each followed by one idle iteration
+            for _ in range(10):
+                now[0] += 0.1
+                before = probe.guard.samples_total
+                probe.step("on_loop_boundary")
+                busy += probe.guard.samples_total > before
+            now[0] += 0.05
+            before = probe.guard.samples_total
+            probe.idle("on_idle", fresh=True)
+            assert probe.guard.samples_total == before + 1  # the idle hook after work: at once
+        assert abs(pacer.current_s - 1.5) < 1e-9
+        assert 7 <= busy <= 9  # one busy sample every 1.5 s of the 12.6 s, whatever the idle samples
+    finally:
+        detach(sched)

@@ -12,7 +12,9 @@ seconds, where the recent cost is the median of the last :data:`WINDOW` samples'
 a garbage collection or a GIL wait, does not stretch the interval), and never later than
 :data:`MAX_INTERVAL_S` (a gap is always seen within that, whatever the batch).  Only the busy
 cadence is paced: the first idle hook after work (where the engine's own idle check looks), a
-forced sample and the censuses (which have their own budget, :mod:`~.schedule`) are not.  An
+forced sample and the censuses (which have their own budget, :mod:`~.schedule`) are not, and the
+idle sample does not restart the busy clock (bursts of work shorter than the paced interval, a
+second each between idle moments, are still sampled while they hold slots).  An
 interval of 0 (the rigs and tests: a sample at every hook) or a budget of 0 turns pacing off.
 
 What it costs the watcher: at 256 live requests a gap is exported within about 0.3 - 0.8 s instead

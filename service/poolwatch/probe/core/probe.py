@@ -106,7 +106,8 @@ class Probe(Stamping):
         self.census_cost = 0.0  # seconds the last census took
         self.census_total = 0
         self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
-        self._last_sample = -float("inf")
+        self._last_sample = -float("inf")  # any sample's clock (the idle cadence)
+        self._last_busy = -float("inf")  # the last sample off the idle hook's clock (the busy cadence)
         self._last_hook = clock()
         self._idle_seq = -1  # the iteration of the last idle hook
         self._sample_cost = 0.0
@@ -122,7 +123,7 @@ class Probe(Stamping):
         sample is left this much longer to a later point of the same step (:meth:`settled`)."""
         self.seq += 1
         self._last_hook = self.clock()
-        if self._due(grace_s) or (now is not None and now()):
+        if self._due(grace_s, busy=True) or (now is not None and now()):
             self.contain("sample", lambda: self._sample(hook))
         elif self.disabled and self.switch.heartbeat_due(self.clock()):
             self.contain("heartbeat", self._heartbeat)
@@ -131,7 +132,7 @@ class Probe(Stamping):
         """A later point of a step than :meth:`step` (its results applied, what a sample reads just
         touched by the engine, so still in the CPU's caches): the sample due, if any."""
         self._last_hook = self.clock()
-        if self._due():
+        if self._due(busy=True):
             self.contain("sample", lambda: self._sample(hook))
 
     def idle(self, hook: str, *, fresh: bool | None = None, idle_hook: bool = True) -> None:
@@ -183,9 +184,13 @@ class Probe(Stamping):
         self.switch.look(self.clock())
         return not self.disabled
 
-    def _due(self, grace_s: float = 0.0) -> bool:
+    def _due(self, grace_s: float = 0.0, *, busy: bool = False) -> bool:
+        """The interval has passed since the last sample.  The busy cadence counts from the last
+        busy sample: the first idle sample after work is taken at once and does not restart it, or
+        bursts of work shorter than the paced interval would only ever be sampled idle."""
         interval = self.pacer.current_s + grace_s  # the configured interval, paced to the budget
-        return self.clock() - self._last_sample >= interval and self._active() and self.guard.allow()
+        last = self._last_busy if busy else self._last_sample
+        return self.clock() - last >= interval and self._active() and self.guard.allow()
 
     def refuse(self, reason: str) -> None:
         """Stop reading this scheduler for good (the room found it cannot be read safely): a
@@ -210,6 +215,8 @@ class Probe(Stamping):
         sample = self.reader.read(reading, ReadAsk(exact=idle_hook or bool(due_now), due=due_now))
         waits = sample.waits
         self._last_sample = now
+        if not idle_hook:
+            self._last_busy = now
         idle = sample.phase is Phase.IDLE
         force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)
         judged = self.counters.judged(sample.pools)

@@ -31,10 +31,12 @@ from poolwatch.probe.core.schedule import GAP_CENSUS_EVERY_S
 from poolwatch.probe.lifecycle import activate, attach, detach, install, probe_of, uninstall
 
 NAMES = [entry.name for entry in REGISTRY]
-# every sample due (0.01 s at most), censuses only when triggered (an hour's intervals)
+# every sample due (0.01 s at most; unpaced: a sample's real cost must not space out the fake
+# clock's samples), censuses only when triggered (an hour's intervals)
 QUIET = ProbeConfig(
     serve=False,
     sample_interval_s=0.01,
+    sample_budget=0.0,
     census_interval_s=3600.0,
     kv_census_interval_s=3600.0,
     directory="/nonexistent-poolwatch-contract",

@@ -108,6 +108,7 @@ class Probe(Stamping):
         self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
         self._last_sample = -float("inf")  # any sample's clock (the idle cadence)
         self._last_busy = -float("inf")  # the last sample off the idle hook's clock (the busy cadence)
+        self._busy_at = -float("inf")  # when the next busy sample is due (the last busy one + the pace)
         self._last_hook = clock()
         self._idle_seq = -1  # the iteration of the last idle hook
         self._sample_cost = 0.0
@@ -122,8 +123,8 @@ class Probe(Stamping):
         passed or ``now()`` says so (asked only when the interval has not); ``grace_s``: a due
         sample is left this much longer to a later point of the same step (:meth:`settled`)."""
         self.seq += 1
-        self._last_hook = self.clock()
-        if self._due(grace_s, busy=True) or (now is not None and now()):
+        at = self._last_hook = self.clock()
+        if (at >= self._busy_at + grace_s and self._ready()) or (now is not None and now()):
             self.contain("sample", lambda: self._sample(hook))
         elif self.disabled and self.switch.heartbeat_due(self.clock()):
             self.contain("heartbeat", self._heartbeat)
@@ -131,8 +132,8 @@ class Probe(Stamping):
     def settled(self, hook: str) -> None:
         """A later point of a step than :meth:`step` (its results applied, what a sample reads just
         touched by the engine, so still in the CPU's caches): the sample due, if any."""
-        self._last_hook = self.clock()
-        if self._due(busy=True):
+        at = self._last_hook = self.clock()
+        if at >= self._busy_at and self._ready():  # (the busy clock first: a step's hooks touch little)
             self.contain("sample", lambda: self._sample(hook))
 
     def idle(self, hook: str, *, fresh: bool | None = None, idle_hook: bool = True) -> None:
@@ -184,13 +185,15 @@ class Probe(Stamping):
         self.switch.look(self.clock())
         return not self.disabled
 
-    def _due(self, grace_s: float = 0.0, *, busy: bool = False) -> bool:
-        """The interval has passed since the last sample.  The busy cadence counts from the last
-        busy sample: the first idle sample after work is taken at once and does not restart it, or
-        bursts of work shorter than the paced interval would only ever be sampled idle."""
-        interval = self.pacer.current_s + grace_s  # the configured interval, paced to the budget
-        last = self._last_busy if busy else self._last_sample
-        return self.clock() - last >= interval and self._active() and self.guard.allow()
+    def _due(self) -> bool:
+        """The interval has passed since the last sample, idle or not (the idle cadence).  The busy
+        cadence (:meth:`step`, :meth:`settled`) counts from the last busy sample instead
+        (``_busy_at``): the first idle sample after work is taken at once and does not restart it,
+        or bursts of work shorter than the paced interval would only ever be sampled idle."""
+        return self.clock() - self._last_sample >= self.pacer.current_s and self._ready()
+
+    def _ready(self) -> bool:
+        return self._active() and self.guard.allow()
 
     def refuse(self, reason: str) -> None:
         """Stop reading this scheduler for good (the room found it cannot be read safely): a
@@ -216,7 +219,7 @@ class Probe(Stamping):
         waits = sample.waits
         self._last_sample = now
         if not idle_hook:
-            self._last_busy = now
+            self._last_busy, self._busy_at = now, now + self.pacer.current_s
         idle = sample.phase is Phase.IDLE
         force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)
         judged = self.counters.judged(sample.pools)
@@ -243,6 +246,7 @@ class Probe(Stamping):
         self._sample_cost = time.perf_counter() - started - census_cost
         if not idle_hook:
             self.pacer.record(self._sample_cost)
+            self._busy_at = self._last_busy + self.pacer.current_s  # the configured interval, paced
         self._deliver(sample, reading, hook, idle_hook=idle_hook)
 
     def _waited(self, waits: Waits | None) -> None:

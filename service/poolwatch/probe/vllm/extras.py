@@ -67,11 +67,13 @@ class VllmProbe(Probe):
     transfers: Transfers | None = None  # finished requests' pending transfers, beside a connector
     _timing: Timing | None = None  # the timing checks armed at start
     _steps: tuple[Restore, ...] = ()  # ``schedule`` wrapped to see each step's output
+    _marked = False  # the waits noted a step's finishes or preemptions, to clear at the next step
 
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
     def on_step(self, hook: str) -> None:
-        if not self.disabled:
+        if self._marked and not self.disabled:  # (most steps finish and preempt nothing: no look)
+            self._marked = False
             try:  # (contained in line: this runs at every step)
                 self.reader.waits.step_begins()
             except Exception as exc:
@@ -92,7 +94,7 @@ class VllmProbe(Probe):
         parked = False
         if not self.disabled:
             try:
-                self.reader.waits.step_ended()
+                self._marked |= self.reader.waits.step_ended()
                 parked = not self.parked and self.reader.waits.parked_now(requests)
             except Exception as exc:
                 self._failed("waits", exc)
@@ -203,6 +205,7 @@ class VllmProbe(Probe):
             return
         self.reader.index.released(index, request_id, blocks)
         self.reader.waits.popped(request_id)
+        self._marked = True  # (a preemption is cleared at the next step)
         if self.in_flight is not None and self.in_flight.steps:
             self.in_flight.popped(request_id, blocks)
         pending = self.transfers.pending(request_id) if self.transfers is not None else ()

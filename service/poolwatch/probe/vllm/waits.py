@@ -60,15 +60,15 @@ class VllmWaits:
         if self.moves.step_preempted:
             self.moves.step_preempted.clear()
 
-    def step_ended(self) -> None:
+    def step_ended(self) -> bool:
         """After ``update_from_output``/``finish_requests``: the requests finished meanwhile, and
-        those vLLM keeps for a transfer."""
+        those vLLM keeps for a transfer; whether any was new (:meth:`step_begins` then has to clear)."""
         finished = getattr(self.sched, "finished_req_ids", None)
         if not finished:
-            return
+            return False
         new = finished - self._step_finished if isinstance(finished, set) else set(finished)
         if not new:
-            return
+            return False
         self._step_finished |= new
         self.moves.finished += len(new)
         requests = self.sched.requests
@@ -76,6 +76,7 @@ class VllmWaits:
             request = requests.get(rid)
             if request is not None:
                 self.kept[rid] = request
+        return True
 
     def parked_now(self, requests: Any) -> bool:
         """Nothing to step, requests left: every one kept for a transfer (the queues all empty; one

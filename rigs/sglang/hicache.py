@@ -160,7 +160,14 @@ class HiDecode:
         its last node moves down; the batch then starts the load (``ready_to_load_host_cache``).
         Nothing without HiCache (:meth:`open_hicache`) or a host hit."""
         s = self.sched
-        if not getattr(s, "enable_hierarchical_cache", False) or req.host_hit_length <= 0:
+        if not getattr(s, "enable_hierarchical_cache", False):
+            return
+        if self.release.unified_hicache:  # the unified tree's (0.5.19 on)
+            from rigs.sglang.hicache_built import unified_load_back
+
+            s.loaded_back = getattr(s, "loaded_back", 0) + unified_load_back(self, req)
+            return
+        if req.host_hit_length <= 0:
             return
         import torch
 

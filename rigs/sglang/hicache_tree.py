@@ -72,7 +72,11 @@ def _controller(alloc: Any, host: Any) -> Any:
 
 
 def _host_pool(size: int) -> Any:
-    from sglang.srt.mem_cache.memory_pool_host import HostKVCache, MHATokenToKVPoolHost
+    try:
+        from sglang.srt.mem_cache.memory_pool_host import HostKVCache, MHATokenToKVPoolHost
+    except ImportError:  # 0.5.17 moved them to the pool_host package
+        from sglang.srt.mem_cache.pool_host.base import HostKVCache
+        from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
     host = object.__new__(MHATokenToKVPoolHost)
     host.size, host.page_size, host.device, host.lock = size, 1, "cpu", threading.RLock()

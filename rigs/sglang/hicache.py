@@ -1,5 +1,6 @@
 """HiCache's turns on a dense rank (``--enable-hierarchical-cache``, the write-through policy; the
-tree: :func:`rigs.sglang.hicache_tree.hicache_tree`), run in the release's venv.
+tree: :func:`rigs.sglang.hicache_tree.hicache_tree`, from 0.5.17 :mod:`rigs.sglang.hicache_built`),
+run in the release's venv.
 
 :class:`HiDecode` gives a :class:`~rigs.sglang.driver.Driver` what the release's scheduler does
 for HiCache: the prefill batch builder's ``check_hicache_events`` (acknowledged write-throughs

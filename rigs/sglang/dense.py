@@ -3,8 +3,9 @@
 :func:`dense_pools` gives a :class:`~rigs.sglang.rank.Rank` a plain model's pools: the request
 rows (``DecodeReqToTokenPool`` on a decode rank, with its pre-allocation rows), the KV allocator,
 and the tree the rank runs (``ChunkCache``, the ``RadixCache`` of
-``--disaggregation-decode-enable-radix-cache``, or HiCache's).  The decode side that runs on it is
-:mod:`rigs.sglang.decode`.
+``--disaggregation-decode-enable-radix-cache``, or HiCache's: :mod:`rigs.sglang.hicache_tree`, or
+from 0.5.17 :mod:`rigs.sglang.hicache_built`, whose host pool mirrors a device KV pool the allocator
+then carries).  The decode side that runs on it is :mod:`rigs.sglang.decode`.
 """
 
 from __future__ import annotations
@@ -35,14 +36,28 @@ def dense_pools(rank: Any, mode: str, *, kv: int, rows: int, context: int, tree:
 
         rank.req_to_token_pool = ReqToTokenPool(rows, context, "cpu", False)
     rank.token_to_kv_pool_allocator = TokenToKVPoolAllocator(
-        kv, torch.float16, "cpu", None, need_sort=mode != "null"
+        kv, torch.float16, "cpu", _device_pool(rank, tree, kv), need_sort=mode != "null"
     )
     rank.tree_cache = _tree(rank, tree)
     rank.cache_params = None
 
 
+def _device_pool(rank: Any, tree: str, kv: int) -> Any:
+    """The KV device pool the allocator carries: the one HiCache's host pool mirrors where the rig
+    builds HiCache with the release's own constructors (0.5.17 on); none otherwise."""
+    if tree != "hiradix" or not rank.release.unified_tree:
+        return None
+    from rigs.sglang.hicache_built import device_kv_pool
+
+    return device_kv_pool(kv)
+
+
 def _tree(rank: Any, kind: str) -> Any:
     pool, alloc = rank.req_to_token_pool, rank.token_to_kv_pool_allocator
+    if kind == "hiradix" and rank.release.unified_tree:  # --enable-hierarchical-cache, 0.5.17 on
+        from rigs.sglang.hicache_built import built_hicache_tree
+
+        return built_hicache_tree(rank)
     if kind == "hiradix":  # --enable-hierarchical-cache
         from rigs.sglang.hicache import hicache_tree
 

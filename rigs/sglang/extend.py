@@ -26,6 +26,7 @@ class Extend:
     _room: Callable[[int], None]
     allocated: Callable[[Any], int]
     _grown: Callable[[Any, int], None]
+    load_back: Callable[[Any], None]
 
     def _extend_v1(self, req: Any, chunk: int | None) -> None:
         """0.5.17 - 0.5.21's prepare_for_extend: the match and ``inc_lock_ref`` (a new request), the
@@ -36,6 +37,7 @@ class Extend:
         allocated = self.allocated(req) if (req.kv is not None and (not kv or req.kv.holds_kv)) else 0
         if not allocated:
             req.init_next_round_input(s.tree_cache)
+            self.load_back(req)  # (HiCache: the prefix's host part back on the device)
             s.tree_cache.inc_lock_ref(req.last_node)
         whole, pre = len(req.origin_input_ids), len(req.prefix_indices)
         upto = whole if chunk is None else min(pre + chunk, whole)
@@ -60,6 +62,7 @@ class Extend:
         self._room(len(req.origin_input_ids) + 8)
         if not req.kv.holds_kv:
             req.init_next_round_input(s.tree_cache)
+            self.load_back(req)  # (HiCache: the prefix's host part back on the device)
             req.lock = s.tree_cache.lock(req.last_node)
         whole, pre = len(req.origin_input_ids), req.prefix_len
         upto = whole if chunk is None else min(pre + chunk, whole)

@@ -1,5 +1,6 @@
 """HiCache's turns on a dense rank (``--enable-hierarchical-cache``, the write-through policy; the
-tree: :func:`rigs.sglang.hicache_tree.hicache_tree`), run in the release's venv.
+tree: :func:`rigs.sglang.hicache_tree.hicache_tree`, from 0.5.17 :mod:`rigs.sglang.hicache_built`),
+run in the release's venv.
 
 :class:`HiDecode` gives a :class:`~rigs.sglang.driver.Driver` what the release's scheduler does
 for HiCache: the prefill batch builder's ``check_hicache_events`` (acknowledged write-throughs
@@ -160,7 +161,14 @@ class HiDecode:
         its last node moves down; the batch then starts the load (``ready_to_load_host_cache``).
         Nothing without HiCache (:meth:`open_hicache`) or a host hit."""
         s = self.sched
-        if not getattr(s, "enable_hierarchical_cache", False) or req.host_hit_length <= 0:
+        if not getattr(s, "enable_hierarchical_cache", False):
+            return
+        if self.release.unified_hicache:  # the unified tree's (0.5.19 on)
+            from rigs.sglang.hicache_built import unified_load_back
+
+            s.loaded_back = getattr(s, "loaded_back", 0) + unified_load_back(self, req)
+            return
+        if req.host_hit_length <= 0:
             return
         import torch
 

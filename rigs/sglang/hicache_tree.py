@@ -1,7 +1,8 @@
 """HiCache's tree on a dense rank (``--enable-hierarchical-cache``, the write-through policy, no
 storage backend), on an SGLang release's own classes (run in the release's venv).
 
-:func:`hicache_tree` builds the release's own ``HiRadixCache`` (0.5.4.post1 to 0.5.21) over a
+:func:`hicache_tree` builds the release's own ``HiRadixCache`` (0.5.4.post1 to 0.5.13; from 0.5.17
+:mod:`rigs.sglang.hicache_built` builds HiCache with the release's own constructors) over a
 rank's KV allocator and rows, with the release's own ``MHATokenToKVPoolHost`` accounting (its KV
 buffers not allocated: ``alloc`` / ``free`` / ``available_size`` are the release's) and the
 release's own ``HiCacheController`` -- ``write``, ``load``, ``evict_device``, ``evict_host``,

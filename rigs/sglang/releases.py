@@ -123,6 +123,8 @@ class Release:
     chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
     tree_lock: bool = False  # 0.5.23's unified tree: lock(node), checkpoint_kv_cache, release_kv_cache(
     # checkpoint=) -- 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), (is_insert=)
+    unified_hicache: bool = False  # a dense model's HiCache is UnifiedRadixCache.init_hicache's host
+    # pool group (0.5.19 on: the tree registry's default; before, and on 0.5.17 - 0.5.18, HiRadixCache)
 
     @property
     def overlaid(self) -> bool:
@@ -235,6 +237,7 @@ _0_5_23 = replace(
     token_array=True,
     decode_radix=True,
     tree_lock=True,
+    unified_hicache=True,
 )
 _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
     _0_5_13,
@@ -245,7 +248,9 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
     tiers=_GUARD | _BUGS,
 )
 _0_5_18 = replace(_0_5_17, version="0.5.18", tiers=_BUGS)
-_0_5_19 = replace(_0_5_17, version="0.5.19", kv_lens="req.kv")  # 0.5.20's req.kv records (S20)
+_0_5_19 = replace(  # 0.5.20's req.kv records (S20); a dense model's HiCache on the unified tree
+    _0_5_17, version="0.5.19", kv_lens="req.kv", unified_hicache=True
+)
 _0_5_20 = replace(  # PD decode: its own radix tree, the offload manager's per-request state
     _0_5_23,
     version="0.5.20",

@@ -2,20 +2,20 @@
 write-through), judged as ``check_clean``'s workloads are (issue 39: no false alarm on the clean long
 runs, HiCache among them).
 
-The rank's tree is the release's own ``HiRadixCache`` over its own host pool and cache controller,
-the device<->host copies stood in as finished (:mod:`rigs.sglang.hicache_tree`).  The traffic is
-``clean_hybrid``'s busy turns (:func:`tests.sglang_real.check_clean.busy`: shared prefixes, chunked
-prefill, aborts, retractions) over :data:`PREFIXES` -- more shared prefixes than the device pool
-(:data:`KV`) keeps -- so SGLang's own eviction writes cached prefixes back to host
-(``_evict_backuped``: the device slots freed, the host copy kept), the host pool fills and SGLang's
-``evict_host`` frees the coldest copies, and a later request whose prefix ends on host has it
-loaded back (the ``PrefillAdder``'s ``init_load_back``, then ``ready_to_load_host_cache``).  Each
-turn starts where the release's scheduler calls ``check_hicache_events``: its prefill builder, past
-the early return for nothing to prefill (up to 0.5.9), or before it, every turn (from 0.5.10; read
-in the builder's own source: S14 is the 0.5.9 side of that change).
-
-0.5.23 has no ``HiRadixCache``: its HiCache is the unified tree's host pool group, which the rig
-does not build (said as skipped).
+The rank's tree is the release's own HiCache tree over its own host pool and cache controller, the
+device<->host copies stood in as finished: up to 0.5.13 ``HiRadixCache`` (:mod:`rigs.sglang.hicache_tree`);
+from 0.5.17 the tree the release's constructors build (:mod:`rigs.sglang.hicache_built`) --
+``HiRadixCache`` on 0.5.17, from 0.5.19 ``UnifiedRadixCache`` with the host pool group and
+``HybridCacheController`` its ``init_hicache`` attaches.  The traffic is ``clean_hybrid``'s busy
+turns (:func:`tests.sglang_real.check_clean.busy`: shared prefixes, chunked prefill, aborts,
+retractions) over :data:`PREFIXES` -- more shared prefixes than the device pool (:data:`KV`) keeps
+-- so SGLang's own eviction writes cached prefixes back to host (the device slots freed, the host
+copy kept), the host pool fills and SGLang frees the coldest host copies, and a later request whose
+prefix ends on host has it loaded back (the ``PrefillAdder``'s ``init_load_back``, then
+``ready_to_load_host_cache``).  Each turn starts where the release's scheduler calls
+``check_hicache_events``: its prefill builder, past the early return for nothing to prefill (up to
+0.5.9), or before it, every turn (from 0.5.10; 0.5.23 in ``get_next_batch_to_run``; read in the
+release's own source: S14 is the 0.5.9 side of that change).
 """
 
 from __future__ import annotations
@@ -36,20 +36,8 @@ SERVER = {"enable_hierarchical_cache": True, "hicache_write_policy": "write_thro
 COUNTED = ("write", "evict_device", "evict_host", "load")  # the controller's moves, counted
 
 
-def why_not(version: str) -> str:
-    """Why the rig cannot run HiCache on ``version`` ('' where it can)."""
-    from rigs.sglang.releases import release
-
-    if release(version).unified_tree:
-        return (
-            f"{version} has no HiRadixCache: its HiCache is UnifiedRadixCache's host pool group, "
-            "which the rig does not build"
-        )
-    return ""
-
-
 def hicache(version: str) -> tuple[Timeline, dict[str, Any]]:
-    """The run (a release :func:`why_not` names no reason against)."""
+    """The run on ``version``'s own classes."""
     from rigs.sglang.server_args import DENSE
 
     d, timeline = started(
@@ -57,7 +45,7 @@ def hicache(version: str) -> tuple[Timeline, dict[str, Any]]:
         server={**SERVER, "model_path": str(DENSE)},
     )  # fmt: skip
     d.open_hicache()
-    moved = counted(d.sched.tree_cache.cache_controller)
+    moved = counted(d.sched.tree_cache)
     traffic, turn_start = Traffic(d, PREFIXES), events(d)
     busy(d, traffic, retract=True, turn_start=turn_start)
     timeline, ran = drained(d, timeline, traffic, turn_start=turn_start)
@@ -68,16 +56,22 @@ def hicache(version: str) -> tuple[Timeline, dict[str, Any]]:
         "host_evicted": moved["evict_host"],  # host copies freed (the host pool full)
         "load_backs": moved["load_ops"],
         "loaded_back": moved["load"],  # host slots given device slots again
-        "host_free_end": int(tree.token_to_kv_pool_host.available_size()),
+        "host_free_end": int(_host(tree).available_size()),
     }
     return timeline, {**ran, **figures}
 
 
+def _host(tree: Any) -> Any:
+    """The tree's KV host pool: ``token_to_kv_pool_host``, or the unified tree's host pool group."""
+    group = getattr(tree, "host_pool_group", None)
+    return tree.token_to_kv_pool_host if group is None else group
+
+
 def events(d: Driver) -> Any:
-    """What each turn does first: ``check_hicache_events`` where the release's prefill builder
-    (run every loop turn) calls it -- before its early return for nothing to prefill from 0.5.10,
-    so every turn; past it up to 0.5.9, so only while a request waits or a chunk is in flight (read
-    in the builder's own source)."""
+    """What each turn does first: ``check_hicache_events`` where the release calls it -- in its
+    prefill builder (run every loop turn) before the early return for nothing to prefill from
+    0.5.10, or before the builder in ``get_next_batch_to_run`` on 0.5.23, so every turn; past it up
+    to 0.5.9, so only while a request waits or a chunk is in flight (read in the release's source)."""
     every = _events_before_early_return()
 
     def turn_start(d: Driver) -> None:
@@ -89,27 +83,43 @@ def events(d: Driver) -> Any:
 
 
 def _events_before_early_return() -> bool:
+    """Whether the release checks HiCache's events every loop turn: in its prefill builder before
+    the early return for nothing to prefill (0.5.10 on), or first thing in ``get_next_batch_to_run``
+    (``_process_hicache_events``: 0.5.23)."""
     from sglang.srt.managers.scheduler import Scheduler
 
+    if "_process_hicache_events" in inspect.getsource(Scheduler.get_next_batch_to_run):
+        return True
     builder = getattr(Scheduler, "_get_new_batch_prefill_raw", None) or Scheduler.get_new_batch_prefill
     source = inspect.getsource(builder)
     events, early = source.find("check_hicache_events"), source.find("len(self.waiting_queue) == 0")
     return 0 <= events < early
 
 
-def counted(controller: Any) -> Counter[str]:
-    """The controller's writes, evictions and loads counted in slots (``load_ops``: the loads),
-    each still the release's own method."""
+def counted(tree: Any) -> Counter[str]:
+    """The HiCache moves counted in slots (``*_ops``: the calls), each still the release's own
+    method: the controller's ``write``, ``evict_device``, ``evict_host`` and ``load``; on the unified
+    tree, which frees device and host slots itself (0.5.19 on), its ``evict`` (the device slots it
+    evicted) and its host pool group's ``free`` stand for the controller's two evictions."""
+    controller, group = tree.cache_controller, getattr(tree, "host_pool_group", None)
+    owners: dict[str, tuple[Any, str]] = {name: (controller, name) for name in COUNTED}
+    if group is not None:
+        owners.update(evict_device=(tree, "evict"), evict_host=(group, "free"))
     moved: Counter[str] = Counter()
-    for name in COUNTED:
-        original = getattr(controller, name)
-
-        def call(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
-            out = _original(*args, **kwargs)
-            if out is not None:
-                moved[_name] += out if isinstance(out, int) else len(out)
-                moved[f"{_name}_ops"] += 1
-            return out
-
-        setattr(controller, name, call)
+    for key, (owner, name) in owners.items():
+        _count(owner, name, key, moved)
     return moved
+
+
+def _count(owner: Any, name: str, key: str, moved: Counter[str]) -> None:
+    original = getattr(owner, name)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        if out is not None:
+            size = getattr(out, "num_tokens_evicted", out)  # (the unified tree's EvictResult)
+            moved[key] += size if isinstance(size, int) else len(size)
+            moved[f"{key}_ops"] += 1
+        return out
+
+    setattr(owner, name, call)

@@ -1,13 +1,15 @@
 """Guard during HiCache's load-back, on a release's own classes: a dense rank whose tree is the
-release's own ``HiRadixCache`` (:mod:`rigs.sglang.hicache_tree`: its host pool and cache controller,
-the device<->host copies stood in as finished).
+release's own HiCache tree -- ``HiRadixCache`` (:mod:`rigs.sglang.hicache_tree`; from 0.5.17 built
+by its own constructor, :mod:`rigs.sglang.hicache_built`), from 0.5.19 ``UnifiedRadixCache`` with
+the host pool group its ``init_hicache`` attaches -- with its host pool and cache controller, the
+device<->host copies stood in as finished.
 
 A request's prompt is written through to host and its device copy evicted (the host copy kept);
 a second request matches it on host and the ``PrefillAdder``'s load-back (SGLang's own
 ``init_load_back``) gives the prefix device slots again: the tree's, locked by the load until
 ``loading_check`` acknowledges it, and the first columns of the request's row up to its
-``cache_protected_len`` (``last_matched_prefix_len`` before 0.5.6), which the adder sets past the
-loaded part.
+``cache_protected_len`` (``last_matched_prefix_len`` before 0.5.6, on ``req.kv`` from 0.5.19),
+which the adder sets past the loaded part.
 
 * **healthy** (guard on): the load-back, the load's acknowledgement, decode, the request's own
   release, the tree evicting the loaded slots to host again and the rank idle: guard refuses and
@@ -21,8 +23,9 @@ loaded part.
   ``ReqToTokenPool.alloc(need_size)``, which names none, so there guard lets the free run and
   quarantines the slots at the next loop hook (the census sees them free and in the tree).
 
-0.5.23 has no ``HiRadixCache`` (its HiCache is the unified tree's host pool group: its Mamba
-load-back is guard's ``tree_index`` hook, tested on fakes in ``tests/probe/sglang``): nothing runs.
+On the unified tree (0.5.19 on) the host pool is read coarsely (size and free: no host gap to read,
+:func:`tests.sglang_real.guard_pools.balanced`); its Mamba load-back is guard's ``tree_index`` hook,
+tested on fakes in ``tests/probe/sglang``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 
 from rigs.checks import report
 from rigs.sglang.driver import Driver
-from tests.sglang_real.guard_pools import _idle, wrong_free_checks
+from tests.sglang_real.guard_pools import _idle, balanced, wrong_free_checks
 
 __all__ = ["guard_load_back_checks"]
 
@@ -48,8 +51,10 @@ def _hicache_rank(d: Driver, *, guard: bool) -> None:
 
 
 def _protected(req: Any) -> int:
-    """The columns of the request's row the tree owns (what the adder set after the load-back)."""
-    n = getattr(req, "cache_protected_len", None)
+    """The columns of the request's row the tree owns (what the adder set after the load-back: on
+    ``req.kv`` from 0.5.19)."""
+    held = req.kv if getattr(getattr(req, "kv", None), "cache_protected_len", None) is not None else req
+    n = getattr(held, "cache_protected_len", None)
     return int(n) if isinstance(n, int) else int(req.last_matched_prefix_len)
 
 
@@ -67,7 +72,7 @@ def _loaded_back(d: Driver, mark: dict[str, Any]) -> None:
     d.evict(tokens=256, mamba=0)  # the device copies freed, the host copies kept
     b = d.arrive("b", [*PROMPT, 7, 5])  # a's prompt and first token: on host only
     batch = d.prefill([b])  # the adder's load-back: device slots again, b's prefix columns
-    row, owned = int(b.req_pool_idx), _protected(b)
+    row, owned = int(d.record(b).req_pool_idx), _protected(b)
     mark["loaded"] = int(s.loaded_back)
     d.prefill_done(batch)
     if mark["fault"]:  # S13's extra free: b's prefix columns, the loaded-back slots, through its row
@@ -93,15 +98,13 @@ def _healthy(d: Driver) -> None:
         mark["loaded"] >= len(PROMPT)
         and d.actions() == []
         and not leak
-        and all(v == 0 for v in gap.values())
+        and balanced(gap)
         and not tree.ongoing_load_back,
         {"loaded": mark["loaded"], "actions": d.actions(), "leak": leak[:300], "gaps": gap},
     )
 
 
 def guard_load_back_checks(d: Driver) -> None:
-    if d.release.unified_tree:
-        return
     _healthy(d)
     if d.release.legacy:  # no row holder on a dense rank: repaired at the next hook, not refused
         return

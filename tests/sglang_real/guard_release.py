@@ -1,8 +1,8 @@
 """Guard on one SGLang release's own classes, on CPU (one JSON line per check): guard v2 on every
 pool (``guard_pools.py``), at the chunk boundary (``guard_chunks.py``) and by ownership at the free
 (``guard_owners.py``: what changed since the last census), during HiCache's load-back
-(``guard_load_back.py``, on a ``HiRadixCache`` release); a healthy chunk the tree cached balances
-(``tree_balance.py``).
+(``guard_load_back.py``: ``HiRadixCache``, from 0.5.19 the unified tree's host pool group); a
+healthy chunk the tree cached balances (``tree_balance.py``).
 
 Run with a release venv's Python, this checkout's ``service/`` and root on ``PYTHONPATH`` and, for a
 release without a venv of its own, that release's ``sglang`` package first (an overlay,

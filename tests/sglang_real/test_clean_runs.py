@@ -3,7 +3,8 @@
 chunked prefill, aborts, retractions and eviction; a PD prefill rank sending each prompt's KV; a
 dense PD decode rank whose finished requests SGLang's own offload manager releases (released
 without the offload on 0.5.10 - 0.5.12, whose offload frees KV still decoding: S29); a dense rank
-with HiCache, its prefixes evicted to host and loaded back -- runs 2,000
+with HiCache (``HiRadixCache``, or from 0.5.19 the unified tree's host pool group), its prefixes
+evicted to host and loaded back -- runs 2,000
 loop turns (1,000 s of the detector's clock) on the release's own pools and tree with the probe
 sampling at every hook, and neither the probe nor any detector family says anything, and SGLang's
 own idle check passes at the end."""
@@ -22,10 +23,10 @@ RELEASES = tuple(r.version for r in TABLE if {Tier.PROBE, Tier.GUARD} & r.tiers)
 
 def skips(version: str) -> set[str]:
     """The workloads the rig cannot drive on ``version``: a PD decode rank without kv_allocated_len
-    (0.5.4.post1: its decode is the seed's tier), and HiCache on the unified tree (0.5.17 on: its
-    host pool group, which the rig does not build; no HiRadixCache)."""
+    (0.5.4.post1: its decode is the seed's tier).  HiCache runs on every release: ``HiRadixCache``
+    up to 0.5.17, the unified tree's host pool group from 0.5.19."""
     r = release(version)
-    unsupported = {"clean_pd_decode": not r.kv_lens, "clean_hicache": r.unified_tree}
+    unsupported = {"clean_pd_decode": not r.kv_lens}
     return {name for name, out in unsupported.items() if out}
 
 

@@ -50,7 +50,7 @@ DOUBLE_FREES = [
 def test_guard_refuses_every_pools_wrong_free_and_nothing_on_healthy_flows(version: str) -> None:
     ran = passed(release(version).venv(), "tests.sglang_real.guard_release", version, at_least=12)
     load_back = [name for name in ran.names if "HiCache" in name]  # healthy (+ guard off, guard on)
-    expected = 0 if release(version).unified_tree else 1 if release(version).legacy else 3
+    expected = 1 if release(version).legacy else 3
     assert len(load_back) == expected, sorted(ran.names)
 
 

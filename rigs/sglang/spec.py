@@ -74,8 +74,9 @@ def _assign(rows: Any, table: Any, start: Any, end: Any, out: Any, bs: int) -> N
 
 
 def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, width: int) -> None:
-    """The release's rows, paged KV allocator and chunk cache on ``rank``, EAGLE on."""
+    """The release's rows, KV allocator (paged where ``page`` > 1) and chunk cache on ``rank``, EAGLE on."""
     import torch
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.chunk_cache import ChunkCache
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -83,15 +84,17 @@ def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, wi
     publish_server_args(rel, page_size=page, **SPEC)
     paged = _stand_in_kernels(page)
     rank.req_to_token_pool = ReqToTokenPool(rows, width, "cpu", False)
-    rank.token_to_kv_pool_allocator = paged.PagedTokenToKVPoolAllocator(
-        pages * page, page, torch.float16, "cpu", None, need_sort=False
+    rank.token_to_kv_pool_allocator = (  # SGLang's own choice: the plain allocator at page 1
+        paged.PagedTokenToKVPoolAllocator(pages * page, page, torch.float16, "cpu", None, need_sort=False)
+        if page > 1
+        else TokenToKVPoolAllocator(pages, torch.float16, "cpu", None, need_sort=False)
     )
     params = CacheInitParams(
         disable=True, req_to_token_pool=rank.req_to_token_pool,
         token_to_kv_pool_allocator=rank.token_to_kv_pool_allocator, page_size=page,
     )  # fmt: skip
     rank.tree_cache = ChunkCache(params)
-    rank.page_size = page
+    rank.page_size, rank.cache_params = page, None  # (a plain model: no Mamba pool)
 
 
 def prefilled(rank: Any, rel: Release, rid: str, n: int) -> Any:
@@ -108,7 +111,10 @@ def prefilled(rank: Any, rel: Release, rid: str, n: int) -> Any:
     rank.req_to_token_pool.alloc([req])
     one = functools.partial(torch.tensor, dtype=torch.int64)
     alloc = rank.token_to_kv_pool_allocator
-    loc = alloc.alloc_extend(one([0]), one([0]), one([n]), one([n]), one([-1]), n)
+    if rank.page_size > 1:
+        loc = alloc.alloc_extend(one([0]), one([0]), one([n]), one([n]), one([-1]), n)
+    else:
+        loc = alloc.alloc(n)
     rank.req_to_token_pool.write((req.req_pool_idx, slice(0, n)), loc.to(torch.int32))
     req.kv_allocated_len = req.kv_committed_len = n
     return req
@@ -155,10 +161,10 @@ def _align(rank: Any, req: Any) -> None:
         req.kv_allocated_len = aligned
 
 
-def release(rank: Any, req: Any) -> None:
-    """The request finishes: the release's own ``release_kv_cache``."""
-    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+def release(rank: Any, req: Any, *, abort: bool = False) -> None:
+    """The request finishes (``abort``: is aborted): the release's own ``release_kv_cache``."""
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH
     from sglang.srt.mem_cache.common import release_kv_cache
 
-    req.finished_reason = FINISH_LENGTH(len(req.output_ids))
+    req.finished_reason = FINISH_ABORT("aborted") if abort else FINISH_LENGTH(len(req.output_ids))
     release_kv_cache(req, rank.tree_cache)

@@ -123,6 +123,9 @@ class Release:
     chunk_count: str = "is_chunked"  # the Req's count of chunks in flight (0.5.13: inflight_middle_chunks)
     tree_lock: bool = False  # 0.5.23's unified tree: lock(node), checkpoint_kv_cache, release_kv_cache(
     # checkpoint=) -- 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), (is_insert=)
+    spec_lens: bool = False  # spec v2's prepare_for_decode (eagle_info_v2) tops a request up from its own
+    # kv_allocated_len (0.5.6 - 0.5.13; up to 0.5.5.post3 the draft input's allocate_lens, from 0.5.17
+    # mem_cache.allocation's alloc_for_spec_decode over req.kv)
 
     @property
     def overlaid(self) -> bool:
@@ -182,7 +185,12 @@ _0_5_5 = replace(
     seed_live=False,
 )
 _0_5_6 = replace(
-    _0_5_5, version="0.5.6", tree_params=True, hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), tiers=_GUARD
+    _0_5_5,
+    version="0.5.6",
+    tree_params=True,
+    hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"),
+    tiers=_GUARD,
+    spec_lens=True,
 )
 _0_5_9 = replace(
     _0_5_6,
@@ -235,6 +243,7 @@ _0_5_23 = replace(
     token_array=True,
     decode_radix=True,
     tree_lock=True,
+    spec_lens=False,
 )
 _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
     _0_5_13,
@@ -243,6 +252,7 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
     unified_tree=True,
     server_args=ServerArgs.RESOLVED,
     tiers=_GUARD | _BUGS,
+    spec_lens=False,
 )
 _0_5_18 = replace(_0_5_17, version="0.5.18", tiers=_BUGS)
 _0_5_19 = replace(_0_5_17, version="0.5.19", kv_lens="req.kv")  # 0.5.20's req.kv records (S20)

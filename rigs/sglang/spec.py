@@ -1,6 +1,6 @@
-"""Speculative decoding's KV books at ``page_size > 1`` on an SGLang release's own classes (spec v2,
-0.5.9 - 0.5.13: ``EagleDraftInput.prepare_for_decode`` over-allocates into ``kv_allocated_len``;
-run in the release's venv).
+"""Speculative decoding's KV books on an SGLang release's own classes (spec v2, 0.5.6 - 0.5.13:
+``EagleDraftInput.prepare_for_decode`` over-allocates into ``kv_allocated_len``; run in the
+release's venv).
 
 :func:`paged_pools` gives a scheduler-shaped object the release's ``ReqToTokenPool``,
 ``PagedTokenToKVPoolAllocator`` and ``ChunkCache`` (a PD decode rank's tree); :func:`prefilled`
@@ -12,8 +12,9 @@ verify and resolve do; :func:`release` is the release's ``release_kv_cache``.  `
 PR #31616's idea (``kv_allocated_len`` rounded up to the page end: the allocator hands out the same
 whole pages, and the row records their slots).  What is stood in for: the model (the acceptance is
 drawn), and two Triton kernels, each by the same arithmetic in torch -- ``alloc_extend``'s (the
-allocator module's own ``alloc_extend_naive``) and ``assign_req_to_token_pool``'s flat write
-(``row * width + column``, unmasked, as the kernel addresses the table).
+allocator module's own ``alloc_extend_naive``; 0.5.6 has none: :func:`_extend`) and
+``assign_req_to_token_pool``'s flat write (``row * width + column``, unmasked, as the kernel
+addresses the table).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from rigs.sglang.server_args import publish_server_args
 __all__ = ["SPEC", "paged_pools", "prefilled", "release", "spec_step"]
 
 # EAGLE as the entries run it: 3 draft steps, topk 1, 4 draft tokens (alloc_len_per_decode 4)
+NUM_STEPS, TOPK, DRAFT_TOKENS = 3, 1, 4
 SPEC = {
     "speculative_algorithm": "EAGLE",
-    "speculative_num_steps": 3,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": 4,
+    "speculative_num_steps": NUM_STEPS,
+    "speculative_eagle_topk": TOPK,
+    "speculative_num_draft_tokens": DRAFT_TOKENS,
     "attention_backend": "torch_native",  # get_last_loc's torch path
 }
 
@@ -51,8 +53,13 @@ def _stand_in_kernels(page: int) -> Any:
     except ImportError:  # up to 0.5.12 the allocators are one module
         paged = importlib.import_module("sglang.srt.mem_cache.allocator")
 
+    naive = getattr(paged, "alloc_extend_naive", None)  # (0.5.6's module has none: _extend)
+
     def launch(prefix: Any, seq: Any, last: Any, free: Any, out: Any, *_: Any) -> None:
-        paged.alloc_extend_naive(prefix, seq, last, free, out, page, "cpu")
+        if naive is None:
+            _extend(prefix, seq, last, free, out, page)
+        else:
+            naive(prefix, seq, last, free, out, page, "cpu")
 
     class Grid:
         def __getitem__(self, grid: Any) -> Any:
@@ -65,12 +72,38 @@ def _stand_in_kernels(page: int) -> Any:
     return paged
 
 
+def _extend(prefix: Any, seq: Any, last: Any, free: Any, out: Any, page: int) -> None:
+    """``alloc_extend``'s kernel where its module has no torch reference, by its arithmetic: each
+    request's new slots are the rest of its last page (after ``last``), then whole pages off the
+    free list in order, the last one partly."""
+    import torch
+
+    at, taken = 0, 0
+    for p, s, end in zip(prefix.tolist(), seq.tolist(), last.tolist(), strict=True):
+        edge = min(s, -(-p // page) * page)  # the last page's end
+        out[at : at + edge - p] = torch.arange(end + 1, end + 1 + edge - p)
+        pages = -(-s // page) - -(-p // page)
+        slots = (free[taken : taken + pages, None] * page + torch.arange(page)).reshape(-1)
+        out[at + edge - p : at + s - p] = slots[: s - edge]
+        at, taken = at + s - p, taken + pages
+
+
 def _assign(rows: Any, table: Any, start: Any, end: Any, out: Any, bs: int) -> None:
     width, flat, at = table.shape[1], table.view(-1), 0
     for i in range(bs):
         s, e, r = int(start[i]), int(end[i]), int(rows[i])
         flat[r * width + s : r * width + e] = out[at : at + e - s].to(flat.dtype)
         at += e - s
+
+
+def _worker_constant() -> None:
+    """What the EAGLE v2 worker's constructor sets: ``EagleDraftInput.ALLOC_LEN_PER_DECODE``, the
+    per-decode length 0.5.6's ``prepare_for_decode`` reads (from 0.5.9 it asks
+    ``get_alloc_len_per_decode``, which reads the server args)."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    steps, topk, drafts = NUM_STEPS, TOPK, DRAFT_TOKENS
+    EagleDraftInput.ALLOC_LEN_PER_DECODE = max(steps * topk, drafts)
 
 
 def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, width: int) -> None:
@@ -83,6 +116,7 @@ def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, wi
 
     publish_server_args(rel, page_size=page, **SPEC)
     paged = _stand_in_kernels(page)
+    _worker_constant()
     rank.req_to_token_pool = ReqToTokenPool(rows, width, "cpu", False)
     rank.token_to_kv_pool_allocator = (  # SGLang's own choice: the plain allocator at page 1
         paged.PagedTokenToKVPoolAllocator(pages * page, page, torch.float16, "cpu", None, need_sort=False)
@@ -108,7 +142,10 @@ def prefilled(rank: Any, rel: Release, rid: str, n: int) -> Any:
     req = Req(rid, "", list(range(1, n + 1)), SamplingParams(max_new_tokens=100_000))
     if rel.token_array:
         req.origin_input_ids = array.array(req.output_ids.typecode, req.origin_input_ids)
-    rank.req_to_token_pool.alloc([req])
+    if rel.legacy:  # (up to 0.5.6: alloc(n), the row's index set on the request)
+        req.req_pool_idx = rank.req_to_token_pool.alloc(1)[0]
+    else:
+        rank.req_to_token_pool.alloc([req])
     one = functools.partial(torch.tensor, dtype=torch.int64)
     alloc = rank.token_to_kv_pool_allocator
     if rank.page_size > 1:

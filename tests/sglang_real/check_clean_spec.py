@@ -13,12 +13,10 @@ get_alloc_len_per_decode``, past its committed KV and, at page 4, not to a page 
 (an abort), goes through the release's ``release_kv_cache``.  Each page size is its own rank and
 timeline (:data:`PAGES`), :data:`~tests.sglang_real.check_clean.STEPS` turns each.
 
-The rig drives spec v2 from 0.5.9 to 0.5.13 (:func:`why_not`, read from the release table): the
-request records ``kv_committed_len`` and ``kv_allocated_len`` itself, takes its row with
-``alloc(reqs)``, and ``eagle_info_v2``'s ``prepare_for_decode`` sizes the over-allocation with
-``get_alloc_len_per_decode``.  0.5.4.post1 records neither length; 0.5.5.post3 and 0.5.6 take rows
-with ``alloc(n)`` and size it by the EAGLE worker's ``ALLOC_LEN_PER_DECODE``; from 0.5.17 the
-lengths live in ``req.kv`` and the decode allocation left ``eagle_info_v2`` (said as skipped).
+The rig drives spec v2 where ``eagle_info_v2``'s ``prepare_for_decode`` tops a request up from its
+own ``kv_allocated_len`` (``spec_lens`` in the release table: 0.5.6 - 0.5.13).  Up to 0.5.5.post3
+the draft input keeps the allocated lengths (0.5.4.post1 records none on the request); from 0.5.17
+``alloc_for_spec_decode`` allocates over ``req.kv`` (said as skipped: :func:`why_not`).
 """
 
 from __future__ import annotations
@@ -42,20 +40,19 @@ def why_not(version: str) -> str:
     from rigs.sglang.releases import release
 
     r = release(version)
+    if r.spec_lens:
+        return ""
     if not r.kv_lens:
         return f"{version} records no kv_allocated_len: spec v2's over-allocation has nowhere to go"
-    if r.legacy:
-        return (
-            f"{version} takes rows with alloc(n) and sizes spec v2's over-allocation by the EAGLE "
-            "worker's ALLOC_LEN_PER_DECODE; the rig's spec steps take rows with alloc(reqs) and run "
-            "the get_alloc_len_per_decode sizing of 0.5.9 on"
-        )
     if r.unified_tree:
         return (
-            f"{version} keeps kv_allocated_len on req.kv and allocates spec v2's decode outside "
-            "eagle_info_v2's prepare_for_decode, which the rig's spec steps run"
+            f"{version} allocates spec v2's decode in mem_cache.allocation's alloc_for_spec_decode over "
+            "req.kv; the rig's spec steps run eagle_info_v2's prepare_for_decode"
         )
-    return ""
+    return (
+        f"{version}'s spec v2 keeps the allocated lengths on the draft input (allocate_lens); the rig's "
+        "spec steps run the request-held kv_allocated_len of 0.5.6 - 0.5.13"
+    )
 
 
 class Spec:

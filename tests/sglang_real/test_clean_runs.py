@@ -26,11 +26,12 @@ def skips(version: str) -> set[str]:
     """The workloads the rig cannot drive on ``version``: a PD decode rank without kv_allocated_len
     (0.5.4.post1: its decode is the seed's tier), and HiCache on the unified tree (0.5.17 on: its
     host pool group, which the rig does not build; no HiRadixCache), and speculative decoding
-    outside 0.5.9 - 0.5.13 (spec v2 as the rig runs it: the request's own kv_allocated_len, rows
-    taken with alloc(reqs), eagle_info_v2's prepare_for_decode)."""
+    outside 0.5.6 - 0.5.13 (spec v2 as the rig runs it: eagle_info_v2's prepare_for_decode over the
+    request's own kv_allocated_len; not 0.5.5.post3's draft-held lengths, nor 0.5.17's
+    alloc_for_spec_decode over req.kv)."""
     r = release(version)
     unsupported = {"clean_pd_decode": not r.kv_lens, "clean_hicache": r.unified_tree}
-    unsupported["clean_spec"] = not r.kv_lens or r.legacy or r.unified_tree  # check_clean_spec.why_not
+    unsupported["clean_spec"] = not r.spec_lens  # (check_clean_spec.why_not says why)
     return {name for name, out in unsupported.items() if out}
 
 

@@ -53,12 +53,19 @@ class Rank:
         dense: str = "",
         pre_alloc: int = 0,
         window: tuple[int, int, bool] | None = None,
+        paged: int = 0,
     ) -> None:
         """A Mamba hybrid model's rank; ``dense`` (``chunk``, ``radix`` or ``hiradix``: its tree): a plain
         model's (:func:`rigs.sglang.dense.dense_pools`); ``window`` (page size, sliding window,
-        EAGLE): a hybrid SWA model's (:func:`rigs.sglang.swa.swa_pools`)."""
+        EAGLE): a hybrid SWA model's (:func:`rigs.sglang.swa.swa_pools`); ``paged`` (a page size, 1
+        too): a plain model's pools at that page size and chunk cache, EAGLE spec v2 on
+        (:func:`rigs.sglang.spec.paged_pools`)."""
         os.environ.setdefault("SGLANG_MAMBA_SSM_DTYPE", "float32")
-        if window:
+        if paged:
+            from rigs.sglang.spec import paged_pools
+
+            paged_pools(self, self.release, pages=kv // paged, page=paged, rows=rows, width=context)
+        elif window:
             from rigs.sglang.swa import swa_pools
 
             page, size, eagle = window
@@ -72,7 +79,7 @@ class Rank:
         self.max_total_num_tokens, self.mamba_size = kv, mamba
         swa, ssm = self.release.hybrid_flags
         setattr(self, swa, bool(window))
-        setattr(self, ssm, not (dense or window))
+        setattr(self, ssm, not (dense or window or paged))
         self._fields(mode)
 
     def _mamba_pools(

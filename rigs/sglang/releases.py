@@ -125,6 +125,9 @@ class Release:
     # checkpoint=) -- 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), (is_insert=)
     unified_hicache: bool = False  # a dense model's HiCache is UnifiedRadixCache.init_hicache's host
     # pool group (0.5.19 on: the tree registry's default; before, and on 0.5.17 - 0.5.18, HiRadixCache)
+    spec_lens: bool = False  # spec v2's prepare_for_decode (eagle_info_v2) tops a request up from its own
+    # kv_allocated_len (0.5.6 - 0.5.13; up to 0.5.5.post3 the draft input's allocate_lens, from 0.5.17
+    # mem_cache.allocation's alloc_for_spec_decode over req.kv)
 
     @property
     def overlaid(self) -> bool:
@@ -184,7 +187,12 @@ _0_5_5 = replace(
     seed_live=False,
 )
 _0_5_6 = replace(
-    _0_5_5, version="0.5.6", tree_params=True, hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"), tiers=_GUARD
+    _0_5_5,
+    version="0.5.6",
+    tree_params=True,
+    hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"),
+    tiers=_GUARD,
+    spec_lens=True,
 )
 _0_5_9 = replace(
     _0_5_6,
@@ -238,6 +246,7 @@ _0_5_23 = replace(
     decode_radix=True,
     tree_lock=True,
     unified_hicache=True,
+    spec_lens=False,
 )
 _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
     _0_5_13,
@@ -246,6 +255,7 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
     unified_tree=True,
     server_args=ServerArgs.RESOLVED,
     tiers=_GUARD | _BUGS,
+    spec_lens=False,
 )
 _0_5_18 = replace(_0_5_17, version="0.5.18", tiers=_BUGS)
 _0_5_19 = replace(  # 0.5.20's req.kv records (S20); a dense model's HiCache on the unified tree

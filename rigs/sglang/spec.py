@@ -1,6 +1,6 @@
-"""Speculative decoding's KV books at ``page_size > 1`` on an SGLang release's own classes (spec v2,
-0.5.9 - 0.5.13: ``EagleDraftInput.prepare_for_decode`` over-allocates into ``kv_allocated_len``;
-run in the release's venv).
+"""Speculative decoding's KV books on an SGLang release's own classes (spec v2, 0.5.6 - 0.5.13:
+``EagleDraftInput.prepare_for_decode`` over-allocates into ``kv_allocated_len``; run in the
+release's venv).
 
 :func:`paged_pools` gives a scheduler-shaped object the release's ``ReqToTokenPool``,
 ``PagedTokenToKVPoolAllocator`` and ``ChunkCache`` (a PD decode rank's tree); :func:`prefilled`
@@ -12,8 +12,9 @@ verify and resolve do; :func:`release` is the release's ``release_kv_cache``.  `
 PR #31616's idea (``kv_allocated_len`` rounded up to the page end: the allocator hands out the same
 whole pages, and the row records their slots).  What is stood in for: the model (the acceptance is
 drawn), and two Triton kernels, each by the same arithmetic in torch -- ``alloc_extend``'s (the
-allocator module's own ``alloc_extend_naive``) and ``assign_req_to_token_pool``'s flat write
-(``row * width + column``, unmasked, as the kernel addresses the table).
+allocator module's own ``alloc_extend_naive``; 0.5.6 has none: :func:`_extend`) and
+``assign_req_to_token_pool``'s flat write (``row * width + column``, unmasked, as the kernel
+addresses the table).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from rigs.sglang.server_args import publish_server_args
 __all__ = ["SPEC", "paged_pools", "prefilled", "release", "spec_step"]
 
 # EAGLE as the entries run it: 3 draft steps, topk 1, 4 draft tokens (alloc_len_per_decode 4)
+NUM_STEPS, TOPK, DRAFT_TOKENS = 3, 1, 4
 SPEC = {
     "speculative_algorithm": "EAGLE",
-    "speculative_num_steps": 3,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": 4,
+    "speculative_num_steps": NUM_STEPS,
+    "speculative_eagle_topk": TOPK,
+    "speculative_num_draft_tokens": DRAFT_TOKENS,
     "attention_backend": "torch_native",  # get_last_loc's torch path
 }
 
@@ -51,8 +53,13 @@ def _stand_in_kernels(page: int) -> Any:
     except ImportError:  # up to 0.5.12 the allocators are one module
         paged = importlib.import_module("sglang.srt.mem_cache.allocator")
 
+    naive = getattr(paged, "alloc_extend_naive", None)  # (0.5.6's module has none: _extend)
+
     def launch(prefix: Any, seq: Any, last: Any, free: Any, out: Any, *_: Any) -> None:
-        paged.alloc_extend_naive(prefix, seq, last, free, out, page, "cpu")
+        if naive is None:
+            _extend(prefix, seq, last, free, out, page)
+        else:
+            naive(prefix, seq, last, free, out, page, "cpu")
 
     class Grid:
         def __getitem__(self, grid: Any) -> Any:
@@ -65,6 +72,22 @@ def _stand_in_kernels(page: int) -> Any:
     return paged
 
 
+def _extend(prefix: Any, seq: Any, last: Any, free: Any, out: Any, page: int) -> None:
+    """``alloc_extend``'s kernel where its module has no torch reference, by its arithmetic: each
+    request's new slots are the rest of its last page (after ``last``), then whole pages off the
+    free list in order, the last one partly."""
+    import torch
+
+    at, taken = 0, 0
+    for p, s, end in zip(prefix.tolist(), seq.tolist(), last.tolist(), strict=True):
+        edge = min(s, -(-p // page) * page)  # the last page's end
+        out[at : at + edge - p] = torch.arange(end + 1, end + 1 + edge - p)
+        pages = -(-s // page) - -(-p // page)
+        slots = (free[taken : taken + pages, None] * page + torch.arange(page)).reshape(-1)
+        out[at + edge - p : at + s - p] = slots[: s - edge]
+        at, taken = at + s - p, taken + pages
+
+
 def _assign(rows: Any, table: Any, start: Any, end: Any, out: Any, bs: int) -> None:
     width, flat, at = table.shape[1], table.view(-1), 0
     for i in range(bs):
@@ -73,25 +96,39 @@ def _assign(rows: Any, table: Any, start: Any, end: Any, out: Any, bs: int) -> N
         at += e - s
 
 
+def _worker_constant() -> None:
+    """What the EAGLE v2 worker's constructor sets: ``EagleDraftInput.ALLOC_LEN_PER_DECODE``, the
+    per-decode length 0.5.6's ``prepare_for_decode`` reads (from 0.5.9 it asks
+    ``get_alloc_len_per_decode``, which reads the server args)."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    steps, topk, drafts = NUM_STEPS, TOPK, DRAFT_TOKENS
+    EagleDraftInput.ALLOC_LEN_PER_DECODE = max(steps * topk, drafts)
+
+
 def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, width: int) -> None:
-    """The release's rows, paged KV allocator and chunk cache on ``rank``, EAGLE on."""
+    """The release's rows, KV allocator (paged where ``page`` > 1) and chunk cache on ``rank``, EAGLE on."""
     import torch
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.chunk_cache import ChunkCache
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
     publish_server_args(rel, page_size=page, **SPEC)
     paged = _stand_in_kernels(page)
+    _worker_constant()
     rank.req_to_token_pool = ReqToTokenPool(rows, width, "cpu", False)
-    rank.token_to_kv_pool_allocator = paged.PagedTokenToKVPoolAllocator(
-        pages * page, page, torch.float16, "cpu", None, need_sort=False
+    rank.token_to_kv_pool_allocator = (  # SGLang's own choice: the plain allocator at page 1
+        paged.PagedTokenToKVPoolAllocator(pages * page, page, torch.float16, "cpu", None, need_sort=False)
+        if page > 1
+        else TokenToKVPoolAllocator(pages, torch.float16, "cpu", None, need_sort=False)
     )
     params = CacheInitParams(
         disable=True, req_to_token_pool=rank.req_to_token_pool,
         token_to_kv_pool_allocator=rank.token_to_kv_pool_allocator, page_size=page,
     )  # fmt: skip
     rank.tree_cache = ChunkCache(params)
-    rank.page_size = page
+    rank.page_size, rank.cache_params = page, None  # (a plain model: no Mamba pool)
 
 
 def prefilled(rank: Any, rel: Release, rid: str, n: int) -> Any:
@@ -105,10 +142,16 @@ def prefilled(rank: Any, rel: Release, rid: str, n: int) -> Any:
     req = Req(rid, "", list(range(1, n + 1)), SamplingParams(max_new_tokens=100_000))
     if rel.token_array:
         req.origin_input_ids = array.array(req.output_ids.typecode, req.origin_input_ids)
-    rank.req_to_token_pool.alloc([req])
+    if rel.legacy:  # (up to 0.5.6: alloc(n), the row's index set on the request)
+        req.req_pool_idx = rank.req_to_token_pool.alloc(1)[0]
+    else:
+        rank.req_to_token_pool.alloc([req])
     one = functools.partial(torch.tensor, dtype=torch.int64)
     alloc = rank.token_to_kv_pool_allocator
-    loc = alloc.alloc_extend(one([0]), one([0]), one([n]), one([n]), one([-1]), n)
+    if rank.page_size > 1:
+        loc = alloc.alloc_extend(one([0]), one([0]), one([n]), one([n]), one([-1]), n)
+    else:
+        loc = alloc.alloc(n)
     rank.req_to_token_pool.write((req.req_pool_idx, slice(0, n)), loc.to(torch.int32))
     req.kv_allocated_len = req.kv_committed_len = n
     return req
@@ -155,10 +198,10 @@ def _align(rank: Any, req: Any) -> None:
         req.kv_allocated_len = aligned
 
 
-def release(rank: Any, req: Any) -> None:
-    """The request finishes: the release's own ``release_kv_cache``."""
-    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+def release(rank: Any, req: Any, *, abort: bool = False) -> None:
+    """The request finishes (``abort``: is aborted): the release's own ``release_kv_cache``."""
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH
     from sglang.srt.mem_cache.common import release_kv_cache
 
-    req.finished_reason = FINISH_LENGTH(len(req.output_ids))
+    req.finished_reason = FINISH_ABORT("aborted") if abort else FINISH_LENGTH(len(req.output_ids))
     release_kv_cache(req, rank.tree_cache)

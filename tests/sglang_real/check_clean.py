@@ -228,11 +228,22 @@ def hicache(version: str) -> tuple[Timeline, dict[str, Any]]:
     return run(version)
 
 
+def spec(version: str) -> tuple[Timeline, dict[str, Any]]:
+    """``clean_spec``: :mod:`tests.sglang_real.check_clean_spec`."""
+    from tests.sglang_real.check_clean_spec import spec as run
+    from tests.sglang_real.check_clean_spec import why_not
+
+    if reason := why_not(version):
+        raise Unsupported(reason)
+    return run(version)
+
+
 WORKLOADS: dict[str, Callable[[str], tuple[Timeline, dict[str, Any]]]] = {
     "clean_hybrid": hybrid,
     "clean_pd_prefill": pd_prefill,
     "clean_pd_decode": pd_decode,
     "clean_hicache": hicache,
+    "clean_spec": spec,
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
 from poolwatch.model.rank import Pool
@@ -42,7 +43,7 @@ class ChunkCache:
 
     def cache_finished_req(self, req: Any, is_insert: bool = True) -> None:
         pool = self.sched.req_to_token_pool
-        kv = pool.req_to_token[req.req_pool_idx, : req.allocated]
+        kv = pool.req_to_token[req.req_pool_idx, : getattr(req, "kv_committed_len", req.allocated)]
         pool.free(req.req_pool_idx)
         self.sched.token_to_kv_pool_allocator.free(kv)
 
@@ -51,11 +52,21 @@ class Sched(SimpleNamespace):
     def release(self, req: Any) -> None:
         self.tree_cache.cache_finished_req(req)
 
+    def release_kv_cache(self, req: Any) -> None:
+        """0.5.6's ``release_kv_cache``: the tree's release, then the speculative over-allocation
+        ``[ceil_page(kv_committed_len), kv_allocated_len)`` through the row it gave back."""
+        self.tree_cache.cache_finished_req(req)
+        page = self.token_to_kv_pool_allocator.page_size
+        start = -(-req.kv_committed_len // page) * page
+        if start < req.kv_allocated_len:
+            row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+            self.token_to_kv_pool_allocator.free(row[start : req.kv_allocated_len])
 
-def _rank(family: str = "0.5.6") -> tuple[Any, FreeRefuser, Seen]:
+
+def _rank(family: str = "0.5.6", page: int = 1) -> tuple[Any, FreeRefuser, Seen]:
     sched = Sched(
         req_to_token_pool=ReqToTokenPool(4, 64),
-        token_to_kv_pool_allocator=TokenToKVPoolAllocator(256, 1),
+        token_to_kv_pool_allocator=TokenToKVPoolAllocator(256, page),
         disagg_decode_transfer_queue=None,  # made after the scheduler, as init_disaggregation does
         disagg_decode_prealloc_queue=None,
     )
@@ -135,6 +146,32 @@ def test_a_chunk_caches_row_first_release_up_to_056_is_no_stale_row_but_a_second
     sched.release(r)  # the same request released again (its row is free now): refused whole
     assert _free_list(sched) == before + kv.tolist()
     assert [(s[0], s[1]) for s in seen] == [(Pool.FULL, tuple(kv.tolist()))]
+
+
+@pytest.mark.parametrize("page", [1, 4])
+def test_the_speculative_over_allocation_freed_after_a_row_first_release_is_its_own(page: int) -> None:
+    """EAGLE spec v2 on 0.5.6: ``release_kv_cache`` frees the over-allocation through the row the
+    chunk cache just gave back -- let through (guard refused it, and so leaked it, on every
+    finished request of the real release: clean_spec); the same free again, or other columns of the
+    given-back row right after a release, are a stale row's and refused."""
+    sched, _, seen = _rank("0.5.6", page)
+    r = _pre_alloc(sched, "r", 22)
+    r.kv_committed_len, r.kv_allocated_len = 13, 22  # topped up past the committed KV, unaligned
+    before = _free_list(sched)
+    table = sched.req_to_token_pool.req_to_token
+    sched.release_kv_cache(r)
+    assert seen == []
+    pages = {int(t) // page for t in table[r.req_pool_idx, :22].tolist()}
+    assert sorted(_free_list(sched)) == sorted(before + sorted(pages))
+    sched.token_to_kv_pool_allocator.free(table[r.req_pool_idx, 16:22])  # the over-allocation again
+    assert len(seen) == 1
+    s = _pre_alloc(sched, "s", 8)
+    s.kv_committed_len, s.kv_allocated_len = 8, 8  # nothing over-allocated: no free follows
+    sched.release_kv_cache(s)
+    after = _free_list(sched)
+    sched.token_to_kv_pool_allocator.free(table[s.req_pool_idx, 4:8])  # a stale free in its place
+    assert len(seen) == 2
+    assert _free_list(sched) == after
 
 
 def test_without_row_first_the_family_keeps_the_stale_row_proof_everywhere() -> None:

@@ -35,6 +35,7 @@ from poolwatch.model.rank import Pool
 from poolwatch.probe.sglang.guard.owners import TreePrefix
 from poolwatch.probe.sglang.guard.patch import Patch, patch
 from poolwatch.probe.sglang.guard.pending import Pending
+from poolwatch.probe.sglang.guard.row_first import RowFirst
 from poolwatch.probe.sglang.guard.rows import RowBook, RowView
 from poolwatch.probe.sglang.guard.slots import Record, rid
 from poolwatch.probe.sglang.guard.takes import Range, Takes, overlap
@@ -66,12 +67,13 @@ class KvGuard:
         self.view: RowView | None = None
         self.patches: list[Patch] = []
         self.depth = 0  # wrapped calls in progress: a nested one is the outer call's
-        self.releasing: int | None = None  # the row a row-first release gave back, while it runs
+        self.row_first: RowFirst | None = None  # the row-first release's window (up to 0.5.6)
 
     def install(self, entries: tuple[tuple[str, Pool], ...], direct: bool, row_first: bool = False) -> bool:
         """Wrap the allocator's entry points (and, ``direct``, the SWA pair's sides); ``row_first``:
         the family's ``ChunkCache.cache_finished_req`` gives the row back before it frees the KV
-        through it (up to 0.5.6), wrapped as that release's own window."""
+        through it (up to 0.5.6), wrapped as that release's own window
+        (:class:`~poolwatch.probe.sglang.guard.row_first.RowFirst`)."""
         alloc = getattr(self.sched, "token_to_kv_pool_allocator", None)
         table = getattr(getattr(self.sched, "req_to_token_pool", None), "req_to_token", None)
         if alloc is None or table is None or getattr(table, "dim", lambda: 0)() != 2:
@@ -85,28 +87,9 @@ class KvGuard:
                 self._add(patch(owner, "free", self._direct(owner, side, pool)))
         tree = getattr(self.sched, "tree_cache", None)
         if self.patches and row_first and tree is not None and "ChunkCache" in type(tree).__name__:
-            self._add(patch(tree, "cache_finished_req", self._row_first))
+            self.row_first = RowFirst(self.rows, self._page)
+            self._add(patch(tree, "cache_finished_req", self.row_first.wrap))
         return bool(self.patches)
-
-    def _row_first(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``ChunkCache.cache_finished_req(req)`` up to 0.5.6 frees ``req``'s row, then its KV
-        through that row: inside it the row it gave back is not a stale pointer's -- if the row was
-        held when the release began (a second release of the same request still is)."""
-
-        def cache_finished_req(req: Any, *args: Any, **kwargs: Any) -> Any:
-            before = self.releasing
-            try:
-                row = getattr(req, "req_pool_idx", None)
-                held = isinstance(row, int) and not self.rows.released(row)
-                self.releasing = row if held else None
-            except Exception:
-                self.releasing = None
-            try:
-                return original(req, *args, **kwargs)
-            finally:
-                self.releasing = before
-
-        return cache_finished_req
 
     def uninstall(self) -> None:
         for done in self.patches:
@@ -157,7 +140,8 @@ class KvGuard:
             if at is None:
                 return self._duplicates(free_index, n, pool, where)
             row, col = at
-            if row != self.releasing and self.rows.released(row):
+            first = self.row_first is not None and self.row_first.passes(row, col, n)
+            if not first and self.rows.released(row):
                 return self._refuse(free_index, [], pool, where)
             sender = self.pending.at_row(row) if self.pending is not None else None
             if sender is not None:

@@ -51,7 +51,9 @@ Why, per column (each read in the released wheel):
 * **KV**: every free of a request's KV through its ``req_to_token`` row (release, retract, the
   chunk and session paths) runs while the row is held (the row is given back last) -- but for
   ``ChunkCache.cache_finished_req`` up to 0.5.6 (``row_first``: the row goes back first, then the
-  KV through it; a PD decode rank's default tree), wrapped as that release's window; the entry
+  KV through it; a PD decode rank's default tree), wrapped as that release's window (with the
+  speculative over-allocation ``release_kv_cache`` frees next through the same row:
+  :mod:`~poolwatch.probe.sglang.guard.row_first`); the entry
   points are the allocator methods that take such a row view: ``free_segment`` from 0.5.17 (the
   unified tree's tail and unfinished frees, ``free_segments`` calling it per segment),
   ``free_full`` from 0.5.19 (``free_kv_row`` below the SWA eviction floor), the SWA and full

@@ -149,3 +149,30 @@ def test_a_republication_of_the_same_seq_is_collected_only_once_that_copy_was_ha
     pub.served(found)
     assert pub.wait_served(seed_snapshot.seq, 0.0, version)
     assert pub.wait_served(seed_snapshot.seq, 0.0)  # by seq alone, as before
+
+
+def test_the_grace_is_configurable() -> None:
+    """A loaded host's page path is slower than the default grace: ``POOLWATCH_PROBE_LAST_WORD_GRACE``
+    lengthens it (within ``POOLWATCH_PROBE_LAST_WORD_WAIT``'s bound)."""
+    env = {"POOLWATCH_PROBE_LAST_WORD_WAIT": "1", "POOLWATCH_PROBE_LAST_WORD_GRACE": "0.7"}
+    config = ProbeConfig.from_env(env)
+    assert (config.last_word_wait_s, config.last_word_grace_s) == (1.0, 0.7)
+    assert ProbeConfig.from_env({}).last_word_grace_s == GRACE_S
+    with pytest.raises(ProbeConfigError, match="POOLWATCH_PROBE_LAST_WORD_GRACE"):
+        ProbeConfig.from_env({"POOLWATCH_PROBE_LAST_WORD_GRACE": "-1"})
+
+
+@pytest.mark.parametrize(("bound", "grace", "slept_for"), [(1.0, 0.7, 0.7), (0.5, 0.7, 0.49)])
+def test_the_configured_grace_follows_the_hand_over_and_the_bound_caps_it(
+    seed_snapshot: Snapshot, bound: float, grace: float, slept_for: float
+) -> None:
+    clock = FakeClock(100.0)
+    final = replace(seed_snapshot, seq=seed_snapshot.seq + 1, final=True)
+    pub: Publication
+    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.01, during=lambda: pub.served(final)))
+    _attended(pub, seed_snapshot)
+    pub.publish(final)
+    slept: list[float] = []
+    outcome = await_collection(pub, final.seq, bound, grace=grace, clock=clock, sleep=slept.append)
+    assert outcome is Outcome.COLLECTED
+    assert slept == [pytest.approx(slept_for)]  # the grace, or what the bound leaves of it

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from poolwatch.discovery.safety import default_directory
+from poolwatch.probe.core.last_word import GRACE_S
 
 __all__ = ["DEFAULT_DIR", "ProbeConfig", "ProbeConfigError", "armed_config"]
 
@@ -67,6 +68,7 @@ class ProbeConfig:
     chunk_tripwire: bool = True
     guard: bool = False  # opt-in: refuse wrong frees, repair free lists; off with any kill switch
     last_word_wait_s: float = 0.3  # 0: a doomed rank never waits for its sidecar (core/last_word.py)
+    last_word_grace_s: float = GRACE_S  # after the hand-over, for the page's way on (within the bound)
     directory: str = field(default_factory=lambda: default_directory({}))
     port_base: int | None = None
     serve: bool = True
@@ -91,6 +93,7 @@ class ProbeConfig:
             chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),
             guard=_flag(environ, "POOLWATCH_PROBE_GUARD", False),
             last_word_wait_s=_seconds(environ, "POOLWATCH_PROBE_LAST_WORD_WAIT", 0.3, LAST_WORD_RANGE),
+            last_word_grace_s=_seconds(environ, "POOLWATCH_PROBE_LAST_WORD_GRACE", GRACE_S, LAST_WORD_RANGE),
             directory=environ.get("POOLWATCH_PROBE_DIR") or default_directory(environ),
             port_base=_port(environ, "POOLWATCH_PROBE_PORT_BASE"),
             serve=_flag(environ, "POOLWATCH_PROBE_SERVE", True),

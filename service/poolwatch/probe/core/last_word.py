@@ -9,9 +9,10 @@ So the scheduler thread -- its rank about to die anyway -- waits (``Probe.last_w
 endpoint has *handed* that snapshot (or a later one) to a client
 (:meth:`~poolwatch.probe.core.publication.Publication.served`: the explicit signal the sidecar's
 long-poll produces), then a grace for the page's way on (the sidecar's Alertmanager post,
-Alertmanager's dispatch to the receivers: it is what a loaded machine slows), never more
-than the bound (``POOLWATCH_PROBE_LAST_WORD_WAIT``).  No one collecting (nothing served and no
-long-poll for :data:`ATTENDED_S`), a bound of 0, or an endpoint that serves nothing: no wait at all.
+Alertmanager's dispatch to the receivers: it is what a loaded machine slows;
+``POOLWATCH_PROBE_LAST_WORD_GRACE``), never more than the bound (``POOLWATCH_PROBE_LAST_WORD_WAIT``).
+No one collecting (nothing served and no long-poll for :data:`ATTENDED_S`), a bound of 0, or an
+endpoint that serves nothing: no wait at all.
 Cost: a crash that is already certain comes at most the bound later; a healthy rank never waits.
 Never raises.
 """
@@ -27,7 +28,9 @@ __all__ = ["ATTENDED_S", "GRACE_S", "Collected", "Outcome", "await_collection"]
 
 ATTENDED_S = 30.0  # a collector seen this recently (or blocked in a long-poll now) counts as attached
 # after the hand-over: the sidecar's POST, Alertmanager's dispatch and the receiver (20-50 ms on a
-# quiet 2-core machine, 140-260 ms at load 10: docs/benchmarks.md, the vLLM page); the bound caps it
+# quiet 2-core machine, 140-260 ms at load 10, up to 0.5 s at load 6-8 with three test runs beside
+# it: docs/benchmarks.md, the vLLM page); the default of ``POOLWATCH_PROBE_LAST_WORD_GRACE``; the
+# bound caps it
 GRACE_S = 0.25
 
 
@@ -52,11 +55,12 @@ def await_collection(
     bound: float,
     *,
     version: int = 0,
+    grace: float = GRACE_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], object] = time.sleep,
 ) -> Outcome:
     """Wait (scheduler thread) until a client was handed the snapshot ``seq`` (as published at
-    ``version`` or later, when given), plus :data:`GRACE_S`, all within ``bound`` seconds.
+    ``version`` or later, when given), plus ``grace`` seconds, all within ``bound`` seconds.
     ``publication`` None: the probe serves nothing."""
     if publication is None or bound <= 0:
         return Outcome.OFF
@@ -67,5 +71,5 @@ def await_collection(
         return Outcome.TIMED_OUT
     left = bound - (clock() - started)
     if left > 0:
-        sleep(min(GRACE_S, left))
+        sleep(min(grace, left))
     return Outcome.COLLECTED

@@ -81,8 +81,8 @@ class Stamping:
         serving = self.config.serve and self.publisher is not None and snap is not None
         publication = self.publication if serving else None
         seq, version = (snap.seq, self.publication.version) if snap is not None else (0, 0)
-        bound = self.config.last_word_wait_s
-        self.last_word = await_collection(publication, seq, bound, version=version)
+        bound, grace = self.config.last_word_wait_s, self.config.last_word_grace_s
+        self.last_word = await_collection(publication, seq, bound, version=version, grace=grace)
 
     def leave_final(self, snap: Snapshot) -> None:
         """The room knows this rank dies next: write ``snap`` as its final snapshot file, so the

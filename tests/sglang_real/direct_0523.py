@@ -22,10 +22,17 @@ def take(d: Driver, rid: str, prompt: int) -> Any:
     """A prefilled request holding a row, ``prompt`` private KV slots and a Mamba slot."""
     s = d.sched
     req = d.arrive(rid, list(range(prompt)))
-    req.kv.mamba_pool_idx = s.req_to_token_pool.mamba_allocator.alloc(1)[0]
+    if not d.release.tree_lock:  # 0.5.17 - 0.5.21 release it by dec_lock_ref(last_node): the root's, locked
+        req.init_next_round_input(s.tree_cache)
+        s.tree_cache.inc_lock_ref(req.last_node)
+    d.record(req).mamba_pool_idx = s.req_to_token_pool.mamba_allocator.alloc(1)[0]
     row = s.req_to_token_pool.alloc([req])[0]
     s.req_to_token_pool.write((row, slice(0, prompt)), s.token_to_kv_pool_allocator.alloc(prompt))
-    req.kv.kv_committed_len = req.kv.kv_allocated_len = prompt
+    if req.kv is None:  # 0.5.17 - 0.5.18: alloc_for_extend makes the request's ReqKvInfo
+        from sglang.srt.managers.schedule_batch import ReqKvInfo
+
+        req.kv = ReqKvInfo(kv_allocated_len=prompt, swa_evicted_seqlen=0)
+    d._grown(req, prompt)
     req.output_ids.append(7)
     s.running_batch.reqs.append(req)
     s.last_batch = s.running_batch
@@ -36,13 +43,11 @@ def give_back(d: Driver, req: Any) -> None:
     """Everything back through the pools (no tree insert)."""
     from sglang.srt.managers.schedule_batch import FINISH_LENGTH
 
-    s = d.sched
+    s, held = d.sched, d.record(req)
     req.finished_reason = FINISH_LENGTH(1)
-    s.token_to_kv_pool_allocator.free(
-        s.req_to_token_pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len]
-    )
-    s.req_to_token_pool.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
-    req.kv.mamba_pool_idx = None
+    s.token_to_kv_pool_allocator.free(s.req_to_token_pool.req_to_token[held.req_pool_idx, : d.allocated(req)])
+    s.req_to_token_pool.mamba_allocator.free(held.mamba_pool_idx.unsqueeze(-1))
+    held.mamba_pool_idx = None
     s.req_to_token_pool.free(req)
     s.running_batch.reqs.remove(req)
 
@@ -56,8 +61,8 @@ def busy_then_idle(d: Driver) -> None:
     snap = d.boundary()
     report(
         "0.5.23 ids: Mamba slots and request rows start at 1",
-        int(a.kv.mamba_pool_idx) >= 1 and a.kv.req_pool_idx >= 1 and snap.pools[Pool.MAMBA].held == 2,
-        {"mamba": int(a.kv.mamba_pool_idx), "row": a.kv.req_pool_idx},
+        int(d.record(a).mamba_pool_idx) >= 1 and d.record(a).req_pool_idx >= 1 and snap.pools[Pool.MAMBA].held == 2,
+        {"mamba": int(d.record(a).mamba_pool_idx), "row": d.record(a).req_pool_idx},
     )
     give_back(d, a)
     give_back(d, b)
@@ -70,8 +75,8 @@ def freed_behind_its_back(d: Driver, *, guard: bool) -> None:
     list at the next boundary (guard v1's quarantine); SGLang's checker agrees either way."""
     s = d.new(guard=guard)
     a = take(d, "a", 8)
-    slot = int(a.kv.mamba_pool_idx)
-    s.req_to_token_pool.mamba_allocator.free(a.kv.mamba_pool_idx.unsqueeze(-1))  # the fault
+    slot = int(d.record(a).mamba_pool_idx)
+    s.req_to_token_pool.mamba_allocator.free(d.record(a).mamba_pool_idx.unsqueeze(-1))  # the fault
     snap = d.boundary()
     if guard:
         free = [int(i) for i in s.req_to_token_pool.mamba_allocator.free_slots.tolist()]

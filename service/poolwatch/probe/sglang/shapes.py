@@ -27,7 +27,8 @@ layout, read in its wheel (``req.kv``, ``ingest_requests``, ``mamba_allocator``,
 releases' idle gate).  Between them, each read in its wheel: 0.5.13 moves the Mamba free list to
 ``mamba_allocator`` (``*``; the pool keeps no ``free_slots``); 0.5.17 keeps a request's allocated
 and SWA-evicted lengths in ``req.kv`` (a ``ReqKvInfo``, ``None`` once released) while its row and
-``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records.  From 0.5.13 to
+``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records and its deferred KV
+releases' idle gate.  From 0.5.13 to
 0.5.19 a loop receives through its ``request_receiver`` component and then calls the scheduler's
 ``process_input_requests``, the loop hook there (``recv_requests`` is no scheduler method; 0.5.20's
 ``ingest_requests`` is).  Guard v2's free paths of every family are read (its row of

@@ -10,8 +10,9 @@ with tiny sizes on device ``cpu`` and moves real ``Req`` objects through SGLang'
 way the release's scheduler does; this script checks the release against the rigs' table and the
 probe's, the probe's activation on the real ``Scheduler``, its final decision against SGLang's idle
 check, and the scenarios (``scenarios.py``, ``seed_final.py``, ``incident_flow.py`` where #12432 is
-live, ``direct_0523.py`` on 0.5.23), printing one JSON line per check.  The exit code is the
-number of failed checks.
+live, ``direct_unified.py`` on the unified tree's releases), printing one JSON line per check.  An
+overlay's release is read from its package (``sglang.__version__``; the venv has another installed).
+The exit code is the number of failed checks.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def all_scenarios(d: Driver) -> list[tuple[str, Callable[[], Any]]]:
             ("incident bundle", lambda: incident_checks(d)),
         ]
     if d.release.unified_tree:
-        from tests.sglang_real.direct_0523 import direct_scenarios
+        from tests.sglang_real.direct_unified import direct_scenarios
 
         out += direct_scenarios(d)
     return out

@@ -1,8 +1,10 @@
-"""SGLang 0.5.23's own accounting on requests that hold a row, KV and a Mamba slot straight from the
-pools (no tree): the probe against SGLang's busy-time uncached sum and its invariant checker, a
-live slot freed behind its back (named; with guard v1, quarantined), and SGLang's int8 Mamba
+"""The unified tree's releases' own accounting (0.5.17, 0.5.19, 0.5.23) on requests that hold a row,
+KV and a Mamba slot straight from the pools (no tree): the probe against SGLang's busy-time uncached
+sum and its invariant checker, a live slot freed behind its back (named; with guard v1,
+quarantined), and, where the release has it (``Release.checkpoints``), SGLang's int8 Mamba
 checkpoint pool (the tree's states in it, a checkpoint slot freed behind the tree's back, a lost
-one).  The prefix-tree flows run through :mod:`rigs.sglang.driver` in ``scenarios.py``."""
+one).  The request's fields sit where the release keeps them (:meth:`~rigs.sglang.steps.Steps.record`).
+The prefix-tree flows run through :mod:`rigs.sglang.driver` in ``scenarios.py``."""
 
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def busy_then_idle(d: Driver) -> None:
     agrees_while_busy(d, "two running requests")
     snap = d.boundary()
     report(
-        "0.5.23 ids: Mamba slots and request rows start at 1",
+        f"{d.release.version} ids: Mamba slots and request rows start at 1",
         int(d.record(a).mamba_pool_idx) >= 1 and d.record(a).req_pool_idx >= 1 and snap.pools[Pool.MAMBA].held == 2,
         {"mamba": int(d.record(a).mamba_pool_idx), "row": d.record(a).req_pool_idx},
     )
@@ -82,7 +84,7 @@ def freed_behind_its_back(d: Driver, *, guard: bool) -> None:
         free = [int(i) for i in s.req_to_token_pool.mamba_allocator.free_slots.tolist()]
         repairs = [(r.kind.value, r.slots, r.requests) for r in snap.repairs]
         report(
-            "0.5.23 guard: the live slot is taken off mamba_allocator's free list, the pool balances",
+            f"{d.release.version} guard: the live slot is taken off mamba_allocator's free list, the pool balances",
             slot not in free and gaps(snap)["mamba"] == 0 and repairs == [("quarantine", (slot,), ("a",))],
             {"slot": slot, "repairs": repairs, "gaps": gaps(snap)},
         )
@@ -99,7 +101,7 @@ def freed_behind_its_back(d: Driver, *, guard: bool) -> None:
     s.last_batch = None
     leak = agrees_at_idle(d, "guarded" if guard else "injected double free at idle")
     said = "finds nothing at idle" if guard else "finds it at idle"
-    report(f"0.5.23{' guard' if guard else ''}: SGLang's invariant checker {said}", leak != guard)
+    report(f"{d.release.version}{' guard' if guard else ''}: SGLang's invariant checker {said}", leak != guard)
 
 
 def int8_checkpoints(d: Driver) -> None:
@@ -170,9 +172,11 @@ def _named_at_idle(d: Driver, fault: str, label: str, gap: dict[str, int], wire:
 
 
 def direct_scenarios(d: Driver) -> list[tuple[str, Callable[[], Any]]]:
-    return [
+    out: list[tuple[str, Callable[[], Any]]] = [
         ("busy then idle, straight from the pools", lambda: busy_then_idle(d)),
         ("seed double free, straight from the pools", lambda: freed_behind_its_back(d, guard=False)),
         ("guard mode", lambda: freed_behind_its_back(d, guard=True)),
-        ("int8 Mamba checkpoints", lambda: int8_checkpoints(d)),
     ]
+    if d.release.checkpoints:  # (SGLang's MambaCheckpointPool: 0.5.17 on)
+        out.append(("int8 Mamba checkpoints", lambda: int8_checkpoints(d)))
+    return out

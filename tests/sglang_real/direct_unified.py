@@ -60,11 +60,11 @@ def busy_then_idle(d: Driver) -> None:
     agrees_while_busy(d, "one running request")
     b = take(d, "b", 6)
     agrees_while_busy(d, "two running requests")
-    snap = d.boundary()
+    snap, held = d.boundary(), d.record(a)
     report(
         f"{d.release.version} ids: Mamba slots and request rows start at 1",
-        int(d.record(a).mamba_pool_idx) >= 1 and d.record(a).req_pool_idx >= 1 and snap.pools[Pool.MAMBA].held == 2,
-        {"mamba": int(d.record(a).mamba_pool_idx), "row": d.record(a).req_pool_idx},
+        int(held.mamba_pool_idx) >= 1 and held.req_pool_idx >= 1 and snap.pools[Pool.MAMBA].held == 2,
+        {"mamba": int(held.mamba_pool_idx), "row": held.req_pool_idx},
     )
     give_back(d, a)
     give_back(d, b)
@@ -84,7 +84,8 @@ def freed_behind_its_back(d: Driver, *, guard: bool) -> None:
         free = [int(i) for i in s.req_to_token_pool.mamba_allocator.free_slots.tolist()]
         repairs = [(r.kind.value, r.slots, r.requests) for r in snap.repairs]
         report(
-            f"{d.release.version} guard: the live slot is taken off mamba_allocator's free list, the pool balances",
+            f"{d.release.version} guard: the live slot is taken off mamba_allocator's free list, the pool "
+            "balances",
             slot not in free and gaps(snap)["mamba"] == 0 and repairs == [("quarantine", (slot,), ("a",))],
             {"slot": slot, "repairs": repairs, "gaps": gaps(snap)},
         )
@@ -101,7 +102,8 @@ def freed_behind_its_back(d: Driver, *, guard: bool) -> None:
     s.last_batch = None
     leak = agrees_at_idle(d, "guarded" if guard else "injected double free at idle")
     said = "finds nothing at idle" if guard else "finds it at idle"
-    report(f"{d.release.version}{' guard' if guard else ''}: SGLang's invariant checker {said}", leak != guard)
+    who = f"{d.release.version}{' guard' if guard else ''}"
+    report(f"{who}: SGLang's invariant checker {said}", leak != guard)
 
 
 def int8_checkpoints(d: Driver) -> None:

@@ -22,7 +22,7 @@ family     mamba ids    req rows  held full KV         stale ``req`` pointers   
 Where each family frees slots, and so where guard v2 refuses (keyed by ``Shape.family``), is
 :data:`poolwatch.probe.sglang.guard.paths.GUARD_PATHS`: ``mamba_pool.free`` up to 0.5.6, plus
 ``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` from 0.5.13, and
-the int8 checkpoint pool from 0.5.20; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
+the int8 checkpoint pool from 0.5.17; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
 layout, read in its wheel (``req.kv``, ``ingest_requests``, ``mamba_allocator``, the deferred KV
 releases' idle gate).  Between them, each read in its wheel: 0.5.13 moves the Mamba free list to
 ``mamba_allocator`` (``*``; the pool keeps no ``free_slots``); 0.5.17 keeps a request's allocated

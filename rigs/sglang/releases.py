@@ -28,7 +28,7 @@ component; ``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``c
 ``alloc(n, reqs)`` / ``free(row)``, the chunked request's row freed at every chunk boundary;
 ``(bugs)``, ``b``: only the real-bug suite runs there (``.18 b``: 0.5.18 only); ``+ tf``: with a
 layer of the transformers the release pins, :data:`LAYERS`; 0.5.17 and 0.5.19 build their Mamba
-hybrid ranks on their own classes (the guard tier), 0.5.18, 0.5.20 and 0.5.21 only SWA or dense
+hybrid ranks on their own classes (the probe and guard tiers), 0.5.18, 0.5.20 and 0.5.21 only SWA or dense
 ones.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
 
 Kept whole: one table -- the release rows and the class whose fields are its columns, read row by
@@ -254,7 +254,8 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
     layer="transformers-5.12.1",
     unified_tree=True,
     server_args=ServerArgs.RESOLVED,
-    tiers=_GUARD | _BUGS,
+    tiers=frozenset({Tier.PROBE}) | _GUARD | _BUGS,
+    checkpoints=True,  # --enable-int8-mamba-checkpoint, req_to_token_pool.mamba_ckpt_pool
     spec_lens=False,
 )
 _0_5_18 = replace(_0_5_17, version="0.5.18", tiers=_BUGS)

@@ -135,7 +135,7 @@ class Steps(Extend):
             if req is s.chunked_req:
                 continue
             req.output_ids.append(7)
-            if not self.release.unified_tree:
+            if not self.release.tree_lock:  # (0.5.17 - 0.5.21 too: maybe_cache_unfinished_req)
                 s.tree_cache.cache_unfinished_req(req)
             s.running_batch.reqs.append(req)
         if self.release.unified_tree:

@@ -10,8 +10,9 @@ with tiny sizes on device ``cpu`` and moves real ``Req`` objects through SGLang'
 way the release's scheduler does; this script checks the release against the rigs' table and the
 probe's, the probe's activation on the real ``Scheduler``, its final decision against SGLang's idle
 check, and the scenarios (``scenarios.py``, ``seed_final.py``, ``incident_flow.py`` where #12432 is
-live, ``direct_0523.py`` on 0.5.23), printing one JSON line per check.  The exit code is the
-number of failed checks.
+live, ``direct_unified.py`` on the unified tree's releases), printing one JSON line per check.  An
+overlay's release is read from its package (``sglang.__version__``; the venv has another installed).
+The exit code is the number of failed checks.
 """
 
 from __future__ import annotations
@@ -98,18 +99,22 @@ def all_scenarios(d: Driver) -> list[tuple[str, Callable[[], Any]]]:
             ("incident bundle", lambda: incident_checks(d)),
         ]
     if d.release.unified_tree:
-        from tests.sglang_real.direct_0523 import direct_scenarios
+        from tests.sglang_real.direct_unified import direct_scenarios
 
         out += direct_scenarios(d)
     return out
 
 
 def main(argv: list[str]) -> int:
-    from importlib import metadata
+    import sglang
 
-    installed = metadata.version("sglang")
-    report("the venv holds the release asked for", installed == argv[0], {"installed": installed})
-    driver = Driver(installed)
+    driver = Driver(argv[0])
+    found = getattr(sglang, "__version__", "")
+    report(  # an overlay's venv has another release installed: the package read is the overlay's
+        "the release read is the one asked for",
+        found == driver.release.version,
+        {"sglang": sglang.__file__, "version": found},
+    )
     run("the release tables", lambda: check_table(driver.release))
     run("activation", lambda: check_activation(driver.release))
     run("idle gates", lambda: check_idle_gates(driver.release))

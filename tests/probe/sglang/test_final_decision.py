@@ -94,7 +94,10 @@ IDLE_DECODE = {"waiting": 0, "decode_transfer": 0, "decode_prealloc": 0, "decode
         # 0.5.12+: no pool check at all with HiSparse on
         ("0.5.12", "decode", {}, Phase.IDLE, {"hisparse": 1, "hisparse_staging": 0}, False),
         ("0.5.12", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 3}, True),  # none yet
-        # 0.5.23: a decode rank with deferred KV releases pending skips it; a prefill rank has none
+        ("0.5.17", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 3}, True),  # none yet
+        # 0.5.19 on: a decode rank with deferred KV releases pending skips it; a prefill rank has none
+        ("0.5.19", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 3}, False),
+        ("0.5.19", "prefill", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 3}, True),
         ("0.5.23", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 3}, False),
         ("0.5.23", "decode", {}, Phase.IDLE, {"hisparse": 0, "deferred_releases": 0}, True),
         (

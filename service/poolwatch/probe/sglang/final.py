@@ -59,7 +59,7 @@ def sglang_checks(
     * 0.5.10: first, with HiSparse on, while its staging queue holds requests;
     * 0.5.12: ``on_idle`` checks only when fully idle (the probe's ``idle``), and never with
       HiSparse on (its pool counters diverge during host backup);
-    * 0.5.20, 0.5.23: as 0.5.12, and not on a decode rank while deferred KV releases are pending.
+    * 0.5.19 on: as 0.5.12, and not on a decode rank while deferred KV releases are pending.
 
     ``gates`` are :func:`~poolwatch.probe.sglang.phase.gate_readings`; a gate that could not be
     read counts as open (the check may run: the last word is kept), a PD queue that could not be
@@ -79,7 +79,7 @@ def sglang_checks(
 def _skipped_on_idle(shape: Shape, role: str, gates: Mapping[str, int | None]) -> bool:
     if gates.get("hisparse"):
         return True
-    return shape.since >= (0, 5, 20) and role == "decode" and bool(gates.get("deferred_releases"))
+    return shape.since >= (0, 5, 19) and role == "decode" and bool(gates.get("deferred_releases"))
 
 
 def sglang_checks_now(sched: Any, shape: Shape) -> bool:

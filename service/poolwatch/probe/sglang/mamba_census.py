@@ -6,7 +6,7 @@ For the Mamba pool (hundreds to a few thousand slots) the three id sets are pull
 * ``F`` the free list (``mamba_pool.free_slots``, 0.5.23 ``mamba_allocator.free_slots``);
 * ``T`` the tree's ``mamba_value``s; ``Q`` the live requests' working and ping-pong slots.
 
-With int8 Mamba checkpoints (0.5.23, ``req_to_token_pool.mamba_ckpt_pool``) the tree's values are
+With int8 Mamba checkpoints (0.5.17 on, ``req_to_token_pool.mamba_ckpt_pool``) the tree's values are
 checkpoint slots: the active pool's census has no ``T``, and the checkpoint pool gets a census of its
 own (:func:`checkpoint_census`, pool ``mamba_ckpt``): ``F`` its allocator's free list, ``T`` the tree's
 values, no ``Q`` (no request holds a checkpoint slot: a commit the tree did not take is freed at

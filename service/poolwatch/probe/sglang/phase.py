@@ -86,7 +86,7 @@ def queue_depths(sched: Any, reading: Reading, role: str) -> dict[str, int | Non
 def gate_readings(sched: Any, reading: Reading, role: str) -> dict[str, int | None]:
     """What SGLang's idle check skips on besides the PD queues, kept out of the phase (they say
     nothing about requests waiting): ``hisparse`` 1 when HiSparse is on (0.5.10+), its staging
-    queue ``hisparse_staging`` and, on a decode rank, 0.5.23's held ``deferred_releases``; ``None``
+    queue ``hisparse_staging`` and, on a decode rank, 0.5.19+'s held ``deferred_releases``; ``None``
     for one that could not be read (absent attributes read 0: a release without the feature)."""
     table: dict[str, Callable[[Any], int]] = {
         "hisparse": lambda s: int(bool(getattr(s, "enable_hisparse", False))),

@@ -193,7 +193,7 @@ def _tree_or_zero(sched: Any, reading: Reading, path: str) -> Any:
 
 
 def checkpoint_pool(sched: Any, reading: Reading) -> Any:
-    """``req_to_token_pool.mamba_ckpt_pool`` (int8 Mamba checkpoints, 0.5.23+), or ``None``."""
+    """``req_to_token_pool.mamba_ckpt_pool`` (int8 Mamba checkpoints, 0.5.17+), or ``None``."""
     ckpt = reading.attr(sched, "req_to_token_pool.mamba_ckpt_pool", optional=True)
     return None if ckpt is MISSING else ckpt
 

@@ -22,12 +22,13 @@ family     mamba ids    req rows  held full KV         stale ``req`` pointers   
 Where each family frees slots, and so where guard v2 refuses (keyed by ``Shape.family``), is
 :data:`poolwatch.probe.sglang.guard.paths.GUARD_PATHS`: ``mamba_pool.free`` up to 0.5.6, plus
 ``free_mamba_cache`` from 0.5.9, ``mamba_allocator.free`` + ``free_mamba_cache`` from 0.5.13, and
-the int8 checkpoint pool from 0.5.20; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
+the int8 checkpoint pool from 0.5.17; the KV allocator's row-view frees on every family.  0.5.20 is 0.5.23's
 layout, read in its wheel (``req.kv``, ``ingest_requests``, ``mamba_allocator``, the deferred KV
 releases' idle gate).  Between them, each read in its wheel: 0.5.13 moves the Mamba free list to
 ``mamba_allocator`` (``*``; the pool keeps no ``free_slots``); 0.5.17 keeps a request's allocated
 and SWA-evicted lengths in ``req.kv`` (a ``ReqKvInfo``, ``None`` once released) while its row and
-``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records.  From 0.5.13 to
+``cache_protected_len`` stay on the request; 0.5.19 has 0.5.20's ``req.kv`` records and its deferred KV
+releases' idle gate.  From 0.5.13 to
 0.5.19 a loop receives through its ``request_receiver`` component and then calls the scheduler's
 ``process_input_requests``, the loop hook there (``recv_requests`` is no scheduler method; 0.5.20's
 ``ingest_requests`` is).  Guard v2's free paths of every family are read (its row of

@@ -89,7 +89,7 @@ class GuardPaths:
 
     family: str
     mamba: MambaPaths
-    checkpoints: bool  # the int8 checkpoint pool's ``free`` (0.5.23)
+    checkpoints: bool  # the int8 checkpoint pool's ``free`` (0.5.17 on)
     kv_entries: tuple[tuple[str, Pool], ...]  # allocator methods taking a row view, the pool refused
     direct_kv: bool  # the SWA pair's sub-allocators are called by the pair alone
     protected: tuple[str, ...] = ("cache_protected_len",)  # the tree's columns of a request's row

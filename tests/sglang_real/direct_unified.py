@@ -1,8 +1,10 @@
-"""SGLang 0.5.23's own accounting on requests that hold a row, KV and a Mamba slot straight from the
-pools (no tree): the probe against SGLang's busy-time uncached sum and its invariant checker, a
-live slot freed behind its back (named; with guard v1, quarantined), and SGLang's int8 Mamba
+"""The unified tree's releases' own accounting (0.5.17, 0.5.19, 0.5.23) on requests that hold a row,
+KV and a Mamba slot straight from the pools (no tree): the probe against SGLang's busy-time uncached
+sum and its invariant checker, a live slot freed behind its back (named; with guard v1,
+quarantined), and, where the release has it (``Release.checkpoints``), SGLang's int8 Mamba
 checkpoint pool (the tree's states in it, a checkpoint slot freed behind the tree's back, a lost
-one).  The prefix-tree flows run through :mod:`rigs.sglang.driver` in ``scenarios.py``."""
+one).  The request's fields sit where the release keeps them (:meth:`~rigs.sglang.steps.Steps.record`).
+The prefix-tree flows run through :mod:`rigs.sglang.driver` in ``scenarios.py``."""
 
 from __future__ import annotations
 
@@ -22,10 +24,17 @@ def take(d: Driver, rid: str, prompt: int) -> Any:
     """A prefilled request holding a row, ``prompt`` private KV slots and a Mamba slot."""
     s = d.sched
     req = d.arrive(rid, list(range(prompt)))
-    req.kv.mamba_pool_idx = s.req_to_token_pool.mamba_allocator.alloc(1)[0]
+    if not d.release.tree_lock:  # 0.5.17 - 0.5.21 release it by dec_lock_ref(last_node): the root's, locked
+        req.init_next_round_input(s.tree_cache)
+        s.tree_cache.inc_lock_ref(req.last_node)
+    d.record(req).mamba_pool_idx = s.req_to_token_pool.mamba_allocator.alloc(1)[0]
     row = s.req_to_token_pool.alloc([req])[0]
     s.req_to_token_pool.write((row, slice(0, prompt)), s.token_to_kv_pool_allocator.alloc(prompt))
-    req.kv.kv_committed_len = req.kv.kv_allocated_len = prompt
+    if req.kv is None:  # 0.5.17 - 0.5.18: alloc_for_extend makes the request's ReqKvInfo
+        from sglang.srt.managers.schedule_batch import ReqKvInfo
+
+        req.kv = ReqKvInfo(kv_allocated_len=prompt, swa_evicted_seqlen=0)
+    d._grown(req, prompt)
     req.output_ids.append(7)
     s.running_batch.reqs.append(req)
     s.last_batch = s.running_batch
@@ -36,13 +45,11 @@ def give_back(d: Driver, req: Any) -> None:
     """Everything back through the pools (no tree insert)."""
     from sglang.srt.managers.schedule_batch import FINISH_LENGTH
 
-    s = d.sched
+    s, held = d.sched, d.record(req)
     req.finished_reason = FINISH_LENGTH(1)
-    s.token_to_kv_pool_allocator.free(
-        s.req_to_token_pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len]
-    )
-    s.req_to_token_pool.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
-    req.kv.mamba_pool_idx = None
+    s.token_to_kv_pool_allocator.free(s.req_to_token_pool.req_to_token[held.req_pool_idx, : d.allocated(req)])
+    s.req_to_token_pool.mamba_allocator.free(held.mamba_pool_idx.unsqueeze(-1))
+    held.mamba_pool_idx = None
     s.req_to_token_pool.free(req)
     s.running_batch.reqs.remove(req)
 
@@ -53,11 +60,11 @@ def busy_then_idle(d: Driver) -> None:
     agrees_while_busy(d, "one running request")
     b = take(d, "b", 6)
     agrees_while_busy(d, "two running requests")
-    snap = d.boundary()
+    snap, held = d.boundary(), d.record(a)
     report(
-        "0.5.23 ids: Mamba slots and request rows start at 1",
-        int(a.kv.mamba_pool_idx) >= 1 and a.kv.req_pool_idx >= 1 and snap.pools[Pool.MAMBA].held == 2,
-        {"mamba": int(a.kv.mamba_pool_idx), "row": a.kv.req_pool_idx},
+        f"{d.release.version} ids: Mamba slots and request rows start at 1",
+        int(held.mamba_pool_idx) >= 1 and held.req_pool_idx >= 1 and snap.pools[Pool.MAMBA].held == 2,
+        {"mamba": int(held.mamba_pool_idx), "row": held.req_pool_idx},
     )
     give_back(d, a)
     give_back(d, b)
@@ -70,14 +77,15 @@ def freed_behind_its_back(d: Driver, *, guard: bool) -> None:
     list at the next boundary (guard v1's quarantine); SGLang's checker agrees either way."""
     s = d.new(guard=guard)
     a = take(d, "a", 8)
-    slot = int(a.kv.mamba_pool_idx)
-    s.req_to_token_pool.mamba_allocator.free(a.kv.mamba_pool_idx.unsqueeze(-1))  # the fault
+    slot = int(d.record(a).mamba_pool_idx)
+    s.req_to_token_pool.mamba_allocator.free(d.record(a).mamba_pool_idx.unsqueeze(-1))  # the fault
     snap = d.boundary()
     if guard:
         free = [int(i) for i in s.req_to_token_pool.mamba_allocator.free_slots.tolist()]
         repairs = [(r.kind.value, r.slots, r.requests) for r in snap.repairs]
         report(
-            "0.5.23 guard: the live slot is taken off mamba_allocator's free list, the pool balances",
+            f"{d.release.version} guard: the live slot is taken off mamba_allocator's free list, the pool "
+            "balances",
             slot not in free and gaps(snap)["mamba"] == 0 and repairs == [("quarantine", (slot,), ("a",))],
             {"slot": slot, "repairs": repairs, "gaps": gaps(snap)},
         )
@@ -94,7 +102,8 @@ def freed_behind_its_back(d: Driver, *, guard: bool) -> None:
     s.last_batch = None
     leak = agrees_at_idle(d, "guarded" if guard else "injected double free at idle")
     said = "finds nothing at idle" if guard else "finds it at idle"
-    report(f"0.5.23{' guard' if guard else ''}: SGLang's invariant checker {said}", leak != guard)
+    who = f"{d.release.version}{' guard' if guard else ''}"
+    report(f"{who}: SGLang's invariant checker {said}", leak != guard)
 
 
 def int8_checkpoints(d: Driver) -> None:
@@ -165,9 +174,11 @@ def _named_at_idle(d: Driver, fault: str, label: str, gap: dict[str, int], wire:
 
 
 def direct_scenarios(d: Driver) -> list[tuple[str, Callable[[], Any]]]:
-    return [
+    out: list[tuple[str, Callable[[], Any]]] = [
         ("busy then idle, straight from the pools", lambda: busy_then_idle(d)),
         ("seed double free, straight from the pools", lambda: freed_behind_its_back(d, guard=False)),
         ("guard mode", lambda: freed_behind_its_back(d, guard=True)),
-        ("int8 Mamba checkpoints", lambda: int8_checkpoints(d)),
     ]
+    if d.release.checkpoints:  # (SGLang's MambaCheckpointPool: 0.5.17 on)
+        out.append(("int8 Mamba checkpoints", lambda: int8_checkpoints(d)))
+    return out

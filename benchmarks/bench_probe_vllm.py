@@ -163,6 +163,7 @@ def loop(case: str, leak: int, seconds: float, release: str) -> Figures:
         time.sleep(GPU_STEP_S)  # the forward pass: EngineCore's thread waits on the GPU
         steps += 1
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
+    meter.stop()
     snap = probe.sample_now("bench")
     account = snap.pools.get(Pool.FULL) if snap is not None else None
     detach(sched)

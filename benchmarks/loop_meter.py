@@ -43,6 +43,7 @@ class Meter:
     by_entry: dict[str, float] = field(default_factory=dict)  # CPU seconds per entry point
     calls: int = 0  # timed calls (a hook inside another counted once)
     timer: float = 0.0  # CPU seconds the timing itself adds to one call (calibrate)
+    stopped: bool = False  # the loop is over: what the probe does after it is not the loop's (stop)
     _depth: int = 0
 
     def wrap(self, probe: Any, hooks: Sequence[str]) -> None:
@@ -58,14 +59,21 @@ class Meter:
                 return sample(*args, **kwargs)
             finally:
                 took = time.thread_time() - t0
-                (self.walks if probe.census_total != walks else self.samples).append(took)
+                if not self.stopped:
+                    (self.walks if probe.census_total != walks else self.samples).append(took)
 
         probe._sample = timed_sample
+
+    def stop(self) -> None:
+        """The loop is over: a sample asked for afterwards (the figures' final read, which may walk)
+        is not counted -- it is no entry point's, so it would count as a walk the share never paid."""
+        self.stopped = True
 
     def clear(self) -> None:
         """Forget what was timed so far (the loop starts now)."""
         self.spent = self.spent_wall = 0.0
         self.samples, self.walks, self.by_entry, self.calls = [], [], {}, 0
+        self.stopped = False
 
     def calibrate(self, rounds: int = 40) -> None:
         """What timing a call costs in the loop's conditions: an empty call timed as an entry point

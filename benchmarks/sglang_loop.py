@@ -87,6 +87,7 @@ def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
         load.step(leak)
         steps += 1
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
+    meter.stop()
     snap = probe.sample_now("bench")
     account = snap.pools.get(Pool.FULL) if snap is not None else None
     return figures(case, meter, steps, wall, cpu, gap(account) if account is not None else None)

@@ -107,7 +107,6 @@ class Probe(Stamping):
         self.census_total = 0
         self._lock = threading.Lock()  # the scheduler thread's publishes vs the idle keepalive
         self._last_sample = -float("inf")  # any sample's clock (the idle cadence)
-        self._last_busy = -float("inf")  # the last sample off the idle hook's clock (the busy cadence)
         self._busy_at = -float("inf")  # when the next busy sample is due (the last busy one + the pace)
         self._last_hook = clock()
         self._idle_seq = -1  # the iteration of the last idle hook
@@ -144,7 +143,7 @@ class Probe(Stamping):
         if fresh is None:
             fresh = self._idle_seq < self.seq - 1
             self._idle_seq = self.seq
-        if self._due() or (fresh and self._active() and self.guard.allow()):
+        if self._due() or (fresh and self._ready()):
             self.contain("idle", lambda: self._sample(hook, idle_hook=idle_hook))
 
     def sample_now(self, hook: str = "manual", *, census: bool = False) -> Snapshot | None:
@@ -219,7 +218,7 @@ class Probe(Stamping):
         waits = sample.waits
         self._last_sample = now
         if not idle_hook:
-            self._last_busy, self._busy_at = now, now + self.pacer.current_s
+            self._busy_at = now + self.pacer.current_s
         idle = sample.phase is Phase.IDLE
         force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)
         judged = self.counters.judged(sample.pools)
@@ -246,7 +245,7 @@ class Probe(Stamping):
         self._sample_cost = time.perf_counter() - started - census_cost
         if not idle_hook:
             self.pacer.record(self._sample_cost)
-            self._busy_at = self._last_busy + self.pacer.current_s  # the configured interval, paced
+            self._busy_at = now + self.pacer.current_s  # the configured interval, paced to this cost too
         self._deliver(sample, reading, hook, idle_hook=idle_hook)
 
     def _waited(self, waits: Waits | None) -> None:

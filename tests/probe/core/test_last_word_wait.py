@@ -22,15 +22,22 @@ def _attended(pub: Publication, snap: Snapshot) -> None:
     pub.served(snap)  # the sidecar collected the previous snapshot
 
 
+def _handed_over_in_one_wait(clock: FakeClock, seed: Snapshot) -> tuple[Publication, Snapshot]:
+    """A publication whose collector took ``seed``, and that hands the final snapshot it now
+    publishes over during the first (0.01 s) wait."""
+    final = replace(seed, seq=seed.seq + 1, final=True)
+    pub: Publication
+    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.01, during=lambda: pub.served(final)))
+    _attended(pub, seed)
+    pub.publish(final)
+    return pub, final
+
+
 def test_the_wait_ends_when_the_sidecar_is_handed_the_final_snapshot_then_the_grace(
     seed_snapshot: Snapshot,
 ) -> None:
     clock = FakeClock(100.0)
-    final = replace(seed_snapshot, seq=seed_snapshot.seq + 1, final=True)
-    pub: Publication
-    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.01, during=lambda: pub.served(final)))
-    _attended(pub, seed_snapshot)
-    pub.publish(final)
+    pub, final = _handed_over_in_one_wait(clock, seed_snapshot)
     slept: list[float] = []
     outcome = await_collection(pub, final.seq, 0.3, clock=clock, sleep=slept.append)
     assert outcome is Outcome.COLLECTED
@@ -167,11 +174,7 @@ def test_the_configured_grace_follows_the_hand_over_and_the_bound_caps_it(
     seed_snapshot: Snapshot, bound: float, grace: float, slept_for: float
 ) -> None:
     clock = FakeClock(100.0)
-    final = replace(seed_snapshot, seq=seed_snapshot.seq + 1, final=True)
-    pub: Publication
-    pub = Publication(clock=clock, wait=FakeWait(clock, step=0.01, during=lambda: pub.served(final)))
-    _attended(pub, seed_snapshot)
-    pub.publish(final)
+    pub, final = _handed_over_in_one_wait(clock, seed_snapshot)
     slept: list[float] = []
     outcome = await_collection(pub, final.seq, bound, grace=grace, clock=clock, sleep=slept.append)
     assert outcome is Outcome.COLLECTED

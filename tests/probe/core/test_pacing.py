@@ -3,7 +3,30 @@ probe sampling at that pace on a fake engine."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from poolwatch.probe.core.pacing import MAX_INTERVAL_S, WINDOW, SamplePacer
+
+
+def paced_probe(now: list[float], each_s: float) -> tuple[Any, Any]:
+    """A probe on a fake SGLang rank at a 0.1 s interval and a 0.1 % budget, every sample costing
+    ``each_s`` to the pacer, on the clock ``now[0]``; with its scheduler (to detach)."""
+    from dataclasses import replace
+
+    from tests.probe.sglang.fakes import Rank, Scheduler
+
+    from poolwatch.probe.core.config import ProbeConfig
+    from poolwatch.probe.lifecycle import attach
+    from poolwatch.probe.sglang.engine import SGLANG
+
+    config = ProbeConfig(serve=False, directory="/nonexistent-poolwatch-test-dir", release="0.5.4.post1")
+    rank = Rank()
+    sched = Scheduler(rank.alloc, rank.rows, rank.tree, max_total_num_tokens=64)
+    paced = replace(config, sample_interval_s=0.1, sample_budget=0.001)
+    probe = attach(SGLANG, sched, paced, clock=lambda: now[0])
+    pacer = probe.pacer
+    pacer.record = lambda cost_s: SamplePacer.record(pacer, each_s)  # type: ignore[method-assign]
+    return probe, sched
 
 
 def test_a_cheap_sample_keeps_the_configured_interval() -> None:
@@ -50,22 +73,11 @@ def test_a_configured_interval_above_the_ceiling_is_kept() -> None:
 
 
 def test_a_busy_probe_samples_at_the_paced_interval_and_an_idle_hook_at_once() -> None:
-    from dataclasses import replace
-
-    from tests.probe.sglang.fakes import Rank, Scheduler
-
-    from poolwatch.probe.core.config import ProbeConfig
-    from poolwatch.probe.lifecycle import attach, detach
-    from poolwatch.probe.sglang.engine import SGLANG
+    from poolwatch.probe.lifecycle import detach
 
     now = [0.0]
-    config = ProbeConfig(serve=False, directory="/nonexistent-poolwatch-test-dir", release="0.5.4.post1")
-    rank = Rank()
-    sched = Scheduler(rank.alloc, rank.rows, rank.tree, max_total_num_tokens=64)
-    paced = replace(config, sample_interval_s=0.1, sample_budget=0.001)
-    probe = attach(SGLANG, sched, paced, clock=lambda: now[0])
+    probe, sched = paced_probe(now, 400e-6)  # 400 us each
     pacer = probe.pacer
-    pacer.record = lambda cost: SamplePacer.record(pacer, 400e-6)  # type: ignore[method-assign]  # 400 us each
     try:
         sampled = []
         for _ in range(40):  # a hook every 0.1 s of the fake clock
@@ -87,22 +99,11 @@ def test_bursts_shorter_than_the_paced_interval_are_still_sampled_busy() -> None
     """The first idle sample after each burst is taken at once; it must not restart the busy clock,
     or bursts shorter than the paced interval would only ever be sampled idle (a real vLLM server's
     held blocks never exported)."""
-    from dataclasses import replace
-
-    from tests.probe.sglang.fakes import Rank, Scheduler
-
-    from poolwatch.probe.core.config import ProbeConfig
-    from poolwatch.probe.lifecycle import attach, detach
-    from poolwatch.probe.sglang.engine import SGLANG
+    from poolwatch.probe.lifecycle import detach
 
     now = [0.0]
-    config = ProbeConfig(serve=False, directory="/nonexistent-poolwatch-test-dir", release="0.5.4.post1")
-    rank = Rank()
-    sched = Scheduler(rank.alloc, rank.rows, rank.tree, max_total_num_tokens=64)
-    paced = replace(config, sample_interval_s=0.1, sample_budget=0.001)
-    probe = attach(SGLANG, sched, paced, clock=lambda: now[0])
+    probe, sched = paced_probe(now, 1.5e-3)  # paced to 1.5 s
     pacer = probe.pacer
-    pacer.record = lambda cost: SamplePacer.record(pacer, 1.5e-3)  # type: ignore[method-assign]  # paced to 1.5 s
     try:
         busy = 0
         for _ in range(12):  # bursts of 1 s (10 steps), each followed by one idle iteration

@@ -12,7 +12,7 @@ from typing import Any
 
 from rigs.sglang.driver import Driver
 from rigs.timeline import Timeline
-from tests.sglang_real.check_clean import MAX_RUNNING, STEPS, Traffic, drained, started
+from tests.sglang_real.clean_traffic import MAX_RUNNING, STEPS, Traffic, drained, started
 
 __all__ = ["OFFLOAD_FREES_LIVE_KV", "pd_decode"]
 

@@ -7,7 +7,7 @@ device<->host copies stood in as finished: up to 0.5.13 ``HiRadixCache`` (:mod:`
 from 0.5.17 the tree the release's constructors build (:mod:`rigs.sglang.hicache_built`) --
 ``HiRadixCache`` on 0.5.17, from 0.5.19 ``UnifiedRadixCache`` with the host pool group and
 ``HybridCacheController`` its ``init_hicache`` attaches.  The traffic is ``clean_hybrid``'s busy
-turns (:func:`tests.sglang_real.check_clean.busy`: shared prefixes, chunked prefill, aborts,
+turns (:func:`tests.sglang_real.clean_traffic.busy`: shared prefixes, chunked prefill, aborts,
 retractions) over :data:`PREFIXES` -- more shared prefixes than the device pool (:data:`KV`) keeps
 -- so SGLang's own eviction writes cached prefixes back to host (the device slots freed, the host
 copy kept), the host pool fills and SGLang frees the coldest host copies, and a later request whose
@@ -27,7 +27,7 @@ from typing import Any
 
 from rigs.sglang.driver import Driver
 from rigs.timeline import Timeline
-from tests.sglang_real.check_clean import Traffic, busy, drained, started
+from tests.sglang_real.clean_traffic import Traffic, busy, drained, started
 
 KV = 640  # the device pool: a few prefixes and the running requests' KV, the rest evicted to host
 ROWS, CONTEXT = 32, 512

@@ -7,13 +7,13 @@ allocator -- paged at page 4, the plain one at page 1, as SGLang picks -- and it
 which shares no prefix: the tree a spec rank runs here).  Requests arrive every third turn with
 prompts of 5 - 60 tokens and 4 - 64 new tokens, every fourth as many as the context leaves
 (:data:`LONG`: its over-allocation reaches the row's end, past which the census reads); a turn
-prefills one while fewer than :data:`~tests.sglang_real.check_clean.MAX_RUNNING` run, else decodes
+prefills one while fewer than :data:`~tests.sglang_real.clean_traffic.MAX_RUNNING` run, else decodes
 every running request with the release's own ``EagleDraftInput.prepare_for_decode`` -- topping
 each up to ``kv_committed_len + 2 * get_alloc_len_per_decode``, past its committed KV and, at page
 4, not to a page end (up to 0.5.16) -- and 1 - 4 tokens accepted per request; a request at its
 length, or the last one every 23 turns (an abort), goes through the release's
 ``release_kv_cache``.  Each page size is its own rank and timeline (:data:`PAGES`),
-:data:`~tests.sglang_real.check_clean.STEPS` busy turns each, then drained and idle.
+:data:`~tests.sglang_real.clean_traffic.STEPS` busy turns each, then drained and idle.
 
 The rig drives spec v2 where ``eagle_info_v2``'s ``prepare_for_decode`` tops a request up from its
 own ``kv_allocated_len`` (``spec_lens`` in the release table: 0.5.6 - 0.5.13).  Up to 0.5.5.post3
@@ -28,7 +28,7 @@ from typing import Any
 
 from rigs.sglang.driver import Driver
 from rigs.timeline import Timeline
-from tests.sglang_real.check_clean import MAX_RUNNING, STEPS, idle_check, started
+from tests.sglang_real.clean_traffic import MAX_RUNNING, STEPS, idle_check, started
 
 PAGES = (4, 1)  # the page sizes, a rank each
 KV, ROWS = 2048, 16  # 8 running requests take at most ~1,400 KV slots: none waits for room
@@ -154,7 +154,7 @@ def one_rank(version: str, page: int) -> tuple[Timeline, dict[str, Any]]:
 def spec(version: str) -> tuple[Timeline, dict[str, Any]]:
     """The run at each of :data:`PAGES` (a release :func:`why_not` names no reason against): the
     first rank's timeline unless a later one found or alerted, every rank's figures."""
-    from tests.sglang_real.check_clean import guarded
+    from tests.sglang_real.clean_traffic import guarded
 
     runs = {page: one_rank(version, page) for page in PAGES}
     loud = [t for t, _ in runs.values() if t.finding is not None or t.alerts]

@@ -2,7 +2,7 @@
 
 Run ``python benchmarks/bench_census_rate.py`` (or ``scripts/bench census_rate``).  For every engine
 in the registry and the reference toy engine, the engine contract's stand-in scheduler
-(``tests/probe/contract.py``) runs 10 simulated seconds at the default sample rate (one sample per
+(``rigs/fakes/drivers.py``) runs 10 simulated seconds at the default sample rate (one sample per
 0.1 s: the probe's own step hook called once per simulated 0.1 s step), busy, with the default
 census intervals; in the leaking run each step leaks a few more slots, so the sample shows a new
 gap at every sample.  Printed per engine: samples, census passes, those triggered by a new gap,
@@ -19,12 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.helpers import FakeClock
-from tests.probe.contract import DRIVERS, REGISTRY, Driver
-
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.schedule import GAP_CENSUS_EVERY_S
 from poolwatch.probe.lifecycle import attach, detach
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.drivers import DRIVERS, REGISTRY, Driver
 
 SECONDS, STEP = 10.0, 0.1
 LEAK_PER_STEP = 2

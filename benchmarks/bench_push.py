@@ -2,7 +2,7 @@
 detector -> delivery wakes -> webhook POST, for a surplus and for a deficit, on a busy rank.
 
 A real probe (``poolwatch.probe.lifecycle.attach``, served on loopback) watches a small SGLang-shaped rank
-(``tests/probe/sglang/fakes.py``); a "scheduler" thread calls the probe's loop hook every 10 ms (busy: a
+(``rigs/fakes/sglang.py``); a "scheduler" thread calls the probe's loop hook every 10 ms (busy: a
 running request), the real sidecar app (discovery, long-poll scrape loop, detector, webhook
 notifier) runs in process.  Each repetition is a new rank (a new worker name):
 
@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.probe.sglang.fakes import Rank
 from webhook import Webhook  # benchmarks/webhook.py (this script's directory is on sys.path)
 
 from poolwatch.probe.core.config import ProbeConfig
@@ -38,6 +37,7 @@ from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
+from rigs.fakes.sglang import Rank
 
 GOALS = {"surplus": 0.2, "deficit": 0.5}
 ALERT = {"surplus": "PoolwatchDoubleFree", "deficit": "PoolwatchSlotLeak"}

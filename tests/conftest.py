@@ -12,8 +12,9 @@ from hypothesis import settings
 
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.model.snapshot import Snapshot
+from rigs.fakes.clock import FakeClock
 from rigs.venv import Unavailable
-from tests.helpers import FIXTURES, FakeClock
+from tests.helpers import FIXTURES
 
 # Property tests are deterministic: every run draws the same examples for a test (derandomize, which
 # also means no example database), so a property that fails, fails on every run and on every machine;

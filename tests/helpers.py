@@ -1,4 +1,5 @@
-"""Helpers for tests: ``from tests.helpers import FakeClock, asgi_client, free_port, require_tool``.
+"""Helpers for tests: ``from tests.helpers import asgi_client, free_port, require_tool``.  The clock
+tests move by hand is :class:`rigs.fakes.clock.FakeClock` (the benchmarks move it too).
 
 Use ``asgi_client(app)`` rather than starlette's TestClient (deprecated with httpx)."""
 
@@ -20,6 +21,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from rigs.fakes.clock import FakeClock
+
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
 # Headless Chromium in a container (root, no GPU, no network): the status page and demo screenshots.
@@ -32,19 +35,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-class FakeClock:
-    """A clock tests move by hand."""
-
-    def __init__(self, now: float = 1_761_907_243.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class SteppingClock:

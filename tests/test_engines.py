@@ -77,7 +77,7 @@ def test_an_engine_has_a_probe_room_a_sources_room_or_both() -> None:
 
 
 def test_the_engine_setting_names_an_engine_with_a_sources_room_or_says_why_not() -> None:
-    probe_only = EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY")
+    probe_only = EngineEntry("toy", "Toy", probe="rigs.fakes.toy.engine:TOY")
     entries = (*ENGINES, probe_only)
     assert read_engine("vllm", entries).name == "vllm"
     assert read_engines(entries) == tuple(e.name for e in ENGINES if e.sources)

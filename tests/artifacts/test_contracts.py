@@ -62,7 +62,7 @@ def test_a_registered_room_is_in_the_contracts_even_before_its_folder_is() -> No
     toy = EngineEntry("toy", "Toy", probe="poolwatch.probe.toy.engine:TOY", sources=room, channels=("log",))
     assert {"poolwatch.probe.toy", "poolwatch.sources.toy"} <= set(rooms(PACKAGE, (*ENGINES, toy)))
     # a spec outside the package (the tests' reference toy) names no room of ours
-    outside = EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY")
+    outside = EngineEntry("toy", "Toy", probe="rigs.fakes.toy.engine:TOY")
     assert rooms(PACKAGE, (*ENGINES, outside)) == rooms(PACKAGE, ENGINES)
 
 

@@ -56,7 +56,7 @@ def test_every_sglang_family_has_a_row() -> None:
 
 
 def test_an_engine_without_a_release_table_has_no_page_generated(tmp_path: Path) -> None:
-    entry = EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY")
+    entry = EngineEntry("toy", "Toy", probe="rigs.fakes.toy.engine:TOY")
     assert artifacts(tmp_path, MixinConfig(), (entry,)) == {}
 
 

@@ -2,7 +2,7 @@
 ranks as each source sees them, for the dashboard tests to hold every panel against.
 
 * ``vllm-leaking``: the real vLLM probe (release 0.33.0) on the stand-in scheduler of
-  ``tests/probe/vllm/fakes.py``, leaking blocks for 400 s (a gap, a leak rate, an exhaustion
+  ``rigs/fakes/vllm.py``, leaking blocks for 400 s (a gap, a leak rate, an exhaustion
   forecast, ``missing`` tripwires) and then freeing one request's blocks twice (``negative_ref``);
 * ``vllm-guarded``: the probe with guard on (``POOLWATCH_PROBE_GUARD=1``, 0.33.0) refusing a
   double free (a ``refuse`` repair of pool ``full``);
@@ -28,8 +28,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from tests.helpers import FakeClock, SteppingClock
-from tests.probe.vllm.fakes import Scheduler
+from tests.helpers import SteppingClock
 from tests.sources.vllm.fakes import LOGS, local, read_server_and_log
 
 from poolwatch.probe.core.config import ProbeConfig
@@ -41,6 +40,8 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.vllm import Scheduler
 
 __all__ = ["Sample", "vllm_pod_metrics", "vllm_pod_samples"]
 

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 from tests.sources.sglang.fakes import Handler, captured, sglang_server
 
 from poolwatch.codec.snapshot import dump_snapshot
@@ -19,6 +18,7 @@ from poolwatch.errors import Reason, ScrapeError
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
+from rigs.fakes.clock import FakeClock
 
 
 async def run_check(handler: Handler, url: str = "http://h:30000", **options: object) -> CheckResult:

@@ -21,13 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.helpers import REPO, await_healthy, free_port, serve_argv
-from tests.probe.toy.engine import TOY
-from tests.probe.toy.scheduler import ToyScheduler
 
 from poolwatch.commands.doctor.engine_side import engine_checks
 from poolwatch.commands.doctor.report import Check, Fault, Status, exit_code
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
+from rigs.fakes.toy.engine import TOY
+from rigs.fakes.toy.scheduler import ToyScheduler
 
 VERIFIED_VLLM = "0.33.0"  # a release whose wheel the probe read
 OLD_VLLM = "0.9.0"  # older than the first V1 family: the probe refuses it

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers import FakeClock
 from tests.strategies import wire_snapshots
 
 from poolwatch.codec.fast import common_snapshot
@@ -27,6 +26,7 @@ from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.limits import DEFAULT_LIMITS, Limits
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.probe import new_probe
+from rigs.fakes.clock import FakeClock
 
 
 def fast(doc: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot | None:

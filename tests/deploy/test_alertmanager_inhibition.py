@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState, rank_labels
 from poolwatch.detect.schema import Severity
 from poolwatch.model.rank import Role, WorkerId
 from poolwatch.notify.alertmanager import postable_alerts
+from rigs.fakes.clock import FakeClock
 from rigs.stack.deployed import alertmanager_config
 from rigs.stack.processes import poll
 from rigs.stack.prometheus import run_alertmanager

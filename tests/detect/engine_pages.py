@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tests.detect.streams import RankStream, exact
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.config import DetectorConfig
@@ -17,6 +16,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
+from rigs.fakes.clock import FakeClock
 
 __all__ = ["SCENARIOS", "Page", "pages"]
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.model.snapshot import Snapshot
@@ -17,6 +16,7 @@ from poolwatch.settings.groups import AlertSettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 DETECTION_FIELDS = {f.name for f in fields(DetectorConfig)}
 

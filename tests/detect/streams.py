@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tests.helpers import FakeClock
-
 from poolwatch.model.findings import Tripwire
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, Role, WorkerId
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
+from rigs.fakes.clock import FakeClock
 
 WORKER = WorkerId(
     "prefill-0", Role.PREFILL, dp_rank=0, tp_rank=1, pp_rank=0, model="qwen3-next", engine="sglang"

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.helpers import FakeClock
 from tests.notify.fakes import alert
 
 from poolwatch.conservation import findings
@@ -20,6 +19,7 @@ from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, Repa
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.notify.cause import cause
+from rigs.fakes.clock import FakeClock
 
 FRAMES = (
     Frame("sglang/srt/mem_cache/memory_pool.py", 387, "HybridReqToTokenPool.free"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.detect.streams import WORKER, RankStream, exact
-from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.alert import Alert, AlertState
@@ -23,6 +22,7 @@ from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Phase, Pool
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
 from poolwatch.model.witness import CounterWitness
+from rigs.fakes.clock import FakeClock
 
 PROTECTED = CounterWitness(Pool.FULL, "protected", "tree_cache.protected_size()", 41, 0, 12, 9, 1.0)
 NEGATIVE = CounterWitness(Pool.FULL, "protected", "tree_cache.protected_size()", -12, 12, 20, 8, 1.0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.detect.streams import RankStream
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
@@ -15,6 +14,7 @@ from poolwatch.errors import Reason
 from poolwatch.model.rank import IncidentKind, Pool, PoolAccount
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 CFG = DetectorConfig(
     incident_hold=900.0, stale_after=10.0, stale_for=60.0, target_down_for=120.0, resolve_hold=30.0

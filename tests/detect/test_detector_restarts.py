@@ -9,7 +9,6 @@ import httpx
 import pytest
 from tests.detect.sidecar import FakeAlertmanager, Ticker, seen_seed, settings, settle
 from tests.detect.streams import RankStream
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.model.snapshot import Snapshot
@@ -17,6 +16,7 @@ from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.persist import load_alerts
 from poolwatch.sidecar.state_codec import decode_alerts, encode_alerts
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 
 async def test_a_firing_alert_survives_a_sidecar_restart_and_is_sent_again(

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 from tests.detect.streams import WORKER, RankStream, coarse, exact
-from tests.helpers import SEED_DOUBLE_FREE_LABELS, FakeClock
+from tests.helpers import SEED_DOUBLE_FREE_LABELS
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.alert import Alert, AlertState, _labels
@@ -15,6 +15,7 @@ from poolwatch.detect.detector import Detector
 from poolwatch.detect.schema import Severity
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Phase, Pool
+from rigs.fakes.clock import FakeClock
 
 CFG = DetectorConfig(deficit_samples=3, resolve_samples=3, resolve_hold=5.0, coarse_hold=20.0)
 

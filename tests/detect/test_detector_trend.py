@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.detect.streams import RankStream, exact
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.trend import GapSeries, Trend, fit_slope
 from poolwatch.model.rank import Pool
+from rigs.fakes.clock import FakeClock
 
 T0 = 1_761_907_243.0
 

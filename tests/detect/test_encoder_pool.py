@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.detect.streams import WORKER, RankStream, exact
-from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.detect.families.balance import DOUBLE_FREE, SLOT_LEAK
 from poolwatch.detect.schema import Severity
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
+from rigs.fakes.clock import FakeClock
 
 VLLM = replace(WORKER, engine="vllm")
 SIZE = 2048

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tests.detect.streams import RankStream
-from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
+from rigs.fakes.clock import FakeClock
 
 CFG = DetectorConfig(deficit_samples=3, resolve_samples=3, resolve_hold=5.0, coarse_hold=20.0)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.detect.streams import WORKER, RankStream, exact
-from tests.helpers import FakeClock
 
 from poolwatch.conservation import findings
 from poolwatch.detect.config import DetectorConfig
@@ -17,6 +16,7 @@ from poolwatch.model.holds import Hold, Holder, HoldReason
 from poolwatch.model.progress import Progress
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
+from rigs.fakes.clock import FakeClock
 
 VLLM = replace(WORKER, engine="vllm")
 CFG = DetectorConfig()

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 from tests.detect.streams import WORKER, RankStream, exact
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
@@ -21,6 +20,7 @@ from poolwatch.model.holds import Hold, Holder, HoldReason
 from poolwatch.model.progress import Progress
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import Snapshot
+from rigs.fakes.clock import FakeClock
 
 CFG = DetectorConfig()
 VLLM = replace(WORKER, engine="vllm")

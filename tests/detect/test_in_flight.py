@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.detect.streams import WORKER, RankStream, exact
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.config import DetectorConfig
@@ -18,6 +17,7 @@ from poolwatch.detect.schema import Severity
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.model.snapshot import ProbeHealth
+from rigs.fakes.clock import FakeClock
 
 EARLY = Tripwire(TripwireKind.FREED_IN_FLIGHT, Pool.FULL, (17, 18, 19), "free_blocks", 41, ("req-7",))
 

@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import pytest
 from tests.detect.streams import WORKER, RankStream, coarse, exact
-from tests.helpers import FakeClock
 
 from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import Alert, AlertState
@@ -40,6 +39,7 @@ from poolwatch.model.rank import IncidentKind, Phase, Pool, PoolAccount
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.model.witness import CounterWitness
 from poolwatch.target_state import DirectoryHealth, TargetState
+from rigs.fakes.clock import FakeClock
 
 CONFIG = MixinConfig(
     DetectorConfig(

@@ -8,13 +8,13 @@ import random
 
 import pytest
 from tests.detect.streams import WORKER, RankStream, coarse, exact
-from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
 from poolwatch.model.findings import Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import IncidentKind, Phase, Pool, Role
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
+from rigs.fakes.clock import FakeClock
 
 CONFIG = DetectorConfig(deficit_samples=2, resolve_samples=2, resolve_hold=3.0, trend_window=60.0)
 

@@ -28,12 +28,12 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 from tests.notify.fakes import alert
 
 from poolwatch.detect.alert import Alert
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.paths import DIRECT, PATH_LABEL, RULES
+from rigs.fakes.clock import FakeClock
 from rigs.stack.deployed import alertmanager_config
 from rigs.stack.processes import poll
 from rigs.stack.prometheus import run_alertmanager

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from tests.helpers import REPO, FakeClock
+from tests.helpers import REPO
 from tests.notify.fakes import alert
 
 from poolwatch.artifacts.alertmanager.routing import CONFIG_PATH
@@ -26,6 +26,7 @@ from poolwatch.detect.alert import Alert
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.paths import DIRECT, PATH_LABEL
+from rigs.fakes.clock import FakeClock
 from rigs.stack.deployed import SCALED, alertmanager_config
 from rigs.stack.processes import poll
 from rigs.stack.prometheus import run_alertmanager

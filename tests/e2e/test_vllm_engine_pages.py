@@ -4,7 +4,7 @@ environment on loopback), real Prometheus with the example's PrometheusRule and 
 Alertmanager with the shipped routes, inhibit rules and templates, every receiver a loopback recorder.
 
 In EngineCore's place, the real vLLM probe (release 0.33.0) on the stand-in scheduler of
-``tests/probe/vllm/fakes.py`` writes what it proves into a snapshot file the sidecar reads
+``rigs/fakes/vllm.py`` writes what it proves into a snapshot file the sidecar reads
 (``POOLWATCH_SNAPSHOT_FILES``): rank ``vllm-0`` lost three blocks (a request the scheduler forgot,
 its blocks never returned: ``missing``, idle), rank ``vllm-1`` freed one request's blocks twice
 (``negative_ref``: reference counts below zero).  What a real vLLM server pages is
@@ -34,7 +34,6 @@ from typing import Any
 import httpx
 import pytest
 from tests.helpers import SteppingClock
-from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.artifacts.notification_text import CRASH_PATTERN
 from poolwatch.codec.snapshot import dump_snapshot
@@ -42,6 +41,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from rigs.fakes.vllm import Scheduler
 from rigs.stack import deployed
 from rigs.stack.launch import start_alertmanager, start_prometheus, start_sidecar
 from rigs.stack.manifests import kustomize

@@ -23,9 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 from tests.hostile.neighbours import HOG
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.discovery.auth import sign_request
 from poolwatch.discovery.files import read_secret
@@ -39,6 +37,8 @@ from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe_source import ProbeSource
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import Rank
 
 PLACES = MAX_OPEN + RESERVED_OPEN
 

@@ -7,12 +7,11 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.probe.sglang.fakes import Rank
-
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
+from rigs.fakes.sglang import Rank
 
 __all__ = ["probe_in"]
 

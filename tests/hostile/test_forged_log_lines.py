@@ -18,7 +18,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 from tests.sources.logs import replayed
 from tests.sources.vllm.fakes import local
 
@@ -28,6 +27,7 @@ from poolwatch.sources.logfile.dialect import LogDialect
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.dialect import DIALECT as SGLANG
 from poolwatch.sources.vllm.log.dialect import DIALECT as VLLM
+from rigs.fakes.clock import FakeClock
 
 pytestmark = pytest.mark.hostile
 

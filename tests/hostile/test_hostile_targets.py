@@ -27,7 +27,6 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
@@ -41,6 +40,7 @@ from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.targets import TargetSet
+from rigs.fakes.clock import FakeClock
 
 MEMORY_LIMIT = 256 << 20  # deploy/kubernetes: the sidecar container's memory limit
 ROUNDS = 12

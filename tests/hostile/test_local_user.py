@@ -26,7 +26,6 @@ import yaml
 from tests.helpers import REPO
 from tests.hostile.local_user import NOBODY, arena, require_nobody, run_as_nobody, spawn_as_nobody
 from tests.hostile.probes import probe_in
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.directory import SkipReason
@@ -50,6 +49,7 @@ from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.targets import TargetSet
+from rigs.fakes.sglang import Rank
 
 pytestmark = pytest.mark.hostile
 

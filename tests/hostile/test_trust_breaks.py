@@ -251,7 +251,7 @@ def test_5_a_pre_release_whose_free_path_changed_keeps_every_block_and_junk_keep
         assert probe.tripwires.all() == ()
     finally:
         detach(sched)
-    fake = replace(VLLM, scheduler="tests.probe.vllm.fakes:Scheduler")  # the activation path, as in vLLM
+    fake = replace(VLLM, scheduler="rigs.fakes.vllm:Scheduler")  # the activation path, as in vLLM
     with caplog.at_level(logging.ERROR, logger="poolwatch.probe"):
         assert (
             activate(fake, {"POOLWATCH_ENGINE_VERSION": "0.34.0 junk", "POOLWATCH_PROBE_SERVE": "0"}) is False

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.detect.schema import Severity
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
+from rigs.fakes.clock import FakeClock
 
 LABELS = (
     ("dp_rank", "0"),

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.helpers import FakeClock
 from tests.notify.fakes import FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.notify.alertmanager import detail, iso, postable_alerts
 from poolwatch.notify.paths import DETAIL_LABEL, SUPERSEDED
+from rigs.fakes.clock import FakeClock
 
 COUNTS = "The mamba pool of prefill-0 counts 1 slot twice (gap -1): a double free [iteration 411]."
 IDS = COUNTS + " Tripwire free_duplicate: 1 slot [452] first seen after process_prefill_chunk."

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.helpers import FakeClock
 from tests.notify.fakes import FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import Alert
 from poolwatch.notify.cause import cause
 from poolwatch.notify.webhook import WebhookReceiver
+from rigs.fakes.clock import FakeClock
 
 COUNTS = (
     "The mamba pool of prefill-0 (prefill, dp 0 tp 1 pp 0) counts 1 slot twice (gap -1): a double free "

@@ -22,7 +22,6 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from tests.detect.sidecar import seeded, settings
-from tests.helpers import FakeClock
 from tests.notify.fakes import alert
 
 from poolwatch.errors import DeliveryError
@@ -31,6 +30,7 @@ from poolwatch.notify.alertmanager import MAX_ANSWER_BYTES, AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.sidecar.alerting import build_alerting
+from rigs.fakes.clock import FakeClock
 
 SECRET_AM = "https://oncall:hunter2@am.example:9093/prefix/?token=t0ps3cret"
 SECRET_HOOK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX?key=k3y"

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 from tests.notify.fakes import LABELS, FakeAlertmanager, alert
 
 from poolwatch.detect.alert import Alert, AlertState
 from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
+from rigs.fakes.clock import FakeClock
 
 GATHER = 0.2
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.detect.streams import RankStream, exact
-from tests.helpers import SEED_DOUBLE_FREE_LABELS, FakeClock, free_port, require_tool
+from tests.helpers import SEED_DOUBLE_FREE_LABELS, free_port, require_tool
 
 from poolwatch.detect.config import DetectorConfig, MixinConfig
 from poolwatch.detect.detector import Detector
@@ -25,6 +25,7 @@ from poolwatch.notify.alertmanager import AlertmanagerReceiver
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.paths import DETAIL_LABEL
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from tests.helpers import SEED_DOUBLE_FREE_LABELS, FakeClock
+from tests.helpers import SEED_DOUBLE_FREE_LABELS
 from tests.notify.fakes import LABELS, FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import AlertState
@@ -18,6 +18,7 @@ from poolwatch.notify.alertmanager import AlertmanagerReceiver, detail, iso
 from poolwatch.notify.delivery import Deliverer
 from poolwatch.notify.paths import DETAIL_LABEL
 from poolwatch.notify.webhook import WebhookReceiver
+from rigs.fakes.clock import FakeClock
 
 
 async def test_a_firing_alert_is_posted_at_once_and_re_sent_while_it_fires(clock: FakeClock) -> None:

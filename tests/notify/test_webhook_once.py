@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 from tests.detect.sidecar import seeded, settings
-from tests.helpers import FakeClock
 from tests.notify.fakes import LABELS, FakeAlertmanager, alert, deliverer
 
 from poolwatch.detect.alert import AlertState
@@ -21,6 +20,7 @@ from poolwatch.notify.webhook import WebhookReceiver
 from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.persist import load_state
 from poolwatch.sidecar.state_codec import encode_alerts
+from rigs.fakes.clock import FakeClock
 
 HOOK = "https://hooks.example/poolwatch"
 

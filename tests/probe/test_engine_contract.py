@@ -1,6 +1,6 @@
-"""The one contract every engine passes: SGLang's and vLLM's rooms, and a reference toy engine defined
-in the tests (``tests/probe/toy``: a third engine as a sibling folder).  Each is driven through its own
-stand-in scheduler (``tests/probe/contract.py``); nothing here names an engine."""
+"""The one contract every engine passes: SGLang's and vLLM's rooms, and a reference toy engine
+(:mod:`rigs.fakes.toy`: a third engine as a sibling folder).  Each is driven through its own
+stand-in scheduler (:mod:`rigs.fakes.drivers`); nothing here names an engine."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import FakeClock
-from tests.probe.contract import DRIVERS, REGISTRY, Driver
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
@@ -29,6 +27,8 @@ from poolwatch.probe.core.post_import import _PostImport
 from poolwatch.probe.core.probe import Probe
 from poolwatch.probe.core.schedule import GAP_CENSUS_EVERY_S
 from poolwatch.probe.lifecycle import activate, attach, detach, install, probe_of, uninstall
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.drivers import DRIVERS, REGISTRY, Driver
 
 NAMES = [entry.name for entry in REGISTRY]
 # every sample due (0.01 s at most; unpaced: a sample's real cost must not space out the fake

@@ -9,12 +9,13 @@ from dataclasses import replace
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from tests.helpers import FIXTURES, FakeClock
+from tests.helpers import FIXTURES
 
 from poolwatch.errors import Reason
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.app import process_collector
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 GOLDEN = FIXTURES / "golden" / "seed-metrics.txt"
 PROCESS_SAMPLE = re.compile(r"^(process_\w+) \S+$", flags=re.M)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from tests.detect.sidecar import seeded, settings
-from tests.helpers import FakeClock
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.families.targets import TargetHealth
@@ -16,6 +15,7 @@ from poolwatch.errors import ConfigError, Reason
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.alerting import alert_labels, build_alerting
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 
 def test_the_sidecars_alerts_carry_the_configured_external_labels(

@@ -10,7 +10,6 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from tests.detect.sidecar import FakeAlertmanager, Ticker, seeded, seen_seed, settings, settle
-from tests.helpers import FakeClock
 
 from poolwatch.errors import ConfigError, Reason
 from poolwatch.model.snapshot import Snapshot
@@ -18,6 +17,7 @@ from poolwatch.settings.groups import AlertSettings, IdentitySettings
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 
 async def test_the_seed_snapshot_is_paged_to_alertmanager_through_the_wiring(

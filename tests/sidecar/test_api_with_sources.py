@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
-from tests.helpers import FIXTURES, FakeClock
+from tests.helpers import FIXTURES
 from tests.sources.sglang.fakes import captured, sglang_server
 
 from poolwatch.codec.snapshot import dump_snapshot
@@ -17,6 +17,7 @@ from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.targets import TargetSet
+from rigs.fakes.clock import FakeClock
 
 SGLANG = FIXTURES / "sglang"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FIXTURES, FakeClock, asgi_client
+from tests.helpers import FIXTURES, asgi_client
 
 from poolwatch.errors import Reason
 from poolwatch.model.snapshot import Snapshot
@@ -17,6 +17,7 @@ from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.file import FileSource
+from rigs.fakes.clock import FakeClock
 
 SETTINGS = Settings.from_env({"POOLWATCH_WORKER": "test"})
 

@@ -11,7 +11,6 @@ from typing import TypeVar
 import httpx
 from fastapi import FastAPI
 from prometheus_client import generate_latest
-from tests.helpers import FakeClock
 
 from poolwatch.catalog.spec import RANK_LABELS, rank_label_values
 from poolwatch.conservation import Finding, assess_snapshot, describe, findings, signature
@@ -24,6 +23,7 @@ from poolwatch.sidecar.api import api_router
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.metrics.collectors import rank_labels as exporter_rank_labels
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from tests.helpers import FakeClock, require_tool
+from tests.helpers import require_tool
 from tests.sidecar.seeded import GOLDEN, PROCESS_FAMILIES, pinned, seed_store
 
 from poolwatch.catalog.metrics import CATALOG
@@ -19,6 +19,7 @@ from poolwatch.model.rank import IncidentKind, Phase, Pool
 from poolwatch.model.snapshot import Incident, ProbeHealth, Snapshot
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 RANK = {"worker": "qwen3-next-prefill-0", "role": "prefill", "dp_rank": "0", "tp_rank": "0", "pp_rank": "0"}
 MAMBA, FULL = {**RANK, "pool": "mamba"}, {**RANK, "pool": "full"}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from tests.helpers import FakeClock, asgi_client
+from tests.helpers import asgi_client
 from tests.sidecar.seeded import GOLDEN, PROCESS_FAMILIES, FrozenProcess, pinned, seed_store
 from tests.strategies import overlapping_snapshots
 
@@ -19,6 +19,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import build_exposition, build_registry, create_app
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 steps = st.lists(st.tuples(overlapping_snapshots, st.floats(0, 20), st.booleans()), min_size=1, max_size=8)

@@ -11,7 +11,6 @@ from dataclasses import replace
 import httpx
 import pytest
 from tests.fleet_helpers import RouteProbe, scrape_until
-from tests.helpers import FakeClock
 
 from poolwatch.model.rank import SourceKind
 from poolwatch.model.snapshot import ProbeHealth, Snapshot
@@ -22,6 +21,7 @@ from poolwatch.settings.groups import ScrapeSettings
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe_source import ProbeSource
+from rigs.fakes.clock import FakeClock
 
 RANKS = 1000
 WAIT = 0.5

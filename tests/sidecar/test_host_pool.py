@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.helpers import FakeClock
-
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.detect.alert import AlertState
 from poolwatch.detect.config import DetectorConfig
@@ -15,6 +13,7 @@ from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount, WorkerId
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 WORKER = WorkerId("hicache-0", engine="sglang")
 HOST = {

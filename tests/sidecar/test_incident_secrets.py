@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
-from tests.helpers import FakeClock, asgi_client
+from tests.helpers import asgi_client
 
 from poolwatch.cli import main
 from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
@@ -26,6 +26,7 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.incidents.redact import settings_summary
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 PROMPT = "Tell me the launch codes for account 4929-1234"
 TOKENS = "151644, 872, 198, 40451"

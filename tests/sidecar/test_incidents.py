@@ -9,7 +9,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from tests.helpers import FakeClock, asgi_client
+from tests.helpers import asgi_client
 
 from poolwatch.model.findings import CallSite, CallSiteKind, Frame, Repair, RepairKind, Tripwire, TripwireKind
 from poolwatch.model.rank import Pool
@@ -21,6 +21,7 @@ from poolwatch.sidecar.incidents.file import incidents_path
 from poolwatch.sidecar.incidents.log import IncidentLog
 from poolwatch.sidecar.incidents.record import AFTER, BEFORE
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 FREED = CallSite(
     CallSiteKind.FREE,

@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
-from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.files import ensure_secret
@@ -29,6 +28,7 @@ from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.final import FinalSnapshotSource
 from poolwatch.sources.probe_source import ProbeSource
+from rigs.fakes.clock import FakeClock
 
 NOW = 1_761_907_243.0
 

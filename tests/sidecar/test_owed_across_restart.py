@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 from tests.detect.sidecar import seeded, settings
-from tests.helpers import FakeClock
 from tests.notify.fakes import FakeAlertmanager
 
 from poolwatch.model.rank import Pool
@@ -23,6 +22,7 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import AlertWiring, build_alerting
 from poolwatch.sidecar.persist import load_state
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 HOOK = "https://hooks.example/services/T0/B0/XXXX"
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import httpx
-from tests.helpers import FakeClock
 
 from poolwatch.detect.alert import Signal
 from poolwatch.detect.config import DetectorConfig
@@ -21,6 +20,7 @@ from poolwatch.detect.schema import Severity
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.target_state import DirectoryHealth
+from rigs.fakes.clock import FakeClock
 
 JUDGE = ProbeDirectoryHealth(DetectorConfig())
 

@@ -9,7 +9,6 @@ from dataclasses import replace
 import httpx
 import pytest
 from prometheus_client import generate_latest
-from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.errors import Reason
@@ -20,6 +19,7 @@ from poolwatch.sidecar.scraper import Scraper
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.probe_source import ProbeSource
+from rigs.fakes.clock import FakeClock
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 

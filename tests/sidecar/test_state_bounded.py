@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 from tests.detect.sidecar import settings
-from tests.helpers import FakeClock
 from tests.notify.fakes import alert
 
 from poolwatch import fields
@@ -33,6 +32,7 @@ from poolwatch.sidecar.incidents.log import IncidentLog
 from poolwatch.sidecar.persist import load_state, save_alerts
 from poolwatch.sidecar.state_fit import MAX_STATE_BYTES
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 LONG = fields.MAX_NAME  # every name the schema takes is at most this long: the probe's largest
 DOUBLE = (TripwireKind.FREE_DUPLICATE, TripwireKind.FREE_AND_LIVE, TripwireKind.FREE_AND_TREE)

@@ -3,12 +3,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.errors import Reason
 from poolwatch.model.rank import Exactness, IncidentKind, PoolAccount
 from poolwatch.model.snapshot import Incident, Snapshot
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 
 def test_the_latest_snapshot_per_rank_is_kept(seed_snapshot: Snapshot) -> None:

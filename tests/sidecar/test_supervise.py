@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 from tests.detect.sidecar import seeded, settings
-from tests.helpers import FakeClock
 
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.supervise import MAX_BACKOFF_S, Supervisor, SupervisorCollector
+from rigs.fakes.clock import FakeClock
 
 
 class Recorder:

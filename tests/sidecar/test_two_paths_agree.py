@@ -21,7 +21,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.detect.streams import RankStream, coarse, exact
-from tests.helpers import FakeClock, require_tool
+from tests.helpers import require_tool
 
 from poolwatch.artifacts.rules import rule_groups
 from poolwatch.detect.alert import AlertState
@@ -33,6 +33,7 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerting import build_alerting
 from poolwatch.sidecar.app import build_registry
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 STEP = 5  # seconds: the scrape interval of Prometheus, the sidecar's evaluation, promtool's
 FAULT, CRASH, RESTART, END = 60, 120, 330, 1100

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.directory import SkipReason, scan_discovery_dir
@@ -26,6 +25,7 @@ from poolwatch.settings.sidecar import Settings
 from poolwatch.sources.base import Target
 from poolwatch.sources.final import FinalSnapshotSource, RankExited
 from poolwatch.sources.targets import TargetSet
+from rigs.fakes.clock import FakeClock
 
 NOW = 1_761_907_243.0
 ENTRY = DiscoveryEntry("http://127.0.0.1:4000", 7, "w", 0, 0, 0, "boot-a", NOW)

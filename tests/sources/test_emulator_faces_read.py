@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 from tests.sources.sglang.fakes import sglang_server
 
 from poolwatch.commands.replay import command as replay_command
@@ -18,6 +17,7 @@ from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.sglang.metrics import SglangMetricsSource
+from rigs.fakes.clock import FakeClock
 
 emulator = pytest.importorskip("poolwatch_emulator")
 scenarios = pytest.importorskip("tests.emulator.emu_scenarios")

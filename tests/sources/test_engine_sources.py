@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.engines import ENGINES, EngineEntry, UnknownEngine, engine_names
 from poolwatch.model.rank import SourceKind
@@ -25,6 +24,7 @@ from poolwatch.sources.engine import (
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.target_config import static_targets
 from poolwatch.sources.targets import make_source
+from rigs.fakes.clock import FakeClock
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-logs"
 
@@ -46,7 +46,7 @@ def test_the_kinds_are_the_registrys_without_loading_a_room() -> None:
     assert source_kinds() == (SourceKind.PROBE, *shipped, SourceKind.FILE)
     assert {"sglang-metrics", "sglang-log", "vllm-metrics", "vllm-log"} <= set(source_kinds())
     log_only = EngineEntry(
-        "toy", "Toy", probe="tests.probe.toy.engine:TOY", sources="tests.no.such:ROOM", channels=("log",)
+        "toy", "Toy", probe="rigs.fakes.toy.engine:TOY", sources="tests.no.such:ROOM", channels=("log",)
     )
     assert source_kinds((log_only,)) == (SourceKind.PROBE, SourceKind("toy-log"), SourceKind.FILE)
 
@@ -78,7 +78,7 @@ def test_the_engine_setting_picks_whose_metrics_and_logs_the_flags_name() -> Non
 
 
 def test_an_engine_without_a_sources_room_is_one_clear_error() -> None:
-    probe_only = (EngineEntry("toy", "Toy", probe="tests.probe.toy.engine:TOY"),)
+    probe_only = (EngineEntry("toy", "Toy", probe="rigs.fakes.toy.engine:TOY"),)
     with pytest.raises(UnknownEngine, match="engine 'toy' has no /metrics or log source"):
         sources_of("toy", probe_only)
     assert sources_for(SourceKind("sglang-metrics"), probe_only) is None

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
@@ -22,6 +21,7 @@ from poolwatch.sources.base import Target
 from poolwatch.sources.final import FinalSnapshotSource, RankExited
 from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.targets import TargetSet
+from rigs.fakes.clock import FakeClock
 
 NOW = 1_761_907_243.0
 

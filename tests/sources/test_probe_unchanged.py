@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.fleet_helpers import RouteProbe
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.renewal import CLOCK_HEADER, clock_header, content_tag, renew
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
@@ -28,6 +27,7 @@ from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.wire import WireClient
+from rigs.fakes.sglang import Rank
 
 PORT = 41234
 TARGET = Target(name="rank0", source=SourceKind.PROBE, location=f"http://127.0.0.1:{PORT}", worker="w0")

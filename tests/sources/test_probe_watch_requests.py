@@ -7,13 +7,13 @@ import itertools
 import threading
 
 import httpx
-from tests.helpers import FakeClock
 
 from poolwatch.codec.snapshot import dump_snapshot
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe_source import ProbeSource
+from rigs.fakes.clock import FakeClock
 
 
 async def test_an_unchanged_probe_holds_every_long_poll_for_its_whole_wait(seed_snapshot: Snapshot) -> None:

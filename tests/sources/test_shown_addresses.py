@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.addresses import distinct, scrub_urls, shown_host, shown_url
 from poolwatch.codec.snapshot import dump_snapshot
@@ -24,6 +23,7 @@ from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.target_config import static_targets
+from rigs.fakes.clock import FakeClock
 
 
 @pytest.mark.parametrize(

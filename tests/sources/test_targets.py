@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.helpers import FakeClock
 
 from poolwatch.discovery.entry import DiscoveryEntry, write_discovery
 from poolwatch.discovery.safety import default_directory
@@ -18,6 +17,7 @@ from poolwatch.sources.probe_source import ProbeSource
 from poolwatch.sources.sglang.metrics import SglangMetricsSource
 from poolwatch.sources.target_config import load_targets_file, parse_targets_document, static_targets
 from poolwatch.sources.targets import TargetSet, discover_probes
+from rigs.fakes.clock import FakeClock
 
 
 def settings(**env: str) -> Settings:

@@ -14,12 +14,12 @@ from typing import Any
 
 import uvicorn
 from fastapi import APIRouter
-from tests.helpers import FakeClock
 
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.app import create_app
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Source
+from rigs.fakes.clock import FakeClock
 
 
 @contextmanager

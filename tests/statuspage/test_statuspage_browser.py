@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import CHROMIUM_ARGS, FIXTURES, FakeClock, require_tool
+from tests.helpers import CHROMIUM_ARGS, FIXTURES, require_tool
 from tests.statuspage.server import serve
 
 from poolwatch.detect.config import DetectorConfig
@@ -28,6 +28,7 @@ from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.base import Target
 from poolwatch.sources.file import FileSource
+from rigs.fakes.clock import FakeClock
 
 pytestmark = pytest.mark.browser
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
-from tests.helpers import FakeClock, asgi_client
+from tests.helpers import asgi_client
 
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.alerts_api import alerts_router
 from poolwatch.sidecar.app import STATIC_DIR, create_app
 from poolwatch.sidecar.store import SnapshotStore
+from rigs.fakes.clock import FakeClock
 
 FILES = ("index.html", "statuspage.js", "statuspage.css")
 

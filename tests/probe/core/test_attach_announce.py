@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import REPO
-from tests.probe.toy.engine import TOY
-from tests.probe.toy.scheduler import ToyScheduler
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
+from rigs.fakes.toy.engine import TOY
+from rigs.fakes.toy.scheduler import ToyScheduler
 
 # an engine process: attaches the toy probe, says where its file is, then runs until killed
 ENGINE = """
@@ -26,8 +26,8 @@ import sys, time
 from pathlib import Path
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach
-from tests.probe.toy.engine import TOY
-from tests.probe.toy.scheduler import ToyScheduler
+from rigs.fakes.toy.engine import TOY
+from rigs.fakes.toy.scheduler import ToyScheduler
 sched = ToyScheduler()
 probe = attach(TOY, sched, ProbeConfig(sample_interval_s=0.0, directory=sys.argv[1], worker="pod-a"))
 print(probe.publisher.path, probe.boot_id, probe.publisher.keeper.pid, flush=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.helpers import FakeClock, FakeWait
+from tests.helpers import FakeWait
 
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.config import ProbeConfig, ProbeConfigError
@@ -15,6 +15,7 @@ from poolwatch.probe.core.last_word import ATTENDED_S, GRACE_S, Outcome, await_c
 from poolwatch.probe.core.publication import Publication
 from poolwatch.probe.endpoint.messages import Request
 from poolwatch.probe.endpoint.routes import Context, answer
+from rigs.fakes.clock import FakeClock
 
 
 def _attended(pub: Publication, snap: Snapshot) -> None:

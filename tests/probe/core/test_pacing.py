@@ -13,11 +13,10 @@ def paced_probe(now: list[float], each_s: float) -> tuple[Any, Any]:
     ``each_s`` to the pacer, on the clock ``now[0]``; with its scheduler (to detach)."""
     from dataclasses import replace
 
-    from tests.probe.sglang.fakes import Rank, Scheduler
-
     from poolwatch.probe.core.config import ProbeConfig
     from poolwatch.probe.lifecycle import attach
     from poolwatch.probe.sglang.engine import SGLANG
+    from rigs.fakes.sglang import Rank, Scheduler
 
     config = ProbeConfig(serve=False, directory="/nonexistent-poolwatch-test-dir", release="0.5.4.post1")
     rank = Rank()

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.model.rank import Phase, Pool
 from poolwatch.probe.core.config import ProbeConfig
@@ -14,6 +12,8 @@ from poolwatch.probe.core.containment import Guard
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import Rank
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

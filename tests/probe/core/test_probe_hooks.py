@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.probe.sglang.fakes import Rank, Scheduler
 
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.hooks import hook_names
 from poolwatch.probe.lifecycle import attach, detach, install, probe_of, uninstall
 from poolwatch.probe.sglang.engine import SGLANG
+from rigs.fakes.sglang import Rank, Scheduler
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

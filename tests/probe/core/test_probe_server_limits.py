@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.conservation import signature
 from poolwatch.discovery.files import read_secret
@@ -25,6 +24,7 @@ from poolwatch.probe.endpoint.server import ProbeServer
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
+from rigs.fakes.sglang import Rank
 
 
 @pytest.fixture

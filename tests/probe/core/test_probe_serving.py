@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.discovery.directory import read_discovery_dir, scan_discovery_dir
@@ -20,6 +19,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.kill_switch import DISABLE_FILE
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
+from rigs.fakes.sglang import Rank
 
 
 def get(url: str) -> tuple[int, Any]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.helpers import FakeClock, FakeWait
+from tests.helpers import FakeWait
 
 from poolwatch.conservation import signature
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.probe.core.publication import Publication
+from rigs.fakes.clock import FakeClock
 
 
 def test_an_unchanged_signature_is_answered_when_the_deadline_passes_on_the_fake_clock(

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tests.probe.sglang.fakes import DisaggregationMode, Rank, Req
 
 from poolwatch.conservation import gap
 from poolwatch.model.findings import TripwireKind
@@ -21,6 +20,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
+from rigs.fakes.sglang import DisaggregationMode, Rank, Req
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

@@ -8,9 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import GUARD_CONFIG as CONFIG
-from tests.probe.sglang.fakes import seed_rank
+from tests.probe.sglang.setups import GUARD_CONFIG as CONFIG
+from tests.probe.sglang.setups import seed_rank
 
 from poolwatch.discovery.files import read_secret
 from poolwatch.discovery.final import read_final_dir
@@ -19,6 +18,7 @@ from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.final import residual, sglang_checks
 from poolwatch.probe.sglang.shapes import shape_for_version
+from rigs.fakes.clock import FakeClock
 
 
 def test_0_5_4s_check_runs_at_its_hook_while_last_batch_still_holds_the_finished_batch(

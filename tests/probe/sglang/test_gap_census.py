@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.model.findings import Tripwire, TripwireKind
 from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
@@ -29,6 +28,7 @@ from poolwatch_emulator.cluster import Cluster
 from poolwatch_emulator.cluster_config import ClusterConfig
 from poolwatch_emulator.faults import parse_fault
 from poolwatch_emulator.workload import WorkloadConfig
+from rigs.fakes.sglang import Rank
 
 # --- the rule -----------------------------------------------------------------------------------
 

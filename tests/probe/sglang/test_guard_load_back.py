@@ -8,10 +8,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from tests.probe.sglang.fakes import SlotAllocator
 
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
+from rigs.fakes.sglang import SlotAllocator
 
 
 class _Pool0523:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from tests.probe.sglang.fakes import BUSY
+from tests.probe.sglang.setups import BUSY
 
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.sglang.footprint import _one

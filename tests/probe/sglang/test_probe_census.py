@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.model.findings import TripwireKind
 from poolwatch.model.rank import Pool
@@ -16,6 +15,7 @@ from poolwatch.probe.sglang.kv_census import kv_census
 from poolwatch.probe.sglang.mamba_census import mamba_census, tree_is_empty, tree_values
 from poolwatch.probe.sglang.requests import collect_live
 from poolwatch.probe.sglang.shapes import shape_for_version
+from rigs.fakes.sglang import Rank
 
 
 @st.composite

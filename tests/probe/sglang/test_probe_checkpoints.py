@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import MambaPool, Rank, by_hand
+from tests.probe.sglang.setups import by_hand
 
 from poolwatch.conservation import gap
 from poolwatch.model.findings import RepairKind, TripwireKind
@@ -15,6 +14,8 @@ from poolwatch.model.rank import Pool
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import MambaPool, Rank
 
 CONFIG = by_hand("0.5.9")
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import GUARD_CONFIG as CONFIG
-from tests.probe.sglang.fakes import Rank, seed_rank
+from tests.probe.sglang.setups import GUARD_CONFIG as CONFIG
+from tests.probe.sglang.setups import seed_rank
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
@@ -26,6 +25,8 @@ from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.shapes import NEWEST_RELEASE, known_release, shape_for_version
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import Rank
 
 
 def probe_for(rank: Rank, *, guard: bool, directory: str = CONFIG.directory) -> SglangProbe:

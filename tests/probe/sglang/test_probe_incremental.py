@@ -14,8 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import BUSY, Rank
+from tests.probe.sglang.setups import BUSY
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool
@@ -35,6 +34,8 @@ from poolwatch.probe.sglang.waiting import WaitingHolders
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.cluster import Cluster
 from poolwatch_emulator.cluster_config import ClusterConfig
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import Rank
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0,

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import torch
 from tests.detect.emulated import Watched, scenario
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import MambaPool, Rank, by_hand
+from tests.probe.sglang.setups import by_hand
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import findings, gap
@@ -23,6 +22,8 @@ from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import MambaPool, Rank
 
 CONFIG = by_hand()
 

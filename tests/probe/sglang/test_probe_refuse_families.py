@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from tests.probe.sglang.fakes import SlotAllocator
 
 from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
@@ -17,6 +16,7 @@ from poolwatch.probe.sglang.shapes import SHAPES, shape_for_version
 from poolwatch_emulator.radix import TreeNode
 from poolwatch_emulator.req import Req, RequestSpec
 from poolwatch_emulator.req_pool import HybridReqToTokenPool
+from rigs.fakes.sglang import SlotAllocator
 
 Refusals = list[tuple[tuple[int, ...], tuple[str, ...], str]]
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import Rank
 
 from poolwatch.conservation import Balance, assess_snapshot, gap
 from poolwatch.model.findings import TripwireKind
@@ -16,6 +14,8 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import Rank
 
 CONFIG = ProbeConfig(
     sample_interval_s=0.0, census_interval_s=0.0, serve=False, directory="/nonexistent-poolwatch-test-dir"

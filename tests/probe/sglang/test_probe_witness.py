@@ -14,14 +14,15 @@ import inspect
 from dataclasses import replace
 from typing import Any
 
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import GUARD_CONFIG, Rank
+from tests.probe.sglang.setups import GUARD_CONFIG
 
 from poolwatch.model.findings import CallSiteKind, RepairKind, TripwireKind
 from poolwatch.model.rank import Pool
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import Rank
 
 ENGINE = replace(SGLANG, package="tests.probe.sglang")
 

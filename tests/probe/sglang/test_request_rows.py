@@ -5,8 +5,7 @@ PoolwatchSlotLeak on the ``req`` pool in rows; the same rank with the row return
 
 from __future__ import annotations
 
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import Rank, by_hand
+from tests.probe.sglang.setups import by_hand
 
 from poolwatch.conservation import gap
 from poolwatch.detect.config import DetectorConfig
@@ -15,6 +14,8 @@ from poolwatch.detect.families.balance import SLOT_LEAK
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import Rank
 
 CONFIG = by_hand(census_interval_s=60.0)
 

@@ -5,8 +5,7 @@ detector pages a send that outlived the bound, naming its owner, and never one w
 
 from __future__ import annotations
 
-from tests.helpers import FakeClock
-from tests.probe.sglang.fakes import DisaggregationMode, Queue, Rank, by_hand
+from tests.probe.sglang.setups import by_hand
 
 from poolwatch.detect.config import DetectorConfig
 from poolwatch.detect.detector import Detector
@@ -16,6 +15,8 @@ from poolwatch.model.rank import Pool
 from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.waits import pd_timeouts
+from rigs.fakes.clock import FakeClock
+from rigs.fakes.sglang import DisaggregationMode, Queue, Rank
 
 CONFIG = by_hand(census_interval_s=60.0)
 

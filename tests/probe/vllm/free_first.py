@@ -5,10 +5,9 @@ hostile tier."""
 
 from __future__ import annotations
 
-from tests.probe.vllm import fakes
-from tests.probe.vllm.fakes import Scheduler
-
 from poolwatch.probe.core.config import ProbeConfig
+from rigs.fakes import vllm as fakes
+from rigs.fakes.vllm import Scheduler
 
 __all__ = ["GUARD", "ChangedScheduler", "FullAttentionManager", "changed", "serve"]
 

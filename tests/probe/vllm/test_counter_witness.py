@@ -4,10 +4,21 @@ free or leak for it); a queue that holds a block twice is a double free the walk
 
 from __future__ import annotations
 
-from tests.probe.vllm.fakes import Scheduler, probe_for
+from tests.helpers import SteppingClock
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool
+from poolwatch.probe.core.config import ProbeConfig
+from poolwatch.probe.core.probe import Probe, new_probe
+from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from rigs.fakes.vllm import Scheduler
+
+
+def probe_for(sched: Scheduler, version: str = "0.33.0") -> Probe:
+    """The vLLM probe on ``sched`` as the engine builds it (worker ``w``), every sample due."""
+    config = ProbeConfig(serve=False, sample_interval_s=0.01)
+    release, environ = vllm_release(version), {"POOLWATCH_WORKER": "w"}
+    return new_probe(VLLM, sched, config, release=release, environ=environ, clock=SteppingClock())
 
 
 def test_a_free_count_above_a_sound_queue_is_witnessed_and_the_gap_is_the_walks() -> None:

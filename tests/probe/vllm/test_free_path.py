@@ -11,7 +11,6 @@ unannounced, the owner check stays off: a healthy run names nothing and loses no
 from __future__ import annotations
 
 import pytest
-from tests.probe.vllm.fakes import Scheduler
 from tests.probe.vllm.free_first import GUARD, changed, serve
 
 from poolwatch.probe.core.config import ProbeConfig
@@ -19,6 +18,7 @@ from poolwatch.probe.lifecycle import attach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.free_path import FREES
+from rigs.fakes.vllm import Scheduler
 
 
 @pytest.mark.parametrize("version", ["0.34.0rc1", "0.34.0.dev12+g1a2b3c4", "0.34.0+cu128"])

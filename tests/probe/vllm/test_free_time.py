@@ -1,4 +1,4 @@
-"""The free-time check on the block-pool stand-in (tests/probe/vllm/fakes.py): a free that leaves a
+"""The free-time check on the block-pool stand-in (rigs/fakes/vllm.py): a free that leaves a
 block with fewer references than the lists still naming it is named at the free, before the block
 can be handed to another request -- the shared-prefix double free vLLM itself never asserts on --
 and a sound run of finishes, preemptions, prefix hits and deferred frees names nothing."""
@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.model.findings import TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
@@ -22,6 +21,7 @@ from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.holders import HolderIndex
 from poolwatch.probe.vllm.sample import read_holders
 from poolwatch.probe.vllm.shapes import shape_for
+from rigs.fakes.vllm import Scheduler
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-free")
 

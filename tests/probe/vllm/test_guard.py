@@ -1,4 +1,4 @@
-"""vLLM guard (``POOLWATCH_PROBE_GUARD=1``) on the block-pool stand-in (tests/probe/vllm/fakes.py):
+"""vLLM guard (``POOLWATCH_PROBE_GUARD=1``) on the block-pool stand-in (rigs/fakes/vllm.py):
 each wrong free is refused inside ``free_blocks`` and what is handed on leaves the pool exactly
 sound -- ``ref_cnt`` equal to the owners of every block, the free queue holding exactly the blocks
 at 0, each once -- on a single-pass family (0.33) and a two-pass one (0.18); a sound run refuses
@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.probe.vllm.fakes import Block, Scheduler
 
 from poolwatch.conservation import findings
 from poolwatch.detect.families.repairs import PROBE_REPAIRED, GuardRepairs
@@ -27,6 +26,7 @@ from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.refuse import admit
+from rigs.fakes.vllm import Block, Scheduler
 
 GUARD = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-guard", guard=True)
 FAMILIES = {"0.33.0": False, "0.18.0": True}  # release -> two-pass free

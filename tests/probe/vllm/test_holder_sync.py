@@ -9,12 +9,12 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.probe.core.reading import Reading
 from poolwatch.probe.vllm.holders import HolderIndex
 from poolwatch.probe.vllm.sample import read_holders
 from poolwatch.probe.vllm.shapes import shape_for
+from rigs.fakes.vllm import Scheduler
 
 SHAPE = shape_for("0.33.0")
 

@@ -1,4 +1,4 @@
-"""Freed while in flight (tests/probe/vllm/fakes.py, stepped as EngineCore's batch queue steps it):
+"""Freed while in flight (rigs/fakes/vllm.py, stepped as EngineCore's batch queue steps it):
 a block returned to the pool while a step that lists it is in flight, beside a KV consumer connector,
 is named at the free with its request (``freed_in_flight``), never as a double free; a release that
 fences the free behind the step (0.24+'s deferred frees), a scheduler without a consumer connector,
@@ -11,14 +11,13 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.probe.vllm.fakes import Scheduler
-
 from poolwatch.model.findings import TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.in_flight import InFlight, unordered_writer
+from rigs.fakes.vllm import Scheduler
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-flight")
 

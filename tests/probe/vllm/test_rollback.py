@@ -1,4 +1,4 @@
-"""Freed while a rollback still needs it (tests/probe/vllm/fakes.py, stepped as EngineCore's batch
+"""Freed while a rollback still needs it (rigs/fakes/vllm.py, stepped as EngineCore's batch
 queue steps it): with speculative decoding and overlapping steps, a sliding window's block dropped on
 a count that includes drafts still in flight is named before the drop with its request
 (``freed_in_flight``, hook ``remove_skipped_blocks``); a drop on the processed count, a synchronous
@@ -10,8 +10,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.probe.vllm.fakes import Block, FullAttentionManager, Scheduler
-
 from poolwatch.model.findings import TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach
@@ -19,6 +17,7 @@ from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.in_flight import InFlight
 from poolwatch.probe.vllm.rollback import rolled_back, speculative, windowed
+from rigs.fakes.vllm import Block, FullAttentionManager, Scheduler
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-rollback")
 BLOCK, WINDOW, DRAFTS = 4, 8, 3

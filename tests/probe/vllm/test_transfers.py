@@ -1,4 +1,4 @@
-"""Freed while a transfer is pending (tests/probe/vllm/fakes.py beside a connector): a finished
+"""Freed while a transfer is pending (rigs/fakes/vllm.py beside a connector): a finished
 request kept for a send and a receive, freed when the first of them reports, is named at that free
 with its blocks and its request (``freed_in_flight``, hook ``kv_transfer``); a request freed by its
 only transfer, by both reported together, by the last of two, or by no report at all names nothing."""
@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from tests.probe.vllm.fakes import Block, Scheduler
 
 from poolwatch.model.findings import TripwireKind
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.lifecycle import attach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
+from rigs.fakes.vllm import Block, Scheduler
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-transfers")
 

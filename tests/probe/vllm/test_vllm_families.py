@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.probe.vllm.fakes import Block, Scheduler
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Exactness, Pool, Role
@@ -22,6 +21,7 @@ from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.shape_check import check_shape
 from poolwatch.probe.vllm.shapes import SHAPES, shape_for
+from rigs.fakes.vllm import Block, Scheduler
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01, directory="/nonexistent-poolwatch-families")
 

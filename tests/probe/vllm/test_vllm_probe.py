@@ -1,4 +1,4 @@
-"""The vLLM probe on a stand-in block pool (tests/probe/vllm/fakes.py): exact accounts, the walk's
+"""The vLLM probe on a stand-in block pool (rigs/fakes/vllm.py): exact accounts, the walk's
 block ids for each fault, hooks at the step boundaries, shapes per release, the snapshot's wire form."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from tests.probe.vllm.fakes import Scheduler
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
 from poolwatch.conservation import gap
@@ -21,6 +20,7 @@ from poolwatch.probe.lifecycle import activate, attach, detach, install, probe_o
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.shapes import UnknownVllmRelease, shape_for
+from rigs.fakes.vllm import Scheduler
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01)
 
@@ -322,7 +322,7 @@ def test_attach_wraps_one_instance_and_detach_undoes_it() -> None:
     assert "schedule" not in vars(sched)
 
 
-FAKE = replace(VLLM, scheduler="tests.probe.vllm.fakes:Scheduler")  # the fakes' class, as vLLM's
+FAKE = replace(VLLM, scheduler="rigs.fakes.vllm:Scheduler")  # the fakes' class, as vLLM's
 
 
 def test_the_plugin_is_inert_without_consent() -> None:

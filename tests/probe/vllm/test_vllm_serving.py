@@ -11,8 +11,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.probe.vllm.fakes import Scheduler
-
 from poolwatch.codec.snapshot import parse_snapshot
 from poolwatch.conservation import gap
 from poolwatch.discovery.directory import read_discovery_dir
@@ -22,6 +20,7 @@ from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.last_word import Outcome
 from poolwatch.probe.lifecycle import attach, detach
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
+from rigs.fakes.vllm import Scheduler
 
 
 def get(url: str) -> tuple[int, Any]:

@@ -1,4 +1,4 @@
-"""What waits on a vLLM scheduler, on the stand-in of tests/probe/vllm/fakes.py: requests kept for a
+"""What waits on a vLLM scheduler, on the stand-in of rigs/fakes/vllm.py: requests kept for a
 KV transfer and requests waiting for remote KV as holds (aged, named, bounded by the connector's own
 timeouts), a parked scheduler kept fresh by the keepalive, progress and stalls, fruitless
 preemptions, and the encoder cache as a pool."""
@@ -9,8 +9,6 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from tests.probe.vllm.fakes import Request, Scheduler
-
 from poolwatch.conservation import Balance, findings
 from poolwatch.model.holds import HoldReason
 from poolwatch.model.rank import Phase, Pool
@@ -20,6 +18,7 @@ from poolwatch.probe.core.probe import new_probe
 from poolwatch.probe.vllm.engine import VLLM, vllm_release
 from poolwatch.probe.vllm.extras import VllmProbe
 from poolwatch.probe.vllm.timeouts import connector_timeouts
+from rigs.fakes.vllm import Request, Scheduler
 
 CONFIG = ProbeConfig(serve=False, sample_interval_s=0.01)
 

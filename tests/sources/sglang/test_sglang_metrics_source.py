@@ -4,7 +4,6 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers import FakeClock
 from tests.sources.sglang.fakes import SGLANG, Handler, captured, sglang_server
 from tests.strategies import slot_counts
 
@@ -15,6 +14,7 @@ from poolwatch.sources.base import Source, Target
 from poolwatch.sources.logfile.heads import Ranks
 from poolwatch.sources.sglang.gauges import ServerInfo, parse_server_info, pool_accounts, queues
 from poolwatch.sources.sglang.metrics import IdleWatch, SglangMetricsSource, parse_metrics_page
+from rigs.fakes.clock import FakeClock
 
 
 def source(

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
-from tests.helpers import FIXTURES, FakeClock
+from tests.helpers import FIXTURES
 from tests.sources.logs import file_lines, records
 
 from poolwatch.settings.sidecar import Settings
@@ -18,6 +18,7 @@ from poolwatch.sources.logfile.events import LogEvent
 from poolwatch.sources.logfile.records import LogRecord
 from poolwatch.sources.targets import TargetSet
 from poolwatch.sources.vllm.log.dialect import DIALECT
+from rigs.fakes.clock import FakeClock
 
 LOGS = FIXTURES / "vllm-logs"
 PAGES = FIXTURES / "vllm"

@@ -10,7 +10,6 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers import FakeClock
 from tests.sources.vllm.fakes import PAGES
 
 from poolwatch.commands import check as check_command
@@ -22,6 +21,7 @@ from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
 from poolwatch.sources.base import Source, Target
 from poolwatch.sources.vllm.gauges import EngineGauges, pool_account
 from poolwatch.sources.vllm.metrics import VllmMetricsSource, parse_metrics_page, parse_version
+from rigs.fakes.clock import FakeClock
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

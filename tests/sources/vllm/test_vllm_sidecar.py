@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import httpx
-from tests.helpers import FakeClock
 from tests.sources.vllm.fakes import LOGS, PAGES, local, read_server_and_log
 
 from poolwatch.model.rank import SourceKind
@@ -20,6 +19,7 @@ from poolwatch.sidecar.store import SnapshotStore
 from poolwatch.sources.engine import sniff_engine
 from poolwatch.sources.target_config import static_targets
 from poolwatch.sources.targets import TargetSet
+from rigs.fakes.clock import FakeClock
 
 REAL_LOG = LOGS / "v0.32.0-cpu-real-double-free.log"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FIXTURES, FakeClock
+from tests.helpers import FIXTURES
 from tests.sources.logs import drain
 
 from poolwatch.conservation import assess_snapshot, describe
@@ -15,6 +15,7 @@ from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Target
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.sglang.log.dialect import DIALECT
+from rigs.fakes.clock import FakeClock
 
 LOGS = FIXTURES / "sglang"
 FAR_FUTURE = 4_000_000_000.0

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.helpers import FakeClock
 from tests.sources.logs import drain
 from tests.sources.vllm.fakes import LOGS, local
 
 from poolwatch.model.rank import IncidentKind, Phase
 from poolwatch.sources.logfile.source import LogSource
 from poolwatch.sources.vllm.log.dialect import DIALECT
+from rigs.fakes.clock import FakeClock
 
 NOW = local("2026-12-03 16:30:00")  # a few minutes after the real capture's crash
 EC = "(EngineCore pid=12) ERROR 12-03 16:29:{s:02d} [core.py:1512] "

@@ -3,7 +3,7 @@ allocator's own semantics (an intrusive free queue, ``ref_cnt``, hashed blocks a
 
 Written from the behaviour described in /work/shared/reference/vllm-block-pool.md, not copied:
 ``free_blocks`` checks nothing, exactly like vLLM's, so the faults can be injected the way they
-happen there.  The real classes are driven in tests/vllm_real.
+happen there.  The real classes are driven in ``tests/vllm_real``.
 """
 
 from __future__ import annotations
@@ -181,16 +181,3 @@ class Scheduler:
     def finish_requests(self, rids: list[str]) -> None:
         for rid in rids:
             self.finish(rid)
-
-
-def probe_for(sched: Scheduler, version: str = "0.33.0") -> Any:
-    """The vLLM probe on ``sched`` as the engine builds it (worker ``w``), every sample due."""
-    from tests.helpers import SteppingClock
-
-    from poolwatch.probe.core.config import ProbeConfig
-    from poolwatch.probe.core.probe import new_probe
-    from poolwatch.probe.vllm.engine import VLLM, vllm_release
-
-    config = ProbeConfig(serve=False, sample_interval_s=0.01)
-    release, environ = vllm_release(version), {"POOLWATCH_WORKER": "w"}
-    return new_probe(VLLM, sched, config, release=release, environ=environ, clock=SteppingClock())

@@ -1,5 +1,5 @@
 """How the engine contract drives each engine: one :class:`Driver` per engine in the registry, plus
-the reference toy engine (``tests/probe/toy``).  A driver knows its engine's stand-in scheduler:
+the reference toy engine (:mod:`rigs.fakes.toy`).  A driver knows its engine's stand-in scheduler:
 how to make a healthy idle one, give it work, run one iteration through its own (hooked) methods,
 bring it back to idle, and leak slots while busy -- nothing about the probe."""
 
@@ -9,19 +9,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tests.probe.sglang.fakes import Rank
-from tests.probe.sglang.fakes import Scheduler as SglangFake
-from tests.probe.toy.engine import TOY
-from tests.probe.toy.scheduler import ToyScheduler
-from tests.probe.vllm.fakes import Scheduler as VllmFake
-
 from poolwatch.engines import ENGINES, EngineEntry, load
 from poolwatch.probe.core.engine import Engine
+from rigs.fakes.sglang import Rank
+from rigs.fakes.sglang import Scheduler as SglangFake
+from rigs.fakes.toy.engine import TOY
+from rigs.fakes.toy.scheduler import ToyScheduler
+from rigs.fakes.vllm import Scheduler as VllmFake
 
 # the reference engine, unless the registry ships one of that name (then the shipped room is driven)
 TOY_ENTRY = next(
     (e for e in ENGINES if e.name == TOY.name),
-    EngineEntry(TOY.name, "Toy", probe="tests.probe.toy.engine:TOY"),
+    EngineEntry(TOY.name, "Toy", probe="rigs.fakes.toy.engine:TOY"),
 )
 
 
@@ -61,7 +60,7 @@ def _sglang_finish(sched: Any) -> None:
         assert req.req_pool_idx is not None
         row = rank.rows.req_to_token[req.req_pool_idx, : len(req.origin_input_ids) + len(req.output_ids) - 1]
         rank.alloc.free(row.to(rank.alloc.free_pages.dtype))
-        rank.mamba.free(req.mamba_pool_idx.reshape(1))  # type: ignore[union-attr]
+        rank.mamba.free(req.mamba_pool_idx.reshape(1))
         rank.rows.free_slots.append(req.req_pool_idx)
     sched.running_batch.reqs.clear()
     sched.last_batch = None

@@ -2,8 +2,9 @@
 
 A :class:`Rank` is built in a known state: a prefix tree owning some slots (some locked by live
 requests), live requests holding rows, private KV and Mamba slots, waiting requests holding a
-copy-on-write Mamba slot, and free lists holding the rest.  ``Rank.scheduler()`` returns an object
-the probe reads like a real ``Scheduler``.  Faults are injected by editing the free lists.
+copy-on-write Mamba slot, and free lists holding the rest; its ``sched`` is an object the probe
+reads like a real ``Scheduler``.  Faults are injected by editing the free lists.  The probe tests'
+set-ups on them are in ``tests/probe/sglang/setups.py``.
 """
 
 from __future__ import annotations
@@ -12,20 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from poolwatch.probe.core.config import ProbeConfig
-from poolwatch_emulator.workload import WorkloadConfig
-
-# an emulated load where KV runs out first, so requests wait holding the COW slot of their prefix hit
-BUSY = WorkloadConfig(
-    rate=30.0,
-    prompt_median=600,
-    output_median=200,
-    prefix_median=120,
-    burst_s=3.0,
-    gap_s=2.0,
-    abort_fraction=0.2,
-)
 
 
 class SlotAllocator:
@@ -255,27 +242,3 @@ class Rank:
         private = self.alloc.take(allocated - prefix)
         row = torch.cat((req.prefix_indices, private)).to(torch.int32)
         self.rows.req_to_token[req.req_pool_idx, : len(row)] = row
-
-
-def by_hand(release: str = "0.5.4.post1", census_interval_s: float = 0.0) -> ProbeConfig:
-    """A probe reading a fake rank of ``release`` by hand: every sample now, not served, censuses
-    every time (0) or on their schedule."""
-    return ProbeConfig(
-        sample_interval_s=0.0,
-        census_interval_s=census_interval_s,
-        serve=False,
-        directory="/nonexistent-poolwatch-test-dir",
-        release=release,
-    )
-
-
-GUARD_CONFIG = by_hand()
-
-
-def seed_rank() -> tuple[Rank, int]:
-    """0.5.4.post1 PD prefill right after process_prefill_chunk freed the chunked request's slot."""
-    rank = Rank(kv=64, mamba=8, rows=4)
-    req = rank.chunked("long", origin=40, chunk=16)
-    assert req.mamba_pool_idx is not None
-    rank.mamba.free(req.mamba_pool_idx.reshape(1))
-    return rank, int(req.mamba_pool_idx)

@@ -20,14 +20,14 @@ def toy_release(override: str) -> Release:
 
 
 def _open(scheduler: object, config: ProbeConfig, release: Release, environ: Mapping[str, str]) -> Reader:
-    from tests.probe.toy.reader import ToyReader
+    from rigs.fakes.toy.reader import ToyReader
 
     return ToyReader(scheduler)
 
 
 TOY = Engine(
     name="toy",
-    scheduler="tests.probe.toy.scheduler:ToyScheduler",
+    scheduler="rigs.fakes.toy.scheduler:ToyScheduler",
     hooks=((("step",), "before", "step"), (("idle",), "before", "idle")),
     release=toy_release,
     open=_open,

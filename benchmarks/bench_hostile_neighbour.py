@@ -41,7 +41,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hostile_processes import neighbour, sidecar, until  # benchmarks/ (this script's directory)
-from tests.hostile.neighbours import HOG, RECEIVERS
+
+from rigs.neighbours import HOG, RECEIVERS
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = REPO / "tests" / "fixtures" / "seed-snapshot.json"

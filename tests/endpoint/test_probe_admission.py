@@ -23,7 +23,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.hostile.neighbours import HOG
 
 from poolwatch.discovery.auth import sign_request
 from poolwatch.discovery.files import read_secret
@@ -39,6 +38,7 @@ from poolwatch.sources.base import Target
 from poolwatch.sources.probe_source import ProbeSource
 from rigs.fakes.clock import FakeClock
 from rigs.fakes.sglang import Rank
+from rigs.neighbours import HOG
 
 PLACES = MAX_OPEN + RESERVED_OPEN
 

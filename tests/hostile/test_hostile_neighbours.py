@@ -33,9 +33,10 @@ import httpx
 import pytest
 from tests.helpers import FIXTURES
 from tests.hostile.local_user import NOBODY, arena, require_nobody, run_as_nobody, spawn_as_nobody
-from tests.hostile.neighbours import HOG, RECEIVERS
 from tests.hostile.probes import probe_in
 from tests.hostile.sidecar_process import samples, serve
+
+from rigs.neighbours import HOG, RECEIVERS
 
 pytestmark = pytest.mark.hostile
 

@@ -1,5 +1,6 @@
 """The hostile neighbour's and the hostile receivers' programs (stdlib only; their source is passed
-with ``-c``, as uid ``nobody`` in the hostile tier and the benchmark, as this user elsewhere).
+with ``-c``, as uid ``nobody`` in the hostile tier and ``benchmarks/bench_hostile_neighbour.py``,
+as this user elsewhere).
 
 :data:`HOG` ``<port> <threads>``: each thread holds one connection to ``127.0.0.1:<port>`` and opens
 a new one the moment it is closed, never sending a byte; prints ``holding`` once started.

@@ -17,7 +17,7 @@ Each figure is the fastest of several rounds (the machine's other load only adds
 wrapped one of the same free-list length, rounds interleaved; the check alone is the wrapper's
 decision without the pool's free (for ``free_mamba_cache``: its own decision plus the id check of
 the free it makes).  On a loaded machine the pair figures differ by more than the check between
-rounds; the check alone is the figure to read.  The soak is ``tests.detect.emulated.soak`` (heavy
+rounds; the check alone is the figure to read.  The soak is :func:`rigs.emulated.soak.soak` (heavy
 fault-free PD traffic, guard on) on each release the emulator reproduces.
 """
 
@@ -170,7 +170,7 @@ def free_path_table() -> str:
 
 def soak_table(minutes: float) -> str:
     """Healthy emulated soaks with guard on: ranks wrapped, slots refused, slots repaired."""
-    from tests.detect.emulated import soak
+    from rigs.emulated.soak import soak
 
     rows = [
         "| release | simulated min | ranks wrapped | refused | repairs | alerts | crashed | wall s |",

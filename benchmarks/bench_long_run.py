@@ -1,12 +1,13 @@
 """Long runs stay linear: wall time per simulated second of a healthy emulated PD run, 600 s vs 3,600 s.
 
 One loop, as the detection tests run it: the emulator (1 prefill + 1 decode worker, heavy chunked
-PD traffic, ``soak_config``), the real probe on every rank (sampling every iteration, or at 1 Hz
-with ``--sample-interval 1``), every published snapshot into the sidecar's store, the detector
-evaluated once per simulated second, and ``/metrics`` rendered every 15 simulated seconds.  It
-prints the wall time of each 600-simulated-second window and the cost per simulated second of
-the first 600 s against the whole 3,600 s; ``--profile`` adds the top functions (cProfile,
-internal time) of the first and the last window, to see what, if anything, grows.
+PD traffic, :func:`rigs.emulated.soak.soak_config`), the real probe on every rank (sampling every
+iteration, or at 1 Hz with ``--sample-interval 1``), every published snapshot into the sidecar's
+store, the detector evaluated once per simulated second, and ``/metrics`` rendered every 15
+simulated seconds.  It prints the wall time of each 600-simulated-second window and the cost per
+simulated second of the first 600 s against the whole 3,600 s; ``--profile`` adds the top
+functions (cProfile, internal time) of the first and the last window, to see what, if anything,
+grows.
 
 Run: ``python benchmarks/bench_long_run.py [--seconds 3600] [--sample-interval 0] [--profile]``.
 Figures, never asserts.
@@ -26,9 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import generate_latest
-from tests.detect.emulated import Watched, soak_config
 
 from poolwatch.sidecar.app import build_registry
+from rigs.emulated.soak import soak_config
+from rigs.emulated.watched import Watched
 
 WINDOW = 600.0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.detect.emulated import EPOCH, Watched
 from tests.emulator.emu_census import full_census
 
 from poolwatch.conservation import gap
@@ -24,6 +23,7 @@ from poolwatch_emulator import FAULTS, truth
 from poolwatch_emulator.catalogue import COUNTER, FREED_IN_FLIGHT, STALL, STRANDED
 from poolwatch_emulator.scenarios import scenario_config
 from poolwatch_emulator.scheduler import Scheduler
+from rigs.emulated.watched import EPOCH, Watched
 
 GAP_PAGES = ("PoolwatchDoubleFree", "PoolwatchSlotLeak", "PoolwatchHostPoolGap")
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from prometheus_client import generate_latest
-from tests.detect.emulated import Watched, scenario
+from tests.detect.emulated import scenario
 
 from poolwatch.detect.alert import AlertState
 from poolwatch.sidecar.app import build_registry
+from rigs.emulated.watched import Watched
 
 FAULT = "pd-chunked-mamba-double-free"
 

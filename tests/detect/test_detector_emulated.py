@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.detect.emulated import EPOCH, Watched, scenario
+from tests.detect.emulated import scenario
 
 from poolwatch.detect.alert import AlertState
 from poolwatch_emulator.build import ModelShape
 from poolwatch_emulator.faults import FAULTS
 from poolwatch_emulator.scenarios import scenario_config
 from poolwatch_emulator.workload import WorkloadConfig
+from rigs.emulated.watched import EPOCH, Watched
 
 CONSERVATION = ("PoolwatchDoubleFree", "PoolwatchSlotLeak", "PoolwatchHostPoolGap")
 SIGN = {"surplus": "PoolwatchDoubleFree", "deficit": "PoolwatchSlotLeak"}

@@ -9,7 +9,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from tests.detect.emulated import SoakResult, soak
+
+from rigs.emulated.soak import SoakResult, soak
 
 RUNS = (("0.5.4.post1", 11), ("0.5.9", 12), ("0.5.12", 13))
 

@@ -1,5 +1,6 @@
 """Shared helpers of the log tests: an engine's dialect driven over lines, as the product drives it
-(the line assembler, then records, then the dialect's events, the fold, the replayer)."""
+(the line assembler, then records (:func:`rigs.log_records.records`), then the dialect's events,
+the fold, the replayer)."""
 
 from __future__ import annotations
 
@@ -14,33 +15,12 @@ import pytest
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.snapshot import Snapshot
 from poolwatch.sources.base import Source
-from poolwatch.sources.logfile.assembler import LineAssembler
 from poolwatch.sources.logfile.dialect import LogDialect
 from poolwatch.sources.logfile.events import LogEvent
 from poolwatch.sources.logfile.reader import LogReader
-from poolwatch.sources.logfile.records import LogRecord, RecordAssembler
 from poolwatch.sources.logfile.replay import ReplayReport, Row
 from poolwatch.sources.logfile.replayer import Replayer
-
-
-def records(
-    dialect: LogDialect,
-    lines: Iterable[str],
-    day: dt.date | None = None,
-    *,
-    final: bool = True,
-    **bounds: int,
-) -> list[LogRecord]:
-    """The records ``lines`` make (``final``: the input ends here; else a live log gone quiet)."""
-    assembler = LineAssembler(dialect.reader(day), dialect.wraps, dialect.unglue, dialect.own_lead)
-    grouped = RecordAssembler(dialect.framing, **bounds)
-    out: list[LogRecord] = []
-    for line in lines:
-        for logical in assembler.feed(line):
-            out += grouped.feed(logical.text, logical.head)
-    for logical in assembler.flush():
-        out += grouped.feed(logical.text, logical.head)
-    return out + grouped.flush(final=final)
+from rigs.log_records import records
 
 
 def events(dialect: LogDialect, lines: Iterable[str], day: dt.date | None = None) -> list[LogEvent]:

@@ -8,7 +8,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from tests.detect.emulated import soak
+
+from rigs.emulated.soak import soak
 
 RUNS = (("0.5.4.post1", 21), ("0.5.9", 22), ("0.5.12", 23))
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from tests.detect.emulated import Watched, scenario
+from tests.detect.emulated import scenario
 from tests.probe.sglang.setups import by_hand
 
 from poolwatch.codec.snapshot import dump_snapshot, parse_snapshot
@@ -22,6 +22,7 @@ from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.extras import SglangProbe
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
+from rigs.emulated.watched import Watched
 from rigs.fakes.clock import FakeClock
 from rigs.fakes.sglang import MambaPool, Rank
 

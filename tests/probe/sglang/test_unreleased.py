@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from tests.detect.emulated import EPOCH, Watched
 
 from poolwatch.model.findings import LEAK_KINDS, Tripwire, TripwireKind
 from poolwatch.probe.core.reading import Reading
@@ -19,6 +18,7 @@ from poolwatch.probe.sglang.requests import LiveSet
 from poolwatch.probe.sglang.shapes import shape_for_version
 from poolwatch.probe.sglang.unreleased import TAIL_REACH, Tail, reach_of, release_end, tails, unreleased
 from poolwatch_emulator.scenarios import scenario_config
+from rigs.emulated.watched import EPOCH, Watched
 
 PAGE, WIDTH = 4, 16
 SHAPE = shape_for_version("0.5.9")

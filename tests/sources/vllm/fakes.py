@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 from tests.helpers import FIXTURES
-from tests.sources.logs import file_lines, records
+from tests.sources.logs import file_lines
 
 from poolwatch.settings.sidecar import Settings
 from poolwatch.sidecar.scraper import Scraper
@@ -19,6 +19,7 @@ from poolwatch.sources.logfile.records import LogRecord
 from poolwatch.sources.targets import TargetSet
 from poolwatch.sources.vllm.log.dialect import DIALECT
 from rigs.fakes.clock import FakeClock
+from rigs.log_records import records
 
 LOGS = FIXTURES / "vllm-logs"
 PAGES = FIXTURES / "vllm"

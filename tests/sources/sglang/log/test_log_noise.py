@@ -14,13 +14,13 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.sources.logs import records
 
 from poolwatch.commands.replay.command import stream_file
 from poolwatch.sources.logfile.events import RankIncident
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.logfile.replayer import Replayer
 from poolwatch.sources.sglang.log.dialect import DIALECT
+from rigs.log_records import records
 
 LOGS: tuple[tuple[str, ...], ...] = (
     (

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.helpers import FIXTURES
-from tests.sources.logs import records
 
 from poolwatch.model.rank import IncidentKind, Pool, SourceKind
 from poolwatch.sources.logfile.assembler import LineAssembler
@@ -13,6 +12,7 @@ from poolwatch.sources.logfile.events import RankIncident
 from poolwatch.sources.logfile.fold import LogFold
 from poolwatch.sources.logfile.records import LogRecord, RecordAssembler
 from poolwatch.sources.sglang.log.dialect import DIALECT
+from rigs.log_records import records
 
 ORPHANED = FIXTURES / "sglang-logs" / "v0.5.4-orphaned-leak-traceback.log"
 

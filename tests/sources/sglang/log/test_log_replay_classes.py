@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.sources.logs import events, records
+from tests.sources.logs import events
 
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import Pool
@@ -29,6 +29,7 @@ from poolwatch.sources.logfile.replay import UNATTRIBUTED, ReplayReport, Row
 from poolwatch.sources.logfile.replayer import Replayer
 from poolwatch.sources.sglang.log.dialect import DIALECT
 from poolwatch.sources.sglang.log.leak_message import parse_leak_figures
+from rigs.log_records import records
 
 SCHEDULER = '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py"'
 TRACEBACK = [

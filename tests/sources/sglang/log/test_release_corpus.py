@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from tests.helpers import FIXTURES
 from tests.sources.logs import file_lines, replay_cli
-from tests.sources.logs import records as dialect_records
 
 from poolwatch.commands.replay import command as replay_command
 from poolwatch.model.rank import IncidentKind, Pool, Role
@@ -20,6 +19,7 @@ from poolwatch.sources.logfile.records import LogRecord
 from poolwatch.sources.logfile.replay import Row
 from poolwatch.sources.logfile.replayer import Replayer
 from poolwatch.sources.sglang.log.dialect import DIALECT
+from rigs.log_records import records as dialect_records
 
 CORPUS = FIXTURES / "sglang-logs"
 

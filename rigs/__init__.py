@@ -10,7 +10,12 @@ neither).
 * :mod:`rigs.sglang` -- one driver over SGLang's release table (:mod:`rigs.sglang.releases`);
 * :mod:`rigs.vllm` -- one driver over vLLM's release table, and the real vLLM CPU server;
 * :mod:`rigs.stack` -- the deployed stack on loopback: Prometheus, Alertmanager, sidecars as the
-  rendered manifests configure them.
+  rendered manifests configure them;
+* :mod:`rigs.fakes` -- stand-ins in no engine's venv: a clock moved by hand, SGLang's and vLLM's
+  scheduler objects, a reference toy engine, and the engine contract's driver for each;
+* :mod:`rigs.emulated` -- an emulated SGLang deployment under the real probe and the detector, and a
+  fault-free soak of one (reading its logs with :mod:`rigs.log_records`);
+* :mod:`rigs.neighbours` -- the hostile neighbour's and the hostile receivers' programs.
 
 Every module here runs under this checkout's ``.venv`` or inside a release venv (``service/`` and
 the checkout's root on ``PYTHONPATH``); the engine modules import their engine lazily or only in

@@ -1,9 +1,13 @@
 """The package layout the README describes: families are packages, every name is imported from the
-module that defines it, and package ``__init__`` files are only signposts."""
+module that defines it, and package ``__init__`` files are only signposts.  Around it: no test
+module imports another, no benchmark or rig imports a test module (what they share is in
+``rigs/``), and no import circles among the rigs, the tests and the benchmarks."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
+import re
 from pathlib import Path
 
 import pytest
@@ -171,3 +175,79 @@ def _resolves(name: str) -> bool:
         return hasattr(importlib.import_module(parent), attr)
     except ImportError:
         return False
+
+
+REPO = PACKAGE.parents[1]
+# a "module:attribute" literal (an engine entry's probe, a spec's scheduler): loading it imports it
+LOADED_BY_NAME = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.\w+)*):\w+$")
+
+
+def _local_modules() -> dict[str, Path]:
+    """The modules of ``rigs/``, ``tests/`` and ``benchmarks/`` by dotted name (a benchmark by its
+    stem too: the scripts import their neighbours with ``benchmarks/`` on ``sys.path``)."""
+    found: dict[str, Path] = {}
+    for folder in ("rigs", "tests", "benchmarks"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            dotted = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            found[dotted] = path
+            if folder == "benchmarks":
+                found[path.stem] = path
+    return found
+
+
+def _absolute_imports(path: Path, tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, dotted module) of every import in ``tree``, at any depth (a function's own imports
+    too), relative ones resolved against ``path``'s package; ``from a import b`` counts as ``a``
+    and ``a.b``, and a ``"module:attribute"`` literal as its module."""
+    package = list(path.relative_to(REPO).with_suffix("").parts)
+    if path.name != "__init__.py":
+        package.pop()
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found += [(node.lineno, base), *((node.lineno, f"{base}.{a.name}") for a in node.names)]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and (named := LOADED_BY_NAME.match(node.value))
+        ):
+            found.append((node.lineno, named["module"]))
+    return found
+
+
+def test_no_benchmark_and_no_rig_imports_a_test_module() -> None:
+    # what both need (fakes, drivers, the emulated deployment) lives in rigs/, which both import
+    offenders = [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for folder in ("benchmarks", "rigs")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for line, name in _absolute_imports(path, ast.parse(path.read_text()))
+        if name == "tests" or name.startswith("tests.")
+    ]
+    assert offenders == [], "move what they share into rigs/ and import it from there in both"
+
+
+def test_no_import_cycle_among_the_rigs_the_tests_and_the_benchmarks() -> None:
+    # an import circle (a function's own imports included) means two modules are one concern
+    modules = _local_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        own = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        if name != own:
+            continue  # a benchmark's stem: the same file as its dotted name
+        targets = {
+            modules[n] for _, n in _absolute_imports(path, ast.parse(path.read_text())) if n in modules
+        }
+        graph[name] = {
+            ".".join(t.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__") for t in targets
+        } - {name}
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as cycle:
+        pytest.fail(f"import cycle: {' -> '.join(cycle.args[1])}")

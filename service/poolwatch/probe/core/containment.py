@@ -10,6 +10,7 @@ give-up: a release whose shapes the probe does not fully know still gets partial
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from poolwatch.model.snapshot import ProbeHealth
 
@@ -28,6 +29,7 @@ class Guard:
         self.consecutive = 0
         self.skip = 0
         self.gave_up = False
+        self.changed: Callable[[], None] | None = None  # told when it gives up (the probe's off flag)
         self._logged: set[str] = set()
 
     def allow(self) -> bool:
@@ -55,6 +57,7 @@ class Guard:
                 self.consecutive,
                 self.last_error,
             )
+            self._changed()
 
     def refuse(self, reason: str) -> None:
         """Off for good on this scheduler, for ``reason`` (a release the probe cannot read safely):
@@ -63,6 +66,11 @@ class Guard:
         self.errors_total += 1
         self.last_error = f"refused: {reason}"[:300]
         log.error("poolwatch probe refused on this scheduler: %s", reason)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.changed is not None:
+            self.changed()
 
     def note(self, where: str, message: str) -> None:
         """A contained error that does not stop the probe (an unreadable field)."""

@@ -59,9 +59,12 @@ def probe_of(scheduler: object, kind: type[P]) -> P | None:
 
 
 def _notify(scheduler: object, kind: Kind, call: str, name: str) -> None:
+    """Tell ``scheduler``'s probe (of class ``kind``) that ``name`` ran: ``probe.<call>(name)``.  The
+    lookup is inline, not :func:`probe_of`: the scheduler's hooks call this at every step, right
+    after the GPU wait, where each function a hook passes through costs its first touch."""
     try:
-        probe = probe_of(scheduler, kind)
-        if probe is not None:
+        probe = getattr(scheduler, PROBE_ATTR, None)
+        if probe is not None and isinstance(probe, kind):
             getattr(probe, call)(name)
     except Exception:  # the probe guards itself; this is the last line of defence
         log.debug("poolwatch hook %s failed", name, exc_info=True)

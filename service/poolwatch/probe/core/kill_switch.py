@@ -36,6 +36,7 @@ class KillSwitch:
         self.file = False  # the DISABLE file exists (looked for once a second)
         self.last_look = -float("inf")
         self.last_heartbeat = -float("inf")
+        self.changed: Callable[[], None] | None = None  # told when the file comes or goes
 
     @property
     def off(self) -> bool:
@@ -45,7 +46,11 @@ class KillSwitch:
         """Look for the ``DISABLE`` file, at most once every :data:`LOOK_EVERY_S`."""
         if now - self.last_look >= LOOK_EVERY_S:
             self.last_look = now
-            self.file = _trusted_file(os.path.join(self.directory, DISABLE_FILE))
+            found = _trusted_file(os.path.join(self.directory, DISABLE_FILE))
+            if found is not self.file:
+                self.file = found
+                if self.changed is not None:
+                    self.changed()
 
     def heartbeat_due(self, now: float) -> bool:
         return now - self.last_heartbeat >= HEARTBEAT_S

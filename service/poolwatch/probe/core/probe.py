@@ -94,6 +94,10 @@ class Probe(Stamping):
         self.seq = 0
         self.publication = Publication()
         self.switch = KillSwitch(config.directory)
+        # off: the kill switch or the guard's give-up, kept as one attribute (every hook asks it first,
+        # right after the GPU wait, where each object a hook touches costs its first touch)
+        self.disabled = False
+        self.guard.changed = self.switch.changed = self._recheck_off
         self.publisher: Any = None  # set by lifecycle.attach when serving
         self.last_word: Outcome | None = None  # how the last wait for the sidecar ended (None: none)
         self.reader: Reader = engine.open(scheduler, config, self.release, self.environ)
@@ -171,14 +175,15 @@ class Probe(Stamping):
 
     def disable(self) -> None:
         self.switch.runtime = True
+        self._recheck_off()
         self._publish_health()
 
     def enable(self) -> None:
         self.switch.runtime = False
+        self._recheck_off()
 
-    @property
-    def disabled(self) -> bool:
-        return self.switch.off or self.guard.gave_up
+    def _recheck_off(self) -> None:
+        self.disabled = self.switch.off or self.guard.gave_up
 
     def _active(self) -> bool:
         self.switch.look(self.clock())

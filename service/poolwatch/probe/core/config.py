@@ -9,7 +9,7 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_PORT_BASE``          unset      bind ``base + local rank`` instead of port 0
 ``POOLWATCH_PROBE_SERVE``              1          ``0``: take snapshots but serve nothing
 ``POOLWATCH_PROBE_SAMPLE_INTERVAL``    0.1        seconds between cheap samples (0.01 to 60)
-``POOLWATCH_PROBE_SAMPLE_BUDGET``      0.0008     the most of the scheduler thread the busy samples
+``POOLWATCH_PROBE_SAMPLE_BUDGET``      0.0005     the most of the scheduler thread the busy samples
                                                   take: the interval stretches (up to 2 s) when a
                                                   sample costs more (0 = off, 0 to 0.05;
                                                   ``poolwatch.probe.core.pacing``)
@@ -61,7 +61,7 @@ class ProbeConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ProbeConfig:
     sample_interval_s: float = 0.1
-    sample_budget: float = 0.0008  # the busy samples' share of the scheduler thread (core/pacing.py)
+    sample_budget: float = 0.0005  # the busy samples' share of the scheduler thread (core/pacing.py)
     census_interval_s: float = 10.0
     kv_census_interval_s: float = 300.0
     idle_kv_census_gap_s: float = 30.0  # at idle the KV census runs at most this often
@@ -87,7 +87,7 @@ class ProbeConfig:
         release, deprecated = _release(environ, release_env)
         return cls(
             sample_interval_s=_seconds(environ, "POOLWATCH_PROBE_SAMPLE_INTERVAL", 0.1, SAMPLE_RANGE),
-            sample_budget=_share(environ, "POOLWATCH_PROBE_SAMPLE_BUDGET", 0.0008, BUDGET_RANGE),
+            sample_budget=_share(environ, "POOLWATCH_PROBE_SAMPLE_BUDGET", 0.0005, BUDGET_RANGE),
             census_interval_s=_seconds(environ, "POOLWATCH_PROBE_CENSUS_INTERVAL", 10.0, CENSUS_RANGE),
             kv_census_interval_s=_seconds(environ, "POOLWATCH_PROBE_KV_CENSUS_INTERVAL", 300.0, CENSUS_RANGE),
             chunk_tripwire=_flag(environ, "POOLWATCH_PROBE_CHUNK_TRIPWIRE", True),

@@ -56,6 +56,7 @@ class SglangProbe(Probe):
 
     def __init__(self, engine: Engine, scheduler: object, config: ProbeConfig, **keywords: Any) -> None:
         super().__init__(engine, scheduler, config, **keywords)
+        self._unpublished = False  # guard refused a free the snapshots do not show yet
         self.repairer = repairer_for(self.shape, self.release.version, self.repairs) if config.guard else None
         self.refuser = self._refuser() if self.repairer is not None else None  # guard v2
         self._suspicion = Suspicion()
@@ -71,8 +72,7 @@ class SglangProbe(Probe):
     def on_loop_boundary(self, hook: str) -> None:
         """Start of a scheduler iteration: the previous one is complete (a fresh refusal samples at once;
         asked only while guard's refuser holds one, so most steps make no call for it)."""
-        refuser = self.refuser
-        self.step(hook, self._refused_fresh if refuser is not None and refuser.fresh else None)
+        self.step(hook, self._refused_fresh if self._unpublished else None)
 
     def on_idle(self, hook: str) -> None:
         """SGLang's idle hook: fresh at the first one after work, but only where SGLang's check runs."""
@@ -160,7 +160,9 @@ class SglangProbe(Probe):
     def _refused(
         self, pool: Pool, slots: tuple[int, ...], requests: tuple[str, ...], where: str, page: int
     ) -> None:
-        """Called from inside the wrapped free (scheduler thread): count and log at once."""
+        """Called from inside the wrapped free (scheduler thread): count and log at once; the next
+        hook publishes it."""
+        self._unpublished = True
         self.repairs.record(RepairKind.REFUSE, pool, slots, requests, where, self.seq, page=page)
 
     def _witnessed(self, site: CallSite) -> None:
@@ -169,9 +171,9 @@ class SglangProbe(Probe):
 
     def _refused_fresh(self) -> bool:
         """A refusal not yet published (then the next hook publishes at once)."""
-        if self.refuser is None or not self.refuser.fresh or not self._active():
+        if not self._unpublished or not self._active():
             return False
-        self.refuser.fresh = False
+        self._unpublished = False
         return True
 
     def close(self) -> None:

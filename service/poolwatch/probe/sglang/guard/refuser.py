@@ -18,8 +18,8 @@ Built by the SGLang probe in guard mode on a release whose wheels were read
   unified tree's insertions, HiCache load-backs and own frees.
 
 Each refusal is recorded at once, from inside the wrapped free (scheduler thread), through
-``on_refuse`` -- the probe's :class:`~poolwatch.probe.core.repairs.RepairLog` -- and marks the
-rank ``fresh`` so the next hook publishes it.  A refusal stands even if recording it fails.
+``on_refuse`` -- the probe's, which records it in its :class:`~poolwatch.probe.core.repairs.RepairLog`
+and publishes it at the next hook.  A refusal stands even if recording it fails.
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ class FreeRefuser:
         self.pending: Pending | None = None  # a PD rank's transfers still pending
         self.hooks: TreeHooks | None = None  # the unified tree's insertions and own frees
         self.refused = 0  # slots (pages: ids) refused since the probe started
-        self.fresh = False  # a refusal not yet published
 
     # -- install / uninstall -------------------------------------------------------------------
 
@@ -197,7 +196,6 @@ class FreeRefuser:
 
     def _record(self, pool: Pool, refused: list[int], owners: list[str], where: str, page: int) -> None:
         self.refused += len(refused)
-        self.fresh = True
         try:  # the refusal stands even if recording it fails
             self.on_refuse(pool, tuple(refused), tuple(dict.fromkeys(owners)), where, page)
         except Exception:

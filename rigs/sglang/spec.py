@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from rigs.sglang.releases import Release, SpecPath
+from rigs.sglang.releases import Release, ServerArgs, SpecPath
 from rigs.sglang.server_args import DENSE, publish_server_args
 from rigs.sglang.spec_kernels import stand_in_kernels
 
@@ -70,9 +70,8 @@ def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, wi
     from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
-    publish_server_args(
-        rel, page_size=page, **SPEC, **({"model_path": str(DENSE)} if rel.unified_tree else {})
-    )
+    dense = {"model_path": str(DENSE)} if rel.server_args is ServerArgs.RESOLVED else {}  # (a dense model)
+    publish_server_args(rel, page_size=page, **SPEC, **dense)
     paged = stand_in_kernels(page)
     if rel.spec is not SpecPath.ALLOCATION:
         _worker_constant()
@@ -87,8 +86,8 @@ def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, wi
 
 
 def _chunk_tree(rank: Any, rel: Release, page: int) -> Any:
-    """The tree of ``--disable-radix-cache``: ``ChunkCache``, or (0.5.23) the unified tree, disabled,
-    over the full KV alone."""
+    """The tree of ``--disable-radix-cache`` as the scheduler builds it with EAGLE on (``is_eagle``):
+    ``ChunkCache``, or (0.5.23) the unified tree, disabled, over the full KV alone."""
     pools = {
         "req_to_token_pool": rank.req_to_token_pool,
         "token_to_kv_pool_allocator": rank.token_to_kv_pool_allocator,
@@ -102,12 +101,14 @@ def _chunk_tree(rank: Any, rel: Release, page: int) -> Any:
     if rel.chunk_cache:
         from sglang.srt.mem_cache.chunk_cache import ChunkCache
 
-        return ChunkCache(CacheInitParams(disable=True, page_size=page, **pools))
+        return ChunkCache(CacheInitParams(disable=True, page_size=page, is_eagle=True, **pools))
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     return UnifiedRadixCache(
-        CacheInitParams(disable=True, page_size=page, tree_components=(ComponentType.FULL,), **pools)
+        CacheInitParams(
+            disable=True, page_size=page, is_eagle=True, tree_components=(ComponentType.FULL,), **pools
+        )
     )
 
 

@@ -4,32 +4,35 @@ Every fact here was read from the release's wheel (its signatures and sources; t
 them), not from poolwatch's probe, which has its own table (``poolwatch.probe.sglang.shapes``) and
 is checked against this one on every release (``tests/sglang_real/check_release.py``).
 
-=============  ===========  =====  ========  ======  =========  ===============  ==========  ========
-release        runs on      rows   kv lens   tree    evict      loop / idle      own check   args
-=============  ===========  =====  ========  ======  =========  ===============  ==========  ========
-0.5.4.post1    its venv     count  --        mamba   split      recv / self_chk  mamba       --
-0.5.5 (bugs)   0.5.4.post1  count  --        mamba   split      recv / self_chk  mamba       --
-0.5.5.post2 b  0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults
-0.5.5.post3    0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults
-0.5.6          0.5.4.post1  count  req       mamba*  split      recv / self_chk  mamba       defaults
-0.5.9          its venv     req    req       mamba*  params     recv / self_chk  mamba       defaults
-0.5.10         0.5.9        req    req       mamba*  params     recv / self_chk  mamba       defaults
-0.5.11 (bugs)  0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
-0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults
-0.5.13         0.5.23 + tf  req    req       mamba*  params     input / on_idle  checker     defaults
-0.5.17, .18 b  0.5.23 + tf  req    req (kv)  unified params     input / on_idle  checker     resolved
-0.5.19         0.5.23 + tf  req    req.kv    unified params     input / on_idle  checker     resolved
-0.5.20/21 b    0.5.23 + tf  req    req.kv    unified params     ingest / on_idle checker     resolved
-0.5.23         its venv     req    req.kv    unified params     ingest / on_idle checker     resolved
-=============  ===========  =====  ========  ======  =========  ===============  ==========  ========
+=============  ===========  =====  ========  ======  =========  ===============  ==========  ========  =====
+release        runs on      rows   kv lens   tree    evict      loop / idle      own check   args      spec
+=============  ===========  =====  ========  ======  =========  ===============  ==========  ========  =====
+0.5.4.post1    its venv     count  --        mamba   split      recv / self_chk  mamba       --        --
+0.5.5 (bugs)   0.5.4.post1  count  --        mamba   split      recv / self_chk  mamba       --        --
+0.5.5.post2 b  0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults  --
+0.5.5.post3    0.5.4.post1  count  req       mamba   split      recv / self_chk  mamba       defaults  draft
+0.5.6          0.5.4.post1  count  req       mamba*  split      recv / self_chk  mamba       defaults  req
+0.5.9          its venv     req    req       mamba*  params     recv / self_chk  mamba       defaults  req
+0.5.10         0.5.9        req    req       mamba*  params     recv / self_chk  mamba       defaults  req
+0.5.11 (bugs)  0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults  req
+0.5.12         0.5.9        req    req       mamba*  params     recv / on_idle   pools       defaults  req
+0.5.13         0.5.23 + tf  req    req       mamba*  params     input / on_idle  checker     defaults  req
+0.5.17, .18 b  0.5.23 + tf  req    req (kv)  unified params     input / on_idle  checker     resolved  alloc
+0.5.19         0.5.23 + tf  req    req.kv    unified params     input / on_idle  checker     resolved  alloc
+0.5.20/21 b    0.5.23 + tf  req    req.kv    unified params     ingest / on_idle checker     resolved  alloc
+0.5.23         its venv     req    req.kv    unified params     ingest / on_idle checker     resolved  alloc
+=============  ===========  =====  ========  ======  =========  ===============  ==========  ========  =====
 
-(``input``: ``process_input_requests``, the loop's first scheduler call where the receiver is a
-component; ``mamba*``: ``MambaRadixCache`` built from a ``CacheInitParams``; ``count``:
-``alloc(n, reqs)`` / ``free(row)``, the chunked request's row freed at every chunk boundary;
-``(bugs)``, ``b``: only the real-bug suite runs there (``.18 b``: 0.5.18 only); ``+ tf``: with a
-layer of the transformers the release pins, :data:`LAYERS`; 0.5.17 and 0.5.19 build their Mamba
-hybrid ranks on their own classes (the probe and guard tiers), 0.5.18, 0.5.20 and 0.5.21 only SWA or dense
-ones.)  Stdlib only: ``scripts/`` and the tests' collection read it where SGLang is not installed.
+(``spec``: where spec v2's EAGLE decode tops a request up, :class:`SpecPath` -- ``draft``: the draft
+input's ``allocate_lens``, ``req``: the request's ``kv_allocated_len``, ``alloc``:
+``alloc_for_spec_decode`` over ``req.kv``, page-aligned; ``input``: ``process_input_requests``, the
+loop's first scheduler call where the receiver is a component; ``mamba*``: ``MambaRadixCache`` built
+from a ``CacheInitParams``; ``count``: ``alloc(n, reqs)`` / ``free(row)``, the chunked request's row
+freed at every chunk boundary; ``(bugs)``, ``b``: only the real-bug suite runs there (``.18 b``:
+0.5.18 only); ``+ tf``: with a layer of the transformers the release pins, :data:`LAYERS`; 0.5.17
+and 0.5.19 build their Mamba hybrid ranks on their own classes (the probe and guard tiers), 0.5.18,
+0.5.20 and 0.5.21 only SWA or dense ones.)  Stdlib only: ``scripts/`` and the tests' collection read
+it where SGLang is not installed.
 
 Kept whole: one table -- the release rows and the class whose fields are its columns, read row by
 row by the tiers, the drivers and the real-bug suite (as ``poolwatch_emulator.catalogue`` is).
@@ -43,7 +46,18 @@ from dataclasses import dataclass, replace
 from rigs.table import in_tier, row
 from rigs.venv import Venv, cache_root
 
-__all__ = ["LAYERS", "RELEASES", "Check", "Release", "RowApi", "ServerArgs", "Tier", "release", "tier"]
+__all__ = [
+    "LAYERS",
+    "RELEASES",
+    "Check",
+    "Release",
+    "RowApi",
+    "ServerArgs",
+    "SpecPath",
+    "Tier",
+    "release",
+    "tier",
+]
 
 # Packages an overlay's release pins unlike its base venv, installed once (``--no-deps``) into a
 # shared layer that goes on ``PYTHONPATH`` after the overlay: 0.5.13 - 0.5.21 pin a transformers
@@ -76,6 +90,22 @@ class ServerArgs(enum.StrEnum):
     NONE = "none"  # nothing
     DEFAULTS = "defaults"  # the speculative settings and the page size: every field at its default
     RESOLVED = "resolved"  # the Mamba chunk size: a ServerArgs resolved against a model config
+
+
+class SpecPath(enum.StrEnum):
+    """Where spec v2's EAGLE decode tops a running request's KV up, and where the allocated length
+    it tops up from is kept (:mod:`rigs.sglang.spec` drives each)."""
+
+    NONE = "none"  # no kv_allocated_len (0.5.4.post1): the over-allocation has nowhere to be recorded
+    DRAFT = "draft"  # EagleDraftInput.prepare_for_decode over the draft input's allocate_lens
+    REQUEST = "request"  # EagleDraftInput.prepare_for_decode over the request's kv_allocated_len
+    ALLOCATION = "allocation"  # eagle_utils.eagle_prepare_for_decode: alloc_for_spec_decode over req.kv
+
+    @property
+    def page_aligned(self) -> bool:
+        """The top-up ends at a page end (PR #31616's rounding: 0.5.17 on), so at page > 1 no
+        request's ``kv_allocated_len`` is left inside a page."""
+        return self is SpecPath.ALLOCATION
 
 
 class Tier(enum.StrEnum):
@@ -125,9 +155,10 @@ class Release:
     # checkpoint=) -- 0.5.17 - 0.5.21: inc_lock_ref, cache_unfinished_req(chunked=True), (is_insert=)
     unified_hicache: bool = False  # a dense model's HiCache is UnifiedRadixCache.init_hicache's host
     # pool group (0.5.19 on: the tree registry's default; before, and on 0.5.17 - 0.5.18, HiRadixCache)
-    spec_lens: bool = False  # spec v2's prepare_for_decode (eagle_info_v2) tops a request up from its own
-    # kv_allocated_len (0.5.6 - 0.5.13; up to 0.5.5.post3 the draft input's allocate_lens, from 0.5.17
-    # mem_cache.allocation's alloc_for_spec_decode over req.kv)
+    spec: SpecPath = SpecPath.NONE  # spec v2's decode top-up: the draft input's allocate_lens
+    # (0.5.5.post2 - .post3), the request's kv_allocated_len (0.5.6 - 0.5.13), or from 0.5.17
+    # mem_cache.allocation's alloc_for_spec_decode over req.kv (page-aligned: PR #31616)
+    chunk_cache: bool = True  # --disable-radix-cache builds ChunkCache (0.5.23: a disabled UnifiedRadixCache)
 
     @property
     def overlaid(self) -> bool:
@@ -185,6 +216,7 @@ _0_5_5 = replace(
     server_args=ServerArgs.DEFAULTS,
     tiers=_GUARD | _BUGS,
     seed_live=False,
+    spec=SpecPath.DRAFT,
 )
 _0_5_6 = replace(
     _0_5_5,
@@ -192,7 +224,7 @@ _0_5_6 = replace(
     tree_params=True,
     hybrid_flags=("is_hybrid_swa", "is_hybrid_gdn"),
     tiers=_GUARD,
-    spec_lens=True,
+    spec=SpecPath.REQUEST,
 )
 _0_5_9 = replace(
     _0_5_6,
@@ -246,7 +278,8 @@ _0_5_23 = replace(
     decode_radix=True,
     tree_lock=True,
     unified_hicache=True,
-    spec_lens=False,
+    spec=SpecPath.ALLOCATION,
+    chunk_cache=False,
 )
 _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated and SWA-evicted lengths
     _0_5_13,
@@ -256,7 +289,7 @@ _0_5_17 = replace(  # the unified tree with SWA; req.kv holds only the allocated
     server_args=ServerArgs.RESOLVED,
     tiers=frozenset({Tier.PROBE}) | _GUARD | _BUGS,
     checkpoints=True,  # --enable-int8-mamba-checkpoint, req_to_token_pool.mamba_ckpt_pool
-    spec_lens=False,
+    spec=SpecPath.ALLOCATION,
 )
 _0_5_18 = replace(_0_5_17, version="0.5.18", tiers=_BUGS)
 _0_5_19 = replace(  # 0.5.20's req.kv records (S20); a dense model's HiCache on the unified tree
@@ -270,6 +303,7 @@ _0_5_20 = replace(  # PD decode: its own radix tree, the offload manager's per-r
     decode_radix=True,
     tiers=_BUGS,
     tree_lock=False,
+    chunk_cache=True,
 )
 _0_5_21 = replace(_0_5_20, version="0.5.21")
 RELEASES: tuple[Release, ...] = (

@@ -3,22 +3,22 @@ as ``check_clean``'s workloads are (issue 39: no false alarm on the clean long r
 decoding among them).
 
 The rank's pools are the release's own (:mod:`rigs.sglang.spec`: its ``ReqToTokenPool``, its KV
-allocator -- paged at page 4, the plain one at page 1, as SGLang picks -- and its ``ChunkCache``,
-which shares no prefix: the tree a spec rank runs here).  Requests arrive every third turn with
-prompts of 5 - 60 tokens and 4 - 64 new tokens, every fourth as many as the context leaves
-(:data:`LONG`: its over-allocation reaches the row's end, past which the census reads); a turn
-prefills one while fewer than :data:`~tests.sglang_real.clean_traffic.MAX_RUNNING` run, else decodes
-every running request with the release's own ``EagleDraftInput.prepare_for_decode`` -- topping
-each up to ``kv_committed_len + 2 * get_alloc_len_per_decode``, past its committed KV and, at page
-4, not to a page end (up to 0.5.16) -- and 1 - 4 tokens accepted per request; a request at its
-length, or the last one every 23 turns (an abort), goes through the release's
+allocator -- paged at page 4, the plain one at page 1, as SGLang picks -- and the tree of
+``--disable-radix-cache``, ``ChunkCache`` or 0.5.23's disabled ``UnifiedRadixCache``, which shares
+no prefix: the tree a spec rank runs here).  Requests arrive every third turn with prompts of 5 - 60
+tokens and 4 - 64 new tokens, every fourth as many as the context leaves (:data:`LONG`: its
+over-allocation reaches the row's end, past which the census reads); a turn prefills one while
+fewer than :data:`~tests.sglang_real.clean_traffic.MAX_RUNNING` run, else decodes every running
+request through the release's own spec path (``Release.spec``) -- topping each up past its
+committed KV: on 0.5.5.post3 ``EagleDraftInput.prepare_for_decode`` over the draft input's
+``allocate_lens``, to ``seq_lens + 4``; on 0.5.6 - 0.5.13 the same method over the request's
+``kv_allocated_len``, to ``kv_committed_len + 2 * get_alloc_len_per_decode``, at page 4 not to a
+page end; from 0.5.17 ``spec_prepare_for_decode`` -> ``alloc_for_spec_decode`` over ``req.kv``,
+the same reserve rounded up to the page end -- and 1 - 4 tokens accepted per request; a request at
+its length, or the last one every 23 turns (an abort), goes through the release's
 ``release_kv_cache``.  Each page size is its own rank and timeline (:data:`PAGES`),
-:data:`~tests.sglang_real.clean_traffic.STEPS` busy turns each, then drained and idle.
-
-The rig drives spec v2 where ``eagle_info_v2``'s ``prepare_for_decode`` tops a request up from its
-own ``kv_allocated_len`` (``spec_lens`` in the release table: 0.5.6 - 0.5.13).  Up to 0.5.5.post3
-the draft input keeps the allocated lengths (0.5.4.post1 records none on the request); from 0.5.17
-``alloc_for_spec_decode`` allocates over ``req.kv`` (said as skipped: :func:`why_not`).
+:data:`~tests.sglang_real.clean_traffic.STEPS` busy turns each, then drained and idle.  0.5.4.post1
+records no allocated length, so it has no spec path to drive (said as skipped: :func:`why_not`).
 """
 
 from __future__ import annotations
@@ -38,23 +38,13 @@ LONG = 4  # every LONG-th request runs to the context's end: its over-allocation
 
 
 def why_not(version: str) -> str:
-    """Why the rig cannot run spec v2 on ``version`` ('' where it can)."""
-    from rigs.sglang.releases import release
+    """Why the rig cannot run spec v2 on ``version`` ('' where it can: the release's row names a
+    spec path, :class:`~rigs.sglang.releases.SpecPath`)."""
+    from rigs.sglang.releases import SpecPath, release
 
-    r = release(version)
-    if r.spec_lens:
-        return ""
-    if not r.kv_lens:
+    if release(version).spec is SpecPath.NONE:
         return f"{version} records no kv_allocated_len: spec v2's over-allocation has nowhere to go"
-    if r.unified_tree:
-        return (
-            f"{version} allocates spec v2's decode in mem_cache.allocation's alloc_for_spec_decode over "
-            "req.kv; the rig's spec steps run eagle_info_v2's prepare_for_decode"
-        )
-    return (
-        f"{version}'s spec v2 keeps the allocated lengths on the draft input (allocate_lens); the rig's "
-        "spec steps run the request-held kv_allocated_len of 0.5.6 - 0.5.13"
-    )
+    return ""
 
 
 class Spec:
@@ -88,15 +78,16 @@ class Spec:
         s.forward_ct += 1
 
     def decode(self) -> None:
-        from rigs.sglang.spec import spec_step
+        from rigs.sglang.spec import allocated, spec_step
 
         s = self.d.sched
         running = s.running_batch.reqs
         before = sum(len(r.output_ids) for r in running)
-        spec_step(s, running, self.rng)
+        spec_step(s, self.d.release, running, self.rng)
         self.tokens += sum(len(r.output_ids) for r in running) - before
-        self.unaligned += sum(1 for r in running if r.kv_allocated_len % s.page_size)
-        self.furthest = max([self.furthest, *(int(r.kv_allocated_len) for r in running)])
+        lengths = [allocated(self.d.release, r) for r in running]
+        self.unaligned += sum(1 for n in lengths if n % s.page_size)
+        self.furthest = max([self.furthest, *lengths])
         s.last_batch, s.forward_ct = s.running_batch, s.forward_ct + 1
         for req in [r for r in running if len(r.output_ids) >= r.sampling_params.max_new_tokens]:
             self.release(req)
@@ -104,7 +95,7 @@ class Spec:
     def release(self, req: Any, *, abort: bool = False) -> None:
         from rigs.sglang.spec import release
 
-        release(self.d.sched, req, abort=abort)
+        release(self.d.sched, self.d.release, req, abort=abort)
         self.d.sched.running_batch.reqs.remove(req)
         self.aborted += abort
         self.finished += not abort

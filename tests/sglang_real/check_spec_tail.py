@@ -50,10 +50,10 @@ class Rank:
         self.running.append(prefilled(self, self.rel, f"r{self.made}", rng.randrange(5, 60)))
 
     def decode(self, rng: random.Random) -> None:
-        spec_step(self, self.running, rng)
+        spec_step(self, self.rel, self.running, rng)
 
     def finish(self, req: Any) -> None:
-        spec_release(self, req)
+        spec_release(self, self.rel, req)
         self.running.remove(req)
 
 

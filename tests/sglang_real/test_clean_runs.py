@@ -5,8 +5,10 @@ dense PD decode rank whose finished requests SGLang's own offload manager releas
 without the offload on 0.5.10 - 0.5.12, whose offload frees KV still decoding: S29); a dense rank
 with HiCache (``HiRadixCache``, or from 0.5.19 the unified tree's host pool group), its prefixes
 evicted to host and loaded back; a dense rank with EAGLE speculative decoding (spec v2: the
-release's own ``prepare_for_decode`` over-allocating past the committed KV, 1 - 4 tokens accepted
-per step, at page 4 and page 1) -- runs 2,000
+release's own decode preparation over-allocating past the committed KV -- the draft input's
+``allocate_lens`` on 0.5.5.post3, the request's ``kv_allocated_len`` on 0.5.6 - 0.5.13, from 0.5.17
+``alloc_for_spec_decode`` over ``req.kv``, page-aligned -- 1 - 4 tokens accepted per step, at page 4
+and page 1) -- runs 2,000
 loop turns (1,000 s of the detector's clock) on the release's own pools and tree with the probe
 sampling at every hook, and neither the probe nor any detector family says anything, and SGLang's
 own idle check passes at the end."""
@@ -16,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from rigs.sglang.releases import RELEASES as TABLE
-from rigs.sglang.releases import Tier, release
+from rigs.sglang.releases import SpecPath, Tier, release
 from tests.tiers import passed
 
 WORKLOADS = {"clean_hybrid", "clean_pd_prefill", "clean_pd_decode", "clean_hicache", "clean_spec"}
@@ -24,15 +26,14 @@ RELEASES = tuple(r.version for r in TABLE if {Tier.PROBE, Tier.GUARD} & r.tiers)
 
 
 def skips(version: str) -> set[str]:
-    """The workloads the rig cannot drive on ``version``: a PD decode rank without kv_allocated_len
-    (0.5.4.post1: its decode is the seed's tier), and speculative decoding outside 0.5.6 - 0.5.13
-    (spec v2 as the rig runs it: eagle_info_v2's prepare_for_decode over the request's own
-    kv_allocated_len; not 0.5.5.post3's draft-held lengths, nor 0.5.17's alloc_for_spec_decode over
-    req.kv).  HiCache runs on every release: ``HiRadixCache`` up to 0.5.17, the unified tree's host
-    pool group from 0.5.19."""
+    """The workloads the rig cannot drive on ``version``: a PD decode rank, and speculative decoding,
+    without kv_allocated_len (0.5.4.post1: its decode is the seed's tier; spec v2's over-allocation
+    has nowhere to be recorded).  HiCache runs on every release: ``HiRadixCache`` up to 0.5.17, the
+    unified tree's host pool group from 0.5.19; spec v2 on every other release, through the
+    release's own spec path (``Release.spec``)."""
     r = release(version)
     unsupported = {"clean_pd_decode": not r.kv_lens}
-    unsupported["clean_spec"] = not r.spec_lens  # (check_clean_spec.why_not says why)
+    unsupported["clean_spec"] = r.spec is SpecPath.NONE  # (check_clean_spec.why_not says why)
     return {name for name, out in unsupported.items() if out}
 
 
@@ -52,7 +53,8 @@ def test_no_finding_and_no_alert_on_long_clean_runs(version: str) -> None:
     if "skipped" not in hicache:  # the host side was exercised: evictions to host, load-backs, host evictions
         assert min(hicache["evicted_to_host"], hicache["load_backs"], hicache["host_evicted"]) > 0, hicache
     spec = next(r["detail"] for r in ran.results if r["check"] == "clean_spec")
-    if "skipped" not in spec:  # spec v2 ran: unaligned over-allocations at page 4, aborts, every page back
-        assert spec["page_4"]["unaligned_allocations"] > 0, spec
+    if "skipped" not in spec:  # spec v2 ran: over-allocations at page 4 unaligned up to 0.5.13 and
+        # page-aligned from 0.5.17, aborts, every page back
+        assert (spec["page_4"]["unaligned_allocations"] == 0) == release(version).spec.page_aligned, spec
         assert min(spec["page_4"]["aborted"], spec["page_1"]["aborted"]) > 0, spec
         assert spec["page_4"]["kv_free_end"] == spec["page_1"]["kv_free_end"] > 0, spec

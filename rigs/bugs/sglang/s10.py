@@ -59,15 +59,15 @@ def run(release: str) -> dict[str, Any]:
         while not running or (len(running) < ROWS - 1 and rng.random() < 0.5):
             made += 1
             running.append(prefilled(s, d.release, f"r{made}", rng.randrange(5, 60)))
-        spec_step(s, running, rng, aligned=release != BUG.affected)  # the trigger
+        spec_step(s, d.release, running, rng, aligned=release != BUG.affected)  # the trigger
         unaligned += sum(1 for r in running if r.kv_allocated_len % PAGE)
         s.last_batch = s.running_batch
         d.loop()
         for req in [r for r in running if rng.random() < 0.15]:
-            release_kv(s, req)
+            release_kv(s, d.release, req)
             running.remove(req)
     for req in list(running):
-        release_kv(s, req)
+        release_kv(s, d.release, req)
         running.remove(req)
     step = d.steps
     s.last_batch = None

@@ -17,8 +17,11 @@ idle sample does not restart the busy clock (bursts of work shorter than the pac
 second each between idle moments, are still sampled while they hold slots).  An
 interval of 0 (the rigs and tests: a sample at every hook) or a budget of 0 turns pacing off.
 
-What it costs the watcher: at 256 live requests a gap is exported within about 0.3 - 0.8 s instead
-of 0.1 s (docs/benchmarks.md), well inside any scrape interval and the detector's ``for`` windows.
+What it costs the watcher: at 256 live requests, at the default budget (0.05 %), a gap is exported
+within about 1 s on vLLM and 2 s on SGLang instead of 0.1 s (docs/benchmarks.md), inside any scrape
+interval and the detector's ``for`` windows.  What is named at once is not paced: vLLM's free-time
+tripwire, SGLang's chunk tripwire and guard's refusals (when guard is on), and the first idle hook's
+sample, which comes before the engine's own idle check.
 """
 
 from __future__ import annotations

@@ -202,7 +202,8 @@ RELEASES = ("0.5.4.post1", "0.5.9", "0.5.23")  # the tiers' release venvs
 
 
 def real(releases: list[str], seconds: float) -> int:
-    from loop_meter import GPU_STEP_S, across, table
+    from loop_meter import GPU_STEP_S
+    from loop_report import across, table
 
     from rigs.sglang.releases import release
 

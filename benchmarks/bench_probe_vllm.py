@@ -37,7 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop_meter import GPU_STEP_S, Figures, Meter, across, emit, figures, table
+from loop_meter import GPU_STEP_S, Figures, Meter, figures
+from loop_report import across, emit, table
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool

@@ -29,7 +29,8 @@ import sys
 import time
 from typing import Any
 
-from loop_meter import GPU_STEP_S, Figures, Meter, emit, figures
+from loop_meter import GPU_STEP_S, Figures, Meter, figures
+from loop_report import emit
 
 from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool

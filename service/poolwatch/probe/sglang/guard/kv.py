@@ -147,9 +147,9 @@ class KvGuard:
             if sender is not None:
                 return self._refuse(free_index, [f"{rid(sender)} (transfer pending)"], pool, where)
             req, owned = self.prefix.at_row(row) if self.prefix is not None else (None, 0)
-            if req is None:
+            taken = self.takes.ranges(row, req) if req is not None and self.takes is not None else []
+            if req is None or (not taken and col >= owned):  # (a release: its own columns, past the tree's)
                 return None
-            taken = self.takes.ranges(row, req) if self.takes is not None else []
             return self._cut(free_index, col, n, req, [(0, owned), *taken], pool, where)
         except Exception:  # never in SGLang's way: an unreadable call is freed as asked
             log.debug("poolwatch guard: KV free check failed", exc_info=True)

@@ -142,7 +142,7 @@ class Pending:
             lists = [q for q in (inflight, *self._decode_lists()) if q]
             if not lists:
                 return False
-        key = tuple((id(q), len(q), id(q[0]), id(q[-1])) for q in lists)
+        key = tuple([(id(q), len(q), id(q[0]), id(q[-1])) for q in lists])  # (a list: no generator frame)
         if key != self.seen:
             self.reqs = {id(r): r for q in lists for r in map(_request, q)}
             self.slots = self.rows = None

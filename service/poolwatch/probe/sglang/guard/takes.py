@@ -102,9 +102,11 @@ class Takes:
 def overlap(owned: list[Range], col: int, n: int) -> list[Range]:
     """The parts of the columns ``[col, col + n)`` inside ``owned``, relative to ``col``, merged and
     in order."""
-    cuts = sorted(
-        (max(a, col) - col, min(b, col + n) - col) for a, b in owned if max(a, col) < min(b, col + n)
-    )
+    end = col + n
+    cuts = [(max(a, col) - col, min(b, end) - col) for a, b in owned if max(a, col) < min(b, end)]
+    if len(cuts) < 2:  # (a release frees past the tree's columns: no cut, no sort -- every free)
+        return cuts
+    cuts.sort()
     merged: list[Range] = []
     for a, b in cuts:
         if merged and a <= merged[-1][1]:

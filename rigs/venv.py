@@ -107,11 +107,16 @@ class Venv:
 
     def environment(self, base: Mapping[str, str] = os.environ) -> dict[str, str]:
         """``base`` with this checkout's ``service/`` and root (after the overlay and its layers) on
-        ``PYTHONPATH``."""
+        ``PYTHONPATH``, and torch on one intra-op thread unless ``base`` names a count
+        (``OMP_NUM_THREADS``): a release's tensors here are the engine's CPU stand-ins, small, and
+        run beside other workers; torch's one worker per core spins against them (the clean runs of
+        every SGLang release at ``-n 2`` on 2 cores: 139 s, 96 s on one thread)."""
         path = [*map(str, self.layers), str(ROOT / "service"), str(ROOT)]
         if self.overlay is not None:
             path.insert(0, str(self.overlay))
-        return {**base, "PYTHONPATH": os.pathsep.join(path), "PYTHONWARNINGS": "ignore", **dict(self.env)}
+        env = {**base, "PYTHONPATH": os.pathsep.join(path), "PYTHONWARNINGS": "ignore", **dict(self.env)}
+        env.setdefault("OMP_NUM_THREADS", "1")
+        return env
 
     def run(self, module: str, *args: str, timeout: float = 900) -> Ran:
         """``python -m module args`` with the venv's Python, from the checkout's root."""

@@ -100,6 +100,12 @@ def test_an_overlay_goes_first_on_the_path_then_the_checkout() -> None:
     assert venv.path.name == "0.5.9"
 
 
+def test_a_release_runs_torch_on_one_thread_unless_the_caller_names_a_count() -> None:
+    venv = sglang.release("0.5.23").venv()
+    assert venv.environment({})["OMP_NUM_THREADS"] == "1"
+    assert venv.environment({"OMP_NUM_THREADS": "4"})["OMP_NUM_THREADS"] == "4"
+
+
 def test_the_timeline_counts_engine_steps_from_the_wrong_act(seed_snapshot: Snapshot) -> None:
     timeline = Timeline()
     timeline.look(1, None)  # a step the probe published nothing at

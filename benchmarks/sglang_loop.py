@@ -13,12 +13,13 @@ hook comes right after the result processing has touched every running request; 
 the hook came right after the GPU wait instead, when those requests were cold (docs/benchmarks.md).
 
 The rank's tensors are CPU tensors here, where SGLang's are on the GPU: the census (a walk) runs
-its pool-sized passes with one intra-op thread (``torch.set_num_threads(1)``), as the scheduler
-thread's own work.  With torch's default of one thread per core, a walk on this 2-core machine
-took 10x the CPU time of the scheduler's thread whenever anything else ran (127 vs 10 ms at 422,400
-slots, load 1.7): the workers spin waiting for each other, a cost of the CPU stand-in, not of the
-walk.  And the rank keeps SGLang's ``server_args``, as the real scheduler does (the census reads
-how far a decode step allocates past a request's KV there).
+its pool-sized passes on one intra-op thread, as the scheduler thread's own work (the release
+venv's environment, :meth:`rigs.venv.Venv.environment`).  With torch's default of one thread per
+core, a walk on this 2-core machine took 10x the CPU time of the scheduler's thread whenever
+anything else ran (127 vs 10 ms at 422,400 slots, load 1.7): the workers spin waiting for each
+other, a cost of the CPU stand-in, not of the walk.  The rank keeps SGLang's ``server_args``, as
+the real scheduler does (:meth:`rigs.sglang.driver.Driver.new`; the census reads how far a decode
+step allocates past a request's KV there).
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ from poolwatch.conservation import gap
 from poolwatch.model.rank import Pool
 from poolwatch.probe.core.config import ProbeConfig
 from rigs.sglang.driver import Driver
-from rigs.sglang.releases import ServerArgs
-from rigs.sglang.server_args import published
 
 LONG, SHORT, PREFIX = 248, 8, 512
 HOOKS = ("on_loop_boundary", "on_idle", "after_prefill_chunk")
@@ -54,10 +53,6 @@ class Load:
         self.sched = self.driver.new(
             kv=live * (1_100 + steps), mamba=3 * live + 16, rows=live + 16, context=1_100 + steps, guard=True
         )
-        if self.driver.release.server_args is not ServerArgs.NONE:
-            # SGLang's scheduler keeps its server args (the census reads how far a decode step can
-            # allocate past a request's KV there; without them it reads 2,048 columns a request)
-            self.sched.server_args = published()
         self.prefix = [self.rng.randrange(10, 900) for _ in range(PREFIX)]
         self.shorts: list[Any] = []
         self.made = 0
@@ -119,9 +114,6 @@ def inside(version: str, seconds: float) -> int:
 
 
 if __name__ == "__main__":
-    import torch
-
-    torch.set_num_threads(1)  # the census's CPU stand-in for GPU kernels: the scheduler thread alone
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", required=True)
     parser.add_argument("--seconds", type=float, default=10.0)

@@ -30,7 +30,7 @@ from rigs.sglang.decode import Offload
 from rigs.sglang.hicache import HiDecode
 from rigs.sglang.rank import Rank, rank_class
 from rigs.sglang.releases import Check, Release, release
-from rigs.sglang.server_args import publish_server_args
+from rigs.sglang.server_args import publish_server_args, published
 from rigs.sglang.sessions import Sessions
 from rigs.sglang.steps import Steps
 from rigs.sglang.swa import Windowed
@@ -82,11 +82,13 @@ class Driver(Steps, Admission, Sessions, Offload, Windowed, HiDecode):
         """A fresh rank (``mode``: ``null``, ``prefill`` or ``decode``) born with a probe of
         ``config`` (the driver's, guard on or off), the release told; ``checkpoints``: with SGLang's
         int8 Mamba checkpoint pool (0.5.23); ``server``: server options set on the published args."""
-        publish_server_args(self.release, **(server or {}))
+        kept = publish_server_args(self.release, **(server or {}))
         cls = rank_class(self.release)
         uninstall(cls)
         install(SGLANG, cls, replace(config or self.config, guard=guard, release=self.release.version))
         self.sched = cls(mode, **sizes)
+        if kept:  # SGLang's scheduler keeps its own (the census reads a decode step's reach there)
+            self.sched.server_args = published()
         if checkpoints:
             self.sched.add_checkpoint_pool()
         self.samples, self.steps = [], 0

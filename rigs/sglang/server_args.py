@@ -14,15 +14,16 @@ MODEL = Path(__file__).resolve().parent / "tiny-qwen3-next"  # a weightless Qwen
 DENSE = Path(__file__).resolve().parent / "tiny-llama"  # a weightless Llama config (a dense model)
 
 
-def publish_server_args(release: Release, **over: object) -> None:
+def publish_server_args(release: Release, **over: object) -> bool:
     """The global ``ServerArgs`` the release's classes read, as the scheduler process sets it:
     every field at its default (no ``__post_init__``: that would need a model), or on 0.5.23 one
     resolved against a weightless Qwen3-Next config (the unified tree reads the Mamba chunk size);
-    ``over``: fields set on it (a step's server option: priority scheduling, streaming sessions)."""
+    ``over``: fields set on it (a step's server option: priority scheduling, streaming sessions).
+    False where nothing was published (a release that reads none, 0.5.4.post1, and no ``over``)."""
     from sglang.srt import server_args as sa
 
     if release.server_args is ServerArgs.NONE and not over:
-        return
+        return False
     if release.server_args is ServerArgs.RESOLVED:
         from sglang.srt import runtime_context
 
@@ -38,7 +39,7 @@ def publish_server_args(release: Release, **over: object) -> None:
         sa.set_global_server_args_for_scheduler(args)
         if hasattr(runtime_context, "mamba_cache_chunk_size"):  # 0.5.23 resolves it once, here
             runtime_context.mamba_cache_chunk_size()
-        return
+        return True
     args = sa.ServerArgs.__new__(sa.ServerArgs)
     for f in dataclasses.fields(sa.ServerArgs):
         if f.default is not dataclasses.MISSING:
@@ -53,6 +54,7 @@ def publish_server_args(release: Release, **over: object) -> None:
     for name, value in over.items():
         setattr(args, name, value)
     sa.set_global_server_args_for_scheduler(args)
+    return True
 
 
 def published() -> object:

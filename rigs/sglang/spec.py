@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from rigs.sglang.releases import Release, ServerArgs, SpecPath
-from rigs.sglang.server_args import DENSE, publish_server_args
+from rigs.sglang.server_args import DENSE, publish_server_args, published
 from rigs.sglang.spec_kernels import stand_in_kernels
 
 __all__ = ["SPEC", "allocated", "paged_pools", "prefilled", "release", "spec_step"]
@@ -71,7 +71,8 @@ def paged_pools(rank: Any, rel: Release, *, pages: int, page: int, rows: int, wi
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
     dense = {"model_path": str(DENSE)} if rel.server_args is ServerArgs.RESOLVED else {}  # (a dense model)
-    publish_server_args(rel, page_size=page, **SPEC, **dense)
+    if publish_server_args(rel, page_size=page, **SPEC, **dense):
+        rank.server_args = published()  # the spec rank's (the census's reach past a request's KV)
     paged = stand_in_kernels(page)
     if rel.spec is not SpecPath.ALLOCATION:
         _worker_constant()

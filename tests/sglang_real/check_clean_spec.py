@@ -118,10 +118,7 @@ class Spec:
 
 def one_rank(version: str, page: int) -> tuple[Timeline, dict[str, Any]]:
     """:data:`STEPS` busy turns on a spec rank at ``page``, drained, idle, SGLang's own check."""
-    from rigs.sglang.server_args import published
-
     d, timeline = started(version, "null", kv=KV, rows=ROWS, context=WIDTH, paged=page)
-    d.sched.server_args = published()  # the scheduler's: the census's reach past a request's KV
     spec = Spec(d, seed=page)
     for turn in range(STEPS):
         if turn % 3 == 0:

@@ -222,7 +222,7 @@ class Probe(Stamping):
         sample = self.reader.read(reading, ReadAsk(exact=idle_hook or bool(due_now), due=due_now))
         waits = sample.waits
         self._last_sample = now
-        if not idle_hook:
+        if not idle_hook:  # (set before the rest: a sample that fails still waits its interval)
             self._busy_at = now + self.pacer.current_s
         idle = sample.phase is Phase.IDLE
         force = census or self._force(sample, idle_hook) or self.counters.suspect(sample.pools)

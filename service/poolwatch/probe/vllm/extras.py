@@ -48,7 +48,6 @@ from poolwatch.probe.vllm.reader import VllmReader
 from poolwatch.probe.vllm.refuse import FreeRefuser, Refusal, refuser_for
 from poolwatch.probe.vllm.timing import Timing, arm
 from poolwatch.probe.vllm.transfers import Transfers
-from poolwatch.probe.vllm.waits import VllmWaits
 from poolwatch.probe.vllm.wrapping import Restore, restore, unwrap, wrap_frees, wrap_steps
 
 __all__ = ["VllmProbe"]
@@ -69,7 +68,6 @@ class VllmProbe(Probe):
     _timing: Timing | None = None  # the timing checks armed at start
     _steps: tuple[Restore, ...] = ()  # ``schedule`` wrapped to see each step's output
     _marked = False  # the waits noted a step's finishes or preemptions, to clear at the next step
-    _waits: VllmWaits | None = None  # the reader's waits, held here (set at start: the hooks touch less)
 
     # -- the hooks (EngineCore thread) -----------------------------------------------------------
 
@@ -77,7 +75,7 @@ class VllmProbe(Probe):
         if self._marked and not self.disabled:  # (most steps finish and preempt nothing: no look)
             self._marked = False
             try:  # (contained in line: this runs at every step)
-                self._waits_now().step_begins()
+                self.reader.waits.step_begins()
             except Exception as exc:
                 self._failed("waits", exc)
         # the sample waits for the step's end (``after_update``), where the requests and lists it
@@ -96,7 +94,7 @@ class VllmProbe(Probe):
         parked = False
         if not self.disabled:
             try:
-                waits = self._waits_now()
+                waits = self.reader.waits
                 self._marked |= waits.step_ended()
                 parked = not self.parked and waits.parked_now(requests)
             except Exception as exc:
@@ -112,11 +110,7 @@ class VllmProbe(Probe):
     def on_scheduled(self, output: Any) -> None:
         """After ``schedule``: the tokens it scheduled (the waits' progress, without a request read)."""
         if not self.disabled:  # (the wrap of ``schedule`` contains what cannot raise: a getattr, a sum)
-            self._waits_now().moves.scheduled(output)
-
-    def _waits_now(self) -> VllmWaits:
-        waits = self._waits
-        return self.reader.waits if waits is None else waits
+            self.reader.waits.moves.scheduled(output)
 
     def on_free(self, blocks: list[Any]) -> Sequence[list[Any]] | None:
         """Inside ``BlockPool.free_blocks``, before it runs: name a double free at the free itself;
@@ -211,7 +205,7 @@ class VllmProbe(Probe):
         if self.disabled:
             return
         self.reader.index.released(index, request_id, blocks)
-        self._waits_now().popped(request_id)
+        self.reader.waits.popped(request_id)
         self._marked = True  # (a preemption is cleared at the next step)
         if self.in_flight is not None and self.in_flight.steps:
             self.in_flight.popped(request_id, blocks)
@@ -226,7 +220,6 @@ class VllmProbe(Probe):
         """The shape check, then: wrap the pool's ``free_blocks`` and the managers' pops; a freshly
         built scheduler is idle: sample it now, so the endpoint serves a snapshot before the first
         request (vLLM calls no hook until then, and "no snapshot yet" would read as the target down)."""
-        self._waits = self.reader.waits
         problems = self.reader.shape_problems()
         release = self.release
         if problems:

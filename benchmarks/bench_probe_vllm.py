@@ -9,9 +9,13 @@ skipped), and prints one table.
 32,000 blocks of 16 tokens, prefix caching on) with 256 running requests: 248 long ones (a shared
 1,024-token prefix, then 700-1,000 tokens of their own, decoding for the whole run) and 8 short ones
 (200-300-token prompts, 8-24 output tokens) replaced by new ones as they finish.  A *step* is what
-EngineCore's thread does per engine step with one batch in flight: ``schedule()``, a made-up model
-output (one token a request; no model runs), ``update_from_output()``, then a 20 ms sleep standing
-for the GPU's forward pass.  The probe is attached at the default rates (a sample every 0.1 s, the
+EngineCore's thread does per engine step with one batch in flight, in its order: ``schedule()``, a
+20 ms sleep standing for the GPU's forward pass (where ``EngineCore.step`` waits on the model's
+output), a made-up model output (one token a request; no model runs), ``update_from_output()``, then
+the short requests that finished are replaced.  (Until 2026-12-06 the sleep came after
+``update_from_output``, which made the probe's hook before ``schedule`` the first code after every
+wait: it paid the thread's cold start that ``update_from_output`` pays in EngineCore, about 0.04
+point of the share; docs/benchmarks.md.)  The probe is attached at the default rates (a sample every 0.1 s, the
 walk every 300 s busy or on a new gap) with guard on, so every detector runs beside it (the free-time
 tripwire and guard's refusal on every free, freed-in-flight, stranded holds and the admission stall,
 the counter witness, the encoder pool).  Nothing else runs in the process.  *Healthy*: nothing is
@@ -155,13 +159,16 @@ def loop(case: str, leak: int, seconds: float, release: str) -> Figures:
     probe.start()  # attach: made again, they call the timed ones, so the free-time look counts too
     meter.clear()
     pool = sched.kv_cache_manager.block_pool
+
+    def forward() -> None:
+        time.sleep(GPU_STEP_S)  # the forward pass: EngineCore's thread waits on the GPU
+
     steps, started, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - started < seconds:
         if leak:
             pool.get_new_blocks(leak)  # counted, listed by no request: a leak that keeps growing
-        e.step()
+        e.step(forward=forward)  # EngineCore's order: schedule, the GPU wait, update_from_output
         refill()
-        time.sleep(GPU_STEP_S)  # the forward pass: EngineCore's thread waits on the GPU
         steps += 1
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
     meter.stop()

@@ -2,12 +2,17 @@
 time measured from inside a scheduler's loop, and each release run in its own venv.
 
 :class:`Meter` wraps a probe's entry points on the instance (the hooks the wrapped scheduler calls,
-and the free-time look) and its sample: every call is timed with the thread's CPU clock, so the
-share of the thread is *probe CPU seconds / (the loop's CPU seconds + its GPU waits)*, the
-timing's own cost included (:meth:`Meter.calibrate` measures it in the loop's conditions and the
-table prints its bound: a cold timed call right after the GPU wait costs about 5 µs on the
-development VM, a warm one 0.6 µs), and each sample's cost is kept (with whether a walk -- a
-census -- ran inside it).  Figures, never assertions.
+and the free-time look) and its sample.  Every call is timed on the monotonic clock
+(``perf_counter``: a vDSO read, about 1.6 µs cold right after the GPU wait on the development VM and
+0.1 µs warm), so the share of the thread is *probe seconds / (the loop's CPU seconds + its GPU
+waits)*; the loop's own CPU time is the thread's CPU clock, read once around the run.  A probe call
+preempted by another process is charged the time it waited (the figure is an upper bound on a busy
+machine: the table prints the load average).  The timing's own cost is included, and
+:meth:`Meter.calibrate` measures it in the loop's conditions (the table prints its bound and the
+share less it).  The thread's CPU clock, which an earlier meter read at every call, is a system call
+here: 7 µs cold, more than some hooks, and it inflated the share by about 0.1 point on vLLM.  Each
+sample's CPU cost is kept apart (with whether a walk -- a census -- ran inside it).  Figures, never
+assertions.
 
 What a run reports, and how the runs across releases are collected and printed:
 :mod:`loop_report`.
@@ -35,13 +40,12 @@ GPU_STEP_S = 0.020  # made-up GPU time per engine step: the thread sleeps it, as
 class Meter:
     """The probe's time inside one run of the loop."""
 
-    spent: float = 0.0  # CPU seconds inside any of the probe's entry points
-    spent_wall: float = 0.0  # wall seconds of the same
+    spent: float = 0.0  # seconds inside any of the probe's entry points (monotonic clock)
     samples: list[float] = field(default_factory=list)  # CPU seconds of each sample (walks aside)
     walks: list[float] = field(default_factory=list)  # CPU seconds of each sample that walked
-    by_entry: dict[str, float] = field(default_factory=dict)  # CPU seconds per entry point
+    by_entry: dict[str, float] = field(default_factory=dict)  # seconds per entry point
     calls: int = 0  # timed calls (a hook inside another counted once)
-    timer: float = 0.0  # CPU seconds the timing itself adds to one call (calibrate)
+    timer: float = 0.0  # seconds the timing itself adds to one cold call (calibrate)
     stopped: bool = False  # the loop is over: what the probe does after it is not the loop's (stop)
     _depth: int = 0
 
@@ -70,15 +74,14 @@ class Meter:
 
     def clear(self) -> None:
         """Forget what was timed so far (the loop starts now)."""
-        self.spent = self.spent_wall = 0.0
+        self.spent = 0.0
         self.samples, self.walks, self.by_entry, self.calls = [], [], {}, 0
         self.stopped = False
 
     def calibrate(self, rounds: int = 40) -> None:
         """What timing a call costs in the loop's conditions: an empty call timed as an entry point
-        is, right after a GPU wait and some of the loop's work (the thread-CPU clock is a system
-        call, and a cold one after a sleep: about 5 µs a call on this VM, 0.6 µs in a tight loop).
-        The first entry point after each GPU wait pays about this; the table prints the bound."""
+        is, right after a GPU wait and some of the loop's work.  The first entry point after each
+        GPU wait pays about this, the others less; the table prints the bound."""
         empty = self._entry("(calibration)", lambda: None)
         took = []
         for _ in range(rounds):
@@ -93,16 +96,15 @@ class Meter:
     def _entry(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             self._depth += 1
-            t0, w0 = time.thread_time(), time.perf_counter()
+            t0 = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
                 self._depth -= 1
                 if self._depth == 0:  # a hook called inside another is counted once
-                    took = time.thread_time() - t0
+                    took = time.perf_counter() - t0
                     self.calls += 1
                     self.spent += took
-                    self.spent_wall += time.perf_counter() - w0
                     self.by_entry[name] = self.by_entry.get(name, 0.0) + took
 
         return timed
@@ -117,8 +119,7 @@ class Figures:
     wall_s: float
     cpu_s: float  # the loop's CPU seconds on its thread, probe included
     step_s: float  # mean seconds of a step on a machine of its own: its CPU + the GPU wait
-    spent_s: float  # the probe's CPU seconds
-    spent_wall_s: float
+    spent_s: float  # the probe's seconds (monotonic clock, inside its entry points)
     samples: int
     median_us: float  # a sample without a walk
     p99_us: float
@@ -127,13 +128,13 @@ class Figures:
     walk_total_s: float = 0.0  # CPU seconds of every sample that walked
     gap: int | None = None  # the conservation gap at the end (a leak's size)
     load: float = 0.0  # the 1-minute load average at the end
-    by_entry: dict[str, float] = field(default_factory=dict)  # the probe's CPU seconds per entry point
-    timer_s: float = 0.0  # CPU seconds the meter's timing adds at most (calls x a cold call's cost)
+    by_entry: dict[str, float] = field(default_factory=dict)  # the probe's seconds per entry point
+    timer_s: float = 0.0  # seconds the meter's timing adds at most (calls x a cold call's cost)
 
     @property
     def share(self) -> float:
-        """Percent of the thread's time on a machine of its own (CPU clocks), the meter's own timing
-        included (:meth:`Meter.calibrate` says what a cold timed call adds)."""
+        """Percent of the thread's time on a machine of its own (the probe's calls over the loop's CPU
+        time plus its GPU waits), the meter's own timing included (:meth:`Meter.calibrate` says what a cold timed call adds)."""
         return self.spent_s / (self.cpu_s + self.steps * GPU_STEP_S) * 100
 
     @property
@@ -152,7 +153,7 @@ class Figures:
     @property
     def wall_share(self) -> float:
         """Percent of the run's wall time (inflated by the machine's load)."""
-        return self.spent_wall_s / self.wall_s * 100
+        return self.spent_s / self.wall_s * 100
 
 
 def figures(case: str, meter: Meter, steps: int, wall: float, cpu: float, gap: int | None = None) -> Figures:
@@ -165,7 +166,6 @@ def figures(case: str, meter: Meter, steps: int, wall: float, cpu: float, gap: i
         cpu_s=cpu,
         step_s=cpu / max(steps, 1) + GPU_STEP_S,
         spent_s=meter.spent,
-        spent_wall_s=meter.spent_wall,
         samples=len(meter.samples),
         median_us=statistics.median(xs) * 1e6,
         p99_us=p99 * 1e6,

@@ -80,7 +80,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
         for r in result["rows"]:
             f = Figures(**r)
             lines.append(f"  {result['release']:<12} {f.case:<22} {f.timer_s / max(f.steps, 1) * 1e6:.1f}")
-    lines.append("the probe's CPU per step, by entry point (µs):")
+    lines.append("the probe's time per step, by entry point (µs, monotonic clock):")
     for result in results:
         for r in result["rows"]:
             f = Figures(**r)

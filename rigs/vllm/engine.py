@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -190,17 +190,22 @@ class Engine:
         sent: Iterable[str] = (),
         received: Iterable[str] = (),
         worker_meta: Any = None,
+        forward: Callable[[], object] | None = None,
     ) -> Any:
         """One engine step: schedule, a made-up model output (``sent`` / ``received``: requests whose
         KV transfer finished, as a connector reports them; ``worker_meta``: the connector's worker
         metadata), update -- with a batch queue, the oldest output in flight once the queue is full
-        or nothing new was scheduled.  The scheduler output."""
+        or nothing new was scheduled.  ``forward``: what stands for the model's forward pass, run
+        where EngineCore waits for it (after ``schedule``, before ``update_from_output``; the loop
+        benchmarks sleep there).  The scheduler output."""
         try:
             out = self.sched.schedule()
         except AssertionError as exc:
             self._engine_said(exc)
             self.steps += 1
             raise
+        if forward is not None:
+            forward()
         self.pending.append((out, self._output(out, token, set(sent), set(received), worker_meta)))
         try:
             if len(self.pending) >= self.depth or out.total_num_scheduled_tokens == 0:

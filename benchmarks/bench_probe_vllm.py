@@ -9,21 +9,15 @@ skipped), and prints one table.
 32,000 blocks of 16 tokens, prefix caching on) with 256 running requests: 248 long ones (a shared
 1,024-token prefix, then 700-1,000 tokens of their own, decoding for the whole run) and 8 short ones
 (200-300-token prompts, 8-24 output tokens) replaced by new ones as they finish.  A *step* is what
-EngineCore's thread does per engine step with one batch in flight, in its order: ``schedule()``, a
-20 ms sleep standing for the GPU's forward pass (where ``EngineCore.step`` waits on the model's
-output), a made-up model output (one token a request; no model runs), ``update_from_output()``, then
-the short requests that finished are replaced.  (Until 2026-12-06 the sleep came after
-``update_from_output``, which made the probe's hook before ``schedule`` the first code after every
-wait: it paid the thread's cold start that ``update_from_output`` pays in EngineCore, about 0.04
-point of the share; docs/benchmarks.md.)  The probe is attached at the default rates (a sample every 0.1 s, the
-walk every 300 s busy or on a new gap) with guard on, so every detector runs beside it (the free-time
-tripwire and guard's refusal on every free, freed-in-flight, stranded holds and the admission stall,
-the counter witness, the encoder pool).  Nothing else runs in the process.  *Healthy*: nothing is
+EngineCore's thread does per engine step with one batch in flight, in its order: ``schedule()``, a 20 ms
+sleep standing for the GPU's forward pass (where ``EngineCore.step`` waits on the model's output), a
+made-up model output (one token a request; no model runs), ``update_from_output()``, then the short
+requests that finished are replaced.  The probe is attached at the default rates (a sample every 0.1 s,
+the walk every 300 s busy or on a new gap) with guard on, so every detector runs beside it (the
+free-time tripwire and guard's refusal on every free, freed-in-flight, stranded holds and the admission
+stall, the counter witness, the encoder pool).  Nothing else runs in the process.  *Healthy*: nothing is
 wrong; *growing leak*: 3 blocks a step are taken from the pool and listed by no request (a gap that
-grows at every sample).  Printed per release and case (:mod:`loop_meter`): the probe's share of the
-thread -- its entry points timed from inside on the thread's CPU clock, over the loop's CPU time plus
-its GPU waits, with and without the walks, and on the wall clock beside it --, the median and p99 CPU
-time of a sample that did not walk, the walks and the longest, the gap at the end and the load average.
+grows at every sample).  Printed per release and case: see :mod:`loop_meter` and :mod:`loop_report`.
 
 ``--calls`` prints, on one release, the per-call table of earlier runs: one sample, one walk and the
 free-time look back to back, against the scheduler's own step.  Figures, not assertions.
@@ -32,6 +26,7 @@ free-time look back to back, against the scheduler's own step.  Figures, not ass
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import random
 import statistics
@@ -159,9 +154,7 @@ def loop(case: str, leak: int, seconds: float, release: str) -> Figures:
     probe.start()  # attach: made again, they call the timed ones, so the free-time look counts too
     meter.clear()
     pool = sched.kv_cache_manager.block_pool
-
-    def forward() -> None:
-        time.sleep(GPU_STEP_S)  # the forward pass: EngineCore's thread waits on the GPU
+    forward = functools.partial(time.sleep, GPU_STEP_S)  # the forward pass: the thread waits on the GPU
 
     steps, started, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - started < seconds:

@@ -134,7 +134,8 @@ class Figures:
     @property
     def share(self) -> float:
         """Percent of the thread's time on a machine of its own (the probe's calls over the loop's CPU
-        time plus its GPU waits), the meter's own timing included (:meth:`Meter.calibrate` says what a cold timed call adds)."""
+        time plus its GPU waits), the meter's own timing included (:meth:`Meter.calibrate` says
+        what a cold timed call adds)."""
         return self.spent_s / (self.cpu_s + self.steps * GPU_STEP_S) * 100
 
     @property

@@ -5,6 +5,7 @@ next busy census (300 s for full KV): the pure rule, the censuses on fakes, the 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,7 @@ from poolwatch.model.rank import Exactness, Phase, Pool, PoolAccount
 from poolwatch.probe.census.proofs import busy_lost
 from poolwatch.probe.core.config import ProbeConfig
 from poolwatch.probe.core.reading import Reading
-from poolwatch.probe.core.schedule import GAP_CENSUS_EVERY_S, CensusSchedule, exact_gaps
+from poolwatch.probe.core.schedule import CENSUS_BUDGET, GAP_CENSUS_EVERY_S, CensusSchedule, exact_gaps
 from poolwatch.probe.lifecycle import attach, detach, probe_of
 from poolwatch.probe.sglang.engine import SGLANG
 from poolwatch.probe.sglang.kv_census import kv_census
@@ -120,6 +121,22 @@ def test_the_mamba_census_names_a_lost_slot_while_busy_only_when_it_is_the_sampl
     assert exact.missing == (lost,)
     assert other.missing is None
     assert other.missing_ids == ()
+
+
+def test_the_census_budget_charges_a_walk_all_it_cost_the_thread() -> None:
+    """The next gap walk is spaced out by the whole sample that walked -- the census, the read
+    around it and the proofs delivered --, not by the census loop alone."""
+    rank = Rank(kv=16)
+    probe = attach(SGLANG, rank.sched, ProbeConfig(serve=False, directory="/nonexistent-poolwatch-dir"))
+    try:
+        started = time.perf_counter()
+        probe.sample_now("test", census=True)
+        whole = time.perf_counter() - started
+        assert probe.census_total == 1
+        assert probe.census_cost < probe.schedule.pass_cost <= whole
+        assert probe.schedule.gap_interval >= probe.schedule.pass_cost / CENSUS_BUDGET
+    finally:
+        detach(rank.sched)
 
 
 # --- the emulator -------------------------------------------------------------------------------

@@ -252,6 +252,10 @@ class Probe(Stamping):
             self.pacer.record(self._sample_cost)
             self._busy_at = now + self.pacer.current_s  # the configured interval, paced to this cost too
         self._deliver(sample, reading, hook, idle_hook=idle_hook)
+        if due:  # the census budget spaces the next gap walk by all this walk cost the thread: the
+            # census, the read it asked for again and the proofs delivered (the census alone was
+            # half of it on vLLM, and a growing leak walked twice as often as the budget allows)
+            self.schedule.pass_cost = time.perf_counter() - started
 
     def _waited(self, waits: Waits | None) -> None:
         """The holds and progress the next snapshot carries, from what the room read (once per sample)."""

@@ -34,7 +34,8 @@ __all__ = ["CENSUS_BUDGET", "GAP_CENSUS_EVERY_S", "CensusRule", "CensusSchedule"
 
 GAP_CENSUS_EVERY_S = 5.0  # a gap-triggered census runs at most this often (a leak that keeps growing)
 CENSUS_BUDGET = 0.002  # ... and never takes more than this share of the scheduler thread: a census
-# that took c seconds is followed by the next gap-triggered one no sooner than c / CENSUS_BUDGET
+# whose sample took c seconds (the walk, the read again, the proofs) is followed by the next
+# gap-triggered one no sooner than c / CENSUS_BUDGET
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,7 @@ class CensusSchedule:
         self.gaps: dict[Pool, int] = {}  # the gaps the last gap-triggered census was taken for
         self.last_gap = -float("inf")
         self.gap_runs = 0  # gap-triggered census passes
-        self.pass_cost = 0.0  # seconds the last census pass took (the budget spaces the next out)
+        self.pass_cost = 0.0  # seconds the last sample that censused took (the budget spaces the next out)
         self._soonest: float | None = None  # no census is due by the clock before this (None: unknown)
         # the censuses due at every sample, busy or idle (a zero interval: one that applies only to
         # a pool some models lack, the encoder's)

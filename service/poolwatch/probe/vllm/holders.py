@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -40,6 +41,7 @@ _ID = attrgetter("block_id")
 APPEND_ONLY = frozenset({"FullAttentionManager", "CrossAttentionManager"})
 LIVE, TRANSFER, STALE = "live", "transfer", "stale"
 MAX_EXPECTED = 1 << 16  # popped blocks awaiting their free, at most
+MAX_ANNOUNCED = 64  # popped lists kept whole while their free has not come (then counted by block)
 STALE_EVERY = 10  # a steady-state sync looks for a request that went (leaving its list) this often
 
 
@@ -79,7 +81,10 @@ class HolderIndex:
         self.tracked: dict[tuple[int, str], Tracked] = {}
         self.counts: dict[str, dict[int, int]] = {LIVE: {}, TRANSFER: {}, STALE: {}}
         self.null_id: int | None = None
-        self.expected: dict[int, int] = {}  # blocks of popped lists not yet seen at a free
+        self._expected: dict[int, int] = {}  # blocks of popped lists not yet seen at a free
+        # the popped lists' ids, newest last, not yet counted into ``_expected``: a free that is the
+        # last pop's list (vLLM frees a list right after popping it) consumes it whole
+        self._announced: deque[list[int]] = deque()
         self.drift = 0  # full rebuilds that found the incremental counts wrong
         self._seen: dict[int, dict[int, str]] = {}  # per manager: id(list) -> rid, every one tracked
         self._stale: dict[int, set[str]] = {}  # per manager: the rids whose request is gone
@@ -284,16 +289,38 @@ class HolderIndex:
         ids = list(map(_ID, blocks))
         if self.null_id in ids:
             ids = [i for i in ids if i != self.null_id]
-        expected, get = self.expected, self.expected.get
+        announced = self._announced
+        announced.append(ids)
+        if len(announced) > MAX_ANNOUNCED:  # frees deferred (or never made): count the oldest by block
+            self._expect(announced.popleft())
+
+    @property
+    def expected(self) -> dict[int, int]:
+        """The blocks of popped lists not yet seen at a free, with their occurrences."""
+        while self._announced:
+            self._expect(self._announced.popleft())
+        return self._expected
+
+    def _expect(self, ids: list[int]) -> None:
+        expected, get = self._expected, self._expected.get
         for i in ids:
             expected[i] = get(i, 0) + 1
-        while len(self.expected) > MAX_EXPECTED:  # popped blocks never freed (a leak): forget the oldest
-            del self.expected[next(iter(self.expected))]
+        while len(expected) > MAX_EXPECTED:  # popped blocks never freed (a leak): forget the oldest
+            del expected[next(iter(expected))]
 
     def explained(self, ids: list[int]) -> bool:
         """Whether a free of ``ids`` is what earlier pops announced (each id consumed once); False
-        when some block comes with no pop before it (then the lists are read again before judging)."""
-        expected, get = self.expected, self.expected.get
+        when some block comes with no pop before it (then the lists are read again before judging).
+        The usual free is the last pop's whole list, reversed or in order (a manager frees what it
+        just popped): one comparison, no count by block."""
+        announced = self._announced
+        if announced:
+            last = announced[-1]
+            if len(last) == len(ids) and (ids == last[::-1] or ids == last):
+                announced.pop()
+                return True
+        expected = self.expected
+        get = expected.get
         whole = True
         for i in ids:
             n = get(i, 0)

@@ -46,13 +46,17 @@ class Meter:
     by_entry: dict[str, float] = field(default_factory=dict)  # seconds per entry point
     calls: int = 0  # timed calls (a hook inside another counted once)
     timer: float = 0.0  # seconds the timing itself adds to one cold call (calibrate)
+    engine_calls: int = 0  # the engine's own methods timed apart inside an entry point
+    engine_timer: float = 0.0  # seconds setting one apart adds to its entry point's (calibrate)
     stopped: bool = False  # the loop is over: what the probe does after it is not the loop's (stop)
     _depth: int = 0
+    # per entry point in progress (outermost, innermost last): seconds of the engine's own methods it called
+    _engine: list[list[float]] = field(default_factory=list)
 
     def wrap(self, probe: Any, hooks: Sequence[str]) -> None:
         """Time ``hooks`` (entry points) and the probe's sample on the instance."""
         for name in hooks:
-            setattr(probe, name, self._entry(name, getattr(probe, name)))
+            setattr(probe, name, self.entry(name, getattr(probe, name)))
         sample = probe._sample
 
         def timed_sample(*args: Any, **kwargs: Any) -> Any:
@@ -75,39 +79,66 @@ class Meter:
     def clear(self) -> None:
         """Forget what was timed so far (the loop starts now)."""
         self.spent = 0.0
-        self.samples, self.walks, self.by_entry, self.calls = [], [], {}, 0
+        self.samples, self.walks, self.by_entry, self.calls, self.engine_calls = [], [], {}, 0, 0
         self.stopped = False
 
     def calibrate(self, rounds: int = 40) -> None:
         """What timing a call costs in the loop's conditions: an empty call timed as an entry point
-        is, right after a GPU wait and some of the loop's work.  The first entry point after each
-        GPU wait pays about this, the others less; the table prints the bound."""
-        empty = self._entry("(calibration)", lambda: None)
-        took = []
+        is, right after a GPU wait and some of the loop's work, and what an engine method set apart
+        inside one adds (guard's wrappers on SGLang).  The first entry point after each GPU wait
+        pays about this, the others less; the table prints the bound."""
+        plain = self.entry("(calibration)", lambda: None)
+        inner = self.engine(lambda: None)
+        nested = self.entry("(calibration)", inner)
+        took: dict[Any, list[float]] = {plain: [], nested: []}
         for _ in range(rounds):
-            time.sleep(GPU_STEP_S)
-            sum(range(20_000))  # some of the loop's own work between the wait and the hook
-            before = self.spent
-            empty()
-            took.append(self.spent - before)
-        self.timer = statistics.median(took)
+            for call, times in took.items():
+                time.sleep(GPU_STEP_S)
+                sum(range(20_000))  # some of the loop's own work between the wait and the hook
+                before = self.spent
+                call()
+                times.append(self.spent - before)
+        self.timer = statistics.median(took[plain])
+        self.engine_timer = max(0.0, statistics.median(took[nested]) - self.timer)
         self.clear()
 
-    def _entry(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def entry(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``original`` timed as one of the probe's entry points (an entry inside another counts once;
+        the engine's own methods it calls, made with :meth:`engine`, do not count)."""
+
         def timed(*args: Any, **kwargs: Any) -> Any:
             self._depth += 1
+            if self._depth == 1:
+                self._engine.append([0.0])
             t0 = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
                 self._depth -= 1
                 if self._depth == 0:  # a hook called inside another is counted once
-                    took = time.perf_counter() - t0
+                    took = time.perf_counter() - t0 - self._engine.pop()[0]
                     self.calls += 1
                     self.spent += took
                     self.by_entry[name] = self.by_entry.get(name, 0.0) + took
 
         return timed
+
+    def engine(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The engine's own method that a probe's wrapper calls (guard's, around SGLang's free): its
+        time is not the probe's; an entry point reached inside it is timed on its own."""
+
+        def own(*args: Any, **kwargs: Any) -> Any:
+            depth, self._depth = self._depth, 0
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._depth = depth
+                if depth:  # (an entry point reached inside it kept an account of its own)
+                    self._engine[-1][0] += time.perf_counter() - t0
+                    self.engine_calls += 1
+
+        return own
 
 
 @dataclass(frozen=True)
@@ -176,5 +207,5 @@ def figures(case: str, meter: Meter, steps: int, wall: float, cpu: float, gap: i
         gap=gap,
         load=os.getloadavg()[0],
         by_entry=dict(meter.by_entry),
-        timer_s=meter.calls * meter.timer,
+        timer_s=meter.calls * meter.timer + meter.engine_calls * meter.engine_timer,
     )

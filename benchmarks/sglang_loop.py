@@ -2,15 +2,16 @@
 ``bench_probe.py``; see its docstring for the method).
 
 One rank of :mod:`rigs.sglang.driver` -- the release's own ``HybridReqToTokenPool``,
-``TokenToKVPoolAllocator`` and radix tree (0.5.23: ``UnifiedRadixCache``), real ``Req`` objects --
-with 256 live requests: 248 long ones sharing a 512-token prefix (plus 100-300 tokens of their own)
-that decode for the whole run, and 8 short ones (100-200-token prompts, 8-24 output tokens) replaced
-as they finish.  A *step* is one turn of the release's event loop, in its order: 20 ms of made-up
-GPU time (the forward pass the scheduler waits on), the batch's result (one decode token for every
-running request), the release of the finished ones and the admission of new ones (prefix match, row,
-KV), then the loop hook (where the probe looks, at its default rate).  As in SGLang's own loop, the
-hook comes right after the result processing has touched every running request; until 2026-12-05
-the hook came right after the GPU wait instead, when those requests were cold (docs/benchmarks.md).
+``TokenToKVPoolAllocator`` and radix tree (0.5.23: ``UnifiedRadixCache``), real ``Req`` objects -- with
+256 live requests: 248 long ones sharing a 512-token prefix (plus 100-300 tokens of their own) that
+decode for the whole run, and 8 short ones (100-200-token prompts, 8-24 output tokens) replaced as they
+finish.  A *step* is one turn of the release's event loop, in its order: 20 ms of made-up GPU time (the
+forward pass the scheduler waits on), the batch's result (one decode token for every running request),
+the release of the finished ones and the admission of new ones (prefix match, row, KV), then the loop
+hook (where the probe looks, at its default rate).  Guard's wrappers of SGLang's free paths are timed
+with the probe's hooks (:func:`guard_timed`; until 2026-12-06 they were not).  As in SGLang's own loop,
+the hook comes right after the result processing has touched every running request; until 2026-12-05 the
+hook came right after the GPU wait instead, when those requests were cold (docs/benchmarks.md).
 
 The rank's tensors are CPU tensors here, where SGLang's are on the GPU: the census (a walk) runs
 its pool-sized passes on one intra-op thread, as the scheduler thread's own work (the release
@@ -25,9 +26,11 @@ step allocates past a request's KV there).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from loop_meter import GPU_STEP_S, Figures, Meter, figures
@@ -85,12 +88,37 @@ class Load:
         self.driver.loop()  # the loop hook: the probe looks here, at its rate
 
 
+@contextlib.contextmanager
+def guard_timed(meter: Meter) -> Iterator[None]:
+    """Guard's wrappers made while open -- every free path, row and tree hook it patches on the
+    rank -- timed as the probe's entry points too, less the SGLang method each wraps."""
+    from poolwatch.probe.sglang.guard import patch as patching
+    from poolwatch.probe.sglang.guard import refuser  # noqa: F401  (every guard module imported)
+
+    original = patching.patch
+    users = [m for n, m in sys.modules.items() if n.startswith(patching.__package__ + ".")]
+    users = [m for m in users if getattr(m, "patch", None) is original]
+
+    def timed(owner: Any, name: str, make: Callable[[Any], Any]) -> Any:
+        return original(owner, name, lambda method: meter.entry(f"guard {name}", make(meter.engine(method))))
+
+    for module in users:
+        vars(module)["patch"] = timed
+    try:
+        yield
+    finally:
+        for module in users:
+            vars(module)["patch"] = original
+
+
 def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
-    load = Load(version, seconds=seconds)
-    probe = load.driver.probe
     meter = Meter()
     meter.calibrate()
+    with guard_timed(meter):
+        load = Load(version, seconds=seconds)
+    probe = load.driver.probe
     meter.wrap(probe, HOOKS)
+    meter.clear()  # (guard's wrappers ran while the load was admitted)
     steps, started, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - started < seconds:
         time.sleep(GPU_STEP_S)  # the forward pass: the scheduler waits on the GPU

@@ -18,7 +18,7 @@ from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import SlotGuard
-from poolwatch.probe.sglang.guard.tree_index import TreeHooks
+from poolwatch.probe.sglang.guard.tree_index import TreeHooks, _ids
 from poolwatch_emulator.allocator import TokenToKVPoolAllocator
 from poolwatch_emulator.req_pool import MambaPool, ReqToTokenPool
 
@@ -298,3 +298,22 @@ def test_an_insertion_without_a_mamba_tensor_indexes_nothing() -> None:
     assert took == []
     hooks.uninstall()
     assert "insert" not in vars(tree)
+
+
+@pytest.mark.parametrize(
+    ("tensors", "ids"),
+    [
+        ([torch.tensor([7], dtype=torch.int32)], [7]),  # an insertion's value: read as it is
+        ([torch.tensor(5)], [5]),
+        ([torch.tensor([[1, 2], [3, 4]])], [1, 2, 3, 4]),
+        ([torch.tensor([], dtype=torch.int64)], []),
+        ([torch.tensor([3]), torch.tensor([[4], [5]], dtype=torch.int32)], [3, 4, 5]),  # a census's nodes
+        ([], []),
+    ],
+)
+def test_the_ids_a_tree_value_holds_are_read_flat_whatever_the_shape(
+    tensors: list[Any], ids: list[int]
+) -> None:
+    out = _ids(tensors)
+    assert out == ids
+    assert all(type(i) is int for i in out)

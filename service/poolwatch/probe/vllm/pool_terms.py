@@ -145,19 +145,18 @@ def side_owners(sched: Any, shape: VllmShape, mgrs: Iterable[Any]) -> dict[int, 
     every free, so plain ``getattr``; the pool's own blocks only (``in_pool`` is left to the census:
     the guard is off where another pool's blocks can appear, HiSparse)."""
     lists: list[Iterable[Any]] = []
-    if shape.deferred_frees:
-        lists += [blocks for _fence, blocks in getattr(sched, "deferred_frees", ())]
+    kvm = getattr(sched, "kv_cache_manager", None)  # (each owner gone through only when it holds some)
+    if shape.deferred_frees and (deferred := getattr(sched, "deferred_frees", None)):
+        lists += [blocks for _fence, blocks in deferred]
     if shape.cow:
         for mgr in mgrs:
             pending = getattr(mgr, "_pending_cow_copies", None)
             if pending:
                 lists += list(pending)
-    if shape.tail_pins:
-        pins = getattr(getattr(sched, "kv_cache_manager", None), "_partial_tail_pins", None)
-        if pins:
-            lists += list(pins.values())
-    pool = getattr(getattr(sched, "kv_cache_manager", None), "block_pool", None)
-    lists += [blocks for _event, blocks in connector_pins(sched, pool)]
+    if shape.tail_pins and (pins := getattr(kvm, "_partial_tail_pins", None)):
+        lists += list(pins.values())
+    if getattr(sched, "connector", None) is not None:
+        lists += [blocks for _event, blocks in connector_pins(sched, getattr(kvm, "block_pool", None))]
     out: dict[int, int] = {}
     for blocks in lists:
         for i in map(_ID, blocks):

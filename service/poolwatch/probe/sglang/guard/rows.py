@@ -123,10 +123,11 @@ class RowBook:
 
     def _hold(self, rows: list[Any], args: tuple[Any, ...]) -> None:
         """Note each row's request, where the call named the requests (one per row, in order)."""
-        reqs = next((a for a in args if isinstance(a, list) and a and not isinstance(a[0], int)), None)
-        if reqs is not None and len(reqs) == len(rows):
-            for row, req in zip(rows, reqs, strict=True):
-                self.holder[int(row)] = req
+        for reqs in args:  # (a plain loop: no generator made at every allocation)
+            if isinstance(reqs, list) and reqs and not isinstance(reqs[0], int):
+                if len(reqs) == len(rows):
+                    self.holder.update(zip(map(int, rows), reqs, strict=True))
+                return
 
     def _take(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def take(*args: Any, **kwargs: Any) -> Any:

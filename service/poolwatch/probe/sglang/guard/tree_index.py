@@ -47,11 +47,29 @@ Owned = dict[int, tuple[Any, Any] | None]  # slot -> (node, its value tensor) ("
 
 
 def _ids(tensors: list[Any]) -> list[int]:
+    """The ids the tensors hold, flattened, in one host read: one tensor (an insertion's value) is
+    read as it is -- every other tensor operation costs several µs cold --, many (a census's
+    nodes) joined first."""
+    if len(tensors) == 1:
+        out: list[int] = []
+        _flatten(tensors[0].tolist(), out)
+        return out
     import torch
 
     if not tensors:
         return []
     return [int(i) for i in torch.cat([t.reshape(-1).to(torch.int64) for t in tensors]).tolist()]
+
+
+def _flatten(value: Any, out: list[int]) -> None:
+    if isinstance(value, list):
+        if value and not isinstance(value[0], list):
+            out += map(int, value)
+            return
+        for part in value:
+            _flatten(part, out)
+    else:
+        out.append(int(value))
 
 
 def node_index(tree_cache: Any) -> Owned:

@@ -9,9 +9,9 @@ Mamba hybrid model on the release's own pools, radix tree and ``Req`` objects wi
 requests (248 long ones sharing a prefix, 8 short ones replaced as they finish), one turn of the
 event loop in SGLang's order (20 ms of made-up GPU time, the batch's result: one decode token each,
 releases, admission, then the loop hook where the probe samples); the probe at its default rates
-with guard on, healthy and during a growing leak (3 KV slots a step owned by no one).  The share of
-the thread is the probe's CPU time over the loop's CPU time plus its GPU waits (:mod:`loop_meter`);
-the wall-clock share is beside it.
+with guard on (``--no-guard``: off, as deployed by default), healthy and during a growing leak (3 KV
+slots a step owned by no one).  The share of the thread is the probe's time over the loop's CPU time
+plus its GPU waits (:mod:`loop_meter`); the wall-clock share is beside it.
 
 ``--emulated``: the earlier table on emulated ranks (real emulator requests on one unified rank,
 read by the same probe code): the emulator's iteration is pure Python with no GPU work, so the
@@ -201,16 +201,18 @@ def emulated() -> int:
 RELEASES = ("0.5.4.post1", "0.5.9", "0.5.23")  # the tiers' release venvs
 
 
-def real(releases: list[str], seconds: float) -> int:
+def real(releases: list[str], seconds: float, guard: bool = True) -> int:
     from loop_meter import GPU_STEP_S
     from loop_report import across, table
 
     from rigs.sglang.releases import release
 
     here = Path(__file__).resolve().parent / "sglang_loop.py"
-    results = across(here, releases, lambda v: release(v).venv(), "--seconds", str(seconds))
+    extra = () if guard else ("--no-guard",)
+    results = across(here, releases, lambda v: release(v).venv(), "--seconds", str(seconds), *extra)
     wait = f"{GPU_STEP_S * 1e3:.0f} ms GPU wait"
-    print(f"\nSGLang in the scheduler's loop: a turn + {wait}, {seconds:.0f} s a case")
+    mode = "guard on" if guard else "guard off (the default)"
+    print(f"\nSGLang in the scheduler's loop: a turn + {wait}, {seconds:.0f} s a case, {mode}")
     for r in results:
         held, locked = r["live_kv"]
         print(f"  {r['release']}: {r['running']} running; full KV: {held} held, {locked} protected")
@@ -223,10 +225,11 @@ def main() -> int:
     parser.add_argument("--releases", default=",".join(RELEASES), help="comma-separated SGLang releases")
     parser.add_argument("--seconds", type=float, default=10.0, help="of the loop, per case")
     parser.add_argument("--emulated", action="store_true", help="the emulated ranks' table")
+    parser.add_argument("--no-guard", action="store_true", help="guard off, as deployed by default")
     args = parser.parse_args()
     if args.emulated:
         return emulated()
-    return real([v for v in args.releases.split(",") if v], args.seconds)
+    return real([v for v in args.releases.split(",") if v], args.seconds, not args.no_guard)
 
 
 if __name__ == "__main__":

@@ -48,13 +48,13 @@ HOOKS = ("on_loop_boundary", "on_idle", "after_prefill_chunk")
 class Load:
     """The 256-live load on one rank, stepped as the scheduler's loop steps it."""
 
-    def __init__(self, version: str, seed: int = 0, seconds: float = 10.0) -> None:
+    def __init__(self, version: str, seed: int = 0, seconds: float = 10.0, guard: bool = True) -> None:
         self.rng = random.Random(seed)
         self.driver = Driver(version, ProbeConfig(serve=False, directory="/nonexistent-poolwatch-dir"))
         live = LONG + SHORT
         steps = int(seconds / GPU_STEP_S) + 50  # a long request grows a token a step, for the whole run
         self.sched = self.driver.new(
-            kv=live * (1_100 + steps), mamba=3 * live + 16, rows=live + 16, context=1_100 + steps, guard=True
+            kv=live * (1_100 + steps), mamba=3 * live + 16, rows=live + 16, context=1_100 + steps, guard=guard
         )
         self.prefix = [self.rng.randrange(10, 900) for _ in range(PREFIX)]
         self.shorts: list[Any] = []
@@ -111,11 +111,11 @@ def guard_timed(meter: Meter) -> Iterator[None]:
             vars(module)["patch"] = original
 
 
-def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
+def loop(version: str, case: str, leak: int, seconds: float, guard: bool = True) -> Figures:
     meter = Meter()
     meter.calibrate()
     with guard_timed(meter):
-        load = Load(version, seconds=seconds)
+        load = Load(version, seconds=seconds, guard=guard)
     probe = load.driver.probe
     meter.wrap(probe, HOOKS)
     meter.clear()  # (guard's wrappers ran while the load was admitted)
@@ -131,8 +131,11 @@ def loop(version: str, case: str, leak: int, seconds: float) -> Figures:
     return figures(case, meter, steps, wall, cpu, gap(account) if account is not None else None)
 
 
-def inside(version: str, seconds: float) -> int:
-    rows = [loop(version, "healthy", 0, seconds), loop(version, "growing leak, 3/step", 3, seconds)]
+def inside(version: str, seconds: float, guard: bool = True) -> int:
+    rows = [
+        loop(version, "healthy", 0, seconds, guard),
+        loop(version, "growing leak, 3/step", 3, seconds, guard),
+    ]
     load = Load(version)
     snap = load.driver.probe.sample_now("bench")
     full = snap.pools[Pool.FULL] if snap is not None else None
@@ -145,5 +148,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", required=True)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--no-guard", action="store_true")
     args = parser.parse_args()
-    sys.exit(inside(args.release, args.seconds))
+    sys.exit(inside(args.release, args.seconds, not args.no_guard))

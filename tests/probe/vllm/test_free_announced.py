@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolwatch.probe.vllm.holders import MAX_ANNOUNCED, HolderIndex
+from poolwatch.probe.vllm.holders import MAX_ANNOUNCED, MAX_EXPECTED, HolderIndex
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,17 @@ def test_pops_never_freed_are_counted_by_block_past_the_bound() -> None:
     index = HolderIndex()
     for n in range(MAX_ANNOUNCED + 5):
         index.released(0, f"r{n}", _blocks([n]))
+    assert len(index._announced) == MAX_ANNOUNCED
     assert index.expected == dict.fromkeys(range(MAX_ANNOUNCED + 5), 1)
+
+
+def test_the_popped_blocks_kept_for_their_free_stay_bounded() -> None:
+    index = HolderIndex()
+    big = MAX_EXPECTED // 4 + 1
+    for n in range(6):  # long requests popped and never freed (a leak)
+        index.released(0, f"r{n}", _blocks(list(range(n * big, (n + 1) * big))))
+    assert index._waiting == sum(map(len, index._announced)) <= MAX_EXPECTED
+    assert len(index.expected) <= MAX_EXPECTED
 
 
 _ops = st.lists(
@@ -122,4 +132,5 @@ def test_the_index_answers_as_counting_every_popped_block(
             else:
                 ids = list(arg)  # type: ignore[call-overload]
             assert index.explained(ids) == model.explained(ids)
+        assert index._waiting == sum(map(len, index._announced))
     assert index.expected == dict(model.expected)

@@ -85,6 +85,7 @@ class HolderIndex:
         # the popped lists' ids, newest last, not yet counted into ``_expected``: a free that is the
         # last pop's list (vLLM frees a list right after popping it) consumes it whole
         self._announced: deque[list[int]] = deque()
+        self._waiting = 0  # the ids in ``_announced``
         self.drift = 0  # full rebuilds that found the incremental counts wrong
         self._seen: dict[int, dict[int, str]] = {}  # per manager: id(list) -> rid, every one tracked
         self._stale: dict[int, set[str]] = {}  # per manager: the rids whose request is gone
@@ -291,8 +292,9 @@ class HolderIndex:
             ids = [i for i in ids if i != self.null_id]
         announced = self._announced
         announced.append(ids)
-        if len(announced) > MAX_ANNOUNCED:  # frees deferred (or never made): count the oldest by block
-            self._expect(announced.popleft())
+        self._waiting += len(ids)
+        while len(announced) > MAX_ANNOUNCED or self._waiting > MAX_EXPECTED:  # frees deferred (or
+            self._expect(announced.popleft())  # never made): the oldest counted by block, bounded
 
     @property
     def expected(self) -> dict[int, int]:
@@ -302,6 +304,7 @@ class HolderIndex:
         return self._expected
 
     def _expect(self, ids: list[int]) -> None:
+        self._waiting -= len(ids)
         expected, get = self._expected, self._expected.get
         for i in ids:
             expected[i] = get(i, 0) + 1
@@ -318,6 +321,7 @@ class HolderIndex:
             last = announced[-1]
             if len(last) == len(ids) and (ids == last[::-1] or ids == last):
                 announced.pop()
+                self._waiting -= len(ids)
                 return True
         expected = self.expected
         get = expected.get

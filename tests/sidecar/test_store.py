@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from poolwatch.errors import Reason
-from poolwatch.model.rank import Exactness, IncidentKind, PoolAccount
+from poolwatch.model.findings import Tripwire, TripwireKind
+from poolwatch.model.rank import Exactness, IncidentKind, Pool, PoolAccount
 from poolwatch.model.snapshot import Incident, Snapshot
 from poolwatch.sidecar.store import SnapshotStore
 from rigs.fakes.clock import FakeClock
@@ -176,3 +177,25 @@ def test_tp_peers_counts_the_ranks_of_a_worker_that_share_its_dp_and_pp_rank(see
     assert store.tp_peers({"worker": "prefill-0", "dp_rank": "0", "pp_rank": "0", "tp_rank": "1"}) == 2
     assert store.tp_peers({"worker": "prefill-0", "dp_rank": "1", "pp_rank": "0"}) == 1
     assert store.tp_peers({"worker": "decode-0", "dp_rank": "0", "pp_rank": "0"}) == 1  # unknown: itself
+
+
+def test_a_final_snapshot_or_a_new_finding_of_the_held_sample_is_kept(seed_snapshot: Snapshot) -> None:
+    """vLLM's free-time proof amends the last sample (its clock, a new tripwire), published again
+    and written as the rank's final snapshot when EngineCore is about to die: neither is a duplicate
+    of the sample the store already holds (a busy bench_page run lost its page this way)."""
+    found = (Tripwire(TripwireKind.NEGATIVE_REF, Pool.FULL, (1, 2, 3), "free_blocks", seed_snapshot.seq),)
+    store = SnapshotStore()
+    sample = replace(seed_snapshot, tripwires=(), final=False)
+    proof = replace(sample, tripwires=found)
+    final = replace(proof, final=True)
+    assert store.put(sample)
+    assert store.put(proof)  # published again mid-step, with the finding
+    assert not store.put(proof)  # delivered twice
+    assert store.put(final)  # the last word, read from the rank's final file
+    assert not store.put(final)
+    assert not store.put(sample)  # the sample before the finding, delivered late
+    assert store.latest() == [final]
+    fresh = SnapshotStore()
+    assert fresh.put(sample)
+    assert fresh.put(final)  # the long-poll never collected the proof: the final file still pages
+    assert fresh.latest()[0].tripwires == found

@@ -113,6 +113,24 @@ class RankState:
     seen_at: float = 0.0
 
 
+def _amends(snap: Snapshot, held: Snapshot) -> bool:
+    """Whether ``snap``, of the held snapshot's clock, still says something new: the rank's final
+    snapshot (its last word, written with the clock of the sample it amends), or that sample
+    published again with findings made since (vLLM's free-time tripwire, a guard refusal: mid-step,
+    with no new sample).  A copy delivered twice, or the sample before the findings, does not."""
+    if snap.seq != held.seq:
+        return False
+    return (
+        (snap.final and not held.final)
+        or _adds(snap.tripwires, held.tripwires)
+        or _adds(snap.repairs, held.repairs)
+    )
+
+
+def _adds(new: tuple[object, ...], old: tuple[object, ...]) -> bool:
+    return len(new) > len(old) and all(item in new for item in old)
+
+
 class SnapshotStore:
     """Latest snapshot + bounded ring per (rank, source), one view per rank, and target health."""
 
@@ -161,7 +179,11 @@ class SnapshotStore:
                     self._views += 1
                 view = _SourceView(snap, deque(maxlen=self.history_depth()))
                 rank.sources[snap.source] = view
-            elif snap.seq <= view.latest.seq and snap.taken_at <= view.latest.taken_at:
+            elif (
+                snap.seq <= view.latest.seq
+                and snap.taken_at <= view.latest.taken_at
+                and not _amends(snap, view.latest)
+            ):
                 return False
             elif view.history.maxlen != (depth := self.history_depth()):
                 view.history = deque(view.history, maxlen=depth)  # the newest kept

@@ -220,3 +220,49 @@ def test_a_free_that_dooms_enginecore_leaves_its_proof_as_the_ranks_final_snapsh
     assert probe.final_cost > 0
     assert probe.latest is not None
     assert not probe.latest.final  # the rank still serves: only the file is final
+
+
+def test_a_doomed_frees_proof_reaches_the_sidecars_store_through_the_long_poll(tmp_path: Any) -> None:
+    """The proof amends the sample the sidecar already holds (its seq and clock, a new tripwire):
+    the long-poll hands it over while the free waits, and the store keeps it (it took any snapshot
+    of the held clock for a duplicate, and the page then depended on a later sample)."""
+    import asyncio
+    import threading
+    from dataclasses import replace
+
+    import httpx
+
+    from poolwatch.discovery.directory import read_discovery_dir
+    from poolwatch.sidecar.store import SnapshotStore
+    from poolwatch.sources.base import Target
+    from poolwatch.sources.probe_source import ProbeSource
+
+    sched = Scheduler(64)
+    config = replace(CONFIG, serve=True, directory=str(tmp_path), last_word_wait_s=2.0)
+    attach(VLLM, sched, config, release=vllm_release("0.33.0"))
+    try:
+        sched.add("a", 2)
+        sched.schedule()
+        stale = list(sched.managers[0].req_to_blocks["a"])
+        sched.finish("a")
+        (entry,) = read_discovery_dir(tmp_path)
+        store = SnapshotStore()
+
+        async def sidecar() -> None:
+            source = ProbeSource(Target("probe:a", "probe", entry.url), long_poll_s=2.0)
+            async with httpx.AsyncClient() as client:
+                (held,) = await source.scrape(client)
+                assert store.put(held)
+                assert not held.tripwires
+                doomed = threading.Thread(target=lambda: sched.pool.free_blocks(reversed(stale)))
+                doomed.start()
+                (proof,) = await source.scrape(client)  # handed over while the free waits for it
+                assert (proof.seq, proof.taken_at) == (held.seq, held.taken_at)
+                assert store.put(proof)
+                await asyncio.to_thread(doomed.join)
+
+        asyncio.run(sidecar())
+        (latest,) = store.latest()
+        assert [t.kind for t in latest.tripwires] == [TripwireKind.NEGATIVE_REF]
+    finally:
+        detach(sched)

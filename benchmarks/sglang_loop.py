@@ -114,17 +114,17 @@ def guard_timed(meter: Meter) -> Iterator[None]:
 def loop(version: str, case: str, leak: int, seconds: float, guard: bool = True) -> Figures:
     meter = Meter()
     meter.calibrate()
-    with guard_timed(meter):
+    with guard_timed(meter):  # open for the whole run: guard patches some paths at first use
         load = Load(version, seconds=seconds, guard=guard)
-    probe = load.driver.probe
-    meter.wrap(probe, HOOKS)
-    meter.clear()  # (guard's wrappers ran while the load was admitted)
-    steps, started, cpu = 0, time.perf_counter(), time.thread_time()
-    while time.perf_counter() - started < seconds:
-        time.sleep(GPU_STEP_S)  # the forward pass: the scheduler waits on the GPU
-        load.step(leak)
-        steps += 1
-    wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
+        probe = load.driver.probe
+        meter.wrap(probe, HOOKS)
+        meter.clear()  # (guard's wrappers ran while the load was admitted)
+        steps, started, cpu = 0, time.perf_counter(), time.thread_time()
+        while time.perf_counter() - started < seconds:
+            time.sleep(GPU_STEP_S)  # the forward pass: the scheduler waits on the GPU
+            load.step(leak)
+            steps += 1
+        wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
     meter.stop()
     snap = probe.sample_now("bench")
     account = snap.pools.get(Pool.FULL) if snap is not None else None

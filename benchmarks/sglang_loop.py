@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from loop_meter import GPU_STEP_S, Figures, Meter, figures
 from loop_report import emit
 
@@ -58,6 +59,7 @@ class Load:
         )
         self.prefix = [self.rng.randrange(10, 900) for _ in range(PREFIX)]
         self.shorts: list[Any] = []
+        self.sampled = torch.full((LONG + SHORT,), 8, dtype=torch.int64)  # the batch's sampled ids
         self.made = 0
         for i in range(LONG):
             tail = [self.rng.randrange(10, 900) for _ in range(self.rng.randrange(100, 300))]
@@ -77,10 +79,12 @@ class Load:
             self.shorts.append(req)
 
     def step(self, leak: int) -> None:
-        """One turn after the GPU wait, in the order of SGLang's loop: the last batch's result (a
-        token for every running request -- the rig's ``decode`` also takes each one's next slot),
-        its finished requests released and new ones admitted, then the loop hook of the next turn,
-        where the probe looks at its rate."""
+        """One turn after the GPU wait, in the order of SGLang's loop: the last batch's result (the
+        sampled ids read to the host, as ``process_batch_result_decode`` reads them with one
+        ``tolist()`` in every release run; a token for every running request -- the rig's
+        ``decode`` also takes each one's next slot), its finished requests released and new ones
+        admitted, then the loop hook of the next turn, where the probe looks at its rate."""
+        self.sampled.tolist()
         self.driver.decode()
         if leak:  # taken from the pool and owned by no one: a leak that keeps growing
             self.sched.token_to_kv_pool_allocator.alloc(leak)

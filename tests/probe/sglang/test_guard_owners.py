@@ -119,6 +119,27 @@ def test_frees_from_the_protected_column_on_and_frees_of_unknown_rows_go_through
     assert set(slots[4:6].tolist()) <= set(_free_list(sched))
 
 
+def test_guard_keeps_no_released_request_alive_and_a_stale_free_through_its_row_is_still_refused() -> None:
+    import gc
+    import weakref
+
+    class Req(SimpleNamespace):  # (weak references need a class of its own)
+        pass
+
+    sched, _, _, seen = _rank()
+    b = Req(rid="b", req_pool_idx=None, cache_protected_len=0, mamba_pool_idx=None)
+    slots = _admit(sched, b, 8, protected=4)
+    row, table = b.req_pool_idx, sched.req_to_token_pool.req_to_token
+    sched.token_to_kv_pool_allocator.free(table[row, 4:8])  # the release: its own columns, then the row
+    sched.req_to_token_pool.free(row)
+    gone = weakref.ref(b)
+    del b
+    gc.collect()
+    assert gone() is None  # the row's holder went with the row
+    sched.token_to_kv_pool_allocator.free(table[row, :8])  # a stale pointer: the released row's proof
+    assert seen == [(Pool.FULL, slots.tolist(), [], "token_to_kv_pool_allocator.free", 1)]
+
+
 def test_the_prefix_is_the_requests_own_with_a_tree_that_shares_nothing() -> None:
     sched, _, _, seen = _rank(ChunkCache())
     b = _req("b")

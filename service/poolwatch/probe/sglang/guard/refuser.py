@@ -133,8 +133,10 @@ class FreeRefuser:
 
     def _took(self, ids: list[int], value: Any, checkpoint: bool) -> None:
         """An insertion gave the tree ``ids`` (checkpoint slots when the checkpoint pool holds the
-        tree's states): indexed at once, not at the next census."""
-        self._install_checkpoints(getattr(self.sched, "req_to_token_pool", None))
+        tree's states): indexed at once, not at the next census (a checkpoint pool attached since
+        the install is wrapped first)."""
+        if checkpoint and self.checkpoints is None:
+            self._install_checkpoints(getattr(self.sched, "req_to_token_pool", None))
         guard = self.checkpoints if checkpoint else self.mamba
         if guard is not None:
             guard.took(ids, value)

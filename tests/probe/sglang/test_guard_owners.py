@@ -17,7 +17,7 @@ from poolwatch.probe.sglang.guard.paths import GUARD_PATHS
 from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.guard.rows import RowBook
-from poolwatch.probe.sglang.guard.slots import SlotGuard
+from poolwatch.probe.sglang.guard.slots import MAX_UNREAD, SlotGuard
 from poolwatch.probe.sglang.guard.tree_index import TreeHooks, _ids
 from poolwatch_emulator.allocator import TokenToKVPoolAllocator
 from poolwatch_emulator.req_pool import MambaPool, ReqToTokenPool
@@ -214,15 +214,15 @@ class UnifiedTree:
         return torch.cat(self.values) if self.values else torch.empty((0,), dtype=torch.int64)
 
 
-def _unified() -> tuple[MambaPool, UnifiedTree, SlotGuard, Seen]:
+def _unified(kind: type[UnifiedTree] = UnifiedTree) -> tuple[MambaPool, UnifiedTree, SlotGuard, Seen]:
     mamba, seen = MambaPool(8, first_id=1), []
-    tree = UnifiedTree(mamba)
+    tree = kind(mamba)
     guard = SlotGuard(
         Pool.MAMBA, "mamba_allocator.free", lambda *a: seen.append(a), lambda: False, tree="flat"
     )
     assert guard.install(mamba)
     guard.refresh(tree)  # the last census: the tree holds nothing
-    hooks = TreeHooks(tree, lambda ids, value, ckpt: guard.took(ids, value))
+    hooks = TreeHooks(tree, lambda value, ckpt: guard.took(value))
     assert hooks.install()
     guard.hooks = hooks
     return mamba, tree, guard, seen
@@ -275,7 +275,7 @@ def test_up_to_0512_the_inserted_tensor_is_the_trees_until_it_frees_that_tensor_
     tree = LegacyTree(mamba)
     guard = SlotGuard(Pool.MAMBA, "mamba_pool.free", lambda *a: seen.append(a), lambda: False, tree="node")
     assert guard.install(mamba)
-    hooks = TreeHooks(tree, lambda ids, value, ckpt: guard.took(ids, value))
+    hooks = TreeHooks(tree, lambda value, ckpt: guard.took(value))
     assert hooks.install()
     slot = mamba.alloc(1)
     tree.insert(None, None, slot.reshape(1, 1).clone())
@@ -286,6 +286,60 @@ def test_up_to_0512_the_inserted_tensor_is_the_trees_until_it_frees_that_tensor_
     tree.evict()
     assert mamba.free_slots.tolist().count(int(slot)) == 1
     assert len(seen) == int(stale)
+
+
+class Counted:
+    """A tree value that counts its host reads (an insertion's value, as ``_inserted`` sees it)."""
+
+    def __init__(self, slot: int, readable: bool = True) -> None:
+        self.slot, self.readable, self.reads = slot, readable, 0
+
+    def reshape(self, *shape: int) -> Counted:
+        return self
+
+    def tolist(self) -> list[int]:
+        self.reads += 1
+        if not self.readable:
+            raise RuntimeError("device lost")
+        return [self.slot]
+
+
+class Taking(UnifiedTree):
+    """A tree that takes whatever it is given (the fake's own duplicate check compares tensors)."""
+
+    def insert(self, params: Any) -> Any:
+        return SimpleNamespace(prefix_len=0, mamba_exist=False)
+
+
+def test_an_insertion_reads_nothing_the_next_free_reads_what_the_tree_took_and_the_census_drops_it() -> None:
+    mamba, tree, guard, seen = _unified(Taking)
+    first, second = mamba.alloc(1), mamba.alloc(1)
+    taken = [Counted(int(first)), Counted(int(second), readable=False)]
+    for value in taken:
+        tree.insert(SimpleNamespace(mamba_value=value))
+    assert [v.reads for v in taken] == [0, 0]  # no host read (a device read on a GPU) at an insertion
+    assert guard.unread == taken
+    tree.values = [first.clone(), second.clone()]  # (what the tree holds, as SGLang flattens it)
+    mamba.free(first.clone())  # a stale pointer's free: the index is read first, and proves it
+    assert seen == [(Pool.MAMBA, [int(first)], ["tree"], "mamba_allocator.free", 1)]
+    assert [v.reads for v in taken] == [1, 1]
+    assert guard.unread == []
+    mamba.free(second.clone())  # its value could not be read: no proof, freed as asked (a miss)
+    assert int(second) in mamba.free_slots.tolist()
+    assert len(seen) == 1
+    tree.insert(SimpleNamespace(mamba_value=Counted(7)))
+    guard.refresh(tree)  # the census reads the tree whole: nothing left unread
+    assert guard.unread == []
+
+
+def test_the_values_kept_unread_are_bounded() -> None:
+    _, tree, guard, _ = _unified(Taking)
+    values = [Counted(100 + i) for i in range(MAX_UNREAD + 1)]
+    for value in values:
+        tree.insert(SimpleNamespace(mamba_value=value))
+    assert guard.unread == []
+    assert all(v.reads == 1 for v in values)
+    assert set(guard.tree) >= {100 + i for i in range(MAX_UNREAD + 1)}
 
 
 def test_the_refuser_wires_the_index_on_a_pd_prefill_rank_and_gives_everything_back() -> None:
@@ -313,7 +367,7 @@ def test_an_insertion_without_a_mamba_tensor_indexes_nothing() -> None:
             return 0
 
     tree = Radix059()
-    hooks = TreeHooks(tree, lambda ids, value, ckpt: took.append(ids))
+    hooks = TreeHooks(tree, lambda value, ckpt: took.append(value))
     assert hooks.install()
     assert tree.insert("k", torch.tensor([1, 2]), True) == 0
     assert took == []

@@ -131,15 +131,15 @@ class FreeRefuser:
             if guard is not None:
                 guard.hooks = hooks
 
-    def _took(self, ids: list[int], value: Any, checkpoint: bool) -> None:
-        """An insertion gave the tree ``ids`` (checkpoint slots when the checkpoint pool holds the
-        tree's states): indexed at once, not at the next census (a checkpoint pool attached since
-        the install is wrapped first)."""
+    def _took(self, value: Any, checkpoint: bool) -> None:
+        """An insertion gave the tree ``value`` (checkpoint slots when the checkpoint pool holds the
+        tree's states): indexed from the next free that consults the index, not at the next census
+        (a checkpoint pool attached since the install is wrapped first)."""
         if checkpoint and self.checkpoints is None:
             self._install_checkpoints(getattr(self.sched, "req_to_token_pool", None))
         guard = self.checkpoints if checkpoint else self.mamba
         if guard is not None:
-            guard.took(ids, value)
+            guard.took(value)
 
     def uninstall(self) -> None:
         for guard in (self.mamba, self.checkpoints, self.kv, self.rows, self.pending, self.hooks):
@@ -166,7 +166,7 @@ class FreeRefuser:
             if ckpt is None:
                 self.mamba.refresh(tree)
             else:
-                self.mamba.tree = {}
+                self.mamba.clear()
         if self.checkpoints is not None:
             self.checkpoints.refresh(tree)
 

@@ -23,7 +23,8 @@ Two kinds of path:
 
 Ping-pong track slots are never refused on their own (SGLang rotates them on live requests).
 Cost on a healthy free: two attribute reads and one ``finished()`` when nothing is indexed; else
-one host read of the freed ids and a dict lookup per id (``benchmarks/bench_guard.py --free-path``).
+one host read of the freed ids, one of each value the tree took since the last such read, and a
+dict lookup per id (``benchmarks/bench_guard.py --free-path``).
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.tree_index import (
     Owned,
     TreeHooks,
+    _ids,
     current_values,
     node_index,
     values_index,
 )
 
-__all__ = ["Live", "Record", "SlotGuard", "chunked_slot", "rid"]
+__all__ = ["MAX_UNREAD", "Live", "Record", "SlotGuard", "chunked_slot", "rid"]
+
+MAX_UNREAD = 256  # values the tree took, kept unread until a free consults the index (then read)
 
 log = logging.getLogger("poolwatch.probe")
 Record = Callable[[Pool, list[int], list[str], str, int], None]  # pool, ids, owners, where, page
@@ -97,6 +101,7 @@ class SlotGuard:
         self.pool, self.where, self.record, self.paused = pool, where, record, paused
         self.live, self.kind, self.pending = live, tree, pending  # tree: "node", "flat" or ""
         self.tree: Owned = {}
+        self.unread: list[Any] = []  # tensors the tree took since the census, not read yet (took)
         self.hooks: TreeHooks | None = None  # the tree's own frees pass (and forget what they free)
         self.values: Callable[[], set[int]] | None = None
         self.patched: Patch | None = None
@@ -113,19 +118,40 @@ class SlotGuard:
 
     def refresh(self, tree_cache: Any) -> None:
         """Re-index the tree's values (at a Mamba census, a loop boundary)."""
+        self.unread = []  # (the census reads what the tree holds now, those values included)
         if self.kind == "node":
             self.tree = node_index(tree_cache)
             return
         self.values = current_values(tree_cache) if self.kind == "flat" else None
         self.tree = values_index(self.values) if self.values is not None else {}
 
-    def took(self, ids: list[int], value: Any) -> None:
-        """The tree took ``ids`` (the tensor ``value``) since the census: ``flat``, checked again at
-        a free naming one; ``node``, owned until the tree frees ``value`` itself."""
-        if self.kind == "flat":
-            self.tree.update(dict.fromkeys(ids))
-        elif self.kind == "node":
-            self.tree.update(dict.fromkeys(ids, (None, value)))
+    def clear(self) -> None:
+        """No tree proof (the tree's states are another pool's): nothing indexed, nothing unread."""
+        self.tree, self.unread = {}, []
+
+    def took(self, value: Any) -> None:
+        """The tree took the tensor ``value`` since the census.  Its ids are read when a free first
+        consults the index (:meth:`read`), not here: most insertions meet no such free before the
+        next census (up to 0.5.12 the tree keeps the request's slot, and no Mamba free runs on the
+        healthy path), and on a GPU each read is a device read in the scheduler's loop.  Read here
+        only once :data:`MAX_UNREAD` wait."""
+        if self.kind in ("flat", "node"):
+            self.unread.append(value)
+            if len(self.unread) > MAX_UNREAD:
+                self.read()
+
+    def read(self) -> None:
+        """Index the values taken since the last read: ``flat``, checked again at a free naming
+        one; ``node``, owned until the tree frees that very tensor.  A value that cannot be read
+        gives no proof (a miss, never a refusal)."""
+        unread, self.unread = self.unread, []
+        for value in unread:
+            try:
+                ids = _ids([value])
+            except Exception:
+                log.debug("poolwatch guard: an inserted value is unreadable", exc_info=True)
+                continue
+            self.tree.update(dict.fromkeys(ids, None if self.kind == "flat" else (None, value)))
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def free(free_index: Any, *args: Any, **kwargs: Any) -> Any:
@@ -148,11 +174,9 @@ class SlotGuard:
             return None
         live, req = self.live() if self.live is not None else (None, None)
         pending = self.pending.slot_map() if self.pending is not None else {}
-        if live is None and not self.tree and not pending:
+        if live is None and not self.tree and not self.unread and not pending:
             return None
-        ids = free_index.tolist()  # 1-d in every call read (0-d and n-d flattened below)
-        if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
-            ids = free_index.reshape(-1).tolist()
+        ids = self._freed(free_index)
         if self.hooks is not None and self.hooks.freeing:  # the tree frees its own values
             for slot in ids:
                 self.tree.pop(slot, None)
@@ -182,6 +206,16 @@ class SlotGuard:
         )
         self.record(self.pool, refused, owners, self.where, 1)
         return kept
+
+    def _freed(self, free_index: Any) -> list[int]:
+        """The ids a free names (one host read), the values the tree took since the last read
+        indexed before the index is consulted."""
+        ids = free_index.tolist()  # 1-d in every call read (0-d and n-d flattened below)
+        if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
+            ids = free_index.reshape(-1).tolist()
+        if self.unread:
+            self.read()
+        return ids  # type: ignore[no-any-return]
 
     def _now(self) -> set[int]:
         try:

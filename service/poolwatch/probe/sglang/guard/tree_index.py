@@ -28,7 +28,9 @@ refused at the free.
 
 Cost: O(nodes) and one host read per census; per free a dict lookup per freed id, plus, on 0.5.23
 only for a free of an indexed id outside the tree's own frees (a wrong free), one re-read; per
-insertion one host read of the value taken.
+insertion nothing read: the value taken is kept, and read at the next free that consults the index
+(:meth:`SlotGuard.read <poolwatch.probe.sglang.guard.slots.SlotGuard.read>`; at most
+:data:`~poolwatch.probe.sglang.guard.slots.MAX_UNREAD` wait), or dropped unread at the census.
 """
 
 from __future__ import annotations
@@ -130,17 +132,18 @@ def _inserted(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any
 class TreeHooks:
     """The tree's insertions and (0.5.23) own frees, seen on the instance (guard mode only).
 
-    ``took(ids, value, checkpoint)`` is told the slots (and the tensor) each insertion gave the
-    tree; :attr:`freeing` is true while the unified tree frees its own values (the Mamba
-    component's ``_free_mamba_value``).  Up to 0.5.12 the tree frees a node's own value tensor,
-    by identity, which :class:`~poolwatch.probe.sglang.guard.slots.SlotGuard` tells apart.
+    ``took(value, checkpoint)`` is told the tensor each insertion gave the tree (unread: the
+    guard reads it when a free first needs it); :attr:`freeing` is true while the unified tree
+    frees its own values (the Mamba component's ``_free_mamba_value``).  Up to 0.5.12 the tree
+    frees a node's own value tensor, by identity, which
+    :class:`~poolwatch.probe.sglang.guard.slots.SlotGuard` tells apart.
     ``takes``: the KV columns each insertion of a request keeps of its row
     (:mod:`~poolwatch.probe.sglang.guard.takes`; the tree's ``cache_*_req`` wrapped too)."""
 
     def __init__(
         self,
         tree_cache: Any,
-        took: Callable[[list[int], Any, bool], None],
+        took: Callable[[Any, bool], None],
         loaded: Callable[[], None] | None = None,
         takes: Takes | None = None,
     ) -> None:
@@ -204,7 +207,7 @@ class TreeHooks:
                 value = _inserted(args, kwargs, result)
                 if value is not None:
                     pool = getattr(self.tree, "req_to_token_pool", None)
-                    self.took(_ids([value]), value, getattr(pool, "mamba_ckpt_pool", None) is not None)
+                    self.took(value, getattr(pool, "mamba_ckpt_pool", None) is not None)
             except Exception:  # never in SGLang's way: the next census re-reads the tree
                 log.debug("poolwatch guard: tree insertion unreadable", exc_info=True)
             return result

@@ -10,7 +10,7 @@ variable                               default    meaning
 ``POOLWATCH_PROBE_SERVE``              1          ``0``: take snapshots but serve nothing
 ``POOLWATCH_PROBE_SAMPLE_INTERVAL``    0.1        seconds between cheap samples (0.01 to 60)
 ``POOLWATCH_PROBE_SAMPLE_BUDGET``      0.0005     the most of the scheduler thread the busy samples
-                                                  take: the interval stretches (up to 2 s) when a
+                                                  take: the interval stretches (up to 4 s) when a
                                                   sample costs more (0 = off, 0 to 0.05;
                                                   ``poolwatch.probe.core.pacing``)
 ``POOLWATCH_PROBE_CENSUS_INTERVAL``    10         seconds between Mamba censuses while busy (1 to 86400)

@@ -158,9 +158,8 @@ def loop(case: str, leak: int, seconds: float, release: str) -> Figures:
 
     steps, started, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - started < seconds:
-        if leak and pool.get_num_free_blocks() > leak + len(sched.running):
+        if leak and pool.get_num_free_blocks() > leak + len(sched.running):  # (to the pool's edge: ~15 s)
             pool.get_new_blocks(leak)  # counted, listed by no request: a leak that keeps growing
-            # (until the pool's edge: past ~15 s the 32,000 blocks are spent, and the leak stops there)
         e.step(forward=forward)  # EngineCore's order: schedule, the GPU wait, update_from_output
         refill()
         steps += 1

@@ -18,7 +18,7 @@ from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.refuser import FreeRefuser
 from poolwatch.probe.sglang.guard.rows import RowBook
 from poolwatch.probe.sglang.guard.slots import MAX_UNREAD, SlotGuard
-from poolwatch.probe.sglang.guard.tree_index import TreeHooks, _ids
+from poolwatch.probe.sglang.guard.tree_index import TreeHooks, value_ids
 from poolwatch_emulator.allocator import TokenToKVPoolAllocator
 from poolwatch_emulator.req_pool import MambaPool, ReqToTokenPool
 
@@ -389,6 +389,6 @@ def test_an_insertion_without_a_mamba_tensor_indexes_nothing() -> None:
 def test_the_ids_a_tree_value_holds_are_read_flat_whatever_the_shape(
     tensors: list[Any], ids: list[int]
 ) -> None:
-    out = _ids(tensors)
+    out = value_ids(tensors)
     assert out == ids
     assert all(type(i) is int for i in out)

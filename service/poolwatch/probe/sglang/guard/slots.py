@@ -39,9 +39,9 @@ from poolwatch.probe.sglang.guard.pending import Pending
 from poolwatch.probe.sglang.guard.tree_index import (
     Owned,
     TreeHooks,
-    _ids,
     current_values,
     node_index,
+    value_ids,
     values_index,
 )
 
@@ -147,7 +147,7 @@ class SlotGuard:
         unread, self.unread = self.unread, []
         for value in unread:
             try:
-                ids = _ids([value])
+                ids = value_ids([value])
             except Exception:
                 log.debug("poolwatch guard: an inserted value is unreadable", exc_info=True)
                 continue

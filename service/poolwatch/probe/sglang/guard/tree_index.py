@@ -42,13 +42,13 @@ from typing import Any
 from poolwatch.probe.sglang.guard.patch import Depth, Patch, patch
 from poolwatch.probe.sglang.guard.takes import Takes
 
-__all__ = ["Owned", "TreeHooks", "current_values", "node_index", "values_index"]
+__all__ = ["Owned", "TreeHooks", "current_values", "node_index", "value_ids", "values_index"]
 
 log = logging.getLogger("poolwatch.probe")
 Owned = dict[int, tuple[Any, Any] | None]  # slot -> (node, its value tensor) ("node"), or None ("flat")
 
 
-def _ids(tensors: list[Any]) -> list[int]:
+def value_ids(tensors: list[Any]) -> list[int]:
     """The ids the tensors hold, flattened, in one host read: one tensor (an insertion's value) is
     read as it is -- every other tensor operation costs several µs cold --, many (a census's
     nodes) joined first."""
@@ -86,7 +86,7 @@ def node_index(tree_cache: Any) -> Owned:
             if value is not None and node is not root:
                 pairs.append((node, value))
             stack.extend(node.children.values())
-        ids = _ids([v for _, v in pairs])
+        ids = value_ids([v for _, v in pairs])
     except Exception:  # no walkable tree: no proof
         log.debug("poolwatch guard: tree index unreadable", exc_info=True)
         return {}
@@ -105,7 +105,7 @@ def current_values(tree_cache: Any) -> Callable[[], set[int]] | None:
     flatten = getattr(tree_cache, "all_mamba_values_flatten", None)
     if not callable(flatten):
         return None
-    return lambda: set(_ids([flatten()]))
+    return lambda: set(value_ids([flatten()]))
 
 
 def values_index(values: Callable[[], set[int]]) -> Owned:

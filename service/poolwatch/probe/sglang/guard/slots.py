@@ -1,8 +1,9 @@
 """Guard v2 on a pool of slot ids (the active Mamba pool, 0.5.23's int8 checkpoint pool).
 
 Reads, at each wrapped free: the freed ids (``tolist``: on a GPU one small device-to-host read,
-only while something is indexed or a chunked request is live), the chunked request's working
-slot, and the tree index's entries for those ids.  Drops what one of two proofs shows owned:
+only while something is indexed or waits unread, or a chunked request is live) and the values the
+tree took since the last such read, the chunked request's working slot, and the tree index's
+entries for those ids.  Drops what one of two proofs shows owned:
 
 * **live** (active Mamba pool only): the id is the working slot of ``chunked_req``, which is not
   finished -- the #12432 free;

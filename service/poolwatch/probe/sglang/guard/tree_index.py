@@ -14,11 +14,12 @@ holds the slot at the free, read two ways as the family keeps its tree
   value before an eviction frees it, so a slot it still lists is never being evicted.
 
 Between censuses the index is kept incrementally (:class:`TreeHooks`, on the tree instance): an
-insertion adds the value the tree took (the insert's Mamba value unless it reports
+insertion hands over the value the tree took (the insert's Mamba value unless it reports
 ``mamba_exist``; on 0.5.23 an int8 checkpoint slot when the checkpoint pool holds the tree's
-states); a HiCache load-back (``init_load_back``, ``flat`` trees: its device slots are given to
-the nodes without an insertion) re-reads the tree's values, so a loaded-back slot is indexed at
-once (and forgotten as any other when the tree evicts it again, through its own frees).
+states), kept unread and indexed before the next free consults the index; a HiCache load-back
+(``init_load_back``, ``flat`` trees: its device slots are given to the nodes without an
+insertion) re-reads the tree's values, so a loaded-back slot is indexed at once (and forgotten as
+any other when the tree evicts it again, through its own frees).
 ``flat``: the tree's own frees (the Mamba component's ``_free_mamba_value``: evictions, path
 caps, unused insert values) forget the ids they free and pass unchecked, so an eviction costs
 no re-read.  ``node``: the entry is ``(None, the inserted tensor)`` until the next census finds
